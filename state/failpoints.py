@@ -1,0 +1,26 @@
+"""Named crash points for tests: end the process at a chosen durable-write boundary.
+
+Every durable write calls :func:`hit` with a name before and after it (e.g.
+``checkpoint:decision:before``). Normally this does nothing. Tests set
+``HITL_FAILPOINT=<name>`` to end the process there with ``os._exit(86)`` (no cleanup, no flush:
+like a power cut for everything not yet fsynced), or ``HITL_FAILPOINT_LOG=<file>`` to append each name
+reached, so a test can enumerate every boundary of a flow without a hand-written list.
+"""
+
+from __future__ import annotations
+
+import os
+
+FAILPOINT_ENV = "HITL_FAILPOINT"
+FAILPOINT_LOG_ENV = "HITL_FAILPOINT_LOG"
+CRASH_EXIT_CODE = 86
+
+
+def hit(name: str) -> None:
+    """Record ``name`` if logging is on; end the process if ``name`` is the armed failpoint."""
+    log = os.environ.get(FAILPOINT_LOG_ENV)
+    if log:
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(name + "\n")
+    if os.environ.get(FAILPOINT_ENV) == name:
+        os._exit(CRASH_EXIT_CODE)

@@ -1,0 +1,204 @@
+"""The checkpoint envelope: our own, versioned record around the SDK's serialized RunState.
+
+The SDK's ``RunState`` (``result.to_state().to_string()``) knows how to resume a run, but not which
+task it belongs to, which idempotency key guards the side effect, what a human decided, or whether
+the file was edited. The envelope below carries those facts. It is validated with pydantic on every
+load: an unknown ``schema_version`` or any invalid field is refused (fail closed).
+
+Source of the rules: the origin exercise (``shared/seeds/000_*.txt``): "checkpoint 没有 schema／程序版本：
+隔天部署新程序，旧 state 可能无法安全读取" (a checkpoint without a schema version cannot be read safely
+after a deploy), and the state must not hold API keys or passwords.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Our envelope's schema version. Bump it whenever a field changes meaning or is added/removed, and
+#: either migrate older files explicitly or refuse them by name (see ``state.storage``).
+SCHEMA_VERSION = 1
+
+#: The one action this project can perform (the tool's name). Stored so a checkpoint whose action is
+#: not ours is refused rather than resumed ("key/action mismatch → stop").
+ACTION = "publish_draft"
+
+#: Task IDs and idempotency keys: 1–100 characters of ``A-Za-z0-9._:-``, starting with a letter or a
+#: digit (so ``.``/``..`` and hidden names are impossible).
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z")
+
+#: Bounds on what a user may submit (characters).
+MAX_TITLE_CHARS = 200
+MAX_DRAFT_CHARS = 20_000
+MAX_REASON_CHARS = 1_000
+MAX_NAME_CHARS = 100
+
+Status = Literal["waiting_for_approval", "completed", "cancelled"]
+DecisionKind = Literal["approved", "rejected"]
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def valid_key(value: str) -> bool:
+    """Return True if ``value`` is an allowed task ID / idempotency key (see :data:`KEY_PATTERN`)."""
+    return isinstance(value, str) and bool(KEY_PATTERN.match(value))
+
+
+def check_text(value: str, *, what: str, limit: int, single_line: bool) -> str:
+    """Return ``value`` if it is within ``limit`` characters and free of control characters.
+
+    ``single_line`` also forbids newlines and tabs. Raises ``ValueError`` with a one-line message.
+    """
+    if len(value) > limit:
+        raise ValueError(f"{what} is {len(value)} characters; the limit is {limit}")
+    bad = re.compile(r"[\x00-\x1f\x7f]") if single_line else _CONTROL
+    if bad.search(value):
+        raise ValueError(f"{what} contains control characters")
+    return value
+
+
+def canonical_json(value: Any) -> bytes:
+    """Canonical UTF-8 JSON (sorted keys, no spaces) used for fingerprints and the MAC."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def sha256_hex(data: bytes) -> str:
+    """Hex SHA-256 of ``data`` (64 lowercase hex characters)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_sha256(title: str, body: str) -> str:
+    """Fingerprint of a draft: SHA-256 of the canonical JSON ``{"body": body, "title": title}``.
+
+    The same fingerprint is computed by the tool from the model's arguments and by ``start`` from
+    the user's input; a difference means the call is not the draft that was approved.
+    """
+    return sha256_hex(canonical_json({"title": title, "body": body}))
+
+
+def arguments_sha256(arguments: dict[str, Any]) -> str:
+    """Fingerprint of a pending call's parsed JSON arguments (what the reviewer saw)."""
+    return sha256_hex(canonical_json(arguments))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class PendingCall(_Strict):
+    """One tool call waiting for a human: ``{"call_id", "tool", "arguments": {...}}``.
+
+    Copied from ``result.interruptions`` (each a ``ToolApprovalItem``) when the checkpoint is saved,
+    so read-only commands can show it without importing the SDK.
+    """
+
+    call_id: str = Field(min_length=1, max_length=200)
+    tool: str = Field(min_length=1, max_length=200)
+    arguments: dict[str, Any]
+
+
+class Decision(_Strict):
+    """A human's decision, recorded by our code path before the run resumes.
+
+    ``call_id``, ``tool`` and ``arguments_sha256`` bind the decision to the exact pending call the
+    reviewer saw; ``at`` is an ISO-8601 UTC timestamp.
+    """
+
+    decision: DecisionKind
+    by: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    at: str
+    reason: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
+    call_id: str = Field(min_length=1, max_length=200)
+    tool: str = Field(min_length=1, max_length=200)
+    arguments_sha256: str
+
+    @field_validator("arguments_sha256")
+    @classmethod
+    def _hex(cls, v: str) -> str:
+        if not _SHA256.match(v):
+            raise ValueError("must be 64 lowercase hex characters")
+        return v
+
+
+class HistoryEvent(_Strict):
+    """One line of the task's trajectory: ``{"at", "event", "revision", "detail"}``."""
+
+    at: str
+    event: Literal[
+        "started", "decision_recorded", "resumed", "interrupted", "completed", "cancelled"
+    ]
+    revision: int = Field(ge=1)
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentDefinition(_Strict):
+    """What the agent was when the RunState was saved (to detect drift before resuming).
+
+    ``tools`` maps tool name → ``{"schema_sha256": hex, "needs_approval": bool}``.
+    """
+
+    name: str
+    instructions_sha256: str
+    tools: dict[str, dict[str, Any]]
+
+
+class Checkpoint(_Strict):
+    """The checkpoint envelope, one JSON file per task (``tasks/<name>.json`` in the state dir).
+
+    Fields: our ``schema_version``; ``task_id`` (== ``idempotency_key``); ``action`` (tool name);
+    ``title`` and ``content_sha256`` of the draft; ``status``; the current ``decision`` (or null);
+    ``decisions``: every decision ever recorded (their call_ids are the only approvals a stored
+    RunState may carry); ``pending`` calls; ``final_output``; ``revision`` (1, 2, … one per write);
+    ``sdk_version`` (``openai-agents``) and ``run_state_schema_version`` (the RunState's
+    ``$schemaVersion``); ``agent`` definition fingerprint; ``run_state`` (``RunState.to_string()``,
+    verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``mac`` (HMAC-SHA256, see
+    :mod:`state.integrity`).
+    """
+
+    schema_version: Literal[1]
+    task_id: str
+    idempotency_key: str
+    action: Literal["publish_draft"]
+    title: str = Field(max_length=MAX_TITLE_CHARS)
+    content_sha256: str
+    status: Status
+    decision: Optional[Decision]
+    decisions: list[Decision]
+    pending: list[PendingCall]
+    final_output: Optional[str]
+    revision: int = Field(ge=1)
+    sdk_version: str = Field(min_length=1, max_length=50)
+    run_state_schema_version: str = Field(min_length=1, max_length=20)
+    agent: AgentDefinition
+    run_state: str = Field(min_length=2)
+    history: list[HistoryEvent]
+    created_at: str
+    updated_at: str
+    mac: str
+
+    @field_validator("task_id", "idempotency_key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not valid_key(v):
+            raise ValueError("not an allowed key (1-100 of A-Za-z0-9._:-, starting alphanumeric)")
+        return v
+
+    @field_validator("content_sha256")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        if not _SHA256.match(v):
+            raise ValueError("must be 64 lowercase hex characters")
+        return v
+
+    def body(self) -> dict[str, Any]:
+        """The envelope as a JSON-ready dict, without ``mac`` (what the MAC covers)."""
+        data = self.model_dump(mode="json")
+        data.pop("mac")
+        return data

@@ -1,0 +1,268 @@
+"""Where state lives on disk, and how it is written and read.
+
+Layout of a state dir (default ``.cache/`` under the current directory, or ``--state-dir`` /
+``HITL_STATE_DIR``)::
+
+    tasks/<name>.json     one checkpoint envelope per task (state.schema.Checkpoint)
+    ledger/<name>.json    one ledger entry per idempotency key (tools.ledger)
+    locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
+    signing.key           the MAC key, unless HITL_SIGNING_KEY is set
+
+``<name>`` is the key made safe for every file system (see :func:`file_name`).
+
+Every write is atomic: temp file in the same folder → write → flush → fsync → ``os.replace`` → fsync
+of the folder where the OS allows it. A reader therefore sees the old file or the new one, never half.
+This module never imports the SDK, so read-only commands stay fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from filelock import FileLock, Timeout
+from pydantic import ValidationError
+
+from . import failpoints
+from .errors import Stopped
+from .integrity import load_key, verify_mac, compute_mac
+from .schema import SCHEMA_VERSION, Checkpoint, valid_key
+
+STATE_DIR_ENV = "HITL_STATE_DIR"
+LOCK_TIMEOUT_ENV = "HITL_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT_S = 10.0
+MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
+
+
+def now_iso() -> str:
+    """Current UTC time as ISO-8601 with seconds, e.g. ``2026-11-29T12:00:00Z``."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def file_name(key: str) -> str:
+    """File stem for ``key``, safe and distinct on Windows, macOS and Linux.
+
+    ``:`` is not allowed in Windows file names and those file systems ignore case, so the stem is
+    the key with ``:`` replaced by ``_`` plus 12 hex characters of SHA-256 of the exact key, e.g.
+    ``demo-001`` → ``demo-001--0b1e2a3c4d5e``. Raises ``ValueError`` for a key outside the pattern.
+    """
+    if not valid_key(key):
+        raise ValueError(f"not an allowed key: {key!r}")
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+    return f"{key.replace(':', '_')}--{digest}"
+
+
+def resolve_state_dir(raw: str | None) -> Path:
+    """The state dir as an absolute, resolved path: ``raw``, else ``$HITL_STATE_DIR``, else ``.cache``.
+
+    Raises :class:`Stopped` if it exists and is not a directory.
+    """
+    chosen = raw or os.environ.get(STATE_DIR_ENV) or ".cache"
+    path = Path(chosen).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise Stopped(f"state dir {path} is not a directory")
+    return path
+
+
+def fsync_dir(folder: Path) -> None:
+    """fsync a directory so a rename in it is durable; a no-op where the OS does not allow it."""
+    if os.name == "nt":
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_temp(folder: Path, data: bytes) -> Path:
+    """Write ``data`` to a new temp file in ``folder``, flushed and fsynced; return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def atomic_write(path: Path, data: bytes, *, failpoint: str) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file, fsync, ``os.replace``, fsync folder).
+
+    ``failpoint`` names this durable write for crash-injection tests (see :mod:`state.failpoints`).
+    """
+    failpoints.hit(failpoint + ":before")
+    tmp = write_temp(path.parent, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    failpoints.hit(failpoint + ":after")
+
+
+class Store:
+    """A state dir: checkpoints, locks and the signing key. Paths are all below ``root``.
+
+    ``Store(root)`` does not touch the disk; the first write creates the folders.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.tasks_dir = root / "tasks"
+        self.locks_dir = root / "locks"
+        self.ledger_dir = root / "ledger"
+
+    # -- paths -------------------------------------------------------------------------------
+    def checkpoint_path(self, task_id: str) -> Path:
+        """``tasks/<file_name(task_id)>.json``; guaranteed to be inside ``root``."""
+        path = self.tasks_dir / (file_name(task_id) + ".json")
+        if path.resolve().parent != self.tasks_dir.resolve():
+            raise Stopped(f"refusing to use a path outside the state dir for task {task_id!r}")
+        return path
+
+    # -- locking -----------------------------------------------------------------------------
+    @contextmanager
+    def task_lock(self, task_id: str) -> Iterator[None]:
+        """Hold the per-task lock (``filelock``, cross-platform) for the duration of the block.
+
+        The OS releases the lock if the holder dies, so a killed process never blocks forever;
+        waiting is bounded by ``$HITL_LOCK_TIMEOUT`` seconds (default 10). Raises :class:`Stopped`
+        on timeout.
+        """
+        self.locks_dir.mkdir(parents=True, exist_ok=True)
+        timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S))
+        lock = FileLock(str(self.locks_dir / (file_name(task_id) + ".lock")), timeout=timeout)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise Stopped(
+                f"task {task_id} is being worked on by another process (waited {timeout:g} s); "
+                "try again when it finishes"
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def exists(self, task_id: str) -> bool:
+        """True if a checkpoint file exists for ``task_id``."""
+        return self.checkpoint_path(task_id).exists()
+
+    def task_ids(self) -> list[str]:
+        """Task IDs of every checkpoint file, read from the files' ``task_id`` fields, sorted.
+
+        A file that cannot be read as a checkpoint raises :class:`Stopped` naming it.
+        """
+        if not self.tasks_dir.is_dir():
+            return []
+        ids = []
+        for path in sorted(self.tasks_dir.glob("*.json")):
+            ids.append(self.load_path(path).task_id)
+        return sorted(ids)
+
+    def load(self, task_id: str) -> Checkpoint:
+        """Read, validate and verify the checkpoint of ``task_id``.
+
+        Raises :class:`Stopped` if it is missing, not JSON, not a valid envelope of our schema
+        version, fails the MAC, or names another task than its file.
+        """
+        path = self.checkpoint_path(task_id)
+        if not path.exists():
+            raise Stopped(f"no task {task_id!r} in {self.root}")
+        cp = self.load_path(path)
+        if cp.task_id != task_id:
+            raise Stopped(f"checkpoint {path.name} names task {cp.task_id!r}, not {task_id!r}")
+        return cp
+
+    def load_path(self, path: Path) -> Checkpoint:
+        """Read and verify one checkpoint file (see :meth:`load`)."""
+        where = f"checkpoint {path.name}"
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise Stopped(f"{where} cannot be read ({exc.strerror or type(exc).__name__})") from None
+        if len(raw) > MAX_CHECKPOINT_BYTES:
+            raise Stopped(f"{where} is larger than {MAX_CHECKPOINT_BYTES} bytes")
+        data = parse_json_object(raw, where)
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION or type(version) is not int:
+            raise Stopped(
+                f"{where} has schema_version {version!r}; this program reads only "
+                f"schema_version {SCHEMA_VERSION}"
+            )
+        try:
+            cp = Checkpoint.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+            raise Stopped(f"{where} is not a valid checkpoint: {loc}: {err['msg']}") from None
+        key = load_key(self.root, create=False)
+        if not verify_mac(cp.body(), cp.mac, key):
+            raise Stopped(f"checkpoint integrity check failed for {path.name}")
+        if cp.idempotency_key != cp.task_id:
+            raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
+        if path.stem != file_name(cp.task_id):
+            raise Stopped(f"{where} holds task {cp.task_id!r}, whose file name would differ")
+        return cp
+
+    def save(self, body: dict[str, Any], *, failpoint: str) -> Checkpoint:
+        """Sign ``body`` (an envelope without ``mac``), validate it, and write it atomically.
+
+        Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash tests.
+        """
+        key = load_key(self.root, create=True)
+        cp = Checkpoint.model_validate({**body, "mac": compute_mac(body, key)})
+        data = json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+        atomic_write(self.checkpoint_path(cp.task_id), data.encode("utf-8"), failpoint=failpoint)
+        return cp
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"duplicate key {dup!r}")
+    return dict(pairs)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
+    """Parse ``raw`` as strict UTF-8 JSON whose top level is an object.
+
+    Duplicate keys, ``NaN``/``Infinity``, bad UTF-8 and non-objects are refused with
+    :class:`Stopped` naming ``where`` (corrupted JSON → stop, never guess).
+    """
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(
+            text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant
+        )
+    except UnicodeDecodeError:
+        raise Stopped(f"{where} is not valid UTF-8 (corrupted)") from None
+    except (ValueError, RecursionError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise Stopped(f"{where} is not valid JSON (corrupted): {msg}") from None
+    if not isinstance(data, dict):
+        raise Stopped(f"{where} is not a JSON object (corrupted)")
+    return data

@@ -1,0 +1,1 @@
+"""The agent's tools and the ledger they write. ``tools.ledger`` never imports the SDK."""

@@ -1,0 +1,156 @@
+"""The side-effect ledger: one JSON file per idempotency key, created exclusively.
+
+The fake ``publish_draft`` action's only effect is an entry here, so "was it published?" is "does
+``ledger/<name>.json`` exist?". Layout: ``<state dir>/ledger/<file_name(key)>.json`` holding
+``{"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at"}``.
+
+Why one file per key (and not one big JSON file): recording must be atomic across processes and must
+not re-read or rewrite the whole ledger. An entry is written to a temp file, fsynced, then published
+with ``os.link(temp, final)``, which fails if ``final`` exists: exactly one process can create a key,
+and no reader ever sees half an entry. Cost is one ``stat``/``open`` per check, whatever the ledger's
+size. A person can still open each file, and ``python run.py ledger`` prints them all.
+
+Rules (origin exercise, 幂等 idempotency): key absent → record; same key and same content → no new
+entry, return the first; same key with a different task or content → refuse (fail closed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from state import failpoints
+from state.errors import Stopped
+from state.schema import valid_key
+from state.storage import file_name, fsync_dir, now_iso, parse_json_object, write_temp
+
+
+class LedgerEntry(BaseModel):
+    """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
+    "published_at"}`` (``published_at`` ISO-8601 UTC)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    idempotency_key: str
+    task_id: str
+    action: Literal["publish_draft"]
+    title: str = Field(max_length=200)
+    content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    published_at: str = Field(min_length=1, max_length=40)
+
+    @field_validator("idempotency_key", "task_id")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not valid_key(v):
+            raise ValueError("not an allowed key")
+        return v
+
+
+class Ledger:
+    """The ledger folder ``<state dir>/ledger``. ``Ledger(path)`` does not touch the disk."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def path_for(self, key: str) -> Path:
+        """``<folder>/<file_name(key)>.json``."""
+        return self.folder / (file_name(key) + ".json")
+
+    def get(self, key: str) -> LedgerEntry | None:
+        """The entry for ``key``, or None. Raises :class:`Stopped` if the file is corrupt or names
+        another key (never rewritten)."""
+        path = self.path_for(key)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise Stopped(f"ledger entry {path.name} cannot be read ({type(exc).__name__})") from None
+        entry = self._parse(raw, path)
+        if entry.idempotency_key != key:
+            raise Stopped(
+                f"ledger entry {path.name} names key {entry.idempotency_key!r}, not {key!r} "
+                "(key mismatch)"
+            )
+        return entry
+
+    def record(
+        self, *, key: str, task_id: str, title: str, content_sha256: str
+    ) -> tuple[LedgerEntry, bool]:
+        """Record the action for ``key`` exactly once. Returns ``(entry, created)``.
+
+        ``created`` is False when an identical entry (same task and content) already existed; the
+        first entry is returned unchanged. Raises :class:`Stopped` when the key exists for another
+        task or other content (fail closed), or the existing file is corrupt.
+        """
+        existing = self.get(key)
+        if existing is None:
+            entry = LedgerEntry(
+                idempotency_key=key,
+                task_id=task_id,
+                action="publish_draft",
+                title=title,
+                content_sha256=content_sha256,
+                published_at=now_iso(),
+            )
+            data = (json.dumps(entry.model_dump(), indent=2, ensure_ascii=False) + "\n").encode()
+            failpoints.hit("ledger:record:before")
+            tmp = write_temp(self.folder, data)
+            try:
+                os.link(tmp, self.path_for(key))  # fails if another process won the race
+                created = True
+            except FileExistsError:
+                created = False
+            finally:
+                tmp.unlink(missing_ok=True)
+            if created:
+                fsync_dir(self.folder)
+                failpoints.hit("ledger:record:after")
+                return entry, True
+            existing = self.get(key)
+            assert existing is not None
+        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        return existing, False
+
+    @staticmethod
+    def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
+        """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
+        if entry.task_id != task_id:
+            raise Stopped(
+                f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
+            )
+        if entry.content_sha256 != content_sha256:
+            raise Stopped(
+                f"ledger already holds key {key!r} with different content "
+                f"(sha256 {entry.content_sha256[:12]}… vs {content_sha256[:12]}…); refusing"
+            )
+
+    def entries(self) -> list[LedgerEntry]:
+        """Every entry, oldest first. Raises :class:`Stopped` on any corrupt or misnamed file."""
+        if not self.folder.is_dir():
+            return []
+        out = []
+        for path in self.folder.glob("*.json"):
+            entry = self._parse(path.read_bytes(), path)
+            if path.stem != file_name(entry.idempotency_key):
+                raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
+            out.append(entry)
+        return sorted(out, key=lambda e: (e.published_at, e.idempotency_key))
+
+    def leftovers(self) -> list[Path]:
+        """Temp files left by a process that died mid-write (harmless; ``doctor`` reports them)."""
+        return sorted(self.folder.glob(".tmp-*")) if self.folder.is_dir() else []
+
+    @staticmethod
+    def _parse(raw: bytes, path: Path) -> LedgerEntry:
+        data: dict[str, Any] = parse_json_object(raw, f"ledger entry {path.name}")
+        try:
+            return LedgerEntry.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+            raise Stopped(f"ledger entry {path.name} is not valid: {loc}: {err['msg']}") from None

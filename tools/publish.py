@@ -1,0 +1,53 @@
+"""The ``publish_draft`` tool: the one sensitive action, gated by a human.
+
+SDK: ``@function_tool(needs_approval=True)`` makes every call pause the run; the call appears in
+``result.interruptions`` as a ``ToolApprovalItem`` and runs only after ``state.approve(item)``
+(OpenAI Agents SDK docs, "Human-in-the-loop"). ``failure_error_function=None`` makes an exception
+here end the run instead of being sent to the model as text, so a refusal fails closed.
+
+The tool's only effect is a ledger entry. It never trusts the model for identity: the idempotency
+key, task ID and expected content fingerprint come from the run context, which our workflow builds
+from the verified checkpoint (``context_override`` on resume).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agents import RunContextWrapper, function_tool
+
+from state.errors import Stopped
+from state.schema import content_sha256
+
+from .ledger import Ledger
+
+TOOL_NAME = "publish_draft"
+
+
+@function_tool(needs_approval=True, failure_error_function=None)
+def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str) -> str:
+    """Publish a reviewed draft. Requires human approval before it runs.
+
+    Args:
+        title: The draft's title, exactly as given by the user.
+        body: The draft's full text, exactly as given by the user.
+    """
+    task = ctx.context
+    key = task["idempotency_key"]
+    if content_sha256(title, body) != task["content_sha256"]:
+        raise Stopped(
+            f"publish_draft for task {task['task_id']} was called with content that differs from "
+            "the draft that was started and approved; refusing"
+        )
+    entry, created = Ledger(Path(task["ledger_dir"])).record(
+        key=key, task_id=task["task_id"], title=title, content_sha256=task["content_sha256"]
+    )
+    return json.dumps(
+        {
+            "result": "published" if created else "already published",
+            "idempotency_key": entry.idempotency_key,
+            "published_at": entry.published_at,
+        }
+    )

@@ -1,0 +1,406 @@
+"""The human-in-the-loop flow: every SDK call of the SDK's HITL docs, in one place.
+
+==========================  =========================================================
+SDK docs step               here
+==========================  =========================================================
+``needs_approval=True``     ``tools/publish.py`` (the decorator on ``publish_draft``)
+``Runner.run(agent, input)``:func:`start`
+``result.interruptions``    :func:`start`, :func:`_finish` (each a ``ToolApprovalItem``)
+``result.to_state()``       :func:`_serialize`
+``state.to_string()``       :func:`_serialize`
+``RunState.from_string``    :func:`_load_run_state`
+``state.approve(item)``     :func:`resume`
+``state.reject(item, …)``   :func:`resume` (``rejection_message`` = the reviewer's reason)
+``Runner.run(agent, state)``:func:`resume`
+==========================  =========================================================
+
+Write order (origin exercise: write the ledger first, then mark the checkpoint complete):
+
+1. ``start``: one write, the checkpoint (revision 1, ``waiting_for_approval``).
+2. ``resume``: (a) the checkpoint with the human's decision recorded, still waiting; (b) the ledger
+   entry, written by the tool inside ``Runner.run`` (approve only); (c) the checkpoint with the
+   outcome (``completed`` / ``cancelled``). A crash after (a) or (b) leaves a waiting checkpoint
+   with the decision recorded; the next ``resume`` replays the run from the same saved RunState, the
+   tool finds its ledger entry and does not publish again, and (c) is written.
+
+All of it runs under the task's file lock, so two resumers never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from typing import Any, Literal
+
+from agents import Runner, RunState, ToolApprovalItem, set_tracing_disabled
+from agents.models.interface import Model
+from agents.result import RunResult
+from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
+
+from agent.models import build_offline_model
+from agent.publisher import build_agent, describe, drift, user_message
+from state.errors import Stopped
+from state.schema import (
+    ACTION,
+    SCHEMA_VERSION,
+    Checkpoint,
+    Decision,
+    arguments_sha256,
+    content_sha256,
+)
+from state.storage import Store, now_iso, parse_json_object
+from tools.ledger import Ledger
+
+DecisionWord = Literal["approve", "reject"]
+
+# No hosted trace export: the offline demo must be quiet and nothing leaves the machine.
+set_tracing_disabled(True)
+
+
+def sdk_version() -> str:
+    """The installed ``openai-agents`` version, e.g. ``"0.24.0"``."""
+    return metadata.version("openai-agents")
+
+
+def run_context(store: Store, cp_task_id: str, sha: str) -> dict[str, str]:
+    """The run context: plain JSON only (SDK issue #4897: non-JSON values break ``to_string()``).
+
+    Built from our verified checkpoint and passed as ``context=`` / ``context_override=``, so the
+    tool's idempotency key never comes from the model's arguments or from the stored RunState.
+    """
+    return {
+        "task_id": cp_task_id,
+        "idempotency_key": cp_task_id,
+        "content_sha256": sha,
+        "ledger_dir": str(store.ledger_dir),
+    }
+
+
+def _pending(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]:
+    out = []
+    for item in interruptions:
+        try:
+            args = json.loads(item.arguments or "{}")
+        except ValueError:
+            raise Stopped(f"pending call {item.call_id} has arguments that are not JSON") from None
+        if not isinstance(args, dict):
+            raise Stopped(f"pending call {item.call_id} has arguments that are not a JSON object")
+        out.append({"call_id": item.call_id, "tool": item.name, "arguments": args})
+    return out
+
+
+def _serialize(result: RunResult) -> tuple[str, str]:
+    """``result.to_state().to_string()`` and its ``$schemaVersion``."""
+    text = result.to_state().to_string()
+    return text, json.loads(text)["$schemaVersion"]
+
+
+def _check_draft_call(pending: list[dict[str, Any]], sha: str) -> None:
+    for call in pending:
+        if call["tool"] != ACTION:
+            raise Stopped(f"the agent asked for tool {call['tool']!r}, not {ACTION}; nothing saved")
+        args = call["arguments"]
+        if set(args) != {"title", "body"} or content_sha256(args["title"], args["body"]) != sha:
+            raise Stopped(
+                f"the agent's {ACTION} call does not carry the draft as given (key/action "
+                "mismatch); nothing saved"
+            )
+
+
+async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None) -> Checkpoint:
+    """Run the agent until it asks to publish, then save the checkpoint (status ``waiting_for_approval``).
+
+    If ``task_id`` already has a checkpoint with the same title and draft, return it unchanged
+    without calling the model. Raises :class:`Stopped` if it exists with other content, if the key
+    is already in the ledger, or if the agent did not ask to publish exactly this draft.
+    """
+    sha = content_sha256(title, draft)
+    with store.task_lock(task_id):
+        if store.exists(task_id):
+            cp = store.load(task_id)
+            if cp.title == title and cp.content_sha256 == sha:
+                return cp
+            raise Stopped(f"task {task_id} already exists with a different draft; use a new --key")
+        if Ledger(store.ledger_dir).get(task_id) is not None:
+            raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
+        agent = build_agent(model or build_offline_model())
+        result = await Runner.run(
+            agent, user_message(title, draft), context=run_context(store, task_id, sha)
+        )
+        if not result.interruptions:
+            raise Stopped(
+                "the agent finished without asking to publish; nothing saved "
+                f"(it said: {str(result.final_output)[:200]!r})"
+            )
+        pending = _pending(result.interruptions)
+        _check_draft_call(pending, sha)
+        run_state, rs_version = _serialize(result)
+        now = now_iso()
+        return store.save(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "task_id": task_id,
+                "idempotency_key": task_id,
+                "action": ACTION,
+                "title": title,
+                "content_sha256": sha,
+                "status": "waiting_for_approval",
+                "decision": None,
+                "decisions": [],
+                "pending": pending,
+                "final_output": None,
+                "revision": 1,
+                "sdk_version": sdk_version(),
+                "run_state_schema_version": rs_version,
+                "agent": describe(agent),
+                "run_state": run_state,
+                "history": [
+                    {"at": now, "event": "started", "revision": 1,
+                     "detail": {"pending": [p["call_id"] for p in pending]}}
+                ],
+                "created_at": now,
+                "updated_at": now,
+            },
+            failpoint="checkpoint:start",
+        )
+
+
+def check_stored_run_state(cp: Checkpoint) -> None:
+    """Refuse a stored RunState we cannot trust, before the SDK sees it.
+
+    - ``$schemaVersion`` must equal the envelope's and be one the installed SDK supports.
+    - Every approval decision inside it (``context.approvals``, ``context.function_tool_approvals``)
+      must be one our decision path recorded in ``cp.decisions`` (same call_id, same kind); blanket
+      (``True``) or sticky decisions are refused. The SDK's docs warn that ``from_string`` does not
+      authenticate approvals; a hand-edited file could otherwise approve a call.
+
+    Raises :class:`Stopped`.
+    """
+    data = parse_json_object(cp.run_state.encode("utf-8"), f"the RunState of task {cp.task_id}")
+    version = data.get("$schemaVersion")
+    if version != cp.run_state_schema_version:
+        raise Stopped(
+            f"task {cp.task_id}: RunState $schemaVersion {version!r} does not match the "
+            f"checkpoint's {cp.run_state_schema_version!r}"
+        )
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise Stopped(
+            f"task {cp.task_id}: RunState $schemaVersion {version!r} is not supported by the "
+            f"installed openai-agents {sdk_version()} (saved by {cp.sdk_version})"
+        )
+    recorded = {(d.call_id, d.decision) for d in cp.decisions}
+    context = data.get("context")
+    if not isinstance(context, dict):
+        raise Stopped(f"task {cp.task_id}: RunState has no context object")
+    records: list[Any] = []
+    approvals = context.get("approvals", {})
+    if not isinstance(approvals, dict):
+        raise Stopped(f"task {cp.task_id}: RunState approvals are malformed")
+    records.extend(approvals.values())
+    fta = context.get("function_tool_approvals", [])
+    if not isinstance(fta, list):
+        raise Stopped(f"task {cp.task_id}: RunState function_tool_approvals are malformed")
+    records.extend(e.get("decision") if isinstance(e, dict) else e for e in fta)
+    for record in records:
+        if not isinstance(record, dict):
+            raise Stopped(f"task {cp.task_id}: RunState holds a malformed approval record")
+        extra = set(record) - {"approved", "rejected", "rejection_messages"}
+        if extra:
+            raise Stopped(
+                f"task {cp.task_id}: RunState holds approval settings no human recorded "
+                f"({', '.join(sorted(extra))})"
+            )
+        for field, kind in (("approved", "approved"), ("rejected", "rejected")):
+            ids = record.get(field, [])
+            if not isinstance(ids, list):
+                raise Stopped(
+                    f"task {cp.task_id}: RunState holds a blanket '{field}' decision that no "
+                    "human recorded"
+                )
+            for call_id in ids:
+                if (call_id, kind) not in recorded:
+                    raise Stopped(
+                        f"task {cp.task_id}: RunState holds an approval decision ({kind} "
+                        f"{call_id!r}) that was not recorded through our decision path"
+                    )
+
+
+async def _load_run_state(store: Store, cp: Checkpoint, model: Model | None) -> tuple[Any, RunState]:
+    """Rebuild the agent from code and the RunState from the verified checkpoint."""
+    check_stored_run_state(cp)
+    agent = build_agent(model or build_offline_model())
+    changes = drift(cp.agent.model_dump(), describe(agent))
+    if changes:
+        raise Stopped(f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
+    saved_mm, now_mm = cp.sdk_version.split(".")[:2], sdk_version().split(".")[:2]
+    if saved_mm != now_mm:
+        raise Stopped(
+            f"task {cp.task_id} was saved by openai-agents {cp.sdk_version}; installed is "
+            f"{sdk_version()}; resume it with the version that saved it"
+        )
+    try:
+        state = await RunState.from_string(
+            agent,
+            cp.run_state,
+            context_override=run_context(store, cp.task_id, cp.content_sha256),
+        )
+    except Exception as exc:  # the SDK's own validation: never guess past it
+        raise Stopped(f"task {cp.task_id}: the SDK refused the saved RunState: {exc}") from None
+    return agent, state
+
+
+def _bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> None:
+    """The interruptions in the RunState must be exactly the pending calls the reviewer saw."""
+    if not interruptions:
+        raise Stopped(f"task {cp.task_id}: the saved run has no interruption to answer")
+    if _pending(interruptions) != [p.model_dump() for p in cp.pending]:
+        raise Stopped(
+            f"task {cp.task_id}: the pending call in the saved run differs from the one shown "
+            "for review (call_id, tool or arguments)"
+        )
+    if cp.decision is not None:
+        item = interruptions[0]
+        if (cp.decision.call_id, cp.decision.tool) != (item.call_id, item.name) or (
+            cp.decision.arguments_sha256 != arguments_sha256(json.loads(item.arguments or "{}"))
+        ):
+            raise Stopped(f"task {cp.task_id}: the recorded decision is for another call")
+
+
+def _unwrap_stopped(exc: BaseException) -> Stopped | None:
+    seen = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, Stopped):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+async def resume(
+    store: Store,
+    *,
+    task_id: str,
+    decision: DecisionWord,
+    by: str,
+    reason: str | None = None,
+    model: Model | None = None,
+) -> Checkpoint:
+    """Apply a human's decision to a waiting task and resume the run from disk.
+
+    Returns the new checkpoint (``completed``, ``cancelled``, or ``waiting_for_approval`` again
+    if the run stopped at a new interruption). Idempotent: approve on a completed task, or reject
+    on a cancelled one, returns it unchanged. Raises :class:`Stopped` for reject on a completed
+    task (an executed action is never marked cancelled), approve on a cancelled one, a decision
+    that contradicts the one already recorded, and every integrity, drift or ledger mismatch.
+    """
+    want = "approved" if decision == "approve" else "rejected"
+    with store.task_lock(task_id):
+        cp = store.load(task_id)
+        ledger = Ledger(store.ledger_dir)
+        entry = ledger.get(cp.idempotency_key)
+        if entry is not None:
+            ledger.check_same(entry, key=cp.idempotency_key, task_id=cp.task_id,
+                              content_sha256=cp.content_sha256)
+        if cp.status == "completed":
+            if entry is None:
+                raise Stopped(
+                    f"task {task_id} is completed but the ledger has no entry for it; "
+                    "a human must check (python run.py doctor)"
+                )
+            if want == "approved":
+                return cp
+            raise Stopped(f"task {task_id} was already executed (completed); an executed action is never cancelled")
+        if cp.status == "cancelled":
+            if entry is not None:
+                raise Stopped(
+                    f"task {task_id} is cancelled but the ledger shows it executed; a human must "
+                    "check (python run.py doctor)"
+                )
+            if want == "rejected":
+                return cp
+            raise Stopped(f"task {task_id} was rejected (cancelled); start a new task with a new key")
+        if entry is not None and want == "rejected":
+            raise Stopped(
+                f"the ledger shows task {task_id} was already executed; it cannot be rejected "
+                "(resume with --decision approve to finish recording it)"
+            )
+        if cp.decision is not None and cp.decision.decision != want:
+            raise Stopped(
+                f"task {task_id}: a decision '{cp.decision.decision}' by {cp.decision.by} is already "
+                "recorded; it cannot be changed"
+            )
+
+        agent, state = await _load_run_state(store, cp, model)
+        interruptions = state.get_interruptions()
+        _bind(cp, interruptions)
+        if len(interruptions) != 1:
+            raise Stopped(f"task {task_id} has {len(interruptions)} pending calls; expected one")
+        item = interruptions[0]
+
+        if cp.decision is None:  # write (a): the decision, before any effect
+            rec = Decision(
+                decision=want, by=by, at=now_iso(), reason=reason, call_id=item.call_id,
+                tool=item.name, arguments_sha256=arguments_sha256(json.loads(item.arguments or "{}")),
+            )
+            cp = _save(store, cp, failpoint="checkpoint:decision", decision=rec,
+                       decisions=[*cp.decisions, rec],
+                       event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
+        else:
+            reason = cp.decision.reason
+
+        if want == "approved":
+            state.approve(item)
+        else:
+            state.reject(item, rejection_message=reason)
+        try:
+            result = await Runner.run(agent, state)  # write (b) happens inside, in the tool
+        except Exception as exc:
+            stopped = _unwrap_stopped(exc)
+            if stopped is not None:
+                raise stopped from None
+            raise Stopped(
+                f"task {task_id}: the resumed run failed ({type(exc).__name__}: {exc}); "
+                "the decision is recorded, run resume again"
+            ) from None
+        return _finish(store, cp, result, ledger, want)
+
+
+def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, want: str) -> Checkpoint:
+    """Write (c): the outcome, after checking the ledger agrees with it."""
+    run_state, rs_version = _serialize(result)
+    entry = ledger.get(cp.idempotency_key)
+    if result.interruptions:
+        pending = _pending(result.interruptions)
+        return _save(store, cp, failpoint="checkpoint:outcome", status="waiting_for_approval",
+                     decision=None, pending=pending, run_state=run_state,
+                     run_state_schema_version=rs_version,
+                     event=("interrupted", {"pending": [p["call_id"] for p in pending]}))
+    if want == "approved" and entry is None:
+        raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
+    if want == "rejected" and entry is not None:
+        raise Stopped(f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
+    status = "completed" if want == "approved" else "cancelled"
+    final = result.final_output
+    return _save(store, cp, failpoint="checkpoint:outcome", status=status, pending=[],
+                 final_output=final if isinstance(final, str) else json.dumps(final, default=str),
+                 run_state=run_state, run_state_schema_version=rs_version,
+                 event=(status, {"ledger": entry.published_at if entry else None}))
+
+
+def _save(store: Store, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
+          **changes: Any) -> Checkpoint:
+    """Write the next revision of ``cp`` with ``changes`` and one history event."""
+    body = cp.body()
+    revision = cp.revision + 1
+    now = now_iso()
+    for name, value in changes.items():
+        body[name] = value.model_dump(mode="json") if hasattr(value, "model_dump") else (
+            [v.model_dump(mode="json") if hasattr(v, "model_dump") else v for v in value]
+            if isinstance(value, list) else value
+        )
+    body["revision"] = revision
+    body["updated_at"] = now
+    body["history"] = [*body["history"], {"at": now, "event": event[0], "revision": revision,
+                                          "detail": event[1]}]
+    return store.save(body, failpoint=failpoint)
