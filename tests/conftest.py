@@ -1,0 +1,117 @@
+"""Shared test helpers: an isolated state dir, the CLI in-process and as a subprocess, snapshots."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_PY = ROOT / "run.py"
+
+
+@dataclass
+class CliResult:
+    """Exit code and captured output of one CLI call."""
+
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        """The single JSON object printed on stdout (fails if there is not exactly one)."""
+        lines = [line for line in self.out.splitlines() if line.strip()]
+        assert len(lines) == 1, f"expected one JSON line, got: {self.out!r} / {self.err!r}"
+        return json.loads(lines[0])
+
+    def assert_stopped(self) -> None:
+        """Exit 1, exactly one ``STOPPED:`` line on stderr, no traceback, nothing on stdout."""
+        assert self.code == 1, (self.code, self.out, self.err)
+        lines = [line for line in self.err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("STOPPED: "), self.err
+        assert "Traceback" not in self.err and self.out == ""
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HITL_SIGNING_KEY", "HITL_STATE_DIR", "HITL_FAILPOINT", "HITL_FAILPOINT_LOG",
+                 "HITL_DEBUG", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    """A fresh, empty state dir path (not created yet)."""
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def cli(state_dir: Path):
+    """Run ``run.py --state-dir <state_dir> ARGS`` in this process; return a :class:`CliResult`."""
+    import run
+
+    def call(*args: str) -> CliResult:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = run.main(["--state-dir", str(state_dir), *args])
+            except SystemExit as exc:  # argparse usage errors
+                code = int(exc.code or 0)
+        return CliResult(code, out.getvalue(), err.getvalue())
+
+    return call
+
+
+def run_subprocess(state_dir: Path, *args: str, env: dict[str, str] | None = None,
+                   timeout: float = 120) -> CliResult:
+    """Run ``python run.py --state-dir <state_dir> ARGS`` as a new process."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("HITL_", "OPENAI_"))}
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, str(RUN_PY), "--state-dir", str(state_dir), *args],
+        capture_output=True, text=True, encoding="utf-8", env=full_env, timeout=timeout, cwd=ROOT,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` → its bytes (to prove nothing changed on disk)."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def ledger_entries(state_dir: Path) -> list[dict[str, Any]]:
+    """The ledger entries as stored, read without our code."""
+    folder = state_dir / "ledger"
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+
+
+def checkpoint_file(state_dir: Path, task_id: str) -> Path:
+    """The checkpoint path of ``task_id``."""
+    from state.storage import file_name
+
+    return state_dir / "tasks" / (file_name(task_id) + ".json")
+
+
+def resign(state_dir: Path, path: Path, mutate) -> None:
+    """Load a checkpoint JSON, apply ``mutate(dict)``, re-sign it with the state dir's key, write it.
+
+    Simulates an attacker who can read the key (or a bug in our own writer): lets tests reach the
+    checks that sit behind the MAC.
+    """
+    from state.integrity import compute_mac, load_key
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    mutate(data)
+    data.pop("mac", None)
+    data["mac"] = compute_mac(data, load_key(state_dir, create=False))
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")

@@ -1,0 +1,210 @@
+"""The command-line contract of issue 2: commands, JSON shapes, exit codes and semantics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from conftest import ledger_entries, run_subprocess, snapshot
+
+TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",
+             "schema_version", "revision", "checkpoint_path"}
+
+
+def _start(cli, key="k-1", draft="Hello world", title="Title"):
+    r = cli("start", "--key", key, "--title", title, "--draft", draft, "--json")
+    assert r.code == 0, r.err
+    return r.json()
+
+
+def test_task_json_shape(cli):
+    task = _start(cli)
+    assert set(task) == TASK_KEYS
+    assert task["task_id"] == task["idempotency_key"] == "k-1"
+    assert task["decision"] is None and task["final_output"] is None
+    assert task["schema_version"] == 1 and task["revision"] == 1
+    assert set(task["pending"][0]) == {"call_id", "tool", "arguments"}
+
+
+def test_every_command_prints_one_json_object(cli):
+    _start(cli)
+    for args in (("status", "--task", "k-1"), ("list",), ("ledger",),
+                 ("resume", "--task", "k-1", "--decision", "approve")):
+        r = cli(*args, "--json")
+        assert r.code == 0, r.err
+        assert isinstance(r.json(), dict)
+    assert set(cli("list", "--json").json()) == {"tasks"}
+    assert set(cli("ledger", "--json").json()) == {"path", "entries"}
+
+
+def test_json_flag_accepted_before_subcommand(cli):
+    _start(cli)
+    r = cli("--json", "status", "--task", "k-1")
+    assert r.code == 0 and r.json()["task_id"] == "k-1"
+
+
+def test_start_without_key_generates_one(cli):
+    r = cli("start", "--draft", "Some text", "--json")
+    assert r.code == 0, r.err
+    task = r.json()
+    assert task["task_id"].startswith("task-") and task["status"] == "waiting_for_approval"
+
+
+def test_start_same_key_same_draft_is_unchanged_without_model_call(state_dir, cli):
+    from agents.testing import ScriptedModel
+
+    from state.storage import Store
+    from workflow import hitl
+
+    _start(cli)
+    before = snapshot(state_dir)
+    no_calls = ScriptedModel([])  # any model call would raise UnexpectedModelCall
+    cp = asyncio.run(hitl.start(Store(state_dir), task_id="k-1", title="Title",
+                                draft="Hello world", model=no_calls))
+    assert cp.revision == 1 and no_calls.calls == ()
+    assert snapshot(state_dir) == before
+    assert cli("start", "--key", "k-1", "--title", "Title", "--draft", "Hello world").code == 0
+
+
+def test_start_same_key_different_draft_stops(cli, state_dir):
+    _start(cli)
+    before = snapshot(state_dir)
+    cli("start", "--key", "k-1", "--title", "Title", "--draft", "Other text").assert_stopped()
+    assert snapshot(state_dir) == before
+
+
+def test_approve_on_completed_is_unchanged(cli, state_dir):
+    _start(cli)
+    done = cli("resume", "--task", "k-1", "--decision", "approve", "--json").json()
+    again = cli("resume", "--task", "k-1", "--decision", "approve", "--json")
+    assert again.code == 0 and again.json() == done
+    assert len(ledger_entries(state_dir)) == 1
+
+
+def test_reject_on_completed_stops(cli):
+    _start(cli)
+    cli("resume", "--task", "k-1", "--decision", "approve")
+    cli("resume", "--task", "k-1", "--decision", "reject").assert_stopped()
+
+
+def test_approve_on_cancelled_stops(cli, state_dir):
+    _start(cli)
+    cli("resume", "--task", "k-1", "--decision", "reject")
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "k-1", "--decision", "approve")
+    r.assert_stopped()
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+
+
+def test_reject_on_cancelled_is_unchanged(cli, state_dir):
+    _start(cli)
+    first = cli("resume", "--task", "k-1", "--decision", "reject", "--json").json()
+    again = cli("resume", "--task", "k-1", "--decision", "reject", "--json")
+    assert again.code == 0 and again.json() == first
+
+
+def test_reject_reason_reaches_model_verbatim(state_dir):
+    from agent.models import build_offline_model
+    from state.storage import Store
+    from workflow import hitl
+
+    store = Store(state_dir)
+    asyncio.run(hitl.start(store, task_id="k-1", title="T", draft="D"))
+    model = build_offline_model()
+    reason = "Nope — 标题有错字; fix \"it\"\nthen retry."
+    cp = asyncio.run(hitl.resume(store, task_id="k-1", decision="reject", by="bob",
+                                 reason=reason, model=model))
+    outputs = [item for item in model.calls[-1].input
+               if isinstance(item, dict) and item.get("type") == "function_call_output"]
+    assert [o["output"] for o in outputs] == [reason]
+    assert cp.status == "cancelled" and reason in cp.final_output
+
+
+def test_new_interruption_after_resume_waits_again(state_dir):
+    """If the resumed run stops at a new approval request, the task waits again with that call."""
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+    from agent.models import offline_responder
+    from state.storage import Store
+    from workflow import hitl
+
+    store = Store(state_dir)
+    asyncio.run(hitl.start(store, task_id="k-1", title="T", draft="D"))
+    second = ScriptedModel([ModelStep(output=[function_call(
+        "publish_draft", {"title": "T", "body": "D"}, call_id="call_second")])])
+    cp = asyncio.run(hitl.resume(store, task_id="k-1", decision="approve", by="a", model=second))
+    assert cp.status == "waiting_for_approval" and cp.decision is None
+    assert [p.call_id for p in cp.pending] == ["call_second"]
+    assert len(cp.decisions) == 1
+    # the second call is answered like the first; the ledger still holds one entry
+    final = ScriptedModel([ModelStep.respond(offline_responder)])
+    cp = asyncio.run(hitl.resume(store, task_id="k-1", decision="approve", by="a", model=final))
+    assert cp.status == "completed" and len(ledger_entries(state_dir)) == 1
+    assert "already published" in cp.final_output
+
+
+def test_resume_without_task_picks_the_one_waiting(cli):
+    _start(cli, key="only-one")
+    r = cli("resume", "--decision", "approve", "--json")
+    assert r.code == 0 and r.json()["task_id"] == "only-one"
+
+
+def test_resume_without_task_stops_naming_candidates(cli):
+    _start(cli, key="a-1")
+    _start(cli, key="b-2", draft="other")
+    r = cli("resume", "--decision", "approve")
+    r.assert_stopped()
+    assert "a-1" in r.err and "b-2" in r.err
+
+
+@pytest.mark.parametrize("key", ["../evil", "a/b", "a\\b", "..", ".hidden", "x" * 101, "a b", "ключ", "a\x07"])
+def test_bad_key_is_usage_error_before_any_file(cli, state_dir, key):
+    r = cli("start", "--key", key, "--draft", "x")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert not state_dir.exists()
+
+
+def test_oversized_draft_is_usage_error(cli, state_dir):
+    r = cli("start", "--key", "k", "--draft", "x" * 20_001)
+    assert r.code == 2 and not state_dir.exists()
+
+
+def test_unknown_task_stops(cli):
+    cli("status", "--task", "nope").assert_stopped()
+
+
+def test_start_then_resume_in_separate_processes(state_dir):
+    """The resume provably comes from disk alone: two processes, nothing shared but files."""
+    started = run_subprocess(state_dir, "start", "--key", "proc-1", "--title", "T", "--draft", "D", "--json")
+    assert started.code == 0, started.err
+    assert started.json()["status"] == "waiting_for_approval"
+    resumed = run_subprocess(state_dir, "resume", "--task", "proc-1", "--decision", "approve", "--json")
+    assert resumed.code == 0, resumed.err
+    assert resumed.json()["status"] == "completed"
+    assert len(ledger_entries(state_dir)) == 1
+
+
+def test_demo_is_quiet_and_tells_the_story(tmp_path):
+    r = run_subprocess(tmp_path / "demo", "demo")
+    assert r.code == 0, r.err
+    text = r.out + r.err
+    assert "OPENAI_API_KEY" not in text and "Traceback" not in text and "skipping trace" not in text
+    assert text.count("completed") >= 2 and "cancelled" in text
+    assert "(1 entries)" in text
+
+
+def test_read_only_commands_do_not_import_the_sdk(cli, state_dir):
+    import subprocess
+
+    _start(cli)
+    code = ("import sys, run; "
+            f"rc = [run.main(['--state-dir', {str(state_dir)!r}, *a]) for a in "
+            "(['status','--task','k-1'], ['list'], ['ledger'])]; "
+            "print(rc, 'agents' in sys.modules, 'openai' in sys.modules)")
+    from conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0] False False", out.stdout + out.stderr

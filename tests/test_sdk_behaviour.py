@@ -1,0 +1,104 @@
+"""The SDK behaviours this project relies on (openai-agents 0.24.x), each pinned by a named test.
+
+If an SDK upgrade changes one of them, the test that names it fails before users are surprised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from agents import Agent, RunContextWrapper, Runner, RunState, function_tool, set_tracing_disabled
+from agents.testing import ModelStep, ScriptedModel
+
+from agent.models import offline_responder
+
+set_tracing_disabled(True)  # offline: no hosted trace export, no warning
+CALLS: list[str] = []
+
+
+@function_tool(needs_approval=True)
+def probe_tool(ctx: RunContextWrapper[dict], title: str, body: str) -> str:
+    """Record that the tool body ran."""
+    CALLS.append(ctx.context.get("who", "?"))
+    return "ran"
+
+
+def _ask(title="T", body="B"):
+    return f"Publish this draft with publish_draft.\nTitle: {title}\nBody:\n{body}"
+
+
+def _paused():
+    """Run to the interruption (the offline model calls 'publish_draft'; rename for the probe)."""
+    from agents.testing import function_call
+
+    model = ScriptedModel([ModelStep(output=[function_call("probe_tool", {"title": "T", "body": "B"}, call_id="c1")])]
+                          + [ModelStep.respond(offline_responder) for _ in range(4)])
+    agent = Agent(name="Probe", instructions="x", tools=[probe_tool], model=model)
+    result = asyncio.run(Runner.run(agent, _ask(), context={"who": "start"}))
+    return agent, result
+
+
+def test_sdk_needs_approval_interrupts_before_the_tool_runs():
+    CALLS.clear()
+    _, result = _paused()
+    assert CALLS == []
+    assert [(i.name, i.call_id) for i in result.interruptions] == [("probe_tool", "c1")]
+    assert type(result.interruptions[0]).__name__ == "ToolApprovalItem"
+
+
+def test_sdk_from_string_rebuilds_interruptions_and_context_override_wins():
+    CALLS.clear()
+    agent, result = _paused()
+    text = result.to_state().to_string()
+    state = asyncio.run(RunState.from_string(agent, text, context_override={"who": "override"}))
+    items = state.get_interruptions()
+    assert [(i.name, i.call_id, json.loads(i.arguments)) for i in items] == [("probe_tool", "c1", {"title": "T", "body": "B"})]
+    state.approve(items[0])
+    asyncio.run(Runner.run(agent, state))
+    assert CALLS == ["override"]
+
+
+def test_sdk_resuming_the_same_saved_state_twice_runs_the_tool_twice():
+    """The trap the ledger exists for: the SDK itself does not make a tool run at most once."""
+    CALLS.clear()
+    agent, result = _paused()
+    text = result.to_state().to_string()
+    for _ in range(2):
+        state = asyncio.run(RunState.from_string(agent, text))
+        state.approve(state.get_interruptions()[0])
+        asyncio.run(Runner.run(agent, state))
+    assert CALLS == ["start", "start"]
+
+
+def test_sdk_runs_a_call_approved_inside_a_hand_edited_file():
+    """The trap check_stored_run_state exists for: approvals are read from the file, unauthenticated."""
+    CALLS.clear()
+    agent, result = _paused()
+    data = json.loads(result.to_state().to_string())
+    data["context"]["function_tool_approvals"] = [
+        {"agent": {"name": "Probe"}, "tool_key": "probe_tool", "decision": {"approved": ["c1"], "rejected": []}}
+    ]
+    state = asyncio.run(RunState.from_string(agent, json.dumps(data)))
+    asyncio.run(Runner.run(agent, state))  # no approve() call by anyone
+    assert CALLS == ["start"]
+
+
+def test_sdk_reject_sends_rejection_message_verbatim():
+    CALLS.clear()
+    agent, result = _paused()
+    state = result.to_state()
+    state.reject(state.get_interruptions()[0], rejection_message="exact words")
+    final = asyncio.run(Runner.run(agent, state))
+    assert CALLS == [] and final.final_output == "publish_draft answered: exact words"
+
+
+def test_sdk_approvals_survive_to_string_after_completion():
+    """After a completed approve, the serialized state still lists the approved call_id
+    (why check_stored_run_state allows call_ids our decision path recorded)."""
+    agent, result = _paused()
+    state = result.to_state()
+    state.approve(state.get_interruptions()[0])
+    done = asyncio.run(Runner.run(agent, state))
+    ctx = json.loads(done.to_state().to_string())["context"]
+    assert ctx["function_tool_approvals"][0]["decision"]["approved"] == ["c1"]
