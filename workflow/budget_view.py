@@ -40,6 +40,10 @@ def budget_lines(cp: Checkpoint) -> list[str]:
     """The text lines ``start``/``resume``/``status`` add for one task (model, then budget)."""
     lines = [f"  model: {model_line(cp.model)}", f"  budget: {spent_line(cp.budget, cp.spend)}"]
     if cp.status == "budget_exceeded":
+        stops = [e for e in cp.history if e.event == "budget_exceeded"]
+        why = stops[-1].detail.get("why") if stops else None
+        if isinstance(why, str):
+            lines[-1] = f"  {why}"
         lines.append(
             f"  next: raise the budget, e.g. python run.py resume --task {cp.task_id} --decision "
             f"approve|reject --max-tokens {cp.budget.max_tokens * 2} (or --max-turns, --max-cost-usd)"
