@@ -1,11 +1,15 @@
 """Command line for the approval-gated publisher. The command line only: no business logic here.
 
     python run.py [--state-dir DIR] start --draft TEXT [--title TEXT] [--key KEY] [--json]
-    python run.py [--state-dir DIR] resume [--task ID] --decision approve|reject [--by NAME] [--reason TEXT] [--json]
+                  [--model NAME [--api responses|chat_completions] [--base-url URL]] [BUDGET]
+    python run.py [--state-dir DIR] resume [--task ID] --decision approve|reject [--by NAME] [--reason TEXT] [--json] [BUDGET]
     python run.py [--state-dir DIR] status [--task ID] [--json]
     python run.py [--state-dir DIR] list [--json]
     python run.py [--state-dir DIR] ledger [--json]
     python run.py [--state-dir DIR] demo
+
+BUDGET: [--max-turns N] [--max-tokens N] [--max-cost-usd X] [--price-per-mtok IN,OUT], for the
+whole task across start and every resume (issue 5; on resume they replace the recorded values).
 
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk); 2 usage error. ``status``, ``list`` and ``ledger`` never import the SDK.
@@ -26,14 +30,20 @@ from typing import Any, Callable
 
 from state.errors import Stopped
 from state.schema import (
+    DEFAULT_MAX_COST_USD,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_MAX_TURNS,
+    MIN_OUTPUT_TOKENS,
     MAX_DRAFT_CHARS,
     MAX_NAME_CHARS,
     MAX_REASON_CHARS,
     MAX_TITLE_CHARS,
+    check_base_url,
     check_text,
     valid_key,
 )
 from state.storage import Store, resolve_state_dir
+from workflow.budget_view import budget_lines
 from workflow.views import ledger_view, list_view, task_text, task_view
 
 DEFAULT_TITLE = "Untitled draft"
@@ -58,6 +68,55 @@ def _text(what: str, limit: int, single_line: bool) -> Callable[[str], str]:
     return check
 
 
+def _number(kind: type, low: float, what: str) -> Callable[[str], Any]:
+    def check(value: str) -> Any:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, not {value[:40]!r}") from None
+        if not number >= low or number != number or number in (float("inf"),):
+            raise argparse.ArgumentTypeError(f"{what} must be at least {low:g}" if low else
+                                             f"{what} must be greater than 0")
+        return number
+
+    return check
+
+
+def _prices(value: str) -> tuple[float, float]:
+    parts = value.split(",")
+    try:
+        pair = tuple(float(p) for p in parts)
+    except ValueError:
+        pair = ()
+    if len(pair) != 2 or not all(0 <= p < float("inf") for p in pair):
+        raise argparse.ArgumentTypeError("--price-per-mtok takes IN,OUT: two USD prices per million tokens")
+    return pair  # type: ignore[return-value]
+
+
+def _url(value: str) -> str:
+    try:
+        return check_base_url(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _budget_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-turns", type=_number(int, 1, "--max-turns"),
+                   help=f"model turns for the whole task (default {DEFAULT_MAX_TURNS})")
+    p.add_argument("--max-tokens", type=_number(int, MIN_OUTPUT_TOKENS, "--max-tokens"),
+                   help=f"input+output tokens for the whole task (default {DEFAULT_MAX_TOKENS:,})")
+    p.add_argument("--max-cost-usd", type=_number(float, 1e-9, "--max-cost-usd"),
+                   help=f"US dollars for the whole task, priced with genai-prices "
+                        f"(default {DEFAULT_MAX_COST_USD} for a model it can price)")
+    p.add_argument("--price-per-mtok", type=_prices, metavar="IN,OUT",
+                   help="USD per million input,output tokens, for a model genai-prices cannot price")
+
+
+def _budget_changes(args: argparse.Namespace) -> dict[str, Any]:
+    return {"max_turns": args.max_turns, "max_tokens": args.max_tokens,
+            "max_cost_usd": args.max_cost_usd, "price_per_mtok": args.price_per_mtok}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for the contract in the module docstring."""
     parser = argparse.ArgumentParser(
@@ -77,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", required=True, type=_text("draft", MAX_DRAFT_CHARS, False))
     p.add_argument("--title", default=DEFAULT_TITLE, type=_text("title", MAX_TITLE_CHARS, True))
     p.add_argument("--key", type=_key, help="idempotency key, also the task ID (default: generated)")
+    p.add_argument("--model", type=_text("--model", 200, True),
+                   help="a real model, e.g. gpt-4.1-mini (needs OPENAI_API_KEY; default: offline)")
+    p.add_argument("--api", choices=["responses", "chat_completions"],
+                   help="the API of --model (default responses; chat_completions for "
+                        "OpenAI-compatible servers such as Ollama or vLLM)")
+    p.add_argument("--base-url", type=_url,
+                   help="API base URL of --model (default: $OPENAI_BASE_URL or OpenAI's)")
+    _budget_flags(p)
 
     p = cmd("resume", "record a human decision and resume the run from disk")
     p.add_argument("--task", type=_key)
@@ -84,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", type=_text("--by", MAX_NAME_CHARS, True), help="reviewer name")
     p.add_argument("--reason", type=_text("reason", MAX_REASON_CHARS, False),
                    help="reason; on reject it is sent to the model verbatim")
+    _budget_flags(p)
 
     p = cmd("status", "print one task")
     p.add_argument("--task", type=_key)
@@ -107,7 +175,7 @@ def _pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
     if task_id:
         return task_id
     candidates = [t for t in list_view(store)["tasks"]
-                  if not waiting_only or t["status"] == "waiting_for_approval"]
+                  if not waiting_only or t["status"] in ("waiting_for_approval", "budget_exceeded")]
     if len(candidates) == 1:
         return candidates[0]["task_id"]
     what = "waiting tasks" if waiting_only else "tasks"
@@ -121,20 +189,30 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     """Execute one parsed command; return the JSON object to print (None for ``demo``)."""
     store = Store(resolve_state_dir(args.state_dir))
     if args.command == "start":
+        from agent.budget import make_budget
+        from agent.models import model_spec
         from workflow import hitl  # imports the SDK (~2 s): only commands that run the agent
 
         key = args.key or f"task-{uuid.uuid4().hex[:12]}"
-        cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft))
+        spec = model_spec(args.model, args.api, args.base_url)
+        budget = make_budget(spec, **_budget_changes(args))
+        cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft,
+                                    spec=spec, budget=budget))
+        args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "resume":
         from workflow import hitl
 
         task_id = _pick_task(store, args.task, waiting_only=True)
         cp = asyncio.run(hitl.resume(store, task_id=task_id, decision=args.decision,
-                                     by=_reviewer(args.by), reason=args.reason))
+                                     by=_reviewer(args.by), reason=args.reason,
+                                     budget_changes=_budget_changes(args)))
+        args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "status":
-        return task_view(store, store.load(_pick_task(store, args.task, waiting_only=False)))
+        cp = store.load(_pick_task(store, args.task, waiting_only=False))
+        args.text_extra = budget_lines(cp)
+        return task_view(store, cp)
     if args.command == "list":
         return list_view(store)
     if args.command == "ledger":
@@ -143,7 +221,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     return None
 
 
-def _print_result(command: str, result: dict[str, Any], as_json: bool) -> None:
+def _print_result(command: str, result: dict[str, Any], as_json: bool,
+                  extra: list[str] | None = None) -> None:
     if as_json:
         print(json.dumps(result, ensure_ascii=False))
     elif command == "list":
@@ -154,7 +233,9 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool) -> None:
             print(f"  {e['published_at']}  {e['idempotency_key']}  {e['title']!r}  "
                   f"sha256={e['content_sha256'][:12]}…")
     else:
-        print(task_text(result))
+        lines = task_text(result).splitlines()
+        at = len(lines) - 1 if lines[-1].startswith("  next:") else len(lines)
+        print("\n".join([*lines[:at], *(extra or []), *lines[at:]]))
 
 
 def demo(store: Store) -> None:
@@ -199,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(encoding="utf-8", errors="replace")  # type: ignore[attr-defined]
         except (AttributeError, ValueError):
             pass
-    args = build_parser().parse_args(argv)  # exits 2 on a usage error
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits 2 on a usage error
+    if args.command == "start" and args.model is None and (args.api or args.base_url):
+        parser.error("--api and --base-url need --model")
     try:
         result = run_command(args)
     except Stopped as exc:
@@ -215,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"STOPPED: unexpected error ({msg})", file=sys.stderr)
         return 1
     if result is not None:
-        _print_result(args.command, result, args.json)
+        _print_result(args.command, result, args.json, getattr(args, "text_extra", None))
     return 0
 
 

@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 from typing import Any, Literal, Optional
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -37,7 +38,7 @@ MAX_DRAFT_CHARS = 20_000
 MAX_REASON_CHARS = 1_000
 MAX_NAME_CHARS = 100
 
-Status = Literal["waiting_for_approval", "completed", "cancelled"]
+Status = Literal["waiting_for_approval", "completed", "cancelled", "budget_exceeded"]
 DecisionKind = Literal["approved", "rejected"]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -132,7 +133,8 @@ class HistoryEvent(_Strict):
 
     at: str
     event: Literal[
-        "started", "decision_recorded", "resumed", "interrupted", "completed", "cancelled"
+        "started", "decision_recorded", "resumed", "interrupted", "completed", "cancelled",
+        "budget_exceeded",
     ]
     revision: int = Field(ge=1)
     detail: dict[str, Any] = Field(default_factory=dict)
@@ -149,6 +151,82 @@ class AgentDefinition(_Strict):
     tools: dict[str, dict[str, Any]]
 
 
+#: Default budget for a whole task (start and every resume), small on purpose (issue 5). A typical
+#: run is 2 turns and under 1,000 tokens (see docs/readme/issue5.md).
+DEFAULT_MAX_TURNS = 6
+DEFAULT_MAX_TOKENS = 20_000
+DEFAULT_MAX_COST_USD = 0.05
+#: The smallest output cap the OpenAI Responses API accepts (``max_output_tokens`` >= 16): a budget
+#: with less left cannot pay for one more call.
+MIN_OUTPUT_TOKENS = 16
+
+ModelApi = Literal["offline", "responses", "chat_completions"]
+
+
+def check_base_url(url: str) -> str:
+    """Return ``url`` if it is an http(s) URL without credentials, query or fragment.
+
+    Raises ``ValueError`` (one line) otherwise: the base URL is stored in the checkpoint, and a
+    secret must never be (``https://user:token@host`` or ``?api_key=`` would put one there).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base URL {url[:100]!r} is not an http(s) URL")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError("the base URL must not carry credentials, a query or a fragment")
+    return url
+
+
+class ModelSpec(_Strict):
+    """Which model drives the task: ``{"name", "api", "base_url"}``. Never holds the API key.
+
+    ``api`` is ``offline`` (the scripted model, ``name`` ``"offline"``), ``responses`` or
+    ``chat_completions`` (the SDK's ``OpenAIResponsesModel`` / ``OpenAIChatCompletionsModel``);
+    ``base_url`` is the effective API base URL of a real model, without credentials or query.
+    """
+
+    name: str = Field(default="offline", min_length=1, max_length=200)
+    api: ModelApi = "offline"
+    base_url: Optional[str] = Field(default=None, max_length=500)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_base_url(v)
+
+
+class Budget(_Strict):
+    """The budget of a whole task, across start and every resume (issue 5).
+
+    ``max_turns`` (SDK turns), ``max_tokens`` (input + output tokens), ``max_cost_usd`` (US dollars;
+    null: no cost budget, e.g. a model ``genai-prices`` cannot price), and an optional explicit
+    price ``price_in_per_mtok`` / ``price_out_per_mtok`` (USD per million tokens) that replaces the
+    ``genai-prices`` lookup.
+    """
+
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1, le=1000)
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=MIN_OUTPUT_TOKENS)
+    max_cost_usd: Optional[float] = Field(default=DEFAULT_MAX_COST_USD, gt=0)
+    price_in_per_mtok: Optional[float] = Field(default=None, ge=0)
+    price_out_per_mtok: Optional[float] = Field(default=None, ge=0)
+
+
+class Spend(_Strict):
+    """What the task has spent so far, read from the saved RunState (the SDK's ``context.usage``
+    and ``current_turn``): turns, requests, tokens, and ``cost_usd`` (null if it cannot be priced)."""
+
+    turns: int = Field(default=0, ge=0)
+    requests: int = Field(default=0, ge=0)
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    total_tokens: int = Field(default=0, ge=0)
+    cost_usd: Optional[float] = Field(default=0.0, ge=0)
+
+
+#: Envelope fields added by issue 5, with defaults so earlier schema_version 1 files still load.
+_OPTIONAL_FIELDS = ("model", "budget", "spend")
+
+
 class Checkpoint(_Strict):
     """The checkpoint envelope, one JSON file per task (``tasks/<name>.json`` in the state dir).
 
@@ -159,7 +237,8 @@ class Checkpoint(_Strict):
     ``sdk_version`` (``openai-agents``) and ``run_state_schema_version`` (the RunState's
     ``$schemaVersion``); ``agent`` definition fingerprint; ``run_state`` (``RunState.to_string()``,
     verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``mac`` (HMAC-SHA256, see
-    :mod:`state.integrity`).
+    :mod:`state.integrity`); ``model`` (:class:`ModelSpec`), ``budget`` (:class:`Budget`) and
+    ``spend`` (:class:`Spend`), each defaulted when absent (files written before issue 5).
     """
 
     schema_version: Literal[1]
@@ -182,6 +261,9 @@ class Checkpoint(_Strict):
     created_at: str
     updated_at: str
     mac: str
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    budget: Budget = Field(default_factory=Budget)
+    spend: Spend = Field(default_factory=Spend)
 
     @field_validator("task_id", "idempotency_key")
     @classmethod
@@ -201,4 +283,7 @@ class Checkpoint(_Strict):
         """The envelope as a JSON-ready dict, without ``mac`` (what the MAC covers)."""
         data = self.model_dump(mode="json")
         data.pop("mac")
+        for name in _OPTIONAL_FIELDS:  # absent in the file → absent from what the MAC covered
+            if name not in self.model_fields_set:
+                data.pop(name)
         return data

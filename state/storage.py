@@ -230,7 +230,7 @@ class Store:
         """
         key = load_key(self.root, create=True)
         cp = Checkpoint.model_validate({**body, "mac": compute_mac(body, key)})
-        data = json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+        data = json.dumps({**cp.body(), "mac": cp.mac}, indent=2, ensure_ascii=False) + "\n"
         atomic_write(self.checkpoint_path(cp.task_id), data.encode("utf-8"), failpoint=failpoint)
         return cp
 

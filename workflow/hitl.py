@@ -29,22 +29,28 @@ All of it runs under the task's file lock, so two resumers never interleave.
 from __future__ import annotations
 
 import json
+import logging
+import os
 from importlib import metadata
 from typing import Any, Literal
 
-from agents import Runner, RunState, ToolApprovalItem, set_tracing_disabled
+from agents import MaxTurnsExceeded, Runner, RunState, ToolApprovalItem, set_tracing_disabled
 from agents.models.interface import Model
 from agents.result import RunResult
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 
-from agent.models import build_offline_model
+from agent.budget import (BudgetExceeded, BudgetGuard, BudgetedModel, Pricing, apply_max_turns,
+                          blocked, make_budget, spend_from_run_state)
+from agent.models import API_KEY_ENV, build_model, build_offline_model, provider_error
 from agent.publisher import build_agent, describe, drift, user_message
 from state.errors import Stopped
 from state.schema import (
     ACTION,
     SCHEMA_VERSION,
+    Budget,
     Checkpoint,
     Decision,
+    ModelSpec,
     arguments_sha256,
     content_sha256,
 )
@@ -55,6 +61,9 @@ DecisionWord = Literal["approve", "reject"]
 
 # No hosted trace export: the offline demo must be quiet and nothing leaves the machine.
 set_tracing_disabled(True)
+# The SDK logs a failed model call ("Error getting response") before raising it; with no handler
+# configured Python would print that to stderr next to our one STOPPED line, which names the cause.
+logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
 def sdk_version() -> str:
@@ -107,14 +116,23 @@ def _check_draft_call(pending: list[dict[str, Any]], sha: str) -> None:
             )
 
 
-async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None) -> Checkpoint:
+async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None,
+                spec: ModelSpec | None = None, budget: Budget | None = None) -> Checkpoint:
     """Run the agent until it asks to publish, then save the checkpoint (status ``waiting_for_approval``).
 
-    If ``task_id`` already has a checkpoint with the same title and draft, return it unchanged
-    without calling the model. Raises :class:`Stopped` if it exists with other content, if the key
-    is already in the ledger, or if the agent did not ask to publish exactly this draft.
+    ``spec`` names the model (default offline; ``model`` overrides the instance, for tests) and
+    ``budget`` the task's budget (default :func:`agent.budget.make_budget`), both recorded in the
+    checkpoint. If ``task_id`` already has a checkpoint with the same title and draft, return it
+    unchanged without calling the model. Raises :class:`Stopped` if it exists with other content,
+    if the key is already in the ledger, if the agent did not ask to publish exactly this draft,
+    if the API key is missing (before any file is written), if the budget cannot pay for the first
+    call, or if the provider fails (nothing saved).
     """
     sha = content_sha256(title, draft)
+    spec = spec or ModelSpec()
+    budget = budget or make_budget(spec)
+    model = model or build_model(spec)  # a missing key stops here, before any file is written
+    guard = BudgetGuard(budget, Pricing(spec, budget))
     with store.task_lock(task_id):
         if store.exists(task_id):
             cp = store.load(task_id)
@@ -123,10 +141,14 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
             raise Stopped(f"task {task_id} already exists with a different draft; use a new --key")
         if Ledger(store.ledger_dir).get(task_id) is not None:
             raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
-        agent = build_agent(model or build_offline_model())
-        result = await Runner.run(
-            agent, user_message(title, draft), context=run_context(store, task_id, sha)
-        )
+        agent = build_agent(BudgetedModel(model, guard))
+        try:
+            result = await Runner.run(
+                agent, user_message(title, draft), context=run_context(store, task_id, sha),
+                max_turns=budget.max_turns, hooks=guard,
+            )
+        except Exception as exc:
+            raise _run_failure(exc, task_id, "nothing saved") from None
         if not result.interruptions:
             raise Stopped(
                 "the agent finished without asking to publish; nothing saved "
@@ -160,6 +182,9 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
                 ],
                 "created_at": now,
                 "updated_at": now,
+                "model": spec.model_dump(),
+                "budget": budget.model_dump(),
+                "spend": spend_from_run_state(run_state, guard.pricing).model_dump(),
             },
             failpoint="checkpoint:start",
         )
@@ -285,6 +310,7 @@ async def resume(
     by: str,
     reason: str | None = None,
     model: Model | None = None,
+    budget_changes: dict[str, Any] | None = None,
 ) -> Checkpoint:
     """Apply a human's decision to a waiting task and resume the run from disk.
 
@@ -293,6 +319,11 @@ async def resume(
     on a cancelled one, returns it unchanged. Raises :class:`Stopped` for reject on a completed
     task (an executed action is never marked cancelled), approve on a cancelled one, a decision
     that contradicts the one already recorded, and every integrity, drift or ledger mismatch.
+
+    Budget (issue 5): ``budget_changes`` (``make_budget`` keywords) raise or lower the recorded
+    budget. If the spend already leaves no room for the next call, nothing runs and the task is
+    saved as ``budget_exceeded`` (a later resume with a larger budget continues). A provider
+    failure raises :class:`Stopped` naming the cause; the checkpoint keeps its saved RunState.
     """
     want = "approved" if decision == "approve" else "rejected"
     with store.task_lock(task_id):
@@ -331,7 +362,15 @@ async def resume(
                 "recorded; it cannot be changed"
             )
 
-        agent, state = await _load_run_state(store, cp, model)
+        budget = make_budget(cp.model, base=cp.budget, **(budget_changes or {}))
+        model = model or build_model(cp.model)
+        guard = BudgetGuard(budget, Pricing(cp.model, budget))
+        spend = spend_from_run_state(cp.run_state, guard.pricing)
+        agent, state = await _load_run_state(store, cp, BudgetedModel(model, guard))
+        apply_max_turns(state, budget)
+        why = blocked(budget, spend, guard.pricing)
+        if why is not None:  # the next call cannot be paid for: run nothing, not even the tool
+            return _budget_stop(store, cp, budget, spend, why)
         interruptions = state.get_interruptions()
         _bind(cp, interruptions)
         if len(interruptions) != 1:
@@ -354,27 +393,62 @@ async def resume(
         else:
             state.reject(item, rejection_message=reason)
         try:
-            result = await Runner.run(agent, state)  # write (b) happens inside, in the tool
+            result = await Runner.run(agent, state, hooks=guard)  # write (b) happens inside, in the tool
         except Exception as exc:
-            stopped = _unwrap_stopped(exc)
-            if stopped is not None:
-                raise stopped from None
-            raise Stopped(
-                f"task {task_id}: the resumed run failed ({type(exc).__name__}: {exc}); "
-                "the decision is recorded, run resume again"
-            ) from None
-        return _finish(store, cp, result, ledger, want)
+            found = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
+            if found is not None:  # the call was not made; the RunState saved before it stays
+                why = str(found) if isinstance(found, BudgetExceeded) else f"budget exceeded: {found}"
+                return _budget_stop(store, cp, budget, spend, why)
+            raise _run_failure(exc, task_id, "the decision is recorded, run resume again") from None
+        return _finish(store, cp, result, ledger, want, budget=budget,
+                       spend=spend_from_run_state(_serialize(result)[0], guard.pricing))
 
 
-def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, want: str) -> Checkpoint:
-    """Write (c): the outcome, after checking the ledger agrees with it."""
+def _budget_stop(store: Store, cp: Checkpoint, budget: Budget, spend: Any, why: str) -> Checkpoint:
+    """Save ``budget_exceeded`` with the budget and spend (RunState unchanged, so nothing is lost
+    and nothing already done is redone); unchanged if it is already saved that way."""
+    if cp.status == "budget_exceeded" and cp.budget == budget and cp.spend == spend:
+        return cp
+    return _save(store, cp, failpoint="checkpoint:budget", status="budget_exceeded", budget=budget,
+                 spend=spend, event=("budget_exceeded", {"why": why}))
+
+
+def _find(exc: BaseException, types: tuple[type[BaseException], ...]) -> BaseException | None:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, types):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
+    """The one-line :class:`Stopped` for a failed ``Runner.run``: ours, the budget, or the provider."""
+    stopped = _unwrap_stopped(exc)
+    if stopped is not None:
+        return stopped
+    budget = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
+    if budget is not None:
+        return Stopped(f"task {task_id}: {budget}; {saved}")
+    cause = provider_error(exc, secret=os.environ.get(API_KEY_ENV))
+    if cause is None:
+        cause = f"the run failed ({type(exc).__name__}: {exc})"
+    return Stopped(f"task {task_id}: {cause}; {saved}")
+
+
+def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, want: str,
+            **recorded: Any) -> Checkpoint:
+    """Write (c): the outcome, after checking the ledger agrees with it. ``recorded``: extra
+    envelope fields to save with it (budget, spend)."""
     run_state, rs_version = _serialize(result)
     entry = ledger.get(cp.idempotency_key)
     if result.interruptions:
         pending = _pending(result.interruptions)
         return _save(store, cp, failpoint="checkpoint:outcome", status="waiting_for_approval",
                      decision=None, pending=pending, run_state=run_state,
-                     run_state_schema_version=rs_version,
+                     run_state_schema_version=rs_version, **recorded,
                      event=("interrupted", {"pending": [p["call_id"] for p in pending]}))
     if want == "approved" and entry is None:
         raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
@@ -384,7 +458,7 @@ def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, wan
     final = result.final_output
     return _save(store, cp, failpoint="checkpoint:outcome", status=status, pending=[],
                  final_output=final if isinstance(final, str) else json.dumps(final, default=str),
-                 run_state=run_state, run_state_schema_version=rs_version,
+                 run_state=run_state, run_state_schema_version=rs_version, **recorded,
                  event=(status, {"ledger": entry.published_at if entry else None}))
 
 
