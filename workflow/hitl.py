@@ -291,17 +291,6 @@ def _bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> None:
             raise Stopped(f"task {cp.task_id}: the recorded decision is for another call")
 
 
-def _unwrap_stopped(exc: BaseException) -> Stopped | None:
-    seen = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, Stopped):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None
-
-
 async def resume(
     store: Store,
     *,
@@ -414,6 +403,7 @@ def _budget_stop(store: Store, cp: Checkpoint, budget: Budget, spend: Any, why: 
 
 
 def _find(exc: BaseException, types: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first exception of ``types`` in ``exc``'s chain (``__cause__``/``__context__``), or None."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -426,8 +416,8 @@ def _find(exc: BaseException, types: tuple[type[BaseException], ...]) -> BaseExc
 
 def _run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
     """The one-line :class:`Stopped` for a failed ``Runner.run``: ours, the budget, or the provider."""
-    stopped = _unwrap_stopped(exc)
-    if stopped is not None:
+    stopped = _find(exc, (Stopped,))
+    if isinstance(stopped, Stopped):
         return stopped
     budget = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if budget is not None:
