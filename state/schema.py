@@ -223,10 +223,6 @@ class Spend(_Strict):
     cost_usd: Optional[float] = Field(default=0.0, ge=0)
 
 
-#: Envelope fields added by issue 5, with defaults so earlier schema_version 1 files still load.
-_OPTIONAL_FIELDS = ("model", "budget", "spend")
-
-
 class Checkpoint(_Strict):
     """The checkpoint envelope, one JSON file per task (``tasks/<name>.json`` in the state dir).
 
@@ -283,7 +279,4 @@ class Checkpoint(_Strict):
         """The envelope as a JSON-ready dict, without ``mac`` (what the MAC covers)."""
         data = self.model_dump(mode="json")
         data.pop("mac")
-        for name in _OPTIONAL_FIELDS:  # absent in the file → absent from what the MAC covered
-            if name not in self.model_fields_set:
-                data.pop(name)
         return data

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from . import failpoints
 from .errors import Stopped
 from .integrity import load_key, verify_mac, compute_mac
+from .paths import check_state_dir, inside
 from .schema import SCHEMA_VERSION, Checkpoint, valid_key
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
@@ -61,13 +62,10 @@ def file_name(key: str) -> str:
 def resolve_state_dir(raw: str | None) -> Path:
     """The state dir as an absolute, resolved path: ``raw``, else ``$HITL_STATE_DIR``, else ``.cache``.
 
-    Raises :class:`Stopped` if it exists and is not a directory.
+    Raises :class:`Stopped` if it is not a usable folder (see :func:`state.paths.check_state_dir`).
     """
     chosen = raw or os.environ.get(STATE_DIR_ENV) or ".cache"
-    path = Path(chosen).expanduser().resolve()
-    if path.exists() and not path.is_dir():
-        raise Stopped(f"state dir {path} is not a directory")
-    return path
+    return check_state_dir(Path(chosen).expanduser().resolve())
 
 
 def fsync_dir(folder: Path) -> None:
@@ -133,9 +131,7 @@ class Store:
     def checkpoint_path(self, task_id: str) -> Path:
         """``tasks/<file_name(task_id)>.json``; guaranteed to be inside ``root``."""
         path = self.tasks_dir / (file_name(task_id) + ".json")
-        if path.resolve().parent != self.tasks_dir.resolve():
-            raise Stopped(f"refusing to use a path outside the state dir for task {task_id!r}")
-        return path
+        return inside(self.root, path, f"checkpoint of task {task_id!r}")
 
     # -- locking -----------------------------------------------------------------------------
     @contextmanager
@@ -208,15 +204,23 @@ class Store:
                 f"{where} has schema_version {version!r}; this program reads only "
                 f"schema_version {SCHEMA_VERSION}"
             )
+        # The MAC covers the file's own fields as parsed (not a re-dump), so a field added later
+        # with a default does not invalidate files written before it existed.
+        mac = data.get("mac")
+        body = {k: v for k, v in data.items() if k != "mac"}
+        key = load_key(self.root, create=False)
+        try:
+            valid = isinstance(mac, str) and verify_mac(body, mac, key)
+        except (ValueError, RecursionError):  # e.g. a lone surrogate escape cannot be canonicalised
+            valid = False
+        if not valid:
+            raise Stopped(f"checkpoint integrity check failed for {path.name}")
         try:
             cp = Checkpoint.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = ".".join(str(p) for p in err["loc"]) or "(root)"
             raise Stopped(f"{where} is not a valid checkpoint: {loc}: {err['msg']}") from None
-        key = load_key(self.root, create=False)
-        if not verify_mac(cp.body(), cp.mac, key):
-            raise Stopped(f"checkpoint integrity check failed for {path.name}")
         if cp.idempotency_key != cp.task_id:
             raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
         if path.stem != file_name(cp.task_id):
@@ -229,8 +233,9 @@ class Store:
         Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash tests.
         """
         key = load_key(self.root, create=True)
-        cp = Checkpoint.model_validate({**body, "mac": compute_mac(body, key)})
-        data = json.dumps({**cp.body(), "mac": cp.mac}, indent=2, ensure_ascii=False) + "\n"
+        clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
+        cp = Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
+        data = json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
         atomic_write(self.checkpoint_path(cp.task_id), data.encode("utf-8"), failpoint=failpoint)
         return cp
 

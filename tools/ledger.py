@@ -21,11 +21,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from state import failpoints
 from state.errors import Stopped
 from state.schema import valid_key
+from state.paths import inside
 from state.storage import file_name, fsync_dir, now_iso, parse_json_object, write_temp
 
 
@@ -49,6 +50,13 @@ class LedgerEntry(BaseModel):
             raise ValueError("not an allowed key")
         return v
 
+    @model_validator(mode="after")
+    def _key_is_task(self) -> "LedgerEntry":
+        # The key is also the task ID (README): an entry naming two different ones was not ours.
+        if self.idempotency_key != self.task_id:
+            raise ValueError("idempotency_key and task_id differ")
+        return self
+
 
 class Ledger:
     """The ledger folder ``<state dir>/ledger``. ``Ledger(path)`` does not touch the disk."""
@@ -57,8 +65,10 @@ class Ledger:
         self.folder = Path(folder)
 
     def path_for(self, key: str) -> Path:
-        """``<folder>/<file_name(key)>.json``."""
-        return self.folder / (file_name(key) + ".json")
+        """``<folder>/<file_name(key)>.json``; raises :class:`Stopped` if it resolves outside the
+        state dir (the ledger folder's parent)."""
+        return inside(self.folder.parent, self.folder / (file_name(key) + ".json"),
+                      f"ledger entry of key {key!r}")
 
     def get(self, key: str) -> LedgerEntry | None:
         """The entry for ``key``, or None. Raises :class:`Stopped` if the file is corrupt or names
@@ -135,7 +145,11 @@ class Ledger:
             return []
         out = []
         for path in self.folder.glob("*.json"):
-            entry = self._parse(path.read_bytes(), path)
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                raise Stopped(f"ledger entry {path.name} cannot be read ({type(exc).__name__})") from None
+            entry = self._parse(raw, path)
             if path.stem != file_name(entry.idempotency_key):
                 raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
             out.append(entry)

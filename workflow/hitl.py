@@ -56,6 +56,7 @@ from state.schema import (
 )
 from state.storage import Store, now_iso, parse_json_object
 from tools.ledger import Ledger
+from workflow.trust import check_no_hidden_approvals, check_pending_is_the_draft
 
 DecisionWord = Literal["approve", "reject"]
 
@@ -100,7 +101,10 @@ def _pending(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]:
 
 def _serialize(result: RunResult) -> tuple[str, str]:
     """``result.to_state().to_string()`` and its ``$schemaVersion``."""
-    text = result.to_state().to_string()
+    try:
+        text = result.to_state().to_string()
+    except Exception as exc:  # e.g. a context that is not plain JSON (SDK issue #4897)
+        raise Stopped(f"the run state cannot be saved ({type(exc).__name__}: {exc})") from None
     return text, json.loads(text)["$schemaVersion"]
 
 
@@ -211,7 +215,8 @@ def check_stored_run_state(cp: Checkpoint) -> None:
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         raise Stopped(
             f"task {cp.task_id}: RunState $schemaVersion {version!r} is not supported by the "
-            f"installed openai-agents {sdk_version()} (saved by {cp.sdk_version})"
+            f"installed openai-agents {sdk_version()}, which reads $schemaVersion "
+            f"{_version_range()} (saved by openai-agents {cp.sdk_version})"
         )
     recorded = {(d.call_id, d.decision) for d in cp.decisions}
     context = data.get("context")
@@ -248,6 +253,16 @@ def check_stored_run_state(cp: Checkpoint) -> None:
                         f"task {cp.task_id}: RunState holds an approval decision ({kind} "
                         f"{call_id!r}) that was not recorded through our decision path"
                     )
+    check_no_hidden_approvals(data, cp)
+
+
+def _version_range() -> str:
+    """The RunState ``$schemaVersion`` values the installed SDK reads, e.g. ``"1.0-1.21"``."""
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) if p.isdigit() else 0 for p in v.split("."))
+
+    ordered = sorted(SUPPORTED_SCHEMA_VERSIONS, key=key)
+    return f"{ordered[0]}-{ordered[-1]}" if len(ordered) > 1 else ordered[0]
 
 
 async def _load_run_state(store: Store, cp: Checkpoint, model: Model | None) -> tuple[Any, RunState]:
@@ -365,6 +380,17 @@ async def resume(
         if len(interruptions) != 1:
             raise Stopped(f"task {task_id} has {len(interruptions)} pending calls; expected one")
         item = interruptions[0]
+        check_pending_is_the_draft(cp)
+        if cp.decision is not None:
+            reason = cp.decision.reason
+        # Applied in memory first, so the SDK's own checks of the approval run before write (a).
+        try:
+            if want == "approved":
+                state.approve(item)
+            else:
+                state.reject(item, rejection_message=reason)
+        except Exception as exc:
+            raise Stopped(f"task {task_id}: the SDK refused the decision: {exc}") from None
 
         if cp.decision is None:  # write (a): the decision, before any effect
             rec = Decision(
@@ -374,13 +400,6 @@ async def resume(
             cp = _save(store, cp, failpoint="checkpoint:decision", decision=rec,
                        decisions=[*cp.decisions, rec],
                        event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
-        else:
-            reason = cp.decision.reason
-
-        if want == "approved":
-            state.approve(item)
-        else:
-            state.reject(item, rejection_message=reason)
         try:
             result = await Runner.run(agent, state, hooks=guard)  # write (b) happens inside, in the tool
         except Exception as exc:

@@ -1,0 +1,152 @@
+"""Print the exact line a user sees for each refusal of issue 3 (source of docs/readme/issue3.md).
+
+    python docs/readme/issue3_refusals.py
+
+Runs the CLI in-process against throwaway state dirs under a temp folder; tampering that sits behind
+the MAC is re-signed with the state dir's key, as tests/conftest.py::resign does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+os.environ.pop("HITL_SIGNING_KEY", None)
+
+import run  # noqa: E402
+from conftest import checkpoint_file, resign  # noqa: E402
+
+TMP = Path(tempfile.mkdtemp())
+N = 0
+
+
+def cli(state: Path, *args: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = run.main(["--state-dir", str(state), *args])
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, (err.getvalue().strip().splitlines() or [""])[-1]
+
+
+def fresh(approve: bool = False) -> Path:
+    global N
+    N += 1
+    state = TMP / f"s{N}"
+    assert cli(state, "start", "--key", "demo-001", "--title", "Release notes",
+               "--draft", "Version 1.2 fixes the login bug.")[0] == 0
+    if approve:
+        assert cli(state, "resume", "--task", "demo-001", "--decision", "approve")[0] == 0
+    return state
+
+
+def rs(mutate):
+    def apply(d):
+        r = json.loads(d["run_state"])
+        mutate(r)
+        d["run_state"] = json.dumps(r)
+    return apply
+
+
+APPROVE = ("resume", "--task", "demo-001", "--decision", "approve")
+
+
+def show(title: str, state: Path, *args: str) -> None:
+    code, line = cli(state, *args)
+    print(f"{title}\n  exit {code}: {line}\n")
+
+
+s = fresh(); p = checkpoint_file(s, "demo-001"); raw = p.read_bytes()
+i = raw.index(b'"title": "') + 10; p.write_bytes(raw[:i] + b"r" + raw[i + 1:])
+show("one byte of the checkpoint edited", s, *APPROVE)
+s = fresh(); (s / "signing.key").unlink()
+show("signing key missing", s, *APPROVE)
+s = fresh(); os.environ["HITL_SIGNING_KEY"] = "another-key"
+show("HITL_SIGNING_KEY differs from the key that signed", s, *APPROVE)
+del os.environ["HITL_SIGNING_KEY"]
+s = fresh(); cid = json.loads(checkpoint_file(s, "demo-001").read_text())["pending"][0]["call_id"]
+resign(s, checkpoint_file(s, "demo-001"), rs(lambda r: r["context"].update(function_tool_approvals=[
+    {"agent": {"name": "Publisher"}, "tool_key": "publish_draft", "decision": {"approved": [cid], "rejected": []}}])))
+show("approval injected into the RunState (re-signed)", s, *APPROVE)
+s = fresh()
+resign(s, checkpoint_file(s, "demo-001"), rs(lambda r: r["context"].update(approvals={"publish_draft": {"approved": True}})))
+show("blanket approval injected (re-signed)", s, *APPROVE)
+s = fresh()
+resign(s, checkpoint_file(s, "demo-001"), rs(lambda r: r["context"].update(
+    hosted_mcp_approvals=[{"identity": {"type": "request", "request_id": "r"}, "decision": {"approved": True}}])))
+show("hosted MCP approval injected (re-signed)", s, *APPROVE)
+s = fresh()
+resign(s, checkpoint_file(s, "demo-001"), lambda d: d["pending"][0].update(call_id="call_swapped"))
+show("pending call_id swapped (re-signed)", s, *APPROVE)
+s = fresh()
+resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(content_sha256="a" * 64))
+show("pending call is not the started draft (re-signed)", s, *APPROVE)
+
+from workflow import hitl  # noqa: E402
+from agent import publisher  # noqa: E402
+
+real = hitl.build_agent
+for label, change in [("tool renamed in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], name="publish_post")])),
+                      ("agent renamed in code", lambda a: a.clone(name="Publisher2")),
+                      ("needs_approval dropped in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=False)]))]:
+    s = fresh()
+    hitl.build_agent = lambda m, change=change: change(publisher.build_agent(m))
+    show(label, s, *APPROVE)
+    hitl.build_agent = real
+s = fresh()
+resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(sdk_version="0.25.0"))
+show("saved by another openai-agents minor version (re-signed)", s, *APPROVE)
+s = fresh()
+def drop(r):
+    r["current_step"]["data"]["interruptions"] = []
+resign(s, checkpoint_file(s, "demo-001"), rs(drop))
+show("interrupted state with no interruption to answer (re-signed)", s, *APPROVE)
+s = fresh()
+resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(schema_version=2))
+show("envelope schema_version 2", s, *APPROVE)
+s = fresh()
+def bump(d):
+    d["run_state_schema_version"] = "2.0"
+    rs(lambda r: r.update({"$schemaVersion": "2.0"}))(d)
+resign(s, checkpoint_file(s, "demo-001"), bump)
+show("RunState $schemaVersion the SDK does not read (re-signed)", s, *APPROVE)
+s = fresh()
+assert cli(s, "start", "--key", "demo-002", "--draft", "Other")[0] == 0
+shutil.copyfile(checkpoint_file(s, "demo-001"), checkpoint_file(s, "demo-002"))
+show("checkpoint copied under another task's name", s, "status", "--task", "demo-002")
+s = fresh()
+resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(idempotency_key="demo-009"))
+show("envelope key differs from task_id (re-signed)", s, *APPROVE)
+s = fresh(approve=True); e = next((s / "ledger").glob("*.json"))
+e.write_text('{"idempotency_key": "demo-001", ', encoding="utf-8")
+show("ledger entry is not JSON", s, "ledger")
+s = fresh(approve=True); e = next((s / "ledger").glob("*.json"))
+e.write_text(e.read_text()[:-2] + ', "title": "x"}', encoding="utf-8")
+show("ledger entry with a duplicate key", s, *APPROVE)
+s = fresh(approve=True); e = next((s / "ledger").glob("*.json")); d = json.loads(e.read_text()); d["title"] = 7
+e.write_text(json.dumps(d), encoding="utf-8")
+show("ledger entry of the wrong shape", s, "ledger")
+s = fresh(approve=True); e = next((s / "ledger").glob("*.json")); d = json.loads(e.read_text())
+d["content_sha256"] = "0" * 64; e.write_text(json.dumps(d), encoding="utf-8")
+show("ledger entry for other content", s, *APPROVE)
+s = fresh(approve=True); e = next((s / "ledger").glob("*.json")); e.rename(e.with_name("other--0123456789ab.json"))
+show("ledger entry under another key's file name", s, "ledger")
+f = TMP / "a-file"; f.write_text("x")
+show("state dir is a file", f, "list")
+s = TMP / "symlinked"; s.mkdir(); (TMP / "elsewhere").mkdir(); (s / "tasks").symlink_to(TMP / "elsewhere")
+show("tasks/ is a symlink to a folder outside the state dir", s, "start", "--draft", "x")
+s = fresh()
+show("hostile key (usage error, exit 2, nothing touched)", s, "start", "--key", "../evil", "--draft", "x")
+show("title with a newline (usage error)", s, "start", "--title", "a\nb", "--draft", "x")
+show("oversized draft (usage error)", s, "start", "--draft", "x" * 20_001)
+shutil.rmtree(TMP)
