@@ -37,7 +37,7 @@ MAX_DRAFT_CHARS = 20_000
 MAX_REASON_CHARS = 1_000
 MAX_NAME_CHARS = 100
 
-Status = Literal["waiting_for_approval", "completed", "cancelled"]
+Status = Literal["waiting_for_approval", "completed", "cancelled", "expired"]
 DecisionKind = Literal["approved", "rejected"]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -132,7 +132,8 @@ class HistoryEvent(_Strict):
 
     at: str
     event: Literal[
-        "started", "decision_recorded", "resumed", "interrupted", "completed", "cancelled"
+        "started", "decision_recorded", "resumed", "interrupted", "completed", "cancelled",
+        "expired",
     ]
     revision: int = Field(ge=1)
     detail: dict[str, Any] = Field(default_factory=dict)
@@ -158,8 +159,8 @@ class Checkpoint(_Strict):
     RunState may carry); ``pending`` calls; ``final_output``; ``revision`` (1, 2, … one per write);
     ``sdk_version`` (``openai-agents``) and ``run_state_schema_version`` (the RunState's
     ``$schemaVersion``); ``agent`` definition fingerprint; ``run_state`` (``RunState.to_string()``,
-    verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``mac`` (HMAC-SHA256, see
-    :mod:`state.integrity`).
+    verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``expires_at`` and
+    ``approval_ttl_s`` (approval expiry, optional); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
     """
 
     schema_version: Literal[1]
@@ -181,6 +182,10 @@ class Checkpoint(_Strict):
     history: list[HistoryEvent]
     created_at: str
     updated_at: str
+    #: When the pending approval stops being valid (ISO-8601 UTC); None: never (files before issue 6).
+    expires_at: Optional[str] = None
+    #: How long each new approval request stays valid, seconds (``start --expires-in``).
+    approval_ttl_s: Optional[int] = Field(default=None, ge=1)
     mac: str
 
     @field_validator("task_id", "idempotency_key")
@@ -198,7 +203,11 @@ class Checkpoint(_Strict):
         return v
 
     def body(self) -> dict[str, Any]:
-        """The envelope as a JSON-ready dict, without ``mac`` (what the MAC covers)."""
-        data = self.model_dump(mode="json")
+        """The envelope as a JSON-ready dict, without ``mac`` (what the MAC covers).
+
+        Only the fields present in the file (``exclude_unset``): a file written before a field with
+        a default was added still verifies, and adding or removing a field breaks the MAC.
+        """
+        data = self.model_dump(mode="json", exclude_unset=True)
         data.pop("mac")
         return data

@@ -32,13 +32,14 @@ import json
 from importlib import metadata
 from typing import Any, Literal
 
-from agents import Runner, RunState, ToolApprovalItem, set_tracing_disabled
+from agents import Runner, RunState, ToolApprovalItem
 from agents.models.interface import Model
 from agents.result import RunResult
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 
 from agent.models import build_offline_model
 from agent.publisher import build_agent, describe, drift, user_message
+from state import clock
 from state.errors import Stopped
 from state.schema import (
     ACTION,
@@ -50,11 +51,12 @@ from state.schema import (
 )
 from state.storage import Store, now_iso, parse_json_object
 from tools.ledger import Ledger
+from workflow import tracing
 
 DecisionWord = Literal["approve", "reject"]
 
-# No hosted trace export: the offline demo must be quiet and nothing leaves the machine.
-set_tracing_disabled(True)
+# No hosted trace export: traces go to the state dir (workflow/tracing.py); nothing leaves the machine.
+tracing.install()
 
 
 def sdk_version() -> str:
@@ -107,8 +109,12 @@ def _check_draft_call(pending: list[dict[str, Any]], sha: str) -> None:
             )
 
 
-async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None) -> Checkpoint:
+async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None,
+                expires_in_s: int = 86_400, trace_content: bool = False) -> Checkpoint:
     """Run the agent until it asks to publish, then save the checkpoint (status ``waiting_for_approval``).
+
+    The approval request is valid for ``expires_in_s`` seconds (``expires_at`` in the checkpoint);
+    the run's traces go to the task's trace file (``trace_content``: unredacted bodies).
 
     If ``task_id`` already has a checkpoint with the same title and draft, return it unchanged
     without calling the model. Raises :class:`Stopped` if it exists with other content, if the key
@@ -124,9 +130,11 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
         if Ledger(store.ledger_dir).get(task_id) is not None:
             raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
         agent = build_agent(model or build_offline_model())
-        result = await Runner.run(
-            agent, user_message(title, draft), context=run_context(store, task_id, sha)
-        )
+        with tracing.recording(store, task_id, "start", content=trace_content):
+            result = await Runner.run(
+                agent, user_message(title, draft), context=run_context(store, task_id, sha),
+                run_config=tracing.run_config(task_id, "start"),
+            )
         if not result.interruptions:
             raise Stopped(
                 "the agent finished without asking to publish; nothing saved "
@@ -136,6 +144,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
         _check_draft_call(pending, sha)
         run_state, rs_version = _serialize(result)
         now = now_iso()
+        expires_at = clock.iso(clock.plus(clock.now(), expires_in_s))
         return store.save(
             {
                 "schema_version": SCHEMA_VERSION,
@@ -156,10 +165,14 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
                 "run_state": run_state,
                 "history": [
                     {"at": now, "event": "started", "revision": 1,
-                     "detail": {"pending": [p["call_id"] for p in pending]}}
+                     "detail": {"pending": [p["call_id"] for p in pending], "calls": pending,
+                                "expires_at": expires_at, "schema_version": SCHEMA_VERSION,
+                                "sdk_version": sdk_version(), "run_state_schema_version": rs_version}}
                 ],
                 "created_at": now,
                 "updated_at": now,
+                "expires_at": expires_at,
+                "approval_ttl_s": expires_in_s,
             },
             failpoint="checkpoint:start",
         )
@@ -266,6 +279,22 @@ def _bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> None:
             raise Stopped(f"task {cp.task_id}: the recorded decision is for another call")
 
 
+def check_not_expired(cp: Checkpoint) -> None:
+    """Raise :class:`Stopped` (``approval expired``) if ``cp``'s approval request is past ``expires_at``.
+
+    The clock is :func:`state.clock.now` (``HITL_NOW`` in tests). A checkpoint without
+    ``expires_at`` (written before issue 6) never expires.
+    """
+    if cp.expires_at is None:
+        return
+    if clock.now() >= clock.parse_iso(cp.expires_at):
+        raise Stopped(
+            f"approval expired: task {cp.task_id} expired at {cp.expires_at}; it can only be "
+            f"rejected (python run.py resume --task {cp.task_id} --decision reject) or marked "
+            "expired (python run.py expire)"
+        )
+
+
 def _unwrap_stopped(exc: BaseException) -> Stopped | None:
     seen = set()
     cur: BaseException | None = exc
@@ -285,6 +314,7 @@ async def resume(
     by: str,
     reason: str | None = None,
     model: Model | None = None,
+    trace_content: bool = False,
 ) -> Checkpoint:
     """Apply a human's decision to a waiting task and resume the run from disk.
 
@@ -293,6 +323,8 @@ async def resume(
     on a cancelled one, returns it unchanged. Raises :class:`Stopped` for reject on a completed
     task (an executed action is never marked cancelled), approve on a cancelled one, a decision
     that contradicts the one already recorded, and every integrity, drift or ledger mismatch.
+    Expiry (issue 6): a new approval after ``expires_at`` is refused (``approval expired``); a
+    reject is still accepted; an ``expired`` task is never executed (reject returns it unchanged).
     """
     want = "approved" if decision == "approve" else "rejected"
     with store.task_lock(task_id):
@@ -320,6 +352,14 @@ async def resume(
             if want == "rejected":
                 return cp
             raise Stopped(f"task {task_id} was rejected (cancelled); start a new task with a new key")
+        if cp.status == "expired":
+            if entry is not None:
+                raise Stopped(f"task {task_id} is expired but the ledger shows it executed; a human must check")
+            if want == "rejected":
+                return cp
+            raise Stopped(f"approval expired: task {task_id} expired at {cp.expires_at}; start a new task")
+        if cp.decision is None and want == "approved" and entry is None:
+            check_not_expired(cp)
         if entry is not None and want == "rejected":
             raise Stopped(
                 f"the ledger shows task {task_id} was already executed; it cannot be rejected "
@@ -354,7 +394,9 @@ async def resume(
         else:
             state.reject(item, rejection_message=reason)
         try:
-            result = await Runner.run(agent, state)  # write (b) happens inside, in the tool
+            with tracing.recording(store, task_id, "resume", content=trace_content):
+                # write (b) happens inside, in the tool
+                result = await Runner.run(agent, state, run_config=tracing.run_config(task_id, "resume"))
         except Exception as exc:
             stopped = _unwrap_stopped(exc)
             if stopped is not None:
@@ -372,10 +414,12 @@ def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, wan
     entry = ledger.get(cp.idempotency_key)
     if result.interruptions:
         pending = _pending(result.interruptions)
+        expires_at = clock.iso(clock.plus(clock.now(), cp.approval_ttl_s or 86_400))
         return _save(store, cp, failpoint="checkpoint:outcome", status="waiting_for_approval",
                      decision=None, pending=pending, run_state=run_state,
-                     run_state_schema_version=rs_version,
-                     event=("interrupted", {"pending": [p["call_id"] for p in pending]}))
+                     run_state_schema_version=rs_version, expires_at=expires_at,
+                     event=("interrupted", {"pending": [p["call_id"] for p in pending],
+                                            "calls": pending, "expires_at": expires_at}))
     if want == "approved" and entry is None:
         raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
     if want == "rejected" and entry is not None:
@@ -386,6 +430,12 @@ def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, wan
                  final_output=final if isinstance(final, str) else json.dumps(final, default=str),
                  run_state=run_state, run_state_schema_version=rs_version,
                  event=(status, {"ledger": entry.published_at if entry else None}))
+
+
+def _versions(body: dict[str, Any]) -> dict[str, Any]:
+    """The schema versions a checkpoint revision was written with (for the receipt)."""
+    return {"schema_version": body["schema_version"], "sdk_version": body["sdk_version"],
+            "run_state_schema_version": body["run_state_schema_version"]}
 
 
 def _save(store: Store, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
@@ -402,5 +452,5 @@ def _save(store: Store, cp: Checkpoint, *, failpoint: str, event: tuple[str, dic
     body["revision"] = revision
     body["updated_at"] = now
     body["history"] = [*body["history"], {"at": now, "event": event[0], "revision": revision,
-                                          "detail": event[1]}]
+                                          "detail": {**event[1], **_versions(body)}}]
     return store.save(body, failpoint=failpoint)
