@@ -179,9 +179,11 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
             raise Stopped("review needs a terminal (stdin is not a tty); use: python run.py "
                           "resume --task ID --decision approve|reject [--reason TEXT]")
         by = _reviewer(args.by)
-        inbox.review(store, ask=input, say=print,
-                     decide=lambda t, d, r: _decide(store, t, d, r, by=by,
-                                                    trace_content=args.trace_content))
+        done = inbox.review(store, ask=input, say=print,
+                            decide=lambda t, d, r: _decide(store, t, d, r, by=by,
+                                                           trace_content=args.trace_content))
+        decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
+        print(f"reviewed: {decided} decided, {done['remaining']} still waiting")
         return None
     demo(store)
     return None

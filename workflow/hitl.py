@@ -28,6 +28,7 @@ All of it runs under the task's file lock, so two resumers never interleave.
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib import metadata
 from typing import Any, Literal
@@ -59,8 +60,13 @@ DecisionWord = Literal["approve", "reject"]
 tracing.install()
 
 
+@functools.lru_cache(maxsize=1)
 def sdk_version() -> str:
-    """The installed ``openai-agents`` version, e.g. ``"0.24.0"``."""
+    """The installed ``openai-agents`` version, e.g. ``"0.24.0"``.
+
+    Cached: the SDK loaded in this process cannot change while it runs, and
+    ``importlib.metadata.version`` costs ~2 ms a call (benchmarks/roundtrip.py profile).
+    """
     return metadata.version("openai-agents")
 
 

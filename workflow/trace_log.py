@@ -75,21 +75,35 @@ def _scrub(line: str) -> str:
     return line
 
 
-def append(path: Path, record: dict[str, Any]) -> None:
-    """Append ``record`` as one JSON line to ``path`` (one ``os.write``, ``O_APPEND``; creates the folder).
-
-    No fsync: a trace is diagnostics, and ``resume`` must not pay a disk flush per span. Secret
-    values (see module docstring) are scrubbed from the line.
-    """
+def _line(record: dict[str, Any]) -> bytes:
     line = _scrub(json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":"))) + "\n"
-    data = line.encode("utf-8")
+    return line.encode("utf-8")
+
+
+def open_append(path: Path) -> int:
+    """An ``O_APPEND`` descriptor on ``path`` (created 0o600, folder created if missing)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
+        return os.open(path, flags, 0o600)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
+        return os.open(path, flags, 0o600)
+
+
+def write(fd: int, record: dict[str, Any]) -> None:
+    """Append ``record`` as one JSON line with one ``os.write`` on ``fd`` (from :func:`open_append`).
+
+    No fsync: a trace is diagnostics, and a run must not pay a disk flush per span. Secret values
+    (see module docstring) are scrubbed from the line.
+    """
+    os.write(fd, _line(record))
+
+
+def append(path: Path, record: dict[str, Any]) -> None:
+    """:func:`write` one record to ``path`` (opens and closes the file)."""
+    fd = open_append(path)
     try:
-        os.write(fd, data)
+        write(fd, record)
     finally:
         os.close(fd)
 

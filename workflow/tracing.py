@@ -38,11 +38,14 @@ WORKFLOW_NAME = "publish_draft approval"
 TRACE_CONTENT_ENV = "HITL_TRACE_CONTENT"
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Sink:
+    """Where one run's records go: an ``O_APPEND`` descriptor, open for the run only."""
+
     task_id: str
     path: Path
     content: bool
+    fd: int | None = None
 
 
 _current: contextvars.ContextVar[_Sink | None] = contextvars.ContextVar("hitl_trace_sink", default=None)
@@ -96,10 +99,10 @@ class LocalTraceProcessor(TracingProcessor):
         return sink or _current.get()
 
     def _write(self, sink: _Sink | None, record: dict[str, Any]) -> None:
-        if sink is None:
+        if sink is None or sink.fd is None:
             return
         try:
-            trace_log.append(sink.path, record)
+            trace_log.write(sink.fd, record)
         except OSError:
             pass
 
@@ -166,6 +169,10 @@ def recording(store: Store, task_id: str, phase: Phase, *, content: bool = False
     with the exception's one-line text); re-raises whatever the block raises.
     """
     sink = _Sink(task_id, trace_log.trace_path(store, task_id), content)
+    try:
+        sink.fd = trace_log.open_append(sink.path)
+    except OSError:
+        sink.fd = None  # no trace is better than no run: the checkpoint stays the record
     _PROCESSOR._write(sink, {"kind": "run", "phase": phase, "at": now_iso(), "pid": os.getpid(),
                              "content": content})
     token = _current.set(sink)
@@ -181,3 +188,6 @@ def recording(store: Store, task_id: str, phase: Phase, *, content: bool = False
                                  "outcome": "ok", "error": None})
     finally:
         _current.reset(token)
+        if sink.fd is not None:
+            os.close(sink.fd)
+            sink.fd = None
