@@ -4,30 +4,31 @@
                   [--model NAME [--api responses|chat_completions] [--base-url URL]] [BUDGET]
     python run.py [--state-dir DIR] resume [--task ID] --decision approve|reject [--by NAME] [--reason TEXT] [--json] [BUDGET]
     python run.py [--state-dir DIR] status [--task ID] [--json]
-    python run.py [--state-dir DIR] list [--json]
+    python run.py [--state-dir DIR] list [--status STATUS] [--json]
     python run.py [--state-dir DIR] ledger [--json]
+    python run.py [--state-dir DIR] show [--task ID] [--json]
+    python run.py [--state-dir DIR] review [--by NAME]
+    python run.py [--state-dir DIR] expire [--task ID] [--json]
     python run.py [--state-dir DIR] demo
 
 BUDGET: [--max-turns N] [--max-tokens N] [--max-cost-usd X] [--price-per-mtok IN,OUT], for the
 whole task across start and every resume (issue 5; on resume they replace the recorded values).
 
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
-changed on disk); 2 usage error. ``status``, ``list`` and ``ledger`` never import the SDK.
+changed on disk); 2 usage error. ``status``, ``list``, ``ledger`` and ``show`` never import the SDK
+(nor asyncio); ``review`` imports it only when a human decides.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import getpass
 import json
 import os
-import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+from state import clock
 from state.errors import Stopped
 from state.schema import (
     DEFAULT_MAX_COST_USD,
@@ -44,6 +45,7 @@ from state.schema import (
 )
 from state.storage import Store, resolve_state_dir
 from workflow.budget_view import budget_lines
+from workflow import inbox
 from workflow.views import ledger_view, list_view, task_text, task_view
 
 DEFAULT_TITLE = "Untitled draft"
@@ -100,6 +102,13 @@ def _url(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _duration(value: str) -> int:
+    try:
+        return clock.parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _budget_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-turns", type=_number(int, 1, "--max-turns"),
                    help=f"model turns for the whole task (default {DEFAULT_MAX_TURNS})")
@@ -144,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", type=_url,
                    help="API base URL of --model (default: $OPENAI_BASE_URL or OpenAI's)")
     _budget_flags(p)
+    p.add_argument("--expires-in", type=_duration, default=clock.DEFAULT_EXPIRES_IN,
+                   help="how long the approval request stays valid: 90s, 30m, 24h, 7d "
+                        f"(default {clock.DEFAULT_EXPIRES_IN})")
+    p.add_argument("--trace-content", action="store_true",
+                   help="write draft bodies into the local trace in full (default: hash + preview)")
 
     p = cmd("resume", "record a human decision and resume the run from disk")
     p.add_argument("--task", type=_key)
@@ -152,11 +166,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", type=_text("reason", MAX_REASON_CHARS, False),
                    help="reason; on reject it is sent to the model verbatim")
     _budget_flags(p)
+    p.add_argument("--trace-content", action="store_true",
+                   help="write draft bodies into the local trace in full (default: hash + preview)")
 
     p = cmd("status", "print one task")
     p.add_argument("--task", type=_key)
-    cmd("list", "print all tasks")
+    p = cmd("list", "the inbox: waiting tasks first (age, expiry, pending call), then the rest")
+    p.add_argument("--status", choices=inbox.STATUSES, help="only tasks with this status")
     cmd("ledger", "print the ledger")
+    p = cmd("show", "the execution receipt of one task: outcome, trajectory, approval, totals")
+    p.add_argument("--task", type=_key)
+    p = sub.add_parser("review", help="walk the waiting tasks in a terminal: approve / reject / skip")
+    p.add_argument("--by", type=_text("--by", MAX_NAME_CHARS, True), help="reviewer name")
+    p.add_argument("--trace-content", action="store_true", help=argparse.SUPPRESS)
+    p = cmd("expire", "mark waiting tasks whose approval request has expired as 'expired'")
+    p.add_argument("--task", type=_key)
     cmd("demo", "the whole story, narrated, with the offline model")
     return parser
 
@@ -164,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _reviewer(name: str | None) -> str:
     if name:
         return name
+    import getpass
+
     try:
         user = getpass.getuser()
     except Exception:  # no login name (some containers, Windows services)
@@ -189,24 +215,25 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     """Execute one parsed command; return the JSON object to print (None for ``demo``)."""
     store = Store(resolve_state_dir(args.state_dir))
     if args.command == "start":
+        import asyncio  # with the SDK (~2 s): only commands that run the agent
+        import uuid
+
         from agent.budget import make_budget
         from agent.models import model_spec
-        from workflow import hitl  # imports the SDK (~2 s): only commands that run the agent
+        from workflow import hitl, tracing
 
         key = args.key or f"task-{uuid.uuid4().hex[:12]}"
         spec = model_spec(args.model, args.api, args.base_url)
         budget = make_budget(spec, **_budget_changes(args))
         cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft,
-                                    spec=spec, budget=budget))
+                                    spec=spec, budget=budget, expires_in_s=args.expires_in,
+                                    trace_content=tracing.content_wanted(args.trace_content)))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "resume":
-        from workflow import hitl
-
         task_id = _pick_task(store, args.task, waiting_only=True)
-        cp = asyncio.run(hitl.resume(store, task_id=task_id, decision=args.decision,
-                                     by=_reviewer(args.by), reason=args.reason,
-                                     budget_changes=_budget_changes(args)))
+        cp = _decide(store, task_id, args.decision, args.reason, by=_reviewer(args.by),
+                     trace_content=args.trace_content, budget_changes=_budget_changes(args))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "status":
@@ -214,11 +241,41 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "list":
-        return list_view(store)
+        return inbox.inbox_view(store, args.status)
     if args.command == "ledger":
         return ledger_view(store)
+    if args.command == "show":
+        from workflow.receipt import build_receipt
+
+        return build_receipt(store, _pick_task(store, args.task, waiting_only=False))
+    if args.command == "expire":
+        return {"expired": inbox.expire_overdue(store, args.task)}
+    if args.command == "review":
+        if not sys.stdin.isatty():
+            raise Stopped("review needs a terminal (stdin is not a tty); use: python run.py "
+                          "resume --task ID --decision approve|reject [--reason TEXT]")
+        by = _reviewer(args.by)
+        done = inbox.review(store, ask=input, say=print,
+                            decide=lambda t, d, r: task_view(store, _decide(
+                                store, t, d, r, by=by, trace_content=args.trace_content)))
+        decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
+        print(f"reviewed: {decided} decided, {done['remaining']} still waiting")
+        return None
     demo(store)
     return None
+
+
+def _decide(store: Store, task_id: str, decision: str, reason: str | None, *, by: str,
+            trace_content: bool, budget_changes: dict[str, Any] | None = None) -> Any:
+    """Apply one human decision through ``workflow.hitl.resume``; return the new checkpoint."""
+    import asyncio  # with the SDK: only when a human actually decides
+
+    from workflow import hitl, tracing
+
+    cp = asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason,
+                                 budget_changes=budget_changes,
+                                 trace_content=tracing.content_wanted(trace_content)))
+    return cp
 
 
 def _print_result(command: str, result: dict[str, Any], as_json: bool,
@@ -226,7 +283,13 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool,
     if as_json:
         print(json.dumps(result, ensure_ascii=False))
     elif command == "list":
-        print("\n".join(task_text(t) for t in result["tasks"]) or "no tasks")
+        print(inbox.inbox_text(result))
+    elif command == "show":
+        from workflow.receipt import receipt_text
+
+        print(receipt_text(result))
+    elif command == "expire":
+        print(f"expired: {', '.join(result['expired'])}" if result["expired"] else "nothing expired")
     elif command == "ledger":
         print(f"ledger: {result['path']} ({len(result['entries'])} entries)")
         for e in result["entries"]:
@@ -240,6 +303,9 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool,
 
 def demo(store: Store) -> None:
     """Tell the whole story with real subprocesses, so each resume provably comes from disk."""
+    import subprocess
+    import uuid
+
     run_id = uuid.uuid4().hex[:6]
     key_a, key_b = f"demo-{run_id}-approve", f"demo-{run_id}-reject"
     base = [sys.executable, str(Path(__file__).resolve()), "--state-dir", str(store.root)]

@@ -67,8 +67,13 @@ def offline_responder(call: ModelCall) -> ModelStep:
 
 
 def build_offline_model() -> ScriptedModel:
-    """A fresh offline model (``ScriptedModel`` with responder steps) for one process."""
-    return ScriptedModel([ModelStep.respond(offline_responder) for _ in range(_STEPS_PER_PROCESS)])
+    """A fresh offline model (``ScriptedModel`` with responder steps) for one process.
+
+    ``emit_traces=True``: each model call gets a generation span (latency) in the local trace.
+    """
+    return ScriptedModel(
+        [ModelStep.respond(offline_responder) for _ in range(_STEPS_PER_PROCESS)], emit_traces=True
+    )
 
 
 # -- real models (issue 5) ----------------------------------------------------------------------

@@ -38,7 +38,7 @@ MAX_DRAFT_CHARS = 20_000
 MAX_REASON_CHARS = 1_000
 MAX_NAME_CHARS = 100
 
-Status = Literal["waiting_for_approval", "completed", "cancelled", "budget_exceeded"]
+Status = Literal["waiting_for_approval", "completed", "cancelled", "budget_exceeded", "expired"]
 DecisionKind = Literal["approved", "rejected"]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -135,6 +135,7 @@ class HistoryEvent(_Strict):
     event: Literal[
         "started", "decision_recorded", "resumed", "interrupted", "completed", "cancelled",
         "budget_exceeded",
+        "expired",
     ]
     revision: int = Field(ge=1)
     detail: dict[str, Any] = Field(default_factory=dict)
@@ -232,9 +233,10 @@ class Checkpoint(_Strict):
     RunState may carry); ``pending`` calls; ``final_output``; ``revision`` (1, 2, … one per write);
     ``sdk_version`` (``openai-agents``) and ``run_state_schema_version`` (the RunState's
     ``$schemaVersion``); ``agent`` definition fingerprint; ``run_state`` (``RunState.to_string()``,
-    verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``mac`` (HMAC-SHA256, see
-    :mod:`state.integrity`); ``model`` (:class:`ModelSpec`), ``budget`` (:class:`Budget`) and
-    ``spend`` (:class:`Spend`), each defaulted when absent (files written before issue 5).
+    verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``model``
+    (:class:`ModelSpec`), ``budget`` (:class:`Budget`) and ``spend`` (:class:`Spend`), each defaulted
+    when absent (files written before issue 5); ``expires_at`` and ``approval_ttl_s`` (approval
+    expiry, optional); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
     """
 
     schema_version: Literal[1]
@@ -256,6 +258,10 @@ class Checkpoint(_Strict):
     history: list[HistoryEvent]
     created_at: str
     updated_at: str
+    #: When the pending approval stops being valid (ISO-8601 UTC); None: never (files before issue 6).
+    expires_at: Optional[str] = None
+    #: How long each new approval request stays valid, seconds (``start --expires-in``).
+    approval_ttl_s: Optional[int] = Field(default=None, ge=1)
     mac: str
     model: ModelSpec = Field(default_factory=ModelSpec)
     budget: Budget = Field(default_factory=Budget)
@@ -276,7 +282,12 @@ class Checkpoint(_Strict):
         return v
 
     def body(self) -> dict[str, Any]:
-        """The envelope as a JSON-ready dict, without ``mac`` (what the MAC covers)."""
+        """The envelope as a JSON-ready dict, defaults filled in, without ``mac``.
+
+        ``Store.save`` signs exactly this; ``Store.load_path`` verifies the MAC over the file's own
+        parsed fields, so a file written before a defaulted field existed still verifies, and adding
+        or removing a field breaks the MAC.
+        """
         data = self.model_dump(mode="json")
         data.pop("mac")
         return data

@@ -20,13 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
 from . import failpoints
@@ -86,6 +84,8 @@ def fsync_dir(folder: Path) -> None:
 
 def write_temp(folder: Path, data: bytes) -> Path:
     """Write ``data`` to a new temp file in ``folder``, flushed and fsynced; return its path."""
+    import tempfile  # here, not at the top: read-only commands never write (startup time, issue 6)
+
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
     try:
@@ -142,6 +142,8 @@ class Store:
         waiting is bounded by ``$HITL_LOCK_TIMEOUT`` seconds (default 10). Raises :class:`Stopped`
         on timeout.
         """
+        from filelock import FileLock, Timeout  # ~10 ms: only commands that write pay it (issue 6)
+
         self.locks_dir.mkdir(parents=True, exist_ok=True)
         timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S))
         lock = FileLock(str(self.locks_dir / (file_name(task_id) + ".lock")), timeout=timeout)

@@ -34,7 +34,9 @@ class LedgerEntry(BaseModel):
     """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
     "published_at"}`` (``published_at`` ISO-8601 UTC)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # defer_build: the validator is built on first use, so commands that never read the ledger
+    # (status, list) do not pay for it at startup (issue 6: read-only commands <= 150 ms).
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
     idempotency_key: str
     task_id: str

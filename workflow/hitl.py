@@ -28,13 +28,14 @@ All of it runs under the task's file lock, so two resumers never interleave.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 from importlib import metadata
 from typing import Any, Literal
 
-from agents import MaxTurnsExceeded, Runner, RunState, ToolApprovalItem, set_tracing_disabled
+from agents import MaxTurnsExceeded, Runner, RunState, ToolApprovalItem
 from agents.models.interface import Model
 from agents.result import RunResult
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
@@ -43,6 +44,7 @@ from agent.budget import (BudgetExceeded, BudgetGuard, BudgetedModel, Pricing, a
                           blocked, make_budget, spend_from_run_state)
 from agent.models import API_KEY_ENV, build_model, build_offline_model, provider_error
 from agent.publisher import build_agent, describe, drift, user_message
+from state import clock
 from state.errors import Stopped
 from state.schema import (
     ACTION,
@@ -56,19 +58,25 @@ from state.schema import (
 )
 from state.storage import Store, now_iso, parse_json_object
 from tools.ledger import Ledger
+from workflow import tracing
 from workflow.trust import check_no_hidden_approvals, check_pending_is_the_draft
 
 DecisionWord = Literal["approve", "reject"]
 
-# No hosted trace export: the offline demo must be quiet and nothing leaves the machine.
-set_tracing_disabled(True)
+# No hosted trace export: traces go to the state dir (workflow/tracing.py); nothing leaves the machine.
+tracing.install()
 # The SDK logs a failed model call ("Error getting response") before raising it; with no handler
 # configured Python would print that to stderr next to our one STOPPED line, which names the cause.
 logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
+@functools.lru_cache(maxsize=1)
 def sdk_version() -> str:
-    """The installed ``openai-agents`` version, e.g. ``"0.24.0"``."""
+    """The installed ``openai-agents`` version, e.g. ``"0.24.0"``.
+
+    Cached: the SDK loaded in this process cannot change while it runs, and
+    ``importlib.metadata.version`` costs ~2 ms a call (benchmarks/roundtrip.py profile).
+    """
     return metadata.version("openai-agents")
 
 
@@ -121,13 +129,17 @@ def _check_draft_call(pending: list[dict[str, Any]], sha: str) -> None:
 
 
 async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None,
-                spec: ModelSpec | None = None, budget: Budget | None = None) -> Checkpoint:
+                spec: ModelSpec | None = None, budget: Budget | None = None,
+                expires_in_s: int = 86_400, trace_content: bool = False) -> Checkpoint:
     """Run the agent until it asks to publish, then save the checkpoint (status ``waiting_for_approval``).
 
     ``spec`` names the model (default offline; ``model`` overrides the instance, for tests) and
     ``budget`` the task's budget (default :func:`agent.budget.make_budget`), both recorded in the
-    checkpoint. If ``task_id`` already has a checkpoint with the same title and draft, return it
-    unchanged without calling the model. Raises :class:`Stopped` if it exists with other content,
+    checkpoint. The approval request is valid for ``expires_in_s`` seconds (``expires_at`` in the
+    checkpoint); the run's traces go to the task's trace file (``trace_content``: unredacted bodies).
+
+    If ``task_id`` already has a checkpoint with the same title and draft, return it unchanged
+    without calling the model. Raises :class:`Stopped` if it exists with other content,
     if the key is already in the ledger, if the agent did not ask to publish exactly this draft,
     if the API key is missing (before any file is written), if the budget cannot pay for the first
     call, or if the provider fails (nothing saved).
@@ -147,10 +159,12 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
             raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
         agent = build_agent(BudgetedModel(model, guard))
         try:
-            result = await Runner.run(
-                agent, user_message(title, draft), context=run_context(store, task_id, sha),
-                max_turns=budget.max_turns, hooks=guard,
-            )
+            with tracing.recording(store, task_id, "start", content=trace_content):
+                result = await Runner.run(
+                    agent, user_message(title, draft), context=run_context(store, task_id, sha),
+                    max_turns=budget.max_turns, hooks=guard,
+                    run_config=tracing.run_config(task_id, "start"),
+                )
         except Exception as exc:
             raise _run_failure(exc, task_id, "nothing saved") from None
         if not result.interruptions:
@@ -162,6 +176,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
         _check_draft_call(pending, sha)
         run_state, rs_version = _serialize(result)
         now = now_iso()
+        expires_at = clock.iso(clock.plus(clock.now(), expires_in_s))
         return store.save(
             {
                 "schema_version": SCHEMA_VERSION,
@@ -182,13 +197,17 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
                 "run_state": run_state,
                 "history": [
                     {"at": now, "event": "started", "revision": 1,
-                     "detail": {"pending": [p["call_id"] for p in pending]}}
+                     "detail": {"pending": [p["call_id"] for p in pending], "calls": pending,
+                                "expires_at": expires_at, "schema_version": SCHEMA_VERSION,
+                                "sdk_version": sdk_version(), "run_state_schema_version": rs_version}}
                 ],
                 "created_at": now,
                 "updated_at": now,
                 "model": spec.model_dump(),
                 "budget": budget.model_dump(),
                 "spend": spend_from_run_state(run_state, guard.pricing).model_dump(),
+                "expires_at": expires_at,
+                "approval_ttl_s": expires_in_s,
             },
             failpoint="checkpoint:start",
         )
@@ -306,6 +325,22 @@ def _bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> None:
             raise Stopped(f"task {cp.task_id}: the recorded decision is for another call")
 
 
+def check_not_expired(cp: Checkpoint) -> None:
+    """Raise :class:`Stopped` (``approval expired``) if ``cp``'s approval request is past ``expires_at``.
+
+    The clock is :func:`state.clock.now` (``HITL_NOW`` in tests). A checkpoint without
+    ``expires_at`` (written before issue 6) never expires.
+    """
+    if cp.expires_at is None:
+        return
+    if clock.now() >= clock.parse_iso(cp.expires_at):
+        raise Stopped(
+            f"approval expired: task {cp.task_id} expired at {cp.expires_at}; it can only be "
+            f"rejected (python run.py resume --task {cp.task_id} --decision reject) or marked "
+            "expired (python run.py expire)"
+        )
+
+
 async def resume(
     store: Store,
     *,
@@ -315,6 +350,7 @@ async def resume(
     reason: str | None = None,
     model: Model | None = None,
     budget_changes: dict[str, Any] | None = None,
+    trace_content: bool = False,
 ) -> Checkpoint:
     """Apply a human's decision to a waiting task and resume the run from disk.
 
@@ -328,6 +364,9 @@ async def resume(
     budget. If the spend already leaves no room for the next call, nothing runs and the task is
     saved as ``budget_exceeded`` (a later resume with a larger budget continues). A provider
     failure raises :class:`Stopped` naming the cause; the checkpoint keeps its saved RunState.
+
+    Expiry (issue 6): a new approval after ``expires_at`` is refused (``approval expired``); a
+    reject is still accepted; an ``expired`` task is never executed (reject returns it unchanged).
     """
     want = "approved" if decision == "approve" else "rejected"
     with store.task_lock(task_id):
@@ -355,6 +394,14 @@ async def resume(
             if want == "rejected":
                 return cp
             raise Stopped(f"task {task_id} was rejected (cancelled); start a new task with a new key")
+        if cp.status == "expired":
+            if entry is not None:
+                raise Stopped(f"task {task_id} is expired but the ledger shows it executed; a human must check")
+            if want == "rejected":
+                return cp
+            raise Stopped(f"approval expired: task {task_id} expired at {cp.expires_at}; start a new task")
+        if cp.decision is None and want == "approved" and entry is None:
+            check_not_expired(cp)
         if entry is not None and want == "rejected":
             raise Stopped(
                 f"the ledger shows task {task_id} was already executed; it cannot be rejected "
@@ -401,15 +448,17 @@ async def resume(
                        decisions=[*cp.decisions, rec],
                        event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
         try:
-            result = await Runner.run(agent, state, hooks=guard)  # write (b) happens inside, in the tool
+            with tracing.recording(store, task_id, "resume", content=trace_content):
+                # write (b) happens inside, in the tool
+                result = await Runner.run(agent, state, hooks=guard,
+                                          run_config=tracing.run_config(task_id, "resume"))
         except Exception as exc:
             found = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
             if found is not None:  # the call was not made; the RunState saved before it stays
                 why = str(found) if isinstance(found, BudgetExceeded) else f"budget exceeded: {found}"
                 return _budget_stop(store, cp, budget, spend, why)
             raise _run_failure(exc, task_id, "the decision is recorded, run resume again") from None
-        return _finish(store, cp, result, ledger, want, budget=budget,
-                       spend=spend_from_run_state(_serialize(result)[0], guard.pricing))
+        return _finish(store, cp, result, ledger, want, budget=budget, pricing=guard.pricing)
 
 
 def _budget_stop(store: Store, cp: Checkpoint, budget: Budget, spend: Any, why: str) -> Checkpoint:
@@ -447,18 +496,21 @@ def _run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
     return Stopped(f"task {task_id}: {cause}; {saved}")
 
 
-def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, want: str,
-            **recorded: Any) -> Checkpoint:
-    """Write (c): the outcome, after checking the ledger agrees with it. ``recorded``: extra
-    envelope fields to save with it (budget, spend)."""
+def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, want: str, *,
+            budget: Budget, pricing: Pricing) -> Checkpoint:
+    """Write (c): the outcome, after checking the ledger agrees with it, with the budget and the
+    spend read from the new RunState."""
     run_state, rs_version = _serialize(result)
+    recorded = {"budget": budget, "spend": spend_from_run_state(run_state, pricing)}
     entry = ledger.get(cp.idempotency_key)
     if result.interruptions:
         pending = _pending(result.interruptions)
+        expires_at = clock.iso(clock.plus(clock.now(), cp.approval_ttl_s or 86_400))
         return _save(store, cp, failpoint="checkpoint:outcome", status="waiting_for_approval",
                      decision=None, pending=pending, run_state=run_state,
-                     run_state_schema_version=rs_version, **recorded,
-                     event=("interrupted", {"pending": [p["call_id"] for p in pending]}))
+                     run_state_schema_version=rs_version, expires_at=expires_at, **recorded,
+                     event=("interrupted", {"pending": [p["call_id"] for p in pending],
+                                            "calls": pending, "expires_at": expires_at}))
     if want == "approved" and entry is None:
         raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
     if want == "rejected" and entry is not None:
@@ -469,6 +521,12 @@ def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, wan
                  final_output=final if isinstance(final, str) else json.dumps(final, default=str),
                  run_state=run_state, run_state_schema_version=rs_version, **recorded,
                  event=(status, {"ledger": entry.published_at if entry else None}))
+
+
+def _versions(body: dict[str, Any]) -> dict[str, Any]:
+    """The schema versions a checkpoint revision was written with (for the receipt)."""
+    return {"schema_version": body["schema_version"], "sdk_version": body["sdk_version"],
+            "run_state_schema_version": body["run_state_schema_version"]}
 
 
 def _save(store: Store, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
@@ -485,5 +543,5 @@ def _save(store: Store, cp: Checkpoint, *, failpoint: str, event: tuple[str, dic
     body["revision"] = revision
     body["updated_at"] = now
     body["history"] = [*body["history"], {"at": now, "event": event[0], "revision": revision,
-                                          "detail": event[1]}]
+                                          "detail": {**event[1], **_versions(body)}}]
     return store.save(body, failpoint=failpoint)

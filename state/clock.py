@@ -1,0 +1,76 @@
+"""The clock, and durations as people type them. Never imports the SDK.
+
+Time is injectable so tests never sleep: env ``HITL_NOW`` (an ISO-8601 UTC timestamp such as
+``2030-01-01T00:00:00Z``) replaces the wall clock for every expiry and age computation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timedelta, timezone
+
+NOW_ENV = "HITL_NOW"
+
+#: Default time a pending approval stays valid (``start --expires-in``): one working day.
+DEFAULT_EXPIRES_IN = "24h"
+
+_DURATION = re.compile(r"^([0-9]{1,7})([smhd])\Z")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_S = 366 * 86400
+
+
+def parse_iso(text: str) -> datetime:
+    """Parse an ISO-8601 timestamp (``Z`` or an offset; naive means UTC) into an aware datetime.
+
+    Raises ``ValueError`` if it is not one.
+    """
+    dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def now() -> datetime:
+    """Current UTC time, or ``$HITL_NOW`` if set. Raises ``ValueError`` if ``HITL_NOW`` is malformed."""
+    fixed = os.environ.get(NOW_ENV)
+    if fixed:
+        try:
+            return parse_iso(fixed)
+        except ValueError:
+            raise ValueError(f"{NOW_ENV}={fixed[:40]!r} is not an ISO-8601 timestamp") from None
+    return datetime.now(timezone.utc)
+
+
+def iso(dt: datetime) -> str:
+    """``dt`` as ISO-8601 UTC with microseconds and ``Z`` (the format of ``state.storage.now_iso``)."""
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_duration(text: str) -> int:
+    """``"90s"``, ``"30m"``, ``"24h"``, ``"7d"`` → seconds (int, 1 s … 366 d).
+
+    Raises ``ValueError`` with a one-line message for anything else.
+    """
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise ValueError(f"{text[:40]!r} is not a duration: use a number and s, m, h or d (e.g. 90s, 30m, 24h)")
+    seconds = int(m.group(1)) * _UNIT_S[m.group(2)]
+    if not 1 <= seconds <= MAX_DURATION_S:
+        raise ValueError(f"duration {text!r} must be between 1s and 366d")
+    return seconds
+
+
+def plus(at: datetime, seconds: float) -> datetime:
+    """``at`` + ``seconds``."""
+    return at + timedelta(seconds=seconds)
+
+
+def human_age(seconds: float) -> str:
+    """A short human duration: ``45s``, ``12m``, ``3h05m``, ``2d04h``."""
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"

@@ -1,0 +1,215 @@
+"""The reviewer's side: the inbox of waiting tasks, the terminal review loop, and expiry sweeps.
+
+Never imports the SDK. ``review`` takes the decision function from its caller (``run.py`` passes one
+that imports ``workflow.hitl`` only when a human actually decides), and its prompt function, so
+tests drive it with scripted answers.
+
+Expiry (issue 6; Temporal and DBOS give approval timeouts, the SDK gives none): every approval
+request carries ``expires_at`` (``start --expires-in``, default 24h). Past it, ``approve`` is refused
+by ``workflow.hitl.resume``; ``reject`` still works; :func:`expire_overdue` marks such tasks
+``expired`` (a terminal status: never executed).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Optional
+
+from state import clock
+from state.errors import Stopped
+from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
+from state.storage import Store, now_iso
+from tools.ledger import Ledger
+from workflow.views import task_view
+
+WAITING = "waiting_for_approval"
+STATUSES = (WAITING, "completed", "cancelled", "expired")
+
+
+def waiting_since(cp: Checkpoint) -> str:
+    """When the current approval request was made: the last ``started``/``interrupted`` event."""
+    for ev in reversed(cp.history):
+        if ev.event in ("started", "interrupted"):
+            return ev.at
+    return cp.created_at
+
+
+def overdue(cp: Checkpoint, now: datetime) -> bool:
+    """True if ``cp`` waits for a decision that has not been given and ``expires_at`` has passed."""
+    return (cp.status == WAITING and cp.decision is None and cp.expires_at is not None
+            and now >= clock.parse_iso(cp.expires_at))
+
+
+def summary(pending: list[dict[str, Any]]) -> str:
+    """One line for the pending call(s): ``publish_draft(title='…', body='Version 1.2 fix…' (32 chars))``."""
+    parts = []
+    for p in pending:
+        args = p["arguments"]
+        body = str(args.get("body", ""))
+        preview = body if len(body) <= 40 else body[:39] + "…"
+        preview = " ".join(preview.split())
+        parts.append(f"{p['tool']}(title={args.get('title')!r}, body={preview!r} ({len(body)} chars))")
+    return "; ".join(parts)
+
+
+def inbox_entry(store: Store, cp: Checkpoint, now: datetime) -> dict[str, Any]:
+    """A task (``workflow.views.task_view`` shape) plus the inbox keys ``waiting_since``,
+    ``age_s`` (seconds since the request, int; null unless waiting), ``expires_at``, ``overdue``
+    (bool) and ``summary`` (one line)."""
+    task = task_view(store, cp)
+    since = waiting_since(cp)
+    waiting = cp.status == WAITING
+    task.update({
+        "waiting_since": since if waiting else None,
+        "age_s": int((now - clock.parse_iso(since)).total_seconds()) if waiting else None,
+        "expires_at": cp.expires_at,
+        "overdue": overdue(cp, now),
+        "summary": summary(task["pending"]) if waiting else (cp.final_output or "")[:100],
+    })
+    return task
+
+
+def inbox_view(store: Store, status: Optional[str] = None) -> dict[str, Any]:
+    """``{"tasks": [...]}``: waiting tasks first (oldest request first), then the rest by task ID.
+
+    ``status`` keeps only tasks with that stored status. Raises :class:`Stopped` on any unreadable
+    checkpoint (like ``list`` always did).
+    """
+    now = clock.now()
+    tasks = [inbox_entry(store, store.load(t), now) for t in store.task_ids()]
+    if status:
+        tasks = [t for t in tasks if t["status"] == status]
+    tasks.sort(key=lambda t: (t["status"] != WAITING, t["waiting_since"] or "", t["task_id"]))
+    return {"tasks": tasks}
+
+
+def inbox_text(view: dict[str, Any]) -> str:
+    """The human-readable inbox: one line per task."""
+    lines = []
+    for t in view["tasks"]:
+        if t["status"] == WAITING:
+            if t["overdue"]:
+                when = "EXPIRED (reject or expire)"
+            elif t["expires_at"]:
+                left = (clock.parse_iso(t["expires_at"]) - clock.now()).total_seconds()
+                when = f"expires in {clock.human_age(left)}"
+            else:
+                when = "no expiry"
+            lines.append(f"WAITING    {t['task_id']}  {clock.human_age(t['age_s'])} ago, {when}  "
+                         f"{t['summary']}")
+        else:
+            lines.append(f"{t['status']:<10} {t['task_id']}  rev {t['revision']}  {t['summary']}")
+    return "\n".join(lines) or "no tasks"
+
+
+def expire_overdue(store: Store, task_id: Optional[str] = None) -> list[str]:
+    """Mark every overdue waiting task (or just ``task_id``) ``expired``; return the IDs marked.
+
+    Under each task's lock the checkpoint is reloaded and checked again: a task with a recorded
+    decision, or with a ledger entry, is never expired (its approval came in time). Raises
+    :class:`Stopped` if ``task_id`` is given and is not overdue.
+    """
+    done = []
+    ids = [task_id] if task_id else store.task_ids()
+    for tid in ids:
+        with store.task_lock(tid):
+            cp = store.load(tid)
+            now = clock.now()
+            if not overdue(cp, now) or Ledger(store.ledger_dir).get(tid) is not None:
+                if task_id:
+                    raise Stopped(f"task {tid} is not an overdue approval request (status {cp.status}, "
+                                  f"expires_at {cp.expires_at})")
+                continue
+            body = cp.body()
+            at = now_iso()
+            body.update(status="expired", pending=[], revision=cp.revision + 1, updated_at=at)
+            body["history"] = [*body["history"], {
+                "at": at, "event": "expired", "revision": cp.revision + 1,
+                "detail": {"expires_at": cp.expires_at, "pending": [p.call_id for p in cp.pending]}}]
+            store.save(body, failpoint="checkpoint:expired")
+            done.append(tid)
+    return done
+
+
+Ask = Callable[[str], str]
+Say = Callable[[str], None]
+Decide = Callable[[str, str, Optional[str]], dict[str, Any]]
+
+
+def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any]:
+    """Walk the waiting tasks: show tool, arguments and the draft; ask approve / reject / skip.
+
+    ``ask(prompt) -> answer`` reads one line (``input`` in a terminal; scripted in tests);
+    ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason) -> task`` applies a decision
+    (``workflow.hitl.resume``). Answers: ``a``/``approve``, ``r``/``reject`` (then a reason, required),
+    ``s``/``skip``, ``q``/``quit``. An overdue request cannot be approved (the refusal is shown and the
+    question asked again). A ``Stopped`` from ``decide`` is shown and the walk goes on. End of input
+    (``EOFError``) stops the walk like ``quit``.
+
+    Returns ``{"reviewed": [{"task_id", "action", "status"|"error"}], "remaining": int}``.
+    """
+    view = inbox_view(store, WAITING)
+    tasks = view["tasks"]
+    if not tasks:
+        say("Nothing waits for review.")
+        return {"reviewed": [], "remaining": 0}
+    reviewed: list[dict[str, Any]] = []
+    for n, task in enumerate(tasks, 1):
+        cp = store.load(task["task_id"])
+        say(f"[{n}/{len(tasks)}] task {cp.task_id}  waiting {clock.human_age(task['age_s'])}"
+            + ("  (EXPIRED: approve is refused)" if task["overdue"] else
+               f"  (expires {cp.expires_at})" if cp.expires_at else ""))
+        for p in cp.pending:
+            say(f"  tool: {p.tool}   call_id: {p.call_id}")
+            for k, v in p.arguments.items():
+                if k != "body":
+                    say(f"  {k}: {v!r}")
+            body = p.arguments.get("body")
+            if body is not None:
+                say("  draft:")
+                say("\n".join("    | " + line for line in str(body).splitlines() or [""]))
+        try:
+            action, reason = _ask_action(ask, say, overdue_now=task["overdue"])
+        except EOFError:
+            break
+        if action == "quit":
+            break
+        if action == "skip":
+            reviewed.append({"task_id": cp.task_id, "action": "skip", "status": cp.status})
+            continue
+        try:
+            result = decide(cp.task_id, action, reason)
+        except Stopped as exc:
+            say(f"  STOPPED: {exc}")
+            reviewed.append({"task_id": cp.task_id, "action": action, "error": str(exc)})
+            continue
+        say(f"  -> {result['status']} (revision {result['revision']})")
+        reviewed.append({"task_id": cp.task_id, "action": action, "status": result["status"]})
+    remaining = len(inbox_view(store, WAITING)["tasks"])
+    return {"reviewed": reviewed, "remaining": remaining}
+
+
+def _ask_action(ask: Ask, say: Say, *, overdue_now: bool) -> tuple[str, Optional[str]]:
+    while True:
+        answer = ask("  approve / reject / skip / quit? [a/r/s/q] ").strip().lower()
+        if answer in ("a", "approve"):
+            if overdue_now:
+                say("  approval expired: this request can only be rejected or skipped")
+                continue
+            return "approve", None
+        if answer in ("r", "reject"):
+            reason = ask("  reason (sent to the model): ").strip()
+            if not reason:
+                say("  a reject needs a reason")
+                continue
+            try:
+                check_text(reason, what="reason", limit=MAX_REASON_CHARS, single_line=False)
+            except ValueError as exc:
+                say(f"  {exc}")
+                continue
+            return "reject", reason
+        if answer in ("s", "skip", ""):
+            return "skip", None
+        if answer in ("q", "quit"):
+            return "quit", None
+        say("  please answer a, r, s or q")

@@ -1,0 +1,298 @@
+"""The execution receipt of one task (``python run.py show``). Never imports the SDK.
+
+The origin chapter (``shared/seeds/002_*.txt``, 执行收据) asks a receipt to record: task ID, outcome,
+trajectory, tools, time, tokens, errors, checkpoint version and the human approval. Sources:
+
+- the signed checkpoint (source of truth): status, every revision (``history``) with the schema
+  versions it was written with, the approval request (pending call and its arguments), the
+  decision (who, when, why), ``expires_at``;
+- the ledger: the entry for the idempotency key, or its absence (the proof of the effect);
+- the local trace (``workflow.trace_log``; diagnostics, unsigned): each run (start / resume), each
+  model call (latency; tokens from the SDK's turn span), each tool call with its arguments (redacted
+  unless ``--trace-content``), and errors.
+
+Shape (``--json``)::
+
+    {"task_id", "idempotency_key", "action",
+     "outcome": {"status", "executed": bool, "ledger": entry | null, "final_output"},
+     "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
+                  "decision": null | {"decision", "by", "at", "reason"}},
+     "checkpoint": {"path", "revision", "schema_version", "sdk_version", "run_state_schema_version",
+                    "created_at", "updated_at"},
+     "trajectory": [{"at", "step", ...}, …],   # in time order; see _history_steps/_trace_steps
+     "totals": {"elapsed_s", "run_time_ms", "runs", "model_calls", "tool_calls",
+                "input_tokens", "output_tokens", "total_tokens"},
+     "errors": [str, …],
+     "trace": {"path", "records", "unreadable_lines"}}
+
+Times are ISO-8601 UTC; ``elapsed_s`` is seconds from the first to the last recorded moment
+(human waiting included); ``run_time_ms`` the sum of the agent runs' durations.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from state import clock
+from state.schema import Checkpoint
+from state.storage import Store
+from tools.ledger import Ledger
+from workflow import trace_log
+
+
+def _ts(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return clock.parse_iso(text)
+    except ValueError:
+        return None
+
+
+def _ms(start: str | None, end: str | None) -> float | None:
+    a, b = _ts(start), _ts(end)
+    return round((b - a).total_seconds() * 1000, 3) if a and b else None
+
+
+def _history_steps(cp: Checkpoint) -> list[dict[str, Any]]:
+    steps = []
+    for ev in cp.history:
+        d = ev.detail
+        versions = {k: d.get(k) for k in ("schema_version", "sdk_version", "run_state_schema_version")
+                    if k in d}
+        steps.append({"at": ev.at, "step": "checkpoint", "revision": ev.revision, "event": ev.event,
+                      **versions})
+        if ev.event in ("started", "interrupted"):
+            for call in d.get("calls") or [{"call_id": c} for c in d.get("pending", [])]:
+                steps.append({"at": ev.at, "step": "approval_requested", "call_id": call.get("call_id"),
+                              "tool": call.get("tool"), "arguments": call.get("arguments"),
+                              "expires_at": d.get("expires_at")})
+        elif ev.event == "decision_recorded":
+            steps.append({"at": d.get("at", ev.at), "step": "decision", "decision": d.get("decision"),
+                          "by": d.get("by"), "reason": d.get("reason"), "call_id": d.get("call_id")})
+    return steps
+
+
+def _usage(span: dict[str, Any]) -> dict[str, int]:
+    usage = ((span.get("data") or {}).get("data") or {}).get("usage") or {}
+    return {k: int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens")}
+
+
+def _trace_steps(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+    """Trajectory steps, errors and sums from trace records."""
+    steps: list[dict[str, Any]] = []
+    errors: list[str] = []
+    spans = [r for r in records if r["kind"] == "span"]
+    gen_by_parent = {s.get("parent_id"): s for s in spans if s.get("type") == "generation"}
+    sums = {"runs": 0, "run_time_ms": 0.0, "input_tokens": 0, "output_tokens": 0}
+    open_run: dict[str, Any] | None = None
+    for r in records:
+        kind = r["kind"]
+        if kind == "run":
+            sums["runs"] += 1
+            open_run = r
+            steps.append({"at": r.get("at"), "step": "run", "phase": r.get("phase"), "pid": r.get("pid")})
+        elif kind == "run_end":
+            if open_run is not None:
+                sums["run_time_ms"] += _ms(open_run.get("at"), r.get("at")) or 0.0
+                open_run = None
+            if r.get("outcome") != "ok":
+                errors.append(f"{r.get('phase')} run at {r.get('at')}: {r.get('error')}")
+                steps.append({"at": r.get("at"), "step": "run_failed", "phase": r.get("phase"),
+                              "error": r.get("error")})
+        elif kind == "span":
+            if r.get("error"):
+                err = r["error"]
+                errors.append(f"{r.get('type')} span {r.get('name') or ''}: "
+                              f"{err.get('message') if isinstance(err, dict) else err}")
+            if r.get("type") == "turn":
+                gen = gen_by_parent.get(r.get("span_id"))
+                usage = _usage(r)
+                sums["input_tokens"] += usage["input_tokens"]
+                sums["output_tokens"] += usage["output_tokens"]
+                src = gen or r
+                steps.append({"at": src.get("started_at"), "step": "model_call",
+                              "turn": ((r.get("data") or {}).get("data") or {}).get("turn"),
+                              "latency_ms": _ms(src.get("started_at"), src.get("ended_at")),
+                              **usage})
+            elif r.get("type") == "function":
+                data = r.get("data") or {}
+                steps.append({"at": r.get("started_at"), "step": "tool_call", "tool": r.get("name"),
+                              "arguments": data.get("input"), "output": data.get("output"),
+                              "latency_ms": _ms(r.get("started_at"), r.get("ended_at")),
+                              "ran": data.get("output") is not None})
+            elif r.get("type") in ("guardrail", "handoff"):
+                steps.append({"at": r.get("started_at"), "step": r.get("type"), "name": r.get("name"),
+                              "data": r.get("data")})
+    return steps, errors, sums
+
+
+def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
+    """The receipt of ``task_id`` (shape in the module docstring).
+
+    Raises :class:`state.errors.Stopped` if the checkpoint or the ledger entry cannot be trusted
+    (same checks as every command); a missing or damaged trace only thins the trajectory.
+    """
+    cp = store.load(task_id)
+    entry = Ledger(store.ledger_dir).get(cp.idempotency_key)
+    path = trace_log.trace_path(store, task_id)
+    records, bad = trace_log.read(path)
+    t_steps, errors, sums = _trace_steps(records)
+    steps = _history_steps(cp) + t_steps
+    if entry is not None:
+        steps.append({"at": entry.published_at, "step": "ledger_entry",
+                      "idempotency_key": entry.idempotency_key,
+                      "content_sha256": entry.content_sha256})
+    order = {"run": 0, "checkpoint": 2, "approval_requested": 3}
+    steps.sort(key=lambda s: (_ts(s.get("at")) or datetime.max.replace(tzinfo=clock.now().tzinfo),
+                              order.get(s["step"], 1)))
+    if bad:
+        errors.append(f"{bad} unreadable line(s) in the trace file (cut by a crash?)")
+
+    request = next((s for s in reversed(steps) if s["step"] == "approval_requested"), None)
+    decision = None
+    if cp.decisions:
+        d = cp.decisions[-1]
+        decision = {"decision": d.decision, "by": d.by, "at": d.at, "reason": d.reason}
+    times = [t for t in (_ts(s.get("at")) for s in steps) if t] + [
+        t for t in (_ts(cp.created_at), _ts(cp.updated_at)) if t]
+    model_calls = sum(1 for s in steps if s["step"] == "model_call")
+    tool_calls = sum(1 for s in steps if s["step"] == "tool_call")
+    return {
+        "task_id": cp.task_id,
+        "idempotency_key": cp.idempotency_key,
+        "action": cp.action,
+        "outcome": {
+            "status": cp.status,
+            "executed": entry is not None,
+            "ledger": entry.model_dump() if entry else None,
+            "final_output": cp.final_output,
+        },
+        "approval": {
+            "requested_at": request["at"] if request else None,
+            "expires_at": cp.expires_at,
+            "call_id": request.get("call_id") if request else None,
+            "tool": request.get("tool") if request else None,
+            "arguments": _arguments(request.get("arguments") if request else None),
+            "decision": decision,
+        },
+        "checkpoint": {
+            "path": str(store.checkpoint_path(cp.task_id)),
+            "revision": cp.revision,
+            "schema_version": cp.schema_version,
+            "sdk_version": cp.sdk_version,
+            "run_state_schema_version": cp.run_state_schema_version,
+            "created_at": cp.created_at,
+            "updated_at": cp.updated_at,
+        },
+        "trajectory": steps,
+        "totals": {
+            "elapsed_s": round((max(times) - min(times)).total_seconds(), 3) if times else None,
+            "run_time_ms": round(sums["run_time_ms"], 3),
+            "runs": sums["runs"],
+            "model_calls": model_calls,
+            "tool_calls": tool_calls,
+            "input_tokens": sums["input_tokens"],
+            "output_tokens": sums["output_tokens"],
+            "total_tokens": sums["input_tokens"] + sums["output_tokens"],
+        },
+        "errors": errors,
+        "trace": {"path": str(path), "records": len(records), "unreadable_lines": bad},
+    }
+
+
+def _arguments(args: Any) -> Any:
+    """Arguments as the receipt shows them: the body as sha256 + preview + length (the checkpoint
+    keeps the full text; ``status --json`` shows it while the call waits)."""
+    if not isinstance(args, dict):
+        return args
+    out = dict(args)
+    if isinstance(out.get("body"), str):
+        body = out["body"]
+        out["body"] = trace_log.redact(body) if len(body) > trace_log.PREVIEW_CHARS else body
+    return out
+
+
+def _fmt_args(args: Any) -> str:
+    if not isinstance(args, dict):
+        return repr(args)
+    parts = []
+    for k, v in args.items():
+        if isinstance(v, dict) and "sha256" in v:
+            parts.append(f"{k}={v['preview']!r} ({v['chars']} chars, sha256 {v['sha256'][:12]}…)")
+        else:
+            parts.append(f"{k}={v!r}")
+    return ", ".join(parts)
+
+
+def _clock_time(at: str | None) -> str:
+    t = _ts(at)
+    return t.strftime("%H:%M:%S.%f")[:-3] if t else "?"
+
+
+def receipt_text(r: dict[str, Any]) -> str:
+    """The receipt for a terminal: header, outcome, approval, trajectory, totals, errors."""
+    o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
+    led = o["ledger"]
+    lines = [
+        f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
+        f"outcome: {o['status']}; ledger: "
+        + (f"1 entry, published_at {led['published_at']}, sha256 {led['content_sha256'][:12]}…"
+           if led else "no entry (nothing was published)"),
+    ]
+    if o["final_output"]:
+        lines.append(f"final output: {o['final_output']}")
+    lines.append(f"approval: {a['tool']}({_fmt_args(a['arguments'])}) call_id={a['call_id']}")
+    lines.append(f"  requested {a['requested_at']}, expires {a['expires_at'] or 'never'}")
+    d = a["decision"]
+    if d:
+        why = f", reason {d['reason']!r}" if d["reason"] else ""
+        lines.append(f"  decided: {d['decision']} by {d['by']} at {d['at']}{why}")
+    else:
+        lines.append("  decided: not yet")
+    lines.append(f"checkpoint: revision {c['revision']}, schema_version {c['schema_version']}, "
+                 f"RunState $schemaVersion {c['run_state_schema_version']}, "
+                 f"openai-agents {c['sdk_version']}")
+    lines.append("trajectory:")
+    for s in r["trajectory"]:
+        lines.append(f"  {_clock_time(s.get('at'))}  {_step_text(s)}")
+    lines.append(
+        f"totals: elapsed {t['elapsed_s']} s (human wait included), agent run time "
+        f"{t['run_time_ms']:.1f} ms over {t['runs']} run(s); {t['model_calls']} model call(s), "
+        f"{t['tool_calls']} tool call(s); tokens in {t['input_tokens']} / out {t['output_tokens']} "
+        f"/ total {t['total_tokens']}"
+    )
+    lines.append("errors: " + ("; ".join(r["errors"]) if r["errors"] else "none"))
+    lines.append(f"trace: {r['trace']['path']} ({r['trace']['records']} records)")
+    return "\n".join(lines)
+
+
+def _step_text(s: dict[str, Any]) -> str:
+    step = s["step"]
+    if step == "checkpoint":
+        v = ""
+        if "schema_version" in s:
+            v = (f" (schema {s['schema_version']}, RunState {s.get('run_state_schema_version')}, "
+                 f"openai-agents {s.get('sdk_version')})")
+        return f"checkpoint revision {s['revision']}: {s['event']}{v}"
+    if step == "approval_requested":
+        return f"approval requested: {s.get('tool')}({_fmt_args(_arguments(s.get('arguments')))}) call_id={s.get('call_id')}"
+    if step == "decision":
+        why = f", reason {s['reason']!r}" if s.get("reason") else ""
+        return f"human decision: {s.get('decision')} by {s.get('by')}{why}"
+    if step == "run":
+        return f"{'start' if s.get('phase') == 'start' else 'resume'} run (pid {s.get('pid')})"
+    if step == "run_failed":
+        return f"{s.get('phase')} run failed: {s.get('error')}"
+    if step == "model_call":
+        return (f"model call (turn {s.get('turn')}): {s.get('latency_ms')} ms, tokens in "
+                f"{s.get('input_tokens')} / out {s.get('output_tokens')}")
+    if step == "tool_call":
+        state = "ran" if s.get("ran") else "paused for approval (not run)"
+        out = s.get("output")
+        out_txt = f" -> {_fmt_args({'output': out})[7:]}" if out is not None else ""
+        return f"tool call {s.get('tool')}({_fmt_args(s.get('arguments'))}): {state}{out_txt}"
+    if step == "ledger_entry":
+        return f"ledger entry written for key {s.get('idempotency_key')}"
+    return f"{step}: {s}"

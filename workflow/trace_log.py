@@ -1,0 +1,134 @@
+"""The local trace file of a task: where it is, how a line is appended, how it is read back.
+
+Never imports the SDK (``show`` reads traces without paying for ``import agents``); the SDK side,
+the :class:`~workflow.tracing.LocalTraceProcessor`, writes through :func:`append`.
+
+File: ``<state dir>/traces/<file_name(task_id)>.jsonl``, one JSON object per line, appended across
+``start`` and every ``resume`` of the task. Records (``kind``):
+
+- ``run``: ``{"kind": "run", "phase": "start"|"resume", "at", "pid", "content": bool}`` — written
+  just before ``Runner.run``;
+- ``trace_start`` / ``trace_end``: ``{"kind", "at", "trace_id", "workflow_name", "group_id",
+  "metadata"}`` — the SDK's trace (``group_id`` and ``metadata.task_id`` are the task ID);
+- ``span``: ``{"kind": "span", "trace_id", "span_id", "parent_id", "started_at", "ended_at", "type",
+  "name", "data", "error"}`` — one finished SDK span (agent, generation, function, guardrail, custom
+  ``task``/``turn`` with usage …);
+- ``run_end``: ``{"kind": "run_end", "phase", "at", "outcome": "ok"|"error", "error": str|None}``.
+
+Traces are diagnostics, not the record: they are not signed, and a crash may cut the last line
+(reading skips lines that do not parse and counts them). The signed checkpoint stays the source of
+truth for status and decisions. Writes happen only under the task's lock (``start``/``resume``), so
+one writer per file; each record is one ``os.write`` on an ``O_APPEND`` descriptor.
+
+Nothing secret is written: unless a run asks for ``--trace-content``, every string of a model's
+input/output and of a tool's arguments longer than :data:`PREVIEW_CHARS` becomes ``{"sha256",
+"preview", "chars"}`` (a tool's output, a status and not the draft, only beyond
+:data:`OUTPUT_CHARS`); the
+values of ``OPENAI_API_KEY`` and ``HITL_SIGNING_KEY``, if set, are replaced by ``[redacted]`` in every
+line whatever the mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from state.storage import Store, file_name
+
+TRACES_DIR = "traces"
+PREVIEW_CHARS = 24
+OUTPUT_CHARS = 300
+SECRET_ENVS = ("OPENAI_API_KEY", "HITL_SIGNING_KEY")
+
+
+def trace_path(store: Store, task_id: str) -> Path:
+    """``<state dir>/traces/<file_name(task_id)>.jsonl``."""
+    return store.root / TRACES_DIR / (file_name(task_id) + ".jsonl")
+
+
+def redact(value: Any, limit: int = PREVIEW_CHARS) -> Any:
+    """``value`` with every string longer than ``limit`` characters replaced by
+    ``{"sha256": hex, "preview": first PREVIEW_CHARS chars + "…", "chars": n}`` (recursively)."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value
+        return {
+            "sha256": hashlib.sha256(value.encode("utf-8")).hexdigest(),
+            "preview": value[:PREVIEW_CHARS] + "…",
+            "chars": len(value),
+        }
+    if isinstance(value, dict):
+        return {k: redact(v, limit) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v, limit) for v in value]
+    return value
+
+
+def _scrub(line: str) -> str:
+    for name in SECRET_ENVS:
+        secret = os.environ.get(name)
+        if secret and len(secret) >= 8:
+            line = line.replace(secret, "[redacted]")
+    return line
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    line = _scrub(json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":"))) + "\n"
+    return line.encode("utf-8")
+
+
+def open_append(path: Path) -> int:
+    """An ``O_APPEND`` descriptor on ``path`` (created 0o600, folder created if missing)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+    try:
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o600)
+
+
+def write(fd: int, record: dict[str, Any]) -> None:
+    """Append ``record`` as one JSON line with one ``os.write`` on ``fd`` (from :func:`open_append`).
+
+    No fsync: a trace is diagnostics, and a run must not pay a disk flush per span. Secret values
+    (see module docstring) are scrubbed from the line.
+    """
+    os.write(fd, _line(record))
+
+
+def append(path: Path, record: dict[str, Any]) -> None:
+    """:func:`write` one record to ``path`` (opens and closes the file)."""
+    fd = open_append(path)
+    try:
+        write(fd, record)
+    finally:
+        os.close(fd)
+
+
+def read(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """``(records, unreadable_lines)`` of a trace file; ``([], 0)`` if it does not exist.
+
+    A line that is not a JSON object (e.g. cut by a crash) is skipped and counted, never guessed.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    records: list[dict[str, Any]] = []
+    bad = 0
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            bad += 1
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("kind"), str):
+            records.append(rec)
+        else:
+            bad += 1
+    return records, bad
