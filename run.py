@@ -5,10 +5,12 @@
     python run.py [--state-dir DIR] status [--task ID] [--json]
     python run.py [--state-dir DIR] list [--json]
     python run.py [--state-dir DIR] ledger [--json]
+    python run.py [--state-dir DIR] doctor [--repair] [--json]
     python run.py [--state-dir DIR] demo
 
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
-changed on disk); 2 usage error. ``status``, ``list`` and ``ledger`` never import the SDK.
+changed on disk); 2 usage error. ``doctor`` prints its report and exits 1 with a ``STOPPED:`` line
+when inconsistencies remain. ``status``, ``list``, ``ledger`` and ``doctor`` never import the SDK.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", type=_key)
     cmd("list", "print all tasks")
     cmd("ledger", "print the ledger")
+    p = cmd("doctor", "check every task against the ledger (read-only unless --repair)")
+    p.add_argument("--repair", action="store_true", help="apply only provable repairs, report each")
     cmd("demo", "the whole story, narrated, with the offline model")
     return parser
 
@@ -139,6 +143,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return list_view(store)
     if args.command == "ledger":
         return ledger_view(store)
+    if args.command == "doctor":
+        from workflow.doctor import doctor  # SDK-free
+
+        return doctor(store, repair=args.repair)
     demo(store)
     return None
 
@@ -153,6 +161,10 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool) -> None:
         for e in result["entries"]:
             print(f"  {e['published_at']}  {e['idempotency_key']}  {e['title']!r}  "
                   f"sha256={e['content_sha256'][:12]}…")
+    elif command == "doctor":
+        from workflow.doctor import doctor_text
+
+        print(doctor_text(result))
     else:
         print(task_text(result))
 
@@ -216,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if result is not None:
         _print_result(args.command, result, args.json)
+    if args.command == "doctor" and not result["consistent"]:  # type: ignore[index]
+        from workflow.doctor import summary
+
+        print(f"STOPPED: {summary(result)}", file=sys.stderr)  # type: ignore[arg-type]
+        return 1
     return 0
 
 
