@@ -24,7 +24,8 @@ from pathlib import Path
 
 from conftest import RUN_PY, ROOT, CliResult
 
-HAS_FORK = hasattr(os, "fork")
+#: ``HITL_TEST_NO_FORK=1`` forces the subprocess fallback (to check it on a POSIX machine).
+HAS_FORK = hasattr(os, "fork") and os.environ.get("HITL_TEST_NO_FORK") != "1"
 _warmed = False
 
 
@@ -155,6 +156,26 @@ def spawn(state_dir: Path, *args: str, env: dict[str, str] | None = None,
 def run_cli(state_dir: Path, *args: str, env: dict[str, str] | None = None) -> CliResult:
     """:func:`spawn` and wait."""
     return spawn(state_dir, *args, env=env).wait()
+
+
+def in_process(state_dir: Path, *args: str) -> CliResult:
+    """Run an SDK-free command (``doctor``, ``status``, ``ledger``) in this process: no process
+    boundary is needed to read state, and it keeps the no-fork fallback affordable."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    import run
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = run.main(["--state-dir", str(state_dir), *args])
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def step(state_dir: Path, *args: str) -> CliResult:
+    """A command that needs no failpoint and no race: a forked process where fork is cheap,
+    in this process otherwise (so the no-fork fallback does not pay 2 s per step)."""
+    return run_cli(state_dir, *args) if HAS_FORK else in_process(state_dir, *args)
 
 
 def spawn_together(jobs: list[tuple[Path, list[str]]],

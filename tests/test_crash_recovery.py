@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ledger_entries, snapshot
-from forking import HAS_FORK, run_cli
+from forking import HAS_FORK, in_process, run_cli, step
 
 KEY = "crash-1"
 START = ["start", "--key", KEY, "--title", "T", "--draft", "Crash me."]
@@ -39,8 +39,7 @@ MUST = {"start": {"signing_key:before", "checkpoint:start:before", "checkpoint:s
                     "checkpoint:outcome:before"},
         "reject": {"checkpoint:decision:after", "checkpoint:outcome:before"}}
 #: Without fork (each process ~2 s), only these run unless HITL_CRASH_FULL=1.
-SUBSET = {"checkpoint:decision:after", "ledger:record:after", "checkpoint:outcome:before",
-          "checkpoint:start:after"}
+SUBSET = {"checkpoint:decision:after", "ledger:record:after", "checkpoint:start:after"}
 
 
 def _resume(decision: str) -> list[str]:
@@ -77,7 +76,7 @@ def _pick(names: list[str]) -> list[str]:
 
 
 def _doctor(state_dir: Path) -> dict:
-    r = run_cli(state_dir, "doctor", "--json")
+    r = in_process(state_dir, "doctor", "--json")
     report = r.json()
     assert r.code == (0 if report["consistent"] else 1), (r.code, r.err)
     return report
@@ -85,13 +84,13 @@ def _doctor(state_dir: Path) -> dict:
 
 def _assert_recovered(state_dir: Path, decision: str, where: str) -> None:
     status, n_entries = EXPECT[decision]
-    r = run_cli(state_dir, *_resume(decision), "--json")
+    r = step(state_dir, *_resume(decision), "--json")
     assert r.code == 0, f"{where}: recovery resume failed: {r.err}"
     assert r.json()["status"] == status, where
     assert len(ledger_entries(state_dir)) == n_entries, where
     assert _doctor(state_dir)["consistent"], where
     before = snapshot(state_dir)
-    again = run_cli(state_dir, *_resume(decision), "--json")
+    again = step(state_dir, *_resume(decision), "--json")
     assert again.code == 0 and again.json()["status"] == status, where
     assert snapshot(state_dir) == before, f"{where}: a further resume changed the state dir"
     assert not [p for p in state_dir.rglob(".tmp-*")], f"{where}: temp files left behind"
@@ -125,7 +124,7 @@ def test_crash_at_every_start_point_then_start_again_works(flows, tmp_path):
         work = tmp_path / point.replace(":", "_")
         _crash(work, START, point, True, where)
         assert _doctor(work)["consistent"], where
-        again = run_cli(work, *START, "--json")
+        again = step(work, *START, "--json")
         assert again.code == 0, f"{where}: {again.err}"
         assert again.json()["status"] == "waiting_for_approval", where
         assert len(ledger_entries(work)) == 0, where
