@@ -128,7 +128,7 @@ def _plant_temps(state_dir):
     stem = file_name("doc-1")
     ours = [state_dir / "tasks" / f".tmp-{stem}.abcd1234.part",
             state_dir / "ledger" / f".tmp-{stem}.zz_99xyz.part",
-            state_dir / f".tmp-signing.key.k3y0000a.part"]
+            state_dir / ".tmp-signing.key.k3y0000a.part"]
     unknown = state_dir / "tasks" / ".tmp-x8d7q2.part"
     (state_dir / "ledger").mkdir(exist_ok=True)
     for p in [*ours, unknown]:
