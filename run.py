@@ -9,14 +9,16 @@
     python run.py [--state-dir DIR] show [--task ID] [--json]
     python run.py [--state-dir DIR] review [--by NAME]
     python run.py [--state-dir DIR] expire [--task ID] [--json]
+    python run.py [--state-dir DIR] doctor [--repair] [--json]
     python run.py [--state-dir DIR] demo
 
 BUDGET: [--max-turns N] [--max-tokens N] [--max-cost-usd X] [--price-per-mtok IN,OUT], for the
 whole task across start and every resume (issue 5; on resume they replace the recorded values).
 
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
-changed on disk); 2 usage error. ``status``, ``list``, ``ledger`` and ``show`` never import the SDK
-(nor asyncio); ``review`` imports it only when a human decides.
+changed on disk); 2 usage error. ``doctor`` prints its report and exits 1 with a ``STOPPED:`` line
+when inconsistencies remain. ``status``, ``list``, ``ledger``, ``show`` and ``doctor`` never import
+the SDK (nor asyncio); ``review`` imports it only when a human decides.
 """
 
 from __future__ import annotations
@@ -181,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-content", action="store_true", help=argparse.SUPPRESS)
     p = cmd("expire", "mark waiting tasks whose approval request has expired as 'expired'")
     p.add_argument("--task", type=_key)
+    p = cmd("doctor", "check every task against the ledger (read-only unless --repair)")
+    p.add_argument("--repair", action="store_true", help="apply only provable repairs, report each")
     cmd("demo", "the whole story, narrated, with the offline model")
     return parser
 
@@ -261,6 +265,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
         print(f"reviewed: {decided} decided, {done['remaining']} still waiting")
         return None
+    if args.command == "doctor":
+        from workflow.doctor import doctor  # SDK-free
+
+        return doctor(store, repair=args.repair)
     demo(store)
     return None
 
@@ -295,6 +303,10 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool,
         for e in result["entries"]:
             print(f"  {e['published_at']}  {e['idempotency_key']}  {e['title']!r}  "
                   f"sha256={e['content_sha256'][:12]}…")
+    elif command == "doctor":
+        from workflow.doctor import doctor_text
+
+        print(doctor_text(result))
     else:
         lines = task_text(result).splitlines()
         at = len(lines) - 1 if lines[-1].startswith("  next:") else len(lines)
@@ -366,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if result is not None:
         _print_result(args.command, result, args.json, getattr(args, "text_extra", None))
+    if args.command == "doctor" and not result["consistent"]:  # type: ignore[index]
+        from workflow.doctor import summary
+
+        print(f"STOPPED: {summary(result)}", file=sys.stderr)  # type: ignore[arg-type]
+        return 1
     return 0
 
 

@@ -5,14 +5,21 @@ Every durable write calls :func:`hit` with a name before and after it (e.g.
 ``HITL_FAILPOINT=<name>`` to end the process there with ``os._exit(86)`` (no cleanup, no flush:
 like a power cut for everything not yet fsynced), or ``HITL_FAILPOINT_LOG=<file>`` to append each name
 reached, so a test can enumerate every boundary of a flow without a hand-written list.
+``HITL_FAILPOINT_ACTION=hang`` makes the armed failpoint sleep instead of exiting (the process keeps
+whatever lock it holds), so a test can ``kill -9`` a process caught mid-write.
+
+Names (each with ``:before`` and ``:after``): ``signing_key`` (first use of a state dir),
+``checkpoint:start``, ``checkpoint:decision``, ``ledger:record``, ``checkpoint:outcome``.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 FAILPOINT_ENV = "HITL_FAILPOINT"
 FAILPOINT_LOG_ENV = "HITL_FAILPOINT_LOG"
+FAILPOINT_ACTION_ENV = "HITL_FAILPOINT_ACTION"
 CRASH_EXIT_CODE = 86
 
 
@@ -23,4 +30,7 @@ def hit(name: str) -> None:
         with open(log, "a", encoding="utf-8") as fh:
             fh.write(name + "\n")
     if os.environ.get(FAILPOINT_ENV) == name:
+        if os.environ.get(FAILPOINT_ACTION_ENV) == "hang":
+            while True:  # until killed
+                time.sleep(3600)
         os._exit(CRASH_EXIT_CODE)

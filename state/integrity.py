@@ -23,11 +23,13 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from . import failpoints
 from .errors import Stopped
 from .schema import canonical_json
 
 KEY_ENV = "HITL_SIGNING_KEY"
 KEY_FILE = "signing.key"
+DEFAULT_KEY_LOCK_TIMEOUT_S = 10.0
 
 
 def compute_mac(body: dict[str, Any], key: bytes) -> str:
@@ -70,13 +72,28 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
 
 
 def _create_key_file(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
-    except FileExistsError:
-        return  # another process created it first; use theirs
-    try:
-        os.write(fd, secrets.token_hex(32).encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Create ``path`` with a fresh key, all or nothing, and never over an existing key.
+
+    Write order: temp file ``.tmp-signing.key.*.part`` (fsynced, 0o600 from ``mkstemp``) →
+    ``os.link`` to ``signing.key`` (fails if another process linked first: use theirs) → unlink the
+    temp → fsync the folder. A reader sees no key or the whole key, never an empty file (a crash
+    between an exclusive create and its write would otherwise leave a state dir no command can
+    use). Runs under ``locks/signing.key.lock`` so ``doctor --repair`` can prove a temp is left over.
+    Failpoints ``signing_key:before`` / ``signing_key:after``.
+    """
+    from .storage import Store, fsync_dir, write_temp  # storage imports this module
+
+    store = Store(path.parent)
+    with store.owner_lock(KEY_FILE, timeout=DEFAULT_KEY_LOCK_TIMEOUT_S, what="the signing key"):
+        if path.exists():
+            return  # another process created it first; use theirs
+        failpoints.hit("signing_key:before")
+        tmp = write_temp(path.parent, secrets.token_hex(32).encode("ascii"), owner=KEY_FILE)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(path.parent)
+        failpoints.hit("signing_key:after")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -82,12 +83,21 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_temp(folder: Path, data: bytes) -> Path:
-    """Write ``data`` to a new temp file in ``folder``, flushed and fsynced; return its path."""
+#: Temp files are ``.tmp-<owner>.<8 random chars>.part``; ``<owner>`` is the file stem they will
+#: become (a task's :func:`file_name`, or ``signing.key``). ``doctor`` reads the owner back to know
+#: which lock proves that no live process is still writing the file.
+TEMP_NAME = re.compile(r"^\.tmp-(?P<owner>.+)\.[a-z0-9_]{8}\.part\Z")
+
+
+def write_temp(folder: Path, data: bytes, *, owner: str) -> Path:
+    """Write ``data`` to a new temp file in ``folder``, flushed and fsynced; return its path.
+
+    The name is ``.tmp-<owner>.XXXXXXXX.part`` (see :data:`TEMP_NAME`).
+    """
     import tempfile  # here, not at the top: read-only commands never write (startup time, issue 6)
 
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{owner}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -105,7 +115,7 @@ def atomic_write(path: Path, data: bytes, *, failpoint: str) -> None:
     ``failpoint`` names this durable write for crash-injection tests (see :mod:`state.failpoints`).
     """
     failpoints.hit(failpoint + ":before")
-    tmp = write_temp(path.parent, data)
+    tmp = write_temp(path.parent, data, owner=path.stem)
     try:
         os.replace(tmp, path)
     except BaseException:
@@ -142,16 +152,27 @@ class Store:
         waiting is bounded by ``$HITL_LOCK_TIMEOUT`` seconds (default 10). Raises :class:`Stopped`
         on timeout.
         """
-        from filelock import FileLock, Timeout  # ~10 ms: only commands that write pay it (issue 6)
+        timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S))
+        with self.owner_lock(file_name(task_id), timeout=timeout, what=f"task {task_id}"):
+            yield
+
+    def lock_path(self, owner: str) -> Path:
+        """``locks/<owner>.lock``: the lock guarding every file whose stem is ``owner``."""
+        return self.locks_dir / (owner + ".lock")
+
+    @contextmanager
+    def owner_lock(self, owner: str, *, timeout: float, what: str) -> Iterator[None]:
+        """Hold ``locks/<owner>.lock`` (``owner`` a file stem); raise :class:`Stopped` after
+        ``timeout`` seconds naming ``what``. Used by :meth:`task_lock` and by ``doctor``."""
+        from filelock import FileLock, Timeout  # ~10 ms: only commands that lock pay it (issue 6)
 
         self.locks_dir.mkdir(parents=True, exist_ok=True)
-        timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S))
-        lock = FileLock(str(self.locks_dir / (file_name(task_id) + ".lock")), timeout=timeout)
+        lock = FileLock(str(self.lock_path(owner)), timeout=timeout)
         try:
             lock.acquire()
         except Timeout:
             raise Stopped(
-                f"task {task_id} is being worked on by another process (waited {timeout:g} s); "
+                f"{what} is being worked on by another process (waited {timeout:g} s); "
                 "try again when it finishes"
             ) from None
         try:

@@ -496,6 +496,7 @@ READ_ONLY_COMMANDS = [
     ["list", "--status", "completed"],
     ["ledger"],
     ["show", "--task", "s-1"],
+    ["doctor"],
 ]
 
 

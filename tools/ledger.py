@@ -111,7 +111,7 @@ class Ledger:
             )
             data = (json.dumps(entry.model_dump(), indent=2, ensure_ascii=False) + "\n").encode()
             failpoints.hit("ledger:record:before")
-            tmp = write_temp(self.folder, data)
+            tmp = write_temp(self.folder, data, owner=file_name(key))
             try:
                 os.link(tmp, self.path_for(key))  # fails if another process won the race
                 created = True

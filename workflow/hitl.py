@@ -14,14 +14,20 @@ SDK docs step               here
 ``Runner.run(agent, state)``:func:`resume`
 ==========================  =========================================================
 
-Write order (origin exercise: write the ledger first, then mark the checkpoint complete):
+Write order (origin exercise: write the ledger first, then mark the checkpoint complete). Each
+durable write is atomic and sits between failpoints ``<name>:before`` / ``<name>:after``
+(:mod:`state.failpoints`); docs/readme/issue4.md lists what a crash at each one leaves behind.
 
-1. ``start``: one write, the checkpoint (revision 1, ``waiting_for_approval``).
-2. ``resume``: (a) the checkpoint with the human's decision recorded, still waiting; (b) the ledger
-   entry, written by the tool inside ``Runner.run`` (approve only); (c) the checkpoint with the
-   outcome (``completed`` / ``cancelled``). A crash after (a) or (b) leaves a waiting checkpoint
-   with the decision recorded; the next ``resume`` replays the run from the same saved RunState, the
-   tool finds its ledger entry and does not publish again, and (c) is written.
+0. first use of a state dir: ``signing_key`` (temp + exclusive ``os.link``; never half a key).
+1. ``start``: ``checkpoint:start``, the checkpoint (revision 1, ``waiting_for_approval``). A crash
+   before it leaves no task (start again); after it, ``start`` with the same key and draft returns it.
+2. ``resume``: (a) ``checkpoint:decision``, the human's decision recorded, still waiting; (b)
+   ``ledger:record``, the ledger entry, written by the tool inside ``Runner.run`` (approve only);
+   (c) ``checkpoint:outcome``, ``completed`` / ``cancelled``. A crash after (a) or (b) leaves a
+   waiting checkpoint with the decision recorded; the next ``resume`` with the same decision replays
+   the run from the same saved RunState, the tool finds its ledger entry and does not publish again,
+   and (c) is written. A different decision is refused, and so is reject once the ledger has the
+   entry (an executed action is never marked cancelled).
 
 All of it runs under the task's file lock, so two resumers never interleave.
 """

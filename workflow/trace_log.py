@@ -36,6 +36,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from state import failpoints
 from state.storage import Store, file_name
 
 TRACES_DIR = "traces"
@@ -83,20 +84,27 @@ def _line(record: dict[str, Any]) -> bytes:
 def open_append(path: Path) -> int:
     """An ``O_APPEND`` descriptor on ``path`` (created 0o600, folder created if missing)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+    failpoints.hit("trace:append:before")
     try:
-        return os.open(path, flags, 0o600)
+        fd = os.open(path, flags, 0o600)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, flags, 0o600)
+        fd = os.open(path, flags, 0o600)
+    failpoints.hit("trace:append:after")
+    return fd
 
 
 def write(fd: int, record: dict[str, Any]) -> None:
     """Append ``record`` as one JSON line with one ``os.write`` on ``fd`` (from :func:`open_append`).
 
     No fsync: a trace is diagnostics, and a run must not pay a disk flush per span. Secret values
-    (see module docstring) are scrubbed from the line.
+    (see module docstring) are scrubbed from the line. A durable write like any other, so it sits
+    between the ``trace:append`` failpoints (crash tests enumerate it).
     """
-    os.write(fd, _line(record))
+    line = _line(record)
+    failpoints.hit("trace:append:before")
+    os.write(fd, line)
+    failpoints.hit("trace:append:after")
 
 
 def append(path: Path, record: dict[str, Any]) -> None:

@@ -1,0 +1,227 @@
+"""Crash injection: kill the real CLI at every durable-write boundary, then recover.
+
+The points are ENUMERATED, not listed by hand: each flow (start; resume approve; resume reject) runs
+once with ``HITL_FAILPOINT_LOG``, and every name it logs becomes a crash point. A write added later
+with its failpoints is covered automatically; a write added WITHOUT failpoints is caught by
+``test_every_durable_write_is_inside_a_failpoint_pair``.
+
+For every resume point × {approve, reject}: crash there (``HITL_FAILPOINT`` → ``os._exit(86)``),
+check ``doctor`` recommends exactly the resume we are about to run, ``resume`` again with the same
+decision, then assert one ledger entry (approve) / none (reject), status completed / cancelled,
+``doctor`` consistent, and a further resume leaves the state dir byte-identical. For every start
+point: crash there, ``start`` again with the same key and draft works, and the task can be approved.
+
+Processes are forked from a warmed interpreter (tests/forking.py); without fork, a representative
+subset runs as plain subprocesses. ``HITL_CRASH_FULL=1`` adds double crashes: crash at point A, crash
+again at point B during the recovery, then recover.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ledger_entries, snapshot
+from forking import HAS_FORK, in_process, run_cli, step
+
+KEY = "crash-1"
+START = ["start", "--key", KEY, "--title", "T", "--draft", "Crash me."]
+FULL = os.environ.get("HITL_CRASH_FULL") == "1"
+EXPECT = {"approve": ("completed", 1), "reject": ("cancelled", 0)}
+#: Boundaries that must be among the enumerated ones (so a broken enumeration cannot pass vacuously).
+MUST = {"start": {"signing_key:before", "checkpoint:start:before", "checkpoint:start:after"},
+        "approve": {"checkpoint:decision:after", "ledger:record:before", "ledger:record:after",
+                    "checkpoint:outcome:before"},
+        "reject": {"checkpoint:decision:after", "checkpoint:outcome:before"}}
+#: Without fork (each process ~2 s), only these run unless HITL_CRASH_FULL=1.
+SUBSET = {"checkpoint:decision:after", "ledger:record:after", "checkpoint:start:after"}
+
+
+def _resume(decision: str) -> list[str]:
+    return ["resume", "--task", KEY, "--decision", decision, "--by", "ops", "--reason", "r"]
+
+
+def _logged(state_dir: Path, args: list[str], log: Path) -> list[str]:
+    r = run_cli(state_dir, *args, env={"HITL_FAILPOINT_LOG": str(log)})
+    assert r.code == 0, r.err
+    names = log.read_text(encoding="utf-8").split() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return list(dict.fromkeys(names))
+
+
+@pytest.fixture(scope="module")
+def flows(tmp_path_factory):
+    """``{"base": <state dir with KEY started>, "start"|"approve"|"reject": [point names]}``."""
+    root = tmp_path_factory.mktemp("flows")
+    base, log = root / "base", root / "fp.log"
+    points = {"start": _logged(base, START, log)}
+    for decision in ("approve", "reject"):
+        work = root / decision
+        shutil.copytree(base, work)
+        points[decision] = _logged(work, _resume(decision), log)
+    for flow, names in points.items():
+        assert MUST[flow] <= set(names), (flow, names)
+    print(f"\ncrash points enumerated: start {len(points['start'])}, approve "
+          f"{len(points['approve'])}, reject {len(points['reject'])}: {points}")
+    return {"base": base, **points}
+
+
+def _pick(names: list[str]) -> list[str]:
+    return names if (HAS_FORK or FULL) else [n for n in names if n in SUBSET]
+
+
+def _doctor(state_dir: Path) -> dict:
+    r = in_process(state_dir, "doctor", "--json")
+    report = r.json()
+    assert r.code == (0 if report["consistent"] else 1), (r.code, r.err)
+    return report
+
+
+def _assert_recovered(state_dir: Path, decision: str, where: str) -> None:
+    status, n_entries = EXPECT[decision]
+    r = step(state_dir, *_resume(decision), "--json")
+    assert r.code == 0, f"{where}: recovery resume failed: {r.err}"
+    assert r.json()["status"] == status, where
+    assert len(ledger_entries(state_dir)) == n_entries, where
+    assert _doctor(state_dir)["consistent"], where
+    before = snapshot(state_dir)
+    again = step(state_dir, *_resume(decision), "--json")
+    assert again.code == 0 and again.json()["status"] == status, where
+    assert snapshot(state_dir) == before, f"{where}: a further resume changed the state dir"
+    assert not [p for p in state_dir.rglob(".tmp-*")], f"{where}: temp files left behind"
+
+
+def _crash(state_dir: Path, args: list[str], point: str, reached: bool, where: str) -> None:
+    r = run_cli(state_dir, *args, env={"HITL_FAILPOINT": point})
+    assert r.code == (86 if reached else 0), f"{where}: exit {r.code}: {r.err}"
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_crash_at_every_resume_point_then_resume_recovers(flows, decision, tmp_path):
+    points = _pick(list(dict.fromkeys(flows["approve"] + flows["reject"])))
+    assert points
+    for point in points:
+        where = f"{decision} crashed at {point}"
+        work = tmp_path / point.replace(":", "_")
+        shutil.copytree(flows["base"], work)
+        reached = point in flows[decision]
+        _crash(work, _resume(decision), point, reached, where)
+        report = _doctor(work)
+        # after the crash doctor either sees nothing wrong or recommends exactly our resume
+        for f in report["findings"]:
+            assert f["action"] == f"python run.py resume --task {KEY} --decision {decision}", (where, f)
+        _assert_recovered(work, decision, where)
+
+
+def test_crash_at_every_start_point_then_start_again_works(flows, tmp_path):
+    for point in _pick(flows["start"]):
+        where = f"start crashed at {point}"
+        work = tmp_path / point.replace(":", "_")
+        _crash(work, START, point, True, where)
+        assert _doctor(work)["consistent"], where
+        again = step(work, *START, "--json")
+        assert again.code == 0, f"{where}: {again.err}"
+        assert again.json()["status"] == "waiting_for_approval", where
+        assert len(ledger_entries(work)) == 0, where
+        _assert_recovered(work, "approve", where)
+
+
+@pytest.mark.skipif(not FULL, reason="HITL_CRASH_FULL=1 runs every pair of crash points")
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_double_crash_every_pair_then_resume_recovers(flows, decision, tmp_path):
+    points = flows[decision]
+    for first in points:
+        for second in points:
+            where = f"{decision}: crash at {first}, then at {second} during recovery"
+            work = tmp_path / f"{first}__{second}".replace(":", "_")
+            shutil.copytree(flows["base"], work)
+            _crash(work, _resume(decision), first, True, where)
+            r = run_cli(work, *_resume(decision), env={"HITL_FAILPOINT": second})
+            assert r.code in (0, 86), f"{where}: {r.err}"
+            _assert_recovered(work, decision, where)
+
+
+def test_every_durable_write_is_inside_a_failpoint_pair(cli, state_dir, monkeypatch):
+    """Instrument the file API: every create/replace/link below the state dir must happen between a
+    ``<name>:before`` and ``<name>:after`` failpoint, so crash tests see every write. Lock files
+    (``locks/``) hold no data and are exempt."""
+    from state import failpoints
+
+    events: list[tuple[str, str]] = []
+    open_points: list[str] = []
+    root = str(state_dir)
+
+    def inside(path) -> bool:
+        p = os.path.abspath(os.fspath(path))
+        return p.startswith(root) and "locks" not in Path(p).relative_to(root).parts
+
+    def note_write(kind: str, path) -> None:
+        if inside(path):
+            events.append((kind, os.fspath(path)))
+            assert open_points, f"{kind} {path} outside any failpoint pair"
+
+    real_hit = failpoints.hit
+
+    def hit(name: str) -> None:
+        events.append(("failpoint", name))
+        base, _, edge = name.rpartition(":")
+        if edge == "before":
+            open_points.append(base)
+        else:
+            assert open_points and open_points[-1] == base, (name, open_points)
+            open_points.pop()
+        real_hit(name)
+
+    real = {"replace": os.replace, "link": os.link, "rename": os.rename, "mkstemp": tempfile.mkstemp,
+            "open": builtins.open, "os_open": os.open}
+
+    def w_replace(src, dst, *a, **k):
+        note_write("replace", dst)
+        return real["replace"](src, dst, *a, **k)
+
+    def w_link(src, dst, *a, **k):
+        note_write("link", dst)
+        return real["link"](src, dst, *a, **k)
+
+    def w_rename(src, dst, *a, **k):
+        note_write("rename", dst)
+        return real["rename"](src, dst, *a, **k)
+
+    def w_mkstemp(*a, **k):
+        fd, name = real["mkstemp"](*a, **k)
+        note_write("mkstemp", name)
+        return fd, name
+
+    def w_open(file, mode="r", *a, **k):
+        if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+"):
+            note_write("open", file)
+        return real["open"](file, mode, *a, **k)
+
+    def w_os_open(path, flags, *a, **k):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            note_write("os.open", path)
+        return real["os_open"](path, flags, *a, **k)
+
+    for mod in (failpoints,):
+        monkeypatch.setattr(mod, "hit", hit)
+    monkeypatch.setattr(os, "replace", w_replace)
+    monkeypatch.setattr(os, "link", w_link)
+    monkeypatch.setattr(os, "rename", w_rename)
+    monkeypatch.setattr(tempfile, "mkstemp", w_mkstemp)
+    monkeypatch.setattr(builtins, "open", w_open)
+    monkeypatch.setattr(os, "open", w_os_open)
+
+    assert cli("start", "--key", "w-1", "--draft", "x").code == 0
+    assert cli("resume", "--task", "w-1", "--decision", "approve").code == 0
+    assert cli("start", "--key", "w-2", "--draft", "y").code == 0
+    assert cli("resume", "--task", "w-2", "--decision", "reject").code == 0
+    assert cli("doctor", "--repair").code == 0
+    writes = [e for e in events if e[0] != "failpoint"]
+    # the audit saw real writes: key, 2 starts, 2 decisions, 1 ledger entry, 2 outcomes
+    assert sum(1 for kind, _ in writes if kind in ("replace", "link")) == 8, writes
+    assert not open_points

@@ -1,0 +1,206 @@
+"""``run.py doctor [--repair] [--json]``: every inconsistency reported with its action; read-only by
+default; ``--repair`` applies only provable repairs (leftover temp files); exit 0 consistent, 1 with a
+STOPPED line otherwise; never imports the SDK."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import ROOT, checkpoint_file, snapshot
+from forking import in_process, run_cli, spawn, step
+
+
+def _start(cli, key="doc-1", draft="Body"):
+    r = cli("start", "--key", key, "--title", "T", "--draft", draft)
+    assert r.code == 0, r.err
+
+
+def _doctor(cli, *extra):
+    r = cli("doctor", "--json", *extra)
+    report = r.json()
+    assert r.code == (0 if report["consistent"] else 1)
+    if r.code == 1:
+        lines = [x for x in r.err.splitlines() if x.strip()]
+        assert len(lines) == 1 and lines[0].startswith("STOPPED: doctor found"), r.err
+    return report
+
+
+def _kinds(report):
+    return sorted(f["kind"] for f in report["findings"])
+
+
+def _ledger_file(state_dir, key):
+    from state.storage import file_name
+
+    return state_dir / "ledger" / (file_name(key) + ".json")
+
+
+def test_doctor_consistent_after_normal_runs(cli, state_dir):
+    assert _doctor(cli)["consistent"]  # no state dir yet
+    assert not state_dir.exists(), "doctor must not create the state dir"
+    _start(cli, "ok-1")
+    _start(cli, "ok-2")
+    _start(cli, "ok-3")
+    cli("resume", "--task", "ok-1", "--decision", "approve")
+    cli("resume", "--task", "ok-2", "--decision", "reject")
+    report = _doctor(cli)
+    assert report["consistent"] and report["findings"] == []
+    assert (report["checked"]["tasks"], report["checked"]["ledger_entries"]) == (3, 1)
+    text = cli("doctor")
+    assert text.code == 0 and "consistent: every task agrees with the ledger" in text.out
+
+
+def test_doctor_reports_completed_without_entry(cli, state_dir):
+    _start(cli)
+    cli("resume", "--task", "doc-1", "--decision", "approve")
+    _ledger_file(state_dir, "doc-1").unlink()
+    report = _doctor(cli)
+    assert _kinds(report) == ["completed_without_entry"]
+    assert "a human must check" in report["findings"][0]["action"]
+
+
+def test_doctor_reports_entry_without_task(cli, state_dir):
+    _start(cli)
+    cli("resume", "--task", "doc-1", "--decision", "approve")
+    checkpoint_file(state_dir, "doc-1").unlink()
+    assert _kinds(_doctor(cli)) == ["entry_without_task"]
+
+
+def test_doctor_reports_cancelled_with_entry(cli, state_dir):
+    from state.storage import Store
+    from tools.ledger import Ledger
+
+    _start(cli)
+    cli("resume", "--task", "doc-1", "--decision", "reject")
+    cp = Store(state_dir).load("doc-1")
+    Ledger(state_dir / "ledger").record(key="doc-1", task_id="doc-1", title="T",
+                                        content_sha256=cp.content_sha256)
+    assert _kinds(_doctor(cli)) == ["cancelled_with_entry"]
+
+
+def test_doctor_reports_entry_for_other_content(cli, state_dir):
+    from tools.ledger import Ledger
+
+    _start(cli)
+    Ledger(state_dir / "ledger").record(key="doc-1", task_id="doc-1", title="T",
+                                        content_sha256="0" * 64)
+    assert _kinds(_doctor(cli)) == ["entry_mismatch"]
+
+
+def test_doctor_recommends_resume_after_a_crash(state_dir):
+    """Real crashes (os._exit at a failpoint): after the decision → decision_not_finished; after
+    the ledger entry → executed_not_recorded; both recommend the exact resume, which fixes it."""
+    for key, point, decision, kind in (
+        ("c-1", "checkpoint:decision:after", "reject", "decision_not_finished"),
+        ("c-2", "checkpoint:decision:after", "approve", "decision_not_finished"),
+        ("c-3", "ledger:record:after", "approve", "executed_not_recorded"),
+    ):
+        assert step(state_dir, "start", "--key", key, "--draft", key).code == 0
+        crashed = run_cli(state_dir, "resume", "--task", key, "--decision", decision,
+                          env={"HITL_FAILPOINT": point})
+        assert crashed.code == 86
+        r = in_process(state_dir, "doctor", "--json")
+        assert r.code == 1 and r.err.startswith("STOPPED: doctor found 1 inconsistency")
+        (finding,) = r.json()["findings"]
+        assert finding["kind"] == kind and finding["task_id"] == key
+        assert finding["action"] == f"python run.py resume --task {key} --decision {decision}"
+        assert step(state_dir, "resume", "--task", key, "--decision", decision).code == 0
+        assert in_process(state_dir, "doctor").code == 0
+
+
+def test_doctor_reports_unreadable_files(cli, state_dir):
+    _start(cli, "bad-1")
+    _start(cli, "bad-2")
+    cli("resume", "--task", "bad-2", "--decision", "approve")
+    checkpoint_file(state_dir, "bad-1").write_bytes(b'{"schema_version": 1, "trunc')
+    _ledger_file(state_dir, "bad-2").write_bytes(b"\x00\x00")
+    report = _doctor(cli)
+    assert _kinds(report) == ["completed_without_entry", "unreadable_checkpoint",
+                              "unreadable_ledger_entry"]
+    text = cli("doctor")
+    assert text.code == 1 and "not valid JSON" in text.out and "action:" in text.out
+
+
+def _plant_temps(state_dir):
+    from state.storage import file_name
+
+    stem = file_name("doc-1")
+    ours = [state_dir / "tasks" / f".tmp-{stem}.abcd1234.part",
+            state_dir / "ledger" / f".tmp-{stem}.zz_99xyz.part",
+            state_dir / ".tmp-signing.key.k3y0000a.part"]
+    unknown = state_dir / "tasks" / ".tmp-x8d7q2.part"
+    (state_dir / "ledger").mkdir(exist_ok=True)
+    for p in [*ours, unknown]:
+        p.write_bytes(b'{"half": ')
+    return ours, unknown
+
+
+def test_doctor_is_read_only_by_default(cli, state_dir):
+    _start(cli)
+    cli("resume", "--task", "doc-1", "--decision", "approve")
+    _plant_temps(state_dir)
+    _ledger_file(state_dir, "doc-1").unlink()
+    before = snapshot(state_dir)
+    report = _doctor(cli)
+    assert _kinds(report) == ["completed_without_entry", "leftover_temp", "leftover_temp",
+                              "leftover_temp", "unknown_temp"]
+    assert report["repairs"] == []
+    assert snapshot(state_dir) == before
+
+
+def test_doctor_repair_deletes_only_provable_leftovers(cli, state_dir):
+    _start(cli)
+    ours, unknown = _plant_temps(state_dir)
+    before = snapshot(state_dir)
+    report = _doctor(cli, "--repair")
+    assert sorted(r["path"] for r in report["repairs"]) == sorted(str(p) for p in ours)
+    assert all(r["result"] == "deleted" for r in report["repairs"])
+    assert _kinds(report) == ["unknown_temp"] and not report["consistent"]
+    assert not any(p.exists() for p in ours) and unknown.exists()
+    after = snapshot(state_dir)
+    changed = {k for k in before if before[k] != after.get(k)}
+    assert {k.rsplit("/", 1)[-1].rsplit("\\", 1)[-1] for k in changed} == {p.name for p in ours}
+    unknown.unlink()
+    again = cli("doctor", "--repair")
+    assert again.code == 0 and "repaired" not in again.out
+
+
+def test_doctor_repair_leaves_a_busy_tasks_temp_alone(state_dir, tmp_path):
+    """A live resume holds the task lock (hung at a failpoint): its temp file may be in use, so
+    --repair must not delete it and reports the task busy; after the holder is killed it does."""
+    from state.storage import file_name
+
+    assert step(state_dir, "start", "--key", "doc-1", "--draft", "x").code == 0
+    log = tmp_path / "fp.log"
+    holder = spawn(state_dir, "resume", "--task", "doc-1", "--decision", "approve",
+                   env={"HITL_FAILPOINT": "checkpoint:decision:after",
+                        "HITL_FAILPOINT_ACTION": "hang", "HITL_FAILPOINT_LOG": str(log)})
+    tmp = state_dir / "tasks" / f".tmp-{file_name('doc-1')}.abcd1234.part"
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while not (log.exists() and "checkpoint:decision:after" in log.read_text()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        tmp.write_bytes(b"in use")
+        r = in_process(state_dir, "doctor", "--repair", "--json")
+        report = r.json()
+        assert r.code == 0 and report["repairs"] == []  # busy is a note, not an inconsistency
+        assert sorted(f["kind"] for f in report["findings"]) == ["busy", "busy"]
+        assert tmp.exists()
+    finally:
+        holder.kill()
+    r = in_process(state_dir, "doctor", "--repair", "--json")
+    assert [x["result"] for x in r.json()["repairs"]] == ["deleted"] and not tmp.exists()
+    assert r.json()["findings"][0]["kind"] == "decision_not_finished"
+
+
+def test_doctor_does_not_import_the_sdk(cli, state_dir):
+    _start(cli)
+    code = ("import sys, run; "
+            f"rc = [run.main(['--state-dir', {str(state_dir)!r}, 'doctor', *a]) for a in ([], ['--repair'])]; "
+            "print(rc, 'agents' in sys.modules, 'openai' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == "[0, 0] False False", out.stdout + out.stderr

@@ -1,0 +1,327 @@
+"""``run.py doctor``: check every task against the ledger; repair only what is provable. No SDK.
+
+What it reads: every checkpoint (``tasks/*.json``), every ledger entry (``ledger/*.json``), the lock
+files (``locks/*.lock``) and temp files (``.tmp-*.part``) of the state dir. Each task is checked
+under its own lock (taken without waiting), so a task a live process is working on is reported as
+``busy`` instead of as a half-finished write.
+
+Findings (``kind``: what it means → the recommended ``action``):
+
+=========================  ===================================================================
+``unreadable_checkpoint``  not JSON / not our schema / MAC fails / misnamed → a human restores or
+                           removes it (nothing can be proven from it)
+``unreadable_ledger_entry`` a ledger file that cannot be parsed or names another key → a human
+``completed_without_entry`` checkpoint ``completed`` but no ledger entry → a human (resume refuses)
+``entry_mismatch``         the entry names another task or other content → a human
+``cancelled_with_entry``   ``cancelled`` but the ledger shows it executed → a human
+``executed_not_recorded``  waiting, approval recorded, entry present (crash between the ledger and
+                           the outcome) → ``python run.py resume --task ID --decision approve``
+``decision_not_finished``  waiting, decision recorded, no entry (crash after the decision) →
+                           ``python run.py resume --task ID --decision <the recorded one>``
+``entry_without_approval`` waiting, entry present, no approval recorded → a human
+``entry_without_task``     a ledger entry whose task has no checkpoint → a human
+``leftover_temp``          ``.tmp-<owner>.*.part`` left by a process that died mid-write →
+                           ``doctor --repair`` deletes it (provable: see below)
+``unknown_temp``           a ``.tmp-*.part`` of unknown owner → delete by hand when no run.py runs
+``busy`` (note)            a live process holds the task's lock → run doctor again later
+=========================  ===================================================================
+
+Repairs (``--repair``): only deleting ``leftover_temp`` files. Every write of a task's files
+happens under that task's lock (``locks/<owner>.lock``; the signing key under
+``locks/signing.key.lock``), so a temp file whose owner's lock doctor holds belongs to no live
+process: deleting it is provably safe. Nothing else is repaired: marking a task completed needs a
+new signed checkpoint carrying the finished RunState, which only ``resume`` (with the SDK) can
+produce from the ledger entry; everything else needs a human.
+
+Lock files are not findings: filelock uses OS locks (``flock`` / ``msvcrt.locking``), which the OS
+drops when the holder dies, so a lock file left by a killed process does not block anyone
+(``tests/test_concurrency.py`` kills a holder with ``kill -9``). Deleting lock files is never safe
+while processes may be waiting on them, so doctor leaves them alone.
+
+Exit status (``run.py``): 0 when no inconsistency remains (notes allowed); otherwise the report is
+printed and then one ``STOPPED: doctor found N inconsistencies …`` line, exit 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from filelock import FileLock, Timeout
+
+from state.errors import Stopped
+from state.integrity import KEY_FILE
+from state.schema import Checkpoint
+from state.storage import TEMP_NAME, Store, file_name
+from tools.ledger import Ledger, LedgerEntry
+
+#: Finding kinds that are not inconsistencies (do not make doctor exit 1).
+NOTES = frozenset({"busy"})
+
+
+@dataclass
+class Finding:
+    """One problem: ``{"kind", "task_id" (or null), "path", "detail", "action"}``."""
+
+    kind: str
+    task_id: str | None
+    path: str
+    detail: str
+    action: str
+
+
+@dataclass
+class Report:
+    """What :func:`doctor` returns (as a dict): see :meth:`as_dict`."""
+
+    state_dir: str
+    repair: bool
+    tasks: int = 0
+    ledger_entries: int = 0
+    lock_files: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    repairs: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"state_dir", "repair", "checked": {"tasks", "ledger_entries", "lock_files"},
+        "findings": [finding…], "repairs": [{"kind", "path", "result"}…],
+        "inconsistencies": int, "consistent": bool}``."""
+        bad = sum(1 for f in self.findings if f.kind not in NOTES)
+        return {
+            "state_dir": self.state_dir,
+            "repair": self.repair,
+            "checked": {"tasks": self.tasks, "ledger_entries": self.ledger_entries,
+                        "lock_files": self.lock_files},
+            "findings": [asdict(f) for f in self.findings],
+            "repairs": self.repairs,
+            "inconsistencies": bad,
+            "consistent": bad == 0,
+        }
+
+
+HUMAN = "a human must check; doctor repairs nothing here"
+
+
+def _resume(task_id: str, decision: str) -> str:
+    return f"python run.py resume --task {task_id} --decision {decision}"
+
+
+class _Probe:
+    """Hold a task's lock without waiting, never creating or deleting a lock file in read-only mode."""
+
+    def __init__(self, store: Store, owner: str, *, create: bool) -> None:
+        self.path = store.lock_path(owner)
+        self.create = create
+        self.lock: FileLock | None = None
+
+    def __enter__(self) -> bool:
+        """True if we hold the lock (or no lock file exists and we may not create one)."""
+        if not self.path.exists() and not self.create:
+            return True  # nobody holds a lock whose file does not exist
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            lock = FileLock(str(self.path), timeout=0, preserve_lock_file=True)
+        except TypeError:  # filelock < 4 has no preserve_lock_file
+            lock = FileLock(str(self.path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            return False
+        self.lock = lock
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def _read_ledger(store: Store, report: Report) -> dict[str, tuple[LedgerEntry, Path]]:
+    ledger = Ledger(store.ledger_dir)
+    entries: dict[str, tuple[LedgerEntry, Path]] = {}
+    if not ledger.folder.is_dir():
+        return entries
+    for path in sorted(ledger.folder.glob("*.json")):
+        report.ledger_entries += 1
+        try:
+            entry = Ledger._parse(path.read_bytes(), path)
+            if path.stem != file_name(entry.idempotency_key):
+                raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r}")
+        except (Stopped, OSError) as exc:
+            report.findings.append(Finding("unreadable_ledger_entry", None, str(path), str(exc), HUMAN))
+            continue
+        entries[path.stem] = (entry, path)
+    return entries
+
+
+def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | None,
+                report: Report) -> None:
+    tid = cp.task_id
+
+    def add(kind: str, detail: str, action: str) -> None:
+        report.findings.append(Finding(kind, tid, str(path), detail, action))
+
+    if entry is not None:
+        e, epath = entry
+        if e.task_id != tid or e.content_sha256 != cp.content_sha256:
+            add("entry_mismatch",
+                f"ledger entry {epath.name} is for task {e.task_id!r} / content "
+                f"{e.content_sha256[:12]}…, the checkpoint for {tid!r} / {cp.content_sha256[:12]}…",
+                HUMAN)
+            return
+    decided = cp.decision.decision if cp.decision is not None else None
+    if cp.status == "completed" and entry is None:
+        add("completed_without_entry",
+            "the checkpoint says completed but the ledger has no entry; nothing proves it was published",
+            HUMAN + " (resume refuses this task)")
+    elif cp.status == "cancelled" and entry is not None:
+        add("cancelled_with_entry", "the checkpoint says cancelled but the ledger shows it executed",
+            HUMAN + " (an executed action is never marked cancelled)")
+    elif cp.status == "waiting_for_approval" and entry is not None:
+        if decided == "approved":
+            add("executed_not_recorded",
+                "approved and in the ledger, but the outcome was not written (crash after the "
+                "ledger entry); the entry proves it executed", _resume(tid, "approve"))
+        else:
+            add("entry_without_approval",
+                f"the ledger shows it executed but the recorded decision is {decided!r}", HUMAN)
+    elif cp.status == "waiting_for_approval" and decided is not None:
+        word = "approve" if decided == "approved" else "reject"
+        add("decision_not_finished",
+            f"decision {decided!r} by {cp.decision.by} is recorded but the run was not finished "  # type: ignore[union-attr]
+            "(crash after the decision)", _resume(tid, word))
+
+
+def _temp_files(store: Store) -> Iterator[Path]:
+    for folder in (store.root, store.tasks_dir, store.ledger_dir):
+        if folder.is_dir():
+            yield from sorted(folder.glob(".tmp-*"))
+
+
+def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
+    """Check the state dir; with ``repair`` delete provably leftover temp files. See module doc.
+
+    Returns :meth:`Report.as_dict`. Read-only unless ``repair`` (then it deletes only
+    ``leftover_temp`` files, each under its owner's lock). Never raises :class:`Stopped` for a
+    damaged file: every problem becomes a finding.
+    """
+    report = Report(state_dir=str(store.root), repair=repair)
+    entries = _read_ledger(store, report)
+    seen_stems: set[str] = set()
+
+    if store.tasks_dir.is_dir():
+        for path in sorted(store.tasks_dir.glob("*.json")):
+            report.tasks += 1
+            stem = path.stem
+            seen_stems.add(stem)
+            with _Probe(store, stem, create=False) as held:
+                if not held:
+                    report.findings.append(Finding(
+                        "busy", None, str(path), "a live process holds this task's lock",
+                        "run doctor again when it finishes"))
+                    continue
+                try:
+                    cp = store.load_path(path)
+                except Stopped as exc:
+                    report.findings.append(Finding(
+                        "unreadable_checkpoint", None, str(path), str(exc),
+                        HUMAN + " (restore the file from a backup, or move it away)"))
+                    continue
+                # re-read the entry under the lock: a resume may have finished since
+                entry = _read_one(store, cp.task_id, entries)
+                _check_task(cp, path, entry, report)
+
+    for stem, (entry, path) in sorted(entries.items()):
+        if stem not in seen_stems:
+            report.findings.append(Finding(
+                "entry_without_task", entry.task_id, str(path),
+                f"the ledger shows key {entry.idempotency_key!r} executed, but no task checkpoint exists",
+                HUMAN))
+
+    if store.locks_dir.is_dir():
+        report.lock_files = sum(1 for _ in store.locks_dir.glob("*.lock"))
+
+    for tmp in _temp_files(store):
+        match = TEMP_NAME.match(tmp.name)
+        if match is None:
+            report.findings.append(Finding(
+                "unknown_temp", None, str(tmp), "a temp file not named by this program's writer",
+                "delete it by hand when no run.py process is running"))
+            continue
+        owner = match["owner"]
+        if not (owner == KEY_FILE or _is_stem(owner)):
+            report.findings.append(Finding(
+                "unknown_temp", None, str(tmp), f"temp file for unknown owner {owner!r}",
+                "delete it by hand when no run.py process is running"))
+            continue
+        finding = Finding("leftover_temp", None, str(tmp),
+                          f"left by a process that died while writing {owner}",
+                          "python run.py doctor --repair deletes it")
+        if not repair:
+            report.findings.append(finding)
+            continue
+        with _Probe(store, owner, create=True) as held:
+            if not held:
+                report.findings.append(Finding(
+                    "busy", None, str(tmp), f"a live process is writing {owner}",
+                    "run doctor again when it finishes"))
+                continue
+            try:
+                tmp.unlink()
+                report.repairs.append({"kind": "leftover_temp", "path": str(tmp), "result": "deleted"})
+            except FileNotFoundError:
+                report.repairs.append({"kind": "leftover_temp", "path": str(tmp), "result": "already gone"})
+            except OSError as exc:
+                finding.detail += f"; delete failed: {exc.strerror or type(exc).__name__}"
+                report.findings.append(finding)
+    return report.as_dict()
+
+
+def _is_stem(owner: str) -> bool:
+    head, sep, digest = owner.rpartition("--")
+    return bool(sep and head) and len(digest) == 12 and all(c in "0123456789abcdef" for c in digest)
+
+
+def _read_one(store: Store, task_id: str,
+              entries: dict[str, tuple[LedgerEntry, Path]]) -> tuple[LedgerEntry, Path] | None:
+    """The ledger entry for ``task_id`` as it is now (it may have appeared since the scan)."""
+    stem = file_name(task_id)
+    path = store.ledger_dir / (stem + ".json")
+    if stem in entries:
+        return entries[stem]
+    if not path.exists():
+        return None
+    try:
+        entry = Ledger(store.ledger_dir).get(task_id)
+    except Stopped:
+        return None  # reported when the ledger is scanned next time
+    if entry is None:
+        return None
+    entries[stem] = (entry, path)
+    return entries[stem]
+
+
+def doctor_text(result: dict[str, Any]) -> str:
+    """The human-readable report (non-``--json`` output)."""
+    c = result["checked"]
+    lines = [f"doctor: {result['state_dir']}",
+             f"  checked {c['tasks']} tasks, {c['ledger_entries']} ledger entries, "
+             f"{c['lock_files']} lock files"]
+    for r in result["repairs"]:
+        lines.append(f"  repaired {r['kind']}: {r['path']} ({r['result']})")
+    for f in result["findings"]:
+        who = f"task {f['task_id']}: " if f["task_id"] else ""
+        lines.append(f"  {f['kind']}: {who}{f['detail']}")
+        lines.append(f"    file: {f['path']}")
+        lines.append(f"    action: {f['action']}")
+    if result["consistent"]:
+        lines.append("  consistent: every task agrees with the ledger")
+    return "\n".join(lines)
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The ``STOPPED:`` line's text when inconsistencies remain."""
+    n = result["inconsistencies"]
+    return f"doctor found {n} inconsistenc{'y' if n == 1 else 'ies'} (see the report above)"
+
+
