@@ -269,8 +269,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         from workflow.doctor import doctor  # SDK-free
 
         return doctor(store, repair=args.repair)
-    demo(store)
-    return None
+    return demo(store, as_json=args.json)
 
 
 def _decide(store: Store, task_id: str, decision: str, reason: str | None, *, by: str,
@@ -299,7 +298,8 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool,
     elif command == "expire":
         print(f"expired: {', '.join(result['expired'])}" if result["expired"] else "nothing expired")
     elif command == "ledger":
-        print(f"ledger: {result['path']} ({len(result['entries'])} entries)")
+        n = len(result["entries"])
+        print(f"ledger: {result['path']} ({n} {'entry' if n == 1 else 'entries'})")
         for e in result["entries"]:
             print(f"  {e['published_at']}  {e['idempotency_key']}  {e['title']!r}  "
                   f"sha256={e['content_sha256'][:12]}…")
@@ -313,8 +313,12 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool,
         print("\n".join([*lines[:at], *(extra or []), *lines[at:]]))
 
 
-def demo(store: Store) -> None:
-    """Tell the whole story with real subprocesses, so each resume provably comes from disk."""
+def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
+    """Tell the whole story with real subprocesses, so each resume provably comes from disk.
+
+    With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
+    object, is ``{"tasks": [task, task], "ledger": ledger}`` for the two demo tasks.
+    """
     import subprocess
     import uuid
 
@@ -335,16 +339,21 @@ def demo(store: Store) -> None:
               "--reason", "Typo in the first word; fix it and start again."]),
         ("5. The ledger: one entry for the approved task, none for the rejected one.", ["ledger"]),
     ]
-    print(f"Demo (offline model, no API key, no network). State dir: {store.root}\n")
+    say = sys.stderr if as_json else sys.stdout
+    print(f"Demo (offline model, no API key, no network). State dir: {store.root}\n", file=say)
     for narration, argv in steps:
         if narration:
-            print(narration)
-        print("$ python run.py " + " ".join(_quote(a) for a in argv))
+            print(narration, file=say)
+        print("$ python run.py " + " ".join(_quote(a) for a in argv), file=say)
         proc = subprocess.run(base + argv, capture_output=True, text=True, encoding="utf-8")
         out = (proc.stdout + proc.stderr).rstrip()
-        print("\n".join("  " + line for line in out.splitlines()) + "\n")
+        print("\n".join("  " + line for line in out.splitlines()) + "\n", file=say)
         if proc.returncode != 0:
             raise Stopped(f"demo step failed with exit code {proc.returncode}")
+    if not as_json:
+        return None
+    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b)],
+            "ledger": ledger_view(store)}
 
 
 def _quote(arg: str) -> str:

@@ -188,12 +188,15 @@ def test_start_then_resume_in_separate_processes(state_dir):
 
 
 def test_demo_is_quiet_and_tells_the_story(tmp_path):
-    r = run_subprocess(tmp_path / "demo", "demo")
+    """``demo --json``: the narration on stderr, one JSON summary on stdout (one run for both)."""
+    r = run_subprocess(tmp_path / "demo", "demo", "--json")
     assert r.code == 0, r.err
     text = r.out + r.err
     assert "OPENAI_API_KEY" not in text and "Traceback" not in text and "skipping trace" not in text
-    assert text.count("completed") >= 2 and "cancelled" in text
-    assert "(1 entries)" in text
+    assert r.err.count("completed") >= 2 and "cancelled" in r.err and "(1 entry)" in r.err
+    summary = r.json()
+    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled"]
+    assert [e["idempotency_key"] for e in summary["ledger"]["entries"]] == [summary["tasks"][0]["task_id"]]
 
 
 def test_read_only_commands_do_not_import_the_sdk(cli, state_dir):
