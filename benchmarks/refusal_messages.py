@@ -1,6 +1,6 @@
-"""Print the exact line a user sees for each refusal of issue 3 (source of docs/readme/issue3.md).
+"""Print the exact line a user sees for each refusal (the source of the table in docs/refusals.md).
 
-    python docs/readme/issue3_refusals.py
+    python benchmarks/refusal_messages.py
 
 Runs the CLI in-process against throwaway state dirs under a temp folder; tampering that sits behind
 the MAC is re-signed with the state dir's key, as tests/conftest.py::resign does.
@@ -18,7 +18,7 @@ import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.pop("HITL_SIGNING_KEY", None)
 
