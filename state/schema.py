@@ -153,7 +153,7 @@ class AgentDefinition(_Strict):
 
 
 #: Default budget for a whole task (start and every resume), small on purpose (issue 5). A typical
-#: run is 2 turns and under 1,000 tokens (see docs/readme/issue5.md).
+#: run is 2 turns and under 1,000 tokens (see docs/real-model.md).
 DEFAULT_MAX_TURNS = 6
 DEFAULT_MAX_TOKENS = 20_000
 DEFAULT_MAX_COST_USD = 0.05

@@ -407,12 +407,7 @@ def v1_state(state_dir, monkeypatch):
     monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
     (state_dir / "tasks").mkdir(parents=True)
     shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
-    # ``start`` leaves the task's (empty) lock file behind; a copied-in checkpoint has none yet,
-    # and a resume, even a refused one, creates it (see docs/readme/issue3.md, "weak points").
-    from state.storage import file_name
-
-    (state_dir / "locks").mkdir()
-    (state_dir / "locks" / (file_name(fx.TASK_ID) + ".lock")).touch()
+    # No lock file: a copied-in checkpoint has none yet, and a refused resume must not create one.
     return fx
 
 

@@ -16,7 +16,7 @@ SDK docs step               here
 
 Write order (origin exercise: write the ledger first, then mark the checkpoint complete). Each
 durable write is atomic and sits between failpoints ``<name>:before`` / ``<name>:after``
-(:mod:`state.failpoints`); docs/readme/issue4.md lists what a crash at each one leaves behind.
+(:mod:`state.failpoints`); docs/crash-safety.md lists what a crash at each one leaves behind.
 
 0. first use of a state dir: ``signing_key`` (temp + exclusive ``os.link``; never half a key).
 1. ``start``: ``checkpoint:start``, the checkpoint (revision 1, ``waiting_for_approval``). A crash
@@ -375,6 +375,9 @@ async def resume(
     reject is still accepted; an ``expired`` task is never executed (reject returns it unchanged).
     """
     want = "approved" if decision == "approve" else "rejected"
+    # Pre-flight, before the lock: a checkpoint we would refuse anyway is refused before a lock file
+    # is created, so a refusal leaves the state dir byte-identical. Loaded again under the lock.
+    store.load(task_id)
     with store.task_lock(task_id):
         cp = store.load(task_id)
         ledger = Ledger(store.ledger_dir)
