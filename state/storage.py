@@ -250,6 +250,23 @@ class Store:
             raise Stopped(f"{where} holds task {cp.task_id!r}, whose file name would differ")
         return cp
 
+    def save_revision(self, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
+                      **changes: Any) -> Checkpoint:
+        """Write revision ``cp.revision + 1`` of ``cp`` with ``changes`` (field → new value; pydantic
+        models are dumped) and one ``history`` event ``(name, detail)``; the detail also records the
+        schema versions the revision was written with (for the receipt). Returns the saved
+        checkpoint. Raises :class:`Stopped` as :meth:`save` does.
+        """
+        body = cp.body()
+        for name, value in changes.items():
+            body[name] = _dump(value)
+        revision, at = cp.revision + 1, now_iso()
+        body["revision"], body["updated_at"] = revision, at
+        versions = {k: body[k] for k in ("schema_version", "sdk_version", "run_state_schema_version")}
+        body["history"] = [*body["history"], {"at": at, "event": event[0], "revision": revision,
+                                              "detail": {**event[1], **versions}}]
+        return self.save(body, failpoint=failpoint)
+
     def save(self, body: dict[str, Any], *, failpoint: str) -> Checkpoint:
         """Sign ``body`` (an envelope without ``mac``), validate it, and write it atomically.
 
@@ -261,6 +278,15 @@ class Store:
         data = json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
         atomic_write(self.checkpoint_path(cp.task_id), data.encode("utf-8"), failpoint=failpoint)
         return cp
+
+
+def _dump(value: Any) -> Any:
+    """A pydantic model (or a list of them) as JSON-ready data; anything else unchanged."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_dump(v) for v in value]
+    return value
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -532,25 +532,7 @@ def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, wan
                  event=(status, {"ledger": entry.published_at if entry else None}))
 
 
-def _versions(body: dict[str, Any]) -> dict[str, Any]:
-    """The schema versions a checkpoint revision was written with (for the receipt)."""
-    return {"schema_version": body["schema_version"], "sdk_version": body["sdk_version"],
-            "run_state_schema_version": body["run_state_schema_version"]}
-
-
 def _save(store: Store, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
           **changes: Any) -> Checkpoint:
-    """Write the next revision of ``cp`` with ``changes`` and one history event."""
-    body = cp.body()
-    revision = cp.revision + 1
-    now = now_iso()
-    for name, value in changes.items():
-        body[name] = value.model_dump(mode="json") if hasattr(value, "model_dump") else (
-            [v.model_dump(mode="json") if hasattr(v, "model_dump") else v for v in value]
-            if isinstance(value, list) else value
-        )
-    body["revision"] = revision
-    body["updated_at"] = now
-    body["history"] = [*body["history"], {"at": now, "event": event[0], "revision": revision,
-                                          "detail": {**event[1], **_versions(body)}}]
-    return store.save(body, failpoint=failpoint)
+    """Write the next revision of ``cp`` (see :meth:`state.storage.Store.save_revision`)."""
+    return store.save_revision(cp, failpoint=failpoint, event=event, **changes)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from state import clock
 from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
-from state.storage import Store, now_iso
+from state.storage import Store
 from tools.ledger import Ledger
 from workflow.views import task_view
 
@@ -120,13 +120,10 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> list[str]:
                     raise Stopped(f"task {tid} is not an overdue approval request (status {cp.status}, "
                                   f"expires_at {cp.expires_at})")
                 continue
-            body = cp.body()
-            at = now_iso()
-            body.update(status="expired", pending=[], revision=cp.revision + 1, updated_at=at)
-            body["history"] = [*body["history"], {
-                "at": at, "event": "expired", "revision": cp.revision + 1,
-                "detail": {"expires_at": cp.expires_at, "pending": [p.call_id for p in cp.pending]}}]
-            store.save(body, failpoint="checkpoint:expired")
+            store.save_revision(
+                cp, failpoint="checkpoint:expired", status="expired", pending=[],
+                event=("expired", {"expires_at": cp.expires_at,
+                                   "pending": [p.call_id for p in cp.pending]}))
             done.append(tid)
     return done
 
