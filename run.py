@@ -316,6 +316,8 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool,
 def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
     """Tell the whole story with real subprocesses, so each resume provably comes from disk.
 
+    Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks.
+
     With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
     object, is ``{"tasks": [task, task], "ledger": ledger}`` for the two demo tasks.
     """
@@ -324,6 +326,9 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
 
     run_id = uuid.uuid4().hex[:6]
     key_a, key_b = f"demo-{run_id}-approve", f"demo-{run_id}-reject"
+    # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 5 shows
+    # exactly one entry however often the demo runs).
+    store = Store(store.root / "demo" / run_id)
     base = [sys.executable, str(Path(__file__).resolve()), "--state-dir", str(store.root)]
     steps = [
         ("1. Start a task. The agent asks to call publish_draft; the run pauses and is saved.",
@@ -379,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("STOPPED: interrupted", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
+        raise
     except Exception as exc:  # no traceback ever reaches a user; HITL_DEBUG=1 shows it
         if os.environ.get("HITL_DEBUG"):
             raise
@@ -395,5 +402,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _entry_point() -> int:
+    """``main()`` for a real process: a reader that closes the pipe early (``run.py list | head``)
+    ends the output quietly, with no traceback (the Python docs' recipe for SIGPIPE)."""
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit would raise again
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_entry_point())

@@ -185,17 +185,32 @@ class Store:
         """True if a checkpoint file exists for ``task_id``."""
         return self.checkpoint_path(task_id).exists()
 
-    def task_ids(self) -> list[str]:
-        """Task IDs of every checkpoint file, read from the files' ``task_id`` fields, sorted.
+    def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
+        """Read every checkpoint file once: ``(checkpoints that verify, sorted by task ID,
+        [{"file", "error"} for each that does not])``. Never raises for a bad file."""
+        good: list[Checkpoint] = []
+        bad: list[dict[str, str]] = []
+        if self.tasks_dir.is_dir():
+            for path in sorted(self.tasks_dir.glob("*.json")):
+                try:
+                    good.append(self.load_path(path))
+                except Stopped as exc:
+                    bad.append({"file": path.name, "error": str(exc)})
+        return sorted(good, key=lambda cp: cp.task_id), bad
 
-        A file that cannot be read as a checkpoint raises :class:`Stopped` naming it.
-        """
-        if not self.tasks_dir.is_dir():
-            return []
-        ids = []
-        for path in sorted(self.tasks_dir.glob("*.json")):
-            ids.append(self.load_path(path).task_id)
-        return sorted(ids)
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every checkpoint, sorted by task ID; fail closed: raises :class:`Stopped` naming the first
+        file that cannot be read as a verified checkpoint."""
+        good, bad = self.scan()
+        if bad:
+            more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
+            raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
+                          "status --task ID still shows the others)")
+        return good
+
+    def task_ids(self) -> list[str]:
+        """Task IDs of every checkpoint (see :meth:`checkpoints`; raises :class:`Stopped` likewise)."""
+        return [cp.task_id for cp in self.checkpoints()]
 
     def load(self, task_id: str) -> Checkpoint:
         """Read, validate and verify the checkpoint of ``task_id``.

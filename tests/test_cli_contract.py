@@ -197,6 +197,8 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     summary = r.json()
     assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled"]
     assert [e["idempotency_key"] for e in summary["ledger"]["entries"]] == [summary["tasks"][0]["task_id"]]
+    # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
+    assert not (tmp_path / "demo" / "tasks").exists() and not (tmp_path / "demo" / "ledger").exists()
 
 
 def test_read_only_commands_do_not_import_the_sdk(cli, state_dir):
@@ -211,3 +213,18 @@ def test_read_only_commands_do_not_import_the_sdk(cli, state_dir):
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0] False False", out.stdout + out.stderr
+
+
+def test_closed_pipe_ends_quietly(cli, state_dir):
+    """``run.py list | head -1``: the reader goes away; no traceback, nothing else breaks."""
+    import subprocess
+
+    from conftest import ROOT
+
+    _start(cli)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--state-dir", str(state_dir), "list"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    proc.stdout.close()  # before the command prints anything
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

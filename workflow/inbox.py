@@ -23,7 +23,7 @@ from tools.ledger import Ledger
 from workflow.views import task_view
 
 WAITING = "waiting_for_approval"
-STATUSES = (WAITING, "completed", "cancelled", "expired")
+STATUSES = (WAITING, "completed", "cancelled", "expired", "budget_exceeded")
 
 
 def waiting_since(cp: Checkpoint) -> str:
@@ -72,11 +72,11 @@ def inbox_entry(store: Store, cp: Checkpoint, now: datetime) -> dict[str, Any]:
 def inbox_view(store: Store, status: Optional[str] = None) -> dict[str, Any]:
     """``{"tasks": [...]}``: waiting tasks first (oldest request first), then the rest by task ID.
 
-    ``status`` keeps only tasks with that stored status. Raises :class:`Stopped` on any unreadable
-    checkpoint (like ``list`` always did).
+    ``status`` keeps only tasks with that stored status. Fail closed: raises :class:`Stopped`
+    naming the first checkpoint that cannot be read or verified (``doctor`` lists them all).
     """
     now = clock.now()
-    tasks = [inbox_entry(store, store.load(t), now) for t in store.task_ids()]
+    tasks = [inbox_entry(store, cp, now) for cp in store.checkpoints()]
     if status:
         tasks = [t for t in tasks if t["status"] == status]
     tasks.sort(key=lambda t: (t["status"] != WAITING, t["waiting_since"] or "", t["task_id"]))

@@ -36,7 +36,7 @@ def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
 
 def list_view(store: Store) -> dict[str, Any]:
     """``{"tasks": [...]}``, waiting tasks first, then by task ID."""
-    tasks = [task_view(store, store.load(t)) for t in store.task_ids()]
+    tasks = [task_view(store, cp) for cp in store.checkpoints()]
     tasks.sort(key=lambda t: (t["status"] != "waiting_for_approval", t["task_id"]))
     return {"tasks": tasks}
 
