@@ -330,11 +330,18 @@ def test_review_reject_needs_a_reason_and_bad_answers_are_asked_again(cli, state
     from workflow.inbox import review
 
     _start(cli, key="r-1")
-    ask, prompts = _scripted(["maybe", "r", "", "r", "Off topic."])
+    # an empty reason asks for the reason again (not the a/r/s/q question)
+    ask, prompts = _scripted(["maybe", "r", "", "Off topic."])
     said: list[str] = []
     out = review(Store(state_dir), ask=ask, say=said.append, decide=_decide(state_dir))
     assert out["reviewed"][0]["status"] == "cancelled"
     assert "  please answer a, r, s or q" in said and "  a reject needs a reason" in said
+    assert cli("status", "--task", "r-1", "--json").json()["decision"]["reason"] == "Off topic."
+    # two empty reasons in a row: back to the question, and "s" skips
+    _start(cli, key="r-2")
+    ask, _ = _scripted(["r", "", "", "s"])
+    out = review(Store(state_dir), ask=ask, say=lambda s: None, decide=_decide(state_dir))
+    assert [x["action"] for x in out["reviewed"]] == ["skip"] and out["remaining"] == 1
 
 
 def test_review_end_of_input_stops_without_deciding(cli, state_dir):

@@ -243,6 +243,8 @@ def test_turn_budget_holds_across_resume_and_can_be_raised(cli, state_dir, http)
     assert _start(cli, "--max-turns", "1").code == 0
     r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "no", "--json")
     assert r.code == 0 and r.json()["status"] == "budget_exceeded" and route.call_count == 1
+    hint = cli("status", "--task", "t-1").out  # the hint names the limit that was reached
+    assert "resume --task t-1 --decision approve|reject --max-turns 3" in hint, hint
     r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "no", "--max-turns", "2", "--json")
     assert r.code == 0, r.err
     assert r.json()["status"] == "cancelled" and route.call_count == 2

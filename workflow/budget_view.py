@@ -46,6 +46,16 @@ def budget_lines(cp: Checkpoint) -> list[str]:
             lines[-1] = f"  {why}"
         lines.append(
             f"  next: raise the budget, e.g. python run.py resume --task {cp.task_id} --decision "
-            f"approve|reject --max-tokens {cp.budget.max_tokens * 2} (or --max-turns, --max-cost-usd)"
+            f"approve|reject {_raise_hint(cp)}"
         )
     return lines
+
+
+def _raise_hint(cp: Checkpoint) -> str:
+    """The flag to raise for the limit that was reached (turns, then cost, then tokens)."""
+    budget, spend = cp.budget, cp.spend
+    if spend.turns >= budget.max_turns:
+        return f"--max-turns {budget.max_turns + 2} (or --max-tokens, --max-cost-usd)"
+    if budget.max_cost_usd is not None and (spend.cost_usd or 0) >= budget.max_cost_usd * 0.9:
+        return f"--max-cost-usd {budget.max_cost_usd * 2:g} (or --max-turns, --max-tokens)"
+    return f"--max-tokens {budget.max_tokens * 2} (or --max-turns, --max-cost-usd)"

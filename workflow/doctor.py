@@ -305,8 +305,8 @@ def doctor_text(result: dict[str, Any]) -> str:
     """The human-readable report (non-``--json`` output)."""
     c = result["checked"]
     lines = [f"doctor: {result['state_dir']}",
-             f"  checked {c['tasks']} tasks, {c['ledger_entries']} ledger entries, "
-             f"{c['lock_files']} lock files"]
+             f"  checked {_count(c['tasks'], 'task')}, {_count(c['ledger_entries'], 'ledger entry')}, "
+             f"{_count(c['lock_files'], 'lock file')}"]
     for r in result["repairs"]:
         lines.append(f"  repaired {r['kind']}: {r['path']} ({r['result']})")
     for f in result["findings"]:
@@ -325,3 +325,10 @@ def summary(result: dict[str, Any]) -> str:
     return f"doctor found {n} inconsistenc{'y' if n == 1 else 'ies'} (see the report above)"
 
 
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 task``, ``2 tasks``, ``1 ledger entry``, ``3 ledger entries``."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1] + 'ies' if noun.endswith('y') else noun + 's'}"

@@ -186,6 +186,22 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any
     return {"reviewed": reviewed, "remaining": remaining}
 
 
+def _ask_reason(ask: Ask, say: Say) -> Optional[str]:
+    """Ask for a reject's reason until one is valid; None after two empty answers in a row."""
+    empty = 0
+    while empty < 2:
+        reason = ask("  reason (sent to the model): ").strip()
+        if not reason:
+            empty += 1
+            say("  a reject needs a reason" + (" (empty again: back to the question)" if empty == 2 else ""))
+            continue
+        try:
+            return check_text(reason, what="reason", limit=MAX_REASON_CHARS, single_line=False)
+        except ValueError as exc:
+            say(f"  {exc}")
+    return None
+
+
 def _ask_action(ask: Ask, say: Say, *, overdue_now: bool) -> tuple[str, Optional[str]]:
     while True:
         answer = ask("  approve / reject / skip / quit? [a/r/s/q] ").strip().lower()
@@ -195,14 +211,8 @@ def _ask_action(ask: Ask, say: Say, *, overdue_now: bool) -> tuple[str, Optional
                 continue
             return "approve", None
         if answer in ("r", "reject"):
-            reason = ask("  reason (sent to the model): ").strip()
-            if not reason:
-                say("  a reject needs a reason")
-                continue
-            try:
-                check_text(reason, what="reason", limit=MAX_REASON_CHARS, single_line=False)
-            except ValueError as exc:
-                say(f"  {exc}")
+            reason = _ask_reason(ask, say)
+            if reason is None:  # given up on (empty twice): back to the question
                 continue
             return "reject", reason
         if answer in ("s", "skip", ""):
