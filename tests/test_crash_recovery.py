@@ -222,6 +222,7 @@ def test_every_durable_write_is_inside_a_failpoint_pair(cli, state_dir, monkeypa
     assert cli("resume", "--task", "w-2", "--decision", "reject").code == 0
     assert cli("doctor", "--repair").code == 0
     writes = [e for e in events if e[0] != "failpoint"]
-    # the audit saw real writes: key, 2 starts, 2 decisions, 1 ledger entry, 2 outcomes
-    assert sum(1 for kind, _ in writes if kind in ("replace", "link")) == 8, writes
+    # the audit saw real writes: key, 2 starts, 1 rejection record, 2 decisions, 1 ledger entry,
+    # 2 outcomes
+    assert sum(1 for kind, _ in writes if kind in ("replace", "link")) == 9, writes
     assert not open_points

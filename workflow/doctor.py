@@ -50,8 +50,10 @@ from typing import Any, Iterator
 
 from filelock import FileLock, Timeout
 
+from state import rejections
 from state.errors import Stopped
 from state.integrity import KEY_FILE
+from state.rejections import RejectionRecord
 from state.schema import Checkpoint
 from state.storage import TEMP_NAME, Store, file_name
 from tools.ledger import Ledger, LedgerEntry
@@ -155,11 +157,26 @@ def _read_ledger(store: Store, report: Report) -> dict[str, tuple[LedgerEntry, P
 
 
 def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | None,
-                report: Report) -> None:
+                report: Report, rejected: RejectionRecord | None = None) -> None:
     tid = cp.task_id
 
     def add(kind: str, detail: str, action: str) -> None:
         report.findings.append(Finding(kind, tid, str(path), detail, action))
+
+    rejection_recorded = cp.decision is not None and cp.decision.decision == "rejected"
+    if rejected is not None and cp.status != "cancelled" and not (
+            rejection_recorded and cp.status == "waiting_for_approval" and entry is None):
+        if entry is not None or cp.status == "completed" or (
+                cp.decision is not None and cp.decision.decision == "approved"):
+            add("executed_or_approved_but_rejected",
+                f"a rejection record (by {rejected.by} at {rejected.at}) exists, but the task is "
+                f"{cp.status}{' and in the ledger' if entry is not None else ''}", HUMAN)
+        else:
+            add("rejection_not_finished",
+                f"rejected by {rejected.by} at {rejected.at}, but the checkpoint says {cp.status} "
+                "(a crash after the rejection record, or an older checkpoint put back)",
+                _resume(tid, "reject"))
+        return
 
     if entry is not None:
         e, epath = entry
@@ -174,6 +191,10 @@ def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | No
         add("completed_without_entry",
             "the checkpoint says completed but the ledger has no entry; nothing proves it was published",
             HUMAN + " (resume refuses this task)")
+    elif cp.status in ("expired", "budget_exceeded") and entry is not None and decided != "approved":
+        add("entry_without_approval",
+            f"the ledger shows it executed but the task is {cp.status} with no recorded approval",
+            HUMAN)
     elif cp.status == "cancelled" and entry is not None:
         add("cancelled_with_entry", "the checkpoint says cancelled but the ledger shows it executed",
             HUMAN + " (an executed action is never marked cancelled)")
@@ -193,7 +214,7 @@ def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | No
 
 
 def _temp_files(store: Store) -> Iterator[Path]:
-    for folder in (store.root, store.tasks_dir, store.ledger_dir):
+    for folder in (store.root, store.tasks_dir, store.ledger_dir, rejections.folder(store)):
         if folder.is_dir():
             yield from sorted(folder.glob(".tmp-*"))
 
@@ -229,7 +250,14 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                     continue
                 # re-read the entry under the lock: a resume may have finished since
                 entry = _read_one(store, cp.task_id, entries)
-                _check_task(cp, path, entry, report)
+                try:
+                    rejected = rejections.get(store, cp.task_id)
+                except Stopped as exc:
+                    report.findings.append(Finding(
+                        "unreadable_rejection_record", cp.task_id,
+                        str(rejections.path_for(store, cp.task_id)), str(exc), HUMAN))
+                    continue
+                _check_task(cp, path, entry, report, rejected)
 
     for stem, (entry, path) in sorted(entries.items()):
         if stem not in seen_stems:

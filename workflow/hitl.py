@@ -21,7 +21,8 @@ durable write is atomic and sits between failpoints ``<name>:before`` / ``<name>
 0. first use of a state dir: ``signing_key`` (temp + exclusive ``os.link``; never half a key).
 1. ``start``: ``checkpoint:start``, the checkpoint (revision 1, ``waiting_for_approval``). A crash
    before it leaves no task (start again); after it, ``start`` with the same key and draft returns it.
-2. ``resume``: (a) ``checkpoint:decision``, the human's decision recorded, still waiting; (b)
+2. ``resume``: (a0, reject only) ``rejection:record``, the reject in ``rejections/`` (see
+   :mod:`state.rejections`); (a) ``checkpoint:decision``, the human's decision recorded, still waiting; (b)
    ``ledger:record``, the ledger entry, written by the tool inside ``Runner.run`` (approve only);
    (c) ``checkpoint:outcome``, ``completed`` / ``cancelled``. A crash after (a) or (b) leaves a
    waiting checkpoint with the decision recorded; the next ``resume`` with the same decision replays
@@ -51,6 +52,7 @@ from agent.budget import (BudgetExceeded, BudgetGuard, BudgetedModel, Pricing, a
 from agent.models import API_KEY_ENV, build_model, build_offline_model, provider_error
 from agent.publisher import build_agent, describe, drift, user_message
 from state import clock
+from state import rejections
 from state.errors import Stopped
 from state.schema import (
     ACTION,
@@ -163,6 +165,8 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
             raise Stopped(f"task {task_id} already exists with a different draft; use a new --key")
         if Ledger(store.ledger_dir).get(task_id) is not None:
             raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
+        if rejections.get(store, task_id) is not None:
+            raise Stopped(f"key {task_id} was rejected before; use a new --key")
         agent = build_agent(BudgetedModel(model, guard))
         try:
             with tracing.recording(store, task_id, "start", content=trace_content):
@@ -385,6 +389,14 @@ async def resume(
         if entry is not None:
             ledger.check_same(entry, key=cp.idempotency_key, task_id=cp.task_id,
                               content_sha256=cp.content_sha256)
+        rejected = rejections.get(store, task_id)
+        if rejected is not None:
+            if rejected.content_sha256 != cp.content_sha256 or entry is not None:
+                raise Stopped(
+                    f"task {task_id}: the rejection record and the "
+                    f"{'ledger' if entry is not None else 'checkpoint'} disagree; a human must "
+                    "check (python run.py doctor)"
+                )
         if cp.status == "completed":
             if entry is None:
                 raise Stopped(
@@ -409,6 +421,11 @@ async def resume(
             if want == "rejected":
                 return cp
             raise Stopped(f"approval expired: task {task_id} expired at {cp.expires_at}; start a new task")
+        if rejected is not None and want == "approved":  # e.g. an older checkpoint put back
+            raise Stopped(
+                f"task {task_id} was rejected by {rejected.by} at {rejected.at}; it can never be "
+                "approved (the rejection record outlives any older copy of the checkpoint)"
+            )
         if cp.decision is None and want == "approved" and entry is None:
             check_not_expired(cp)
         if entry is not None and want == "rejected":
@@ -453,6 +470,8 @@ async def resume(
                 decision=want, by=by, at=now_iso(), reason=reason, call_id=item.call_id,
                 tool=item.name, arguments_sha256=arguments_sha256(json.loads(item.arguments or "{}")),
             )
+            if want == "rejected":  # first the record no restored checkpoint can undo
+                rejections.record(store, task_id, cp.content_sha256, rec)
             cp = _save(store, cp, failpoint="checkpoint:decision", decision=rec,
                        decisions=[*cp.decisions, rec],
                        event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))

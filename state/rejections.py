@@ -1,0 +1,108 @@
+"""Rejection records: a human's reject, kept where restoring an older checkpoint cannot undo it.
+
+Every revision of a checkpoint is validly signed, so an older copy put back in place (a restore from
+a backup, or someone with write access but no key) verifies, and a task that was rejected would
+look "waiting" again. The ledger already makes that harmless for an approved task (its entry proves
+the effect; reject is then refused). This record does the same for a rejected one: before a reject
+is written into the checkpoint, ``rejections/<name>.json`` is created exclusively (temp file, fsync,
+``os.link``), and an approve is refused for ever after, whatever the checkpoint says.
+
+Shape: ``{"task_id", "content_sha256", "call_id", "by", "at", "reason"}`` (``at`` ISO-8601 UTC).
+What it does not stop: someone who deletes the record *and* restores the checkpoint (see README,
+"The MAC's threat model").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from . import failpoints
+from .errors import Stopped
+from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key
+from .storage import Store, file_name, fsync_dir, parse_json_object, write_temp
+
+
+class RejectionRecord(BaseModel):
+    """One human reject, bound to the task and the draft it rejected."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    task_id: str
+    content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    call_id: str = Field(min_length=1, max_length=200)
+    by: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    at: str = Field(min_length=1, max_length=40)
+    reason: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
+
+    @field_validator("task_id")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not valid_key(v):
+            raise ValueError("not an allowed key")
+        return v
+
+
+def folder(store: Store) -> Path:
+    """``<state dir>/rejections``."""
+    return store.root / "rejections"
+
+
+def path_for(store: Store, task_id: str) -> Path:
+    """``rejections/<file_name(task_id)>.json``."""
+    return folder(store) / (file_name(task_id) + ".json")
+
+
+def get(store: Store, task_id: str) -> RejectionRecord | None:
+    """The rejection record of ``task_id``, or None. Raises :class:`Stopped` if the file exists but
+    is not a valid record for this task (never rewritten)."""
+    path = path_for(store, task_id)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Stopped(f"rejection record {path.name} cannot be read ({type(exc).__name__})") from None
+    data = parse_json_object(raw, f"rejection record {path.name}")
+    try:
+        rec = RejectionRecord.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        raise Stopped(f"rejection record {path.name} is not valid: {loc}: {err['msg']}") from None
+    if rec.task_id != task_id:
+        raise Stopped(f"rejection record {path.name} names task {rec.task_id!r}, not {task_id!r}")
+    return rec
+
+
+def record(store: Store, task_id: str, content_sha256: str, decision: Decision) -> RejectionRecord:
+    """Create the record for ``decision`` (a reject) exactly once; return the record on disk.
+
+    If one exists already (a crash after it, or a second reject), it is returned when it is for the
+    same draft. Raises :class:`Stopped` if it is for other content, or the file is damaged.
+    """
+    existing = get(store, task_id)
+    if existing is None:
+        rec = RejectionRecord(task_id=task_id, content_sha256=content_sha256, call_id=decision.call_id,
+                              by=decision.by, at=decision.at, reason=decision.reason)
+        data = (json.dumps(rec.model_dump(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        failpoints.hit("rejection:record:before")
+        tmp = write_temp(folder(store), data, owner=file_name(task_id))
+        try:
+            os.link(tmp, path_for(store, task_id))  # exclusive: fails if it exists
+            fsync_dir(folder(store))
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+        failpoints.hit("rejection:record:after")
+        existing = get(store, task_id)
+        if existing is None:
+            raise Stopped(f"rejection record of task {task_id} cannot be read back")
+    if existing.content_sha256 != content_sha256:
+        raise Stopped(f"rejection record of task {task_id} is for other content; a human must check")
+    return existing

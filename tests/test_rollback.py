@@ -1,0 +1,83 @@
+"""An older, genuinely signed checkpoint put back in place (a backup restore, or someone who can
+write the state dir but has no key) must not reopen a decided task. Approved tasks are guarded by
+the ledger; rejected ones by the rejection record (state/rejections.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import checkpoint_file, ledger_entries, snapshot
+
+
+@pytest.fixture
+def rejected_then_restored(cli, state_dir):
+    """Start, keep revision 1, reject, then put revision 1 back."""
+    cli("start", "--key", "rb-1", "--title", "T", "--draft", "secret launch date")
+    path = checkpoint_file(state_dir, "rb-1")
+    revision_1 = path.read_bytes()
+    r = cli("resume", "--task", "rb-1", "--decision", "reject", "--by", "bob", "--reason", "do not publish")
+    assert r.code == 0, r.err
+    path.write_bytes(revision_1)
+    return path
+
+
+def test_restored_checkpoint_cannot_reopen_a_rejected_task(cli, state_dir, rejected_then_restored):
+    assert cli("status", "--task", "rb-1", "--json").json()["status"] == "waiting_for_approval"
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "rb-1", "--decision", "approve", "--by", "alice")
+    r.assert_stopped()
+    assert "was rejected by bob" in r.err and "can never be approved" in r.err
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+
+
+def test_restored_rejected_task_can_be_rejected_again(cli, state_dir, rejected_then_restored):
+    r = cli("resume", "--task", "rb-1", "--decision", "reject", "--by", "bob", "--reason", "still no", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
+
+
+def test_doctor_reports_a_restored_rejected_task(cli, rejected_then_restored):
+    r = cli("doctor", "--json")
+    assert r.code == 1
+    kinds = {f["kind"]: f for f in r.json()["findings"]}
+    assert kinds["rejection_not_finished"]["action"] == "python run.py resume --task rb-1 --decision reject"
+
+
+def test_key_of_a_rejected_task_cannot_start_again(cli, state_dir, rejected_then_restored):
+    rejected_then_restored.unlink()  # the checkpoint is gone; the rejection record stays
+    before = snapshot(state_dir)
+    r = cli("start", "--key", "rb-1", "--title", "T", "--draft", "secret launch date")
+    r.assert_stopped()
+    assert "was rejected before" in r.err and snapshot(state_dir) == before
+
+
+def test_reject_writes_the_rejection_record_before_the_decision(cli, state_dir):
+    from state import rejections
+    from state.storage import Store
+
+    cli("start", "--key", "rb-2", "--title", "T", "--draft", "D")
+    cli("resume", "--task", "rb-2", "--decision", "reject", "--by", "bob", "--reason", "no")
+    rec = rejections.get(Store(state_dir), "rb-2")
+    assert rec is not None and (rec.by, rec.reason) == ("bob", "no")
+    # approve never writes one
+    cli("start", "--key", "rb-3", "--title", "T", "--draft", "D3")
+    cli("resume", "--task", "rb-3", "--decision", "approve")
+    assert rejections.get(Store(state_dir), "rb-3") is None
+
+
+def test_doctor_flags_a_forged_entry_on_an_expired_task(cli, state_dir, monkeypatch):
+    import json
+
+    from state.storage import file_name
+
+    cli("start", "--key", "ex-1", "--title", "T", "--draft", "D", "--expires-in", "90s")
+    monkeypatch.setenv("HITL_NOW", "2999-01-01T00:00:00Z")
+    assert cli("expire").code == 0
+    cp = json.loads(checkpoint_file(state_dir, "ex-1").read_text(encoding="utf-8"))
+    (state_dir / "ledger").mkdir(exist_ok=True)
+    (state_dir / "ledger" / (file_name("ex-1") + ".json")).write_text(json.dumps({
+        "idempotency_key": "ex-1", "task_id": "ex-1", "action": "publish_draft", "title": "T",
+        "content_sha256": cp["content_sha256"], "published_at": "2026-01-01T00:00:00Z"}), encoding="utf-8")
+    r = cli("doctor", "--json")
+    assert r.code == 1
+    assert "entry_without_approval" in {f["kind"] for f in r.json()["findings"]}
