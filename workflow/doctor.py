@@ -52,6 +52,7 @@ from filelock import FileLock, Timeout
 
 from state.errors import Stopped
 from state.integrity import KEY_FILE
+from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
 from state.storage import TEMP_NAME, Store, file_name
 from tools.ledger import Ledger, LedgerEntry
@@ -144,10 +145,8 @@ def _read_ledger(store: Store, report: Report) -> dict[str, tuple[LedgerEntry, P
     for path in sorted(ledger.folder.glob("*.json")):
         report.ledger_entries += 1
         try:
-            entry = Ledger._parse(path.read_bytes(), path)
-            if path.stem != file_name(entry.idempotency_key):
-                raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r}")
-        except (Stopped, OSError) as exc:
+            entry = ledger.read_path(path)  # a regular file only (a FIFO would block)
+        except Stopped as exc:
             report.findings.append(Finding("unreadable_ledger_entry", None, str(path), str(exc), HUMAN))
             continue
         entries[path.stem] = (entry, path)
@@ -249,7 +248,7 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                 "delete it by hand when no run.py process is running"))
             continue
         owner = match["owner"]
-        if not (owner == KEY_FILE or _is_stem(owner)):
+        if not (owner in (KEY_FILE, STATE_ID_FILE) or _is_stem(owner)):
             report.findings.append(Finding(
                 "unknown_temp", None, str(tmp), f"temp file for unknown owner {owner!r}",
                 "delete it by hand when no run.py process is running"))

@@ -155,6 +155,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     budget = budget or make_budget(spec)
     model = model or build_model(spec)  # a missing key stops here, before any file is written
     guard = BudgetGuard(budget, Pricing(spec, budget))
+    store.check_writable(task_id)  # hostile trace/ledger file, lost key or state.id: nothing written
     with store.task_lock(task_id):
         if store.exists(task_id):
             cp = store.load(task_id)
@@ -378,6 +379,7 @@ async def resume(
     # Pre-flight, before the lock: a checkpoint we would refuse anyway is refused before a lock file
     # is created, so a refusal leaves the state dir byte-identical. Loaded again under the lock.
     store.load(task_id)
+    store.check_writable(task_id)  # a symlinked/FIFO ledger entry or trace file: before write (a)
     with store.task_lock(task_id):
         cp = store.load(task_id)
         ledger = Ledger(store.ledger_dir)
