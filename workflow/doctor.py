@@ -28,7 +28,7 @@ Findings (``kind``: what it means → the recommended ``action``):
 
 Repairs (``--repair``): only deleting ``leftover_temp`` files. Every write of a task's files
 happens under that task's lock (``locks/<owner>.lock``; the signing key under
-``locks/signing.key.lock``), so a temp file whose owner's lock doctor holds belongs to no live
+``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose owner's lock doctor holds belongs to no live
 process: deleting it is provably safe. Nothing else is repaired: marking a task completed needs a
 new signed checkpoint carrying the finished RunState, which only ``resume`` (with the SDK) can
 produce from the ledger entry; everything else needs a human.

@@ -18,7 +18,8 @@ Write order (origin exercise: write the ledger first, then mark the checkpoint c
 durable write is atomic and sits between failpoints ``<name>:before`` / ``<name>:after``
 (:mod:`state.failpoints`); docs/crash-safety.md lists what a crash at each one leaves behind.
 
-0. first use of a state dir: ``signing_key`` (temp + exclusive ``os.link``; never half a key).
+0. first checkpoint of a state dir: ``signing_key``, then ``state_id`` (each temp + exclusive
+   ``os.link``; never half a file).
 1. ``start``: ``checkpoint:start``, the checkpoint (revision 1, ``waiting_for_approval``). A crash
    before it leaves no task (start again); after it, ``start`` with the same key and draft returns it.
 2. ``resume``: (a) ``checkpoint:decision``, the human's decision recorded, still waiting; (b)
