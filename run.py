@@ -62,6 +62,12 @@ def _key(value: str) -> str:
     return value
 
 
+def _state_dir(value: str) -> str:
+    if not value.strip():  # "" would silently fall back to $HITL_STATE_DIR or .cache
+        raise argparse.ArgumentTypeError("must not be empty (omit --state-dir for the default)")
+    return value
+
+
 def _text(what: str, limit: int, single_line: bool) -> Callable[[str], str]:
     def check(value: str) -> str:
         try:
@@ -133,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py", description="Approval-gated publish_draft on the OpenAI Agents SDK."
     )
-    parser.add_argument("--state-dir", help="state folder (default $HITL_STATE_DIR or .cache)")
+    parser.add_argument("--state-dir", type=_state_dir,
+                        help="state folder (default $HITL_STATE_DIR or .cache)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     sub = parser.add_subparsers(dest="command", required=True)
 

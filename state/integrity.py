@@ -7,7 +7,8 @@ match (fail closed).
 
 Key: env ``HITL_SIGNING_KEY`` (any non-empty string, used as UTF-8 bytes) if set; otherwise a random
 32-byte key created on first use at ``<state dir>/signing.key`` with owner-only permissions where the
-OS supports them. The key is never written into a checkpoint, the ledger, a trace or a log.
+OS supports them. "First use" means the state dir holds no checkpoint yet: a missing key next to
+existing checkpoints is refused, never replaced (every checkpoint would become unreadable). The key is never written into a checkpoint, the ledger, a trace or a log.
 
 Threat model (see README "What we refuse, and why"): the MAC catches accidental corruption, hand
 edits, and files copied from another state dir or machine. It does NOT stop someone who can read the
@@ -25,6 +26,7 @@ from typing import Any
 
 from . import failpoints
 from .errors import Stopped
+from .paths import read_regular
 from .schema import canonical_json
 
 KEY_ENV = "HITL_SIGNING_KEY"
@@ -45,30 +47,49 @@ def verify_mac(body: dict[str, Any], mac: str, key: bytes) -> bool:
 def load_key(state_dir: Path, *, create: bool) -> bytes:
     """Return the signing key as bytes.
 
-    ``HITL_SIGNING_KEY`` wins. Otherwise read ``<state_dir>/signing.key``; if it is missing and
-    ``create`` is True, create it exclusively (mode 0o600 on POSIX), so two processes racing on first
-    use agree on one key. Raises :class:`Stopped` if the key is missing (and not to be created),
-    empty, or unreadable.
+    ``HITL_SIGNING_KEY`` wins. Otherwise read ``<state_dir>/signing.key`` (a regular file only:
+    :func:`state.paths.read_regular`); if it is missing and ``create`` is True, create it
+    exclusively (mode 0o600 on POSIX), so two processes racing on first use agree on one key, but
+    only while the state dir holds no checkpoint (:func:`check_key_creatable`). Raises
+    :class:`Stopped` if the key is missing (and not to be created), empty, unreadable, not a
+    regular file, or missing while checkpoints exist.
     """
     env = os.environ.get(KEY_ENV)
     if env:
         return env.encode("utf-8")
     path = state_dir / KEY_FILE
-    if not path.exists():
+    raw = read_regular(path, f"signing key {KEY_FILE}", limit=4096)
+    if raw is None:
         if not create:
             raise Stopped(
                 f"checkpoint integrity check failed: no signing key ({KEY_ENV} unset and "
                 f"{path.name} missing in the state dir)"
             )
+        check_key_creatable(state_dir)
         _create_key_file(path)
+        raw = read_regular(path, f"signing key {KEY_FILE}", limit=4096) or b""
     try:
-        text = path.read_text(encoding="ascii").strip()
-        key = bytes.fromhex(text)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        key = bytes.fromhex(raw.decode("ascii").strip())
+    except (ValueError, UnicodeDecodeError) as exc:
         raise Stopped(f"signing key {path.name} is unreadable ({type(exc).__name__})") from None
     if len(key) < 16:
         raise Stopped(f"signing key {path.name} is too short")
     return key
+
+
+def check_key_creatable(state_dir: Path) -> None:
+    """Raise :class:`Stopped` if a new ``signing.key`` would have to be created (``HITL_SIGNING_KEY``
+    unset, no key file) although ``<state_dir>/tasks`` holds checkpoints: each was signed with the
+    lost key, and a new one would make all of them unreadable. Touches nothing on disk."""
+    if os.environ.get(KEY_ENV) or os.path.lexists(state_dir / KEY_FILE):
+        return
+    tasks = state_dir / "tasks"
+    n = sum(1 for _ in tasks.glob("*.json")) if tasks.is_dir() else 0
+    if n:
+        raise Stopped(
+            f"signing key missing but {n} checkpoint{'s exist' if n != 1 else ' exists'} in "
+            f"{tasks}; restore {KEY_FILE} or set {KEY_ENV}"
+        )
 
 
 def _create_key_file(path: Path) -> None:
@@ -85,8 +106,9 @@ def _create_key_file(path: Path) -> None:
 
     store = Store(path.parent)
     with store.owner_lock(KEY_FILE, timeout=DEFAULT_KEY_LOCK_TIMEOUT_S, what="the signing key"):
-        if path.exists():
+        if os.path.lexists(path):
             return  # another process created it first; use theirs
+        check_key_creatable(path.parent)
         failpoints.hit("signing_key:before")
         tmp = write_temp(path.parent, secrets.token_hex(32).encode("ascii"), owner=KEY_FILE)
         try:

@@ -2,22 +2,38 @@
 
 Task IDs and keys are already restricted to ``A-Za-z0-9._:-`` (``state.schema.KEY_PATTERN``), so a
 name can never climb out of its folder. What is left is the layout on disk: a state dir path that
-runs through a regular file, or a ``tasks``/``ledger``/``locks`` entry that is a file or a symlink
-to a folder elsewhere. Writing through such a symlink would put checkpoints or ledger entries
-outside the state dir, so we refuse it before any file is touched (issue 3, item 5: "the state dir
-path resolved and checked so nothing is written outside it").
+runs through a regular file, or a ``tasks``/``ledger``/``locks``/``traces`` entry that is a file or
+a symlink to a folder elsewhere. Writing through such a symlink would put checkpoints, ledger entries
+or traces outside the state dir, so we refuse it before any file is touched (issue 3, item 5: "the
+state dir path resolved and checked so nothing is written outside it").
+
+Single files are untrusted too: a checkpoint, ledger entry, trace file, ``signing.key`` or
+``state.id`` may have been replaced by a symlink (writing through it would change a file elsewhere)
+or by a FIFO or device (reading it would block forever). :func:`open_regular` is the one way this
+program opens such a file: it never follows a symlink and never blocks, and hands back only a
+regular file; :func:`read_regular` reads one with it, :func:`check_regular` is the same test by
+``lstat`` for a pre-flight check before anything is written.
 
 Never imports the SDK.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from .errors import Stopped
 
 #: The folders a state dir may hold (see ``state.storage``); each must be a plain folder inside it.
-SUBDIRS = ("tasks", "ledger", "locks")
+SUBDIRS = ("tasks", "ledger", "locks", "traces")
+#: Single files at the top of a state dir; each must be a regular file (not a symlink) if present.
+TOP_FILES = ("signing.key", "state.id")
+
+#: Where the OS has them: never follow a symlink in the last path component, never block on open
+#: (a FIFO with no writer, a device). Elsewhere (Windows) :func:`open_regular` checks with ``lstat``.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def check_state_dir(root: Path) -> Path:
@@ -25,7 +41,8 @@ def check_state_dir(root: Path) -> Path:
 
     Raises :class:`Stopped` if ``root`` (or the nearest part of it that exists) is not a folder,
     if one of :data:`SUBDIRS` exists but is not a folder or resolves outside ``root`` (a symlink
-    elsewhere), or if ``signing.key`` exists but is not a regular file. Touches nothing on disk.
+    elsewhere), or if ``signing.key`` or ``state.id`` exists but is not a regular file (a symlink
+    included: see :func:`check_regular`). Touches nothing on disk.
     """
     probe = root
     while not probe.exists() and probe.parent != probe:
@@ -48,9 +65,8 @@ def check_state_dir(root: Path) -> Path:
                 f"state dir {root}: {name} points outside the state dir ({sub.resolve()}); "
                 "refusing to write there"
             )
-    key = root / "signing.key"
-    if key.exists() and not key.is_file():
-        raise Stopped(f"state dir {root}: signing.key is not a regular file")
+    for name in TOP_FILES:
+        check_regular(root / name, f"state dir {root}: {name}")
     return root
 
 
@@ -62,3 +78,95 @@ def inside(root: Path, path: Path, what: str) -> Path:
     if not path.resolve().is_relative_to(root.resolve()):
         raise Stopped(f"refusing to use a path outside the state dir for the {what}")
     return path
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, for a message: ``a symbolic link``, ``a FIFO`` …"""
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _refuse(what: str, kind: str, writing: bool) -> Stopped:
+    verb = "write through it" if writing and kind == "a symbolic link" else (
+        "write to it" if writing else "read it")
+    return Stopped(f"{what} is {kind}, not a regular file; refusing to {verb}")
+
+
+def check_regular(path: Path, what: str, *, writing: bool = False) -> None:
+    """Raise :class:`Stopped` naming ``what`` if ``path`` exists (as a name: a dangling symlink
+    counts) but is not a regular file. ``lstat`` only: never opens, follows or blocks. A pre-flight
+    check; the open itself goes through :func:`open_regular` (the file may change in between)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise Stopped(f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
+    if not stat.S_ISREG(mode):
+        raise _refuse(what, _kind(mode), writing)
+
+
+def open_regular(path: Path, what: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """``os.open(path, flags, mode)`` for a regular file only; returns the descriptor.
+
+    Never follows a symlink at ``path`` (``O_NOFOLLOW``; where the OS lacks it, ``lstat`` first)
+    and never blocks (``O_NONBLOCK``: a FIFO or device opens at once, or fails), then ``fstat``
+    must show a regular file. Raises :class:`Stopped` naming ``what`` for a symlink (dangling or
+    not), a FIFO, a device, a folder; any other ``OSError`` (``FileNotFoundError`` if ``path`` does
+    not exist, a permission error …) is raised as is, for the caller to decide.
+    """
+    writing = bool(flags & (os.O_WRONLY | os.O_RDWR))
+    if not _NOFOLLOW:
+        check_regular(path, what, writing=writing)
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | getattr(os, "O_BINARY", 0), mode)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        try:  # ELOOP (Linux, macOS) / EMLINK (FreeBSD) from O_NOFOLLOW, ENXIO from a FIFO, EISDIR …
+            st_mode = os.lstat(path).st_mode
+        except OSError:
+            st_mode = stat.S_IFREG
+        if not stat.S_ISREG(st_mode):
+            raise _refuse(what, _kind(st_mode), writing) from None
+        raise
+    try:
+        st_mode = os.fstat(fd).st_mode
+    except OSError:
+        st_mode = 0
+    if not stat.S_ISREG(st_mode):
+        os.close(fd)
+        raise _refuse(what, _kind(st_mode), writing)
+    return fd
+
+
+def read_regular(path: Path, what: str, *, limit: int | None = None) -> bytes | None:
+    """The bytes of regular file ``path`` (opened with :func:`open_regular`), or None if it does
+    not exist. Raises :class:`Stopped` naming ``what`` as :func:`open_regular` does, and if the
+    file is larger than ``limit`` bytes (checked before reading)."""
+    try:
+        fd = open_regular(path, what)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Stopped(f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        if limit is not None and os.fstat(fd).st_size > limit:
+            raise Stopped(f"{what} is larger than {limit} bytes")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if limit is not None and sum(map(len, chunks)) > limit:
+                raise Stopped(f"{what} is larger than {limit} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise Stopped(f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    finally:
+        os.close(fd)

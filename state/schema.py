@@ -236,7 +236,8 @@ class Checkpoint(_Strict):
     verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``model``
     (:class:`ModelSpec`), ``budget`` (:class:`Budget`) and ``spend`` (:class:`Spend`), each defaulted
     when absent (files written before issue 5); ``expires_at`` and ``approval_ttl_s`` (approval
-    expiry, optional); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
+    expiry, optional); ``state_id`` (the state dir it belongs to, see :mod:`state.state_id`; null in
+    files written before it); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
     """
 
     schema_version: Literal[1]
@@ -266,6 +267,9 @@ class Checkpoint(_Strict):
     model: ModelSpec = Field(default_factory=ModelSpec)
     budget: Budget = Field(default_factory=Budget)
     spend: Spend = Field(default_factory=Spend)
+    #: The ID of the state dir the checkpoint belongs to (``state.id``, see ``state.state_id``);
+    #: None: written before the field existed (legacy, accepted only as ``state.state_id`` says).
+    state_id: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{32}$")
 
     @field_validator("task_id", "idempotency_key")
     @classmethod

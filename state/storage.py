@@ -6,12 +6,16 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
     tasks/<name>.json     one checkpoint envelope per task (state.schema.Checkpoint)
     ledger/<name>.json    one ledger entry per idempotency key (tools.ledger)
     locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
+    traces/<name>.jsonl   the local trace of each task (workflow.trace_log)
     signing.key           the MAC key, unless HITL_SIGNING_KEY is set
+    state.id              the state dir's random ID, carried by every checkpoint (state.state_id)
 
 ``<name>`` is the key made safe for every file system (see :func:`file_name`).
 
 Every write is atomic: temp file in the same folder → write → flush → fsync → ``os.replace`` → fsync
 of the folder where the OS allows it. A reader therefore sees the old file or the new one, never half.
+Every read goes through :func:`state.paths.read_regular`: a symlink, FIFO or device where a file
+should be is refused by name instead of followed or blocked on.
 This module never imports the SDK, so read-only commands stay fast.
 """
 
@@ -28,10 +32,10 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from . import failpoints
+from . import failpoints, state_id
 from .errors import Stopped
-from .integrity import load_key, verify_mac, compute_mac
-from .paths import check_state_dir, inside
+from .integrity import check_key_creatable, load_key, verify_mac, compute_mac
+from .paths import check_regular, check_state_dir, inside, read_regular
 from .schema import SCHEMA_VERSION, Checkpoint, valid_key
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
@@ -136,6 +140,8 @@ class Store:
         self.tasks_dir = root / "tasks"
         self.locks_dir = root / "locks"
         self.ledger_dir = root / "ledger"
+        self.traces_dir = root / "traces"
+        self._ident: state_id.StateIdentity | None = None  # state.id, once read
 
     # -- paths -------------------------------------------------------------------------------
     def checkpoint_path(self, task_id: str) -> Path:
@@ -182,8 +188,9 @@ class Store:
 
     # -- checkpoints -------------------------------------------------------------------------
     def exists(self, task_id: str) -> bool:
-        """True if a checkpoint file exists for ``task_id``."""
-        return self.checkpoint_path(task_id).exists()
+        """True if a checkpoint file exists for ``task_id`` (as a name: a dangling symlink counts,
+        and :meth:`load` then refuses it)."""
+        return os.path.lexists(self.checkpoint_path(task_id))
 
     def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
         """Read every checkpoint file once: ``(checkpoints that verify, sorted by task ID,
@@ -219,7 +226,7 @@ class Store:
         version, fails the MAC, or names another task than its file.
         """
         path = self.checkpoint_path(task_id)
-        if not path.exists():
+        if not os.path.lexists(path):
             raise Stopped(f"no task {task_id!r} in {self.root}")
         cp = self.load_path(path)
         if cp.task_id != task_id:
@@ -229,12 +236,9 @@ class Store:
     def load_path(self, path: Path) -> Checkpoint:
         """Read and verify one checkpoint file (see :meth:`load`)."""
         where = f"checkpoint {path.name}"
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise Stopped(f"{where} cannot be read ({exc.strerror or type(exc).__name__})") from None
-        if len(raw) > MAX_CHECKPOINT_BYTES:
-            raise Stopped(f"{where} is larger than {MAX_CHECKPOINT_BYTES} bytes")
+        raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
+        if raw is None:
+            raise Stopped(f"{where} cannot be read (No such file or directory)")
         data = parse_json_object(raw, where)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION or type(version) is not int:
@@ -263,7 +267,29 @@ class Store:
             raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
         if path.stem != file_name(cp.task_id):
             raise Stopped(f"{where} holds task {cp.task_id!r}, whose file name would differ")
+        state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)
         return cp
+
+    def identity(self) -> state_id.StateIdentity | None:
+        """This state dir's ``state.id`` (read once per :class:`Store`), or None if it has none yet.
+        Raises :class:`Stopped` if it is damaged (see :mod:`state.state_id`)."""
+        if self._ident is None:
+            self._ident = state_id.read(self.root)
+        return self._ident
+
+    def check_writable(self, task_id: str) -> None:
+        """Pre-flight for ``start`` and ``resume``: refuse, before anything is written for
+        ``task_id``, what would stop the command half-way. Raises :class:`Stopped` if the signing
+        key or ``state.id`` is missing while checkpoints need it (creating a new one would orphan
+        them), or if the task's ledger entry or trace file exists but is not a regular file (a
+        symlink would be written through; a FIFO would block). ``lstat`` only: touches nothing."""
+        check_key_creatable(self.root)
+        if self.identity() is None:
+            state_id.check_creatable(self.root)
+        stem = file_name(task_id)
+        check_regular(self.ledger_dir / (stem + ".json"), f"ledger entry {stem}.json")
+        check_regular(self.traces_dir / (stem + ".jsonl"), f"trace file traces/{stem}.jsonl",
+                      writing=True)
 
     def save_revision(self, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
                       **changes: Any) -> Checkpoint:
@@ -285,9 +311,15 @@ class Store:
     def save(self, body: dict[str, Any], *, failpoint: str) -> Checkpoint:
         """Sign ``body`` (an envelope without ``mac``), validate it, and write it atomically.
 
-        Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash tests.
+        The state dir's ID (``state.id``, created with the first checkpoint) goes into the envelope's
+        ``state_id``. Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash
+        tests.
         """
         key = load_key(self.root, create=True)
+        ident = self._ident = state_id.ensure(self.root)
+        if body.get("state_id") not in (None, ident.state_id):
+            raise Stopped(f"checkpoint of task {body.get('task_id')!r} belongs to another state dir")
+        body = {**body, "state_id": ident.state_id}  # binds a legacy checkpoint on its next write
         clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
         cp = Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
         data = json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"

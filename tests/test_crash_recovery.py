@@ -34,7 +34,8 @@ START = ["start", "--key", KEY, "--title", "T", "--draft", "Crash me."]
 FULL = os.environ.get("HITL_CRASH_FULL") == "1"
 EXPECT = {"approve": ("completed", 1), "reject": ("cancelled", 0)}
 #: Boundaries that must be among the enumerated ones (so a broken enumeration cannot pass vacuously).
-MUST = {"start": {"signing_key:before", "checkpoint:start:before", "checkpoint:start:after"},
+MUST = {"start": {"signing_key:before", "state_id:before", "state_id:after",
+                  "checkpoint:start:before", "checkpoint:start:after"},
         "approve": {"checkpoint:decision:after", "ledger:record:before", "ledger:record:after",
                     "checkpoint:outcome:before"},
         "reject": {"checkpoint:decision:after", "checkpoint:outcome:before"}}
@@ -222,7 +223,7 @@ def test_every_durable_write_is_inside_a_failpoint_pair(cli, state_dir, monkeypa
     assert cli("resume", "--task", "w-2", "--decision", "reject").code == 0
     assert cli("doctor", "--repair").code == 0
     writes = [e for e in events if e[0] != "failpoint"]
-    # the audit saw real writes: key, 2 starts, 1 rejection record, 2 decisions, 1 ledger entry,
-    # 2 outcomes
-    assert sum(1 for kind, _ in writes if kind in ("replace", "link")) == 9, writes
+    # the audit saw real writes: key, state.id, 2 starts, 1 rejection record, 2 decisions,
+    # 1 ledger entry, 2 outcomes
+    assert sum(1 for kind, _ in writes if kind in ("replace", "link")) == 10, writes
     assert not open_points

@@ -26,8 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from state import failpoints
 from state.errors import Stopped
 from state.schema import valid_key
-from state.paths import inside
+from state.paths import inside, read_regular
 from state.storage import file_name, fsync_dir, now_iso, parse_json_object, write_temp
+
+
+#: A ledger entry is a few hundred bytes; anything far larger is not one of ours.
+MAX_ENTRY_BYTES = 64 * 1024
 
 
 class LedgerEntry(BaseModel):
@@ -73,15 +77,13 @@ class Ledger:
                       f"ledger entry of key {key!r}")
 
     def get(self, key: str) -> LedgerEntry | None:
-        """The entry for ``key``, or None. Raises :class:`Stopped` if the file is corrupt or names
-        another key (never rewritten)."""
+        """The entry for ``key``, or None. Raises :class:`Stopped` if the file is corrupt, names
+        another key (never rewritten), or is not a regular file (a symlink, dangling or not, a FIFO:
+        see :func:`state.paths.read_regular`)."""
         path = self.path_for(key)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        raw = read_regular(path, f"ledger entry {path.name}", limit=MAX_ENTRY_BYTES)
+        if raw is None:
             return None
-        except OSError as exc:
-            raise Stopped(f"ledger entry {path.name} cannot be read ({type(exc).__name__})") from None
         entry = self._parse(raw, path)
         if entry.idempotency_key != key:
             raise Stopped(
@@ -123,8 +125,12 @@ class Ledger:
                 fsync_dir(self.folder)
                 failpoints.hit("ledger:record:after")
                 return entry, True
-            existing = self.get(key)
-            assert existing is not None
+            existing = self.get(key)  # raises Stopped if what is there is not a readable entry
+            if existing is None:
+                raise Stopped(
+                    f"ledger entry {file_name(key)}.json could not be created and is not there "
+                    "either (removed by someone else?); a human must check (python run.py doctor)"
+                )
         self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
 
@@ -145,17 +151,19 @@ class Ledger:
         """Every entry, oldest first. Raises :class:`Stopped` on any corrupt or misnamed file."""
         if not self.folder.is_dir():
             return []
-        out = []
-        for path in self.folder.glob("*.json"):
-            try:
-                raw = path.read_bytes()
-            except OSError as exc:
-                raise Stopped(f"ledger entry {path.name} cannot be read ({type(exc).__name__})") from None
-            entry = self._parse(raw, path)
-            if path.stem != file_name(entry.idempotency_key):
-                raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
-            out.append(entry)
+        out = [self.read_path(path) for path in self.folder.glob("*.json")]
         return sorted(out, key=lambda e: (e.published_at, e.idempotency_key))
+
+    def read_path(self, path: Path) -> LedgerEntry:
+        """The entry in ledger file ``path`` (a regular file only). Raises :class:`Stopped` if it is
+        missing, unreadable, not a regular file, corrupt, or named for another key."""
+        raw = read_regular(path, f"ledger entry {path.name}", limit=MAX_ENTRY_BYTES)
+        if raw is None:
+            raise Stopped(f"ledger entry {path.name} cannot be read (No such file or directory)")
+        entry = self._parse(raw, path)
+        if path.stem != file_name(entry.idempotency_key):
+            raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
+        return entry
 
     def leftovers(self) -> list[Path]:
         """Temp files left by a process that died mid-write (harmless; ``doctor`` reports them)."""

@@ -28,7 +28,7 @@ Findings (``kind``: what it means → the recommended ``action``):
 
 Repairs (``--repair``): only deleting ``leftover_temp`` files. Every write of a task's files
 happens under that task's lock (``locks/<owner>.lock``; the signing key under
-``locks/signing.key.lock``), so a temp file whose owner's lock doctor holds belongs to no live
+``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose owner's lock doctor holds belongs to no live
 process: deleting it is provably safe. Nothing else is repaired: marking a task completed needs a
 new signed checkpoint carrying the finished RunState, which only ``resume`` (with the SDK) can
 produce from the ledger entry; everything else needs a human.
@@ -54,6 +54,7 @@ from state import rejections
 from state.errors import Stopped
 from state.integrity import KEY_FILE
 from state.rejections import RejectionRecord
+from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
 from state.storage import TEMP_NAME, Store, file_name
 from tools.ledger import Ledger, LedgerEntry
@@ -146,10 +147,8 @@ def _read_ledger(store: Store, report: Report) -> dict[str, tuple[LedgerEntry, P
     for path in sorted(ledger.folder.glob("*.json")):
         report.ledger_entries += 1
         try:
-            entry = Ledger._parse(path.read_bytes(), path)
-            if path.stem != file_name(entry.idempotency_key):
-                raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r}")
-        except (Stopped, OSError) as exc:
+            entry = ledger.read_path(path)  # a regular file only (a FIFO would block)
+        except Stopped as exc:
             report.findings.append(Finding("unreadable_ledger_entry", None, str(path), str(exc), HUMAN))
             continue
         entries[path.stem] = (entry, path)
@@ -277,7 +276,7 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                 "delete it by hand when no run.py process is running"))
             continue
         owner = match["owner"]
-        if not (owner == KEY_FILE or _is_stem(owner)):
+        if not (owner in (KEY_FILE, STATE_ID_FILE) or _is_stem(owner)):
             report.findings.append(Finding(
                 "unknown_temp", None, str(tmp), f"temp file for unknown owner {owner!r}",
                 "delete it by hand when no run.py process is running"))

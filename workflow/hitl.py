@@ -18,7 +18,8 @@ Write order (origin exercise: write the ledger first, then mark the checkpoint c
 durable write is atomic and sits between failpoints ``<name>:before`` / ``<name>:after``
 (:mod:`state.failpoints`); docs/crash-safety.md lists what a crash at each one leaves behind.
 
-0. first use of a state dir: ``signing_key`` (temp + exclusive ``os.link``; never half a key).
+0. first checkpoint of a state dir: ``signing_key``, then ``state_id`` (each temp + exclusive
+   ``os.link``; never half a file).
 1. ``start``: ``checkpoint:start``, the checkpoint (revision 1, ``waiting_for_approval``). A crash
    before it leaves no task (start again); after it, ``start`` with the same key and draft returns it.
 2. ``resume``: (a0, reject only) ``rejection:record``, the reject in ``rejections/`` (see
@@ -157,6 +158,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     budget = budget or make_budget(spec)
     model = model or build_model(spec)  # a missing key stops here, before any file is written
     guard = BudgetGuard(budget, Pricing(spec, budget))
+    store.check_writable(task_id)  # hostile trace/ledger file, lost key or state.id: nothing written
     with store.task_lock(task_id):
         if store.exists(task_id):
             cp = store.load(task_id)
@@ -382,6 +384,7 @@ async def resume(
     # Pre-flight, before the lock: a checkpoint we would refuse anyway is refused before a lock file
     # is created, so a refusal leaves the state dir byte-identical. Loaded again under the lock.
     store.load(task_id)
+    store.check_writable(task_id)  # a symlinked/FIFO ledger entry or trace file: before write (a)
     with store.task_lock(task_id):
         cp = store.load(task_id)
         ledger = Ledger(store.ledger_dir)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from state import failpoints
+from state.paths import inside, open_regular, read_regular
 from state.storage import Store, file_name
 
 TRACES_DIR = "traces"
@@ -46,8 +47,14 @@ SECRET_ENVS = ("OPENAI_API_KEY", "HITL_SIGNING_KEY")
 
 
 def trace_path(store: Store, task_id: str) -> Path:
-    """``<state dir>/traces/<file_name(task_id)>.jsonl``."""
-    return store.root / TRACES_DIR / (file_name(task_id) + ".jsonl")
+    """``<state dir>/traces/<file_name(task_id)>.jsonl``; raises :class:`~state.errors.Stopped` if it
+    resolves outside the state dir (``traces`` a symlink elsewhere)."""
+    return inside(store.root, store.root / TRACES_DIR / (file_name(task_id) + ".jsonl"),
+                  f"trace of task {task_id!r}")
+
+
+def _what(path: Path) -> str:
+    return f"trace file {TRACES_DIR}/{path.name}"
 
 
 def redact(value: Any, limit: int = PREVIEW_CHARS) -> Any:
@@ -82,14 +89,19 @@ def _line(record: dict[str, Any]) -> bytes:
 
 
 def open_append(path: Path) -> int:
-    """An ``O_APPEND`` descriptor on ``path`` (created 0o600, folder created if missing)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+    """An ``O_APPEND`` descriptor on ``path`` (created 0o600, folder created if missing).
+
+    Opened with :func:`state.paths.open_regular`: a symlink at ``path`` is never followed (a trace,
+    possibly holding the full draft, must never land in a file elsewhere) and a FIFO never blocks;
+    either raises :class:`~state.errors.Stopped` naming the file.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     failpoints.hit("trace:append:before")
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = open_regular(path, _what(path), flags, 0o600)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, flags, 0o600)
+        fd = open_regular(path, _what(path), flags, 0o600)
     failpoints.hit("trace:append:after")
     return fd
 
@@ -120,10 +132,10 @@ def read(path: Path) -> tuple[list[dict[str, Any]], int]:
     """``(records, unreadable_lines)`` of a trace file; ``([], 0)`` if it does not exist.
 
     A line that is not a JSON object (e.g. cut by a crash) is skipped and counted, never guessed.
+    Raises :class:`~state.errors.Stopped` if ``path`` is not a regular file (a FIFO would block).
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_regular(path, _what(path))
+    if raw is None:
         return [], 0
     records: list[dict[str, Any]] = []
     bad = 0

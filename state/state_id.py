@@ -1,0 +1,166 @@
+"""The state dir's identity: a random ID in ``<state dir>/state.id`` that every checkpoint carries.
+
+Why: the MAC proves a checkpoint was signed with our key, not *where* it belongs. With
+``HITL_SIGNING_KEY`` shared by several state dirs (the setup the README recommends), a checkpoint
+copied from one state dir into another verified, so the same task could be approved in both and
+published twice (one entry in each ledger). Each checkpoint therefore records its state dir's ID in
+the signed envelope (``Checkpoint.state_id``), and every load compares it with ``state.id``
+(:func:`check_bound`): a copied checkpoint is refused. Moving or renaming a whole state dir keeps
+``state.id`` with it, so nothing changes; copying a whole state dir copies its identity too (no file
+can tell a copy from a move).
+
+File: JSON ``{"state_id": 32 hex, "created_at": ISO-8601 UTC, "adopted": {file name: mac}}``, created
+by the first checkpoint write (``Store.save``) exclusively: temp file → ``os.link`` (fails if another
+process linked first: use theirs), under ``locks/state.id.lock``, between failpoints
+``state_id:before`` / ``state_id:after``, like ``signing.key``. It is not a secret and not signed.
+
+Checkpoints without ``state_id`` (written before this field existed, e.g.
+``tests/fixtures/checkpoint_v1.json``) are *legacy*: accepted while the state dir has no
+``state.id``; when ``state.id`` is created, every legacy checkpoint then in ``tasks/`` is *adopted*
+(its file name and MAC recorded in ``adopted``) and stays readable; its next revision carries the ID.
+A legacy checkpoint that arrives later (copied in) is refused. If ``state.id`` is missing while a
+checkpoint carrying an ID exists, a new ID is never created (every such checkpoint would become
+unreadable): restore ``state.id``.
+
+Never imports the SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import failpoints
+from .errors import Stopped
+from .paths import read_regular
+
+STATE_ID_FILE = "state.id"
+STATE_ID_PATTERN = re.compile(r"^[0-9a-f]{32}\Z")
+DEFAULT_LOCK_TIMEOUT_S = 10.0
+_MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StateIdentity:
+    """The parsed ``state.id``: ``state_id`` (32 hex) and ``adopted`` legacy checkpoints
+    (file name → MAC)."""
+
+    state_id: str
+    adopted: dict[str, str] = field(default_factory=dict)
+
+
+def read(root: Path) -> StateIdentity | None:
+    """The identity of state dir ``root``, or None if ``state.id`` does not exist.
+
+    Raises :class:`Stopped` if it is not a regular file or not of the shape above.
+    """
+    from .storage import parse_json_object  # storage imports this module
+
+    raw = read_regular(root / STATE_ID_FILE, STATE_ID_FILE, limit=_MAX_BYTES)
+    if raw is None:
+        return None
+    data = parse_json_object(raw, STATE_ID_FILE)
+    sid, adopted = data.get("state_id"), data.get("adopted", {})
+    if not (isinstance(sid, str) and STATE_ID_PATTERN.match(sid)) or not isinstance(adopted, dict) \
+            or not all(isinstance(v, str) for v in adopted.values()):
+        raise Stopped(f"{STATE_ID_FILE} is not valid (corrupted); restore it from a backup")
+    return StateIdentity(sid, dict(adopted))
+
+
+def check_bound(ident: StateIdentity | None, file: str, state_id: str | None, mac: str) -> None:
+    """Raise :class:`Stopped` unless checkpoint ``file`` (its envelope's ``state_id`` and ``mac``)
+    belongs to the state dir whose identity is ``ident`` (None: no ``state.id`` yet). Rules: module
+    docstring."""
+    if state_id is None:
+        if ident is None or ident.adopted.get(file) == mac:
+            return
+        raise Stopped(
+            f"checkpoint {file} belongs to another state dir (it carries no state ID and was not "
+            f"here when this state dir got its {STATE_ID_FILE}); refusing a copied checkpoint"
+        )
+    if ident is None:
+        raise Stopped(
+            f"checkpoint {file} belongs to another state dir (state ID {state_id[:8]}…; this state "
+            f"dir has no {STATE_ID_FILE}: restore it if it was lost)"
+        )
+    if ident.state_id != state_id:
+        raise Stopped(
+            f"checkpoint {file} belongs to another state dir (state ID {state_id[:8]}…, this "
+            f"one is {ident.state_id[:8]}…); refusing a copied checkpoint"
+        )
+
+
+def _scan(tasks_dir: Path) -> tuple[dict[str, str], int]:
+    """``({file name: mac} of legacy checkpoints, number of checkpoints carrying a state ID)``.
+    Files that cannot be read or parsed are skipped (every load refuses them anyway)."""
+    from .storage import MAX_CHECKPOINT_BYTES, parse_json_object
+
+    legacy: dict[str, str] = {}
+    bound = 0
+    if not tasks_dir.is_dir():
+        return legacy, bound
+    for path in sorted(tasks_dir.glob("*.json")):
+        try:
+            raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
+            data = parse_json_object(raw or b"", f"checkpoint {path.name}")
+        except Stopped:
+            continue
+        if data.get("state_id") is not None:
+            bound += 1
+        elif isinstance(data.get("mac"), str):
+            legacy[path.name] = data["mac"]
+    return legacy, bound
+
+
+def check_creatable(root: Path) -> None:
+    """Raise :class:`Stopped` if ``state.id`` is missing but a checkpoint carrying a state ID exists
+    (creating a new ID would make each of them unreadable). Touches nothing on disk."""
+    if os.path.lexists(root / STATE_ID_FILE):
+        return
+    _, bound = _scan(root / "tasks")
+    if bound:
+        raise Stopped(
+            f"{STATE_ID_FILE} missing but {bound} checkpoint{'s carry' if bound != 1 else ' carries'} "
+            f"a state ID in {root / 'tasks'}; restore {STATE_ID_FILE} from a backup"
+        )
+
+
+def ensure(root: Path) -> StateIdentity:
+    """The identity of ``root``, creating ``state.id`` if it does not exist (see module docstring).
+
+    Raises :class:`Stopped` as :func:`read` and :func:`check_creatable` do.
+    """
+    ident = read(root)
+    if ident is not None:
+        return ident
+    from .storage import Store, fsync_dir, now_iso, write_temp  # storage imports this module
+    import json
+
+    check_creatable(root)
+    path = root / STATE_ID_FILE
+    with Store(root).owner_lock(STATE_ID_FILE, timeout=DEFAULT_LOCK_TIMEOUT_S,
+                                what=f"the state dir's {STATE_ID_FILE}"):
+        ident = read(root)
+        if ident is not None:
+            return ident  # another process created it first; use theirs
+        check_creatable(root)
+        legacy, _ = _scan(root / "tasks")
+        data = {"state_id": secrets.token_hex(16), "created_at": now_iso(), "adopted": legacy}
+        failpoints.hit("state_id:before")
+        tmp = write_temp(root, (json.dumps(data, indent=2) + "\n").encode("ascii"),
+                         owner=STATE_ID_FILE)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process linked first (without our lock: a foreign writer); read theirs
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(root)
+        failpoints.hit("state_id:after")
+    ident = read(root)
+    if ident is None:
+        raise Stopped(f"{STATE_ID_FILE} could not be created in {root}")
+    return ident

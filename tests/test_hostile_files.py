@@ -1,0 +1,426 @@
+"""Hostile files inside a state dir: symlinks, FIFOs, a lost key or state.id, copied checkpoints.
+
+Each case is one an adversarial tester found (symlinked traces written through, FIFOs that hang a
+command forever, a lost ``signing.key`` silently replaced, a checkpoint copied between state dirs
+sharing ``HITL_SIGNING_KEY`` and published twice, a dangling ledger symlink ending in an empty
+message, ``--state-dir ""`` ignored). Every refusal is one ``STOPPED:`` line naming the file, and
+nothing in the state dir changes.
+
+FIFO tests never hang, even against a broken build: :func:`unblocked` opens the FIFO's other end
+from a watchdog thread after a few seconds, so a reader or writer that blocked gets EOF / EPIPE and
+the test fails on its assertion instead of hanging the suite. (No time is asserted.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from conftest import checkpoint_file, ledger_entries, resign, snapshot
+
+POSIX_ONLY = pytest.mark.skipif(sys.platform == "win32", reason="symlinks/FIFOs: POSIX")
+HAS_FIFO = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this OS")
+KEY = "k-1"
+SHARED_KEY = "a-shared-signing-key-for-two-state-dirs"
+
+
+def _stem(task_id: str) -> str:
+    from state.storage import file_name
+
+    return file_name(task_id)
+
+
+def _start(cli, key: str = KEY, draft: str = "The draft body, long enough to be redacted.") -> None:
+    r = cli("start", "--key", key, "--title", "T", "--draft", draft)
+    assert r.code == 0, r.err
+
+
+def _trace(state_dir: Path, task_id: str = KEY) -> Path:
+    return state_dir / "traces" / (_stem(task_id) + ".jsonl")
+
+
+def _ledger(state_dir: Path, task_id: str = KEY) -> Path:
+    return state_dir / "ledger" / (_stem(task_id) + ".json")
+
+
+@contextmanager
+def unblocked(fifo: Path, after_s: float = 3.0):
+    """Guard a block of code that must not block on ``fifo``: if it still runs after ``after_s``
+    seconds, keep opening the FIFO's other end (``O_RDWR``, which never blocks on Linux) and closing
+    it, so a blocked ``open``/``read`` returns and the test fails instead of hanging."""
+    done = threading.Event()
+
+    def watchdog() -> None:
+        if done.wait(after_s):
+            return
+        while not done.is_set():
+            try:
+                fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+            except OSError:
+                done.wait(0.05)
+                continue
+            done.wait(0.05)
+            os.close(fd)
+
+    thread = threading.Thread(target=watchdog, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+# -- 1. traces are never written outside the state dir ---------------------------------------
+
+
+@POSIX_ONLY
+def test_trace_file_symlink_is_not_written_through_on_resume(cli, state_dir, tmp_path):
+    _start(cli)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    trace = _trace(state_dir)
+    trace.unlink()
+    trace.symlink_to(victim)
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve", "--trace-content")
+    r.assert_stopped()
+    assert f"trace file traces/{trace.name} is a symbolic link" in r.err
+    assert victim.read_text() == "precious\n"
+    assert snapshot(state_dir) == before  # refused before the decision was written
+    assert ledger_entries(state_dir) == []
+
+
+@POSIX_ONLY
+def test_trace_file_symlink_is_not_written_through_on_start(cli, state_dir, tmp_path):
+    _start(cli, "other")  # the state dir exists, with its key
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    _trace(state_dir).symlink_to(victim)
+    before = snapshot(state_dir)
+    r = cli("start", "--key", KEY, "--draft", "SECRET draft body " * 5, "--trace-content")
+    r.assert_stopped()
+    assert f"trace file traces/{_trace(state_dir).name} is a symbolic link" in r.err
+    assert victim.read_text() == "precious\n"
+    assert snapshot(state_dir) == before  # no checkpoint, no lock file for the new task
+    assert not checkpoint_file(state_dir, KEY).exists()
+
+
+@POSIX_ONLY
+def test_trace_open_refuses_a_symlink_even_past_the_preflight(state_dir, tmp_path):
+    """The open itself never follows a symlink (the file may change after the pre-flight)."""
+    from state.errors import Stopped
+    from workflow import trace_log
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    path = state_dir / "traces" / "x.jsonl"
+    path.parent.mkdir(parents=True)
+    path.symlink_to(victim)
+    with pytest.raises(Stopped, match="trace file traces/x.jsonl is a symbolic link"):
+        trace_log.append(path, {"kind": "run"})
+    assert victim.read_text() == "precious\n"
+
+
+@POSIX_ONLY
+def test_traces_folder_symlinked_outside_the_state_dir_stops(cli, state_dir, tmp_path):
+    _start(cli, "other")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.rmtree(state_dir / "traces")
+    (state_dir / "traces").symlink_to(outside, target_is_directory=True)
+    r = cli("start", "--key", KEY, "--draft", "x", "--trace-content")
+    r.assert_stopped()
+    assert "traces points outside the state dir" in r.err
+    assert list(outside.iterdir()) == []
+
+
+@POSIX_ONLY
+def test_open_regular_without_o_nofollow_checks_with_lstat(state_dir, tmp_path, monkeypatch):
+    """Where the OS has no O_NOFOLLOW (Windows), an lstat before the open refuses the symlink."""
+    from state import paths
+    from state.errors import Stopped
+
+    monkeypatch.setattr(paths, "_NOFOLLOW", 0)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    link = tmp_path / "link"
+    link.symlink_to(victim)
+    with pytest.raises(Stopped, match="link is a symbolic link"):
+        paths.open_regular(link, "link", os.O_WRONLY | os.O_APPEND)
+    assert victim.read_text() == "precious\n"
+
+
+# -- 2. FIFOs never block a command ----------------------------------------------------------
+
+
+@HAS_FIFO
+@pytest.mark.parametrize("command", [("list",), ("resume", "--decision", "approve"), ("doctor",)])
+def test_fifo_checkpoint_does_not_hang(cli, state_dir, command):
+    _start(cli)
+    fifo = state_dir / "tasks" / "evil.json"
+    os.mkfifo(fifo)
+    before = snapshot(state_dir)
+    with unblocked(fifo):
+        r = cli(*command)
+    assert "checkpoint evil.json is a FIFO, not a regular file" in r.err + r.out, r.err
+    assert r.code == 1 and "Traceback" not in r.err
+    assert snapshot(state_dir) == before
+    if command == ("doctor",):
+        assert "unreadable_checkpoint" in r.out
+
+
+@HAS_FIFO
+@pytest.mark.parametrize("command", [("resume", "--task", KEY, "--decision", "approve"), ("ledger",),
+                                     ("doctor",)])
+def test_fifo_ledger_entry_does_not_hang(cli, state_dir, command):
+    _start(cli)
+    _ledger(state_dir).parent.mkdir()
+    os.mkfifo(_ledger(state_dir))
+    before = snapshot(state_dir)
+    with unblocked(_ledger(state_dir)):
+        r = cli(*command)
+    assert f"ledger entry {_ledger(state_dir).name} is a FIFO, not a regular file" in r.err + r.out
+    assert r.code == 1 and "Traceback" not in r.err
+    assert snapshot(state_dir) == before  # resume: the decision was not written
+
+
+@HAS_FIFO
+@pytest.mark.parametrize("command", [("show", "--task", KEY), ("resume", "--task", KEY, "--decision", "approve")])
+def test_fifo_trace_file_does_not_hang(cli, state_dir, command):
+    _start(cli)
+    _trace(state_dir).unlink()
+    os.mkfifo(_trace(state_dir))
+    before = snapshot(state_dir)
+    with unblocked(_trace(state_dir)):
+        r = cli(*command)
+    r.assert_stopped()
+    assert f"trace file traces/{_trace(state_dir).name} is a FIFO, not a regular file" in r.err
+    assert snapshot(state_dir) == before
+    assert ledger_entries(state_dir) == []
+
+
+@HAS_FIFO
+def test_fifo_signing_key_does_not_hang(state_dir):
+    from state.errors import Stopped
+    from state.integrity import load_key
+
+    state_dir.mkdir()
+    os.mkfifo(state_dir / "signing.key")
+    with unblocked(state_dir / "signing.key"), pytest.raises(Stopped, match="signing.key is a FIFO"):
+        load_key(state_dir, create=False)
+
+
+@HAS_FIFO
+def test_fifo_state_id_is_refused(cli, state_dir):
+    _start(cli)
+    (state_dir / "state.id").unlink()
+    os.mkfifo(state_dir / "state.id")
+    with unblocked(state_dir / "state.id"):
+        r = cli("status", "--task", KEY)
+    r.assert_stopped()
+    assert "state.id is a FIFO, not a regular file" in r.err
+
+
+# -- 3. a lost signing key is never silently replaced ----------------------------------------
+
+
+def test_missing_signing_key_with_checkpoints_stops_start(cli, state_dir):
+    _start(cli)
+    (state_dir / "signing.key").unlink()
+    before = snapshot(state_dir)
+    r = cli("start", "--key", "k-2", "--draft", "y")
+    r.assert_stopped()
+    assert ("signing key missing but 1 checkpoint exists in" in r.err
+            and "restore signing.key or set HITL_SIGNING_KEY" in r.err)
+    assert snapshot(state_dir) == before
+    assert not (state_dir / "signing.key").exists()
+
+
+def test_missing_signing_key_is_never_created_by_a_save(cli, state_dir):
+    """The rule sits in the key code itself, not only in start's pre-flight."""
+    from state.errors import Stopped
+    from state.integrity import load_key
+
+    _start(cli)
+    (state_dir / "signing.key").unlink()
+    with pytest.raises(Stopped, match="signing key missing but 1 checkpoint exists"):
+        load_key(state_dir, create=True)
+    assert not (state_dir / "signing.key").exists()
+
+
+# -- 4. a checkpoint belongs to its state dir ------------------------------------------------
+
+
+@pytest.fixture
+def two_dirs(tmp_path, monkeypatch):
+    """Two state dirs sharing ``HITL_SIGNING_KEY`` (the README's recommended setup)."""
+    import run
+
+    monkeypatch.setenv("HITL_SIGNING_KEY", SHARED_KEY)
+    a, b = tmp_path / "a", tmp_path / "b"
+
+    def call(state: Path, *args: str):
+        from conftest import CliResult
+        import io
+        from contextlib import redirect_stderr, redirect_stdout
+
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = run.main(["--state-dir", str(state), *args])
+            except SystemExit as exc:
+                code = int(exc.code or 0)
+        return CliResult(code, out.getvalue(), err.getvalue())
+
+    for state, key in ((a, KEY), (b, "b-own")):
+        assert call(state, "start", "--key", key, "--draft", "x").code == 0
+    return a, b, call
+
+
+def test_checkpoint_copied_to_another_state_dir_is_refused(two_dirs):
+    a, b, call = two_dirs
+    shutil.copyfile(checkpoint_file(a, KEY), checkpoint_file(b, KEY))
+    before = snapshot(b)
+    for args in (("resume", "--task", KEY, "--decision", "approve"), ("status", "--task", KEY)):
+        r = call(b, *args)
+        r.assert_stopped()
+        assert f"checkpoint {checkpoint_file(b, KEY).name} belongs to another state dir" in r.err
+    assert snapshot(b) == before and ledger_entries(b) == []
+    # the original still works where it belongs: published once, in one ledger
+    assert call(a, "resume", "--task", KEY, "--decision", "approve").code == 0
+    assert len(ledger_entries(a)) == 1 and ledger_entries(b) == []
+
+
+def test_moving_a_whole_state_dir_keeps_its_checkpoints(two_dirs, tmp_path):
+    a, _, call = two_dirs
+    moved = tmp_path / "renamed"
+    a.rename(moved)
+    r = call(moved, "resume", "--task", KEY, "--decision", "approve", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "completed"
+
+
+def test_every_checkpoint_records_the_state_id(cli, state_dir):
+    _start(cli)
+    ident = json.loads((state_dir / "state.id").read_text())
+    assert len(ident["state_id"]) == 32
+    assert json.loads(checkpoint_file(state_dir, KEY).read_text())["state_id"] == ident["state_id"]
+
+
+def test_missing_state_id_with_bound_checkpoints_stops_start(two_dirs):
+    a, _, call = two_dirs
+    (a / "state.id").unlink()
+    before = snapshot(a)
+    r = call(a, "start", "--key", "k-2", "--draft", "y")
+    r.assert_stopped()
+    assert "state.id missing but 1 checkpoint carries a state ID" in r.err
+    assert snapshot(a) == before
+    r = call(a, "status", "--task", KEY)
+    r.assert_stopped()
+    assert "this state dir has no state.id: restore it if it was lost" in r.err
+
+
+def _make_legacy(state_dir: Path, task_id: str) -> None:
+    """Turn ``task_id``'s checkpoint into one written before ``state_id`` existed (re-signed)."""
+    resign(state_dir, checkpoint_file(state_dir, task_id), lambda d: d.pop("state_id"))
+
+
+def test_legacy_checkpoints_are_adopted_and_stay_readable(cli, state_dir):
+    """Decision (state/state_id.py): a checkpoint without ``state_id`` is accepted while the state
+    dir has no state.id; the first write creates state.id adopting every legacy checkpoint then
+    present, and binds each on its next revision."""
+    _start(cli, "old-1")
+    _start(cli, "old-2")
+    _make_legacy(state_dir, "old-1")
+    _make_legacy(state_dir, "old-2")
+    (state_dir / "state.id").unlink()
+    assert cli("status", "--task", "old-1").code == 0
+    r = cli("resume", "--task", "old-1", "--decision", "approve")  # creates state.id, binds old-1
+    assert r.code == 0, r.err
+    sid = json.loads((state_dir / "state.id").read_text())["state_id"]
+    assert json.loads(checkpoint_file(state_dir, "old-1").read_text())["state_id"] == sid
+    r = cli("resume", "--task", "old-2", "--decision", "approve")  # adopted, still readable
+    assert r.code == 0, r.err
+
+
+def test_legacy_checkpoint_copied_in_later_is_refused(cli, state_dir, tmp_path):
+    _start(cli, "old-1")
+    legacy = tmp_path / "legacy.json"
+    _make_legacy(state_dir, "old-1")
+    shutil.copyfile(checkpoint_file(state_dir, "old-1"), legacy)
+    _start(cli, "new-1")
+    checkpoint_file(state_dir, "old-1").unlink()
+    (state_dir / "state.id").unlink()
+    checkpoint_file(state_dir, "new-1").unlink()
+    _start(cli, "new-2")  # a state.id that has never seen old-1
+    shutil.copyfile(legacy, checkpoint_file(state_dir, "old-1"))
+    r = cli("resume", "--task", "old-1", "--decision", "approve")
+    r.assert_stopped()
+    assert "carries no state ID and was not here when this state dir got its state.id" in r.err
+
+
+def test_v1_fixture_without_state_id_still_loads_and_is_bound_on_resume(cli, state_dir, monkeypatch):
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+    import make_checkpoint_v1 as fx
+
+    assert "state_id" not in json.loads(fx.FIXTURE.read_text())
+    monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
+    (state_dir / "tasks").mkdir(parents=True)
+    shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
+    r = cli("resume", "--task", fx.TASK_ID, "--decision", "approve")
+    assert r.code == 0, r.err
+    sid = json.loads((state_dir / "state.id").read_text())["state_id"]
+    assert json.loads(checkpoint_file(state_dir, fx.TASK_ID).read_text())["state_id"] == sid
+
+
+# -- 5. an unreadable ledger entry is a clear STOPPED, before the decision --------------------
+
+
+@POSIX_ONLY
+def test_dangling_ledger_symlink_stops_before_the_decision(cli, state_dir, tmp_path):
+    _start(cli)
+    _ledger(state_dir).parent.mkdir()
+    _ledger(state_dir).symlink_to(tmp_path / "nowhere.json")
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert f"ledger entry {_ledger(state_dir).name} is a symbolic link, not a regular file" in r.err
+    assert snapshot(state_dir) == before
+    assert json.loads(checkpoint_file(state_dir, KEY).read_text())["decision"] is None
+
+
+def test_ledger_record_race_lost_and_entry_gone_is_a_clear_stop(tmp_path, monkeypatch):
+    """os.link says the entry exists, but reading it finds nothing: a named STOPPED, never a bare
+    AssertionError (which reached the user as an empty message)."""
+    from state.errors import Stopped
+    from tools import ledger as ledger_mod
+
+    def link_lost(src, dst, *a, **k):
+        raise FileExistsError(dst)
+
+    monkeypatch.setattr(ledger_mod.os, "link", link_lost)
+    ledger = ledger_mod.Ledger(tmp_path / "ledger")
+    with pytest.raises(Stopped, match=r"ledger entry k-1--[0-9a-f]{12}\.json could not be created"):
+        ledger.record(key=KEY, task_id=KEY, title="T", content_sha256="0" * 64)
+
+
+# -- 6. an empty --state-dir is a usage error ------------------------------------------------
+
+
+def test_empty_state_dir_flag_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    import run
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--state-dir", "", "start", "--key", KEY, "--draft", "x"])
+    assert exc.value.code == 2
+    assert "argument --state-dir: must not be empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no .cache fallback
