@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -289,10 +290,15 @@ def _decide(store: Store, task_id: str, decision: str, reason: str | None, *, by
     return cp
 
 
+#: Escaped in ``--json`` output (valid JSON either way): C1 controls and U+2028/U+2029 (line breaks
+#: to ``str.splitlines``, so the one object stays on one line), bidi controls, lone surrogates.
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
 def _print_result(command: str, result: dict[str, Any], as_json: bool,
                   extra: list[str] | None = None) -> None:
     if as_json:
-        print(json.dumps(result, ensure_ascii=False))
+        print(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(result, ensure_ascii=False)))
     elif command == "list":
         print(inbox.inbox_text(result))
     elif command == "show":

@@ -388,7 +388,7 @@ def receipt_text(r: dict[str, Any]) -> str:
 
 #: Characters a trace (unsigned) must not send to a terminal: C0 controls but tab and newline, DEL,
 #: C1 controls, bidi overrides/isolates, lone surrogates. Shown escaped (``\x1b``, ``\u202e``).
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _step_text(s: dict[str, Any]) -> str:
