@@ -107,6 +107,8 @@ HOSTILE_LINES = [
     '{"kind":"span","type":"function","started_at":"9999-12-31T23:59:59-23:59","ended_at":"0001-01-01T00:00:00+23:59"}',
     '{"kind":"span","type":"guardrail","data":{"x":NaN},"name":"\\u001b[2J\\u202e"}',
     '{"kind":"span","type":"guardrail","name":"\\u001b[2J\\u202e\\u0085\\u2028x"}',
+    '{"kind":"span","type":"function","name":"\\u001b[2J\\u202eevil"}',
+    '{"kind":"run_end","phase":"\\u009b2J","outcome":"error","error":"\\u001b]0;x\\u0007\\u2066"}',
     '{"kind":"span","data":' + "[" * 5000 + "]" * 5000 + "}",
     '{"kind":"span","type":"turn","span_id":"s","data":{"data":{"usage":{"input_tokens":' + "9" * 4200 + "}}}}",
 ]
@@ -150,7 +152,8 @@ def test_show_skips_and_counts_a_hostile_trace_record(cli, task_with_trace, line
     receipt = _show_both(cli)
     assert _facts(receipt) == facts
     trace = receipt["trace"]
-    well_formed = any(x in line for x in ('"sha256":1', "9999-12-31", "guardrail\",\"name"))
+    well_formed = any(x in line for x in ('"sha256":1', "9999-12-31", "guardrail\",\"name",
+                                          "evil", "run_end\",\"phase"))
     assert trace["invalid_records"] + trace["unreadable_lines"] == (0 if well_formed else 1)
     if "[[[[" not in line:  # too deep for json: trace_log.read raises, the whole trace is skipped
         assert receipt["totals"]["model_calls"] >= 1  # the good records still count
