@@ -64,7 +64,7 @@ def check_environment() -> None:
     try:
         clock.now()
     except (ValueError, OverflowError) as exc:
-        raise Stopped(f"{exc}; give an ISO-8601 timestamp such as 2030-01-01T00:00:00Z") from None
+        raise Stopped(f"{exc} (e.g. 2030-01-01T00:00:00Z)") from None
     for name in SECRET_ENVS:
         value = os.environ.get(name)
         if value is not None and not _is_text(value):
