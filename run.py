@@ -26,11 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from state import clock
+from state.environment import check_environment
 from state.errors import Stopped
 from state.schema import (
     DEFAULT_MAX_COST_USD,
@@ -41,6 +43,7 @@ from state.schema import (
     MAX_NAME_CHARS,
     MAX_REASON_CHARS,
     MAX_TITLE_CHARS,
+    MAX_TURNS_LIMIT,
     check_base_url,
     check_text,
     valid_key,
@@ -78,7 +81,7 @@ def _text(what: str, limit: int, single_line: bool) -> Callable[[str], str]:
     return check
 
 
-def _number(kind: type, low: float, what: str) -> Callable[[str], Any]:
+def _number(kind: type, low: float, what: str, high: float | None = None) -> Callable[[str], Any]:
     def check(value: str) -> Any:
         try:
             number = kind(value)
@@ -87,6 +90,8 @@ def _number(kind: type, low: float, what: str) -> Callable[[str], Any]:
         if not number >= low or number != number or number in (float("inf"),):
             raise argparse.ArgumentTypeError(f"{what} must be at least {low:g}" if low else
                                              f"{what} must be greater than 0")
+        if high is not None and number > high:
+            raise argparse.ArgumentTypeError(f"{what} must be at most {high:g}")
         return number
 
     return check
@@ -105,7 +110,7 @@ def _prices(value: str) -> tuple[float, float]:
 
 def _url(value: str) -> str:
     try:
-        return check_base_url(value)
+        return check_base_url(check_text(value, what="--base-url", limit=500, single_line=True))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -118,7 +123,7 @@ def _duration(value: str) -> int:
 
 
 def _budget_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-turns", type=_number(int, 1, "--max-turns"),
+    p.add_argument("--max-turns", type=_number(int, 1, "--max-turns", MAX_TURNS_LIMIT),
                    help=f"model turns for the whole task (default {DEFAULT_MAX_TURNS})")
     p.add_argument("--max-tokens", type=_number(int, MIN_OUTPUT_TOKENS, "--max-tokens"),
                    help=f"input+output tokens for the whole task (default {DEFAULT_MAX_TOKENS:,})")
@@ -292,10 +297,15 @@ def _decide(store: Store, task_id: str, decision: str, reason: str | None, *, by
     return cp
 
 
+#: Escaped in ``--json`` output (valid JSON either way): C1 controls and U+2028/U+2029 (line breaks
+#: to ``str.splitlines``, so the one object stays on one line), bidi controls, lone surrogates.
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
 def _print_result(command: str, result: dict[str, Any], as_json: bool,
                   extra: list[str] | None = None) -> None:
     if as_json:
-        print(json.dumps(result, ensure_ascii=False))
+        print(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(result, ensure_ascii=False)))
     elif command == "list":
         print(inbox.inbox_text(result))
     elif command == "show":
@@ -384,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "start" and args.model is None and (args.api or args.base_url):
         parser.error("--api and --base-url need --model")
     try:
+        check_environment()  # a bad HITL_* value: one line naming it, before any file is touched
         result = run_command(args)
     except Stopped as exc:
         print(f"STOPPED: {exc}", file=sys.stderr)
@@ -400,13 +411,52 @@ def main(argv: list[str] | None = None) -> int:
         print(f"STOPPED: unexpected error ({msg})", file=sys.stderr)
         return 1
     if result is not None:
-        _print_result(args.command, result, args.json, getattr(args, "text_extra", None))
+        try:
+            _print_result(args.command, result, args.json, getattr(args, "text_extra", None))
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
+            raise
+        except OSError as exc:  # stdout is full, gone or read-only (``>/dev/full``)
+            _output_failed(args.command, result, exc)
+            return 1
     if args.command == "doctor" and not result["consistent"]:  # type: ignore[index]
         from workflow.doctor import summary
 
         print(f"STOPPED: {summary(result)}", file=sys.stderr)  # type: ignore[arg-type]
         return 1
     return 0
+
+
+def _output_failed(command: str, result: dict[str, Any], exc: OSError) -> None:
+    """Say (on stderr, if it still works) that the output could not be written, and whether the
+    command's effect already happened; keep Python's flush at exit from raising again."""
+    cause = exc.strerror or type(exc).__name__
+    line = f"STOPPED: the output could not be written ({cause})"
+    if command in ("start", "resume") and isinstance(result.get("task_id"), str):
+        line += (f"; the {command} itself completed and is saved: see python run.py status "
+                 f"--task {result['task_id']}")
+    elif command in ("expire", "doctor"):
+        line += f"; the {command} itself completed (changes, if any, are saved)"
+    _silence_stdout()
+    try:
+        print(line, file=sys.stderr)
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at the null device, so the interpreter's final flush of what is
+    still buffered cannot raise (the Python docs' SIGPIPE recipe). A no-op for an in-memory stdout."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def _entry_point() -> int:
@@ -417,8 +467,15 @@ def _entry_point() -> int:
         sys.stdout.flush()
         return code
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit would raise again
+        _silence_stdout()  # Python's flush at exit would raise again
+        return 1
+    except OSError as exc:  # output written outside ``main`` (``review``, ``demo``) failed to flush
+        _silence_stdout()
+        try:
+            print(f"STOPPED: the output could not be written ({exc.strerror or type(exc).__name__})",
+                  file=sys.stderr)
+        except OSError:
+            pass
         return 1
 
 

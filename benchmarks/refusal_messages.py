@@ -173,4 +173,14 @@ s = fresh()
 show("hostile key (usage error, exit 2, nothing touched)", s, "start", "--key", "../evil", "--draft", "x")
 show("title with a newline (usage error)", s, "start", "--title", "a\nb", "--draft", "x")
 show("oversized draft (usage error)", s, "start", "--draft", "x" * 20_001)
+show("--max-turns above the schema's limit (usage error)", s, "start", "--draft", "x", "--max-turns", "2000")
+show("argument bytes that are not UTF-8 (usage error)", s, "start", "--draft", os.fsdecode(b"\xff"))
+show("C1 control character in a reason (usage error)", s, *APPROVE[:3], "--decision", "reject",
+     "--reason", "ok\x9b")
+show("bidi override in a title (usage error)", s, "start", "--title", "a\u202eb", "--draft", "x")
+for name, value in (("HITL_LOCK_TIMEOUT", "abc"), ("HITL_NOW", "garbage"),
+                    ("HITL_SIGNING_KEY", os.fsdecode(b"\xff"))):
+    os.environ[name] = value
+    show(f"{name} with a bad value (nothing touched)", s, *APPROVE)
+    del os.environ[name]
 shutil.rmtree(TMP)

@@ -24,7 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from . import failpoints
 from .errors import Stopped
 from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key
+from .paths import read_regular
 from .storage import Store, file_name, fsync_dir, parse_json_object, write_temp
+
+MAX_RECORD_BYTES = 64 * 1024
 
 
 class RejectionRecord(BaseModel):
@@ -61,12 +64,9 @@ def get(store: Store, task_id: str) -> RejectionRecord | None:
     """The rejection record of ``task_id``, or None. Raises :class:`Stopped` if the file exists but
     is not a valid record for this task (never rewritten)."""
     path = path_for(store, task_id)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_regular(path, f"rejection record {path.name}", limit=MAX_RECORD_BYTES)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise Stopped(f"rejection record {path.name} cannot be read ({type(exc).__name__})") from None
     data = parse_json_object(raw, f"rejection record {path.name}")
     try:
         rec = RejectionRecord.model_validate(data)

@@ -37,12 +37,22 @@ MAX_TITLE_CHARS = 200
 MAX_DRAFT_CHARS = 20_000
 MAX_REASON_CHARS = 1_000
 MAX_NAME_CHARS = 100
+#: Upper bound of ``Budget.max_turns`` (and of ``--max-turns``).
+MAX_TURNS_LIMIT = 1000
 
 Status = Literal["waiting_for_approval", "completed", "cancelled", "budget_exceeded", "expired"]
 DecisionKind = Literal["approved", "rejected"]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+#: C0 and C1 control characters and DEL; multi-line text keeps tab and newline.
+_CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): they reorder
+#: what a terminal shows, so a reviewer could read something other than what is stored
+#: ("Trojan Source", CVE-2021-42574).
+_BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069]")
+#: Lone surrogates: what Python makes of command-line bytes that are not valid UTF-8.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def valid_key(value: str) -> bool:
@@ -51,15 +61,21 @@ def valid_key(value: str) -> bool:
 
 
 def check_text(value: str, *, what: str, limit: int, single_line: bool) -> str:
-    """Return ``value`` if it is within ``limit`` characters and free of control characters.
+    """Return ``value`` if it is within ``limit`` characters, valid UTF-8 text and free of control
+    characters (C0, DEL, C1 U+0080-U+009F) and bidirectional overrides/isolates.
 
     ``single_line`` also forbids newlines and tabs. Raises ``ValueError`` with a one-line message.
     """
+    if _SURROGATE.search(value):  # first: such a value cannot even be printed in a message
+        raise ValueError(f"{what} is not valid UTF-8")
     if len(value) > limit:
         raise ValueError(f"{what} is {len(value)} characters; the limit is {limit}")
-    bad = re.compile(r"[\x00-\x1f\x7f]") if single_line else _CONTROL
-    if bad.search(value):
+    if (_CONTROL_ONE_LINE if single_line else _CONTROL).search(value):
         raise ValueError(f"{what} contains control characters")
+    bidi = _BIDI.search(value)
+    if bidi:
+        raise ValueError(f"{what} contains a bidirectional text control (U+{ord(bidi.group()):04X}), "
+                         "which can disguise what a reviewer sees")
     return value
 
 
@@ -205,7 +221,7 @@ class Budget(_Strict):
     ``genai-prices`` lookup.
     """
 
-    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1, le=1000)
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1, le=MAX_TURNS_LIMIT)
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=MIN_OUTPUT_TOKENS)
     max_cost_usd: Optional[float] = Field(default=DEFAULT_MAX_COST_USD, gt=0)
     price_in_per_mtok: Optional[float] = Field(default=None, ge=0)

@@ -32,14 +32,13 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from . import failpoints, state_id
+from . import environment, failpoints, state_id
 from .errors import Stopped
 from .integrity import check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, read_regular
 from .schema import SCHEMA_VERSION, Checkpoint, valid_key
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
-LOCK_TIMEOUT_ENV = "HITL_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
 
@@ -158,7 +157,7 @@ class Store:
         waiting is bounded by ``$HITL_LOCK_TIMEOUT`` seconds (default 10). Raises :class:`Stopped`
         on timeout.
         """
-        timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S))
+        timeout = environment.lock_timeout(DEFAULT_LOCK_TIMEOUT_S)
         with self.owner_lock(file_name(task_id), timeout=timeout, what=f"task {task_id}"):
             yield
 

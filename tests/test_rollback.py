@@ -81,3 +81,21 @@ def test_doctor_flags_a_forged_entry_on_an_expired_task(cli, state_dir, monkeypa
     r = cli("doctor", "--json")
     assert r.code == 1
     assert "entry_without_approval" in {f["kind"] for f in r.json()["findings"]}
+
+
+def test_rejection_record_that_is_a_fifo_stops_without_hanging(cli, state_dir):
+    import os
+
+    from state import rejections
+    from state.storage import Store
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this OS")
+    cli("start", "--key", "ff-1", "--title", "T", "--draft", "D")
+    path = rejections.path_for(Store(state_dir), "ff-1")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "ff-1", "--decision", "approve")  # would block on open() before
+    r.assert_stopped()
+    assert "FIFO" in r.err and snapshot(state_dir) == before and ledger_entries(state_dir) == []

@@ -521,7 +521,7 @@ def _run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
     budget = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if budget is not None:
         return Stopped(f"task {task_id}: {budget}; {saved}")
-    cause = provider_error(exc, secret=os.environ.get(API_KEY_ENV))
+    cause = provider_error(exc, secret=(os.environ.get(API_KEY_ENV) or "").strip() or None)
     if cause is None:
         cause = f"the run failed ({type(exc).__name__}: {exc})"
     return Stopped(f"task {task_id}: {cause}; {saved}")

@@ -23,16 +23,24 @@ Shape (``--json``)::
      "totals": {"elapsed_s", "run_time_ms", "runs", "model_calls", "tool_calls",
                 "input_tokens", "output_tokens", "total_tokens"},
      "errors": [str, …],
-     "trace": {"path", "records", "unreadable_lines"}}
+     "trace": {"path", "records", "unreadable_lines", "invalid_records"}}
 
 Times are ISO-8601 UTC; ``elapsed_s`` is seconds from the first to the last recorded moment
 (human waiting included); ``run_time_ms`` the sum of the agent runs' durations.
+
+The trace file is unsigned diagnostics: each record is validated (:func:`valid_records`, shape and
+types) and a record that does not fit is skipped and counted (``invalid_records``, named under
+``errors``). A damaged or hostile trace only gives a thinner trajectory, never a failed ``show``.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from state import clock
 from state.schema import Checkpoint
@@ -41,13 +49,110 @@ from tools.ledger import Ledger
 from workflow import trace_log
 
 
-def _ts(text: str | None) -> datetime | None:
-    if not text:
+def _ts(text: Any) -> datetime | None:
+    if not text or not isinstance(text, str):
         return None
     try:
         return clock.parse_iso(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
+
+
+#: Deepest nesting and largest token count a trace record may carry (beyond: not ours, skipped).
+MAX_DEPTH = 40
+MAX_TOKENS = 10**15
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class _RunRecord(_Record):
+    kind: Literal["run"]
+    at: Optional[str] = None
+    phase: Optional[str] = None
+    pid: Optional[int] = None
+
+
+class _RunEndRecord(_Record):
+    kind: Literal["run_end"]
+    at: Optional[str] = None
+    phase: Optional[str] = None
+    outcome: Optional[str] = None
+    error: Optional[str] = None
+
+
+class _Usage(_Record):
+    input_tokens: Optional[int] = Field(default=None, ge=0, le=MAX_TOKENS)
+    output_tokens: Optional[int] = Field(default=None, ge=0, le=MAX_TOKENS)
+
+
+class _CustomData(_Record):
+    turn: Optional[int] = None
+    usage: Optional[_Usage] = None
+
+
+class _SpanData(_Record):
+    data: Optional[_CustomData] = None  # custom spans (task, turn)
+
+
+class _SpanRecord(_Record):
+    kind: Literal["span"]
+    span_id: Optional[str] = None
+    parent_id: Optional[str] = None
+    started_at: Optional[str] = None
+    ended_at: Optional[str] = None
+    type: Optional[str] = None
+    name: Optional[str] = None
+    data: Optional[dict[str, Any]] = None
+    error: Union[dict[str, Any], str, None] = None
+
+
+_KINDS: dict[str, type[_Record]] = {"run": _RunRecord, "run_end": _RunEndRecord, "span": _SpanRecord}
+
+
+def _plain(value: Any) -> bool:
+    """True if ``value`` nests at most :data:`MAX_DEPTH` deep and holds no NaN/Infinity (which
+    ``json.loads`` accepts but ``show --json`` could not print as JSON)."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v)
+    return True
+
+
+def valid_records(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """``(records the receipt can use, number skipped)``.
+
+    A ``run``, ``run_end`` or ``span`` record must have the types in :mod:`workflow.trace_log`'s
+    docstring (strings or null for times, names and ids; an int ``pid``; for a span, an object or
+    null ``data``, and in a ``turn`` span, integer token counts 0 … 10**15); every record must nest
+    at most :data:`MAX_DEPTH` deep and hold no NaN/Infinity. Other kinds (``trace_start``, …) are
+    not used and pass through. Never raises.
+    """
+    good: list[dict[str, Any]] = []
+    bad = 0
+    for rec in records:
+        model = _KINDS.get(rec.get("kind")) if isinstance(rec, dict) else None
+        try:
+            if not isinstance(rec, dict) or not _plain(rec):
+                raise ValueError("not a plain JSON object")
+            if model is not None:
+                model.model_validate(rec)
+                if rec["kind"] == "span" and rec.get("type") in ("turn", "task"):
+                    _SpanData.model_validate(rec.get("data") or {})
+        except (ValidationError, ValueError):
+            bad += 1
+            continue
+        good.append(rec)
+    return good, bad
 
 
 def _ms(start: str | None, end: str | None) -> float | None:
@@ -137,7 +242,11 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
     cp = store.load(task_id)
     entry = Ledger(store.ledger_dir).get(cp.idempotency_key)
     path = trace_log.trace_path(store, task_id)
-    records, bad = trace_log.read(path)
+    try:
+        records, bad = trace_log.read(path)
+    except (OSError, RecursionError):  # unreadable file, or a line nested too deep for json
+        records, bad = [], 1
+    records, invalid = valid_records(records)
     t_steps, errors, sums = _trace_steps(records)
     steps = _history_steps(cp) + t_steps
     if entry is not None:
@@ -149,6 +258,8 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
                               order.get(s["step"], 1)))
     if bad:
         errors.append(f"{bad} unreadable line(s) in the trace file (cut by a crash?)")
+    if invalid:
+        errors.append(f"{invalid} trace record(s) of an unexpected shape skipped")
 
     request = next((s for s in reversed(steps) if s["step"] == "approval_requested"), None)
     decision = None
@@ -198,7 +309,8 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
             "total_tokens": sums["input_tokens"] + sums["output_tokens"],
         },
         "errors": errors,
-        "trace": {"path": str(path), "records": len(records), "unreadable_lines": bad},
+        "trace": {"path": str(path), "records": len(records), "unreadable_lines": bad,
+                  "invalid_records": invalid},
     }
 
 
@@ -219,11 +331,17 @@ def _fmt_args(args: Any) -> str:
         return repr(args)
     parts = []
     for k, v in args.items():
-        if isinstance(v, dict) and "sha256" in v:
+        if _is_redacted(v):
             parts.append(f"{k}={v['preview']!r} ({v['chars']} chars, sha256 {v['sha256'][:12]}…)")
         else:
             parts.append(f"{k}={v!r}")
     return ", ".join(parts)
+
+
+def _is_redacted(v: Any) -> bool:
+    """True if ``v`` is :func:`workflow.trace_log.redact`'s ``{"sha256", "preview", "chars"}``."""
+    return (isinstance(v, dict) and isinstance(v.get("sha256"), str)
+            and isinstance(v.get("preview"), str) and isinstance(v.get("chars"), int))
 
 
 def _clock_time(at: str | None) -> str:
@@ -265,7 +383,12 @@ def receipt_text(r: dict[str, Any]) -> str:
     )
     lines.append("errors: " + ("; ".join(r["errors"]) if r["errors"] else "none"))
     lines.append(f"trace: {r['trace']['path']} ({r['trace']['records']} records)")
-    return "\n".join(lines)
+    return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], "\n".join(lines))
+
+
+#: Characters a trace (unsigned) must not send to a terminal: C0 controls but tab and newline, DEL,
+#: C1 controls, bidi overrides/isolates, lone surrogates. Shown escaped (``\x1b``, ``\u202e``).
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _step_text(s: dict[str, Any]) -> str:

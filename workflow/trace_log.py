@@ -24,8 +24,9 @@ Nothing secret is written: unless a run asks for ``--trace-content``, every stri
 input/output and of a tool's arguments longer than :data:`PREVIEW_CHARS` becomes ``{"sha256",
 "preview", "chars"}`` (a tool's output, a status and not the draft, only beyond
 :data:`OUTPUT_CHARS`); the
-values of ``OPENAI_API_KEY`` and ``HITL_SIGNING_KEY``, if set, are replaced by ``[redacted]`` in every
-line whatever the mode.
+values of ``OPENAI_API_KEY`` and ``HITL_SIGNING_KEY``, if set (whatever their length), and the token
+an API echoes after ``API key provided:`` are replaced by ``[redacted]`` in every line whatever the
+mode.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +77,57 @@ def redact(value: Any, limit: int = PREVIEW_CHARS) -> Any:
     return value
 
 
-def _scrub(line: str) -> str:
+#: What the OpenAI API echoes on a refused key (``Incorrect API key provided: sk-ab***cd.``): the
+#: token is replaced whatever key it was, even one that did not come from our environment.
+_ECHOED_KEY = re.compile(r"(API key provided: )[A-Za-z0-9_*\-]+")
+REDACTED = "[redacted]"
+
+
+def _secrets() -> list[str]:
+    """The values of :data:`SECRET_ENVS` (as set and stripped, as ``agent.models`` sends the API
+    key), longest first, whatever their length."""
+    found: set[str] = set()
     for name in SECRET_ENVS:
-        secret = os.environ.get(name)
-        if secret and len(secret) >= 8:
-            line = line.replace(secret, "[redacted]")
+        value = os.environ.get(name) or ""
+        found.update(v for v in (value, value.strip()) if v)
+    return sorted(found, key=len, reverse=True)
+
+
+def _scrub_value(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_scrub_value(k, secrets): _scrub_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_value(v, secrets) for v in value]
+    return value
+
+
+def _scrub(line: str) -> str:
+    """``line`` (one JSON record) with secrets replaced by ``[redacted]``, still one JSON record.
+
+    Every value of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY`` (any length, >= 1 character) inside any
+    string or object key, and the token after ``API key provided:``, become ``[redacted]``. The
+    replacement is made on the parsed strings, so a secret holding a quote or a backslash cannot
+    break the line. Should a secret still appear in the line outside any string (a short key of
+    digits inside a number), the record is replaced by ``{"kind": "redacted"}`` (diagnostics lost,
+    never the secret written).
+    """
+    line = _ECHOED_KEY.sub(lambda m: m.group(1) + REDACTED, line)
+    secrets = _secrets()
+    escaped = [json.dumps(secret, ensure_ascii=False)[1:-1] for secret in secrets]  # as in the line
+    if not any(secret in line for secret in secrets + escaped):
+        return line
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return json.dumps({"kind": "redacted"})
+    line = json.dumps(_scrub_value(record, secrets), ensure_ascii=False, separators=(",", ":"))
+    skeleton = line.replace(REDACTED, "")
+    if any(secret in skeleton for secret in secrets if secret not in REDACTED):
+        return json.dumps({"kind": "redacted"})
     return line
 
 
@@ -144,7 +192,7 @@ def read(path: Path) -> tuple[list[dict[str, Any]], int]:
             continue
         try:
             rec = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             bad += 1
             continue
         if isinstance(rec, dict) and isinstance(rec.get("kind"), str):
