@@ -275,10 +275,12 @@ class Checkpoint(_Strict):
     history: list[HistoryEvent]
     created_at: str
     updated_at: str
-    #: When the pending approval stops being valid (ISO-8601 UTC); None: never (files before issue 6).
-    expires_at: Optional[str] = None
+    #: When the pending approval stops being valid (ISO-8601 UTC); null: no request is pending.
+    #: Required, with no default: a file without it is refused, so removing the field can never
+    #: remove a deadline (tests/test_fuzz_state.py found that when it had a default).
+    expires_at: Optional[str]
     #: How long each new approval request stays valid, seconds (``start --expires-in``).
-    approval_ttl_s: Optional[int] = Field(default=None, ge=1)
+    approval_ttl_s: int = Field(ge=1)
     mac: str
     model: ModelSpec = Field(default_factory=ModelSpec)
     budget: Budget = Field(default_factory=Budget)

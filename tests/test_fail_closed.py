@@ -407,6 +407,7 @@ def v1_state(state_dir, monkeypatch):
     monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
     (state_dir / "tasks").mkdir(parents=True)
     shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
+    shutil.copyfile(fx.FIXTURE.with_suffix(".state.id"), state_dir / "state.id")
     # No lock file: a copied-in checkpoint has none yet, and a refused resume must not create one.
     return fx
 

