@@ -250,9 +250,9 @@ class Checkpoint(_Strict):
     ``sdk_version`` (``openai-agents``) and ``run_state_schema_version`` (the RunState's
     ``$schemaVersion``); ``agent`` definition fingerprint; ``run_state`` (``RunState.to_string()``,
     verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``model``
-    (:class:`ModelSpec`), ``budget`` (:class:`Budget`) and ``spend`` (:class:`Spend`), each defaulted
-    when absent (files written before issue 5); ``expires_at`` and ``approval_ttl_s`` (approval
-    expiry, optional); ``state_id`` (the state dir it belongs to, see :mod:`state.state_id`; null in
+    (:class:`ModelSpec`), ``budget`` (:class:`Budget`) and ``spend`` (:class:`Spend`);
+    ``expires_at`` (null when nothing is pending) and ``approval_ttl_s`` (approval expiry). All of
+    these are required: a file missing one is refused, never filled in with a default. ``state_id`` (the state dir it belongs to, see :mod:`state.state_id`; null in
     files written before it); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
     """
 
@@ -282,9 +282,11 @@ class Checkpoint(_Strict):
     #: How long each new approval request stays valid, seconds (``start --expires-in``).
     approval_ttl_s: int = Field(ge=1)
     mac: str
-    model: ModelSpec = Field(default_factory=ModelSpec)
-    budget: Budget = Field(default_factory=Budget)
-    spend: Spend = Field(default_factory=Spend)
+    # Required, no defaults: a file without them is refused (a dropped budget must not come back
+    # as the default one; tests/test_fuzz_state.py).
+    model: ModelSpec
+    budget: Budget
+    spend: Spend
     #: The ID of the state dir the checkpoint belongs to (``state.id``, see ``state.state_id``);
     #: None: written before the field existed (legacy, accepted only as ``state.state_id`` says).
     state_id: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{32}$")
@@ -304,11 +306,10 @@ class Checkpoint(_Strict):
         return v
 
     def body(self) -> dict[str, Any]:
-        """The envelope as a JSON-ready dict, defaults filled in, without ``mac``.
+        """The envelope as a JSON-ready dict, without ``mac``.
 
         ``Store.save`` signs exactly this; ``Store.load_path`` verifies the MAC over the file's own
-        parsed fields, so a file written before a defaulted field existed still verifies, and adding
-        or removing a field breaks the MAC.
+        parsed fields (before validation), so adding or removing a field breaks the MAC.
         """
         data = self.model_dump(mode="json")
         data.pop("mac")

@@ -377,14 +377,15 @@ def test_status_prints_model_spend_and_budget(cli, state_dir, http):
     assert set(cli("status", "--task", "t-1", "--json").json()) == TASK_KEYS
 
 
-def test_checkpoint_written_before_issue5_still_loads_and_resumes(cli, state_dir):
+@pytest.mark.parametrize("field", ["model", "budget", "spend"])
+def test_checkpoint_without_model_budget_or_spend_is_refused(cli, state_dir, field):
+    """No defaults for them: a dropped budget (even re-signed) must not come back as the default."""
     assert cli("start", "--key", "old-1", "--draft", "D").code == 0
     path = checkpoint_file(state_dir, "old-1")
-    resign(state_dir, path, lambda d: [d.pop(k) for k in ("model", "budget", "spend")])
-    r = cli("status", "--task", "old-1")
-    assert r.code == 0 and "model: offline" in r.out, r.err
-    r = cli("resume", "--task", "old-1", "--decision", "approve", "--json")
-    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    resign(state_dir, path, lambda d: d.pop(field))
+    r = cli("resume", "--task", "old-1", "--decision", "approve")
+    r.assert_stopped()
+    assert f"{field}: Field required" in r.err
 
 
 def test_base_url_with_credentials_is_a_usage_error(cli, state_dir):
