@@ -9,34 +9,26 @@ the MAC is re-signed with the state dir's key, as tests/conftest.py::resign does
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 import shutil
 import sys
 import tempfile
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.pop("HITL_SIGNING_KEY", None)
 
-import run  # noqa: E402
-from conftest import checkpoint_file, resign  # noqa: E402
+from conftest import checkpoint_file, resign, run_in_process  # noqa: E402
 
 TMP = Path(tempfile.mkdtemp())
 N = 0
 
 
 def cli(state: Path, *args: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = run.main(["--state-dir", str(state), *args])
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, (err.getvalue().strip().splitlines() or [""])[-1]
+    r = run_in_process(state, *args)
+    return r.code, (r.err.strip().splitlines() or [""])[-1]
 
 
 def fresh(approve: bool = False) -> Path:

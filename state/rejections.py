@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import failpoints
 from .errors import Stopped
-from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key
+from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key, validation_message
 from .paths import read_regular
 from .storage import Store, file_name, fsync_dir, parse_json_object, write_temp
 
@@ -71,9 +71,7 @@ def get(store: Store, task_id: str) -> RejectionRecord | None:
     try:
         rec = RejectionRecord.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        raise Stopped(f"rejection record {path.name} is not valid: {loc}: {err['msg']}") from None
+        raise Stopped(f"rejection record {path.name} is not valid: {validation_message(exc)}") from None
     if rec.task_id != task_id:
         raise Stopped(f"rejection record {path.name} names task {rec.task_id!r}, not {task_id!r}")
     return rec

@@ -79,6 +79,13 @@ def check_text(value: str, *, what: str, limit: int, single_line: bool) -> str:
     return value
 
 
+def validation_message(exc: Any) -> str:
+    """``"<field.path>: <message>"`` for the first error of a pydantic ``ValidationError``."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+    return f"{loc}: {err['msg']}"
+
+
 def canonical_json(value: Any) -> bytes:
     """Canonical UTF-8 JSON (sorted keys, no spaces) used for fingerprints and the MAC."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(

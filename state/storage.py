@@ -36,7 +36,7 @@ from . import environment, failpoints, state_id
 from .errors import Stopped
 from .integrity import check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, read_regular
-from .schema import SCHEMA_VERSION, Checkpoint, valid_key
+from .schema import SCHEMA_VERSION, Checkpoint, valid_key, validation_message
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
@@ -259,9 +259,7 @@ class Store:
         try:
             cp = Checkpoint.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-            raise Stopped(f"{where} is not a valid checkpoint: {loc}: {err['msg']}") from None
+            raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
         if cp.idempotency_key != cp.task_id:
             raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
         if path.stem != file_name(cp.task_id):

@@ -48,26 +48,48 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def tracing_on():
+    """SDK tracing on, through our local processor, for this test.
+
+    ``tests/test_sdk_behaviour.py`` disables SDK tracing for the whole pytest process when it is
+    imported (so no hosted export is attempted); tests whose subject is the trace turn it back on.
+    """
+    from agents.tracing import get_trace_provider
+
+    from workflow import tracing
+
+    provider = get_trace_provider()
+    was = getattr(provider, "_manual_disabled", None)
+    tracing.install()
+    provider.set_disabled(False)
+    yield
+    if was is not None:
+        provider.set_disabled(was)
+
+
+@pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     """A fresh, empty state dir path (not created yet)."""
     return tmp_path / "state"
 
 
-@pytest.fixture
-def cli(state_dir: Path):
+def run_in_process(state_dir: Path, *args: str) -> CliResult:
     """Run ``run.py --state-dir <state_dir> ARGS`` in this process; return a :class:`CliResult`."""
     import run
 
-    def call(*args: str) -> CliResult:
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = run.main(["--state-dir", str(state_dir), *args])
-            except SystemExit as exc:  # argparse usage errors
-                code = int(exc.code or 0)
-        return CliResult(code, out.getvalue(), err.getvalue())
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = run.main(["--state-dir", str(state_dir), *args])
+        except SystemExit as exc:  # argparse usage errors
+            code = int(exc.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
 
-    return call
+
+@pytest.fixture
+def cli(state_dir: Path):
+    """``cli(*ARGS)``: :func:`run_in_process` on the test's state dir."""
+    return lambda *args: run_in_process(state_dir, *args)
 
 
 def run_subprocess(state_dir: Path, *args: str, env: dict[str, str] | None = None,

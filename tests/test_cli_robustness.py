@@ -24,21 +24,7 @@ from conftest import CliResult, run_subprocess, snapshot
 EXAMPLES = int(os.environ.get("HITL_FUZZ_EXAMPLES", "60"))
 
 
-@pytest.fixture(autouse=True)
-def _tracing_on():
-    """test_sdk_behaviour disables SDK tracing for the whole pytest process; several tests here
-    need a real trace (as in test_observability)."""
-    from agents.tracing import get_trace_provider
-
-    from workflow import tracing
-
-    provider = get_trace_provider()
-    was = getattr(provider, "_manual_disabled", None)
-    tracing.install()
-    provider.set_disabled(False)
-    yield
-    if was is not None:
-        provider.set_disabled(was)
+pytestmark = pytest.mark.usefixtures("tracing_on")  # traces are the point here (conftest)
 
 
 def _start(cli, key="k-1", draft="Hello world", *extra):

@@ -16,18 +16,16 @@ position in README.md (the Chinese README has the same sections in the same orde
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shlex
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from conftest import CliResult
+from conftest import CliResult, run_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 READMES = ("README.md", "README.zh-Hans.md")
@@ -139,19 +137,8 @@ def code_spans(cell: str) -> list[str]:
 
 
 def in_process(state_dir: Path) -> Callable[[list[str]], CliResult]:
-    """``run.py --state-dir <state_dir> ARGS`` in this process (the conftest ``cli`` pattern)."""
-    import run
-
-    def call(args: list[str]) -> CliResult:
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = run.main(["--state-dir", str(state_dir), *args])
-            except SystemExit as exc:
-                code = int(exc.code or 0)
-        return CliResult(code, out.getvalue(), err.getvalue())
-
-    return call
+    """``run.py --state-dir <state_dir> ARGS`` in this process (conftest's :func:`run_in_process`)."""
+    return lambda args: run_in_process(state_dir, *args)
 
 
 def commands(block: Block) -> list[list[str]]:

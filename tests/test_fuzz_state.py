@@ -23,12 +23,10 @@ Example count: ``$HITL_FUZZ_EXAMPLES`` per property (default 60, derandomized fo
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,7 +34,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import checkpoint_file, resign, snapshot
+from conftest import checkpoint_file, resign, run_in_process, snapshot
 
 EXAMPLES = int(os.environ.get("HITL_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
@@ -68,15 +66,8 @@ class Base:
 
     @staticmethod
     def run(state: Path, *args: str) -> tuple[int, str, str]:
-        import run
-
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = run.main(["--state-dir", str(state), *args])
-            except SystemExit as exc:
-                code = int(exc.code or 0)
-        return code, out.getvalue(), err.getvalue()
+        r = run_in_process(state, *args)
+        return r.code, r.out, r.err
 
     def copy(self) -> Path:
         self.counter += 1

@@ -262,23 +262,10 @@ def test_missing_signing_key_is_never_created_by_a_save(cli, state_dir):
 @pytest.fixture
 def two_dirs(tmp_path, monkeypatch):
     """Two state dirs sharing ``HITL_SIGNING_KEY`` (the README's recommended setup)."""
-    import run
+    from conftest import run_in_process as call
 
     monkeypatch.setenv("HITL_SIGNING_KEY", SHARED_KEY)
     a, b = tmp_path / "a", tmp_path / "b"
-
-    def call(state: Path, *args: str):
-        from conftest import CliResult
-        import io
-        from contextlib import redirect_stderr, redirect_stdout
-
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = run.main(["--state-dir", str(state), *args])
-            except SystemExit as exc:
-                code = int(exc.code or 0)
-        return CliResult(code, out.getvalue(), err.getvalue())
 
     for state, key in ((a, KEY), (b, "b-own")):
         assert call(state, "start", "--key", key, "--draft", "x").code == 0

@@ -18,20 +18,7 @@ from conftest import ROOT, checkpoint_file, ledger_entries, resign, snapshot
 LONG_DRAFT = "Version 1.2 fixes the login bug and adds a dark mode. SECRET-MARKER-7 stays private."
 
 
-@pytest.fixture(autouse=True)
-def _tracing_on():
-    """test_sdk_behaviour disables SDK tracing for the whole pytest process; traces are the point here."""
-    from agents.tracing import get_trace_provider
-
-    from workflow import tracing
-
-    provider = get_trace_provider()
-    was = getattr(provider, "_manual_disabled", None)
-    tracing.install()
-    provider.set_disabled(False)
-    yield
-    if was is not None:
-        provider.set_disabled(was)
+pytestmark = pytest.mark.usefixtures("tracing_on")  # traces are the point here (conftest)
 
 
 def _start(cli, key="t-1", draft=LONG_DRAFT, title="Release notes", *extra):

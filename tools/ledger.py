@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from state import failpoints
 from state.errors import Stopped
-from state.schema import valid_key
+from state.schema import valid_key, validation_message
 from state.paths import inside, read_regular
 from state.storage import file_name, fsync_dir, now_iso, parse_json_object, write_temp
 
@@ -175,6 +175,4 @@ class Ledger:
         try:
             return LedgerEntry.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-            raise Stopped(f"ledger entry {path.name} is not valid: {loc}: {err['msg']}") from None
+            raise Stopped(f"ledger entry {path.name} is not valid: {validation_message(exc)}") from None
