@@ -29,7 +29,9 @@ from state.errors import Stopped
 from state.schema import ModelSpec, content_sha256
 
 #: Enough scripted steps for the longest run one process makes (start or one resume).
-_STEPS_PER_PROCESS = 16
+#: One run of this agent makes 1 call (start) or 1–2 (a resume); 8 leaves room and keeps building
+#: the model cheap (ScriptedModel copies every step; benchmarks/roundtrip.py).
+_STEPS_PER_PROCESS = 8
 
 
 def _field(item: Any, name: str) -> Any:
