@@ -81,6 +81,15 @@ def _text(what: str, limit: int, single_line: bool) -> Callable[[str], str]:
     return check
 
 
+def _nonempty(check: Callable[[str], str]) -> Callable[[str], str]:
+    def nonempty(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError("must not be empty")
+        return check(value)
+
+    return nonempty
+
+
 def _number(kind: type, low: float, what: str, high: float | None = None) -> Callable[[str], Any]:
     def check(value: str) -> Any:
         try:
@@ -159,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", required=True, type=_text("draft", MAX_DRAFT_CHARS, False))
     p.add_argument("--title", default=DEFAULT_TITLE, type=_text("title", MAX_TITLE_CHARS, True))
     p.add_argument("--key", type=_key, help="idempotency key, also the task ID (default: generated)")
-    p.add_argument("--model", type=_text("--model", 200, True),
+    p.add_argument("--model", type=_nonempty(_text("--model", 200, True)),
                    help="a real model, e.g. gpt-4.1-mini (needs OPENAI_API_KEY; default: offline)")
     p.add_argument("--api", choices=["responses", "chat_completions"],
                    help="the API of --model (default responses; chat_completions for "

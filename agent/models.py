@@ -25,8 +25,11 @@ from typing import Any, Callable
 from agents.models.interface import Model
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
+from pydantic import ValidationError
+
 from state.errors import Stopped
-from state.schema import ModelSpec, content_sha256
+from state import secrets
+from state.schema import ModelSpec, content_sha256, validation_message
 
 #: Enough scripted steps for the longest run one process makes (start or one resume).
 #: One run of this agent makes 1 call (start) or 1–2 (a resume); 8 leaves room and keeps building
@@ -135,10 +138,13 @@ def model_spec(name: str | None, api: str | None, base_url: str | None) -> Model
         from openai import AsyncOpenAI
 
         base_url = str(AsyncOpenAI(api_key="only-to-read-the-base-url").base_url)
+    if any(secret in base_url for secret in secrets.values(min_chars=8)):
+        raise Stopped("the base URL contains the API key; the base URL is saved in the checkpoint, "
+                      "the key never is: pass the key only in OPENAI_API_KEY")
     try:
         return ModelSpec(name=name, api=api or "responses", base_url=base_url)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise Stopped(f"cannot use the base URL: {str(exc).splitlines()[-1]}") from None
+    except ValidationError as exc:
+        raise Stopped(f"cannot use --model/--base-url: {validation_message(exc)}") from None
 
 
 class MalformedResponse(Exception):

@@ -21,7 +21,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import failpoints
+from . import failpoints, secrets
 from .errors import Stopped
 from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key, validation_message
 from .paths import read_regular
@@ -85,8 +85,9 @@ def record(store: Store, task_id: str, content_sha256: str, decision: Decision) 
     """
     existing = get(store, task_id)
     if existing is None:
+        reason = secrets.scrub(decision.reason, secrets.values(min_chars=8))  # never a key on disk
         rec = RejectionRecord(task_id=task_id, content_sha256=content_sha256, call_id=decision.call_id,
-                              by=decision.by, at=decision.at, reason=decision.reason)
+                              by=decision.by, at=decision.at, reason=reason)
         data = (json.dumps(rec.model_dump(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         failpoints.hit("rejection:record:before")
         tmp = write_temp(folder(store), data, owner=file_name(task_id))

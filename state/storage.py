@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from . import environment, failpoints, state_id
+from . import environment, failpoints, secrets, state_id
 from .errors import Stopped
 from .integrity import check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, read_regular
@@ -309,7 +309,8 @@ class Store:
         """Sign ``body`` (an envelope without ``mac``), validate it, and write it atomically.
 
         The state dir's ID (``state.id``, created with the first checkpoint) goes into the envelope's
-        ``state_id``. Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash
+        ``state_id``; the values of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY`` (8+ characters) are
+        replaced by ``[redacted]`` wherever they appear (:mod:`state.secrets`). Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash
         tests.
         """
         key = load_key(self.root, create=True)
@@ -317,6 +318,10 @@ class Store:
         if body.get("state_id") not in (None, ident.state_id):
             raise Stopped(f"checkpoint of task {body.get('task_id')!r} belongs to another state dir")
         body = {**body, "state_id": ident.state_id}  # binds a legacy checkpoint on its next write
+        # A model or proxy can echo the API key (into the RunState, final output, history): never
+        # saved. Only secrets of 8+ characters: a short placeholder key such as "local" would
+        # otherwise corrupt ordinary text like "localhost" (the README suggests it for local servers).
+        body = secrets.scrub(body, secrets.values(min_chars=8))
         clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
         cp = Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
         data = json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"

@@ -402,3 +402,28 @@ def test_unreachable_provider_is_one_stderr_line_in_a_real_process(state_dir):
                        "--base-url", "http://127.0.0.1:9/v1", env={"OPENAI_API_KEY": FAKE_KEY})
     r.assert_stopped()
     assert "cannot reach the provider" in r.err and not checkpoint_file(state_dir, "t-1").exists()
+
+
+def test_api_key_in_the_base_url_is_refused(cli, state_dir, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    r = cli("start", "--key", "t-1", "--draft", "x", "--model", "gpt-4.1-mini",
+            "--base-url", f"http://127.0.0.1:9/{FAKE_KEY}/v1")
+    r.assert_stopped()
+    assert "base URL contains the API key" in r.err and FAKE_KEY not in r.err
+    assert not state_dir.exists()
+
+
+def test_model_echoing_the_key_never_lands_on_disk(cli, state_dir, http, monkeypatch):
+    """A model (or proxy) that repeats the key: checkpoint, rejection record and trace scrub it."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    route = _responses(http, FakeProvider())
+    assert _start(cli).code == 0
+    # the reviewer's reason goes to the model verbatim and comes back in its final message
+    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", f"leaked {FAKE_KEY} here", "--json")
+    assert r.code == 0, r.err
+    assert route.call_count == 2 and FAKE_KEY in route.calls[-1].request.content.decode()  # it was sent
+    assert "[redacted]" in r.json()["final_output"]
+    for path in state_dir.rglob("*"):
+        if path.is_file():
+            assert FAKE_KEY.encode() not in path.read_bytes(), path
+            assert FAKE_KEY[:20].encode() not in path.read_bytes(), path  # not even a preview

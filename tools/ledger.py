@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from state import failpoints
+from state import failpoints, secrets
 from state.errors import Stopped
 from state.schema import valid_key, validation_message
 from state.paths import inside, read_regular
@@ -107,7 +107,7 @@ class Ledger:
                 idempotency_key=key,
                 task_id=task_id,
                 action="publish_draft",
-                title=title,
+                title=secrets.scrub(title, secrets.values(min_chars=8)),  # never a key on disk
                 content_sha256=content_sha256,
                 published_at=now_iso(),
             )

@@ -38,14 +38,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from state import failpoints
+from state import failpoints, secrets
+from state.environment import SECRET_ENVS  # noqa: F401  (the variables whose values are scrubbed)
 from state.paths import inside, open_regular, read_regular
 from state.storage import Store, file_name
 
 TRACES_DIR = "traces"
 PREVIEW_CHARS = 24
 OUTPUT_CHARS = 300
-SECRET_ENVS = ("OPENAI_API_KEY", "HITL_SIGNING_KEY")
 
 
 def trace_path(store: Store, task_id: str) -> Path:
@@ -63,6 +63,7 @@ def redact(value: Any, limit: int = PREVIEW_CHARS) -> Any:
     """``value`` with every string longer than ``limit`` characters replaced by
     ``{"sha256": hex, "preview": first PREVIEW_CHARS chars + "…", "chars": n}`` (recursively)."""
     if isinstance(value, str):
+        value = secrets.scrub(value, secrets.values())  # before the preview cuts a secret in half
         if len(value) <= limit:
             return value
         return {
@@ -80,29 +81,15 @@ def redact(value: Any, limit: int = PREVIEW_CHARS) -> Any:
 #: What the OpenAI API echoes on a refused key (``Incorrect API key provided: sk-ab***cd.``): the
 #: token is replaced whatever key it was, even one that did not come from our environment.
 _ECHOED_KEY = re.compile(r"(API key provided: )[A-Za-z0-9_*\-]+")
-REDACTED = "[redacted]"
+REDACTED = secrets.REDACTED
 
 
 def _secrets() -> list[str]:
-    """The values of :data:`SECRET_ENVS` (as set and stripped, as ``agent.models`` sends the API
-    key), longest first, whatever their length."""
-    found: set[str] = set()
-    for name in SECRET_ENVS:
-        value = os.environ.get(name) or ""
-        found.update(v for v in (value, value.strip()) if v)
-    return sorted(found, key=len, reverse=True)
+    """The secret values to scrub, whatever their length (see :mod:`state.secrets`)."""
+    return secrets.values()
 
 
-def _scrub_value(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {_scrub_value(k, secrets): _scrub_value(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub_value(v, secrets) for v in value]
-    return value
+_scrub_value = secrets.scrub
 
 
 def _scrub(line: str) -> str:
@@ -116,17 +103,17 @@ def _scrub(line: str) -> str:
     never the secret written).
     """
     line = _ECHOED_KEY.sub(lambda m: m.group(1) + REDACTED, line)
-    secrets = _secrets()
-    escaped = [json.dumps(secret, ensure_ascii=False)[1:-1] for secret in secrets]  # as in the line
-    if not any(secret in line for secret in secrets + escaped):
+    known = _secrets()
+    escaped = [json.dumps(secret, ensure_ascii=False)[1:-1] for secret in known]  # as in the line
+    if not any(secret in line for secret in known + escaped):
         return line
     try:
         record = json.loads(line)
     except ValueError:
         return json.dumps({"kind": "redacted"})
-    line = json.dumps(_scrub_value(record, secrets), ensure_ascii=False, separators=(",", ":"))
+    line = json.dumps(_scrub_value(record, known), ensure_ascii=False, separators=(",", ":"))
     skeleton = line.replace(REDACTED, "")
-    if any(secret in skeleton for secret in secrets if secret not in REDACTED):
+    if any(secret in skeleton for secret in known if secret not in REDACTED):
         return json.dumps({"kind": "redacted"})
     return line
 
