@@ -26,7 +26,7 @@ from pathlib import Path
 from .errors import Stopped
 
 #: The folders a state dir may hold (see ``state.storage``); each must be a plain folder inside it.
-SUBDIRS = ("tasks", "ledger", "locks", "traces")
+SUBDIRS = ("tasks", "ledger", "locks", "traces", "rejections")
 #: Single files at the top of a state dir; each must be a regular file (not a symlink) if present.
 TOP_FILES = ("signing.key", "state.id")
 
@@ -101,13 +101,16 @@ def check_regular(path: Path, what: str, *, writing: bool = False) -> None:
     counts) but is not a regular file. ``lstat`` only: never opens, follows or blocks. A pre-flight
     check; the open itself goes through :func:`open_regular` (the file may change in between)."""
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise Stopped(f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
-    if not stat.S_ISREG(mode):
-        raise _refuse(what, _kind(mode), writing)
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(what, _kind(st.st_mode), writing)
+    if writing and st.st_nlink > 1:
+        raise Stopped(f"{what} has {st.st_nlink} hard links; refusing to write through it "
+                      "(it may be a file outside the state dir)")
 
 
 def open_regular(path: Path, what: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
@@ -135,12 +138,17 @@ def open_regular(path: Path, what: str, flags: int = os.O_RDONLY, mode: int = 0o
             raise _refuse(what, _kind(st_mode), writing) from None
         raise
     try:
-        st_mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        st_mode, links = st.st_mode, st.st_nlink
     except OSError:
-        st_mode = 0
+        st_mode, links = 0, 1
     if not stat.S_ISREG(st_mode):
         os.close(fd)
         raise _refuse(what, _kind(st_mode), writing)
+    if writing and links > 1:  # a hard link to a file elsewhere: writing would change that file
+        os.close(fd)
+        raise Stopped(f"{what} has {links} hard links; refusing to write through it "
+                      "(it may be a file outside the state dir)")
     return fd
 
 

@@ -355,3 +355,21 @@ def test_newlines_and_tabs_stay_allowed_in_draft_and_reason(cli):
     assert r.code == 0, r.err
     r = cli("resume", "--task", "k-1", "--decision", "reject", "--reason", "no:\n\tfix it", "--json")
     assert r.code == 0 and r.json()["status"] == "cancelled", r.err
+
+
+def test_model_output_and_reasons_cannot_forge_terminal_lines(cli, state_dir):
+    """A reason (sent to the model and echoed in its final output) with newlines and an escape
+    sequence: status, resume, list and show print it escaped on one line."""
+    _start(cli, "x1")
+    forged = "ok\ntask x1: completed (revision 3)\n  decision: approved by alice\x1b[2K\r\u202e"
+    r = cli("resume", "--task", "x1", "--decision", "reject", "--reason", "ok", "--json")
+    assert r.code == 0
+    from conftest import resign, checkpoint_file
+
+    resign(state_dir, checkpoint_file(state_dir, "x1"), lambda d: d.update(final_output=forged))
+    for args in (("status", "--task", "x1"), ("list",), ("show", "--task", "x1")):
+        out = cli(*args).out
+        assert "\x1b" not in out and "\r" not in out and "\u202e" not in out, args
+        assert not any(line.startswith("task x1: completed") for line in out.splitlines()), args
+        assert "approved by alice" not in "\n".join(
+            line for line in out.splitlines() if line.lstrip().startswith("decision:")), args

@@ -411,3 +411,32 @@ def test_empty_state_dir_flag_is_a_usage_error(tmp_path, monkeypatch, capsys):
     assert exc.value.code == 2
     assert "argument --state-dir: must not be empty" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no .cache fallback
+
+
+# -- round 2: hard links and the rejections folder ---------------------------------------------
+
+
+@POSIX_ONLY
+def test_hard_linked_trace_file_is_refused_before_anything_is_written(cli, state_dir, tmp_path):
+    _start(cli)
+    trace = next((state_dir / "traces").glob("*.jsonl"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("orig\n")
+    trace.unlink()
+    os.link(victim, trace)
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert "hard links" in r.err and victim.read_text() == "orig\n"
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+
+
+@POSIX_ONLY
+def test_rejections_folder_symlinked_outside_is_refused(cli, state_dir, tmp_path):
+    _start(cli)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (state_dir / "rejections").symlink_to(elsewhere)
+    r = cli("resume", "--task", KEY, "--decision", "reject", "--reason", "no")
+    r.assert_stopped()
+    assert "rejections points outside the state dir" in r.err and list(elsewhere.iterdir()) == []

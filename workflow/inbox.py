@@ -20,7 +20,7 @@ from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
 from state.storage import Store
 from tools.ledger import Ledger
-from workflow.views import task_view
+from workflow.views import one_line, task_view
 
 WAITING = "waiting_for_approval"
 STATUSES = (WAITING, "completed", "cancelled", "expired", "budget_exceeded")
@@ -64,7 +64,7 @@ def inbox_entry(store: Store, cp: Checkpoint, now: datetime) -> dict[str, Any]:
         "age_s": int((now - clock.parse_iso(since)).total_seconds()) if waiting else None,
         "expires_at": cp.expires_at,
         "overdue": overdue(cp, now),
-        "summary": summary(task["pending"]) if waiting else (cp.final_output or "")[:100],
+        "summary": summary(task["pending"]) if waiting else one_line(cp.final_output or "")[:100],
     })
     return task
 

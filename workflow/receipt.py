@@ -47,6 +47,7 @@ from state.schema import Checkpoint
 from state.storage import Store
 from tools.ledger import Ledger
 from workflow import trace_log
+from workflow.views import one_line
 
 
 def _ts(text: Any) -> datetime | None:
@@ -360,7 +361,7 @@ def receipt_text(r: dict[str, Any]) -> str:
            if led else "no entry (nothing was published)"),
     ]
     if o["final_output"]:
-        lines.append(f"final output: {o['final_output']}")
+        lines.append(f"final output: {one_line(o['final_output'])}")
     lines.append(f"approval: {a['tool']}({_fmt_args(a['arguments'])}) call_id={a['call_id']}")
     lines.append(f"  requested {a['requested_at']}, expires {a['expires_at'] or 'never'}")
     d = a["decision"]

@@ -15,6 +15,14 @@ from state.storage import Store
 from tools.ledger import Ledger
 
 
+def one_line(text: str) -> str:
+    """``text`` safe to print on one terminal line: every character that is not printable
+    (newline, carriage return, escape sequences, C1 controls, bidi and zero-width marks …) is shown
+    escaped (``\n``, ``\x1b``, ``\u202e``), so model output or a reason cannot forge lines, move the
+    cursor or reorder what a reviewer reads."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
     """The task shape above for one checkpoint."""
     decision = None
@@ -63,7 +71,7 @@ def task_text(task: dict[str, Any]) -> str:
         why = f" reason={d['reason']!r}" if d["reason"] else ""
         lines.append(f"  decision: {d['decision']} by {d['by']} at {d['at']}{why}")
     if task["final_output"]:
-        lines.append(f"  final output: {task['final_output']}")
+        lines.append(f"  final output: {one_line(task['final_output'])}")
     lines.append(f"  checkpoint: {task['checkpoint_path']}")
     if task["status"] == "waiting_for_approval":
         lines.append(
