@@ -260,6 +260,9 @@ class Store:
             cp = Checkpoint.model_validate(data)
         except ValidationError as exc:
             raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
+        missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
+        if missing is not None:  # our writer writes every field: one filled in by a default is gone
+            raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
         if cp.idempotency_key != cp.task_id:
             raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
         if path.stem != file_name(cp.task_id):
@@ -327,6 +330,25 @@ class Store:
         data = json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
         atomic_write(self.checkpoint_path(cp.task_id), data.encode("utf-8"), failpoint=failpoint)
         return cp
+
+
+def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """The dotted path of the first field of ``model`` (or of a model nested in it, in lists too)
+    that was not in the data but filled in by its default; None if every field was there.
+    ``exempt``: top-level fields whose absence has a meaning of its own (``state_id``: a checkpoint
+    from before state dir IDs, accepted only as :mod:`state.state_id` rules)."""
+    for name in type(model).model_fields:
+        where = f"{path}.{name}" if path else name
+        if name not in model.model_fields_set and where not in exempt:
+            return where
+        value = getattr(model, name)
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if hasattr(type(item), "model_fields"):
+                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where)
+                if found is not None:
+                    return found
+    return None
 
 
 def _dump(value: Any) -> Any:

@@ -555,15 +555,18 @@ def test_unserializable_context_is_stopped_not_a_traceback():
         hitl._serialize(result)
 
 
-def test_v1_fixture_still_verifies_after_a_field_with_default_is_added(cli, state_dir, v1_state, monkeypatch):
-    """The MAC covers the file's own fields, so adding an envelope field with a default (as the
-    brief asks for new fields) does not turn every existing v1 checkpoint into a MAC failure."""
+def test_a_field_added_later_needs_a_schema_bump(cli, state_dir, v1_state, monkeypatch):
+    """A v1 file is complete: a field added to the envelope later is never filled in by its
+    default for an older file (a key holder could otherwise drop a field to get the default).
+    Adding a field means a new schema_version, with an explicit migration or a refusal by name
+    (state/schema.py, SCHEMA_VERSION)."""
     from state import schema, storage
 
     class Later(schema.Checkpoint):
         note: str = "added later"
 
     monkeypatch.setattr(storage, "Checkpoint", Later)
-    task = cli("status", "--task", v1_state.TASK_ID, "--json")
-    assert task.code == 0, task.err
-    assert task.json()["status"] == "waiting_for_approval"
+    before = snapshot(state_dir)
+    r = cli("status", "--task", v1_state.TASK_ID)
+    r.assert_stopped()
+    assert "note: Field required" in r.err and snapshot(state_dir) == before

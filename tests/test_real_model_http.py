@@ -427,3 +427,14 @@ def test_model_echoing_the_key_never_lands_on_disk(cli, state_dir, http, monkeyp
         if path.is_file():
             assert FAKE_KEY.encode() not in path.read_bytes(), path
             assert FAKE_KEY[:20].encode() not in path.read_bytes(), path  # not even a preview
+
+
+@pytest.mark.parametrize("path", [("budget", "max_turns"), ("spend", "turns"), ("model", "name")])
+def test_nested_field_dropped_from_a_re_signed_checkpoint_is_refused(cli, state_dir, path):
+    """A dropped nested field (a key holder's edit) never comes back as its default."""
+    assert cli("start", "--key", "old-1", "--draft", "D", "--max-turns", "1").code == 0
+    resign(state_dir, checkpoint_file(state_dir, "old-1"), lambda d: d[path[0]].pop(path[1]))
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "old-1", "--decision", "approve")
+    r.assert_stopped()
+    assert f"{path[0]}.{path[1]}: Field required" in r.err and snapshot(state_dir) == before

@@ -99,3 +99,29 @@ def test_rejection_record_that_is_a_fifo_stops_without_hanging(cli, state_dir):
     r = cli("resume", "--task", "ff-1", "--decision", "approve")  # would block on open() before
     r.assert_stopped()
     assert "FIFO" in r.err and snapshot(state_dir) == before and ledger_entries(state_dir) == []
+
+
+def test_expire_never_overwrites_a_recorded_reject(cli, state_dir, monkeypatch):
+    """A crash right after the rejection record, then the deadline passes: expire leaves the task
+    to the reject that was already decided, and resume --decision reject finishes it."""
+    from state import failpoints
+
+    cli("start", "--key", "rj-1", "--title", "T", "--draft", "D", "--expires-in", "90s")
+
+    class Crash(BaseException):
+        pass
+
+    def hit(point):
+        if point == "rejection:record:after":
+            raise Crash(point)
+
+    monkeypatch.setattr(failpoints, "hit", hit)
+    with pytest.raises(Crash):
+        cli("resume", "--task", "rj-1", "--decision", "reject", "--reason", "no")
+    monkeypatch.undo()
+    monkeypatch.setenv("HITL_NOW", "2099-01-01T00:00:00Z")
+    r = cli("expire", "--json")
+    assert r.code == 0 and r.json()["expired"] == []
+    r = cli("resume", "--task", "rj-1", "--decision", "reject", "--reason", "no", "--json")
+    assert r.code == 0 and r.json()["status"] == "cancelled"
+    assert cli("doctor").code == 0 and ledger_entries(state_dir) == []

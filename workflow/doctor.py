@@ -163,7 +163,7 @@ def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | No
         report.findings.append(Finding(kind, tid, str(path), detail, action))
 
     rejection_recorded = cp.decision is not None and cp.decision.decision == "rejected"
-    if rejected is not None and cp.status != "cancelled" and not (
+    if rejected is not None and cp.status not in ("cancelled", "expired") and not (
             rejection_recorded and cp.status == "waiting_for_approval" and entry is None):
         if entry is not None or cp.status == "completed" or (
                 cp.decision is not None and cp.decision.decision == "approved"):

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 from state import clock
 from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
+from state import rejections
 from state.storage import Store
 from tools.ledger import Ledger
 from workflow.views import one_line, task_view
@@ -115,7 +116,10 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> list[str]:
         with store.task_lock(tid):
             cp = store.load(tid)
             now = clock.now()
-            if not overdue(cp, now) or Ledger(store.ledger_dir).get(tid) is not None:
+            # a task with a ledger entry executed in time; one with a rejection record was rejected
+            # (resume --decision reject finishes it): neither is ever marked expired
+            if not overdue(cp, now) or Ledger(store.ledger_dir).get(tid) is not None \
+                    or rejections.get(store, tid) is not None:
                 if task_id:
                     raise Stopped(f"task {tid} is not an overdue approval request (status {cp.status}, "
                                   f"expires_at {cp.expires_at})")
