@@ -50,7 +50,11 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: Bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): they reorder
 #: what a terminal shows, so a reviewer could read something other than what is stored
 #: ("Trojan Source", CVE-2021-42574).
-_BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069]")
+_BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+#: Invisible characters that hide text from a reviewer: zero-width space, word joiner and the
+#: invisible operators (U+2060-U+2064), byte order mark. (ZWJ/ZWNJ stay allowed: emoji and scripts
+#: such as Persian need them.)
+_INVISIBLE = re.compile(r"[\u200b\u2060-\u2064\ufeff]")
 #: Lone surrogates: what Python makes of command-line bytes that are not valid UTF-8.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
@@ -76,6 +80,10 @@ def check_text(value: str, *, what: str, limit: int, single_line: bool) -> str:
     if bidi:
         raise ValueError(f"{what} contains a bidirectional text control (U+{ord(bidi.group()):04X}), "
                          "which can disguise what a reviewer sees")
+    hidden = _INVISIBLE.search(value)
+    if hidden:
+        raise ValueError(f"{what} contains an invisible character (U+{ord(hidden.group()):04X}), "
+                         "which can hide text from a reviewer")
     return value
 
 

@@ -66,8 +66,14 @@ def resolve_state_dir(raw: str | None) -> Path:
 
     Raises :class:`Stopped` if it is not a usable folder (see :func:`state.paths.check_state_dir`).
     """
-    chosen = raw or os.environ.get(STATE_DIR_ENV) or ".cache"
-    return check_state_dir(Path(chosen).expanduser().resolve())
+    env = os.environ.get(STATE_DIR_ENV)
+    if raw is None and env is not None and not env.strip():
+        raise Stopped(f"{STATE_DIR_ENV} is set but blank; unset it for the default (.cache)")
+    chosen = raw or env or ".cache"
+    try:
+        return check_state_dir(Path(chosen).expanduser().resolve())
+    except OSError as exc:  # e.g. a path too long for the file system
+        raise Stopped(f"state dir {chosen[:80]!r} cannot be used ({exc.strerror or type(exc).__name__})") from None
 
 
 def fsync_dir(folder: Path) -> None:
@@ -175,11 +181,14 @@ class Store:
         lock = FileLock(str(self.lock_path(owner)), timeout=timeout)
         try:
             lock.acquire()
-        except Timeout:
+        except Timeout:  # (a TimeoutError, so an OSError: caught first)
             raise Stopped(
                 f"{what} is being worked on by another process (waited {timeout:g} s); "
                 "try again when it finishes"
             ) from None
+        except OSError as exc:  # a lock file that is a symlink (not followed), a folder, unreadable …
+            raise Stopped(f"lock file locks/{owner}.lock cannot be used "
+                          f"({exc.strerror or type(exc).__name__}); a human must check it") from None
         try:
             yield
         finally:

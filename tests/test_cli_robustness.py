@@ -350,6 +350,25 @@ def test_c1_and_bidi_controls_are_usage_errors(cli, state_dir, char, args, name)
     assert not state_dir.exists()
 
 
+@pytest.mark.parametrize("char", ["\u200e", "\u200f", "\u061c"])
+def test_bidi_marks_are_usage_errors(cli, state_dir, char):
+    r = cli("start", "--key", "k-1", "--title", f"a{char}b", "--draft", "x")
+    _usage_error(r, "argument --title:", f"bidirectional text control (U+{ord(char):04X})")
+    assert not state_dir.exists()
+
+
+@pytest.mark.parametrize("char", ["\u200b", "\u2060", "\ufeff"])
+def test_invisible_characters_are_usage_errors(cli, state_dir, char):
+    r = cli("start", "--key", "k-1", "--draft", f"publish{char}now")
+    _usage_error(r, "argument --draft:", f"invisible character (U+{ord(char):04X})")
+    assert not state_dir.exists()
+
+
+def test_emoji_with_zero_width_joiner_stays_allowed(cli):
+    r = cli("start", "--key", "k-1", "--draft", "Family: \U0001F468\u200d\U0001F469\u200d\U0001F467", "--json")
+    assert r.code == 0, r.err
+
+
 def test_newlines_and_tabs_stay_allowed_in_draft_and_reason(cli):
     r = cli("start", "--key", "k-1", "--draft", "line one\n\tline two", "--json")
     assert r.code == 0, r.err

@@ -440,3 +440,41 @@ def test_rejections_folder_symlinked_outside_is_refused(cli, state_dir, tmp_path
     r = cli("resume", "--task", KEY, "--decision", "reject", "--reason", "no")
     r.assert_stopped()
     assert "rejections points outside the state dir" in r.err and list(elsewhere.iterdir()) == []
+
+
+@POSIX_ONLY
+def test_lock_file_that_is_a_folder_or_symlink_is_a_clean_stop(cli, state_dir, tmp_path):
+    from state.storage import file_name
+
+    _start(cli)
+    lock = state_dir / "locks" / (file_name(KEY) + ".lock")
+    lock.unlink()
+    lock.mkdir()
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert "lock file" in r.err and snapshot(state_dir) == before
+    d = cli("doctor", "--json")
+    assert d.code == 1 and "unusable_lock" in {f["kind"] for f in d.json()["findings"]}
+    assert "Traceback" not in d.err
+
+
+def test_blank_state_dir_env_and_overlong_state_dir_are_clean_stops(cli, tmp_path, monkeypatch):
+    from conftest import run_in_process
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HITL_STATE_DIR", " ")
+    import run
+
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        code = run.main(["status"])
+    assert code == 1 and err.getvalue().startswith("STOPPED: HITL_STATE_DIR is set but blank")
+    assert not (tmp_path / " ").exists() and not (tmp_path / ".cache").exists()
+    monkeypatch.delenv("HITL_STATE_DIR")
+    r = run_in_process(tmp_path / ("x" * 5000), "status")
+    r.assert_stopped()
+    assert "cannot be used" in r.err

@@ -117,6 +117,7 @@ class _Probe:
         self.path = store.lock_path(owner)
         self.create = create
         self.lock: FileLock | None = None
+        self.error: str | None = None  # set when the lock file itself is unusable
 
     def __enter__(self) -> bool:
         """True if we hold the lock (or no lock file exists and we may not create one)."""
@@ -129,7 +130,10 @@ class _Probe:
             lock = FileLock(str(self.path), timeout=0)
         try:
             lock.acquire()
-        except Timeout:
+        except Timeout:  # (a TimeoutError, so an OSError: caught first)
+            return False
+        except OSError as exc:  # a lock file that is a symlink (not followed), a folder …
+            self.error = f"lock file {self.path.name} cannot be used ({exc.strerror or type(exc).__name__})"
             return False
         self.lock = lock
         return True
@@ -234,11 +238,14 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
             report.tasks += 1
             stem = path.stem
             seen_stems.add(stem)
-            with _Probe(store, stem, create=False) as held:
+            probe = _Probe(store, stem, create=False)
+            with probe as held:
                 if not held:
-                    report.findings.append(Finding(
-                        "busy", None, str(path), "a live process holds this task's lock",
-                        "run doctor again when it finishes"))
+                    report.findings.append(
+                        Finding("unusable_lock", None, str(probe.path), probe.error, HUMAN)
+                        if probe.error else
+                        Finding("busy", None, str(path), "a live process holds this task's lock",
+                                "run doctor again when it finishes"))
                     continue
                 try:
                     cp = store.load_path(path)
