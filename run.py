@@ -413,6 +413,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
         raise
+    except OSError as exc:  # the disk is full, a file vanished, permissions …: no half-guess
+        if os.environ.get("HITL_DEBUG"):
+            raise
+        what = exc.strerror or type(exc).__name__
+        print(f"STOPPED: a file operation failed ({what}); every write is atomic, so nothing is "
+              "half-written: fix the cause, run python run.py doctor, then the same command again",
+              file=sys.stderr)
+        return 1
     except Exception as exc:  # no traceback ever reaches a user; HITL_DEBUG=1 shows it
         if os.environ.get("HITL_DEBUG"):
             raise

@@ -62,9 +62,12 @@ def check_environment() -> None:
         raise Stopped(f"{clock.NOW_ENV} is not valid UTF-8; give an ISO-8601 timestamp such as "
                       "2030-01-01T00:00:00Z")
     try:
-        clock.now()
+        now = clock.now()
     except (ValueError, OverflowError) as exc:
         raise Stopped(f"{exc} (e.g. 2030-01-01T00:00:00Z)") from None
+    if not 2000 <= now.year <= 9000:  # deadlines are computed from it: keep far from datetime.max
+        raise Stopped(f"{clock.NOW_ENV}={raw_now!r} is outside the years 2000-9000 "
+                      "(e.g. 2030-01-01T00:00:00Z)")
     for name in SECRET_ENVS:
         value = os.environ.get(name)
         if value is not None and not _is_text(value):

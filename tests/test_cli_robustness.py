@@ -392,3 +392,38 @@ def test_model_output_and_reasons_cannot_forge_terminal_lines(cli, state_dir):
         assert not any(line.startswith("task x1: completed") for line in out.splitlines()), args
         assert "approved by alice" not in "\n".join(
             line for line in out.splitlines() if line.lstrip().startswith("decision:")), args
+
+
+def test_disk_full_during_resume_is_one_clear_line_and_the_next_resume_finishes(cli, state_dir, monkeypatch):
+    import errno
+
+    from state import storage
+
+    _start(cli, "df-1")
+    real = storage.write_temp
+    calls = {"n": 0}
+
+    def full_after_first(folder, data, *, owner):
+        calls["n"] += 1
+        if calls["n"] == 3:  # decision and ledger entry written; the outcome hits a full disk
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(folder, data, owner=owner)
+
+    monkeypatch.setattr(storage, "write_temp", full_after_first)
+    import tools.ledger as ledger_mod
+
+    monkeypatch.setattr(ledger_mod, "write_temp", full_after_first)
+    r = cli("resume", "--task", "df-1", "--decision", "approve")
+    r.assert_stopped()
+    assert "a file operation failed (No space left on device)" in r.err and "doctor" in r.err
+    monkeypatch.undo()
+    r = cli("resume", "--task", "df-1", "--decision", "approve", "--json")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    assert len(list((state_dir / "ledger").glob("*.json"))) == 1
+
+
+def test_hitl_now_far_in_the_future_is_refused_up_front(cli, state_dir, monkeypatch):
+    monkeypatch.setenv("HITL_NOW", "9999-12-31T00:00:00Z")
+    r = cli("start", "--key", "a1", "--draft", "D", "--expires-in", "2d")
+    r.assert_stopped()
+    assert "outside the years 2000-9000" in r.err and not state_dir.exists()
