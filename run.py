@@ -274,7 +274,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
 
         return build_receipt(store, _pick_task(store, args.task, waiting_only=False))
     if args.command == "expire":
-        return {"expired": inbox.expire_overdue(store, args.task)}
+        expired, busy = inbox.expire_overdue(store, args.task)
+        return {"expired": expired, **({"busy": busy} if busy else {})}
     if args.command == "review":
         if not sys.stdin.isatty():
             raise Stopped("review needs a terminal (stdin is not a tty); use: python run.py "
@@ -323,6 +324,9 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool,
         print(receipt_text(result))
     elif command == "expire":
         print(f"expired: {', '.join(result['expired'])}" if result["expired"] else "nothing expired")
+        if result.get("busy"):
+            print(f"skipped (another process is working on them; run expire again): "
+                  f"{', '.join(result['busy'])}")
     elif command == "ledger":
         n = len(result["entries"])
         print(f"ledger: {result['path']} ({n} {'entry' if n == 1 else 'entries'})")

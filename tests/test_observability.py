@@ -521,3 +521,18 @@ def test_list_with_an_unreadable_checkpoint_names_it_and_points_to_doctor(cli, s
     assert f"integrity check failed for {path.name}" in r.err and "python run.py doctor" in r.err
     assert cli("status", "--task", "good-1").code == 0
     assert snapshot(state_dir) == before
+
+
+def test_expire_sweep_skips_a_busy_task_instead_of_stopping_half_way(cli, state_dir, monkeypatch):
+    from state.storage import Store
+
+    _start(cli, "a-1", "D1", "T", "--expires-in", "90s")
+    _start(cli, "b-1", "D2", "T", "--expires-in", "90s")
+    monkeypatch.setenv("HITL_NOW", "2099-01-01T00:00:00Z")
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "0.2")
+    with Store(state_dir).task_lock("b-1"):  # another process is working on b-1
+        r = cli("expire", "--json")
+    assert r.code == 0, r.err
+    assert r.json() == {"expired": ["a-1"], "busy": ["b-1"]}
+    r = cli("expire", "--json")
+    assert r.json() == {"expired": ["b-1"]}

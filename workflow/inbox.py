@@ -12,6 +12,8 @@ by ``workflow.hitl.resume``; ``reject`` still works; :func:`expire_overdue` mark
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from datetime import datetime
 from typing import Any, Callable, Optional
 
@@ -103,21 +105,33 @@ def inbox_text(view: dict[str, Any]) -> str:
     return "\n".join(lines) or "no tasks"
 
 
-def expire_overdue(store: Store, task_id: Optional[str] = None) -> list[str]:
-    """Mark every overdue waiting task (or just ``task_id``) ``expired``; return the IDs marked.
+def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[str], list[str]]:
+    """Mark every overdue waiting task (or just ``task_id``) ``expired``.
 
-    Under each task's lock the checkpoint is reloaded and checked again: a task with a recorded
-    decision, or with a ledger entry, is never expired (its approval came in time). Raises
-    :class:`Stopped` if ``task_id`` is given and is not overdue.
+    Returns ``(IDs marked, IDs skipped because another process holds their lock)``. Under each
+    task's lock the checkpoint is reloaded and checked again: a task with a ledger entry (it
+    executed in time) or a rejection record (a reject was decided) is never expired. The sweep
+    only locks tasks that look overdue, and skips a busy one instead of stopping half-way. Raises
+    :class:`Stopped` if ``task_id`` is given and is not overdue or is busy.
     """
-    done = []
-    ids = [task_id] if task_id else store.task_ids()
+    done: list[str] = []
+    busy: list[str] = []
+    if task_id:
+        ids = [task_id]
+    else:
+        now = clock.now()
+        ids = [cp.task_id for cp in store.checkpoints() if overdue(cp, now)]
     for tid in ids:
-        with store.task_lock(tid):
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(store.task_lock(tid))
+            except Stopped:
+                if task_id:
+                    raise
+                busy.append(tid)
+                continue
             cp = store.load(tid)
             now = clock.now()
-            # a task with a ledger entry executed in time; one with a rejection record was rejected
-            # (resume --decision reject finishes it): neither is ever marked expired
             if not overdue(cp, now) or Ledger(store.ledger_dir).get(tid) is not None \
                     or rejections.get(store, tid) is not None:
                 if task_id:
@@ -129,7 +143,7 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> list[str]:
                 event=("expired", {"expires_at": cp.expires_at,
                                    "pending": [p.call_id for p in cp.pending]}))
             done.append(tid)
-    return done
+    return done, busy
 
 
 Ask = Callable[[str], str]
