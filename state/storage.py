@@ -254,8 +254,8 @@ class Store:
                 f"{where} has schema_version {version!r}; this program reads only "
                 f"schema_version {SCHEMA_VERSION}"
             )
-        # The MAC covers the file's own fields as parsed (not a re-dump), so a field added later
-        # with a default does not invalidate files written before it existed.
+        # The MAC covers the file's own fields as parsed (not a re-dump of the validated model), so
+        # a field missing from the file can never be hidden by a default filled in by pydantic.
         mac = data.get("mac")
         body = {k: v for k, v in data.items() if k != "mac"}
         key = load_key(self.root, create=False)

@@ -68,7 +68,7 @@ from state.schema import (
 from state.storage import Store, now_iso, parse_json_object
 from tools.ledger import Ledger
 from workflow import tracing
-from workflow.trust import check_no_hidden_approvals, check_pending_is_the_draft
+from workflow.trust import carries_the_draft, check_approvals, check_pending_is_the_draft
 
 DecisionWord = Literal["approve", "reject"]
 
@@ -129,8 +129,7 @@ def _check_draft_call(pending: list[dict[str, Any]], sha: str) -> None:
     for call in pending:
         if call["tool"] != ACTION:
             raise Stopped(f"the agent asked for tool {call['tool']!r}, not {ACTION}; nothing saved")
-        args = call["arguments"]
-        if set(args) != {"title", "body"} or content_sha256(args["title"], args["body"]) != sha:
+        if not carries_the_draft(call["arguments"], sha):
             raise Stopped(
                 f"the agent's {ACTION} call does not carry the draft as given (key/action "
                 "mismatch); nothing saved"
@@ -249,42 +248,7 @@ def check_stored_run_state(cp: Checkpoint) -> None:
             f"installed openai-agents {sdk_version()}, which reads $schemaVersion "
             f"{_version_range()} (saved by openai-agents {cp.sdk_version})"
         )
-    recorded = {(d.call_id, d.decision) for d in cp.decisions}
-    context = data.get("context")
-    if not isinstance(context, dict):
-        raise Stopped(f"task {cp.task_id}: RunState has no context object")
-    records: list[Any] = []
-    approvals = context.get("approvals", {})
-    if not isinstance(approvals, dict):
-        raise Stopped(f"task {cp.task_id}: RunState approvals are malformed")
-    records.extend(approvals.values())
-    fta = context.get("function_tool_approvals", [])
-    if not isinstance(fta, list):
-        raise Stopped(f"task {cp.task_id}: RunState function_tool_approvals are malformed")
-    records.extend(e.get("decision") if isinstance(e, dict) else e for e in fta)
-    for record in records:
-        if not isinstance(record, dict):
-            raise Stopped(f"task {cp.task_id}: RunState holds a malformed approval record")
-        extra = set(record) - {"approved", "rejected", "rejection_messages"}
-        if extra:
-            raise Stopped(
-                f"task {cp.task_id}: RunState holds approval settings no human recorded "
-                f"({', '.join(sorted(extra))})"
-            )
-        for field, kind in (("approved", "approved"), ("rejected", "rejected")):
-            ids = record.get(field, [])
-            if not isinstance(ids, list):
-                raise Stopped(
-                    f"task {cp.task_id}: RunState holds a blanket '{field}' decision that no "
-                    "human recorded"
-                )
-            for call_id in ids:
-                if (call_id, kind) not in recorded:
-                    raise Stopped(
-                        f"task {cp.task_id}: RunState holds an approval decision ({kind} "
-                        f"{call_id!r}) that was not recorded through our decision path"
-                    )
-    check_no_hidden_approvals(data, cp)
+    check_approvals(data, cp)
 
 
 def _version_range() -> str:
@@ -340,8 +304,8 @@ def _bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> None:
 def check_not_expired(cp: Checkpoint) -> None:
     """Raise :class:`Stopped` (``approval expired``) if ``cp``'s approval request is past ``expires_at``.
 
-    The clock is :func:`state.clock.now` (``HITL_NOW`` in tests). A checkpoint without
-    ``expires_at`` (written before issue 6) never expires.
+    The clock is :func:`state.clock.now` (``HITL_NOW`` in tests). ``expires_at`` is null only when
+    nothing is pending (it is a required field: a file without it is refused on load).
     """
     if cp.expires_at is None:
         return
@@ -475,9 +439,9 @@ async def resume(
             )
             if want == "rejected":  # first the record no restored checkpoint can undo
                 rejections.record(store, task_id, cp.content_sha256, rec)
-            cp = _save(store, cp, failpoint="checkpoint:decision", decision=rec,
-                       decisions=[*cp.decisions, rec],
-                       event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
+            cp = store.save_revision(
+                cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, rec],
+                event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
                 # write (b) happens inside, in the tool
@@ -497,8 +461,8 @@ def _budget_stop(store: Store, cp: Checkpoint, budget: Budget, spend: Any, why: 
     and nothing already done is redone); unchanged if it is already saved that way."""
     if cp.status == "budget_exceeded" and cp.budget == budget and cp.spend == spend:
         return cp
-    return _save(store, cp, failpoint="checkpoint:budget", status="budget_exceeded", budget=budget,
-                 spend=spend, event=("budget_exceeded", {"why": why}))
+    return store.save_revision(cp, failpoint="checkpoint:budget", status="budget_exceeded",
+                               budget=budget, spend=spend, event=("budget_exceeded", {"why": why}))
 
 
 def _find(exc: BaseException, types: tuple[type[BaseException], ...]) -> BaseException | None:
@@ -536,25 +500,21 @@ def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, wan
     entry = ledger.get(cp.idempotency_key)
     if result.interruptions:
         pending = _pending(result.interruptions)
-        expires_at = clock.iso(clock.plus(clock.now(), cp.approval_ttl_s or 86_400))
-        return _save(store, cp, failpoint="checkpoint:outcome", status="waiting_for_approval",
-                     decision=None, pending=pending, run_state=run_state,
-                     run_state_schema_version=rs_version, expires_at=expires_at, **recorded,
-                     event=("interrupted", {"pending": [p["call_id"] for p in pending],
-                                            "calls": pending, "expires_at": expires_at}))
+        expires_at = clock.iso(clock.plus(clock.now(), cp.approval_ttl_s))
+        return store.save_revision(
+            cp, failpoint="checkpoint:outcome", status="waiting_for_approval", decision=None,
+            pending=pending, run_state=run_state, run_state_schema_version=rs_version,
+            expires_at=expires_at, **recorded,
+            event=("interrupted", {"pending": [p["call_id"] for p in pending], "calls": pending,
+                                   "expires_at": expires_at}))
     if want == "approved" and entry is None:
         raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
     if want == "rejected" and entry is not None:
         raise Stopped(f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
     status = "completed" if want == "approved" else "cancelled"
     final = result.final_output
-    return _save(store, cp, failpoint="checkpoint:outcome", status=status, pending=[],
-                 final_output=final if isinstance(final, str) else json.dumps(final, default=str),
-                 run_state=run_state, run_state_schema_version=rs_version, **recorded,
-                 event=(status, {"ledger": entry.published_at if entry else None}))
-
-
-def _save(store: Store, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
-          **changes: Any) -> Checkpoint:
-    """Write the next revision of ``cp`` (see :meth:`state.storage.Store.save_revision`)."""
-    return store.save_revision(cp, failpoint=failpoint, event=event, **changes)
+    return store.save_revision(
+        cp, failpoint="checkpoint:outcome", status=status, pending=[],
+        final_output=final if isinstance(final, str) else json.dumps(final, default=str),
+        run_state=run_state, run_state_schema_version=rs_version, **recorded,
+        event=(status, {"ledger": entry.published_at if entry else None}))

@@ -32,12 +32,65 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
             yield from _walk(v, f"{path}[{i}]")
 
 
+def _top_level_records(run_state: dict[str, Any], cp: Checkpoint) -> list[dict[str, Any]]:
+    """The decision records of the top-level ``context.approvals`` and
+    ``context.function_tool_approvals``; raises :class:`Stopped` if their shape is not the SDK's."""
+    context = run_state.get("context")
+    if not isinstance(context, dict):
+        raise Stopped(f"task {cp.task_id}: RunState has no context object")
+    records: list[Any] = []
+    approvals = context.get("approvals", {})
+    if not isinstance(approvals, dict):
+        raise Stopped(f"task {cp.task_id}: RunState approvals are malformed")
+    records.extend(approvals.values())
+    fta = context.get("function_tool_approvals", [])
+    if not isinstance(fta, list):
+        raise Stopped(f"task {cp.task_id}: RunState function_tool_approvals are malformed")
+    records.extend(e.get("decision") if isinstance(e, dict) else e for e in fta)
+    for record in records:
+        if not isinstance(record, dict):
+            raise Stopped(f"task {cp.task_id}: RunState holds a malformed approval record")
+    return records
+
+
+def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
+    """Every approval decision in a stored RunState must be one our decision path recorded.
+
+    ``run_state`` is the parsed ``RunState.to_string()``. The top-level ``context.approvals`` and
+    ``context.function_tool_approvals`` may hold only the call_ids in ``cp.decisions``, each with
+    its recorded kind, as lists (a blanket ``True`` or a sticky setting is refused). Then
+    :func:`check_no_hidden_approvals`. Raises :class:`Stopped`.
+    """
+    recorded = {(d.call_id, d.decision) for d in cp.decisions}
+    for record in _top_level_records(run_state, cp):
+        extra = set(record) - {"approved", "rejected", "rejection_messages"}
+        if extra:
+            raise Stopped(
+                f"task {cp.task_id}: RunState holds approval settings no human recorded "
+                f"({', '.join(sorted(extra))})"
+            )
+        for field, kind in (("approved", "approved"), ("rejected", "rejected")):
+            ids = record.get(field, [])
+            if not isinstance(ids, list):
+                raise Stopped(
+                    f"task {cp.task_id}: RunState holds a blanket '{field}' decision that no "
+                    "human recorded"
+                )
+            for call_id in ids:
+                if (call_id, kind) not in recorded:
+                    raise Stopped(
+                        f"task {cp.task_id}: RunState holds an approval decision ({kind} "
+                        f"{call_id!r}) that was not recorded through our decision path"
+                    )
+    check_no_hidden_approvals(run_state, cp)
+
+
 def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     """Refuse approval records anywhere but the top-level ``context``, and hosted MCP approvals.
 
     ``run_state`` is the parsed ``RunState.to_string()``. The top-level ``context.approvals`` and
     ``context.function_tool_approvals`` are checked against ``cp.decisions`` by
-    ``workflow.hitl.check_stored_run_state``; this adds: no nested RunState (agent-as-tool runs)
+    :func:`check_approvals`; this adds: no nested RunState (agent-as-tool runs)
     carries decisions, no ``hosted_mcp_approvals`` exist (this agent has no hosted MCP tool, and
     we never record one), and ``rejection_messages`` name only calls a human rejected.
     The user context payload (``context.context``) is skipped: it is replaced on resume.
@@ -58,20 +111,22 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
             f"task {cp.task_id}: RunState holds hosted MCP approvals that no human recorded"
         )
     rejected = {d.call_id for d in cp.decisions if d.decision == "rejected"}
-    records: list[Any] = []
-    if isinstance(top, dict):
-        approvals = top.get("approvals")
-        if isinstance(approvals, dict):
-            records.extend(approvals.values())
-        for entry in top.get("function_tool_approvals") or []:
-            if isinstance(entry, dict):
-                records.append(entry.get("decision"))
-    for record in records:
-        messages = record.get("rejection_messages", {}) if isinstance(record, dict) else {}
+    for record in _top_level_records(run_state, cp):
+        messages = record.get("rejection_messages", {})
         if not isinstance(messages, dict) or set(messages) - rejected:
             raise Stopped(
                 f"task {cp.task_id}: RunState holds rejection messages for calls no human rejected"
             )
+
+
+def carries_the_draft(arguments: dict[str, Any], sha: str) -> bool:
+    """True if a ``publish_draft`` call's ``arguments`` are exactly ``{"title", "body"}`` (strings)
+    whose :func:`state.schema.content_sha256` is ``sha``: the draft the task was started with."""
+    return (
+        set(arguments) == {"title", "body"}
+        and all(isinstance(arguments[k], str) for k in ("title", "body"))
+        and content_sha256(arguments["title"], arguments["body"]) == sha
+    )
 
 
 def check_pending_is_the_draft(cp: Checkpoint) -> None:
@@ -82,13 +137,7 @@ def check_pending_is_the_draft(cp: Checkpoint) -> None:
     mid-run after the decision was recorded). Raises :class:`Stopped`.
     """
     for call in cp.pending:
-        args = call.arguments
-        if (
-            call.tool != ACTION
-            or set(args) != {"title", "body"}
-            or not all(isinstance(args[k], str) for k in ("title", "body"))
-            or content_sha256(args["title"], args["body"]) != cp.content_sha256
-        ):
+        if call.tool != ACTION or not carries_the_draft(call.arguments, cp.content_sha256):
             raise Stopped(
                 f"task {cp.task_id}: the pending call {call.call_id} is not {ACTION} of the draft "
                 "the task was started with (key/action mismatch)"
