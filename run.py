@@ -51,7 +51,7 @@ from state.schema import (
 from state.storage import Store, resolve_state_dir
 from workflow.budget_view import budget_lines
 from workflow import inbox
-from workflow.views import ledger_view, list_view, task_text, task_view
+from workflow.views import ledger_view, task_text, task_view
 
 DEFAULT_TITLE = "Untitled draft"
 
@@ -225,14 +225,14 @@ def _reviewer(name: str | None) -> str:
 def _pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
     if task_id:
         return task_id
-    candidates = [t for t in list_view(store)["tasks"]
-                  if not waiting_only or t["status"] in ("waiting_for_approval", "budget_exceeded")]
+    candidates = [cp.task_id for cp in store.checkpoints()
+                  if not waiting_only or cp.status in ("waiting_for_approval", "budget_exceeded")]
     if len(candidates) == 1:
-        return candidates[0]["task_id"]
+        return candidates[0]
     what = "waiting tasks" if waiting_only else "tasks"
     if not candidates:
         raise Stopped(f"no {what} in {store.root}; give --task ID")
-    names = ", ".join(t["task_id"] for t in candidates[:20])
+    names = ", ".join(candidates[:20])
     raise Stopped(f"{len(candidates)} {what} ({names}); give --task ID")
 
 

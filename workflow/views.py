@@ -3,7 +3,8 @@
 - a task: ``{"task_id", "idempotency_key", "status", "decision": null | {"decision", "by", "at",
   "reason"}, "pending": [{"call_id", "tool", "arguments"}], "final_output", "schema_version",
   "revision", "checkpoint_path"}``
-- list: ``{"tasks": [task, …]}`` · ledger: ``{"path", "entries": [entry, …]}``
+- list: ``{"tasks": [task, …]}`` (built by ``workflow.inbox.inbox_view``) · ledger: ``{"path",
+  "entries": [entry, …]}``
 """
 
 from __future__ import annotations
@@ -40,13 +41,6 @@ def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
         "revision": cp.revision,
         "checkpoint_path": str(store.checkpoint_path(cp.task_id)),
     }
-
-
-def list_view(store: Store) -> dict[str, Any]:
-    """``{"tasks": [...]}``, waiting tasks first, then by task ID."""
-    tasks = [task_view(store, cp) for cp in store.checkpoints()]
-    tasks.sort(key=lambda t: (t["status"] != "waiting_for_approval", t["task_id"]))
-    return {"tasks": tasks}
 
 
 def ledger_view(store: Store) -> dict[str, Any]:
