@@ -24,7 +24,6 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from . import failpoints
 from .errors import Stopped
 from .paths import read_regular
 from .schema import canonical_json
@@ -102,20 +101,12 @@ def _create_key_file(path: Path) -> None:
     use). Runs under ``locks/signing.key.lock`` so ``doctor --repair`` can prove a temp is left over.
     Failpoints ``signing_key:before`` / ``signing_key:after``.
     """
-    from .storage import Store, fsync_dir, write_temp  # storage imports this module
+    from .storage import Store, create_exclusive  # storage imports this module
 
     store = Store(path.parent)
     with store.owner_lock(KEY_FILE, timeout=DEFAULT_KEY_LOCK_TIMEOUT_S, what="the signing key"):
         if os.path.lexists(path):
             return  # another process created it first; use theirs
         check_key_creatable(path.parent)
-        failpoints.hit("signing_key:before")
-        tmp = write_temp(path.parent, secrets.token_hex(32).encode("ascii"), owner=KEY_FILE)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(path.parent)
-        failpoints.hit("signing_key:after")
+        create_exclusive(path, secrets.token_hex(32).encode("ascii"), owner=KEY_FILE,
+                         failpoint="signing_key")

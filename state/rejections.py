@@ -15,17 +15,16 @@ What it does not stop: someone who deletes the record *and* restores the checkpo
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import failpoints, secrets
+from . import secrets
 from .errors import Stopped
 from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key, validation_message
 from .paths import read_regular
-from .storage import Store, file_name, fsync_dir, parse_json_object, write_temp
+from .storage import Store, create_exclusive, file_name, parse_json_object
 
 MAX_RECORD_BYTES = 64 * 1024
 
@@ -89,16 +88,8 @@ def record(store: Store, task_id: str, content_sha256: str, decision: Decision) 
         rec = RejectionRecord(task_id=task_id, content_sha256=content_sha256, call_id=decision.call_id,
                               by=decision.by, at=decision.at, reason=reason)
         data = (json.dumps(rec.model_dump(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        failpoints.hit("rejection:record:before")
-        tmp = write_temp(folder(store), data, owner=file_name(task_id))
-        try:
-            os.link(tmp, path_for(store, task_id))  # exclusive: fails if it exists
-            fsync_dir(folder(store))
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
-        failpoints.hit("rejection:record:after")
+        create_exclusive(path_for(store, task_id), data, owner=file_name(task_id),
+                         failpoint="rejection:record")  # False: another process won; read theirs
         existing = get(store, task_id)
         if existing is None:
             raise Stopped(f"rejection record of task {task_id} cannot be read back")

@@ -33,7 +33,6 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import failpoints
 from .errors import Stopped
 from .paths import read_regular
 
@@ -136,7 +135,7 @@ def ensure(root: Path) -> StateIdentity:
     ident = read(root)
     if ident is not None:
         return ident
-    from .storage import Store, fsync_dir, now_iso, write_temp  # storage imports this module
+    from .storage import Store, create_exclusive, now_iso  # storage imports this module
     import json
 
     check_creatable(root)
@@ -149,17 +148,9 @@ def ensure(root: Path) -> StateIdentity:
         check_creatable(root)
         legacy, _ = _scan(root / "tasks")
         data = {"state_id": secrets.token_hex(16), "created_at": now_iso(), "adopted": legacy}
-        failpoints.hit("state_id:before")
-        tmp = write_temp(root, (json.dumps(data, indent=2) + "\n").encode("ascii"),
-                         owner=STATE_ID_FILE)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process linked first (without our lock: a foreign writer); read theirs
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(root)
-        failpoints.hit("state_id:after")
+        # False if another process linked first (without our lock: a foreign writer): read theirs
+        create_exclusive(path, (json.dumps(data, indent=2) + "\n").encode("ascii"),
+                         owner=STATE_ID_FILE, failpoint="state_id")
     ident = read(root)
     if ident is None:
         raise Stopped(f"{STATE_ID_FILE} could not be created in {root}")

@@ -134,6 +134,29 @@ def atomic_write(path: Path, data: bytes, *, failpoint: str) -> None:
     failpoints.hit(failpoint + ":after")
 
 
+def create_exclusive(path: Path, data: bytes, *, owner: str, failpoint: str) -> bool:
+    """Create ``path`` with ``data`` unless it exists; True if this call created it.
+
+    Temp file in the same folder (fsynced; named for ``owner``, see :data:`TEMP_NAME`) →
+    ``os.link`` to ``path``, which fails if the name exists (another process won: keep theirs) →
+    unlink the temp → fsync the folder. A reader sees no file or the whole file, never half, and
+    two processes can never both create it. ``failpoint`` names this durable write for crash tests
+    (``:after`` is reached only when the file was created). Used for ledger entries, rejection
+    records, ``signing.key`` and ``state.id``.
+    """
+    failpoints.hit(failpoint + ":before")
+    tmp = write_temp(path.parent, data, owner=owner)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    failpoints.hit(failpoint + ":after")
+    return True
+
+
 class Store:
     """A state dir: checkpoints, locks and the signing key. Paths are all below ``root``.
 

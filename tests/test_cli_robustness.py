@@ -409,10 +409,7 @@ def test_disk_full_during_resume_is_one_clear_line_and_the_next_resume_finishes(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(folder, data, owner=owner)
 
-    monkeypatch.setattr(storage, "write_temp", full_after_first)
-    import tools.ledger as ledger_mod
-
-    monkeypatch.setattr(ledger_mod, "write_temp", full_after_first)
+    monkeypatch.setattr(storage, "write_temp", full_after_first)  # every durable write uses it
     r = cli("resume", "--task", "df-1", "--decision", "approve")
     r.assert_stopped()
     assert "a file operation failed (No space left on device)" in r.err and "doctor" in r.err

@@ -393,7 +393,7 @@ def test_ledger_record_race_lost_and_entry_gone_is_a_clear_stop(tmp_path, monkey
     def link_lost(src, dst, *a, **k):
         raise FileExistsError(dst)
 
-    monkeypatch.setattr(ledger_mod.os, "link", link_lost)
+    monkeypatch.setattr(os, "link", link_lost)  # the link every exclusive create goes through
     ledger = ledger_mod.Ledger(tmp_path / "ledger")
     with pytest.raises(Stopped, match=r"ledger entry k-1--[0-9a-f]{12}\.json could not be created"):
         ledger.record(key=KEY, task_id=KEY, title="T", content_sha256="0" * 64)

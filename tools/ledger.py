@@ -17,17 +17,16 @@ entry, return the first; same key with a different task or content → refuse (f
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from state import failpoints, secrets
+from state import secrets
 from state.errors import Stopped
 from state.schema import valid_key, validation_message
 from state.paths import inside, read_regular
-from state.storage import file_name, fsync_dir, now_iso, parse_json_object, write_temp
+from state.storage import create_exclusive, file_name, now_iso, parse_json_object
 
 
 #: A ledger entry is a few hundred bytes; anything far larger is not one of ours.
@@ -112,18 +111,8 @@ class Ledger:
                 published_at=now_iso(),
             )
             data = (json.dumps(entry.model_dump(), indent=2, ensure_ascii=False) + "\n").encode()
-            failpoints.hit("ledger:record:before")
-            tmp = write_temp(self.folder, data, owner=file_name(key))
-            try:
-                os.link(tmp, self.path_for(key))  # fails if another process won the race
-                created = True
-            except FileExistsError:
-                created = False
-            finally:
-                tmp.unlink(missing_ok=True)
-            if created:
-                fsync_dir(self.folder)
-                failpoints.hit("ledger:record:after")
+            if create_exclusive(self.path_for(key), data, owner=file_name(key),
+                                failpoint="ledger:record"):
                 return entry, True
             existing = self.get(key)  # raises Stopped if what is there is not a readable entry
             if existing is None:
@@ -164,10 +153,6 @@ class Ledger:
         if path.stem != file_name(entry.idempotency_key):
             raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
         return entry
-
-    def leftovers(self) -> list[Path]:
-        """Temp files left by a process that died mid-write (harmless; ``doctor`` reports them)."""
-        return sorted(self.folder.glob(".tmp-*")) if self.folder.is_dir() else []
 
     @staticmethod
     def _parse(raw: bytes, path: Path) -> LedgerEntry:
