@@ -1,7 +1,12 @@
 """The clock, and durations as people type them. Never imports the SDK.
 
 Time is injectable so tests never sleep: env ``HITL_NOW`` (an ISO-8601 UTC timestamp such as
-``2030-01-01T00:00:00Z``) replaces the wall clock for every expiry and age computation.
+``2100-01-01T00:00:00Z``) moves the clock for every expiry, age and timestamp this program writes.
+
+A test seam may only make checks stricter: ``HITL_NOW`` can move the clock *forward* (a deadline
+passes sooner), never back. A value earlier than the wall clock is refused up front by
+``state.environment.check_environment``, and :func:`now` never returns a time before the wall clock
+whatever the variable says, so nobody can approve an expired request by setting it.
 """
 
 from __future__ import annotations
@@ -29,19 +34,39 @@ def parse_iso(text: str) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
-def now() -> datetime:
-    """Current UTC time, or ``$HITL_NOW`` if set. Raises ``ValueError`` if ``HITL_NOW`` is malformed."""
-    fixed = os.environ.get(NOW_ENV)
-    if fixed:
-        try:
-            return parse_iso(fixed)
-        except ValueError:
-            raise ValueError(f"{NOW_ENV}={fixed[:40]!r} is not an ISO-8601 timestamp") from None
+def wall() -> datetime:
+    """The wall clock: current UTC time as an aware datetime (never the seam)."""
     return datetime.now(timezone.utc)
 
 
+def seam() -> datetime | None:
+    """``$HITL_NOW`` parsed, or None if unset or empty. Raises ``ValueError`` if it is malformed."""
+    fixed = os.environ.get(NOW_ENV)
+    if not fixed:
+        return None
+    try:
+        return parse_iso(fixed)
+    except ValueError:
+        raise ValueError(f"{NOW_ENV}={fixed[:40]!r} is not an ISO-8601 timestamp") from None
+
+
+def now() -> datetime:
+    """The one clock of this program: current UTC time, moved forward to ``$HITL_NOW`` if that is
+    later; never earlier than the wall clock. Raises ``ValueError`` if ``HITL_NOW`` is malformed."""
+    real, fixed = wall(), seam()
+    return fixed if fixed is not None and fixed > real else real
+
+
+def now_iso() -> str:
+    """:func:`now` as ISO-8601 UTC with microseconds, e.g. ``2026-11-29T12:00:00.000000Z``.
+
+    Every timestamp this program writes (history, decisions, ledger entries, traces) comes from
+    here, so a receipt never mixes two clocks."""
+    return iso(now())
+
+
 def iso(dt: datetime) -> str:
-    """``dt`` as ISO-8601 UTC with microseconds and ``Z`` (the format of ``state.storage.now_iso``)."""
+    """``dt`` as ISO-8601 UTC with microseconds and ``Z`` (the format of :func:`now_iso`)."""
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

@@ -53,7 +53,8 @@ def check_environment() -> None:
     first bad one. Touches no file.
 
     - ``HITL_LOCK_TIMEOUT``: a finite number of seconds >= 0 (see :func:`lock_timeout`);
-    - ``HITL_NOW``: an ISO-8601 timestamp (see :func:`state.clock.now`);
+    - ``HITL_NOW``: an ISO-8601 timestamp in the years 2000-9000, not before the wall clock
+      (see :func:`state.clock.now`);
     - ``HITL_SIGNING_KEY``, ``OPENAI_API_KEY``: valid UTF-8 text (the value is not shown).
     """
     lock_timeout(10.0)
@@ -62,12 +63,15 @@ def check_environment() -> None:
         raise Stopped(f"{clock.NOW_ENV} is not valid UTF-8; give an ISO-8601 timestamp such as "
                       "2030-01-01T00:00:00Z")
     try:
-        now = clock.now()
+        fixed = clock.seam()
     except (ValueError, OverflowError) as exc:
-        raise Stopped(f"{exc} (e.g. 2030-01-01T00:00:00Z)") from None
-    if not 2000 <= now.year <= 9000:  # deadlines are computed from it: keep far from datetime.max
+        raise Stopped(f"{exc} (e.g. 2100-01-01T00:00:00Z)") from None
+    if fixed is not None and not 2000 <= fixed.year <= 9000:  # keep deadlines far from datetime.max
         raise Stopped(f"{clock.NOW_ENV}={raw_now!r} is outside the years 2000-9000 "
-                      "(e.g. 2030-01-01T00:00:00Z)")
+                      "(e.g. 2100-01-01T00:00:00Z)")
+    if fixed is not None and fixed < clock.wall():  # a seam may only make checks stricter
+        raise Stopped(f"{clock.NOW_ENV}={raw_now!r} is in the past; it can only move the clock "
+                      "forward (a deadline passes sooner, never later)")
     for name in SECRET_ENVS:
         value = os.environ.get(name)
         if value is not None and not _is_text(value):

@@ -135,7 +135,8 @@ def ensure(root: Path) -> StateIdentity:
     ident = read(root)
     if ident is not None:
         return ident
-    from .storage import Store, create_exclusive, now_iso  # storage imports this module
+    from .clock import now_iso
+    from .storage import Store, create_exclusive  # storage imports this module
     import json
 
     check_creatable(root)

@@ -26,13 +26,13 @@ import json
 import os
 import re
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
 from pydantic import ValidationError
 
 from . import environment, failpoints, secrets, state_id
+from .clock import now_iso
 from .errors import Stopped
 from .integrity import check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, read_regular
@@ -41,11 +41,6 @@ from .schema import SCHEMA_VERSION, Checkpoint, valid_key, validation_message
 STATE_DIR_ENV = "HITL_STATE_DIR"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
-
-
-def now_iso() -> str:
-    """Current UTC time as ISO-8601 with seconds, e.g. ``2026-11-29T12:00:00Z``."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def file_name(key: str) -> str:

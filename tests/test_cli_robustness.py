@@ -274,7 +274,7 @@ def test_bad_environment_value_stops_before_any_file_is_touched(cli, state_dir, 
 
 def test_good_lock_timeout_and_now_still_work(cli, monkeypatch):
     monkeypatch.setenv("HITL_LOCK_TIMEOUT", "0.5")
-    monkeypatch.setenv("HITL_NOW", "2030-01-01T00:00:00Z")
+    monkeypatch.setenv("HITL_NOW", "2100-01-01T00:00:00Z")
     _start(cli)
 
 

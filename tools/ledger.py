@@ -26,7 +26,8 @@ from state import secrets
 from state.errors import Stopped
 from state.schema import valid_key, validation_message
 from state.paths import inside, read_regular
-from state.storage import create_exclusive, file_name, now_iso, parse_json_object
+from state.clock import now_iso
+from state.storage import create_exclusive, file_name, parse_json_object
 
 
 #: A ledger entry is a few hundred bytes; anything far larger is not one of ours.

@@ -65,7 +65,8 @@ from state.schema import (
     arguments_sha256,
     content_sha256,
 )
-from state.storage import Store, now_iso, parse_json_object
+from state.clock import now_iso
+from state.storage import Store, parse_json_object
 from tools.ledger import Ledger
 from workflow import tracing
 from workflow.trust import carries_the_draft, check_approvals, check_pending_is_the_draft

@@ -30,7 +30,8 @@ from typing import Any, Iterator, Literal
 from agents import RunConfig
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 
-from state.storage import Store, now_iso
+from state.clock import now_iso
+from state.storage import Store
 from workflow import trace_log
 
 Phase = Literal["start", "resume"]
