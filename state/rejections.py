@@ -24,7 +24,7 @@ from . import secrets
 from .errors import Stopped
 from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key, validation_message
 from .paths import read_regular
-from .storage import Store, create_exclusive, file_name, parse_json_object
+from .storage import Store, create_exclusive, file_name, fsync_dir, parse_json_object
 
 MAX_RECORD_BYTES = 64 * 1024
 
@@ -76,23 +76,34 @@ def get(store: Store, task_id: str) -> RejectionRecord | None:
     return rec
 
 
-def record(store: Store, task_id: str, content_sha256: str, decision: Decision) -> RejectionRecord:
-    """Create the record for ``decision`` (a reject) exactly once; return the record on disk.
+def record(store: Store, task_id: str, content_sha256: str,
+           decision: Decision) -> tuple[RejectionRecord, bool]:
+    """Create the record for ``decision`` (a reject) exactly once; return ``(the record on disk,
+    created by this call)``.
 
     If one exists already (a crash after it, or a second reject), it is returned when it is for the
     same draft. Raises :class:`Stopped` if it is for other content, or the file is damaged.
     """
     existing = get(store, task_id)
+    created = False
     if existing is None:
         reason = secrets.scrub(decision.reason, secrets.values(min_chars=8))  # never a key on disk
         rec = RejectionRecord(task_id=task_id, content_sha256=content_sha256, call_id=decision.call_id,
                               by=decision.by, at=decision.at, reason=reason)
         data = (json.dumps(rec.model_dump(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        create_exclusive(path_for(store, task_id), data, owner=file_name(task_id),
-                         failpoint="rejection:record")  # False: another process won; read theirs
+        created = create_exclusive(path_for(store, task_id), data, owner=file_name(task_id),
+                                   failpoint="rejection:record")  # False: another process won
         existing = get(store, task_id)
         if existing is None:
             raise Stopped(f"rejection record of task {task_id} cannot be read back")
     if existing.content_sha256 != content_sha256:
         raise Stopped(f"rejection record of task {task_id} is for other content; a human must check")
-    return existing
+    return existing, created
+
+
+def remove(store: Store, task_id: str) -> None:
+    """Delete the rejection record of ``task_id`` (absent: nothing to do). Only for a record the
+    calling process created moments ago and could not go on to record in the checkpoint, so that a
+    refused reject leaves nothing behind; never for a record another process wrote."""
+    path_for(store, task_id).unlink(missing_ok=True)
+    fsync_dir(folder(store))

@@ -27,7 +27,7 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
@@ -113,14 +113,20 @@ def write_temp(folder: Path, data: bytes, *, owner: str) -> Path:
     return Path(tmp)
 
 
-def atomic_write(path: Path, data: bytes, *, failpoint: str) -> None:
+def atomic_write(path: Path, data: bytes, *, failpoint: str,
+                 precondition: Callable[[], None] | None = None) -> None:
     """Replace ``path`` with ``data`` atomically (temp file, fsync, ``os.replace``, fsync folder).
 
-    ``failpoint`` names this durable write for crash-injection tests (see :mod:`state.failpoints`).
+    ``precondition`` (if given) runs after the temp file is written and immediately before
+    ``os.replace``, so a compare-and-swap check sits as close to the swap as the file system allows;
+    if it raises, the temp file is removed and nothing is replaced. ``failpoint`` names this durable
+    write for crash-injection tests (see :mod:`state.failpoints`).
     """
     failpoints.hit(failpoint + ":before")
     tmp = write_temp(path.parent, data, owner=path.stem)
     try:
+        if precondition is not None:
+            precondition()
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -323,7 +329,12 @@ class Store:
         """Write revision ``cp.revision + 1`` of ``cp`` with ``changes`` (field → new value; pydantic
         models are dumped) and one ``history`` event ``(name, detail)``; the detail also records the
         schema versions the revision was written with (for the receipt). Returns the saved
-        checkpoint. Raises :class:`Stopped` as :meth:`save` does.
+        checkpoint.
+
+        Compare-and-swap: the write happens only if the file on disk is still exactly ``cp`` (same
+        revision, same MAC), checked right before the swap. The task lock makes a conflict rare;
+        this check makes it harmless when the lock file was deleted under a holder. Raises
+        :class:`Stopped` on a conflict (nothing written) and as :meth:`save` does.
         """
         body = cp.body()
         for name, value in changes.items():
@@ -333,15 +344,32 @@ class Store:
         versions = {k: body[k] for k in ("schema_version", "sdk_version", "run_state_schema_version")}
         body["history"] = [*body["history"], {"at": at, "event": event[0], "revision": revision,
                                               "detail": {**event[1], **versions}}]
-        return self.save(body, failpoint=failpoint)
+        return self.save(body, failpoint=failpoint, expect=cp)
 
-    def save(self, body: dict[str, Any], *, failpoint: str) -> Checkpoint:
+    def check_unchanged(self, cp: Checkpoint) -> None:
+        """Raise :class:`Stopped` unless the checkpoint file of ``cp.task_id`` on disk still holds
+        revision ``cp.revision`` with MAC ``cp.mac`` (what this process read and verified). Reads
+        the file; writes nothing."""
+        path = self.checkpoint_path(cp.task_id)
+        raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
+        data = parse_json_object(raw, f"checkpoint {path.name}") if raw is not None else {}
+        if data.get("revision") != cp.revision or data.get("mac") != cp.mac:
+            now = data.get("revision", "no file")
+            raise Stopped(
+                f"task {cp.task_id} changed on disk since it was read (revision {cp.revision} -> "
+                f"{now}): another process wrote it; nothing was written by this one; run "
+                f"python run.py status --task {cp.task_id} to see where it stands")
+
+    def save(self, body: dict[str, Any], *, failpoint: str, expect: Checkpoint | None = None) -> Checkpoint:
         """Sign ``body`` (an envelope without ``mac``), validate it, and write it atomically.
 
-        The state dir's ID (``state.id``, created with the first checkpoint) goes into the envelope's
-        ``state_id``; the values of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY`` (8+ characters) are
-        replaced by ``[redacted]`` wherever they appear (:mod:`state.secrets`). Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash
-        tests.
+        ``expect`` is the checkpoint this write replaces (compare-and-swap, see
+        :meth:`save_revision`); None means a new task: the file is created exclusively, and
+        :class:`Stopped` is raised if another process created it first. The state dir's ID
+        (``state.id``, created with the first checkpoint) goes into the envelope's ``state_id``;
+        the values of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY`` (8+ characters) are replaced by
+        ``[redacted]`` wherever they appear (:mod:`state.secrets`). Returns the saved
+        :class:`Checkpoint`. ``failpoint`` names this write for crash tests.
         """
         key = load_key(self.root, create=True)
         ident = self._ident = state_id.ensure(self.root)
@@ -354,8 +382,14 @@ class Store:
         body = secrets.scrub(body, secrets.values(min_chars=8))
         clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
         cp = Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
-        data = json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
-        atomic_write(self.checkpoint_path(cp.task_id), data.encode("utf-8"), failpoint=failpoint)
+        data = (json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        path = self.checkpoint_path(cp.task_id)
+        if expect is None:
+            if not create_exclusive(path, data, owner=path.stem, failpoint=failpoint):
+                raise Stopped(f"task {cp.task_id} was created by another process at the same time; "
+                              f"nothing was written by this one (python run.py status --task {cp.task_id})")
+        else:
+            atomic_write(path, data, failpoint=failpoint, precondition=lambda: self.check_unchanged(expect))
         return cp
 
 

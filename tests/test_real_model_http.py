@@ -241,13 +241,31 @@ def test_turn_budget_holds_across_resume_and_can_be_raised(cli, state_dir, http)
     provider = FakeProvider()
     route = _responses(http, provider)
     assert _start(cli, "--max-turns", "1").code == 0
-    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "no", "--json")
+    r = cli("resume", "--task", "t-1", "--decision", "approve", "--json")
     assert r.code == 0 and r.json()["status"] == "budget_exceeded" and route.call_count == 1
+    assert ledger_entries(state_dir) == []  # nothing runs, not even the tool
     hint = cli("status", "--task", "t-1").out  # the hint names the limit that was reached
     assert "resume --task t-1 --decision approve|reject --max-turns 3" in hint, hint
-    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "no", "--max-turns", "2", "--json")
+    r = cli("resume", "--task", "t-1", "--decision", "approve", "--max-turns", "2", "--json")
     assert r.code == 0, r.err
-    assert r.json()["status"] == "cancelled" and route.call_count == 2
+    assert r.json()["status"] == "completed" and route.call_count == 2
+
+
+def test_reject_without_budget_cancels_without_calling_the_model(cli, state_dir, http):
+    """A reject never waits for budget: on a task whose budget cannot pay for another model call it
+    is recorded (decision, rejection record) and the task ends cancelled with no request sent; a
+    later approve with a larger budget is refused, so nothing can publish it."""
+    route = _responses(http, FakeProvider())
+    assert _start(cli, "--max-turns", "1").code == 0
+    assert cli("resume", "--task", "t-1", "--decision", "approve").code == 0  # budget_exceeded
+    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "no", "--json")
+    assert r.code == 0, r.err
+    task = r.json()
+    assert task["status"] == "cancelled" and task["decision"]["decision"] == "rejected"
+    assert route.call_count == 1 and (state_dir / "rejections").is_dir()
+    r = cli("resume", "--task", "t-1", "--decision", "approve", "--max-turns", "6")
+    r.assert_stopped()
+    assert ledger_entries(state_dir) == [] and route.call_count == 1
 
 
 def test_in_run_guard_sends_no_request_it_cannot_pay_for(cli, state_dir, http):

@@ -18,8 +18,10 @@ from typing import Any
 
 from agents import RunContextWrapper, function_tool
 
+from state import rejections
 from state.errors import Stopped
 from state.schema import content_sha256
+from state.storage import Store
 
 from .ledger import Ledger
 
@@ -41,6 +43,13 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str)
             f"publish_draft for task {task['task_id']} was called with content that differs from "
             "the draft that was started and approved; refusing"
         )
+    # Right before the effect, whatever the lock says: a reject recorded meanwhile (by a process
+    # whose lock file was deleted under this one) wins; the action is never executed after it.
+    rejected = rejections.get(Store(Path(task["ledger_dir"]).parent), task["task_id"])
+    if rejected is not None:
+        raise Stopped(
+            f"publish_draft for task {task['task_id']}: the task was rejected by {rejected.by} at "
+            f"{rejected.at} while this approval was running; nothing was published")
     entry, created = Ledger(Path(task["ledger_dir"])).record(
         key=key, task_id=task["task_id"], title=title, content_sha256=task["content_sha256"]
     )

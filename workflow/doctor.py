@@ -58,6 +58,7 @@ from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
 from state.storage import TEMP_NAME, Store, file_name
 from tools.ledger import Ledger, LedgerEntry
+from workflow.reconcile import Evidence, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
 NOTES = frozenset({"busy"})
@@ -104,6 +105,8 @@ class Report:
 
 
 HUMAN = "a human must check; doctor repairs nothing here"
+#: Statuses of a task that can still be decided.
+OPEN = ("waiting_for_approval", "budget_exceeded")
 
 
 def _resume(task_id: str, decision: str) -> str:
@@ -159,61 +162,58 @@ def _read_ledger(store: Store, report: Report) -> dict[str, tuple[LedgerEntry, P
     return entries
 
 
+#: What each finding of the decision table means, for the report (``{by}``/``{at}``: the
+#: rejection record; ``{decided}``: the recorded decision; ``{status}``: the checkpoint's).
+DETAILS = {
+    "executed_or_approved_but_rejected": "a rejection record (by {by} at {at}) exists, but the task "
+                                         "is {status}{in_ledger}",
+    "rejection_not_finished": "rejected by {by} at {at}, but the checkpoint says {status} (a crash "
+                              "after the rejection record, or an older checkpoint put back)",
+    "completed_without_entry": "the checkpoint says completed but the ledger has no entry; nothing "
+                               "proves it was published",
+    "cancelled_with_entry": "the checkpoint says cancelled but the ledger shows it executed",
+    "entry_without_approval": "the ledger shows it executed but the task is {status} with recorded "
+                              "decision {decided!r}",
+    "executed_not_recorded": "approved and in the ledger, but the outcome was not written (crash "
+                             "after the ledger entry); the entry proves it executed",
+    "decision_not_finished": "decision {decided!r} is recorded but the run was not finished (crash "
+                             "after the decision)",
+}
+
+
 def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | None,
                 report: Report, rejected: RejectionRecord | None = None) -> None:
-    tid = cp.task_id
-
-    def add(kind: str, detail: str, action: str) -> None:
-        report.findings.append(Finding(kind, tid, str(path), detail, action))
-
-    rejection_recorded = cp.decision is not None and cp.decision.decision == "rejected"
-    if rejected is not None and cp.status not in ("cancelled", "expired") and not (
-            rejection_recorded and cp.status == "waiting_for_approval" and entry is None):
-        if entry is not None or cp.status == "completed" or (
-                cp.decision is not None and cp.decision.decision == "approved"):
-            add("executed_or_approved_but_rejected",
-                f"a rejection record (by {rejected.by} at {rejected.at}) exists, but the task is "
-                f"{cp.status}{' and in the ledger' if entry is not None else ''}", HUMAN)
-        else:
-            add("rejection_not_finished",
-                f"rejected by {rejected.by} at {rejected.at}, but the checkpoint says {cp.status} "
-                "(a crash after the rejection record, or an older checkpoint put back)",
-                _resume(tid, "reject"))
-        return
-
+    """Add ``cp``'s finding, if any, to ``report``: the ``doctor`` column of the decision table
+    (:func:`workflow.reconcile.reconcile`), after checking that the evidence is for this task."""
     if entry is not None:
         e, epath = entry
-        if e.task_id != tid or e.content_sha256 != cp.content_sha256:
-            add("entry_mismatch",
+        if e.task_id != cp.task_id or e.content_sha256 != cp.content_sha256:
+            report.findings.append(Finding(
+                "entry_mismatch", cp.task_id, str(path),
                 f"ledger entry {epath.name} is for task {e.task_id!r} / content "
-                f"{e.content_sha256[:12]}…, the checkpoint for {tid!r} / {cp.content_sha256[:12]}…",
-                HUMAN)
+                f"{e.content_sha256[:12]}…, the checkpoint for {cp.task_id!r} / {cp.content_sha256[:12]}…",
+                HUMAN))
             return
-    decided = cp.decision.decision if cp.decision is not None else None
-    if cp.status == "completed" and entry is None:
-        add("completed_without_entry",
-            "the checkpoint says completed but the ledger has no entry; nothing proves it was published",
-            HUMAN + " (resume refuses this task)")
-    elif cp.status in ("expired", "budget_exceeded") and entry is not None and decided != "approved":
-        add("entry_without_approval",
-            f"the ledger shows it executed but the task is {cp.status} with no recorded approval",
-            HUMAN)
-    elif cp.status == "cancelled" and entry is not None:
-        add("cancelled_with_entry", "the checkpoint says cancelled but the ledger shows it executed",
-            HUMAN + " (an executed action is never marked cancelled)")
-    elif cp.status == "waiting_for_approval" and entry is not None:
-        if decided == "approved":
-            add("executed_not_recorded",
-                "approved and in the ledger, but the outcome was not written (crash after the "
-                "ledger entry); the entry proves it executed", _resume(tid, "approve"))
-        else:
-            add("entry_without_approval",
-                f"the ledger shows it executed but the recorded decision is {decided!r}", HUMAN)
-    elif cp.status == "waiting_for_approval" and decided is not None:
-        word = "approve" if decided == "approved" else "reject"
-        add("decision_not_finished",
-            f"decision {decided!r} by {cp.decision.by} is recorded but the run was not finished "  # type: ignore[union-attr]
-            "(crash after the decision)", _resume(tid, word))
+    ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,
+                  entry=entry is not None, rejection=rejected is not None)
+    verdict = reconcile(ev, "doctor")
+    if verdict.kind != "finding":
+        return
+    kind = verdict.code or ""
+    detail = DETAILS[kind].format(
+        by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=cp.status,
+        decided=ev.decided, in_ledger=" and in the ledger" if entry is not None else "")
+    if verdict.action is not None:
+        action = _resume(cp.task_id, verdict.action)
+    elif kind == "entry_without_approval" and ev.decided is None and cp.status in OPEN:
+        action = f"{HUMAN}; if the entry is right, {_resume(cp.task_id, 'approve')} records it"
+    elif kind == "completed_without_entry":
+        action = HUMAN + " (resume refuses this task)"
+    elif kind == "cancelled_with_entry":
+        action = HUMAN + " (an executed action is never marked cancelled)"
+    else:
+        action = HUMAN
+    report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
 def _temp_files(store: Store) -> Iterator[Path]:

@@ -69,6 +69,8 @@ from state.clock import now_iso
 from state.storage import Store, parse_json_object
 from tools.ledger import Ledger
 from workflow import tracing
+from workflow import reconcile
+from workflow.reconcile import refusal
 from workflow.trust import carries_the_draft, check_approvals, check_pending_is_the_draft
 
 DecisionWord = Literal["approve", "reject"]
@@ -302,22 +304,6 @@ def _bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> None:
             raise Stopped(f"task {cp.task_id}: the recorded decision is for another call")
 
 
-def check_not_expired(cp: Checkpoint) -> None:
-    """Raise :class:`Stopped` (``approval expired``) if ``cp``'s approval request is past ``expires_at``.
-
-    The clock is :func:`state.clock.now` (``HITL_NOW`` in tests). ``expires_at`` is null only when
-    nothing is pending (it is a required field: a file without it is refused on load).
-    """
-    if cp.expires_at is None:
-        return
-    if clock.now() >= clock.parse_iso(cp.expires_at):
-        raise Stopped(
-            f"approval expired: task {cp.task_id} expired at {cp.expires_at}; it can only be "
-            f"rejected (python run.py resume --task {cp.task_id} --decision reject) or marked "
-            "expired (python run.py expire)"
-        )
-
-
 async def resume(
     store: Store,
     *,
@@ -346,66 +332,16 @@ async def resume(
     reject is still accepted; an ``expired`` task is never executed (reject returns it unchanged).
     """
     want = "approved" if decision == "approve" else "rejected"
-    # Pre-flight, before the lock: a checkpoint we would refuse anyway is refused before a lock file
-    # is created, so a refusal leaves the state dir byte-identical. Loaded again under the lock.
-    store.load(task_id)
+    # Pre-flight, before the lock: a decision the table refuses is refused before a lock file is
+    # created, so a refusal leaves the state dir byte-identical. Checked again under the lock.
+    cp = store.load(task_id)
     store.check_writable(task_id)  # a symlinked/FIFO ledger entry or trace file: before write (a)
+    reconcile.check(store, cp, decision)
     with store.task_lock(task_id):
         cp = store.load(task_id)
+        if reconcile.check(store, cp, decision).kind == "unchanged":
+            return cp
         ledger = Ledger(store.ledger_dir)
-        entry = ledger.get(cp.idempotency_key)
-        if entry is not None:
-            ledger.check_same(entry, key=cp.idempotency_key, task_id=cp.task_id,
-                              content_sha256=cp.content_sha256)
-        rejected = rejections.get(store, task_id)
-        if rejected is not None:
-            if rejected.content_sha256 != cp.content_sha256 or entry is not None:
-                raise Stopped(
-                    f"task {task_id}: the rejection record and the "
-                    f"{'ledger' if entry is not None else 'checkpoint'} disagree; a human must "
-                    "check (python run.py doctor)"
-                )
-        if cp.status == "completed":
-            if entry is None:
-                raise Stopped(
-                    f"task {task_id} is completed but the ledger has no entry for it; "
-                    "a human must check (python run.py doctor)"
-                )
-            if want == "approved":
-                return cp
-            raise Stopped(f"task {task_id} was already executed (completed); an executed action is never cancelled")
-        if cp.status == "cancelled":
-            if entry is not None:
-                raise Stopped(
-                    f"task {task_id} is cancelled but the ledger shows it executed; a human must "
-                    "check (python run.py doctor)"
-                )
-            if want == "rejected":
-                return cp
-            raise Stopped(f"task {task_id} was rejected (cancelled); start a new task with a new key")
-        if cp.status == "expired":
-            if entry is not None:
-                raise Stopped(f"task {task_id} is expired but the ledger shows it executed; a human must check")
-            if want == "rejected":
-                return cp
-            raise Stopped(f"approval expired: task {task_id} expired at {cp.expires_at}; start a new task")
-        if rejected is not None and want == "approved":  # e.g. an older checkpoint put back
-            raise Stopped(
-                f"task {task_id} was rejected by {rejected.by} at {rejected.at}; it can never be "
-                "approved (the rejection record outlives any older copy of the checkpoint)"
-            )
-        if cp.decision is None and want == "approved" and entry is None:
-            check_not_expired(cp)
-        if entry is not None and want == "rejected":
-            raise Stopped(
-                f"the ledger shows task {task_id} was already executed; it cannot be rejected "
-                "(resume with --decision approve to finish recording it)"
-            )
-        if cp.decision is not None and cp.decision.decision != want:
-            raise Stopped(
-                f"task {task_id}: a decision '{cp.decision.decision}' by {cp.decision.by} is already "
-                "recorded; it cannot be changed"
-            )
 
         budget = make_budget(cp.model, base=cp.budget, **(budget_changes or {}))
         model = model or build_model(cp.model)
@@ -414,7 +350,7 @@ async def resume(
         agent, state = await _load_run_state(store, cp, BudgetedModel(model, guard))
         apply_max_turns(state, budget)
         why = blocked(budget, spend, guard.pricing)
-        if why is not None:  # the next call cannot be paid for: run nothing, not even the tool
+        if why is not None and want == "approved":  # the next call cannot be paid: run nothing
             return _budget_stop(store, cp, budget, spend, why)
         interruptions = state.get_interruptions()
         _bind(cp, interruptions)
@@ -438,11 +374,9 @@ async def resume(
                 decision=want, by=by, at=now_iso(), reason=reason, call_id=item.call_id,
                 tool=item.name, arguments_sha256=arguments_sha256(json.loads(item.arguments or "{}")),
             )
-            if want == "rejected":  # first the record no restored checkpoint can undo
-                rejections.record(store, task_id, cp.content_sha256, rec)
-            cp = store.save_revision(
-                cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, rec],
-                event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
+            cp = _record_decision(store, cp, rec, ledger)
+        if want == "rejected" and blocked(budget, spend, guard.pricing) is not None:
+            return _cancel_unpaid(store, cp, budget, spend)
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
                 # write (b) happens inside, in the tool
@@ -450,11 +384,46 @@ async def resume(
                                           run_config=tracing.run_config(task_id, "resume"))
         except Exception as exc:
             found = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
+            if found is not None and want == "rejected":  # a reject never waits for budget
+                return _cancel_unpaid(store, cp, budget, spend)
             if found is not None:  # the call was not made; the RunState saved before it stays
                 why = str(found) if isinstance(found, BudgetExceeded) else f"budget exceeded: {found}"
                 return _budget_stop(store, cp, budget, spend, why)
             raise _run_failure(exc, task_id, "the decision is recorded, run resume again") from None
         return _finish(store, cp, result, ledger, want, budget=budget, pricing=guard.pricing)
+
+
+def _record_decision(store: Store, cp: Checkpoint, rec: Decision, ledger: Ledger) -> Checkpoint:
+    """Write (a): the human's decision ``rec`` into a new revision of ``cp`` (compare-and-swap).
+
+    A reject first creates its rejection record (which no restored checkpoint can undo), then checks
+    the ledger again: an approval that ran meanwhile (a lost lock) wins, since an executed action is
+    never cancelled. If this reject cannot be recorded (the ledger has the entry, or another process
+    wrote the checkpoint first), the record this call created is removed again, so a refused
+    command leaves nothing behind. Raises :class:`Stopped`.
+    """
+    created = False
+    try:
+        if rec.decision == "rejected":
+            created = rejections.record(store, cp.task_id, cp.content_sha256, rec)[1]
+            if ledger.get(cp.idempotency_key) is not None:
+                raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
+        return store.save_revision(
+            cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, rec],
+            event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
+    except Stopped:
+        if created:
+            rejections.remove(store, cp.task_id)
+        raise
+
+
+def _cancel_unpaid(store: Store, cp: Checkpoint, budget: Budget, spend: Any) -> Checkpoint:
+    """End a rejected task as ``cancelled`` without calling the model again: a reject never needs
+    budget (the tool does not run; only the model's closing sentence is skipped, so
+    ``final_output`` stays null and the RunState is the one saved before)."""
+    return store.save_revision(
+        cp, failpoint="checkpoint:outcome", status="cancelled", pending=[], budget=budget,
+        spend=spend, event=("cancelled", {"ledger": None, "model_called": False}))
 
 
 def _budget_stop(store: Store, cp: Checkpoint, budget: Budget, spend: Any, why: str) -> Checkpoint:

@@ -20,9 +20,8 @@ from typing import Any, Callable, Optional
 from state import clock
 from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
-from state import rejections
 from state.storage import Store
-from tools.ledger import Ledger
+from workflow import reconcile
 from workflow.views import one_line, task_view
 
 WAITING = "waiting_for_approval"
@@ -38,8 +37,9 @@ def waiting_since(cp: Checkpoint) -> str:
 
 
 def overdue(cp: Checkpoint, now: datetime) -> bool:
-    """True if ``cp`` waits for a decision that has not been given and ``expires_at`` has passed."""
-    return (cp.status == WAITING and cp.decision is None and cp.expires_at is not None
+    """True if ``cp`` waits for a decision that has not been given (``waiting_for_approval``, or
+    ``budget_exceeded`` before any decision) and ``expires_at`` has passed."""
+    return (cp.status in (WAITING, "budget_exceeded") and cp.decision is None and cp.expires_at is not None
             and now >= clock.parse_iso(cp.expires_at))
 
 
@@ -131,9 +131,7 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
                 busy.append(tid)
                 continue
             cp = store.load(tid)
-            now = clock.now()
-            if not overdue(cp, now) or Ledger(store.ledger_dir).get(tid) is not None \
-                    or rejections.get(store, tid) is not None:
+            if reconcile.check(store, cp, "expire").kind != "expire":
                 if task_id:
                     raise Stopped(f"task {tid} is not an overdue approval request (status {cp.status}, "
                                   f"expires_at {cp.expires_at})")

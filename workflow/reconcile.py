@@ -1,0 +1,221 @@
+"""The one decision table: given what the checkpoint says and what the evidence shows, what may happen now.
+
+Three sources describe a task, and they can disagree after a crash, a restored backup, a lost lock
+or a hand edit:
+
+- the **checkpoint** (signed): its ``status`` and the decision recorded in it (none, approved,
+  rejected);
+- the **ledger entry**: proof that the action was executed (the only effect there is);
+- the **rejection record**: proof that a human rejected it (kept outside the checkpoint, so an older
+  copy of the checkpoint put back cannot undo it).
+
+:func:`reconcile` answers, for one of four actions (``approve``, ``reject``, ``expire``, ``doctor``),
+what may happen: run the decision, return the task unchanged, refuse, mark it expired, skip it, or
+(for ``doctor``) report it as consistent or as a finding with the command to run. ``resume``,
+``expire`` and ``doctor`` all call it, so they can never disagree about a task. The rules:
+
+1. An executed action is never cancelled, and a rejected one is never executed: a task with both a
+   ledger entry and a rejection record, or evidence that contradicts its status, is refused by
+   every command and reported to a human.
+2. Only what is provable is finished automatically: a recorded decision is replayed with the same
+   decision (the ledger stops a second effect); a ledger entry proves the execution.
+3. A recorded decision is never changed; a new approval after the deadline is refused (a reject is
+   still accepted).
+4. Repeating the decision that ended a task returns it unchanged (idempotent).
+
+The full table, every cell, is in docs/decision-table.md and is compared cell by cell with this
+function by ``tests/test_reconcile.py``. Never imports the SDK.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Optional
+
+from state import clock, rejections
+from state.errors import Stopped
+from tools.ledger import Ledger, LedgerEntry
+
+if TYPE_CHECKING:
+    from state.rejections import RejectionRecord
+    from state.schema import Checkpoint
+    from state.storage import Store
+
+Action = Literal["approve", "reject", "expire", "doctor"]
+ACTIONS: tuple[Action, ...] = ("approve", "reject", "expire", "doctor")
+STATUSES = ("waiting_for_approval", "budget_exceeded", "completed", "cancelled", "expired")
+DECIDED = (None, "approved", "rejected")
+
+#: The codes of a ``refuse`` verdict; :func:`refusal` turns one into its one-line message.
+REFUSALS = ("conflict", "contradiction", "no_entry", "executed", "rejected", "decided", "expired")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What is known about one task: ``status`` (one of :data:`STATUSES`), ``decided`` (the
+    decision recorded in the checkpoint: None, ``"approved"`` or ``"rejected"``), ``entry`` (a
+    ledger entry for this task and content exists), ``rejection`` (a rejection record for this
+    task and content exists), ``overdue`` (``expires_at`` has passed on :func:`state.clock.now`)."""
+
+    status: str
+    decided: Optional[str]
+    entry: bool
+    rejection: bool
+    overdue: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What may happen: ``kind`` is ``run`` (apply the decision and resume the run), ``unchanged``
+    (return the task as it is), ``refuse`` (``code`` is a key of :data:`REFUSALS`), ``expire``,
+    ``skip`` (``expire`` leaves it alone), ``ok`` or ``finding`` (``doctor``; ``code`` is the
+    finding kind and ``action`` what to run: a decision word, or None when a human must check)."""
+
+    kind: str
+    code: Optional[str] = None
+    action: Optional[str] = None
+
+    def cell(self) -> str:
+        """The verdict as written in docs/decision-table.md, e.g. ``refuse: executed``,
+        ``finding: executed_not_recorded → approve``."""
+        if self.kind == "refuse":
+            return f"refuse: {self.code}"
+        if self.kind == "finding":
+            return f"finding: {self.code} → {self.action or 'human'}"
+        return self.kind
+
+
+RUN, UNCHANGED, EXPIRE, SKIP, OK = (Verdict(k) for k in ("run", "unchanged", "expire", "skip", "ok"))
+
+
+def _refuse(code: str) -> Verdict:
+    return Verdict("refuse", code)
+
+
+def _finding(code: str, action: Optional[str] = None) -> Verdict:
+    return Verdict("finding", code, action)
+
+
+def reconcile(ev: Evidence, action: Action) -> Verdict:
+    """The verdict for ``action`` on a task described by ``ev`` (see the module doc and
+    docs/decision-table.md). Pure: reads nothing, raises ``ValueError`` only for an unknown
+    status, decision or action."""
+    if ev.status not in STATUSES or ev.decided not in DECIDED or action not in ACTIONS:
+        raise ValueError(f"no cell for {ev} / {action!r}")
+    human = _refuse("conflict") if ev.entry and ev.rejection else _refuse("contradiction")
+
+    # Rule 1: evidence that contradicts itself or the checkpoint stops everyone.
+    if ev.entry and (ev.rejection or ev.decided == "rejected" or ev.status in ("cancelled", "expired")):
+        kind = ("cancelled_with_entry" if ev.status == "cancelled" else
+                "executed_or_approved_but_rejected" if ev.rejection else "entry_without_approval")
+        return _finding(kind) if action == "doctor" else (SKIP if action == "expire" else human)
+    if ev.rejection and (ev.decided == "approved" or ev.status == "completed"):
+        return _finding("executed_or_approved_but_rejected") if action == "doctor" else (
+            SKIP if action == "expire" else human)
+    if ev.status == "completed" and not ev.entry:
+        return _finding("completed_without_entry") if action == "doctor" else (
+            SKIP if action == "expire" else _refuse("no_entry"))
+
+    # Ended tasks: the same decision again is a no-op; any other is refused.
+    if ev.status == "completed":
+        return {"approve": UNCHANGED, "reject": _refuse("executed"), "expire": SKIP, "doctor": OK}[action]
+    if ev.status == "cancelled":
+        return {"approve": _refuse("rejected"), "reject": UNCHANGED, "expire": SKIP, "doctor": OK}[action]
+    if ev.status == "expired":
+        return {"approve": _refuse("expired"), "reject": UNCHANGED, "expire": SKIP, "doctor": OK}[action]
+
+    # Open tasks (waiting_for_approval, budget_exceeded): what is recorded or proven decides.
+    if ev.decided == "approved" or ev.entry:  # an approval to replay, or an execution to record
+        if action == "approve":
+            return RUN
+        if action == "reject":
+            return _refuse("executed" if ev.entry else "decided")
+        if action == "expire":
+            return SKIP
+        if ev.entry and ev.decided is None:  # executed, but no approval on record: a human says
+            return _finding("entry_without_approval")
+        if ev.status == "budget_exceeded":
+            return OK  # waits for a larger budget
+        return _finding("executed_not_recorded" if ev.entry else "decision_not_finished", "approve")
+    if ev.decided == "rejected" or ev.rejection:  # a reject to finish
+        if action == "approve":
+            return _refuse("rejected" if ev.rejection else "decided")
+        if action == "reject":
+            return RUN
+        if action == "expire":
+            return SKIP
+        return _finding("rejection_not_finished" if ev.decided is None else "decision_not_finished",
+                        "reject")
+    # Nothing decided, nothing proven: a fresh decision.
+    if action == "approve":
+        return _refuse("expired") if ev.overdue else RUN
+    if action == "reject":
+        return RUN
+    if action == "expire":
+        return EXPIRE if ev.overdue else SKIP
+    return OK
+
+
+def gather(store: "Store", cp: "Checkpoint") -> tuple[Evidence, Optional[LedgerEntry],
+                                                      Optional["RejectionRecord"]]:
+    """Read the evidence about ``cp`` from ``store``: ``(Evidence, ledger entry or None, rejection
+    record or None)``, ``overdue`` on :func:`state.clock.now`. Reads only. Raises
+    :class:`Stopped` if either piece of evidence is for another task or other content (no table
+    cell applies: a human must check), or a file is damaged."""
+    ledger = Ledger(store.ledger_dir)
+    entry = ledger.get(cp.idempotency_key)
+    if entry is not None:
+        ledger.check_same(entry, key=cp.idempotency_key, task_id=cp.task_id,
+                          content_sha256=cp.content_sha256)
+    rejected = rejections.get(store, cp.task_id)
+    if rejected is not None and rejected.content_sha256 != cp.content_sha256:
+        raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
+                      "human must check (python run.py doctor)")
+    overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
+    ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,
+                  entry=entry is not None, rejection=rejected is not None, overdue=overdue)
+    return ev, entry, rejected
+
+
+def check(store: "Store", cp: "Checkpoint", action: Action) -> Verdict:
+    """:func:`gather` then :func:`reconcile`; a ``refuse`` verdict is raised as :class:`Stopped`
+    with its one-line message. Reads only."""
+    ev, _, rejected = gather(store, cp)
+    verdict = reconcile(ev, action)
+    if verdict.kind == "refuse":
+        raise Stopped(refusal(
+            verdict.code or "", task_id=cp.task_id, status=cp.status, decided=ev.decided,
+            decided_by=cp.decision.by if cp.decision else None,
+            rejected_by=rejected.by if rejected else None,
+            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at))
+    return verdict
+
+
+def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
+            decided_by: Optional[str] = None, rejected_by: Optional[str] = None,
+            rejected_at: Optional[str] = None, expires_at: Optional[str] = None) -> str:
+    """The one-line message (without ``STOPPED:``) for a ``refuse`` verdict's ``code``, naming what
+    was found and what may still be done. Raises ``KeyError`` for an unknown code."""
+    doctor = "a human must check (python run.py doctor)"
+    if code == "expired" and status != "expired":
+        return (f"approval expired: task {task_id} expired at {expires_at}; it can only be "
+                f"rejected (python run.py resume --task {task_id} --decision reject) or marked "
+                "expired (python run.py expire)")
+    if code == "rejected" and rejected_by is not None and status != "cancelled":
+        return (f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
+                "approved (the rejection record outlives any older copy of the checkpoint)")
+    if code == "executed" and status != "completed":
+        return (f"the ledger shows task {task_id} was already executed; it cannot be rejected "
+                "(resume with --decision approve to finish recording it)")
+    return {
+        "conflict": f"task {task_id}: the rejection record and the ledger disagree; {doctor}",
+        "contradiction": f"task {task_id} is {status}, but its evidence says otherwise (ledger "
+                         f"entry or rejection record); {doctor}",
+        "no_entry": f"task {task_id} is completed but the ledger has no entry for it; {doctor}",
+        "executed": f"task {task_id} was already executed (completed); an executed action is "
+                    "never cancelled",
+        "rejected": f"task {task_id} was rejected (cancelled); start a new task with a new key",
+        "decided": f"task {task_id}: a decision '{decided}' by {decided_by} is already recorded; "
+                   "it cannot be changed",
+        "expired": f"approval expired: task {task_id} expired at {expires_at}; start a new task",
+    }[code]
