@@ -178,6 +178,7 @@ DETAILS = {
                              "after the ledger entry); the entry proves it executed",
     "decision_not_finished": "decision {decided!r} is recorded but the run was not finished (crash "
                              "after the decision)",
+    "status_contradicts_decision": "the checkpoint says {status} but records decision {decided!r}",
 }
 
 

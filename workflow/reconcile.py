@@ -15,8 +15,9 @@ what may happen: run the decision, return the task unchanged, refuse, mark it ex
 ``expire`` and ``doctor`` all call it, so they can never disagree about a task. The rules:
 
 1. An executed action is never cancelled, and a rejected one is never executed: a task with both a
-   ledger entry and a rejection record, or evidence that contradicts its status, is refused by
-   every command and reported to a human.
+   ledger entry and a rejection record, evidence that contradicts its status, or a status that
+   contradicts its recorded decision (``cancelled`` yet approved) is refused by every command and
+   reported to a human.
 2. Only what is provable is finished automatically: a recorded decision is replayed with the same
    decision (the ledger stops a second effect); a ledger entry proves the execution.
 3. A recorded decision is never changed; a new approval after the deadline is refused (a reject is
@@ -45,6 +46,8 @@ Action = Literal["approve", "reject", "expire", "doctor"]
 ACTIONS: tuple[Action, ...] = ("approve", "reject", "expire", "doctor")
 STATUSES = ("waiting_for_approval", "budget_exceeded", "completed", "cancelled", "expired")
 DECIDED = (None, "approved", "rejected")
+#: The decision an ended task always carries (our writer never ends one otherwise).
+ENDED = {"completed": "approved", "cancelled": "rejected", "expired": None}
 
 #: The codes of a ``refuse`` verdict; :func:`refusal` turns one into its one-line message.
 REFUSALS = ("conflict", "contradiction", "no_entry", "executed", "rejected", "decided", "expired")
@@ -111,6 +114,9 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
         return _finding(kind) if action == "doctor" else (SKIP if action == "expire" else human)
     if ev.rejection and (ev.decided == "approved" or ev.status == "completed"):
         return _finding("executed_or_approved_but_rejected") if action == "doctor" else (
+            SKIP if action == "expire" else human)
+    if ev.status in ENDED and ev.decided != ENDED[ev.status]:  # e.g. cancelled, yet approved
+        return _finding("status_contradicts_decision") if action == "doctor" else (
             SKIP if action == "expire" else human)
     if ev.status == "completed" and not ev.entry:
         return _finding("completed_without_entry") if action == "doctor" else (
@@ -219,3 +225,31 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
                    "it cannot be changed",
         "expired": f"approval expired: task {task_id} expired at {expires_at}; start a new task",
     }[code]
+
+
+def cell_text(ev: Evidence, action: Action) -> str:
+    """One cell of the printed table: the verdict's :meth:`Verdict.cell`, or ``A / B`` when it
+    differs before (``A``) and after (``B``) the approval request's deadline."""
+    before = reconcile(Evidence(ev.status, ev.decided, ev.entry, ev.rejection, False), action).cell()
+    after = reconcile(Evidence(ev.status, ev.decided, ev.entry, ev.rejection, True), action).cell()
+    return before if before == after else f"{before} / {after}"
+
+
+def table_markdown() -> str:
+    """The whole table as Markdown, one row per (status, recorded decision, ledger entry, rejection
+    record), one column per action: what docs/decision-table.md prints."""
+    head = ["status", "decision recorded", "ledger entry", "rejection record", *ACTIONS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for status in STATUSES:
+        for decided in DECIDED:
+            for entry in (False, True):
+                for rejection in (False, True):
+                    ev = Evidence(status, decided, entry, rejection)
+                    cells = [status, decided or "-", "yes" if entry else "-",
+                             "yes" if rejection else "-", *(cell_text(ev, a) for a in ACTIONS)]
+                    lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m workflow.reconcile: print the table for the docs
+    print(table_markdown())
