@@ -97,7 +97,7 @@ def _build(cli, state_dir: Path, ev: Evidence) -> None:
             tool=call["tool"], arguments_sha256=arguments_sha256(call["arguments"])))
 
 
-PHRASES = {"conflict": "disagree", "contradiction": "evidence says otherwise", "no_entry": "has no entry",
+PHRASES = {"conflict": "disagree", "inconsistent": "but records the decision", "contradiction": "evidence says otherwise", "no_entry": "has no entry",
            "executed": "executed", "rejected": "rejected", "decided": "already recorded",
            "expired": "expired"}
 

@@ -46,11 +46,11 @@ Action = Literal["approve", "reject", "expire", "doctor"]
 ACTIONS: tuple[Action, ...] = ("approve", "reject", "expire", "doctor")
 STATUSES = ("waiting_for_approval", "budget_exceeded", "completed", "cancelled", "expired")
 DECIDED = (None, "approved", "rejected")
-#: The decision an ended task always carries (our writer never ends one otherwise).
-ENDED = {"completed": "approved", "cancelled": "rejected", "expired": None}
+#: The decision an ended task can never carry (our writer never ends one so).
+NEVER = {"completed": "rejected", "cancelled": "approved", "expired": "approved"}
 
 #: The codes of a ``refuse`` verdict; :func:`refusal` turns one into its one-line message.
-REFUSALS = ("conflict", "contradiction", "no_entry", "executed", "rejected", "decided", "expired")
+REFUSALS = ("conflict", "contradiction", "inconsistent", "no_entry", "executed", "rejected", "decided", "expired")
 
 
 @dataclass(frozen=True)
@@ -115,9 +115,9 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
     if ev.rejection and (ev.decided == "approved" or ev.status == "completed"):
         return _finding("executed_or_approved_but_rejected") if action == "doctor" else (
             SKIP if action == "expire" else human)
-    if ev.status in ENDED and ev.decided != ENDED[ev.status]:  # e.g. cancelled, yet approved
+    if ev.decided is not None and NEVER.get(ev.status) == ev.decided:  # cancelled, yet approved
         return _finding("status_contradicts_decision") if action == "doctor" else (
-            SKIP if action == "expire" else human)
+            SKIP if action == "expire" else _refuse("inconsistent"))
     if ev.status == "completed" and not ev.entry:
         return _finding("completed_without_entry") if action == "doctor" else (
             SKIP if action == "expire" else _refuse("no_entry"))
@@ -217,6 +217,7 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
         "conflict": f"task {task_id}: the rejection record and the ledger disagree; {doctor}",
         "contradiction": f"task {task_id} is {status}, but its evidence says otherwise (ledger "
                          f"entry or rejection record); {doctor}",
+        "inconsistent": f"task {task_id} is {status} but records the decision '{decided}'; {doctor}",
         "no_entry": f"task {task_id} is completed but the ledger has no entry for it; {doctor}",
         "executed": f"task {task_id} was already executed (completed); an executed action is "
                     "never cancelled",
