@@ -163,6 +163,7 @@ del os.environ["HITL_SIGNING_KEY"]
 show("empty --state-dir (usage error)", "", "list")  # type: ignore[arg-type]
 s = fresh()
 show("hostile key (usage error, exit 2, nothing touched)", s, "start", "--key", "../evil", "--draft", "x")
+show("key that is a Windows device name (usage error)", s, "start", "--key", "con.txt", "--draft", "x")
 show("title with a newline (usage error)", s, "start", "--title", "a\nb", "--draft", "x")
 show("oversized draft (usage error)", s, "start", "--draft", "x" * 20_001)
 show("--max-turns above the schema's limit (usage error)", s, "start", "--draft", "x", "--max-turns", "2000")
