@@ -63,7 +63,7 @@ i = raw.index(b'"title": "') + 10; p.write_bytes(raw[:i] + b"r" + raw[i + 1:])
 show("one byte of the checkpoint edited", s, *APPROVE)
 s = fresh(); (s / "signing.key").unlink()
 show("signing key missing", s, *APPROVE)
-s = fresh(); os.environ["HITL_SIGNING_KEY"] = "another-key"
+s = fresh(); os.environ["HITL_SIGNING_KEY"] = "another-key-from-a-secret-store"
 show("HITL_SIGNING_KEY differs from the key that signed", s, *APPROVE)
 del os.environ["HITL_SIGNING_KEY"]
 s = fresh(); cid = json.loads(checkpoint_file(s, "demo-001").read_text())["pending"][0]["call_id"]
@@ -172,7 +172,8 @@ show("C1 control character in a reason (usage error)", s, *APPROVE[:3], "--decis
      "--reason", "ok\x9b")
 show("bidi override in a title (usage error)", s, "start", "--title", "a\u202eb", "--draft", "x")
 for name, value in (("HITL_LOCK_TIMEOUT", "abc"), ("HITL_NOW", "garbage"),
-                    ("HITL_SIGNING_KEY", os.fsdecode(b"\xff"))):
+                    ("HITL_SIGNING_KEY", os.fsdecode(b"\xff")), ("HITL_SIGNING_KEY", " "),
+                    ("HITL_SIGNING_KEY", "short"), ("HITL_SIGNING_KEY", "")):
     os.environ[name] = value
     show(f"{name} with a bad value (nothing touched)", s, *APPROVE)
     del os.environ[name]

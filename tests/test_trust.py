@@ -68,3 +68,69 @@ def test_ledger_and_rejection_records_use_the_same_key_rule():
     with pytest.raises(ValidationError, match="not an allowed key"):
         RejectionRecord.model_validate({"task_id": "Com3", "content_sha256": "0" * 64,
                                         "call_id": "c", "by": "b", "at": "2030"})
+
+
+# -- weak signing keys: one rule for HITL_SIGNING_KEY and signing.key -------------------------
+
+WEAK_ENV = {
+    "a space": (" ", "HITL_SIGNING_KEY is empty or only whitespace"),
+    "whitespace": (" \t\n" * 8, "HITL_SIGNING_KEY is empty or only whitespace"),
+    "short": ("short", "HITL_SIGNING_KEY is too short"),
+    "15 bytes": ("x" * 15, "HITL_SIGNING_KEY is too short"),
+    "7 non-ASCII characters, 14 bytes": ("é" * 7, "HITL_SIGNING_KEY is too short"),
+    "empty": ("", "HITL_SIGNING_KEY is set but empty"),
+}
+
+
+@pytest.mark.parametrize("value, message", WEAK_ENV.values(), ids=list(WEAK_ENV))
+@pytest.mark.parametrize("command", [("list",), ("status", "--task", "k-1"),
+                                     ("start", "--key", "k-2", "--draft", "x"),
+                                     ("resume", "--task", "k-1", "--decision", "approve"),
+                                     ("doctor",)])
+def test_weak_signing_key_in_env_is_refused_up_front(cli, state_dir, monkeypatch, value, message,
+                                                      command):
+    from conftest import snapshot
+
+    assert cli("start", "--key", "k-1", "--draft", "x").code == 0
+    before = snapshot(state_dir)
+    monkeypatch.setenv("HITL_SIGNING_KEY", value)
+    r = cli(*command)
+    r.assert_stopped()
+    assert message in r.err
+    if value.strip():
+        assert value not in r.err.replace("too short", "")  # the value is never echoed
+    assert snapshot(state_dir) == before
+
+
+@pytest.mark.parametrize("value", ["x" * 16, "é" * 8, "k" * 15 + "é", " padded key 16b "])
+def test_signing_key_of_16_bytes_is_accepted(monkeypatch, tmp_path, value):
+    """16 UTF-8 bytes pass; non-ASCII characters count by their bytes; nothing is stripped."""
+    from state.environment import check_environment
+    from state.integrity import load_key
+
+    monkeypatch.setenv("HITL_SIGNING_KEY", value)
+    check_environment()
+    assert load_key(tmp_path, create=False) == value.encode("utf-8")
+
+
+def test_load_key_applies_the_rule_to_the_env_var_too(monkeypatch, tmp_path):
+    """Not only the up-front check: a library caller of load_key gets the same refusal."""
+    from state.errors import Stopped
+    from state.integrity import load_key
+
+    monkeypatch.setenv("HITL_SIGNING_KEY", " ")
+    with pytest.raises(Stopped, match="HITL_SIGNING_KEY is empty or only whitespace"):
+        load_key(tmp_path, create=True)
+    assert list(tmp_path.iterdir()) == []  # no key file was created instead
+
+
+@pytest.mark.parametrize("contents, message", [
+    (b"00" * 15 + b"\n", "signing key signing.key is too short"),
+    (b"20" * 32 + b"\n", "signing key signing.key is empty or only whitespace"),
+])
+def test_weak_key_file_is_refused_by_the_same_rule(cli, state_dir, contents, message):
+    assert cli("start", "--key", "k-1", "--draft", "x").code == 0
+    (state_dir / "signing.key").write_bytes(contents)
+    r = cli("status", "--task", "k-1")
+    r.assert_stopped()
+    assert message in r.err
