@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import Stopped
-from .paths import read_regular
+from .paths import check_key_file, read_regular
 from .schema import canonical_json
 
 KEY_ENV = "HITL_SIGNING_KEY"
@@ -95,13 +95,15 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
     exclusively (mode 0o600 on POSIX), so two processes racing on first use agree on one key, but
     only while the state dir holds no checkpoint (:func:`check_key_creatable`). Raises
     :class:`Stopped` if the key (from either source) is weak (:func:`check_key_bytes`), or if the
-    key file is missing (and not to be created), unreadable, not a regular file, or missing while
-    checkpoints exist.
+    key file is missing (and not to be created), unreadable, not a regular file, missing while
+    checkpoints exist, or (POSIX) owned by another user or accessible to group or others
+    (:func:`state.paths.check_key_file`).
     """
     env = env_key()
     if env is not None:
         return env
     path = state_dir / KEY_FILE
+    check_key_file(path, f"signing key {KEY_FILE}")  # ours, 0600: see state.paths.check_owner_only
     raw = read_regular(path, f"signing key {KEY_FILE}", limit=4096)
     if raw is None:
         if not create:

@@ -1,10 +1,19 @@
 """Trust in the state dir and its inputs: who may have written it, how strong the key is, and which
 names are safe on every OS.
 
+* A state dir another local user could write (POSIX ``StrictModes``): refused before anything is
+  read or written, by every command. Tests run as root in CI: owners are simulated with
+  ``os.chown`` to an unused uid (skipped when not root); mode bits are checked, not access.
+* Weak signing keys: one rule for ``HITL_SIGNING_KEY`` and ``signing.key``.
 * Keys (task IDs, idempotency keys) whose name before the first ``.`` is a Windows device name.
 """
 
 from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
 
 import pytest
 
@@ -134,3 +143,214 @@ def test_weak_key_file_is_refused_by_the_same_rule(cli, state_dir, contents, mes
     r = cli("status", "--task", "k-1")
     r.assert_stopped()
     assert message in r.err
+
+
+# -- a state dir another user could write (POSIX StrictModes) ----------------------------------
+
+POSIX_UIDS = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="no uids or mode bits on this OS")
+AS_ROOT = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                             reason="simulating another owner needs os.chown, i.e. root")
+OTHER_UID = 12345
+COMMANDS = {
+    "status": ("status", "--task", "k-1"),
+    "list": ("list",),
+    "resume": ("resume", "--task", "k-1", "--decision", "approve"),
+    "start": ("start", "--key", "k-3", "--draft", "x"),
+    "doctor": ("doctor",),
+}
+
+
+def tree(folder: Path) -> dict[str, object]:
+    """Every entry below ``folder`` (folders too, so an empty folder or lock file counts) → its
+    bytes (files) or None (anything else), plus each entry's mode bits."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() and not p.is_symlink()
+                                         else None, stat.S_IMODE(p.lstat().st_mode))
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture
+def used(cli, state_dir):
+    """A state dir with every folder: k-1 waiting, k-2 approved (ledger), k-4 rejected."""
+    for key in ("k-1", "k-2", "k-4"):
+        assert cli("start", "--key", key, "--draft", f"draft {key}").code == 0
+    assert cli("resume", "--task", "k-2", "--decision", "approve").code == 0
+    assert cli("resume", "--task", "k-4", "--decision", "reject").code == 0
+    for name in ("tasks", "ledger", "locks", "traces", "rejections"):
+        assert (state_dir / name).is_dir(), name
+    return state_dir
+
+
+@POSIX_UIDS
+@pytest.mark.parametrize("command", COMMANDS.values(), ids=list(COMMANDS))
+@pytest.mark.parametrize("folder, mode", [("", 0o777), ("tasks", 0o777), ("ledger", 0o777),
+                                          ("tasks", 0o770), ("", 0o775)])
+def test_group_or_world_writable_state_dir_or_folder_stops_every_command(cli, used, folder, mode,
+                                                                          command):
+    target = used / folder if folder else used
+    target.chmod(mode)
+    before = tree(used)
+    r = cli(*command)
+    r.assert_stopped()
+    name = f": {folder}" if folder else ""
+    assert f"state dir {used}{name} is writable by group or others (mode {mode:04o})" in r.err
+    assert tree(used) == before  # not even a lock file or a trace line
+
+
+@POSIX_UIDS
+@pytest.mark.parametrize("folder", ["locks", "traces", "rejections"])
+def test_every_writable_sub_folder_is_refused(cli, used, folder):
+    (used / folder).chmod(0o777)
+    r = cli("status", "--task", "k-1")
+    r.assert_stopped()
+    assert f": {folder} is writable by group or others (mode 0777)" in r.err
+
+
+@POSIX_UIDS
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o620])
+def test_signing_key_readable_by_group_or_others_stops(cli, used, mode):
+    (used / "signing.key").chmod(mode)
+    before = tree(used)
+    for command in COMMANDS.values():
+        r = cli(*command)
+        r.assert_stopped()
+        assert f"signing.key is readable or writable by group or others (mode {mode:04o}); " \
+               "a signing key must be 0600" in r.err
+    assert tree(used) == before
+
+
+@POSIX_UIDS
+def test_load_key_itself_refuses_a_readable_key_file(used):
+    """Library callers that skip check_state_dir get the key-file part of the rule too."""
+    from state.errors import Stopped
+    from state.integrity import load_key
+
+    (used / "signing.key").chmod(0o644)
+    with pytest.raises(Stopped, match="signing key signing.key is readable or writable by group"):
+        load_key(used, create=False)
+
+
+@POSIX_UIDS
+def test_writable_state_id_stops_but_a_readable_one_is_fine(cli, used):
+    (used / "state.id").chmod(0o644)  # not a secret: readable is fine
+    (used / "signing.key").chmod(0o400)  # stricter than 0600 is fine
+    assert cli("status", "--task", "k-1").code == 0
+    (used / "state.id").chmod(0o666)
+    r = cli("status", "--task", "k-1")
+    r.assert_stopped()
+    assert "state.id is writable by group or others (mode 0666)" in r.err
+
+
+@AS_ROOT
+@pytest.mark.parametrize("name", ["", "tasks", "ledger", "locks", "signing.key", "state.id"])
+def test_entry_owned_by_another_user_stops(cli, used, name):
+    target = used / name if name else used
+    os.chown(target, OTHER_UID, -1)
+    before = tree(used)
+    for command in COMMANDS.values():
+        r = cli(*command)
+        r.assert_stopped()
+        assert f"is owned by uid {OTHER_UID}, not by this user (uid 0)" in r.err
+    assert tree(used) == before
+
+
+def _plant(victim: Path, attacker: Path, tmp_path: Path, *, chown: bool) -> None:
+    """Another user, who cannot read the victim's signing.key, replaces it with their own and
+    plants a state.id and a checkpoint for the same key with their content (the victim's dir and
+    tasks/ are 0777)."""
+    from conftest import run_in_process
+
+    assert run_in_process(attacker, "start", "--key", "k-1", "--title", "T",
+                          "--draft", "ATTACKER CONTENT").code == 0
+    victim.chmod(0o777)
+    (victim / "tasks").chmod(0o777)
+    for rel in ("signing.key", "state.id", str(checkpoint_file(attacker, "k-1").relative_to(attacker))):
+        (victim / rel).unlink()  # allowed: the folder is world-writable, no sticky bit
+        shutil.copy2(attacker / rel, victim / rel)
+        if chown:
+            os.chown(victim / rel, OTHER_UID, -1)
+
+
+@AS_ROOT
+def test_planted_key_state_id_and_checkpoint_are_refused_end_to_end(cli, used, tmp_path):
+    _plant(used, tmp_path / "attacker", tmp_path, chown=True)
+    before = tree(used)
+    r = cli("resume", "--task", "k-1", "--decision", "approve")
+    r.assert_stopped()
+    assert "writable by group or others" in r.err
+    assert tree(used) == before
+    assert not (used / "ledger" / (checkpoint_file(used, "k-1").name)).exists()
+    # the owner tightens the modes but the planted files stay: still refused, by owner
+    used.chmod(0o700)
+    (used / "tasks").chmod(0o700)
+    r = cli("resume", "--task", "k-1", "--decision", "approve")
+    r.assert_stopped()
+    assert f"signing.key is owned by uid {OTHER_UID}" in r.err
+    assert not (used / "ledger" / (checkpoint_file(used, "k-1").name)).exists()
+
+
+@AS_ROOT
+def test_planted_key_would_publish_without_the_check(cli, used, tmp_path, monkeypatch):
+    """The scenario above is real: with the check switched off (as on an OS without uids), the
+    planted content is published. (The MAC cannot help: the key was planted too.)"""
+    import state.paths
+
+    _plant(used, tmp_path / "attacker", tmp_path, chown=True)
+    monkeypatch.setattr(state.paths, "_owner_uid", lambda: None)
+    r = cli("resume", "--task", "k-1", "--decision", "approve")
+    assert r.code == 0, r.err
+    from conftest import ledger_entries
+
+    assert any(e["task_id"] == "k-1" for e in ledger_entries(used))
+
+
+@POSIX_UIDS
+def test_world_writable_parent_without_sticky_bit_stops(tmp_path):
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    state = parent / "state"
+    from conftest import run_in_process
+
+    assert run_in_process(state, "start", "--key", "k-1", "--draft", "x").code == 0
+    parent.chmod(0o777)
+    r = run_in_process(state, "list")
+    r.assert_stopped()
+    assert f"its parent {parent} is writable by every user without the sticky bit (mode 0777)" in r.err
+    new = parent / "new" / "state"
+    r = run_in_process(new, "start", "--key", "k-1", "--draft", "x")
+    r.assert_stopped()
+    assert not (parent / "new").exists()  # nothing created
+    parent.chmod(0o1777)  # like /tmp: others cannot rename our state dir away
+    assert run_in_process(state, "list").code == 0
+
+
+@POSIX_UIDS
+def test_folders_are_created_owner_only_whatever_the_umask(tmp_path):
+    from conftest import run_in_process
+
+    state = tmp_path / "a" / "b" / "state"  # missing parents are created too
+    old = os.umask(0)
+    try:
+        assert run_in_process(state, "start", "--key", "k-1", "--draft", "x").code == 0
+        assert run_in_process(state, "resume", "--task", "k-1", "--decision", "approve").code == 0
+        assert run_in_process(state, "start", "--key", "k-2", "--draft", "y").code == 0
+        assert run_in_process(state, "resume", "--task", "k-2", "--decision", "reject").code == 0
+        assert run_in_process(state, "status", "--task", "k-1").code == 0  # it still passes its own check
+    finally:
+        os.umask(old)
+    entries = [tmp_path / "a", tmp_path / "a" / "b", state, *state.rglob("*")]
+    assert {p.name for p in state.iterdir()} >= {"tasks", "ledger", "locks", "traces", "rejections"}
+    for p in entries:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert mode & 0o077 == 0, (str(p), oct(mode))
+        assert mode == (0o700 if p.is_dir() else 0o600), (str(p), oct(mode))
+
+
+@POSIX_UIDS
+def test_without_uids_the_check_is_skipped(cli, used, monkeypatch):
+    """Where the OS has no ``os.geteuid`` (Windows), the folder's ACL decides: no refusal."""
+    used.chmod(0o777)
+    (used / "signing.key").chmod(0o644)
+    monkeypatch.delattr(os, "geteuid")
+    assert cli("status", "--task", "k-1").code == 0

@@ -53,6 +53,7 @@ from filelock import FileLock, Timeout
 from state import rejections
 from state.errors import Stopped
 from state.integrity import KEY_FILE
+from state.paths import make_dirs
 from state.rejections import RejectionRecord
 from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
@@ -123,11 +124,11 @@ class _Probe:
         """True if we hold the lock (or no lock file exists and we may not create one)."""
         if not self.path.exists() and not self.create:
             return True  # nobody holds a lock whose file does not exist
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)  # owner-only (0o700)
         try:
-            lock = FileLock(str(self.path), timeout=0, preserve_lock_file=True)
+            lock = FileLock(str(self.path), timeout=0, mode=0o600, preserve_lock_file=True)
         except TypeError:  # filelock < 4 has no preserve_lock_file
-            lock = FileLock(str(self.path), timeout=0)
+            lock = FileLock(str(self.path), timeout=0, mode=0o600)
         try:
             lock.acquire()
         except Timeout:  # (a TimeoutError, so an OSError: caught first)
