@@ -152,6 +152,18 @@ s = fresh(); (s / "ledger").mkdir(); (s / "ledger" / f"{STEM}.json").symlink_to(
 show("a dangling symlink as the task's ledger entry", s, *APPROVE)
 s = fresh(); (s / "signing.key").unlink()
 show("signing key missing while checkpoints exist (start)", s, "start", "--key", "demo-002", "--draft", "x")
+if hasattr(os, "geteuid"):  # POSIX ownership and modes (docs/threat-model.md)
+    s = fresh(); (s / "tasks").chmod(0o777)
+    show("tasks/ writable by group or others", s, *APPROVE)
+    s = fresh(); (s / "signing.key").chmod(0o644)
+    show("signing.key readable by group or others", s, "status", "--task", "demo-001")
+    s = fresh(); (s / "state.id").chmod(0o666)
+    show("state.id writable by group or others", s, "status", "--task", "demo-001")
+    if os.geteuid() == 0:
+        s = fresh(); os.chown(s / "signing.key", 12345, -1)
+        show("signing.key owned by another user", s, *APPROVE)
+    shared = TMP / "shared"; shared.mkdir(); shared.chmod(0o777)
+    show("the state dir's parent is world-writable without the sticky bit", shared / "state", "list")
 os.environ["HITL_SIGNING_KEY"] = "a-key-shared-by-two-state-dirs"
 a = fresh(); b = fresh(); shutil.copyfile(checkpoint_file(a, "demo-001"), checkpoint_file(b, "demo-002"))
 shutil.copyfile(checkpoint_file(a, "demo-001"), checkpoint_file(b, "demo-001"))
