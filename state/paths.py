@@ -113,8 +113,9 @@ def _check_entry(path: Path, what: str, uid: int, *, secret: bool, follow: bool)
         raise Stopped(f"{what} is readable or writable by group or others (mode {mode:04o}); "
                       f"a signing key must be 0600: chmod 600 {path}")
     if mode & _GROUP_OTHER_WRITE:
+        harm = "plant files in it" if stat.S_ISDIR(st.st_mode) else "rewrite it"
         raise Stopped(f"{what} is writable by group or others (mode {mode:04o}); another user "
-                      f"could plant files in it: chmod go-w {path}")
+                      f"could {harm}: chmod go-w {path}")
 
 
 def check_owner_only(root: Path, probe: Path | None = None) -> None:

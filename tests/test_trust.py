@@ -4,12 +4,15 @@ names are safe on every OS.
 * A state dir another local user could write (POSIX ``StrictModes``): refused before anything is
   read or written, by every command. Tests run as root in CI: owners are simulated with
   ``os.chown`` to an unused uid (skipped when not root); mode bits are checked, not access.
+* ``doctor`` on a read-only state dir: checks everything without locks, says so, repairs nothing.
 * Weak signing keys: one rule for ``HITL_SIGNING_KEY`` and ``signing.key``.
 * Keys (task IDs, idempotency keys) whose name before the first ``.`` is a Windows device name.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import shutil
 import stat
@@ -354,3 +357,139 @@ def test_without_uids_the_check_is_skipped(cli, used, monkeypatch):
     (used / "signing.key").chmod(0o644)
     monkeypatch.delattr(os, "geteuid")
     assert cli("status", "--task", "k-1").code == 0
+
+
+# -- doctor on a read-only state dir -----------------------------------------------------------
+
+NOBODY = 65534
+
+
+def _read_only_tree(base: Path, uid: int) -> None:
+    """Give everything below ``base`` (and ``base``) to ``uid``, folders 0500, files 0400."""
+    for p in [base, *base.rglob("*")]:
+        os.chown(p, uid, uid)
+        if p != base:
+            p.chmod(0o500 if p.is_dir() else 0o400)
+
+
+def _doctor_as(uid: int, state: Path, tmp_path: Path, *args: str):
+    """``run.py doctor`` in a forked child that drops to ``uid`` first (so the kernel, not a
+    mock, refuses every write); returns a ``CliResult``."""
+    from conftest import CliResult
+
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 70
+        try:
+            import run
+
+            for fd, path in ((1, out), (2, err)):
+                f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                os.dup2(f, fd)
+                os.close(f)
+            os.setgid(uid)
+            os.setuid(uid)
+            import sys
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
+            code = run.main(["--state-dir", str(state), "doctor", *args])
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return CliResult(os.waitstatus_to_exitcode(status), out.read_text(), err.read_text())
+
+
+@pytest.fixture
+def read_only_state(tmp_path):
+    """A used state dir (k-1 waiting, k-2 completed with its ledger entry) below a folder of its
+    own in /tmp that ``nobody`` can reach; returns ``(state dir, make it read-only for nobody)``."""
+    import tempfile
+
+    from conftest import run_in_process
+
+    base = Path(tempfile.mkdtemp())
+    state = base / "state"
+    assert run_in_process(state, "start", "--key", "k-1", "--draft", "x").code == 0
+    assert run_in_process(state, "start", "--key", "k-2", "--draft", "y").code == 0
+    assert run_in_process(state, "resume", "--task", "k-2", "--decision", "approve").code == 0
+    yield state, lambda: _read_only_tree(base, NOBODY)
+    shutil.rmtree(base)
+
+
+@AS_ROOT
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_doctor_checks_a_read_only_state_dir_without_locks(read_only_state, tmp_path):
+    """As a user who owns the state dir but cannot write it (0500/0400), doctor checks every task
+    (the kernel refuses the lock files) and says once that it could not lock."""
+    state, make_read_only = read_only_state
+    make_read_only()
+    r = _doctor_as(NOBODY, state, tmp_path, "--json")
+    assert r.code == 0, (r.out, r.err)
+    report = json.loads(r.out)
+    assert report["checked"] == {"tasks": 2, "ledger_entries": 1, "lock_files": 4}
+    assert [f["kind"] for f in report["findings"]] == ["not_locked"]
+    assert "cannot be written (Permission denied)" in report["findings"][0]["detail"]
+    assert report["consistent"] and report["repairs"] == []
+
+
+@AS_ROOT
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_doctor_on_a_read_only_state_dir_still_reports_damage(read_only_state, tmp_path):
+    state, make_read_only = read_only_state
+    path = checkpoint_file(state, "k-1")
+    raw = path.read_bytes()
+    path.write_bytes(raw.replace(b'"revision": 1', b'"revision": 7'))  # tampered, not re-signed
+    # a leftover temp: --repair must say it did not delete it
+    (state / "tasks" / f".tmp-{path.stem}.abcdefgh.part").write_bytes(b"half")
+    make_read_only()
+    r = _doctor_as(NOBODY, state, tmp_path, "--json", "--repair")
+    assert r.code == 1
+    kinds = {f["kind"]: f for f in json.loads(r.out.splitlines()[0])["findings"]}
+    assert set(kinds) == {"unreadable_checkpoint", "leftover_temp", "not_locked"}
+    assert "integrity check failed" in kinds["unreadable_checkpoint"]["detail"]
+    assert "not repaired: its lock could not be taken (Permission denied)" in kinds["leftover_temp"]["detail"]
+    assert "STOPPED: doctor found 2 inconsistencies" in r.err
+
+
+@pytest.mark.parametrize("err", [errno.EACCES, errno.EPERM, errno.EROFS])
+def test_doctor_checks_unlocked_when_the_lock_cannot_be_opened_for_writing(cli, used, monkeypatch,
+                                                                             err):
+    """The same without root: the OS's answer to opening a lock file in a read-only state dir
+    (a permission error, or EROFS on a read-only mount) is simulated at the lock."""
+    import workflow.doctor as doctor
+
+    class ReadOnlyLock(doctor.FileLock):
+        def acquire(self, *a, **k):
+            raise OSError(err, os.strerror(err), self.lock_file)
+
+    monkeypatch.setattr(doctor, "FileLock", ReadOnlyLock)
+    r = cli("doctor", "--json")
+    assert r.code == 0, r.err
+    report = r.json()
+    assert report["checked"]["tasks"] == 3
+    assert [f["kind"] for f in report["findings"]] == ["not_locked"]
+    assert os.strerror(err) in report["findings"][0]["detail"]
+    resign(used, checkpoint_file(used, "k-2"), lambda d: d.update(status="cancelled"))
+    r = cli("doctor", "--json")
+    assert r.code == 1
+    assert {f["kind"] for f in r.json()["findings"]} == {"cancelled_with_entry", "not_locked"}
+
+
+@POSIX_UIDS
+def test_owner_read_only_state_dir_passes_the_owner_check(cli, used):
+    """0500 is not writable by group or others: read-only commands and doctor work on it."""
+    for p in [used, *used.rglob("*")]:
+        if p.is_dir():
+            p.chmod(0o500)
+    try:
+        assert cli("status", "--task", "k-1").code == 0
+        assert cli("list").code == 0
+        r = cli("doctor")
+        assert r.code == 0, r.err
+    finally:
+        for p in [used, *used.rglob("*")]:
+            if p.is_dir():
+                p.chmod(0o700)
