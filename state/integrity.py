@@ -21,7 +21,10 @@ a stray space), not an entropy test: ``"aaaaaaaaaaaaaaaa"`` passes. Use 32 rando
 Threat model (see README "What we refuse, and why"): the MAC catches accidental corruption, hand
 edits, and files copied from another state dir or machine. It does NOT stop someone who can read the
 key file (same user, same directory): they can re-sign anything. Put the key in ``HITL_SIGNING_KEY``
-from a secret store to separate the two.
+from a secret store to separate the two. Someone who can *write* the state dir could plant a key of
+their own with matching files: on POSIX the state dir and the key must be owned by the user and not
+writable (the key: not readable) by others (:func:`state.paths.check_owner_only`,
+``docs/threat-model.md``).
 """
 
 from __future__ import annotations
