@@ -46,7 +46,7 @@ from state.schema import (
     MAX_TURNS_LIMIT,
     check_base_url,
     check_text,
-    valid_key,
+    key_problem,
 )
 from state.storage import Store, resolve_state_dir
 from workflow.budget_view import budget_lines
@@ -57,11 +57,9 @@ DEFAULT_TITLE = "Untitled draft"
 
 
 def _key(value: str) -> str:
-    if not valid_key(value):
-        raise argparse.ArgumentTypeError(
-            f"{value[:120]!r} is not an allowed key/task ID: use 1-100 of A-Za-z0-9._:- "
-            "starting with a letter or digit"
-        )
+    problem = key_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{value[:120]!r} is not an allowed key/task ID: {problem}")
     return value
 
 

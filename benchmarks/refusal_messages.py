@@ -63,7 +63,7 @@ i = raw.index(b'"title": "') + 10; p.write_bytes(raw[:i] + b"r" + raw[i + 1:])
 show("one byte of the checkpoint edited", s, *APPROVE)
 s = fresh(); (s / "signing.key").unlink()
 show("signing key missing", s, *APPROVE)
-s = fresh(); os.environ["HITL_SIGNING_KEY"] = "another-key"
+s = fresh(); os.environ["HITL_SIGNING_KEY"] = "another-key-from-a-secret-store"
 show("HITL_SIGNING_KEY differs from the key that signed", s, *APPROVE)
 del os.environ["HITL_SIGNING_KEY"]
 s = fresh(); cid = json.loads(checkpoint_file(s, "demo-001").read_text())["pending"][0]["call_id"]
@@ -152,6 +152,18 @@ s = fresh(); (s / "ledger").mkdir(); (s / "ledger" / f"{STEM}.json").symlink_to(
 show("a dangling symlink as the task's ledger entry", s, *APPROVE)
 s = fresh(); (s / "signing.key").unlink()
 show("signing key missing while checkpoints exist (start)", s, "start", "--key", "demo-002", "--draft", "x")
+if hasattr(os, "geteuid"):  # POSIX ownership and modes (docs/threat-model.md)
+    s = fresh(); (s / "tasks").chmod(0o777)
+    show("tasks/ writable by group or others", s, *APPROVE)
+    s = fresh(); (s / "signing.key").chmod(0o644)
+    show("signing.key readable by group or others", s, "status", "--task", "demo-001")
+    s = fresh(); (s / "state.id").chmod(0o666)
+    show("state.id writable by group or others", s, "status", "--task", "demo-001")
+    if os.geteuid() == 0:
+        s = fresh(); os.chown(s / "signing.key", 12345, -1)
+        show("signing.key owned by another user", s, *APPROVE)
+    shared = TMP / "shared"; shared.mkdir(); shared.chmod(0o777)
+    show("the state dir's parent is world-writable without the sticky bit", shared / "state", "list")
 os.environ["HITL_SIGNING_KEY"] = "a-key-shared-by-two-state-dirs"
 a = fresh(); b = fresh(); shutil.copyfile(checkpoint_file(a, "demo-001"), checkpoint_file(b, "demo-002"))
 shutil.copyfile(checkpoint_file(a, "demo-001"), checkpoint_file(b, "demo-001"))
@@ -163,6 +175,7 @@ del os.environ["HITL_SIGNING_KEY"]
 show("empty --state-dir (usage error)", "", "list")  # type: ignore[arg-type]
 s = fresh()
 show("hostile key (usage error, exit 2, nothing touched)", s, "start", "--key", "../evil", "--draft", "x")
+show("key that is a Windows device name (usage error)", s, "start", "--key", "con.txt", "--draft", "x")
 show("title with a newline (usage error)", s, "start", "--title", "a\nb", "--draft", "x")
 show("oversized draft (usage error)", s, "start", "--draft", "x" * 20_001)
 show("--max-turns above the schema's limit (usage error)", s, "start", "--draft", "x", "--max-turns", "2000")
@@ -171,7 +184,8 @@ show("C1 control character in a reason (usage error)", s, *APPROVE[:3], "--decis
      "--reason", "ok\x9b")
 show("bidi override in a title (usage error)", s, "start", "--title", "a\u202eb", "--draft", "x")
 for name, value in (("HITL_LOCK_TIMEOUT", "abc"), ("HITL_NOW", "garbage"),
-                    ("HITL_SIGNING_KEY", os.fsdecode(b"\xff"))):
+                    ("HITL_SIGNING_KEY", os.fsdecode(b"\xff")), ("HITL_SIGNING_KEY", " "),
+                    ("HITL_SIGNING_KEY", "short"), ("HITL_SIGNING_KEY", "")):
     os.environ[name] = value
     show(f"{name} with a bad value (nothing touched)", s, *APPROVE)
     del os.environ[name]

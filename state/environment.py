@@ -14,6 +14,7 @@ import os
 
 from state import clock
 from state.errors import Stopped
+from state.integrity import env_key
 
 #: Read by ``state.storage.Store.task_lock``: seconds to wait for a task's lock (a finite number >= 0).
 LOCK_TIMEOUT_ENV = "HITL_LOCK_TIMEOUT"
@@ -55,7 +56,9 @@ def check_environment() -> None:
     - ``HITL_LOCK_TIMEOUT``: a finite number of seconds >= 0 (see :func:`lock_timeout`);
     - ``HITL_NOW``: an ISO-8601 timestamp in the years 2000-9000, not before the wall clock
       (see :func:`state.clock.now`);
-    - ``HITL_SIGNING_KEY``, ``OPENAI_API_KEY``: valid UTF-8 text (the value is not shown).
+    - ``HITL_SIGNING_KEY``, ``OPENAI_API_KEY``: valid UTF-8 text (the value is not shown);
+    - ``HITL_SIGNING_KEY``: also a key strong enough to sign with, the same rule as the key file's
+      (:func:`state.integrity.check_key_bytes`: at least 16 bytes, not only whitespace).
     """
     lock_timeout(10.0)
     raw_now = os.environ.get(clock.NOW_ENV)
@@ -76,3 +79,4 @@ def check_environment() -> None:
         value = os.environ.get(name)
         if value is not None and not _is_text(value):
             raise Stopped(f"{name} is not valid UTF-8 text")
+    env_key()

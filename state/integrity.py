@@ -5,15 +5,26 @@ serialized state carries approvals and pending tool calls and is not authenticat
 hand can approve a call and the SDK will run it. We therefore refuse any checkpoint whose MAC does not
 match (fail closed).
 
-Key: env ``HITL_SIGNING_KEY`` (any non-empty string, used as UTF-8 bytes) if set; otherwise a random
+Key: env ``HITL_SIGNING_KEY`` (its UTF-8 bytes exactly as given) if set; otherwise a random
 32-byte key created on first use at ``<state dir>/signing.key`` with owner-only permissions where the
 OS supports them. "First use" means the state dir holds no checkpoint yet: a missing key next to
 existing checkpoints is refused, never replaced (every checkpoint would become unreadable). The key is never written into a checkpoint, the ledger, a trace or a log.
 
+Strength: one rule for both sources (:func:`check_key_bytes`): at least :data:`MIN_KEY_BYTES` bytes
+and not only whitespace. For the env var the bytes are the UTF-8 encoding of the value exactly as
+given (nothing stripped: stripping would silently change the key, and with it the MAC of every
+checkpoint it signed), so ``" "``, ``"short"`` or 15 ASCII characters are refused, while 16 bytes
+pass (``"é"`` is two bytes). For the key file they are the hex-decoded contents (whitespace around
+the hex is formatting, not key). This is a floor against accidents (an empty or placeholder value,
+a stray space), not an entropy test: ``"aaaaaaaaaaaaaaaa"`` passes. Use 32 random bytes.
+
 Threat model (see README "What we refuse, and why"): the MAC catches accidental corruption, hand
 edits, and files copied from another state dir or machine. It does NOT stop someone who can read the
 key file (same user, same directory): they can re-sign anything. Put the key in ``HITL_SIGNING_KEY``
-from a secret store to separate the two.
+from a secret store to separate the two. Someone who can *write* the state dir could plant a key of
+their own with matching files: on POSIX the state dir and the key must be owned by the user and not
+writable (the key: not readable) by others (:func:`state.paths.check_owner_only`,
+``docs/threat-model.md``).
 """
 
 from __future__ import annotations
@@ -25,12 +36,48 @@ from pathlib import Path
 from typing import Any
 
 from .errors import Stopped
-from .paths import read_regular
+from .paths import check_key_file, read_regular
 from .schema import canonical_json
 
 KEY_ENV = "HITL_SIGNING_KEY"
 KEY_FILE = "signing.key"
 DEFAULT_KEY_LOCK_TIMEOUT_S = 10.0
+#: The shortest signing key accepted, in bytes, from either source (see :func:`check_key_bytes`).
+MIN_KEY_BYTES = 16
+#: How to make a good key, for the refusal messages.
+_KEY_HINT = "e.g. 64 hex characters from python -c \"import secrets; print(secrets.token_hex(32))\""
+
+
+def check_key_bytes(key: bytes, what: str) -> bytes:
+    """Return ``key`` (the MAC key bytes) if it is strong enough to sign with; else raise
+    :class:`Stopped` naming ``what`` (``HITL_SIGNING_KEY`` or ``signing key signing.key``), never
+    showing the key. The one rule for both sources: at least :data:`MIN_KEY_BYTES` bytes, and not
+    empty or only whitespace (ASCII whitespace: space, tab, CR, LF, VT, FF)."""
+    if not key.strip():
+        raise Stopped(f"{what} is empty or only whitespace; a signing key needs at least "
+                      f"{MIN_KEY_BYTES} bytes ({_KEY_HINT})")
+    if len(key) < MIN_KEY_BYTES:
+        raise Stopped(f"{what} is too short: a signing key needs at least {MIN_KEY_BYTES} bytes "
+                      f"({_KEY_HINT})")
+    return key
+
+
+def env_key() -> bytes | None:
+    """The key given in ``HITL_SIGNING_KEY`` as bytes (UTF-8 of the value as given), or None if the
+    variable is unset. Raises :class:`Stopped` naming the variable (never its value) if it is not
+    valid UTF-8 text or fails :func:`check_key_bytes` (an empty value included: unset it to use
+    ``signing.key``). Touches no file."""
+    value = os.environ.get(KEY_ENV)
+    if value is None:
+        return None
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 (POSIX surrogateescape)
+        raise Stopped(f"{KEY_ENV} is not valid UTF-8 text") from None
+    if not raw:
+        raise Stopped(f"{KEY_ENV} is set but empty; unset it to use {KEY_FILE} in the state dir, "
+                      f"or give a key of at least {MIN_KEY_BYTES} bytes")
+    return check_key_bytes(raw, KEY_ENV)
 
 
 def compute_mac(body: dict[str, Any], key: bytes) -> str:
@@ -50,13 +97,16 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
     :func:`state.paths.read_regular`); if it is missing and ``create`` is True, create it
     exclusively (mode 0o600 on POSIX), so two processes racing on first use agree on one key, but
     only while the state dir holds no checkpoint (:func:`check_key_creatable`). Raises
-    :class:`Stopped` if the key is missing (and not to be created), empty, unreadable, not a
-    regular file, or missing while checkpoints exist.
+    :class:`Stopped` if the key (from either source) is weak (:func:`check_key_bytes`), or if the
+    key file is missing (and not to be created), unreadable, not a regular file, missing while
+    checkpoints exist, or (POSIX) owned by another user or accessible to group or others
+    (:func:`state.paths.check_key_file`).
     """
-    env = os.environ.get(KEY_ENV)
-    if env:
-        return env.encode("utf-8")
+    env = env_key()
+    if env is not None:
+        return env
     path = state_dir / KEY_FILE
+    check_key_file(path, f"signing key {KEY_FILE}")  # ours, 0600: see state.paths.check_owner_only
     raw = read_regular(path, f"signing key {KEY_FILE}", limit=4096)
     if raw is None:
         if not create:
@@ -71,16 +121,14 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
         key = bytes.fromhex(raw.decode("ascii").strip())
     except (ValueError, UnicodeDecodeError) as exc:
         raise Stopped(f"signing key {path.name} is unreadable ({type(exc).__name__})") from None
-    if len(key) < 16:
-        raise Stopped(f"signing key {path.name} is too short")
-    return key
+    return check_key_bytes(key, f"signing key {path.name}")
 
 
 def check_key_creatable(state_dir: Path) -> None:
     """Raise :class:`Stopped` if a new ``signing.key`` would have to be created (``HITL_SIGNING_KEY``
     unset, no key file) although ``<state_dir>/tasks`` holds checkpoints: each was signed with the
     lost key, and a new one would make all of them unreadable. Touches nothing on disk."""
-    if os.environ.get(KEY_ENV) or os.path.lexists(state_dir / KEY_FILE):
+    if os.environ.get(KEY_ENV) is not None or os.path.lexists(state_dir / KEY_FILE):
         return
     tasks = state_dir / "tasks"
     n = sum(1 for _ in tasks.glob("*.json")) if tasks.is_dir() else 0

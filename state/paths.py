@@ -14,6 +14,17 @@ program opens such a file: it never follows a symlink and never blocks, and hand
 regular file; :func:`read_regular` reads one with it, :func:`check_regular` is the same test by
 ``lstat`` for a pre-flight check before anything is written.
 
+Who may have written the state dir (POSIX, modelled on OpenSSH's ``StrictModes``): the MAC proves a
+checkpoint was signed with the key found in the state dir, so whoever can put files into that dir
+can plant a key, a ``state.id`` and a checkpoint of their own that all agree. :func:`check_owner_only`
+therefore refuses a state dir, one of its :data:`SUBDIRS`, ``signing.key`` or ``state.id`` that is
+owned by another user or writable by group or others, a ``signing.key`` readable by group or others,
+and a state dir whose parent every user may write without the sticky bit (anyone could rename the
+state dir away and put their own in its place). Folders this program creates are ``0o700``
+(:func:`make_dirs`), files ``0o600``. Where the OS has no owners or mode bits (Windows: no
+``os.geteuid``), the check is skipped and the folder's ACL decides. Threat model:
+``docs/threat-model.md``.
+
 Never imports the SDK.
 """
 
@@ -52,7 +63,8 @@ def check_state_dir(root: Path) -> Path:
             raise Stopped(f"state dir {root} is not a directory")
         raise Stopped(f"state dir {root} cannot be used: {probe} is not a directory")
     if probe != root:
-        return root  # nothing of it exists yet; the first write creates plain folders
+        check_owner_only(root, probe)  # nothing of it exists yet: only where it will be created
+        return root  # the first write creates owner-only folders (make_dirs)
     real_root = root.resolve()
     for name in SUBDIRS:
         sub = root / name
@@ -67,7 +79,103 @@ def check_state_dir(root: Path) -> Path:
             )
     for name in TOP_FILES:
         check_regular(root / name, f"state dir {root}: {name}")
+    check_owner_only(root)
     return root
+
+
+#: Mode bits: written by group or others; any access by group or others.
+_GROUP_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_GROUP_OTHER_ANY = stat.S_IRWXG | stat.S_IRWXO
+
+
+def _owner_uid() -> int | None:
+    """The effective uid files are created with, or None where the OS has no uids (Windows)."""
+    geteuid = getattr(os, "geteuid", None)
+    return geteuid() if geteuid is not None else None
+
+
+def _check_entry(path: Path, what: str, uid: int, *, secret: bool, follow: bool) -> None:
+    """Raise :class:`Stopped` if ``path`` (if it exists) is owned by another uid than ``uid``, is
+    writable by group or others, or (``secret``) grants group or others any access at all."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise Stopped(f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
+    if not follow and not stat.S_ISREG(st.st_mode):
+        return  # a symlink, FIFO …: refused by name by check_regular / open_regular instead
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != uid:
+        raise Stopped(f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid}); refusing "
+                      "a state dir another user could have written (see docs/threat-model.md)")
+    if secret and mode & _GROUP_OTHER_ANY:
+        raise Stopped(f"{what} is readable or writable by group or others (mode {mode:04o}); "
+                      f"a signing key must be 0600: chmod 600 {path}")
+    if mode & _GROUP_OTHER_WRITE:
+        harm = "plant files in it" if stat.S_ISDIR(st.st_mode) else "rewrite it"
+        raise Stopped(f"{what} is writable by group or others (mode {mode:04o}); another user "
+                      f"could {harm}: chmod go-w {path}")
+
+
+def check_owner_only(root: Path, probe: Path | None = None) -> None:
+    """POSIX ``StrictModes`` check of the resolved state dir ``root`` (module docstring); a no-op
+    where the OS has no uids (Windows). Raises :class:`Stopped` naming the entry if:
+
+    - the folder ``root`` will be created in (its parent; if that does not exist either, ``probe``,
+      the nearest part of the path that does) is writable by every user and lacks the sticky bit;
+    - ``root`` or an existing one of :data:`SUBDIRS` is not owned by the effective uid, or is
+      writable by group or others;
+    - ``signing.key`` or ``state.id`` (if present) is not owned by the effective uid or is writable
+      by group or others; ``signing.key`` also if group or others may read it (must be 0600).
+
+    ``probe`` given means ``root`` does not exist yet: only its future parent is checked. Cost: at
+    most ten ``stat`` calls. Touches nothing on disk.
+    """
+    uid = _owner_uid()
+    if uid is None:
+        return
+    parent = probe if probe is not None else root.parent
+    try:
+        pmode = os.stat(parent).st_mode
+    except OSError:
+        pmode = 0
+    if pmode & stat.S_IWOTH and not pmode & stat.S_ISVTX:
+        where = "its parent" if parent == root.parent else "the nearest existing folder above it,"
+        raise Stopped(f"state dir {root}: {where} {parent} is writable by every user without "
+                      f"the sticky bit (mode {stat.S_IMODE(pmode):04o}); another user could replace "
+                      f"the state dir: chmod o-w {parent} (or +t), or choose another state dir")
+    if probe is not None:
+        return
+    _check_entry(root, f"state dir {root}", uid, secret=False, follow=True)
+    for name in SUBDIRS:  # check_state_dir made sure each resolves inside root
+        _check_entry(root / name, f"state dir {root}: {name}", uid, secret=False, follow=True)
+    for name in TOP_FILES:
+        _check_entry(root / name, f"state dir {root}: {name}", uid, secret=name == "signing.key",
+                     follow=False)
+
+
+def check_key_file(path: Path, what: str) -> None:
+    """The ``signing.key`` part of :func:`check_owner_only` for ``path`` alone (owned by the
+    effective uid, mode 0600 or stricter), for callers that load the key without resolving the
+    state dir through :func:`check_state_dir`. A no-op where the OS has no uids, or if ``path``
+    does not exist. Raises :class:`Stopped` naming ``what``."""
+    uid = _owner_uid()
+    if uid is not None:
+        _check_entry(path, what, uid, secret=True, follow=False)
+
+
+def make_dirs(folder: Path) -> None:
+    """Create ``folder`` and any missing parents with mode ``0o700`` (owner only; the umask can only
+    remove bits from it), so no folder this program creates is writable, or listable, by another
+    user. Existing folders are left as they are. Raises ``OSError`` as ``Path.mkdir`` does."""
+    missing = []
+    probe = folder
+    while not probe.is_dir() and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    for path in reversed(missing):
+        path.mkdir(mode=0o700, exist_ok=True)
 
 
 def inside(root: Path, path: Path, what: str) -> Path:

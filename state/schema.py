@@ -59,9 +59,37 @@ _INVISIBLE = re.compile(r"[\u200b\u2060-\u2064\ufeff]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
+#: Device names Windows reserves in every folder, with any extension and in any case: a file named
+#: ``con.txt--….json`` or ``nul.json`` opens the console or the null device on older Windows
+#: instead of a file. A key whose part before the first ``.`` is one of these is refused.
+#: (The superscript forms ``COM¹``… are outside :data:`KEY_PATTERN` anyway.)
+WINDOWS_RESERVED_NAMES = frozenset(
+    {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+)
+#: Why a key outside :data:`KEY_PATTERN` is refused (the usage error and record validators say it).
+KEY_RULE = "use 1-100 of A-Za-z0-9._:- starting with a letter or digit"
+
+
+def key_problem(value: object) -> str | None:
+    """Why ``value`` is not an allowed task ID / idempotency key, as one line; None if it is allowed.
+
+    The one rule for keys (the CLI's ``--key``/``--task`` and every record validator use it through
+    :func:`valid_key`): a ``str`` matching :data:`KEY_PATTERN` whose part before the first ``.``,
+    compared case-insensitively, is not a Windows device name (:data:`WINDOWS_RESERVED_NAMES`):
+    ``con``, ``CON.txt``, ``lpt9.x`` are refused; ``console``, ``com10``, ``con-1`` are allowed.
+    """
+    if not isinstance(value, str) or not KEY_PATTERN.match(value):
+        return KEY_RULE
+    stem = value.split(".", 1)[0]
+    if stem.upper() in WINDOWS_RESERVED_NAMES:
+        return (f"{stem!r} is a reserved device name on Windows (CON, PRN, AUX, NUL, COM0-9, "
+                "LPT0-9, with any extension)")
+    return None
+
+
 def valid_key(value: str) -> bool:
-    """Return True if ``value`` is an allowed task ID / idempotency key (see :data:`KEY_PATTERN`)."""
-    return isinstance(value, str) and bool(KEY_PATTERN.match(value))
+    """Return True if ``value`` is an allowed task ID / idempotency key (see :func:`key_problem`)."""
+    return key_problem(value) is None
 
 
 def check_text(value: str, *, what: str, limit: int, single_line: bool) -> str:
@@ -309,8 +337,9 @@ class Checkpoint(_Strict):
     @field_validator("task_id", "idempotency_key")
     @classmethod
     def _key(cls, v: str) -> str:
-        if not valid_key(v):
-            raise ValueError("not an allowed key (1-100 of A-Za-z0-9._:-, starting alphanumeric)")
+        problem = key_problem(v)
+        if problem is not None:
+            raise ValueError(f"not an allowed key ({problem})")
         return v
 
     @field_validator("content_sha256")

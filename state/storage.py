@@ -35,7 +35,7 @@ from . import environment, failpoints, secrets, state_id
 from .clock import now_iso
 from .errors import Stopped
 from .integrity import check_key_creatable, load_key, verify_mac, compute_mac
-from .paths import check_regular, check_state_dir, inside, read_regular
+from .paths import check_regular, check_state_dir, inside, make_dirs, read_regular
 from .schema import SCHEMA_VERSION, Checkpoint, valid_key, validation_message
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
@@ -100,7 +100,7 @@ def write_temp(folder: Path, data: bytes, *, owner: str) -> Path:
     """
     import tempfile  # here, not at the top: read-only commands never write (startup time, issue 6)
 
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dirs(folder)  # owner-only folders (0o700); mkstemp creates the file 0o600
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{owner}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -201,8 +201,8 @@ class Store:
         ``timeout`` seconds naming ``what``. Used by :meth:`task_lock` and by ``doctor``."""
         from filelock import FileLock, Timeout  # ~10 ms: only commands that lock pay it (issue 6)
 
-        self.locks_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.lock_path(owner)), timeout=timeout)
+        make_dirs(self.locks_dir)
+        lock = FileLock(str(self.lock_path(owner)), timeout=timeout, mode=0o600)
         try:
             lock.acquire()
         except Timeout:  # (a TimeoutError, so an OSError: caught first)

@@ -24,7 +24,18 @@ Findings (``kind``: what it means → the recommended ``action``):
                            ``doctor --repair`` deletes it (provable: see below)
 ``unknown_temp``           a ``.tmp-*.part`` of unknown owner → delete by hand when no run.py runs
 ``busy`` (note)            a live process holds the task's lock → run doctor again later
+``not_locked`` (note)      the locks could not be taken because the state dir cannot be written
+                           (read-only mount, no write permission): every task was still checked,
+                           read-only, without its lock; nothing was repaired
 =========================  ===================================================================
+
+A read-only state dir (``chmod -R a-w``, a read-only mount, a backup) is checked all the same:
+opening a lock file for writing fails with a permission error (``EACCES``/``EPERM``) or ``EROFS``,
+and then doctor reads each checkpoint, ledger entry and rejection record without the lock and says
+so once (``not_locked``). Without the lock a task a live process is writing could look
+half-finished; on a state dir nobody can write, nobody is writing. ``--repair`` repairs nothing
+there: a ``leftover_temp`` is reported with "not repaired". A lock file that is a symlink or a
+folder is still ``unusable_lock``.
 
 Repairs (``--repair``): only deleting ``leftover_temp`` files. Every write of a task's files
 happens under that task's lock (``locks/<owner>.lock``; the signing key under
@@ -44,6 +55,9 @@ printed and then one ``STOPPED: doctor found N inconsistencies …`` line, exit 
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -53,6 +67,7 @@ from filelock import FileLock, Timeout
 from state import rejections
 from state.errors import Stopped
 from state.integrity import KEY_FILE
+from state.paths import make_dirs
 from state.rejections import RejectionRecord
 from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
@@ -61,7 +76,9 @@ from tools.ledger import Ledger, LedgerEntry
 from workflow.reconcile import Evidence, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
-NOTES = frozenset({"busy"})
+NOTES = frozenset({"busy", "not_locked"})
+#: ``errno`` values meaning "this lock file cannot be opened for writing here" (a read-only state dir).
+_READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
 @dataclass
@@ -114,32 +131,53 @@ def _resume(task_id: str, decision: str) -> str:
 
 
 class _Probe:
-    """Hold a task's lock without waiting, never creating or deleting a lock file in read-only mode."""
+    """Hold a task's lock without waiting, never creating or deleting a lock file in read-only mode.
+
+    After ``__enter__``: ``lock`` is set if the lock is held; ``error`` if the lock file itself is
+    unusable (a symlink, a folder); ``read_only`` (the OS's reason, e.g. ``Permission denied``) if
+    it could not be opened for writing because the state dir cannot be written.
+    """
 
     def __init__(self, store: Store, owner: str, *, create: bool) -> None:
         self.path = store.lock_path(owner)
         self.create = create
         self.lock: FileLock | None = None
         self.error: str | None = None  # set when the lock file itself is unusable
+        self.read_only: str | None = None  # set when the state dir cannot be written
 
     def __enter__(self) -> bool:
-        """True if we hold the lock (or no lock file exists and we may not create one)."""
-        if not self.path.exists() and not self.create:
+        """True if we hold the lock, or no lock file exists and we may not create one, or the lock
+        cannot be taken because the state dir is read-only (``read_only`` set: check unlocked)."""
+        if not os.path.lexists(self.path) and not self.create:
             return True  # nobody holds a lock whose file does not exist
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            lock = FileLock(str(self.path), timeout=0, preserve_lock_file=True)
-        except TypeError:  # filelock < 4 has no preserve_lock_file
-            lock = FileLock(str(self.path), timeout=0)
-        try:
+            make_dirs(self.path.parent)  # owner-only (0o700)
+            try:
+                lock = FileLock(str(self.path), timeout=0, mode=0o600, preserve_lock_file=True)
+            except TypeError:  # filelock < 4 has no preserve_lock_file
+                lock = FileLock(str(self.path), timeout=0, mode=0o600)
             lock.acquire()
         except Timeout:  # (a TimeoutError, so an OSError: caught first)
             return False
-        except OSError as exc:  # a lock file that is a symlink (not followed), a folder …
-            self.error = f"lock file {self.path.name} cannot be used ({exc.strerror or type(exc).__name__})"
+        except OSError as exc:  # read-only state dir; a lock file that is a symlink, a folder …
+            reason = exc.strerror or type(exc).__name__
+            if exc.errno in _READ_ONLY_ERRNOS and self._plain_or_missing():
+                self.read_only = reason
+                return True
+            self.error = f"lock file {self.path.name} cannot be used ({reason})"
             return False
         self.lock = lock
         return True
+
+    def _plain_or_missing(self) -> bool:
+        """True if the lock file is a regular file or does not exist (so a permission error means
+        the state dir cannot be written, not that the lock file was replaced by something else)."""
+        try:
+            return stat.S_ISREG(os.lstat(self.path).st_mode)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
 
     def __exit__(self, *exc: object) -> None:
         if self.lock is not None:
@@ -228,11 +266,13 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
 
     Returns :meth:`Report.as_dict`. Read-only unless ``repair`` (then it deletes only
     ``leftover_temp`` files, each under its owner's lock). Never raises :class:`Stopped` for a
-    damaged file: every problem becomes a finding.
+    damaged file: every problem becomes a finding. On a state dir that cannot be written, checks
+    every task without its lock and adds one ``not_locked`` note (module docstring).
     """
     report = Report(state_dir=str(store.root), repair=repair)
     entries = _read_ledger(store, report)
     seen_stems: set[str] = set()
+    unlocked: list[str] = []  # the OS's reasons, when a lock could not be taken (read-only)
 
     if store.tasks_dir.is_dir():
         for path in sorted(store.tasks_dir.glob("*.json")):
@@ -241,6 +281,8 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
             seen_stems.add(stem)
             probe = _Probe(store, stem, create=False)
             with probe as held:
+                if probe.read_only:
+                    unlocked.append(probe.read_only)
                 if not held:
                     report.findings.append(
                         Finding("unusable_lock", None, str(probe.path), probe.error, HUMAN)
@@ -295,7 +337,13 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
         if not repair:
             report.findings.append(finding)
             continue
-        with _Probe(store, owner, create=True) as held:
+        probe = _Probe(store, owner, create=True)
+        with probe as held:
+            if probe.read_only:
+                unlocked.append(probe.read_only)
+                finding.detail += f"; not repaired: its lock could not be taken ({probe.read_only})"
+                report.findings.append(finding)
+                continue
             if not held:
                 report.findings.append(Finding(
                     "busy", None, str(tmp), f"a live process is writing {owner}",
@@ -309,6 +357,13 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
             except OSError as exc:
                 finding.detail += f"; delete failed: {exc.strerror or type(exc).__name__}"
                 report.findings.append(finding)
+    if unlocked:
+        report.findings.append(Finding(
+            "not_locked", None, str(store.locks_dir),
+            f"the state dir cannot be written ({unlocked[0]}), so no lock could be taken: every "
+            "task was checked read-only, without its lock, and nothing was repaired",
+            "nothing, if nobody writes this state dir; to check under locks or to repair, run "
+            "doctor where the state dir is writable"))
     return report.as_dict()
 
 

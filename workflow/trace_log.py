@@ -40,7 +40,7 @@ from typing import Any
 
 from state import failpoints, secrets
 from state.environment import SECRET_ENVS  # noqa: F401  (the variables whose values are scrubbed)
-from state.paths import inside, open_regular, read_regular
+from state.paths import inside, make_dirs, open_regular, read_regular
 from state.storage import Store, file_name
 
 TRACES_DIR = "traces"
@@ -135,7 +135,7 @@ def open_append(path: Path) -> int:
     try:
         fd = open_regular(path, _what(path), flags, 0o600)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)  # owner-only (0o700)
         fd = open_regular(path, _what(path), flags, 0o600)
     failpoints.hit("trace:append:after")
     return fd
