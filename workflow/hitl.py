@@ -53,7 +53,7 @@ from agent.budget import (BudgetExceeded, BudgetGuard, BudgetedModel, Pricing, a
 from agent.models import API_KEY_ENV, build_model, build_offline_model, provider_error
 from agent.publisher import build_agent, describe, drift, user_message
 from state import clock
-from state import rejections
+from state import rejections, secrets
 from state.errors import Stopped
 from state.schema import (
     ACTION,
@@ -152,6 +152,8 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     if the API key is missing (before any file is written), if the budget cannot pay for the first
     call, or if the provider fails (nothing saved).
     """
+    for what, value in (("the task ID", task_id), ("the title", title), ("the draft", draft)):
+        secrets.check_input(what, value)  # before the model sees it, before any file is written
     sha = content_sha256(title, draft)
     spec = spec or ModelSpec()
     budget = budget or make_budget(spec)
@@ -186,6 +188,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
         pending = _pending(result.interruptions)
         _check_draft_call(pending, sha)
         run_state, rs_version = _serialize(result)
+        run_state = await _redacted_run_state(store, agent, task_id, sha, run_state)
         now = now_iso()
         expires_at = clock.iso(clock.plus(clock.now(), expires_in_s))
         return store.save(
@@ -222,6 +225,22 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
             },
             failpoint="checkpoint:start",
         )
+
+
+async def _redacted_run_state(store: Store, agent: Any, task_id: str, sha: str, text: str) -> str:
+    """``text`` (a RunState JSON) as :func:`state.secrets.redact_run_state` will save it; when that
+    replaced a value, the SDK must still load the result (``RunState.from_string``), else
+    :class:`Stopped` (nothing saved). Raises :class:`Stopped` for a secret in a structural field."""
+    redacted = secrets.redact_run_state(text, what=f"task {task_id}")
+    if redacted is text:
+        return text
+    try:
+        await RunState.from_string(agent, redacted,
+                                   context_override=run_context(store, task_id, sha))
+    except Exception as exc:
+        raise Stopped(f"task {task_id}: the run state holds a secret value and the SDK cannot load it "
+                      f"redacted ({type(exc).__name__}); nothing saved") from None
+    return redacted
 
 
 def check_stored_run_state(cp: Checkpoint) -> None:
@@ -345,12 +364,17 @@ async def resume(
     reject is still accepted; an ``expired`` task is never executed (reject returns it unchanged).
     """
     want = "approved" if decision == "approve" else "rejected"
+    secrets.check_input("the reviewer name (--by)", by)  # before any file is written
+    secrets.check_input("the reason", reason)
     # Pre-flight, before the lock: a checkpoint we would refuse anyway is refused before a lock file
     # is created, so a refusal leaves the state dir byte-identical. Loaded again under the lock.
     store.load(task_id)
     store.check_writable(task_id)  # a symlinked/FIFO ledger entry or trace file: before write (a)
     with store.task_lock(task_id):
         cp = store.load(task_id)
+        # A secret set since the last save that sits in a structural field of this checkpoint
+        # (e.g. in a call ID) would refuse write (a): refuse now, before the rejection record.
+        secrets.redact_checkpoint(cp.body())
         ledger = Ledger(store.ledger_dir)
         entry = ledger.get(cp.idempotency_key)
         if entry is not None:
@@ -453,7 +477,8 @@ async def resume(
                 why = str(found) if isinstance(found, BudgetExceeded) else f"budget exceeded: {found}"
                 return _budget_stop(store, cp, budget, spend, why)
             raise _run_failure(exc, task_id, "the decision is recorded, run resume again") from None
-        return _finish(store, cp, result, ledger, want, budget=budget, pricing=guard.pricing)
+        return await _finish(store, cp, agent, result, ledger, want, budget=budget,
+                             pricing=guard.pricing)
 
 
 def _budget_stop(store: Store, cp: Checkpoint, budget: Budget, spend: Any, why: str) -> Checkpoint:
@@ -491,11 +516,12 @@ def _run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
     return Stopped(f"task {task_id}: {cause}; {saved}")
 
 
-def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, want: str, *,
-            budget: Budget, pricing: Pricing) -> Checkpoint:
+async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult, ledger: Ledger,
+                  want: str, *, budget: Budget, pricing: Pricing) -> Checkpoint:
     """Write (c): the outcome, after checking the ledger agrees with it, with the budget and the
     spend read from the new RunState."""
     run_state, rs_version = _serialize(result)
+    run_state = await _redacted_run_state(store, agent, cp.task_id, cp.content_sha256, run_state)
     recorded = {"budget": budget, "spend": spend_from_run_state(run_state, pricing)}
     entry = ledger.get(cp.idempotency_key)
     if result.interruptions:
