@@ -21,6 +21,7 @@ from agents import RunContextWrapper, function_tool
 from state.errors import Stopped
 from state.schema import content_sha256
 
+from .effects import effectful
 from .ledger import Ledger
 
 TOOL_NAME = "publish_draft"
@@ -51,3 +52,6 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str)
             "published_at": entry.published_at,
         }
     )
+
+
+effectful(publish_draft)  # its call writes the ledger: never without approval (tools.effects)

@@ -51,7 +51,7 @@ from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 from agent.budget import (BudgetExceeded, BudgetGuard, BudgetedModel, Pricing, apply_max_turns,
                           blocked, make_budget, spend_from_run_state)
 from agent.models import API_KEY_ENV, build_model, build_offline_model, provider_error
-from agent.publisher import build_agent, describe, drift, user_message
+from agent.publisher import build_agent, check_agent, describe, drift, user_message
 from state import clock
 from state import rejections, secrets
 from state.errors import Stopped
@@ -76,6 +76,8 @@ DecisionWord = Literal["approve", "reject"]
 tracing.install()
 # The SDK logs a failed model call ("Error getting response") before raising it; with no handler
 # configured Python would print that to stderr next to our one STOPPED line, which names the cause.
+# The NullHandler only keeps stderr clean: during each run, tracing.recording also attaches a handler
+# that writes the SDK's warnings to the task's trace file ({"kind": "log"}).
 logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
@@ -159,6 +161,8 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     budget = budget or make_budget(spec)
     model = model or build_model(spec)  # a missing key stops here, before any file is written
     guard = BudgetGuard(budget, Pricing(spec, budget))
+    agent = build_agent(BudgetedModel(model, guard))
+    check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
     store.check_writable(task_id)  # hostile trace/ledger file, lost key or state.id: nothing written
     with store.task_lock(task_id):
         if store.exists(task_id):
@@ -170,7 +174,6 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
             raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
         if rejections.get(store, task_id) is not None:
             raise Stopped(f"key {task_id} was rejected before; use a new --key")
-        agent = build_agent(BudgetedModel(model, guard))
         try:
             with tracing.recording(store, task_id, "start", content=trace_content):
                 result = await Runner.run(
@@ -283,6 +286,7 @@ async def _load_run_state(store: Store, cp: Checkpoint, model: Model | None) -> 
     """Rebuild the agent from code and the RunState from the verified checkpoint."""
     check_stored_run_state(cp)
     agent = build_agent(model or build_offline_model())
+    check_agent(agent)
     changes = drift(cp.agent.model_dump(), describe(agent))
     if changes:
         raise Stopped(f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
@@ -369,6 +373,7 @@ async def resume(
     # Pre-flight, before the lock: a checkpoint we would refuse anyway is refused before a lock file
     # is created, so a refusal leaves the state dir byte-identical. Loaded again under the lock.
     store.load(task_id)
+    check_agent(build_agent(build_offline_model()))  # the code's agent, before a lock file is made
     store.check_writable(task_id)  # a symlinked/FIFO ledger entry or trace file: before write (a)
     with store.task_lock(task_id):
         cp = store.load(task_id)

@@ -13,7 +13,9 @@ File: ``<state dir>/traces/<file_name(task_id)>.jsonl``, one JSON object per lin
 - ``span``: ``{"kind": "span", "trace_id", "span_id", "parent_id", "started_at", "ended_at", "type",
   "name", "data", "error"}`` — one finished SDK span (agent, generation, function, guardrail, custom
   ``task``/``turn`` with usage …);
-- ``run_end``: ``{"kind": "run_end", "phase", "at", "outcome": "ok"|"error", "error": str|None}``.
+- ``run_end``: ``{"kind": "run_end", "phase", "at", "outcome": "ok"|"error", "error": str|None}``;
+- ``log``: ``{"kind": "log", "at", "level", "logger", "message"}`` — a warning (or worse) the SDK
+  logged during the run (``workflow.tracing.recording``).
 
 Traces are diagnostics, not the record: they are not signed, and a crash may cut the last line
 (reading skips lines that do not parse and counts them). The signed checkpoint stays the source of
