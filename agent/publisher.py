@@ -2,8 +2,9 @@
 
 SDK: ``Agent(name=..., instructions=..., tools=[publish_draft], model=...)``. The agent is rebuilt
 from code in every process; only the run's state is saved. So before resuming we compare the saved
-definition (:func:`describe`) with the one in code: a renamed agent or tool, a changed schema or a
-dropped ``needs_approval`` flag must stop the resume, not surprise it mid-run.
+definition (:func:`describe`) with the one in code: a renamed agent or tool, a changed schema,
+description, function or tool order, or a dropped ``needs_approval`` flag must stop the resume, not
+surprise it mid-run. :func:`check_agent` refuses an agent that must not run at all.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 from agents import Agent, FunctionTool
 from agents.models.interface import Model
 
+from state.errors import Stopped
 from state.schema import canonical_json, sha256_hex
+from tools.effects import function_identity, is_effectful
 from tools.publish import publish_draft
 
 AGENT_NAME = "Publisher"
@@ -35,26 +38,69 @@ def build_agent(model: Model) -> Agent[Any]:
     return Agent(name=AGENT_NAME, instructions=INSTRUCTIONS, tools=[publish_draft], model=model)
 
 
+def check_agent(agent: Agent[Any]) -> None:
+    """Refuse an agent that must not run, before any run and before any file is written.
+
+    Raises :class:`Stopped`:
+
+    - two tools with one name: the SDK keeps only the last one registered (``tool name collision``,
+      SDK ``_tool_identity.resolve_tool_name_collisions``, default policy ``warn``), so an approval
+      given for one could run the other;
+    - an effectful tool (``tools.effects``) whose ``needs_approval`` is ``False``: it would run on
+      ``start`` with nobody asked. ``True`` or a callable (the SDK's per-call approval policy,
+      "Human-in-the-loop" docs) are accepted.
+    """
+    seen: set[str] = set()
+    for tool in agent.tools:
+        name = getattr(tool, "name", type(tool).__name__)
+        if name in seen:
+            raise Stopped(f"the agent has two tools named {name!r}; the SDK would run only the last "
+                          "one registered: give each tool its own name (nothing run, nothing saved)")
+        seen.add(name)
+        if is_effectful(tool) and getattr(tool, "needs_approval", False) is False:
+            raise Stopped(f"tool {name!r} has an effect but needs_approval is False, so it would run "
+                          "without a human: set needs_approval=True (nothing run, nothing saved)")
+
+
+def _identity(value: Any) -> str:
+    """``module.qualname`` of a function (or of a callable object's class)."""
+    target = value if hasattr(value, "__qualname__") else type(value)
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
+
+
 def describe(agent: Agent[Any]) -> dict[str, Any]:
     """The agent definition as stored in a checkpoint (``state.schema.AgentDefinition`` shape).
 
-    ``{"name", "instructions_sha256", "tools": {name: {"schema_sha256", "needs_approval"}}}``.
-    ``needs_approval`` is True/False, or ``"callable"`` for a per-call policy.
+    ``{"name", "instructions_sha256", "tools": {name: {"position", "description_sha256",
+    "schema_sha256", "needs_approval", "function"}}}``, tools in the agent's order (``position``
+    0, 1, …). ``needs_approval`` is True/False, ``"callable:<module.qualname>"`` for a per-call
+    policy, ``"n/a"`` for a hosted tool; ``function`` is the identity of the Python function the
+    tool runs (:func:`tools.effects.function_identity`). Instructions given as a function are
+    fingerprinted by its ``module.qualname``.
     """
     tools: dict[str, dict[str, Any]] = {}
-    for tool in agent.tools:
+    for position, tool in enumerate(agent.tools):
+        name = getattr(tool, "name", type(tool).__name__)
         if isinstance(tool, FunctionTool):
-            flag = tool.needs_approval if isinstance(tool.needs_approval, bool) else "callable"
-            tools[tool.name] = {
+            flag: Any = tool.needs_approval
+            if not isinstance(flag, bool):
+                flag = "callable:" + _identity(flag)
+            entry = {
+                "description_sha256": sha256_hex((tool.description or "").encode("utf-8")),
                 "schema_sha256": sha256_hex(canonical_json(tool.params_json_schema)),
                 "needs_approval": flag,
+                "function": function_identity(tool),
             }
-        else:  # hosted or other tools: name only
-            tools[getattr(tool, "name", type(tool).__name__)] = {
-                "schema_sha256": "",
-                "needs_approval": "n/a",
-            }
-    instructions = agent.instructions if isinstance(agent.instructions, str) else "<dynamic>"
+        else:  # hosted or other tools: name and type only
+            entry = {"description_sha256": "", "schema_sha256": "", "needs_approval": "n/a",
+                     "function": _identity(type(tool))}
+        tools.setdefault(name, {"position": position, **entry})  # check_agent refuses duplicates
+    if isinstance(agent.instructions, str):
+        instructions = agent.instructions
+    elif agent.instructions is None:
+        instructions = "<none>"
+    else:
+        instructions = "<function " + _identity(agent.instructions) + ">"
     return {
         "name": agent.name,
         "instructions_sha256": sha256_hex(instructions.encode("utf-8")),
@@ -62,25 +108,44 @@ def describe(agent: Agent[Any]) -> dict[str, Any]:
     }
 
 
+_FIELDS = ("position", "description_sha256", "schema_sha256", "needs_approval", "function")
+
+
 def drift(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """What changed between two :func:`describe` results, as short phrases (empty: no drift)."""
+    """What changed between two :func:`describe` results, as short phrases (empty: no drift).
+
+    A saved fingerprint of an older shape (tools without ``position``/``description_sha256``/
+    ``function``) is reported as drift (``tool 'x' fingerprint is of an older format``), never a
+    crash.
+    """
     changes: list[str] = []
-    if saved["name"] != current["name"]:
-        changes.append(f"agent name {saved['name']!r} -> {current['name']!r}")
-    if saved["instructions_sha256"] != current["instructions_sha256"]:
+    if saved.get("name") != current["name"]:
+        changes.append(f"agent name {saved.get('name')!r} -> {current['name']!r}")
+    if saved.get("instructions_sha256") != current["instructions_sha256"]:
         changes.append("agent instructions changed")
-    for name in sorted(set(saved["tools"]) | set(current["tools"])):
-        old, new = saved["tools"].get(name), current["tools"].get(name)
+    old_tools = saved.get("tools") if isinstance(saved.get("tools"), dict) else {}
+    for name in [*old_tools, *(n for n in current["tools"] if n not in old_tools)]:
+        old, new = old_tools.get(name), current["tools"].get(name)
         if old is None:
             changes.append(f"tool {name!r} added")
         elif new is None:
             changes.append(f"tool {name!r} removed")
+        elif not isinstance(old, dict) or any(f not in old for f in _FIELDS):
+            changes.append(f"tool {name!r} fingerprint is of an older format (saved by an earlier "
+                           "version of this program)")
         else:
-            if old.get("schema_sha256") != new.get("schema_sha256"):
+            if old["schema_sha256"] != new["schema_sha256"]:
                 changes.append(f"tool {name!r} schema changed")
-            if old.get("needs_approval") != new.get("needs_approval"):
-                changes.append(
-                    f"tool {name!r} needs_approval {old.get('needs_approval')!r} -> "
-                    f"{new.get('needs_approval')!r}"
-                )
+            if old["description_sha256"] != new["description_sha256"]:
+                changes.append(f"tool {name!r} description changed")
+            if old["function"] != new["function"]:
+                changes.append(f"tool {name!r} function changed ({old['function']} -> {new['function']})")
+            if old["needs_approval"] != new["needs_approval"]:
+                changes.append(f"tool {name!r} needs_approval {old['needs_approval']!r} -> "
+                               f"{new['needs_approval']!r}")
+    common = [n for n in old_tools if n in current["tools"]]
+    if all(isinstance(old_tools[n], dict) and isinstance(old_tools[n].get("position"), int) for n in common):
+        common.sort(key=lambda n: old_tools[n]["position"])  # the saved order, by explicit position
+    if common != [n for n in current["tools"] if n in old_tools]:
+        changes.append("tool order changed")
     return changes

@@ -90,11 +90,16 @@ from agent import publisher  # noqa: E402
 real = hitl.build_agent
 for label, change in [("tool renamed in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], name="publish_post")])),
                       ("agent renamed in code", lambda a: a.clone(name="Publisher2")),
-                      ("needs_approval dropped in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=False)]))]:
+                      ("needs_approval dropped in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=False)])),
+                      ("a second tool named publish_draft", lambda a: a.clone(tools=[*a.tools, dataclasses.replace(a.tools[0], description="x")])),
+                      ("tool description changed in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], description="Publish anything.")]))]:
     s = fresh()
     hitl.build_agent = lambda m, change=change: change(publisher.build_agent(m))
     show(label, s, *APPROVE)
     hitl.build_agent = real
+s = fresh(); os.environ["OPENAI_API_KEY"] = "sk-proj-abcdef0123456789"
+show("--by holding the API key", s, "resume", "--task", "demo-001", "--decision", "reject", "--by", "sk-proj-abcdef0123456789")
+del os.environ["OPENAI_API_KEY"]
 s = fresh()
 resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(sdk_version="0.25.0"))
 show("saved by another openai-agents minor version (re-signed)", s, *APPROVE)

@@ -82,15 +82,20 @@ def record(store: Store, task_id: str, content_sha256: str,
     created by this call)``.
 
     If one exists already (a crash after it, or a second reject), it is returned when it is for the
-    same draft. Raises :class:`Stopped` if it is for other content, or the file is damaged.
+    same draft. Raises :class:`Stopped` if it is for other content, or the file is damaged, or
+    (before anything is written) ``by``/``call_id`` hold a secret value (:mod:`state.secrets`; a
+    ``reason`` holding one is stored as ``"[redacted]"``).
     """
     existing = get(store, task_id)
     created = False
     if existing is None:
-        reason = secrets.scrub(decision.reason, secrets.values(min_chars=8))  # never a key on disk
         rec = RejectionRecord(task_id=task_id, content_sha256=content_sha256, call_id=decision.call_id,
-                              by=decision.by, at=decision.at, reason=reason)
-        data = (json.dumps(rec.model_dump(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+                              by=decision.by, at=decision.at, reason=decision.reason)
+        # never a key on disk: a reason holding one becomes "[redacted]"; one in by/call_id refuses
+        # before the file is created (state.secrets)
+        body = secrets.redact(rec.model_dump(), secrets.REJECTION, what=f"rejection record of task {task_id}",
+                              closed_keys=True)
+        data = (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         created = create_exclusive(path_for(store, task_id), data, owner=file_name(task_id),
                                    failpoint="rejection:record")  # False: another process won
         existing = get(store, task_id)

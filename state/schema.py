@@ -203,7 +203,10 @@ class HistoryEvent(_Strict):
 class AgentDefinition(_Strict):
     """What the agent was when the RunState was saved (to detect drift before resuming).
 
-    ``tools`` maps tool name → ``{"schema_sha256": hex, "needs_approval": bool}``.
+    ``tools`` maps tool name → ``{"position": int, "description_sha256": hex, "schema_sha256": hex,
+    "needs_approval": bool | "callable:<module.qualname>" | "n/a", "function": "module.qualname"}``,
+    in the agent's order (``agent.publisher.describe``). Older files hold only ``schema_sha256`` and
+    ``needs_approval``; ``agent.publisher.drift`` refuses them by name.
     """
 
     name: str

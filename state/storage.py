@@ -367,9 +367,11 @@ class Store:
         :meth:`save_revision`); None means a new task: the file is created exclusively, and
         :class:`Stopped` is raised if another process created it first. The state dir's ID
         (``state.id``, created with the first checkpoint) goes into the envelope's ``state_id``;
-        the values of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY`` (8+ characters) are replaced by
-        ``[redacted]`` wherever they appear (:mod:`state.secrets`). Returns the saved
-        :class:`Checkpoint`. ``failpoint`` names this write for crash tests.
+        every value is passed through :func:`state.secrets.redact_checkpoint` first (a free-text
+        field holding the value of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY``, 8+ characters, becomes
+        ``[redacted]`` whole; one in a structural field raises :class:`Stopped` before anything is
+        written). Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash
+        tests.
         """
         key = load_key(self.root, create=True)
         ident = self._ident = state_id.ensure(self.root)
@@ -377,9 +379,9 @@ class Store:
             raise Stopped(f"checkpoint of task {body.get('task_id')!r} belongs to another state dir")
         body = {**body, "state_id": ident.state_id}  # binds a legacy checkpoint on its next write
         # A model or proxy can echo the API key (into the RunState, final output, history): never
-        # saved. Only secrets of 8+ characters: a short placeholder key such as "local" would
-        # otherwise corrupt ordinary text like "localhost" (the README suggests it for local servers).
-        body = secrets.scrub(body, secrets.values(min_chars=8))
+        # saved. Structural fields are never altered (a secret in an open one refuses the write);
+        # free text holding a secret is replaced whole (state.secrets).
+        body = secrets.redact_checkpoint(body)
         clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
         cp = Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
         data = (json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")

@@ -242,7 +242,18 @@ def test_agent_renamed_in_code_stops(cli, state_dir, monkeypatch):
 def test_needs_approval_dropped_in_code_stops(cli, state_dir, monkeypatch):
     _start(cli)
     _patch_agent(monkeypatch, tool={"needs_approval": False})
-    _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' needs_approval True -> False")
+    _refused(cli, state_dir, *APPROVE,
+             says="tool 'publish_draft' has an effect but needs_approval is False")
+
+
+def test_needs_approval_made_a_policy_in_code_stops(cli, state_dir, monkeypatch):
+    _start(cli)
+    _patch_agent(monkeypatch, tool={"needs_approval": _always})
+    _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' needs_approval True -> 'callable:")
+
+
+async def _always(*_args) -> bool:
+    return True
 
 
 def test_instructions_changed_in_code_stops(cli, state_dir, monkeypatch):

@@ -97,15 +97,28 @@ def test_trace_content_flag_writes_the_full_draft(cli, state_dir):
 
 
 def test_trace_never_holds_secret_values(cli, state_dir, monkeypatch):
+    from agent import models
+    import dataclasses
+
+    from agents.testing import assistant_message
+
     api_key = "sk-test-0123456789abcdef"
     monkeypatch.setenv("OPENAI_API_KEY", api_key)
     monkeypatch.setenv("HITL_SIGNING_KEY", "signing-secret-value-42")
-    _start(cli, "t-1", f"Leaked {api_key} and signing-secret-value-42 here.", "T", "--trace-content")
-    cli("resume", "--task", "t-1", "--decision", "approve")
+    real = models.offline_responder
+
+    def echoing(call):  # a model that repeats both secrets next to its answer
+        step = real(call)
+        echo = assistant_message(f"Leaked {api_key} and signing-secret-value-42 here.")
+        return dataclasses.replace(step, output=[echo, *step.output])
+
+    monkeypatch.setattr(models, "offline_responder", echoing)
+    _start(cli, "t-1", "A draft without secrets.", "T", "--trace-content")
+    assert cli("resume", "--task", "t-1", "--decision", "approve").code == 0
     path, _ = _trace(state_dir, "t-1")
     text = path.read_text(encoding="utf-8")
     assert api_key not in text and "signing-secret-value-42" not in text
-    assert "[redacted]" in text
+    assert "[redacted]" in checkpoint_file(state_dir, "t-1").read_text(encoding="utf-8")
 
 
 def test_local_processor_replaces_the_hosted_exporter():

@@ -43,6 +43,11 @@ class FakeProvider:
         self.failures = list(failures or [])
         self.bodies: list[dict[str, Any]] = []
         self.requests: list[httpx.Request] = []
+        self.echo_key = False
+
+    def echo(self, request: httpx.Request) -> str:
+        """With ``echo_key``: the bearer token sent, as a careless proxy would echo it."""
+        return f" (you sent {request.headers['authorization'][7:]})" if self.echo_key else ""
 
     def _next(self, request: httpx.Request) -> tuple[dict[str, Any] | None, httpx.Response | None, tuple[int, int]]:
         self.requests.append(request)
@@ -65,7 +70,7 @@ class FakeProvider:
         if last.get("type") == "function_call_output":
             output = [{"type": "message", "id": f"msg_{len(self.bodies)}", "role": "assistant",
                        "status": "completed", "content": [{"type": "output_text", "annotations": [],
-                       "text": f"publish_draft answered: {last['output']}"}]}]
+                       "text": f"publish_draft answered: {last['output']}{self.echo(request)}"}]}]
         else:
             title, draft = parse_draft(last["content"])
             output = [{"type": "function_call", "id": f"fc_{len(self.bodies)}", "call_id": "call_http_1",
@@ -432,15 +437,16 @@ def test_api_key_in_the_base_url_is_refused(cli, state_dir, monkeypatch):
 
 
 def test_model_echoing_the_key_never_lands_on_disk(cli, state_dir, http, monkeypatch):
-    """A model (or proxy) that repeats the key: checkpoint, rejection record and trace scrub it."""
+    """A model (or proxy) that repeats the key: checkpoint, rejection record and trace redact it."""
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-    route = _responses(http, FakeProvider())
+    provider = FakeProvider()
+    provider.echo_key = True  # the final message repeats the key it was sent
+    route = _responses(http, provider)
     assert _start(cli).code == 0
-    # the reviewer's reason goes to the model verbatim and comes back in its final message
-    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", f"leaked {FAKE_KEY} here", "--json")
+    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "not now", "--json")
     assert r.code == 0, r.err
-    assert route.call_count == 2 and FAKE_KEY in route.calls[-1].request.content.decode()  # it was sent
-    assert "[redacted]" in r.json()["final_output"]
+    assert route.call_count == 2
+    assert r.json()["final_output"] == "[redacted]"  # the whole value, never a substring edit
     for path in state_dir.rglob("*"):
         if path.is_file():
             assert FAKE_KEY.encode() not in path.read_bytes(), path

@@ -107,11 +107,15 @@ class Ledger:
                 idempotency_key=key,
                 task_id=task_id,
                 action="publish_draft",
-                title=secrets.scrub(title, secrets.values(min_chars=8)),  # never a key on disk
+                title=title,
                 content_sha256=content_sha256,
                 published_at=now_iso(),
             )
-            data = (json.dumps(entry.model_dump(), indent=2, ensure_ascii=False) + "\n").encode()
+            # never a key on disk: a title holding one becomes "[redacted]" (state.secrets)
+            record = secrets.redact(entry.model_dump(), secrets.LEDGER, what=f"ledger entry of key {key!r}",
+                                closed_keys=True)
+            entry = LedgerEntry.model_validate(record)
+            data = (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode()
             if create_exclusive(self.path_for(key), data, owner=file_name(key),
                                 failpoint="ledger:record"):
                 return entry, True

@@ -23,6 +23,7 @@ from state.errors import Stopped
 from state.schema import content_sha256
 from state.storage import Store
 
+from .effects import effectful
 from .ledger import Ledger
 
 TOOL_NAME = "publish_draft"
@@ -60,3 +61,6 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str)
             "published_at": entry.published_at,
         }
     )
+
+
+effectful(publish_draft)  # its call writes the ledger: never without approval (tools.effects)

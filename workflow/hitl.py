@@ -51,9 +51,9 @@ from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 from agent.budget import (BudgetExceeded, BudgetGuard, BudgetedModel, Pricing, apply_max_turns,
                           blocked, make_budget, spend_from_run_state)
 from agent.models import API_KEY_ENV, build_model, build_offline_model, provider_error
-from agent.publisher import build_agent, describe, drift, user_message
+from agent.publisher import build_agent, check_agent, describe, drift, user_message
 from state import clock
-from state import rejections
+from state import rejections, secrets
 from state.errors import Stopped
 from state.schema import (
     ACTION,
@@ -79,6 +79,8 @@ DecisionWord = Literal["approve", "reject"]
 tracing.install()
 # The SDK logs a failed model call ("Error getting response") before raising it; with no handler
 # configured Python would print that to stderr next to our one STOPPED line, which names the cause.
+# The NullHandler only keeps stderr clean: during each run, tracing.recording also attaches a handler
+# that writes the SDK's warnings to the task's trace file ({"kind": "log"}).
 logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
@@ -155,11 +157,15 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     if the API key is missing (before any file is written), if the budget cannot pay for the first
     call, or if the provider fails (nothing saved).
     """
+    for what, value in (("the task ID", task_id), ("the title", title), ("the draft", draft)):
+        secrets.check_input(what, value)  # before the model sees it, before any file is written
     sha = content_sha256(title, draft)
     spec = spec or ModelSpec()
     budget = budget or make_budget(spec)
     model = model or build_model(spec)  # a missing key stops here, before any file is written
     guard = BudgetGuard(budget, Pricing(spec, budget))
+    agent = build_agent(BudgetedModel(model, guard))
+    check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
     store.check_writable(task_id)  # hostile trace/ledger file, lost key or state.id: nothing written
     with store.task_lock(task_id):
         if store.exists(task_id):
@@ -171,7 +177,6 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
             raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
         if rejections.get(store, task_id) is not None:
             raise Stopped(f"key {task_id} was rejected before; use a new --key")
-        agent = build_agent(BudgetedModel(model, guard))
         try:
             with tracing.recording(store, task_id, "start", content=trace_content):
                 result = await Runner.run(
@@ -189,6 +194,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
         pending = _pending(result.interruptions)
         _check_draft_call(pending, sha)
         run_state, rs_version = _serialize(result)
+        run_state = await _redacted_run_state(store, agent, task_id, sha, run_state)
         now = now_iso()
         expires_at = clock.iso(clock.plus(clock.now(), expires_in_s))
         return store.save(
@@ -225,6 +231,22 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
             },
             failpoint="checkpoint:start",
         )
+
+
+async def _redacted_run_state(store: Store, agent: Any, task_id: str, sha: str, text: str) -> str:
+    """``text`` (a RunState JSON) as :func:`state.secrets.redact_run_state` will save it; when that
+    replaced a value, the SDK must still load the result (``RunState.from_string``), else
+    :class:`Stopped` (nothing saved). Raises :class:`Stopped` for a secret in a structural field."""
+    redacted = secrets.redact_run_state(text, what=f"task {task_id}")
+    if redacted is text:
+        return text
+    try:
+        await RunState.from_string(agent, redacted,
+                                   context_override=run_context(store, task_id, sha))
+    except Exception as exc:
+        raise Stopped(f"task {task_id}: the run state holds a secret value and the SDK cannot load it "
+                      f"redacted ({type(exc).__name__}); nothing saved") from None
+    return redacted
 
 
 def check_stored_run_state(cp: Checkpoint) -> None:
@@ -267,6 +289,7 @@ async def _load_run_state(store: Store, cp: Checkpoint, model: Model | None) -> 
     """Rebuild the agent from code and the RunState from the verified checkpoint."""
     check_stored_run_state(cp)
     agent = build_agent(model or build_offline_model())
+    check_agent(agent)
     changes = drift(cp.agent.model_dump(), describe(agent))
     if changes:
         raise Stopped(f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
@@ -332,15 +355,21 @@ async def resume(
     reject is still accepted; an ``expired`` task is never executed (reject returns it unchanged).
     """
     want = "approved" if decision == "approve" else "rejected"
+    secrets.check_input("the reviewer name (--by)", by)  # before any file is written
+    secrets.check_input("the reason", reason)
     # Pre-flight, before the lock: a decision the table refuses is refused before a lock file is
     # created, so a refusal leaves the state dir byte-identical. Checked again under the lock.
     cp = store.load(task_id)
+    check_agent(build_agent(build_offline_model()))  # the code's agent, before a lock file is made
     store.check_writable(task_id)  # a symlinked/FIFO ledger entry or trace file: before write (a)
     reconcile.check(store, cp, decision)
     with store.task_lock(task_id):
         cp = store.load(task_id)
         if reconcile.check(store, cp, decision).kind == "unchanged":
             return cp
+        # A secret set since the last save that sits in a structural field of this checkpoint
+        # (e.g. in a call ID) would refuse write (a): refuse now, before the rejection record.
+        secrets.redact_checkpoint(cp.body())
         ledger = Ledger(store.ledger_dir)
 
         budget = make_budget(cp.model, base=cp.budget, **(budget_changes or {}))
@@ -390,7 +419,8 @@ async def resume(
                 why = str(found) if isinstance(found, BudgetExceeded) else f"budget exceeded: {found}"
                 return _budget_stop(store, cp, budget, spend, why)
             raise _run_failure(exc, task_id, "the decision is recorded, run resume again") from None
-        return _finish(store, cp, result, ledger, want, budget=budget, pricing=guard.pricing)
+        return await _finish(store, cp, agent, result, ledger, want, budget=budget,
+                             pricing=guard.pricing)
 
 
 def _record_decision(store: Store, cp: Checkpoint, rec: Decision, ledger: Ledger) -> Checkpoint:
@@ -461,11 +491,12 @@ def _run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
     return Stopped(f"task {task_id}: {cause}; {saved}")
 
 
-def _finish(store: Store, cp: Checkpoint, result: RunResult, ledger: Ledger, want: str, *,
-            budget: Budget, pricing: Pricing) -> Checkpoint:
+async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult, ledger: Ledger,
+                  want: str, *, budget: Budget, pricing: Pricing) -> Checkpoint:
     """Write (c): the outcome, after checking the ledger agrees with it, with the budget and the
     spend read from the new RunState."""
     run_state, rs_version = _serialize(result)
+    run_state = await _redacted_run_state(store, agent, cp.task_id, cp.content_sha256, run_state)
     recorded = {"budget": budget, "spend": spend_from_run_state(run_state, pricing)}
     entry = ledger.get(cp.idempotency_key)
     if result.interruptions:

@@ -13,7 +13,9 @@ File: ``<state dir>/traces/<file_name(task_id)>.jsonl``, one JSON object per lin
 - ``span``: ``{"kind": "span", "trace_id", "span_id", "parent_id", "started_at", "ended_at", "type",
   "name", "data", "error"}`` — one finished SDK span (agent, generation, function, guardrail, custom
   ``task``/``turn`` with usage …);
-- ``run_end``: ``{"kind": "run_end", "phase", "at", "outcome": "ok"|"error", "error": str|None}``.
+- ``run_end``: ``{"kind": "run_end", "phase", "at", "outcome": "ok"|"error", "error": str|None}``;
+- ``log``: ``{"kind": "log", "at", "level", "logger", "message"}`` — a warning (or worse) the SDK
+  logged during the run (``workflow.tracing.recording``).
 
 Traces are diagnostics, not the record: they are not signed, and a crash may cut the last line
 (reading skips lines that do not parse and counts them). The signed checkpoint stays the source of
@@ -23,10 +25,11 @@ one writer per file; each record is one ``os.write`` on an ``O_APPEND`` descript
 Nothing secret is written: unless a run asks for ``--trace-content``, every string of a model's
 input/output and of a tool's arguments longer than :data:`PREVIEW_CHARS` becomes ``{"sha256",
 "preview", "chars"}`` (a tool's output, a status and not the draft, only beyond
-:data:`OUTPUT_CHARS`); the
-values of ``OPENAI_API_KEY`` and ``HITL_SIGNING_KEY``, if set (whatever their length), and the token
-an API echoes after ``API key provided:`` are replaced by ``[redacted]`` in every line whatever the
-mode.
+:data:`OUTPUT_CHARS`). Whatever the mode, each record goes through
+:func:`state.secrets.redact` (allow-list :data:`state.secrets.TRACE`) before it is serialised: a
+string or object key holding the value of ``OPENAI_API_KEY`` or ``HITL_SIGNING_KEY`` (any length,
+raw or JSON-escaped), or the token an API echoes after ``API key provided:``, becomes
+``[redacted]`` whole; a number holding one drops the record (``{"kind": "redacted"}``).
 """
 
 from __future__ import annotations
@@ -61,9 +64,14 @@ def _what(path: Path) -> str:
 
 def redact(value: Any, limit: int = PREVIEW_CHARS) -> Any:
     """``value`` with every string longer than ``limit`` characters replaced by
-    ``{"sha256": hex, "preview": first PREVIEW_CHARS chars + "…", "chars": n}`` (recursively)."""
+    ``{"sha256": hex, "preview": first PREVIEW_CHARS chars + "…", "chars": n}`` (recursively).
+
+    A string holding a secret (or an echoed key, see :func:`_secret_text`) becomes ``[redacted]``
+    first, so neither the preview nor the hash is ever computed over a secret.
+    """
     if isinstance(value, str):
-        value = secrets.scrub(value, secrets.values())  # before the preview cuts a secret in half
+        if _secret_text(value):
+            return REDACTED
         if len(value) <= limit:
             return value
         return {
@@ -78,49 +86,40 @@ def redact(value: Any, limit: int = PREVIEW_CHARS) -> Any:
     return value
 
 
-#: What the OpenAI API echoes on a refused key (``Incorrect API key provided: sk-ab***cd.``): the
-#: token is replaced whatever key it was, even one that did not come from our environment.
-_ECHOED_KEY = re.compile(r"(API key provided: )[A-Za-z0-9_*\-]+")
+#: What the OpenAI API echoes on a refused key (``Incorrect API key provided: sk-ab***cd.``): a
+#: string holding it is redacted whatever key it was, even one that did not come from our environment.
+_ECHOED_KEY = re.compile(r"API key provided: [A-Za-z0-9_*\-]+")
 REDACTED = secrets.REDACTED
 
 
-def _secrets() -> list[str]:
-    """The secret values to scrub, whatever their length (see :mod:`state.secrets`)."""
-    return secrets.values()
+def _secret_text(text: str) -> bool:
+    """True if ``text`` holds a secret value (any length, any escaped form) or an echoed key."""
+    return bool(_ECHOED_KEY.search(text)) or any(
+        form in text for v in secrets.values() for form in secrets.forms(v))
 
 
-_scrub_value = secrets.scrub
-
-
-def _scrub(line: str) -> str:
-    """``line`` (one JSON record) with secrets replaced by ``[redacted]``, still one JSON record.
-
-    Every value of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY`` (any length, >= 1 character) inside any
-    string or object key, and the token after ``API key provided:``, become ``[redacted]``. The
-    replacement is made on the parsed strings, so a secret holding a quote or a backslash cannot
-    break the line. Should a secret still appear in the line outside any string (a short key of
-    digits inside a number), the record is replaced by ``{"kind": "redacted"}`` (diagnostics lost,
-    never the secret written).
-    """
-    line = _ECHOED_KEY.sub(lambda m: m.group(1) + REDACTED, line)
-    known = _secrets()
-    escaped = [json.dumps(secret, ensure_ascii=False)[1:-1] for secret in known]  # as in the line
-    if not any(secret in line for secret in known + escaped):
-        return line
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return json.dumps({"kind": "redacted"})
-    line = json.dumps(_scrub_value(record, known), ensure_ascii=False, separators=(",", ":"))
-    skeleton = line.replace(REDACTED, "")
-    if any(secret in skeleton for secret in known if secret not in REDACTED):
-        return json.dumps({"kind": "redacted"})
-    return line
+def _redact_echo(value: Any) -> Any:
+    """``value`` with every free-text string holding an echoed key replaced whole (see TRACE)."""
+    if isinstance(value, str):
+        return REDACTED if _ECHOED_KEY.search(value) else value
+    if isinstance(value, dict):
+        return {k: (v if secrets.TRACE((k,)) == "closed" else _redact_echo(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_echo(v) for v in value]
+    return value
 
 
 def _line(record: dict[str, Any]) -> bytes:
-    line = _scrub(json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":"))) + "\n"
-    return line.encode("utf-8")
+    """``record`` as one JSON line, secrets redacted structurally (see module docstring). Should a
+    secret still show outside any string (digits in a number), the line is ``{"kind": "redacted"}``
+    (diagnostics lost, never the secret written)."""
+    data = json.loads(json.dumps(record, ensure_ascii=False, default=str))  # plain JSON values
+    try:
+        data = secrets.redact(_redact_echo(data), secrets.TRACE, what="trace record", min_chars=1,
+                              numbers=True)
+    except secrets.SecretInStructure:
+        data = {"kind": "redacted"}
+    return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def open_append(path: Path) -> int:

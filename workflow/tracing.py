@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
 import os
 import threading
 from contextlib import contextmanager
@@ -162,12 +163,35 @@ def content_wanted(flag: bool | None) -> bool:
     return bool(flag) or os.environ.get(TRACE_CONTENT_ENV, "") in ("1", "true", "yes")
 
 
+#: The SDK's logger. Its warnings (e.g. "Tool name collision detected") go to the task's trace
+#: during a run (:func:`recording`); stderr keeps only our one ``STOPPED:`` line.
+SDK_LOGGER = "openai.agents"
+
+
+class _TraceLogHandler(logging.Handler):
+    """Writes each SDK log record of WARNING and above to one run's trace as ``{"kind": "log",
+    "at", "level", "logger", "message"}`` (redacted like every trace record, ``workflow.trace_log``)."""
+
+    def __init__(self, sink: _Sink) -> None:
+        super().__init__(level=logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = " ".join(record.getMessage().split())[:2000]
+        except Exception:  # a record whose arguments do not format: keep the template
+            message = str(record.msg)[:2000]
+        _PROCESSOR._write(self.sink, {"kind": "log", "at": now_iso(), "level": record.levelname,
+                                      "logger": record.name, "message": message})
+
+
 @contextmanager
 def recording(store: Store, task_id: str, phase: Phase, *, content: bool = False) -> Iterator[None]:
     """Route the traces of the ``Runner.run`` inside this block to the task's trace file.
 
     Writes a ``run`` record before and a ``run_end`` record after (``outcome`` ``ok`` or ``error``
-    with the exception's one-line text); re-raises whatever the block raises.
+    with the exception's one-line text), and every warning of the SDK's logger (``openai.agents``,
+    WARNING and above) logged meanwhile as a ``log`` record; re-raises whatever the block raises.
     """
     sink = _Sink(task_id, trace_log.trace_path(store, task_id), content)
     try:
@@ -177,6 +201,9 @@ def recording(store: Store, task_id: str, phase: Phase, *, content: bool = False
     _PROCESSOR._write(sink, {"kind": "run", "phase": phase, "at": now_iso(), "pid": os.getpid(),
                              "content": content})
     token = _current.set(sink)
+    sdk_logger = logging.getLogger(SDK_LOGGER)
+    handler = _TraceLogHandler(sink)
+    sdk_logger.addHandler(handler)
     try:
         yield
     except BaseException as exc:
@@ -188,6 +215,7 @@ def recording(store: Store, task_id: str, phase: Phase, *, content: bool = False
         _PROCESSOR._write(sink, {"kind": "run_end", "phase": phase, "at": now_iso(),
                                  "outcome": "ok", "error": None})
     finally:
+        sdk_logger.removeHandler(handler)
         _current.reset(token)
         if sink.fd is not None:
             os.close(sink.fd)

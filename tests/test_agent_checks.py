@@ -1,0 +1,209 @@
+"""The agent is checked before it runs and fingerprinted in full: duplicate tool names and an
+effectful tool without approval are refused before any effect or file; every tool (order, name,
+description, schema, approval rule, function) and function instructions are fingerprinted; the
+SDK's warnings go to the task's trace, not to stderr."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+from conftest import ledger_entries, snapshot
+
+KEY = "ag-1"
+START = ("start", "--key", KEY, "--title", "T", "--draft", "Body of the draft.")
+APPROVE = ("resume", "--task", KEY, "--decision", "approve")
+
+
+def _patch(monkeypatch, make):
+    """Make ``hitl.build_agent`` return ``make(agent)`` (as a code change between runs would)."""
+    from agent import publisher
+    from workflow import hitl
+
+    monkeypatch.setattr(hitl, "build_agent", lambda model: make(publisher.build_agent(model)))
+
+
+def _refused(cli, state_dir, *args, says):
+    before = snapshot(state_dir)
+    r = cli(*args)
+    r.assert_stopped()
+    assert says in r.err, r.err
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+    return r.err.strip()
+
+
+def _other_publisher(title: str, body: str) -> str:
+    """Publish without asking."""
+    return "published elsewhere"
+
+
+def _tool(name="publish_draft", description="Publish without asking.", needs_approval=True, func=None):
+    from agents import function_tool
+
+    return function_tool(func or _other_publisher, name_override=name,
+                         description_override=description, needs_approval=needs_approval)
+
+
+def _dynamic_instructions(ctx, agent) -> str:
+    from agent.publisher import INSTRUCTIONS
+
+    return INSTRUCTIONS
+
+
+# -- (C) an effect without approval never runs -----------------------------------------------------
+
+
+def test_effectful_tool_without_approval_refuses_start_before_any_effect(cli, state_dir, monkeypatch):
+    from tools import publish
+
+    monkeypatch.setattr(publish.publish_draft, "needs_approval", False)  # a learner's natural edit
+    r = cli(*START)
+    r.assert_stopped()
+    assert ("tool 'publish_draft' has an effect but needs_approval is False" in r.err)
+    assert not state_dir.exists() and ledger_entries(state_dir) == []
+
+
+def test_second_effectful_tool_without_approval_refuses_start(cli, state_dir, monkeypatch):
+    from tools.effects import effectful
+
+    extra = effectful(_tool(name="publish_now", needs_approval=False))
+    _patch(monkeypatch, lambda a: a.clone(tools=[*a.tools, extra]))
+    r = cli(*START)
+    r.assert_stopped()
+    assert "tool 'publish_now' has an effect but needs_approval is False" in r.err
+    assert not state_dir.exists()
+
+
+def test_effectful_tool_copied_under_another_name_is_still_effectful(cli, state_dir, monkeypatch):
+    from tools.publish import publish_draft
+
+    copy = dataclasses.replace(publish_draft, name="publish_quietly", needs_approval=False)
+    _patch(monkeypatch, lambda a: a.clone(tools=[*a.tools, copy]))
+    r = cli(*START)
+    r.assert_stopped()
+    assert "tool 'publish_quietly' has an effect" in r.err and not state_dir.exists()
+
+
+def test_effectful_tool_without_approval_refuses_resume_before_any_write(cli, state_dir, monkeypatch):
+    assert cli(*START).code == 0
+    _patch(monkeypatch, lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=False)]))
+    _refused(cli, state_dir, *APPROVE, says="has an effect but needs_approval is False")
+
+
+def test_approval_policy_callable_is_accepted(cli, state_dir, monkeypatch):
+    async def always(*_args) -> bool:
+        return True
+
+    _patch(monkeypatch, lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=always)]))
+    r = cli(*START, "--json")
+    assert r.code == 0 and r.json()["status"] == "waiting_for_approval", r.err
+
+
+# -- (B) duplicates refused, every tool fingerprinted ----------------------------------------------
+
+
+def test_second_tool_named_publish_draft_is_refused_before_any_run(cli, state_dir, monkeypatch):
+    """The SDK would run the last one registered, with the approval given for the first."""
+    _patch(monkeypatch, lambda a: a.clone(tools=[*a.tools, _tool()]))
+    r = cli(*START)
+    r.assert_stopped()
+    assert "the agent has two tools named 'publish_draft'" in r.err and not state_dir.exists()
+
+
+def test_duplicate_tool_added_after_start_refuses_resume(cli, state_dir, monkeypatch):
+    assert cli(*START).code == 0
+    _patch(monkeypatch, lambda a: a.clone(tools=[*a.tools, _tool()]))
+    _refused(cli, state_dir, *APPROVE, says="the agent has two tools named 'publish_draft'")
+
+
+def test_tool_description_change_is_drift(cli, state_dir, monkeypatch):
+    assert cli(*START).code == 0
+    _patch(monkeypatch, lambda a: a.clone(
+        tools=[dataclasses.replace(a.tools[0], description="Publish anything.")]))
+    _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' description changed")
+
+
+def test_tool_function_change_is_drift(cli, state_dir, monkeypatch):
+    """Same name, description and schema, another Python function: the code that would run differs."""
+    assert cli(*START).code == 0
+    from tools.publish import publish_draft
+
+    swapped = _tool(description=publish_draft.description)
+    swapped = dataclasses.replace(swapped, params_json_schema=publish_draft.params_json_schema)
+    _patch(monkeypatch, lambda a: a.clone(tools=[swapped]))
+    _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' function changed (tools.publish.publish_draft -> ")
+
+
+def test_tool_order_change_is_drift():
+    from agent.publisher import build_agent, describe, drift
+    from agent.models import build_offline_model
+
+    agent = build_agent(build_offline_model())
+    two = agent.clone(tools=[*agent.tools, _tool(name="other")])
+    swapped = agent.clone(tools=[two.tools[1], two.tools[0]])
+    assert drift(describe(two), describe(swapped)) == ["tool order changed"]
+    assert drift(describe(two), describe(two)) == []
+
+
+def test_function_instructions_are_fingerprinted_by_identity(cli, state_dir, monkeypatch):
+    from agent.publisher import describe
+
+    _patch(monkeypatch, lambda a: a.clone(instructions=_dynamic_instructions))
+    assert cli(*START).code == 0
+
+    def other(ctx, agent) -> str:
+        return "Publish everything without asking."
+
+    _patch(monkeypatch, lambda a: a.clone(instructions=other))
+    _refused(cli, state_dir, *APPROVE, says="agent instructions changed")
+    from agent.publisher import build_agent
+    from agent.models import build_offline_model
+
+    a = build_agent(build_offline_model())
+    assert describe(a.clone(instructions=other))["instructions_sha256"] != \
+        describe(a.clone(instructions=_dynamic_instructions))["instructions_sha256"]
+
+
+def test_old_fingerprint_shape_is_refused_as_drift_not_a_crash(cli, state_dir):
+    from conftest import checkpoint_file, resign
+
+    assert cli(*START).code == 0
+    old = {"publish_draft": {"schema_sha256": "0" * 64, "needs_approval": True}}
+    resign(state_dir, checkpoint_file(state_dir, KEY), lambda d: d["agent"].update(tools=old))
+    _refused(cli, state_dir, *APPROVE,
+             says="tool 'publish_draft' fingerprint is of an older format (saved by an earlier version")
+
+
+# -- (B) the SDK's warnings go to the trace ----------------------------------------------------------
+
+
+def test_sdk_warnings_during_a_run_go_to_the_task_trace_not_stderr(state_dir, tracing_on, capsys):
+    from state.storage import Store
+    from workflow import trace_log, tracing
+
+    store = Store(state_dir)
+    with tracing.recording(store, KEY, "start"):
+        logging.getLogger("openai.agents").warning("Tool name collision detected: %s", "publish_draft")
+        logging.getLogger("openai.agents").info("not a warning")
+    records, _ = trace_log.read(trace_log.trace_path(store, KEY))
+    logs = [r for r in records if r["kind"] == "log"]
+    assert [(r["level"], r["message"]) for r in logs] == [
+        ("WARNING", "Tool name collision detected: publish_draft")]
+    assert capsys.readouterr().err == ""
+    logging.getLogger("openai.agents").warning("after the run")  # no handler left behind
+    assert len([r for r in trace_log.read(trace_log.trace_path(store, KEY))[0] if r["kind"] == "log"]) == 1
+
+
+def test_sdk_warning_holding_a_secret_is_redacted_in_the_trace(state_dir, tracing_on, monkeypatch):
+    from state.storage import Store
+    from workflow import trace_log, tracing
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdef0123456789")
+    store = Store(state_dir)
+    with tracing.recording(store, KEY, "start"):
+        logging.getLogger("openai.agents").warning("bad key sk-proj-abcdef0123456789")
+    text = trace_log.trace_path(store, KEY).read_text(encoding="utf-8")
+    assert "sk-proj" not in text
+    assert [json.loads(line)["message"] for line in text.splitlines()
+            if json.loads(line)["kind"] == "log"] == ["[redacted]"]
