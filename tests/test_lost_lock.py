@@ -1,0 +1,182 @@
+"""A writer that lost its lock: correctness never depends on the lock file.
+
+The lock file can be deleted while a process holds it (a cleanup script, a person); the next process
+then creates a new one and "holds" the lock too. Each test pauses one command in this process at a
+durable-write boundary (a failpoint), deletes its lock file, runs a rival decision on the same task
+as a separate process, and lets the paused command go on. Whatever the interleaving: at most one
+ledger entry, never a cancelled task with a ledger entry nor a completed one with a rejection
+record, and every refusal is one STOPPED line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import checkpoint_file, ledger_entries, run_subprocess
+from state import failpoints
+
+KEY = "ll-1"
+
+
+def _start(cli) -> None:
+    assert cli("start", "--key", KEY, "--title", "T", "--draft", "Lost lock draft.").code == 0
+
+
+def _lock(state_dir: Path) -> Path:
+    from state.storage import file_name
+
+    return state_dir / "locks" / (file_name(KEY) + ".lock")
+
+
+def _pause_at(monkeypatch, name: str, action) -> list[str]:
+    """Make failpoint ``name`` run ``action()`` once, in this process, then go on."""
+    real, seen = failpoints.hit, []
+
+    def hit(point: str) -> None:
+        if point == name and not seen:
+            seen.append(point)
+            action()
+        real(point)
+
+    monkeypatch.setattr(failpoints, "hit", hit)
+    return seen
+
+
+def _status(state_dir: Path) -> str:
+    return json.loads(checkpoint_file(state_dir, KEY).read_text(encoding="utf-8"))["status"]
+
+
+def _rejection(state_dir: Path) -> bool:
+    return any((state_dir / "rejections").glob("*.json")) if (state_dir / "rejections").exists() else False
+
+
+def _assert_one_truth(state_dir: Path, cli) -> None:
+    status, entries, rejected = _status(state_dir), ledger_entries(state_dir), _rejection(state_dir)
+    assert len(entries) <= 1
+    assert not (status == "cancelled" and entries), "cancelled with a ledger entry"
+    assert not (status == "completed" and rejected), "completed with a rejection record"
+    assert not (entries and rejected), "executed and rejected"
+    report = cli("doctor", "--json")
+    assert report.code == 0 and report.json()["consistent"], report.out
+
+
+def _rival(state_dir: Path, decision: str, box: list) -> callable:
+    def run() -> None:
+        _lock(state_dir).unlink()  # the lock file is deleted under the holder
+        box.append(run_subprocess(state_dir, "resume", "--task", KEY, "--decision", decision, "--json"))
+    return run
+
+
+def test_approver_paused_before_its_decision_loses_to_a_reject(cli, state_dir, monkeypatch):
+    """The case that used to end cancelled *with* a ledger entry: the approver's write is a
+    compare-and-swap on the revision it read, so it is refused once the reject is on disk."""
+    _start(cli)
+    rival: list = []
+    seen = _pause_at(monkeypatch, "checkpoint:decision:before", _rival(state_dir, "reject", rival))
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    assert seen and rival[0].code == 0 and json.loads(rival[0].out)["status"] == "cancelled"
+    r.assert_stopped()
+    assert "changed on disk since it was read" in r.err
+    assert _status(state_dir) == "cancelled" and ledger_entries(state_dir) == []
+    _assert_one_truth(state_dir, cli)
+
+
+def test_reject_after_the_approval_is_recorded_is_refused(cli, state_dir, monkeypatch):
+    _start(cli)
+    rival: list = []
+    _pause_at(monkeypatch, "checkpoint:decision:after", _rival(state_dir, "reject", rival))
+    r = cli("resume", "--task", KEY, "--decision", "approve", "--json")
+    rival[0].assert_stopped()
+    assert "already recorded" in rival[0].err
+    assert r.code == 0 and r.json()["status"] == "completed"
+    _assert_one_truth(state_dir, cli)
+
+
+def test_rejecter_paused_before_its_record_loses_to_an_approval(cli, state_dir, monkeypatch):
+    """The reject creates its record, finds the ledger entry the approver wrote meanwhile, removes
+    its own record again and stops: an executed action is never cancelled, and nothing is left."""
+    _start(cli)
+    rival: list = []
+    _pause_at(monkeypatch, "rejection:record:before", _rival(state_dir, "approve", rival))
+    r = cli("resume", "--task", KEY, "--decision", "reject")
+    assert rival[0].code == 0 and json.loads(rival[0].out)["status"] == "completed"
+    r.assert_stopped()
+    assert "already executed" in r.err
+    assert _status(state_dir) == "completed" and not _rejection(state_dir)
+    _assert_one_truth(state_dir, cli)
+
+
+def test_approval_after_the_rejection_record_is_refused(cli, state_dir, monkeypatch):
+    _start(cli)
+    rival: list = []
+    _pause_at(monkeypatch, "checkpoint:decision:before", _rival(state_dir, "approve", rival))
+    r = cli("resume", "--task", KEY, "--decision", "reject", "--json")
+    rival[0].assert_stopped()
+    assert "can never be approved" in rival[0].err
+    assert r.code == 0 and r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
+    _assert_one_truth(state_dir, cli)
+
+
+def test_reject_paused_before_its_outcome_cannot_be_overtaken(cli, state_dir, monkeypatch):
+    _start(cli)
+    rival: list = []
+    _pause_at(monkeypatch, "checkpoint:outcome:before", _rival(state_dir, "approve", rival))
+    r = cli("resume", "--task", KEY, "--decision", "reject", "--json")
+    rival[0].assert_stopped()
+    assert r.code == 0 and r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
+    _assert_one_truth(state_dir, cli)
+
+
+def test_the_tool_rechecks_the_rejection_record_right_before_its_effect(cli, state_dir, monkeypatch):
+    """The last line of defence: both writers passed their compare-and-swap in the same instant
+    (the only window left), so the approver runs with a reject on record. The tool reads the
+    rejection record right before the ledger entry and publishes nothing."""
+    from state import rejections
+    from state.schema import Decision
+    from state.storage import Store
+
+    _start(cli)
+
+    def reject_lands() -> None:
+        cp = Store(state_dir).load(KEY)
+        call = cp.pending[0]
+        rejections.record(Store(state_dir), KEY, cp.content_sha256, Decision(
+            decision="rejected", by="bob", at="2100-01-01T00:00:00Z", reason=None,
+            call_id=call.call_id, tool=call.tool, arguments_sha256="0" * 64))
+
+    _pause_at(monkeypatch, "checkpoint:decision:after", reject_lands)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert "rejected by bob" in r.err and "nothing was published" in r.err
+    assert ledger_entries(state_dir) == []
+
+
+def test_a_checkpoint_write_is_a_compare_and_swap_on_the_revision(cli, state_dir):
+    from state.errors import Stopped
+    from state.storage import Store
+
+    _start(cli)
+    store = Store(state_dir)
+    stale = store.load(KEY)
+    store.save_revision(stale, failpoint="t", event=("resumed", {}))  # someone else writes rev 2
+    on_disk = checkpoint_file(state_dir, KEY).read_bytes()
+    with pytest.raises(Stopped, match=r"changed on disk since it was read \(revision 1 -> 2\)"):
+        store.save_revision(stale, failpoint="t", event=("resumed", {}))
+    assert checkpoint_file(state_dir, KEY).read_bytes() == on_disk
+    assert not list((state_dir / "tasks").glob(".tmp-*"))  # no temp file left behind
+
+
+def test_two_starts_of_one_key_create_the_checkpoint_once(cli, state_dir):
+    """``start`` creates the first revision exclusively: a second writer that lost the lock never
+    overwrites it."""
+    from state.errors import Stopped
+    from state.storage import Store
+
+    _start(cli)
+    store = Store(state_dir)
+    body = store.load(KEY).body()
+    with pytest.raises(Stopped, match="was created by another process at the same time"):
+        store.save({**body, "revision": 1}, failpoint="t")
