@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from . import environment, failpoints, secrets, state_id
 from .clock import now_iso
 from .errors import Stopped
-from .integrity import check_key_creatable, load_key, verify_mac, compute_mac
+from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, make_dirs, read_regular
 from .schema import SCHEMA_VERSION, Checkpoint, valid_key, validation_message
 
@@ -315,8 +315,11 @@ class Store:
         ``task_id``, what would stop the command half-way. Raises :class:`Stopped` if the signing
         key or ``state.id`` is missing while checkpoints need it (creating a new one would orphan
         them), or if the task's ledger entry or trace file exists but is not a regular file (a
-        symlink would be written through; a FIFO would block). ``lstat`` only: touches nothing."""
+        symlink would be written through; a FIFO would block), or if the signing key file exists
+        but is not a usable key (checked by reading it, as the first write would). Touches nothing."""
         check_key_creatable(self.root)
+        if os.path.lexists(self.root / KEY_FILE):
+            load_key(self.root, create=False)
         if self.identity() is None:
             state_id.check_creatable(self.root)
         stem = file_name(task_id)

@@ -104,11 +104,24 @@ def run_subprocess(state_dir: Path, *args: str, env: dict[str, str] | None = Non
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file below ``folder`` → its bytes (to prove nothing changed on disk)."""
-    if not folder.exists():
+def snapshot(folder: Path) -> dict[str, bytes | str]:
+    """Every path below ``folder`` → its bytes (a regular file), ``"<dir>"`` (a folder, empty or
+    not) or ``"<link> TARGET"`` / ``"<other>"``, to prove nothing changed on disk: not a file, not
+    a lock file, not an empty folder. The folder itself is listed as ``"."`` when it exists."""
+    if not os.path.lexists(folder):
         return {}
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    out: dict[str, bytes | str] = {".": "<dir>"}
+    for p in sorted(folder.rglob("*")):
+        key = str(p.relative_to(folder))
+        if p.is_symlink():
+            out[key] = f"<link> {os.readlink(p)}"
+        elif p.is_dir():
+            out[key] = "<dir>"
+        elif p.is_file():
+            out[key] = p.read_bytes()
+        else:
+            out[key] = "<other>"
+    return out
 
 
 def ledger_entries(state_dir: Path) -> list[dict[str, Any]]:

@@ -167,16 +167,13 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     agent = build_agent(BudgetedModel(model, guard))
     check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
     store.check_writable(task_id)  # hostile trace/ledger file, lost key or state.id: nothing written
+    existing = _existing_task(store, task_id, title, sha)  # before the lock: a refusal leaves no file
+    if existing is not None:
+        return existing
     with store.task_lock(task_id):
-        if store.exists(task_id):
-            cp = store.load(task_id)
-            if cp.title == title and cp.content_sha256 == sha:
-                return cp
-            raise Stopped(f"task {task_id} already exists with a different draft; use a new --key")
-        if Ledger(store.ledger_dir).get(task_id) is not None:
-            raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
-        if rejections.get(store, task_id) is not None:
-            raise Stopped(f"key {task_id} was rejected before; use a new --key")
+        existing = _existing_task(store, task_id, title, sha)  # again: another start may have won
+        if existing is not None:
+            return existing
         try:
             with tracing.recording(store, task_id, "start", content=trace_content):
                 result = await Runner.run(
@@ -247,6 +244,22 @@ async def _redacted_run_state(store: Store, agent: Any, task_id: str, sha: str, 
         raise Stopped(f"task {task_id}: the run state holds a secret value and the SDK cannot load it "
                       f"redacted ({type(exc).__name__}); nothing saved") from None
     return redacted
+
+
+def _existing_task(store: Store, task_id: str, title: str, sha: str) -> Checkpoint | None:
+    """For ``start``: the task already saved under ``task_id`` with this title and draft (start
+    again returns it), or None if the key is new. Raises :class:`Stopped` if the key is taken: by
+    another draft, by a ledger entry, or by a rejection record. Reads only."""
+    if store.exists(task_id):
+        cp = store.load(task_id)
+        if cp.title == title and cp.content_sha256 == sha:
+            return cp
+        raise Stopped(f"task {task_id} already exists with a different draft; use a new --key")
+    if Ledger(store.ledger_dir).get(task_id) is not None:
+        raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
+    if rejections.get(store, task_id) is not None:
+        raise Stopped(f"key {task_id} was rejected before; use a new --key")
+    return None
 
 
 def check_stored_run_state(cp: Checkpoint) -> None:

@@ -118,6 +118,7 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
     busy: list[str] = []
     if task_id:
         ids = [task_id]
+        _check_expirable(store, store.load(task_id))  # before the lock: a refusal leaves no file
     else:
         now = clock.now()
         ids = [cp.task_id for cp in store.checkpoints() if overdue(cp, now)]
@@ -131,10 +132,9 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
                 busy.append(tid)
                 continue
             cp = store.load(tid)
-            if reconcile.check(store, cp, "expire").kind != "expire":
-                if task_id:
-                    raise Stopped(f"task {tid} is not an overdue approval request (status {cp.status}, "
-                                  f"expires_at {cp.expires_at})")
+            if task_id:
+                _check_expirable(store, cp)
+            elif reconcile.check(store, cp, "expire").kind != "expire":
                 continue
             store.save_revision(
                 cp, failpoint="checkpoint:expired", status="expired", pending=[],
@@ -142,6 +142,13 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
                                    "pending": [p.call_id for p in cp.pending]}))
             done.append(tid)
     return done, busy
+
+
+def _check_expirable(store: Store, cp: Checkpoint) -> None:
+    """Raise :class:`Stopped` unless the decision table lets ``expire`` mark ``cp`` expired."""
+    if reconcile.check(store, cp, "expire").kind != "expire":
+        raise Stopped(f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
+                      f"expires_at {cp.expires_at})")
 
 
 Ask = Callable[[str], str]
