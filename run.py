@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from state import clock
+from state import clock, effects
 from state.environment import check_environment
 from state.errors import Stopped
 from state.schema import (
@@ -404,31 +404,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)  # exits 2 on a usage error
     if args.command == "start" and args.model is None and (args.api or args.base_url):
         parser.error("--api and --base-url need --model")
+    effects.reset()
     try:
         check_environment()  # a bad HITL_* value: one line naming it, before any file is touched
         result = run_command(args)
     except Stopped as exc:
-        print(f"STOPPED: {exc}", file=sys.stderr)
-        return 1
+        return _stopped(str(exc))
     except KeyboardInterrupt:
-        print("STOPPED: interrupted", file=sys.stderr)
-        return 1
+        return _stopped("interrupted")
     except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
         raise
     except OSError as exc:  # the disk is full, a file vanished, permissions …: no half-guess
         if os.environ.get("HITL_DEBUG"):
             raise
         what = exc.strerror or type(exc).__name__
-        print(f"STOPPED: a file operation failed ({what}); every write is atomic, so nothing is "
-              "half-written: fix the cause, run python run.py doctor, then the same command again",
-              file=sys.stderr)
-        return 1
+        return _stopped(f"a file operation failed ({what}); every write is atomic, so no file is "
+                        "half-written: fix the cause, run python run.py doctor, then the same "
+                        "command again")
     except Exception as exc:  # no traceback ever reaches a user; HITL_DEBUG=1 shows it
         if os.environ.get("HITL_DEBUG"):
             raise
-        msg = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        print(f"STOPPED: unexpected error ({msg})", file=sys.stderr)
-        return 1
+        return _stopped(f"unexpected error ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})")
     if result is not None:
         try:
             _print_result(args.command, result, args.json, getattr(args, "text_extra", None))
@@ -444,6 +440,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"STOPPED: {summary(result)}", file=sys.stderr)  # type: ignore[arg-type]
         return 1
     return 0
+
+
+def _stopped(message: str) -> int:
+    """Print the one ``STOPPED:`` line (with what this command already changed on disk, if
+    anything: :mod:`state.effects`) and return exit code 1."""
+    done = effects.summary()
+    print(f"STOPPED: {message}" + (f"; {done}" if done else ""), file=sys.stderr)
+    return 1
 
 
 def _output_failed(command: str, result: dict[str, Any], exc: OSError) -> None:

@@ -20,13 +20,15 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import secrets
+from . import effects, secrets
 from .errors import Stopped
 from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key, validation_message
 from .paths import read_regular
 from .storage import Store, create_exclusive, file_name, fsync_dir, parse_json_object
 
 MAX_RECORD_BYTES = 64 * 1024
+#: How :mod:`state.effects` names the creation of a record.
+RECORDED = "rejection record written"
 
 
 class RejectionRecord(BaseModel):
@@ -98,6 +100,8 @@ def record(store: Store, task_id: str, content_sha256: str,
         data = (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         created = create_exclusive(path_for(store, task_id), data, owner=file_name(task_id),
                                    failpoint="rejection:record")  # False: another process won
+        if created:
+            effects.note(task_id, RECORDED)
         existing = get(store, task_id)
         if existing is None:
             raise Stopped(f"rejection record of task {task_id} cannot be read back")
@@ -112,3 +116,4 @@ def remove(store: Store, task_id: str) -> None:
     refused reject leaves nothing behind; never for a record another process wrote."""
     path_for(store, task_id).unlink(missing_ok=True)
     fsync_dir(folder(store))
+    effects.forget(task_id, RECORDED)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
-from . import environment, failpoints, secrets, state_id
+from . import effects, environment, failpoints, secrets, state_id
 from .clock import now_iso
 from .errors import Stopped
 from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
@@ -395,6 +395,7 @@ class Store:
                               f"nothing was written by this one (python run.py status --task {cp.task_id})")
         else:
             atomic_write(path, data, failpoint=failpoint, precondition=lambda: self.check_unchanged(expect))
+        effects.note(cp.task_id, f"checkpoint saved at revision {cp.revision} ({cp.status})")
         return cp
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from state import secrets
+from state import effects, secrets
 from state.errors import Stopped
 from state.schema import valid_key, validation_message
 from state.paths import inside, read_regular
@@ -118,6 +118,7 @@ class Ledger:
             data = (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode()
             if create_exclusive(self.path_for(key), data, owner=file_name(key),
                                 failpoint="ledger:record"):
+                effects.note(task_id, "published it (ledger entry written)")
                 return entry, True
             existing = self.get(key)  # raises Stopped if what is there is not a readable entry
             if existing is None:

@@ -1,0 +1,39 @@
+"""What this command has already changed on disk, so a failure after it can say so.
+
+A command that stops half-way (the disk fills up after the ledger entry, a check refuses after the
+decision was recorded) must not let its one ``STOPPED:`` line suggest that nothing happened. Every
+durable change notes itself here (:func:`note`); ``run.py`` empties the list before each command and
+appends :func:`summary` to any ``STOPPED:`` line printed after a change. Never imports the SDK.
+"""
+
+from __future__ import annotations
+
+_done: list[tuple[str, str]] = []
+
+
+def reset() -> None:
+    """Forget what earlier commands in this process did (``run.main`` calls it first)."""
+    _done.clear()
+
+
+def note(task_id: str, what: str) -> None:
+    """Record that this command changed ``what`` (a short phrase, e.g. ``"published it (ledger
+    entry written)"``) for ``task_id``."""
+    _done.append((task_id, what))
+
+
+def forget(task_id: str, what: str) -> None:
+    """Take back a :func:`note` whose change was undone by this same command (absent: no-op)."""
+    if (task_id, what) in _done:
+        _done.remove((task_id, what))
+
+
+def summary() -> str | None:
+    """``already done: task t-1: published it (ledger entry written), …; to finish, run the same
+    command again (python run.py doctor explains where each task stands)``, or None if this
+    command changed nothing."""
+    if not _done:
+        return None
+    parts = ", ".join(f"task {tid}: {what}" for tid, what in _done)
+    return (f"already done: {parts}; to finish, run the same command again "
+            "(python run.py doctor explains where each task stands)")
