@@ -13,7 +13,7 @@
     python run.py [--state-dir DIR] demo
 
 BUDGET: [--max-turns N] [--max-tokens N] [--max-cost-usd X] [--price-per-mtok IN,OUT], for the
-whole task across start and every resume (issue 5; on resume they replace the recorded values).
+whole task across start and every resume (on resume they replace the recorded values).
 
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk); 2 usage error. ``doctor`` prints its report and exits 1 with a ``STOPPED:`` line

@@ -119,7 +119,7 @@ def make_budget(
     A model that cannot be priced gets no cost budget (``max_cost_usd`` None) unless one is asked
     for; a priced one keeps ``base``'s or the default (``state.schema.DEFAULT_MAX_COST_USD``). Raises
     :class:`Stopped` if a cost budget is asked for a model ``genai-prices`` cannot price and no
-    ``price_per_mtok`` is given (issue 5: refuse rather than guess).
+    ``price_per_mtok`` is given (refuse rather than guess).
     """
     data = (base or Budget()).model_dump()
     if price_per_mtok is not None:

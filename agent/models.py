@@ -1,6 +1,6 @@
 """Which model drives the agent. Default: an offline, deterministic model (no key, no network, no bill).
 
-A real model (issue 5) is the SDK's own ``OpenAIResponsesModel`` or ``OpenAIChatCompletionsModel``
+A real model is the SDK's own ``OpenAIResponsesModel`` or ``OpenAIChatCompletionsModel``
 over an ``AsyncOpenAI`` client: see :func:`build_model`. Provider failures are named by
 :func:`provider_error`.
 
@@ -81,7 +81,7 @@ def build_offline_model() -> ScriptedModel:
     )
 
 
-# -- real models (issue 5) ----------------------------------------------------------------------
+# -- real models ------------------------------------------------------------------------------
 
 #: Env var the API key is read from. The key is handed to the openai client and nowhere else: it is
 #: never stored in a checkpoint, the ledger, a trace or a log.

@@ -2,7 +2,7 @@
 
     python benchmarks/ledger_scaling.py [--reps 1000] [--sizes 100 100000] [--dir PATH]
 
-Goal (issue 4): cost at 100,000 entries <= 1.5x the cost at 100.
+Goal: cost at 100,000 entries <= 1.5x the cost at 100.
 
 Method
 ------

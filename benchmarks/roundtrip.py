@@ -14,7 +14,7 @@ the offline responder: one model call to the approval request, one after the too
   agent-drift check, ledger entry (exclusive ``os.link``), local trace file.
 
 Both run in the same process, interleaved in ``--rounds`` blocks so machine load hits both alike.
-Prints ms/task for each and the ratio (goal <= 1.15, issue 6). ``--profile`` adds a cProfile of
+Prints ms/task for each and the ratio (goal <= 1.15). ``--profile`` adds a cProfile of
 the harness (top 25 by cumulative time). ``os.fsync`` is wrapped to count its calls and time on
 each side, so the ratio can be split into durability (fsync) and the rest. Numbers only; nothing
 is asserted.

@@ -4,8 +4,8 @@ Task IDs and keys are already restricted to ``A-Za-z0-9._:-`` (``state.schema.KE
 name can never climb out of its folder. What is left is the layout on disk: a state dir path that
 runs through a regular file, or a ``tasks``/``ledger``/``locks``/``traces`` entry that is a file or
 a symlink to a folder elsewhere. Writing through such a symlink would put checkpoints, ledger entries
-or traces outside the state dir, so we refuse it before any file is touched (issue 3, item 5: "the
-state dir path resolved and checked so nothing is written outside it").
+or traces outside the state dir, so we refuse it before any file is touched: the state dir path is
+resolved and checked so that nothing is written outside it.
 
 Single files are untrusted too: a checkpoint, ledger entry, trace file, ``signing.key`` or
 ``state.id`` may have been replaced by a symlink (writing through it would change a file elsewhere)

@@ -5,9 +5,9 @@ task it belongs to, which idempotency key guards the side effect, what a human d
 the file was edited. The envelope below carries those facts. It is validated with pydantic on every
 load: an unknown ``schema_version`` or any invalid field is refused (fail closed).
 
-Source of the rules: the origin exercise (``shared/seeds/000_*.txt``): "checkpoint 没有 schema／程序版本：
-隔天部署新程序，旧 state 可能无法安全读取" (a checkpoint without a schema version cannot be read safely
-after a deploy), and the state must not hold API keys or passwords.
+The rules: a checkpoint without a schema version cannot be read safely after the next deploy
+(没有 schema／程序版本的 checkpoint，隔天部署新程序后可能无法安全读取), and the state never holds API keys
+or passwords.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ class AgentDefinition(_Strict):
     tools: dict[str, dict[str, Any]]
 
 
-#: Default budget for a whole task (start and every resume), small on purpose (issue 5). A typical
+#: Default budget for a whole task (start and every resume), small on purpose. A typical
 #: run is 2 turns and under 1,000 tokens (see docs/real-model.md).
 DEFAULT_MAX_TURNS = 6
 DEFAULT_MAX_TOKENS = 20_000
@@ -259,7 +259,7 @@ class ModelSpec(_Strict):
 
 
 class Budget(_Strict):
-    """The budget of a whole task, across start and every resume (issue 5).
+    """The budget of a whole task, across start and every resume.
 
     ``max_turns`` (SDK turns), ``max_tokens`` (input + output tokens), ``max_cost_usd`` (US dollars;
     null: no cost budget, e.g. a model ``genai-prices`` cannot price), and an optional explicit

@@ -98,7 +98,7 @@ def write_temp(folder: Path, data: bytes, *, owner: str) -> Path:
 
     The name is ``.tmp-<owner>.XXXXXXXX.part`` (see :data:`TEMP_NAME`).
     """
-    import tempfile  # here, not at the top: read-only commands never write (startup time, issue 6)
+    import tempfile  # here, not at the top: read-only commands never write (startup time)
 
     make_dirs(folder)  # owner-only folders (0o700); mkstemp creates the file 0o600
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{owner}.", suffix=".part")
@@ -199,7 +199,7 @@ class Store:
     def owner_lock(self, owner: str, *, timeout: float, what: str) -> Iterator[None]:
         """Hold ``locks/<owner>.lock`` (``owner`` a file stem); raise :class:`Stopped` after
         ``timeout`` seconds naming ``what``. Used by :meth:`task_lock` and by ``doctor``."""
-        from filelock import FileLock, Timeout  # ~10 ms: only commands that lock pay it (issue 6)
+        from filelock import FileLock, Timeout  # ~10 ms: only commands that lock pay it
 
         make_dirs(self.locks_dir)
         lock = FileLock(str(self.lock_path(owner)), timeout=timeout, mode=0o600)

@@ -1,4 +1,4 @@
-"""The command-line contract of issue 2: commands, JSON shapes, exit codes and semantics."""
+"""The command-line contract: commands, JSON shapes, exit codes and semantics."""
 
 from __future__ import annotations
 

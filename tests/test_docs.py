@@ -1,4 +1,4 @@
-"""The READMEs are tested (issue 7): both README.md and README.zh-Hans.md.
+"""The READMEs are tested: both README.md and README.zh-Hans.md.
 
 * Quick start: the two bash commands are exactly what CI runs (``.ci/run``); the PowerShell forms are
   the same commands.
@@ -6,7 +6,7 @@
   is run in order, in-process, in one fresh state dir named ``.cache`` per README, and each ```text
   block must match the output of the last command of the bash block before it, line by line (``…``
   matches any run of characters; a ``STOPPED:`` block is matched against stderr and exit code 1).
-* Tables: every row of the SDK concept map and the seed checks map points to files, functions and
+* Tables: every row of the SDK concept map and the success checks map points to files, functions and
   tests that exist; every linked file and anchor exists.
 * The two READMEs have the same sections and, section by section, identical bash/powershell/text blocks.
 
@@ -29,23 +29,23 @@ from conftest import CliResult, run_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 READMES = ("README.md", "README.zh-Hans.md")
-SEED_TESTS = ROOT / "tests" / "test_seed_checks.py"
+CHECK_TESTS = ROOT / "tests" / "test_success_checks.py"
 
 # Section titles of README.md; the Chinese README's sections are found at the same positions.
 QUICK_START = "Quick start"
 WALK_FIRST = "Walk through it: pause → approve → resume"
 WALK_END = "Command line"  # the walkthroughs are every section from WALK_FIRST up to this one
 CONCEPT_MAP = "SDK concept map"
-SEED_MAP = "Seed checks map"
+CHECKS_MAP = "Success checks map"
 
-# The concepts issue 7 names for the SDK concept map (identifiers, identical in both READMEs).
+# The SDK concepts the concept map must cover (identifiers, identical in both READMEs).
 CONCEPTS = ("needs_approval", "result.interruptions", "ToolApprovalItem", "result.to_state()",
             "to_string()", "to_json()", "RunState.from_string", "state.approve(", "state.reject(",
             "always_approve", "rejection_message", "$schemaVersion", "context_override",
             "set_trace_processors")
 
-# The success checks (成功检查) of the origin exercise, verbatim; the Chinese seed map quotes them.
-SEED_CHECKS_ZH = (
+# The exercise's success checks (成功检查), worded as the Chinese map states them.
+CHECKS_ZH = (
     "没有人批准时，ledger 不会出现假动作。",
     "reject 后状态是 `cancelled`，而且没有副作用。",
     "approve 后状态是 `completed`。",
@@ -259,22 +259,22 @@ def test_concept_map_points_to_code_and_tests_that_exist(readme: str) -> None:
 
 
 @pytest.mark.parametrize("readme", READMES)
-def test_seed_map_points_to_tests_that_exist(readme: str) -> None:
-    """Each success check row names tests defined in tests/test_seed_checks.py."""
-    rows = table_rows(parse(read(readme))[index_of(SEED_MAP)])
-    assert len(rows) == len(SEED_CHECKS_ZH)
+def test_check_map_points_to_tests_that_exist(readme: str) -> None:
+    """Each success check row names tests defined in tests/test_success_checks.py."""
+    rows = table_rows(parse(read(readme))[index_of(CHECKS_MAP)])
+    assert len(rows) == len(CHECKS_ZH)
     for check, _command, tests in rows:
         names = code_spans(tests)
         assert names, f"{readme}: no test for {check}"
         for name in names:
-            assert_defined(SEED_TESTS, name, readme)
+            assert_defined(CHECK_TESTS, name, readme)
 
 
-def test_chinese_seed_map_quotes_the_origin_checks() -> None:
-    """The Chinese seed checks map quotes each 成功检查 of the origin exercise verbatim, in order."""
-    rows = table_rows(parse(read("README.zh-Hans.md"))[index_of(SEED_MAP)])
-    for (check, _command, _tests), origin in zip(rows, SEED_CHECKS_ZH, strict=True):
-        assert origin in check, (origin, check)
+def test_chinese_checks_map_states_every_check() -> None:
+    """The Chinese success checks map states each 成功检查, in order."""
+    rows = table_rows(parse(read("README.zh-Hans.md"))[index_of(CHECKS_MAP)])
+    for (check, _command, _tests), wanted in zip(rows, CHECKS_ZH, strict=True):
+        assert wanted in check, (wanted, check)
 
 
 @pytest.mark.parametrize("readme", READMES)

@@ -1,4 +1,4 @@
-"""Issue 3: fail closed on every untrusted byte. One named test per case of the issue.
+"""Fail closed on every untrusted byte. One named test per case.
 
 Every refusal is asserted the same way (:func:`_refused`): exit code 1, exactly one ``STOPPED:`` line
 on stderr, no traceback, nothing on stdout, no ledger change, and every file in the state dir
@@ -536,7 +536,7 @@ def test_corrupt_ledger_entry_never_lets_a_waiting_task_run(cli, state_dir, how)
 
 
 def test_run_context_is_plain_json(cli, state_dir):
-    """SDK issue #4897: a non-JSON value in a dict context makes ``to_string()`` raise."""
+    """SDK behaviour: a non-JSON value in a dict context makes ``to_string()`` raise."""
     _start(cli)
     rs = json.loads(json.loads(checkpoint_file(state_dir, KEY).read_text(encoding="utf-8"))["run_state"])
     ctx = rs["context"]["context"]

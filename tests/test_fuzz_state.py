@@ -1,4 +1,4 @@
-"""Issue 3, property-based: mutated checkpoints and ledgers never run the tool and never change a file.
+"""Fail closed, property-based: mutated checkpoints and ledgers never run the tool and never change a file.
 
 One valid state dir is built once per module (a waiting task ``fz-wait``, a completed task
 ``fz-done`` with its ledger entry) and copied per example. Each example mutates one file, runs one

@@ -1,4 +1,4 @@
-"""Issue 6: local traces, execution receipts (show), the inbox (list), review, approval expiry,
+"""Local traces, execution receipts (show), the inbox (list), review, approval expiry,
 and read-only commands that never import the SDK."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 5: a real model over the real HTTP client path, under a budget that holds across resumes.
+"""A real model over the real HTTP client path, under a budget that holds across resumes.
 
 Offline: respx mocks the OpenAI endpoints. openai 3.x sends through ``httpx2``, which respx does
 not see; the test-only seam ``agent.models.HTTP_CLIENT_FACTORY`` injects a legacy

@@ -10,7 +10,7 @@ with ``os.link(temp, final)``, which fails if ``final`` exists: exactly one proc
 and no reader ever sees half an entry. Cost is one ``stat``/``open`` per check, whatever the ledger's
 size. A person can still open each file, and ``python run.py ledger`` prints them all.
 
-Rules (origin exercise, 幂等 idempotency): key absent → record; same key and same content → no new
+Rules (幂等, idempotency): key absent → record; same key and same content → no new
 entry, return the first; same key with a different task or content → refuse (fail closed).
 """
 
@@ -39,7 +39,7 @@ class LedgerEntry(BaseModel):
     "published_at"}`` (``published_at`` ISO-8601 UTC)."""
 
     # defer_build: the validator is built on first use, so commands that never read the ledger
-    # (status, list) do not pay for it at startup (issue 6: read-only commands <= 150 ms).
+    # (status, list) do not pay for it at startup (read-only commands stay fast).
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
     idempotency_key: str

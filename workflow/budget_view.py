@@ -1,4 +1,4 @@
-"""Text for a task's model, budget and spend (issue 5). Never imports the SDK (``status`` stays fast)."""
+"""Text for a task's model, budget and spend. Never imports the SDK (``status`` stays fast)."""
 
 from __future__ import annotations
 

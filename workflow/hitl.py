@@ -14,7 +14,7 @@ SDK docs step               here
 ``Runner.run(agent, state)``:func:`resume`
 ==========================  =========================================================
 
-Write order (origin exercise: write the ledger first, then mark the checkpoint complete). Each
+Write order (the ledger first, then the checkpoint marked complete: a ledger entry proves the effect). Each
 durable write is atomic and sits between failpoints ``<name>:before`` / ``<name>:after``
 (:mod:`state.failpoints`); docs/crash-safety.md lists what a crash at each one leaves behind.
 
@@ -95,7 +95,7 @@ def sdk_version() -> str:
 
 
 def run_context(store: Store, cp_task_id: str, sha: str) -> dict[str, str]:
-    """The run context: plain JSON only (SDK issue #4897: non-JSON values break ``to_string()``).
+    """The run context: plain JSON only (the SDK's ``to_string()`` raises on a non-JSON value in a dict context).
 
     Built from our verified checkpoint and passed as ``context=`` / ``context_override=``, so the
     tool's idempotency key never comes from the model's arguments or from the stored RunState.
@@ -125,7 +125,7 @@ def _serialize(result: RunResult) -> tuple[str, str]:
     """``result.to_state().to_string()`` and its ``$schemaVersion``."""
     try:
         text = result.to_state().to_string()
-    except Exception as exc:  # e.g. a context that is not plain JSON (SDK issue #4897)
+    except Exception as exc:  # e.g. a context that is not plain JSON
         raise Stopped(f"the run state cannot be saved ({type(exc).__name__}: {exc})") from None
     return text, json.loads(text)["$schemaVersion"]
 
@@ -359,12 +359,12 @@ async def resume(
     task (an executed action is never marked cancelled), approve on a cancelled one, a decision
     that contradicts the one already recorded, and every integrity, drift or ledger mismatch.
 
-    Budget (issue 5): ``budget_changes`` (``make_budget`` keywords) raise or lower the recorded
+    Budget: ``budget_changes`` (``make_budget`` keywords) raise or lower the recorded
     budget. If the spend already leaves no room for the next call, nothing runs and the task is
     saved as ``budget_exceeded`` (a later resume with a larger budget continues). A provider
     failure raises :class:`Stopped` naming the cause; the checkpoint keeps its saved RunState.
 
-    Expiry (issue 6): a new approval after ``expires_at`` is refused (``approval expired``); a
+    Expiry: a new approval after ``expires_at`` is refused (``approval expired``); a
     reject is still accepted; an ``expired`` task is never executed (reject returns it unchanged).
     """
     want = "approved" if decision == "approve" else "rejected"

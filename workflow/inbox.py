@@ -4,7 +4,7 @@ Never imports the SDK. ``review`` takes the decision function from its caller (`
 that imports ``workflow.hitl`` only when a human actually decides), and its prompt function, so
 tests drive it with scripted answers.
 
-Expiry (issue 6; Temporal and DBOS give approval timeouts, the SDK gives none): every approval
+Expiry (Temporal and DBOS give approval timeouts, the SDK gives none): every approval
 request carries ``expires_at`` (``start --expires-in``, default 24h). Past it, ``approve`` is refused
 by ``workflow.hitl.resume``; ``reject`` still works; :func:`expire_overdue` marks such tasks
 ``expired`` (a terminal status: never executed).

@@ -1,6 +1,6 @@
 """The execution receipt of one task (``python run.py show``). Never imports the SDK.
 
-The origin chapter (``shared/seeds/002_*.txt``, 执行收据) asks a receipt to record: task ID, outcome,
+An execution receipt (执行收据) records: task ID, outcome,
 trajectory, tools, time, tokens, errors, checkpoint version and the human approval. Sources:
 
 - the signed checkpoint (source of truth): status, every revision (``history``) with the schema
