@@ -284,16 +284,18 @@ def test_interrupted_state_without_interruption_stops(cli, state_dir):
 
 
 def test_no_interruption_to_answer_is_refused(state_dir):
-    """``_bind`` directly: an empty interruption list is never answered."""
+    """``guards.bind`` directly: an empty interruption list is never answered."""
     from state.errors import Stopped
     from state.storage import Store
     from workflow import hitl
 
     import asyncio
 
+    from workflow import guards
+
     cp = asyncio.run(hitl.start(Store(state_dir), task_id=KEY, title=TITLE, draft=DRAFT))
     with pytest.raises(Stopped, match="the saved run has no interruption to answer"):
-        hitl._bind(cp, [])
+        guards.bind(cp, [])
 
 
 # -- 4. Identity ---------------------------------------------------------------------------------
@@ -545,7 +547,7 @@ def test_run_context_is_plain_json(cli, state_dir):
     assert rs["context"]["context_meta"]["requires_deserializer"] is False
 
 
-def test_unserializable_context_is_stopped_not_a_traceback():
+def test_unserializable_context_is_stopped_not_a_traceback(state_dir):
     """If a non-JSON value ever reached the context, saving would stop cleanly."""
     import asyncio
 
@@ -562,8 +564,10 @@ def test_unserializable_context_is_stopped_not_a_traceback():
 
     result = asyncio.run(Runner.run(build_agent(build_offline_model()), user_message("T", "D"),
                                     context={"obj": Obj()}))
+    from state.storage import Store
+
     with pytest.raises(Stopped, match="the run state cannot be saved"):
-        hitl._serialize(result)
+        asyncio.run(hitl._saved_text(Store(state_dir), None, result, KEY, "0" * 64))
 
 
 def test_a_field_added_later_needs_a_schema_bump(cli, state_dir, v1_state, monkeypatch):

@@ -1,0 +1,326 @@
+"""The guards around the human-in-the-loop story (workflow/hitl.py): each a named check or write.
+
+The story file calls each of these in one line; here is how each works. The SDK is imported only for
+its types and version data (``RunState``'s supported schema versions, ``ToolApprovalItem``); every
+SDK call of the flow itself stays in ``workflow/hitl.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from importlib import metadata
+from typing import Any
+
+from agents import MaxTurnsExceeded, ToolApprovalItem
+from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
+
+from agent.budget import BudgetExceeded
+from agent.models import API_KEY_ENV, provider_error
+from agent.publisher import describe, drift
+from state import clock, rejections
+from state.clock import now_iso
+from state.errors import Stopped
+from state.schema import (ACTION, SCHEMA_VERSION, Budget, Checkpoint, Decision, ModelSpec,
+                          arguments_sha256)
+from state.storage import Store, parse_json_object
+from tools.ledger import Ledger
+from workflow.reconcile import refusal
+from workflow.trust import carries_the_draft, check_approvals
+
+
+@functools.lru_cache(maxsize=1)
+def sdk_version() -> str:
+    """The installed ``openai-agents`` version, e.g. ``"0.24.0"``.
+
+    Cached: the SDK loaded in this process cannot change while it runs, and
+    ``importlib.metadata.version`` costs ~2 ms a call (benchmarks/roundtrip.py profile).
+    """
+    return metadata.version("openai-agents")
+
+
+def run_context(store: Store, cp_task_id: str, sha: str) -> dict[str, str]:
+    """The run context: plain JSON only (the SDK's ``to_string()`` raises on a non-JSON value in a dict context).
+
+    Built from our verified checkpoint and passed as ``context=`` / ``context_override=``, so the
+    tool's idempotency key never comes from the model's arguments or from the stored RunState.
+    """
+    return {
+        "task_id": cp_task_id,
+        "idempotency_key": cp_task_id,
+        "content_sha256": sha,
+        "ledger_dir": str(store.ledger_dir),
+    }
+
+
+def pending_calls(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]:
+    out = []
+    for item in interruptions:
+        try:
+            args = json.loads(item.arguments or "{}")
+        except ValueError:
+            raise Stopped(f"pending call {item.call_id} has arguments that are not JSON") from None
+        if not isinstance(args, dict):
+            raise Stopped(f"pending call {item.call_id} has arguments that are not a JSON object")
+        out.append({"call_id": item.call_id, "tool": item.name, "arguments": args})
+    return out
+
+
+def schema_version_of(run_state: str) -> str:
+    """The ``$schemaVersion`` of a serialised RunState (the SDK's format version, e.g. ``"1.21"``)."""
+    return json.loads(run_state)["$schemaVersion"]
+
+
+def check_draft_call(pending: list[dict[str, Any]], sha: str) -> None:
+    for call in pending:
+        if call["tool"] != ACTION:
+            raise Stopped(f"the agent asked for tool {call['tool']!r}, not {ACTION}; nothing saved")
+        if not carries_the_draft(call["arguments"], sha):
+            raise Stopped(
+                f"the agent's {ACTION} call does not carry the draft as given (key/action "
+                "mismatch); nothing saved"
+            )
+
+
+def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: Any,
+                           sha: str) -> list[dict[str, Any]]:
+    """The pending calls of a first run (``[{"call_id", "tool", "arguments"}]``), which must be
+    exactly one ``publish_draft`` of the draft as given. Raises :class:`Stopped` (nothing saved) if
+    the agent finished without asking, asked for another tool, or changed the draft."""
+    if not interruptions:
+        raise Stopped("the agent finished without asking to publish; nothing saved "
+                      f"(it said: {str(final_output)[:200]!r})")
+    pending = pending_calls(interruptions)
+    check_draft_call(pending, sha)
+    return pending
+
+
+def existing_task(store: Store, task_id: str, title: str, sha: str) -> Checkpoint | None:
+    """For ``start``: the task already saved under ``task_id`` with this title and draft (start
+    again returns it), or None if the key is new. Raises :class:`Stopped` if the key is taken: by
+    another draft, by a ledger entry, or by a rejection record. Reads only."""
+    if store.exists(task_id):
+        cp = store.load(task_id)
+        if cp.title == title and cp.content_sha256 == sha:
+            return cp
+        raise Stopped(f"task {task_id} already exists with a different draft; use a new --key")
+    if Ledger(store.ledger_dir).get(task_id) is not None:
+        raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
+    if rejections.get(store, task_id) is not None:
+        raise Stopped(f"key {task_id} was rejected before; use a new --key")
+    return None
+
+
+def first_checkpoint(*, task_id: str, title: str, sha: str, pending: list[dict[str, Any]],
+                     run_state: str, rs_version: str, agent: dict[str, Any], spec: ModelSpec,
+                     budget: Budget, spend: Any, expires_in_s: int) -> dict[str, Any]:
+    """The body of revision 1 of a task's checkpoint (``waiting_for_approval``; every field of
+    :class:`state.schema.Checkpoint` but ``mac`` and ``state_id``). ``agent`` is
+    :func:`agent.publisher.describe` of the agent that ran; ``expires_in_s`` seconds from now."""
+    now = now_iso()
+    expires_at = clock.iso(clock.plus(clock.now(), expires_in_s))
+    versions = {"schema_version": SCHEMA_VERSION, "sdk_version": sdk_version(),
+                "run_state_schema_version": rs_version}
+    return {
+        **versions, "task_id": task_id, "idempotency_key": task_id, "action": ACTION,
+        "title": title, "content_sha256": sha, "status": "waiting_for_approval",
+        "decision": None, "decisions": [], "pending": pending, "final_output": None,
+        "revision": 1, "agent": agent, "run_state": run_state,
+        "history": [{"at": now, "event": "started", "revision": 1,
+                     "detail": {"pending": [p["call_id"] for p in pending], "calls": pending,
+                                "expires_at": expires_at, **versions}}],
+        "created_at": now, "updated_at": now, "model": spec.model_dump(),
+        "budget": budget.model_dump(), "spend": spend.model_dump(), "expires_at": expires_at,
+        "approval_ttl_s": expires_in_s,
+    }
+
+
+def check_stored_run_state(cp: Checkpoint) -> None:
+    """Refuse a stored RunState we cannot trust, before the SDK sees it.
+
+    - ``$schemaVersion`` must equal the envelope's and be one the installed SDK supports.
+    - Every approval decision inside it (``context.approvals``, ``context.function_tool_approvals``)
+      must be one our decision path recorded in ``cp.decisions`` (same call_id, same kind); blanket
+      (``True``) or sticky decisions are refused. The SDK's docs warn that ``from_string`` does not
+      authenticate approvals; a hand-edited file could otherwise approve a call.
+
+    Raises :class:`Stopped`.
+    """
+    data = parse_json_object(cp.run_state.encode("utf-8"), f"the RunState of task {cp.task_id}")
+    version = data.get("$schemaVersion")
+    if version != cp.run_state_schema_version:
+        raise Stopped(
+            f"task {cp.task_id}: RunState $schemaVersion {version!r} does not match the "
+            f"checkpoint's {cp.run_state_schema_version!r}"
+        )
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise Stopped(
+            f"task {cp.task_id}: RunState $schemaVersion {version!r} is not supported by the "
+            f"installed openai-agents {sdk_version()}, which reads $schemaVersion "
+            f"{_version_range()} (saved by openai-agents {cp.sdk_version})"
+        )
+    check_approvals(data, cp)
+
+
+def _version_range() -> str:
+    """The RunState ``$schemaVersion`` values the installed SDK reads, e.g. ``"1.0-1.21"``."""
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) if p.isdigit() else 0 for p in v.split("."))
+
+    ordered = sorted(SUPPORTED_SCHEMA_VERSIONS, key=key)
+    return f"{ordered[0]}-{ordered[-1]}" if len(ordered) > 1 else ordered[0]
+
+
+def check_saved_against_code(cp: Checkpoint, agent: Any) -> None:
+    """Refuse to resume ``cp`` with ``agent`` (the agent built from today's code) if the stored
+    RunState is not one we can trust (:func:`check_stored_run_state`), if the agent changed since
+    the save (:func:`agent.publisher.drift`: unchecked, the SDK accepts the state and fails later,
+    mid-run), or if another ``openai-agents`` minor version saved it. Raises :class:`Stopped`."""
+    check_stored_run_state(cp)
+    changes = drift(cp.agent.model_dump(), describe(agent))
+    if changes:
+        raise Stopped(f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
+    if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:
+        raise Stopped(
+            f"task {cp.task_id} was saved by openai-agents {cp.sdk_version}; installed is "
+            f"{sdk_version()}; resume it with the version that saved it"
+        )
+
+
+def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> ToolApprovalItem:
+    """The one interruption to answer: the RunState's interruptions must be exactly the pending
+    calls the reviewer saw, the recorded decision (if any) must be for that call, and there must be
+    exactly one. Raises :class:`Stopped`."""
+    if not interruptions:
+        raise Stopped(f"task {cp.task_id}: the saved run has no interruption to answer")
+    if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:
+        raise Stopped(
+            f"task {cp.task_id}: the pending call in the saved run differs from the one shown "
+            "for review (call_id, tool or arguments)"
+        )
+    if cp.decision is not None:
+        item = interruptions[0]
+        if (cp.decision.call_id, cp.decision.tool) != (item.call_id, item.name) or (
+            cp.decision.arguments_sha256 != arguments_sha256(json.loads(item.arguments or "{}"))
+        ):
+            raise Stopped(f"task {cp.task_id}: the recorded decision is for another call")
+    if len(interruptions) != 1:
+        raise Stopped(f"task {cp.task_id} has {len(interruptions)} pending calls; expected one")
+    return interruptions[0]
+
+
+def decision_for(item: ToolApprovalItem, decision: str, by: str, reason: str | None) -> Decision:
+    """The record of a human's ``decision`` (``approved``/``rejected``) on the pending call
+    ``item``, bound to its call_id, tool and arguments, timestamped now."""
+    return Decision(decision=decision, by=by, at=now_iso(), reason=reason, call_id=item.call_id,
+                    tool=item.name, arguments_sha256=arguments_sha256(json.loads(item.arguments or "{}")))
+
+
+def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
+    """Write (a): the human's decision ``rec`` into a new revision of ``cp`` (compare-and-swap).
+
+    A reject first creates its rejection record (which no restored checkpoint can undo), then checks
+    the ledger again: an approval that ran meanwhile (a lost lock) wins, since an executed action is
+    never cancelled. If this reject cannot be recorded (the ledger has the entry, or another process
+    wrote the checkpoint first), the record this call created is removed again, so a refused
+    command leaves nothing behind. Raises :class:`Stopped`.
+    """
+    created = False
+    try:
+        if rec.decision == "rejected":
+            created = rejections.record(store, cp.task_id, cp.content_sha256, rec)[1]
+            if Ledger(store.ledger_dir).get(cp.idempotency_key) is not None:
+                raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
+        return store.save_revision(
+            cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, rec],
+            event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
+    except Stopped:
+        if created:
+            rejections.remove(store, cp.task_id)
+        raise
+
+
+def cancel_unpaid(store: Store, cp: Checkpoint, budget: Budget, spend: Any) -> Checkpoint:
+    """End a rejected task as ``cancelled`` without calling the model again: a reject never needs
+    budget (the tool does not run; only the model's closing sentence is skipped, so
+    ``final_output`` stays null and the RunState is the one saved before)."""
+    return store.save_revision(
+        cp, failpoint="checkpoint:outcome", status="cancelled", pending=[], budget=budget,
+        spend=spend, event=("cancelled", {"ledger": None, "model_called": False}))
+
+
+def budget_stop(store: Store, cp: Checkpoint, budget: Budget, spend: Any, why: str) -> Checkpoint:
+    """Save ``budget_exceeded`` with the budget and spend (RunState unchanged, so nothing is lost
+    and nothing already done is redone); unchanged if it is already saved that way."""
+    if cp.status == "budget_exceeded" and cp.budget == budget and cp.spend == spend:
+        return cp
+    return store.save_revision(cp, failpoint="checkpoint:budget", status="budget_exceeded",
+                               budget=budget, spend=spend, event=("budget_exceeded", {"why": why}))
+
+
+def _find(exc: BaseException, types: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first exception of ``types`` in ``exc``'s chain (``__cause__``/``__context__``), or None."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, types):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
+    """The one-line :class:`Stopped` for a failed ``Runner.run``: ours, the budget, or the provider."""
+    stopped = _find(exc, (Stopped,))
+    if isinstance(stopped, Stopped):
+        return stopped
+    budget = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
+    if budget is not None:
+        return Stopped(f"task {task_id}: {budget}; {saved}")
+    cause = provider_error(exc, secret=(os.environ.get(API_KEY_ENV) or "").strip() or None)
+    if cause is None:
+        cause = f"the run failed ({type(exc).__name__}: {exc})"
+    return Stopped(f"task {task_id}: {cause}; {saved}")
+
+
+def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision: str, *,
+                     budget: Budget, spend: Any) -> Checkpoint:
+    """What a failed resumed run leaves: a budget that ran out saves ``budget_exceeded`` (the
+    RunState saved before the call stays) — or, for a reject, ends the task ``cancelled`` (a reject
+    never waits for budget); anything else raises :class:`Stopped` naming the cause (the decision
+    stays recorded: run resume again)."""
+    found = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
+    if found is not None and decision == "rejected":
+        return cancel_unpaid(store, cp, budget, spend)
+    if found is not None:
+        why = str(found) if isinstance(found, BudgetExceeded) else f"budget exceeded: {found}"
+        return budget_stop(store, cp, budget, spend, why)
+    raise run_failure(exc, cp.task_id, "the decision is recorded, run resume again")
+
+
+def outcome(store: Store, cp: Checkpoint, decision: str, final_output: Any) -> dict[str, Any]:
+    """The changes that end ``cp`` after its run finished: ``completed`` for an approval (the
+    ledger entry must exist), ``cancelled`` for a reject (it must not). Raises :class:`Stopped` if
+    the ledger disagrees (a human must check)."""
+    entry = Ledger(store.ledger_dir).get(cp.idempotency_key)
+    if decision == "approved" and entry is None:
+        raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
+    if decision == "rejected" and entry is not None:
+        raise Stopped(f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
+    status = "completed" if decision == "approved" else "cancelled"
+    final = final_output if isinstance(final_output, str) else json.dumps(final_output, default=str)
+    return {"status": status, "pending": [], "final_output": final,
+            "event": (status, {"ledger": entry.published_at if entry else None})}
+
+
+def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, Any]:
+    """The changes that leave ``cp`` waiting again at new ``interruptions``: the new pending calls,
+    no decision, a fresh deadline (``approval_ttl_s`` from now)."""
+    pending = pending_calls(interruptions)
+    expires_at = clock.iso(clock.plus(clock.now(), cp.approval_ttl_s))
+    return {"status": "waiting_for_approval", "decision": None, "pending": pending,
+            "expires_at": expires_at,
+            "event": ("interrupted", {"pending": [p["call_id"] for p in pending], "calls": pending,
+                                      "expires_at": expires_at})}
