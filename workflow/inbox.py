@@ -243,3 +243,19 @@ def _ask_action(ask: Ask, say: Say, *, overdue_now: bool) -> tuple[str, Optional
         if answer in ("q", "quit"):
             return "quit", None
         say("  please answer a, r, s or q")
+
+
+def pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
+    """``task_id`` if given, else the only task (``waiting_only``: the only one still waiting
+    for a decision); raises :class:`Stopped` naming the candidates when there is not exactly one."""
+    if task_id:
+        return task_id
+    candidates = [cp.task_id for cp in store.checkpoints()
+                  if not waiting_only or cp.status in ("waiting_for_approval", "budget_exceeded")]
+    if len(candidates) == 1:
+        return candidates[0]
+    what = "waiting tasks" if waiting_only else "tasks"
+    if not candidates:
+        raise Stopped(f"no {what} in {store.root}; give --task ID")
+    names = ", ".join(candidates[:20])
+    raise Stopped(f"{len(candidates)} {what} ({names}); give --task ID")

@@ -1,0 +1,130 @@
+"""The command line's argument types: each checks one value and gives argparse a one-line error.
+
+A bad argument is a usage error (exit 2) before any file is touched. The rules themselves live in
+``state/`` (keys, text, URLs, durations); this module only turns them into argparse types.
+Never imports the SDK.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+from state import clock
+from state.schema import (DEFAULT_MAX_COST_USD, DEFAULT_MAX_TOKENS, DEFAULT_MAX_TURNS,
+                          MAX_NAME_CHARS, MAX_TURNS_LIMIT, MIN_OUTPUT_TOKENS, check_base_url,
+                          check_text, key_problem)
+
+
+def key(value: str) -> str:
+    """``--key`` / ``--task``: an allowed key (``state.schema.key_problem``), else a usage error."""
+    problem = key_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{value[:120]!r} is not an allowed key/task ID: {problem}")
+    return value
+
+
+def state_dir(value: str) -> str:
+    """``--state-dir``: any non-blank path (checked later, before use)."""
+    if not value.strip():  # "" would silently fall back to $HITL_STATE_DIR or .cache
+        raise argparse.ArgumentTypeError("must not be empty (omit --state-dir for the default)")
+    return value
+
+
+def text(what: str, limit: int, single_line: bool) -> Callable[[str], str]:
+    """A type for free text named ``what``: at most ``limit`` characters, no control characters
+    (no newline either when ``single_line``), see ``state.schema.check_text``."""
+    def check(value: str) -> str:
+        try:
+            return check_text(value, what=what, limit=limit, single_line=single_line)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return check
+
+
+def nonempty(check: Callable[[str], str]) -> Callable[[str], str]:
+    """``check``, refusing a blank value first."""
+    def nonempty(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError("must not be empty")
+        return check(value)
+
+    return nonempty
+
+
+def number(kind: type, low: float, what: str, high: float | None = None) -> Callable[[str], Any]:
+    """A type for a finite ``kind`` (int or float) between ``low`` and ``high`` (inclusive)."""
+    def check(value: str) -> Any:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, not {value[:40]!r}") from None
+        if not number >= low or number != number or number in (float("inf"),):
+            raise argparse.ArgumentTypeError(f"{what} must be at least {low:g}" if low else
+                                             f"{what} must be greater than 0")
+        if high is not None and number > high:
+            raise argparse.ArgumentTypeError(f"{what} must be at most {high:g}")
+        return number
+
+    return check
+
+
+def prices(value: str) -> tuple[float, float]:
+    """``--price-per-mtok IN,OUT``: two finite USD prices >= 0 per million tokens."""
+    parts = value.split(",")
+    try:
+        pair = tuple(float(p) for p in parts)
+    except ValueError:
+        pair = ()
+    if len(pair) != 2 or not all(0 <= p < float("inf") for p in pair):
+        raise argparse.ArgumentTypeError("--price-per-mtok takes IN,OUT: two USD prices per million tokens")
+    return pair  # type: ignore[return-value]
+
+
+def url(value: str) -> str:
+    """``--base-url``: an http(s) URL without credentials, query or fragment."""
+    try:
+        return check_base_url(check_text(value, what="--base-url", limit=500, single_line=True))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def duration(value: str) -> int:
+    """``--expires-in``: ``90s``, ``30m``, ``24h``, ``7d`` → seconds."""
+    try:
+        return clock.parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def budget_flags(p: argparse.ArgumentParser) -> None:
+    """Add ``--max-turns``, ``--max-tokens``, ``--max-cost-usd``, ``--price-per-mtok`` to ``p``."""
+    p.add_argument("--max-turns", type=number(int, 1, "--max-turns", MAX_TURNS_LIMIT),
+                   help=f"model turns for the whole task (default {DEFAULT_MAX_TURNS})")
+    p.add_argument("--max-tokens", type=number(int, MIN_OUTPUT_TOKENS, "--max-tokens"),
+                   help=f"input+output tokens for the whole task (default {DEFAULT_MAX_TOKENS:,})")
+    p.add_argument("--max-cost-usd", type=number(float, 1e-9, "--max-cost-usd"),
+                   help=f"US dollars for the whole task, priced with genai-prices "
+                        f"(default {DEFAULT_MAX_COST_USD} for a model it can price)")
+    p.add_argument("--price-per-mtok", type=prices, metavar="IN,OUT",
+                   help="USD per million input,output tokens, for a model genai-prices cannot price")
+
+
+def budget_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The budget flags of ``args`` as :func:`agent.budget.make_budget` keywords (None: unchanged)."""
+    return {"max_turns": args.max_turns, "max_tokens": args.max_tokens,
+            "max_cost_usd": args.max_cost_usd, "price_per_mtok": args.price_per_mtok}
+
+
+def reviewer(name: str | None) -> str:
+    """``--by``, else the OS login name, else ``reviewer``."""
+    if name:
+        return name
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name (some containers, Windows services)
+        user = ""
+    return user if user and len(user) <= MAX_NAME_CHARS and user.isprintable() else "reviewer"

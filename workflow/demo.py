@@ -1,0 +1,69 @@
+"""``python run.py demo``: the whole story, narrated, with the offline model and real processes.
+
+Never imports the SDK itself: each step is a new ``python run.py`` process, so every resume provably
+comes from disk.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from state.errors import Stopped
+from state.storage import Store
+from workflow.views import ledger_view, task_view
+
+RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
+
+
+def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
+    """Tell the whole story with real subprocesses, so each resume provably comes from disk.
+
+    Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks.
+
+    With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
+    object, is ``{"tasks": [task, task], "ledger": ledger}`` for the two demo tasks.
+    """
+    import subprocess
+    import uuid
+
+    run_id = uuid.uuid4().hex[:6]
+    key_a, key_b = f"demo-{run_id}-approve", f"demo-{run_id}-reject"
+    # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 5 shows
+    # exactly one entry however often the demo runs).
+    store = Store(store.root / "demo" / run_id)
+    base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root)]
+    steps = [
+        ("1. Start a task. The agent asks to call publish_draft; the run pauses and is saved.",
+         ["start", "--key", key_a, "--title", "Release notes 1.2",
+          "--draft", "Version 1.2 fixes the login bug."]),
+        ("2. A new process: a human approves. The run resumes from disk and the tool publishes.",
+         ["resume", "--task", key_a, "--decision", "approve", "--by", "alice"]),
+        ("3. The same approval again: nothing runs twice, the ledger still has one entry.",
+         ["resume", "--task", key_a, "--decision", "approve", "--by", "alice"]),
+        ("4. A second task, rejected with a reason. The reason reaches the model verbatim.",
+         ["start", "--key", key_b, "--title", "Draft with a typo", "--draft", "Teh new plan."]),
+        ("", ["resume", "--task", key_b, "--decision", "reject", "--by", "bob",
+              "--reason", "Typo in the first word; fix it and start again."]),
+        ("5. The ledger: one entry for the approved task, none for the rejected one.", ["ledger"]),
+    ]
+    say = sys.stderr if as_json else sys.stdout
+    print(f"Demo (offline model, no API key, no network). State dir: {store.root}\n", file=say)
+    for narration, argv in steps:
+        if narration:
+            print(narration, file=say)
+        print("$ python run.py " + " ".join(_quote(a) for a in argv), file=say)
+        proc = subprocess.run(base + argv, capture_output=True, text=True, encoding="utf-8")
+        out = (proc.stdout + proc.stderr).rstrip()
+        print("\n".join("  " + line for line in out.splitlines()) + "\n", file=say)
+        if proc.returncode != 0:
+            raise Stopped(f"demo step failed with exit code {proc.returncode}")
+    if not as_json:
+        return None
+    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b)],
+            "ledger": ledger_view(store)}
+
+
+def _quote(arg: str) -> str:
+    return f'"{arg}"' if (" " in arg or not arg) else arg
