@@ -31,15 +31,15 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
-from . import effects, environment, failpoints, secrets, state_id
+from . import effects, failpoints, secrets, state_id
 from .clock import now_iso
 from .errors import Stopped
 from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, make_dirs, read_regular
 from .schema import SCHEMA_VERSION, Checkpoint, valid_key, validation_message
+from .settings import DEFAULT_LOCK_TIMEOUT_S, settings  # noqa: F401  (the default, for callers)
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
-DEFAULT_LOCK_TIMEOUT_S = 10.0
 MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
 
 
@@ -59,12 +59,10 @@ def file_name(key: str) -> str:
 def resolve_state_dir(raw: str | None) -> Path:
     """The state dir as an absolute, resolved path: ``raw``, else ``$HITL_STATE_DIR``, else ``.cache``.
 
-    Raises :class:`Stopped` if it is not a usable folder (see :func:`state.paths.check_state_dir`).
+    Raises :class:`Stopped` if it is not a usable folder (see :func:`state.paths.check_state_dir`),
+    or if ``HITL_STATE_DIR`` (or another variable) is refused by :mod:`state.settings`.
     """
-    env = os.environ.get(STATE_DIR_ENV)
-    if raw is None and env is not None and not env.strip():
-        raise Stopped(f"{STATE_DIR_ENV} is set but blank; unset it for the default (.cache)")
-    chosen = raw or env or ".cache"
+    chosen = raw or settings().state_dir or ".cache"  # a blank HITL_STATE_DIR is refused there
     try:
         return check_state_dir(Path(chosen).expanduser().resolve())
     except OSError as exc:  # e.g. a path too long for the file system
@@ -187,7 +185,7 @@ class Store:
         waiting is bounded by ``$HITL_LOCK_TIMEOUT`` seconds (default 10). Raises :class:`Stopped`
         on timeout.
         """
-        timeout = environment.lock_timeout(DEFAULT_LOCK_TIMEOUT_S)
+        timeout = settings().lock_timeout
         with self.owner_lock(file_name(task_id), timeout=timeout, what=f"task {task_id}"):
             yield
 

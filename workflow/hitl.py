@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 from importlib import metadata
 from typing import Any, Literal
 
@@ -50,7 +49,7 @@ from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 
 from agent.budget import (BudgetExceeded, BudgetGuard, BudgetedModel, Pricing, apply_max_turns,
                           blocked, make_budget, spend_from_run_state)
-from agent.models import API_KEY_ENV, build_model, build_offline_model, provider_error
+from agent.models import build_model, build_offline_model, provider_error
 from agent.publisher import build_agent, check_agent, describe, drift, user_message
 from state import clock
 from state import rejections, secrets
@@ -66,6 +65,7 @@ from state.schema import (
     content_sha256,
 )
 from state.clock import now_iso
+from state.settings import settings
 from state.storage import Store, parse_json_object
 from tools.ledger import Ledger
 from workflow import tracing
@@ -498,7 +498,7 @@ def _run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
     budget = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if budget is not None:
         return Stopped(f"task {task_id}: {budget}; {saved}")
-    cause = provider_error(exc, secret=(os.environ.get(API_KEY_ENV) or "").strip() or None)
+    cause = provider_error(exc, secret=settings().api_key)
     if cause is None:
         cause = f"the run failed ({type(exc).__name__}: {exc})"
     return Stopped(f"task {task_id}: {cause}; {saved}")
