@@ -49,7 +49,7 @@ from state.schema import (
     key_problem,
 )
 from state.storage import Store, resolve_state_dir
-from workflow.budget_view import budget_lines
+from agent.budget_view import budget_lines
 from workflow import inbox
 from workflow.views import ledger_view, task_text, task_view
 

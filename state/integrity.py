@@ -35,7 +35,9 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from .durable import create_exclusive
 from .errors import Stopped
+from .files import owner_lock
 from .paths import check_key_file, read_regular
 from .schema import canonical_json
 from .settings import MIN_KEY_BYTES, check_key_bytes, settings  # noqa: F401  (the one key rule)
@@ -122,10 +124,7 @@ def _create_key_file(path: Path) -> None:
     use). Runs under ``locks/signing.key.lock`` so ``doctor --repair`` can prove a temp is left over.
     Failpoints ``signing_key:before`` / ``signing_key:after``.
     """
-    from .storage import Store, create_exclusive  # storage imports this module
-
-    store = Store(path.parent)
-    with store.owner_lock(KEY_FILE, timeout=DEFAULT_KEY_LOCK_TIMEOUT_S, what="the signing key"):
+    with owner_lock(path.parent, KEY_FILE, timeout=DEFAULT_KEY_LOCK_TIMEOUT_S, what="the signing key"):
         if os.path.lexists(path):
             return  # another process created it first; use theirs
         check_key_creatable(path.parent)

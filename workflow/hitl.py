@@ -66,7 +66,8 @@ from state.schema import (
 )
 from state.clock import now_iso
 from state.settings import settings
-from state.storage import Store, parse_json_object
+from state.files import parse_json_object
+from state.storage import Store
 from tools.ledger import Ledger
 from workflow import tracing
 from workflow import reconcile
