@@ -13,18 +13,17 @@ traceback, nothing changed on disk, or a line saying what was already done); 2 u
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from state import clock, effects
-from state.environment import check_environment
+from state.settings import check_environment, settings
 from state.errors import Stopped
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
 from state.storage import Store, resolve_state_dir
+from agent.budget_view import budget_lines
 from workflow import arguments as A
 from workflow import inbox, output
-from workflow.budget_view import budget_lines
 from workflow.views import ledger_view, task_view
 
 DEFAULT_TITLE = "Untitled draft"
@@ -187,14 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
         raise
     except OSError as exc:  # the disk is full, a file vanished, permissions …: no half-guess
-        if os.environ.get("HITL_DEBUG"):
+        if settings().debug:
             raise
         what = exc.strerror or type(exc).__name__
         return _stopped(f"a file operation failed ({what}); every write is atomic, so no file is "
                         "half-written: fix the cause, run python run.py doctor, then the same "
                         "command again")
     except Exception as exc:  # no traceback ever reaches a user; HITL_DEBUG=1 shows it
-        if os.environ.get("HITL_DEBUG"):
+        if settings().debug:
             raise
         return _stopped(f"unexpected error ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})")
     if result is not None:

@@ -48,7 +48,7 @@ from state.schema import (
     ModelSpec,
     Spend,
 )
-from workflow.budget_view import spent_line
+from agent.budget_view import spent_line
 
 
 class BudgetExceeded(Exception):

@@ -19,7 +19,6 @@ exactly like a resume in the same process.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Callable
 
 from agents.models.interface import Model
@@ -29,6 +28,7 @@ from pydantic import ValidationError
 
 from state.errors import Stopped
 from state import secrets
+from state.settings import settings
 from state.schema import ModelSpec, content_sha256, validation_message
 
 #: Enough scripted steps for the longest run one process makes (start or one resume).
@@ -107,7 +107,7 @@ def build_model(spec: ModelSpec, http_client: Any | None = None) -> Model:
     """
     if spec.api == "offline":
         return build_offline_model()
-    key = os.environ.get(API_KEY_ENV, "").strip()
+    key = settings().api_key
     if not key:
         raise Stopped(
             f"{API_KEY_ENV} is not set; the real model {spec.name!r} needs it "

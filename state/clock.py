@@ -5,15 +5,17 @@ Time is injectable so tests never sleep: env ``HITL_NOW`` (an ISO-8601 UTC times
 
 A test seam may only make checks stricter: ``HITL_NOW`` can move the clock *forward* (a deadline
 passes sooner), never back. A value earlier than the wall clock is refused up front by
-``state.environment.check_environment``, and :func:`now` never returns a time before the wall clock
+``state.settings.check_environment``, and :func:`now` never returns a time before the wall clock
 whatever the variable says, so nobody can approve an expired request by setting it.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import datetime, timedelta, timezone
+
+from .settings import settings
+from .timestamps import parse_iso  # noqa: F401  (clock.parse_iso: one timestamp format everywhere)
 
 NOW_ENV = "HITL_NOW"
 
@@ -25,34 +27,21 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_S = 366 * 86400
 
 
-def parse_iso(text: str) -> datetime:
-    """Parse an ISO-8601 timestamp (``Z`` or an offset; naive means UTC) into an aware datetime.
-
-    Raises ``ValueError`` if it is not one.
-    """
-    dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
-
-
 def wall() -> datetime:
     """The wall clock: current UTC time as an aware datetime (never the seam)."""
     return datetime.now(timezone.utc)
 
 
 def seam() -> datetime | None:
-    """``$HITL_NOW`` parsed, or None if unset or empty. Raises ``ValueError`` if it is malformed."""
-    fixed = os.environ.get(NOW_ENV)
-    if not fixed:
-        return None
-    try:
-        return parse_iso(fixed)
-    except ValueError:
-        raise ValueError(f"{NOW_ENV}={fixed[:40]!r} is not an ISO-8601 timestamp") from None
+    """``$HITL_NOW`` parsed (:attr:`state.settings.Settings.now`), or None if unset or empty.
+    Raises :class:`~state.errors.Stopped` if it (or another variable) is malformed."""
+    return settings().now
 
 
 def now() -> datetime:
     """The one clock of this program: current UTC time, moved forward to ``$HITL_NOW`` if that is
-    later; never earlier than the wall clock. Raises ``ValueError`` if ``HITL_NOW`` is malformed."""
+    later; never earlier than the wall clock. Raises :class:`~state.errors.Stopped` if
+    ``HITL_NOW`` is malformed (see :mod:`state.settings`)."""
     real, fixed = wall(), seam()
     return fixed if fixed is not None and fixed > real else real
 

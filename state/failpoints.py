@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import time
 
+from .settings import settings
+
 FAILPOINT_ENV = "HITL_FAILPOINT"
 FAILPOINT_LOG_ENV = "HITL_FAILPOINT_LOG"
 FAILPOINT_ACTION_ENV = "HITL_FAILPOINT_ACTION"
@@ -26,12 +28,12 @@ CRASH_EXIT_CODE = 86
 
 def hit(name: str) -> None:
     """Record ``name`` if logging is on; end the process if ``name`` is the armed failpoint."""
-    log = os.environ.get(FAILPOINT_LOG_ENV)
-    if log:
-        with open(log, "a", encoding="utf-8") as fh:
+    found = settings()
+    if found.failpoint_log:
+        with open(found.failpoint_log, "a", encoding="utf-8") as fh:
             fh.write(name + "\n")
-    if os.environ.get(FAILPOINT_ENV) == name:
-        if os.environ.get(FAILPOINT_ACTION_ENV) == "hang":
+    if found.failpoint == name:
+        if found.failpoint_action == "hang":
             while True:  # until killed
                 time.sleep(3600)
         os._exit(CRASH_EXIT_CODE)

@@ -35,49 +35,24 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from .durable import create_exclusive
 from .errors import Stopped
+from .files import owner_lock
 from .paths import check_key_file, read_regular
 from .schema import canonical_json
+from .settings import MIN_KEY_BYTES, check_key_bytes, settings  # noqa: F401  (the one key rule)
 
 KEY_ENV = "HITL_SIGNING_KEY"
 KEY_FILE = "signing.key"
 DEFAULT_KEY_LOCK_TIMEOUT_S = 10.0
-#: The shortest signing key accepted, in bytes, from either source (see :func:`check_key_bytes`).
-MIN_KEY_BYTES = 16
-#: How to make a good key, for the refusal messages.
-_KEY_HINT = "e.g. 64 hex characters from python -c \"import secrets; print(secrets.token_hex(32))\""
-
-
-def check_key_bytes(key: bytes, what: str) -> bytes:
-    """Return ``key`` (the MAC key bytes) if it is strong enough to sign with; else raise
-    :class:`Stopped` naming ``what`` (``HITL_SIGNING_KEY`` or ``signing key signing.key``), never
-    showing the key. The one rule for both sources: at least :data:`MIN_KEY_BYTES` bytes, and not
-    empty or only whitespace (ASCII whitespace: space, tab, CR, LF, VT, FF)."""
-    if not key.strip():
-        raise Stopped(f"{what} is empty or only whitespace; a signing key needs at least "
-                      f"{MIN_KEY_BYTES} bytes ({_KEY_HINT})")
-    if len(key) < MIN_KEY_BYTES:
-        raise Stopped(f"{what} is too short: a signing key needs at least {MIN_KEY_BYTES} bytes "
-                      f"({_KEY_HINT})")
-    return key
 
 
 def env_key() -> bytes | None:
     """The key given in ``HITL_SIGNING_KEY`` as bytes (UTF-8 of the value as given), or None if the
     variable is unset. Raises :class:`Stopped` naming the variable (never its value) if it is not
     valid UTF-8 text or fails :func:`check_key_bytes` (an empty value included: unset it to use
-    ``signing.key``). Touches no file."""
-    value = os.environ.get(KEY_ENV)
-    if value is None:
-        return None
-    try:
-        raw = value.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 (POSIX surrogateescape)
-        raise Stopped(f"{KEY_ENV} is not valid UTF-8 text") from None
-    if not raw:
-        raise Stopped(f"{KEY_ENV} is set but empty; unset it to use {KEY_FILE} in the state dir, "
-                      f"or give a key of at least {MIN_KEY_BYTES} bytes")
-    return check_key_bytes(raw, KEY_ENV)
+    ``signing.key``). Touches no file. The rules live in :mod:`state.settings`."""
+    return settings().signing_key_bytes
 
 
 def compute_mac(body: dict[str, Any], key: bytes) -> str:
@@ -128,7 +103,7 @@ def check_key_creatable(state_dir: Path) -> None:
     """Raise :class:`Stopped` if a new ``signing.key`` would have to be created (``HITL_SIGNING_KEY``
     unset, no key file) although ``<state_dir>/tasks`` holds checkpoints: each was signed with the
     lost key, and a new one would make all of them unreadable. Touches nothing on disk."""
-    if os.environ.get(KEY_ENV) is not None or os.path.lexists(state_dir / KEY_FILE):
+    if settings().signing_key is not None or os.path.lexists(state_dir / KEY_FILE):
         return
     tasks = state_dir / "tasks"
     n = sum(1 for _ in tasks.glob("*.json")) if tasks.is_dir() else 0
@@ -149,10 +124,7 @@ def _create_key_file(path: Path) -> None:
     use). Runs under ``locks/signing.key.lock`` so ``doctor --repair`` can prove a temp is left over.
     Failpoints ``signing_key:before`` / ``signing_key:after``.
     """
-    from .storage import Store, create_exclusive  # storage imports this module
-
-    store = Store(path.parent)
-    with store.owner_lock(KEY_FILE, timeout=DEFAULT_KEY_LOCK_TIMEOUT_S, what="the signing key"):
+    with owner_lock(path.parent, KEY_FILE, timeout=DEFAULT_KEY_LOCK_TIMEOUT_S, what="the signing key"):
         if os.path.lexists(path):
             return  # another process created it first; use theirs
         check_key_creatable(path.parent)

@@ -35,6 +35,7 @@ import stat
 from pathlib import Path
 
 from .errors import Stopped
+from .files import make_dirs  # noqa: F401  (paths.make_dirs: owner-only folders, state.files)
 
 #: The folders a state dir may hold (see ``state.storage``); each must be a plain folder inside it.
 SUBDIRS = ("tasks", "ledger", "locks", "traces", "rejections")
@@ -163,19 +164,6 @@ def check_key_file(path: Path, what: str) -> None:
     uid = _owner_uid()
     if uid is not None:
         _check_entry(path, what, uid, secret=True, follow=False)
-
-
-def make_dirs(folder: Path) -> None:
-    """Create ``folder`` and any missing parents with mode ``0o700`` (owner only; the umask can only
-    remove bits from it), so no folder this program creates is writable, or listable, by another
-    user. Existing folders are left as they are. Raises ``OSError`` as ``Path.mkdir`` does."""
-    missing = []
-    probe = folder
-    while not probe.is_dir() and probe.parent != probe:
-        missing.append(probe)
-        probe = probe.parent
-    for path in reversed(missing):
-        path.mkdir(mode=0o700, exist_ok=True)
 
 
 def inside(root: Path, path: Path, what: str) -> Path:

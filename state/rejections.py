@@ -23,8 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from . import effects, secrets
 from .errors import Stopped
 from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key, validation_message
+from .durable import create_exclusive
+from .files import fsync_dir, parse_json_object
 from .paths import read_regular
-from .storage import Store, create_exclusive, file_name, fsync_dir, parse_json_object
+from .storage import Store, file_name
 
 MAX_RECORD_BYTES = 64 * 1024
 #: How :mod:`state.effects` names the creation of a record.

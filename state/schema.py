@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 #: Our envelope's schema version. Bump it whenever a field changes meaning or is added/removed, and
 #: either migrate older files explicitly or refuse them by name (see ``state.storage``).
 SCHEMA_VERSION = 1
+#: The largest checkpoint file read, in bytes (a bigger one is refused, never parsed).
+MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
 
 #: The one action this project can perform (the tool's name). Stored so a checkpoint whose action is
 #: not ours is refused rather than resumed ("key/action mismatch → stop").

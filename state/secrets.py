@@ -33,11 +33,10 @@ Short secrets: in checkpoints, ledger entries, rejection records and user input 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Callable, Iterable, Literal
 
-from .environment import SECRET_ENVS
 from .errors import Stopped
+from .settings import SECRET_ENVS, settings  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
 
 REDACTED = "[redacted]"
 #: Secrets shorter than this are not searched for in stored records and input (see module doc).
@@ -52,8 +51,7 @@ def named(min_chars: int = 1) -> list[tuple[str, str]]:
     stripped, as ``agent.models`` sends the API key) of at least ``min_chars`` characters, longest
     first."""
     found: dict[str, str] = {}
-    for name in SECRET_ENVS:
-        value = os.environ.get(name) or ""
+    for name, value in settings().secrets:
         for v in (value, value.strip()):
             if len(v) >= max(min_chars, 1):
                 found.setdefault(v, name)

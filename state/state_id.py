@@ -27,14 +27,19 @@ Never imports the SDK.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .clock import now_iso
+from .durable import create_exclusive
 from .errors import Stopped
+from .files import owner_lock, parse_json_object
 from .paths import read_regular
+from .schema import MAX_CHECKPOINT_BYTES
 
 STATE_ID_FILE = "state.id"
 STATE_ID_PATTERN = re.compile(r"^[0-9a-f]{32}\Z")
@@ -56,8 +61,6 @@ def read(root: Path) -> StateIdentity | None:
 
     Raises :class:`Stopped` if it is not a regular file or not of the shape above.
     """
-    from .storage import parse_json_object  # storage imports this module
-
     raw = read_regular(root / STATE_ID_FILE, STATE_ID_FILE, limit=_MAX_BYTES)
     if raw is None:
         return None
@@ -95,8 +98,6 @@ def check_bound(ident: StateIdentity | None, file: str, state_id: str | None, ma
 def _scan(tasks_dir: Path) -> tuple[dict[str, str], int]:
     """``({file name: mac} of legacy checkpoints, number of checkpoints carrying a state ID)``.
     Files that cannot be read or parsed are skipped (every load refuses them anyway)."""
-    from .storage import MAX_CHECKPOINT_BYTES, parse_json_object
-
     legacy: dict[str, str] = {}
     bound = 0
     if not tasks_dir.is_dir():
@@ -135,14 +136,10 @@ def ensure(root: Path) -> StateIdentity:
     ident = read(root)
     if ident is not None:
         return ident
-    from .clock import now_iso
-    from .storage import Store, create_exclusive  # storage imports this module
-    import json
-
     check_creatable(root)
     path = root / STATE_ID_FILE
-    with Store(root).owner_lock(STATE_ID_FILE, timeout=DEFAULT_LOCK_TIMEOUT_S,
-                                what=f"the state dir's {STATE_ID_FILE}"):
+    with owner_lock(root, STATE_ID_FILE, timeout=DEFAULT_LOCK_TIMEOUT_S,
+                    what=f"the state dir's {STATE_ID_FILE}"):
         ident = read(root)
         if ident is not None:
             return ident  # another process created it first; use theirs

@@ -24,23 +24,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from . import effects, environment, failpoints, secrets, state_id
+from . import effects, files, secrets, state_id
 from .clock import now_iso
 from .errors import Stopped
 from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
-from .paths import check_regular, check_state_dir, inside, make_dirs, read_regular
-from .schema import SCHEMA_VERSION, Checkpoint, valid_key, validation_message
+from .paths import check_regular, check_state_dir, inside, read_regular
+from .schema import MAX_CHECKPOINT_BYTES, SCHEMA_VERSION, Checkpoint, valid_key, validation_message
+# The file helpers live in leaf modules (no import cycle); their names stay importable from here.
+from .durable import atomic_write, create_exclusive  # noqa: F401
+from .files import TEMP_NAME, fsync_dir, parse_json_object, write_temp  # noqa: F401
+from .settings import DEFAULT_LOCK_TIMEOUT_S, settings  # noqa: F401  (the default, for callers)
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
-DEFAULT_LOCK_TIMEOUT_S = 10.0
-MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
 
 
 def file_name(key: str) -> str:
@@ -59,103 +60,14 @@ def file_name(key: str) -> str:
 def resolve_state_dir(raw: str | None) -> Path:
     """The state dir as an absolute, resolved path: ``raw``, else ``$HITL_STATE_DIR``, else ``.cache``.
 
-    Raises :class:`Stopped` if it is not a usable folder (see :func:`state.paths.check_state_dir`).
+    Raises :class:`Stopped` if it is not a usable folder (see :func:`state.paths.check_state_dir`),
+    or if ``HITL_STATE_DIR`` (or another variable) is refused by :mod:`state.settings`.
     """
-    env = os.environ.get(STATE_DIR_ENV)
-    if raw is None and env is not None and not env.strip():
-        raise Stopped(f"{STATE_DIR_ENV} is set but blank; unset it for the default (.cache)")
-    chosen = raw or env or ".cache"
+    chosen = raw or settings().state_dir or ".cache"  # a blank HITL_STATE_DIR is refused there
     try:
         return check_state_dir(Path(chosen).expanduser().resolve())
     except OSError as exc:  # e.g. a path too long for the file system
         raise Stopped(f"state dir {chosen[:80]!r} cannot be used ({exc.strerror or type(exc).__name__})") from None
-
-
-def fsync_dir(folder: Path) -> None:
-    """fsync a directory so a rename in it is durable; a no-op where the OS does not allow it."""
-    if os.name == "nt":
-        return
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-#: Temp files are ``.tmp-<owner>.<8 random chars>.part``; ``<owner>`` is the file stem they will
-#: become (a task's :func:`file_name`, or ``signing.key``). ``doctor`` reads the owner back to know
-#: which lock proves that no live process is still writing the file.
-TEMP_NAME = re.compile(r"^\.tmp-(?P<owner>.+)\.[a-z0-9_]{8}\.part\Z")
-
-
-def write_temp(folder: Path, data: bytes, *, owner: str) -> Path:
-    """Write ``data`` to a new temp file in ``folder``, flushed and fsynced; return its path.
-
-    The name is ``.tmp-<owner>.XXXXXXXX.part`` (see :data:`TEMP_NAME`).
-    """
-    import tempfile  # here, not at the top: read-only commands never write (startup time)
-
-    make_dirs(folder)  # owner-only folders (0o700); mkstemp creates the file 0o600
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{owner}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
-
-
-def atomic_write(path: Path, data: bytes, *, failpoint: str,
-                 precondition: Callable[[], None] | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file, fsync, ``os.replace``, fsync folder).
-
-    ``precondition`` (if given) runs after the temp file is written and immediately before
-    ``os.replace``, so a compare-and-swap check sits as close to the swap as the file system allows;
-    if it raises, the temp file is removed and nothing is replaced. ``failpoint`` names this durable
-    write for crash-injection tests (see :mod:`state.failpoints`).
-    """
-    failpoints.hit(failpoint + ":before")
-    tmp = write_temp(path.parent, data, owner=path.stem)
-    try:
-        if precondition is not None:
-            precondition()
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-    failpoints.hit(failpoint + ":after")
-
-
-def create_exclusive(path: Path, data: bytes, *, owner: str, failpoint: str) -> bool:
-    """Create ``path`` with ``data`` unless it exists; True if this call created it.
-
-    Temp file in the same folder (fsynced; named for ``owner``, see :data:`TEMP_NAME`) →
-    ``os.link`` to ``path``, which fails if the name exists (another process won: keep theirs) →
-    unlink the temp → fsync the folder. A reader sees no file or the whole file, never half, and
-    two processes can never both create it. ``failpoint`` names this durable write for crash tests
-    (``:after`` is reached only when the file was created). Used for ledger entries, rejection
-    records, ``signing.key`` and ``state.id``.
-    """
-    failpoints.hit(failpoint + ":before")
-    tmp = write_temp(path.parent, data, owner=owner)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-    failpoints.hit(failpoint + ":after")
-    return True
 
 
 class Store:
@@ -167,7 +79,7 @@ class Store:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.tasks_dir = root / "tasks"
-        self.locks_dir = root / "locks"
+        self.locks_dir = root / files.LOCKS_DIR
         self.ledger_dir = root / "ledger"
         self.traces_dir = root / "traces"
         self._ident: state_id.StateIdentity | None = None  # state.id, once read
@@ -187,36 +99,20 @@ class Store:
         waiting is bounded by ``$HITL_LOCK_TIMEOUT`` seconds (default 10). Raises :class:`Stopped`
         on timeout.
         """
-        timeout = environment.lock_timeout(DEFAULT_LOCK_TIMEOUT_S)
+        timeout = settings().lock_timeout
         with self.owner_lock(file_name(task_id), timeout=timeout, what=f"task {task_id}"):
             yield
 
     def lock_path(self, owner: str) -> Path:
         """``locks/<owner>.lock``: the lock guarding every file whose stem is ``owner``."""
-        return self.locks_dir / (owner + ".lock")
+        return files.lock_path(self.root, owner)
 
     @contextmanager
     def owner_lock(self, owner: str, *, timeout: float, what: str) -> Iterator[None]:
         """Hold ``locks/<owner>.lock`` (``owner`` a file stem); raise :class:`Stopped` after
         ``timeout`` seconds naming ``what``. Used by :meth:`task_lock` and by ``doctor``."""
-        from filelock import FileLock, Timeout  # ~10 ms: only commands that lock pay it
-
-        make_dirs(self.locks_dir)
-        lock = FileLock(str(self.lock_path(owner)), timeout=timeout, mode=0o600)
-        try:
-            lock.acquire()
-        except Timeout:  # (a TimeoutError, so an OSError: caught first)
-            raise Stopped(
-                f"{what} is being worked on by another process (waited {timeout:g} s); "
-                "try again when it finishes"
-            ) from None
-        except OSError as exc:  # a lock file that is a symlink (not followed), a folder, unreadable …
-            raise Stopped(f"lock file locks/{owner}.lock cannot be used "
-                          f"({exc.strerror or type(exc).__name__}); a human must check it") from None
-        try:
+        with files.owner_lock(self.root, owner, timeout=timeout, what=what):
             yield
-        finally:
-            lock.release()
 
     # -- checkpoints -------------------------------------------------------------------------
     def exists(self, task_id: str) -> bool:
@@ -425,36 +321,3 @@ def _dump(value: Any) -> Any:
     if isinstance(value, list):
         return [_dump(v) for v in value]
     return value
-
-
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    if len(keys) != len(set(keys)):
-        dup = next(k for k in keys if keys.count(k) > 1)
-        raise ValueError(f"duplicate key {dup!r}")
-    return dict(pairs)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
-def parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
-    """Parse ``raw`` as strict UTF-8 JSON whose top level is an object.
-
-    Duplicate keys, ``NaN``/``Infinity``, bad UTF-8 and non-objects are refused with
-    :class:`Stopped` naming ``where`` (corrupted JSON → stop, never guess).
-    """
-    try:
-        text = raw.decode("utf-8")
-        data = json.loads(
-            text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant
-        )
-    except UnicodeDecodeError:
-        raise Stopped(f"{where} is not valid UTF-8 (corrupted)") from None
-    except (ValueError, RecursionError) as exc:
-        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise Stopped(f"{where} is not valid JSON (corrupted): {msg}") from None
-    if not isinstance(data, dict):
-        raise Stopped(f"{where} is not a JSON object (corrupted)")
-    return data

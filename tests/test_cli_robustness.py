@@ -397,10 +397,10 @@ def test_model_output_and_reasons_cannot_forge_terminal_lines(cli, state_dir):
 def test_disk_full_during_resume_is_one_clear_line_and_the_next_resume_finishes(cli, state_dir, monkeypatch):
     import errno
 
-    from state import storage
+    from state import files
 
     _start(cli, "df-1")
-    real = storage.write_temp
+    real = files.write_temp
     calls = {"n": 0}
 
     def full_after_first(folder, data, *, owner):
@@ -409,7 +409,7 @@ def test_disk_full_during_resume_is_one_clear_line_and_the_next_resume_finishes(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(folder, data, owner=owner)
 
-    monkeypatch.setattr(storage, "write_temp", full_after_first)  # every durable write uses it
+    monkeypatch.setattr(files, "write_temp", full_after_first)  # every durable write uses it
     r = cli("resume", "--task", "df-1", "--decision", "approve")
     r.assert_stopped()
     assert "a file operation failed (No space left on device)" in r.err and "doctor" in r.err

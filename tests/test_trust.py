@@ -117,7 +117,7 @@ def test_weak_signing_key_in_env_is_refused_up_front(cli, state_dir, monkeypatch
 @pytest.mark.parametrize("value", ["x" * 16, "é" * 8, "k" * 15 + "é", " padded key 16b "])
 def test_signing_key_of_16_bytes_is_accepted(monkeypatch, tmp_path, value):
     """16 UTF-8 bytes pass; non-ASCII characters count by their bytes; nothing is stripped."""
-    from state.environment import check_environment
+    from state.settings import check_environment
     from state.integrity import load_key
 
     monkeypatch.setenv("HITL_SIGNING_KEY", value)

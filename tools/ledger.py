@@ -27,7 +27,9 @@ from state.errors import Stopped
 from state.schema import valid_key, validation_message
 from state.paths import inside, read_regular
 from state.clock import now_iso
-from state.storage import create_exclusive, file_name, parse_json_object
+from state.durable import create_exclusive
+from state.files import parse_json_object
+from state.storage import file_name
 
 
 #: A ledger entry is a few hundred bytes; anything far larger is not one of ours.

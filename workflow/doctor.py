@@ -67,11 +67,11 @@ from filelock import FileLock, Timeout
 from state import rejections
 from state.errors import Stopped
 from state.integrity import KEY_FILE
-from state.paths import make_dirs
+from state.files import TEMP_NAME, make_dirs
 from state.rejections import RejectionRecord
 from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
-from state.storage import TEMP_NAME, Store, file_name
+from state.storage import Store, file_name
 from tools.ledger import Ledger, LedgerEntry
 from workflow.reconcile import Evidence, reconcile
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from importlib import metadata
 from typing import Any
 
@@ -17,14 +16,16 @@ from agents import MaxTurnsExceeded, ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 
 from agent.budget import BudgetExceeded
-from agent.models import API_KEY_ENV, provider_error
+from agent.models import provider_error
 from agent.publisher import describe, drift
 from state import clock, rejections
 from state.clock import now_iso
 from state.errors import Stopped
 from state.schema import (ACTION, SCHEMA_VERSION, Budget, Checkpoint, Decision, ModelSpec,
                           arguments_sha256)
-from state.storage import Store, parse_json_object
+from state.files import parse_json_object
+from state.settings import settings
+from state.storage import Store
 from tools.ledger import Ledger
 from workflow.reconcile import refusal
 from workflow.trust import carries_the_draft, check_approvals
@@ -279,7 +280,7 @@ def run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
     budget = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if budget is not None:
         return Stopped(f"task {task_id}: {budget}; {saved}")
-    cause = provider_error(exc, secret=(os.environ.get(API_KEY_ENV) or "").strip() or None)
+    cause = provider_error(exc, secret=settings().api_key)
     if cause is None:
         cause = f"the run failed ({type(exc).__name__}: {exc})"
     return Stopped(f"task {task_id}: {cause}; {saved}")

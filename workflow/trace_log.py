@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from state import failpoints, secrets
-from state.environment import SECRET_ENVS  # noqa: F401  (the variables whose values are scrubbed)
+from state.settings import SECRET_ENVS  # noqa: F401  (the variables whose values are scrubbed)
 from state.paths import inside, make_dirs, open_regular, read_regular
 from state.storage import Store, file_name
 

@@ -32,6 +32,7 @@ from agents import RunConfig
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 
 from state.clock import now_iso
+from state.settings import settings
 from state.storage import Store
 from workflow import trace_log
 
@@ -160,7 +161,7 @@ def run_config(task_id: str, phase: Phase) -> RunConfig:
 
 def content_wanted(flag: bool | None) -> bool:
     """``--trace-content`` given, or env ``HITL_TRACE_CONTENT=1``."""
-    return bool(flag) or os.environ.get(TRACE_CONTENT_ENV, "") in ("1", "true", "yes")
+    return bool(flag) or settings().trace_content
 
 
 #: The SDK's logger. Its warnings (e.g. "Tool name collision detected") go to the task's trace

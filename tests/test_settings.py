@@ -1,0 +1,125 @@
+"""The one settings object (``state/settings.py``): the only reader of the environment, documented
+field by field, with ``docs/settings.md`` generated from it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from state import settings as settings_mod
+from state.errors import Stopped
+from state.settings import Settings, check_environment, markdown_table, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT = [ROOT / "run.py", *sorted(p for d in ("agent", "tools", "state", "workflow")
+                                    for p in (ROOT / d).rglob("*.py"))]
+
+
+def _environment_reads(path: Path) -> list[str]:
+    """``file:line`` of every ``os.environ``/``os.getenv``/``environ``/``getenv`` use in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        name = None
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "environb", "getenv", "getenvb",
+                                                             "putenv", "unsetenv"):
+            name = node.attr
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            if any(a.name in ("environ", "environb", "getenv", "getenvb") for a in node.names):
+                name = "from os import"
+        if name:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} ({name})")
+    return found
+
+
+def test_only_state_settings_reads_the_environment():
+    reads = [hit for path in PRODUCT if path.name != "settings.py" or path.parent.name != "state"
+             for hit in _environment_reads(path)]
+    assert reads == [], "read the environment through state.settings.settings() instead: " + ", ".join(reads)
+    assert _environment_reads(ROOT / "state" / "settings.py"), "the grep above would find nothing"
+
+
+def test_the_docs_table_is_the_settings_model():
+    doc = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    assert markdown_table() in doc, "regenerate: python -c \"from state.settings import markdown_table; " \
+                                    "print(markdown_table())\""
+    linked = [p for p in (ROOT / "docs").glob("*.md") if "settings.md" in p.read_text(encoding="utf-8")]
+    assert linked, "docs/settings.md is linked from no other docs page"
+
+
+def test_every_field_is_documented_with_type_unit_default_and_refusals():
+    for name, field in Settings.model_fields.items():
+        extra = field.json_schema_extra
+        assert field.alias and field.description, name
+        assert isinstance(extra, dict) and all(extra.get(k) for k in ("type", "unit", "default", "refused")), name
+
+
+def test_every_variable_the_product_names_is_a_settings_field():
+    """A ``HITL_*`` name anywhere in the product code is a field of :class:`Settings` (no variable
+    read on the side, none left undocumented)."""
+    import re
+
+    named = {m for path in PRODUCT for m in re.findall(r"\bHITL_[A-Z_]+\b", path.read_text(encoding="utf-8"))}
+    assert named - set(settings_mod.VARIABLES) == set()
+
+
+def test_settings_follow_the_environment_between_calls(monkeypatch):
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "3")
+    assert settings().lock_timeout == 3.0
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "4.5")
+    assert settings().lock_timeout == 4.5
+    monkeypatch.delenv("HITL_LOCK_TIMEOUT")
+    assert settings().lock_timeout == 10.0
+
+
+def test_a_bad_value_is_refused_on_every_call_not_cached(monkeypatch):
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "abc")
+    for _ in range(2):
+        with pytest.raises(Stopped, match="HITL_LOCK_TIMEOUT='abc' is not a number"):
+            settings()
+
+
+def test_the_first_bad_variable_is_the_one_named(monkeypatch):
+    monkeypatch.setenv("HITL_NOW", "garbage")
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "-1")
+    with pytest.raises(Stopped, match="^HITL_LOCK_TIMEOUT="):
+        settings()
+
+
+def test_secrets_are_never_shown(monkeypatch):
+    monkeypatch.setenv("HITL_SIGNING_KEY", "sig-" + "s" * 20)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-" + "a" * 20)
+    shown = repr(settings()) + str(settings())
+    assert "s" * 20 not in shown and "a" * 20 not in shown
+    monkeypatch.setenv("HITL_SIGNING_KEY", "weak-key")
+    with pytest.raises(Stopped) as exc:
+        check_environment()
+    assert "weak-key" not in str(exc.value) and "HITL_SIGNING_KEY is too short" in str(exc.value)
+
+
+def test_a_weak_signing_key_is_still_a_secret_to_redact(monkeypatch):
+    """Only its use as a key is refused: the weak value is still scrubbed from what is written."""
+    from state import secrets
+
+    monkeypatch.setenv("HITL_SIGNING_KEY", "s3cr")
+    assert secrets.values() == ["s3cr"]
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("yes", True), ("0", False),
+                                       ("no", False), ("", False)])
+def test_trace_content_words(monkeypatch, value, on):
+    monkeypatch.setenv("HITL_TRACE_CONTENT", value)
+    assert settings().trace_content is on
+
+
+def test_empty_hitl_now_is_unset(monkeypatch):
+    monkeypatch.setenv("HITL_NOW", "")
+    assert settings().now is None
+    check_environment()
+
+
+def test_blank_state_dir_variable_is_refused_up_front(monkeypatch):
+    monkeypatch.setenv("HITL_STATE_DIR", "  ")
+    with pytest.raises(Stopped, match="HITL_STATE_DIR is set but blank"):
+        check_environment()
