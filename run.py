@@ -11,6 +11,7 @@
     python run.py [--state-dir DIR] expire [--task ID] [--json]
     python run.py [--state-dir DIR] doctor [--repair] [--json]
     python run.py [--state-dir DIR] demo
+    python run.py traps [--json]
 
 BUDGET: [--max-turns N] [--max-tokens N] [--max-cost-usd X] [--price-per-mtok IN,OUT], for the
 whole task across start and every resume (on resume they replace the recorded values).
@@ -205,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd("doctor", "check every task against the ledger (read-only unless --repair)")
     p.add_argument("--repair", action="store_true", help="apply only provable repairs, report each")
     cmd("demo", "the whole story, narrated, with the offline model")
+    cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
     return parser
 
 
@@ -289,6 +291,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         from workflow.doctor import doctor  # SDK-free
 
         return doctor(store, repair=args.repair)
+    if args.command == "traps":
+        from workflow.traps import run_traps  # runs the SDK, in a temp dir of its own
+
+        return run_traps()
     return demo(store, as_json=args.json)
 
 
@@ -335,6 +341,10 @@ def _print_result(command: str, result: dict[str, Any], as_json: bool,
         from workflow.doctor import doctor_text
 
         print(doctor_text(result))
+    elif command == "traps":
+        from workflow.traps import traps_text
+
+        print(traps_text(result))
     else:
         lines = task_text(result).splitlines()
         at = len(lines) - 1 if lines[-1].startswith("  next:") else len(lines)
