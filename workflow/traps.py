@@ -152,7 +152,8 @@ def _ledger(store: Store) -> int:
 async def product_resume_twice(store: Store) -> dict[str, Any]:
     """Trap a on the product: approve, then approve again, then put back the checkpoint saved before
     the approval (a restore from backup) and approve once more. ``{"second": status, "replayed":
-    status, "tool_said": final output, "ledger_entries": 1}``."""
+    status, "tool_said": the tool's "result" in the replayed run ("already published"),
+    "ledger_entries": 1}``."""
     await hitl.start(store, task_id="trap-a", title=TITLE, draft=DRAFT)
     path = store.checkpoint_path("trap-a")
     before = path.read_bytes()
