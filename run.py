@@ -3,7 +3,7 @@
     python run.py [--state-dir DIR] COMMAND [--json] ...   (python run.py COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``. Budget flags (``start``, ``resume``) apply to the whole task across start and
+``doctor``, ``demo``, ``traps`` (the bare SDK's traps beside this product's refusals). Budget flags (``start``, ``resume``) apply to the whole task across start and
 every resume. Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no
 traceback, nothing changed on disk, or a line saying what was already done); 2 usage error.
 ``status``, ``list``, ``ledger``, ``show`` and ``doctor`` never import the SDK (nor asyncio);
@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd("doctor", "check every task against the ledger (read-only unless --repair)")
     p.add_argument("--repair", action="store_true", help="apply only provable repairs, report each")
     cmd("demo", "the whole story, narrated, with the offline model")
+    cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
     return parser
 
 
@@ -146,6 +147,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         from workflow.doctor import doctor  # SDK-free
 
         return doctor(store, repair=args.repair)
+    if args.command == "traps":
+        from workflow.traps import run_traps  # runs the SDK, in a temp dir of its own
+
+        return run_traps()
     from workflow.demo import demo
 
     return demo(store, as_json=args.json)

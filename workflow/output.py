@@ -42,6 +42,10 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
         for e in result["entries"]:
             print(f"  {e['published_at']}  {e['idempotency_key']}  {e['title']!r}  "
                   f"sha256={e['content_sha256'][:12]}…")
+    elif command == "traps":
+        from workflow.traps import traps_text
+
+        print(traps_text(result))
     elif command == "doctor":
         from workflow.doctor import doctor_text
 
