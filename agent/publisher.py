@@ -57,9 +57,14 @@ def check_agent(agent: Agent[Any]) -> None:
             raise Stopped(f"the agent has two tools named {name!r}; the SDK would run only the last "
                           "one registered: give each tool its own name (nothing run, nothing saved)")
         seen.add(name)
-        if is_effectful(tool) and getattr(tool, "needs_approval", False) is False:
+        rule = getattr(tool, "needs_approval", False)
+        if is_effectful(tool) and rule is False:
             raise Stopped(f"tool {name!r} has an effect but needs_approval is False, so it would run "
                           "without a human: set needs_approval=True (nothing run, nothing saved)")
+        if is_effectful(tool) and not (rule is True or callable(rule)):
+            raise Stopped(f"tool {name!r} has an effect but needs_approval is {rule!r}, neither True "
+                          "nor an approval rule (a function): set needs_approval=True (nothing run, "
+                          "nothing saved)")
 
 
 def _identity(value: Any) -> str:

@@ -287,10 +287,8 @@ def redact_checkpoint(body: dict[str, Any], *, min_chars: int = MIN_CHARS) -> di
     what = f"checkpoint of task {body.get('task_id')!r}"
     out = redact(body, CHECKPOINT, what=what, min_chars=min_chars, closed_keys=True)
     run_state = body.get("run_state")
-    if isinstance(run_state, str):
-        new_rs = redact_run_state(run_state, what=what, min_chars=min_chars)
-        if new_rs is not run_state:
-            out = {**out, "run_state": new_rs}
+    if isinstance(run_state, str):  # only ever redacted by its own structure, never replaced whole
+        out = {**out, "run_state": redact_run_state(run_state, what=what, min_chars=min_chars)}
     return out
 
 

@@ -53,8 +53,8 @@ def check_key_bytes(key: bytes, what: str) -> bytes:
     """Return ``key`` (the MAC key bytes) if it is strong enough to sign with; else raise
     :class:`Stopped` naming ``what`` (``HITL_SIGNING_KEY`` or ``signing key signing.key``), never
     showing the key. The one rule for both sources: at least :data:`MIN_KEY_BYTES` bytes, and not
-    empty or only whitespace (ASCII whitespace: space, tab, CR, LF, VT, FF)."""
-    if not key.strip():
+    empty or only whitespace (any Unicode whitespace: a key of 16 no-break spaces is refused too)."""
+    if not key.decode("utf-8", "replace").strip():
         raise Stopped(f"{what} is empty or only whitespace; a signing key needs at least "
                       f"{MIN_KEY_BYTES} bytes ({KEY_HINT})")
     if len(key) < MIN_KEY_BYTES:

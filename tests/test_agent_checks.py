@@ -9,6 +9,8 @@ import dataclasses
 import json
 import logging
 
+import pytest
+
 from conftest import ledger_entries, snapshot
 
 KEY = "ag-1"
@@ -207,3 +209,24 @@ def test_sdk_warning_holding_a_secret_is_redacted_in_the_trace(state_dir, tracin
     assert "sk-proj" not in text
     assert [json.loads(line)["message"] for line in text.splitlines()
             if json.loads(line)["kind"] == "log"] == ["[redacted]"]
+
+
+def test_approval_rule_that_says_no_approval_needed_never_publishes(cli, state_dir, monkeypatch):
+    """A ``needs_approval`` function returning False lets the SDK run the tool with nobody asked;
+    the tool itself requires a human approval on record before its effect, so nothing publishes."""
+    async def never(*_args) -> bool:
+        return False
+
+    _patch(monkeypatch, lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=never)]))
+    r = cli(*START)
+    r.assert_stopped()
+    assert "ran without a human approval on record" in r.err and "already done" not in r.err
+    assert not list((state_dir / "ledger").glob("*.json")) if (state_dir / "ledger").exists() else True
+
+
+@pytest.mark.parametrize("rule", [0, None, "yes"])
+def test_approval_rule_of_the_wrong_type_is_refused_before_any_run(cli, state_dir, monkeypatch, rule):
+    _patch(monkeypatch, lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=rule)]))
+    r = cli(*START)
+    r.assert_stopped()
+    assert "neither True nor an approval rule" in r.err and not state_dir.exists()

@@ -150,7 +150,7 @@ def test_the_tool_rechecks_the_rejection_record_right_before_its_effect(cli, sta
     _pause_at(monkeypatch, "checkpoint:decision:after", reject_lands)
     r = cli("resume", "--task", KEY, "--decision", "approve")
     r.assert_stopped()
-    assert "rejected by bob" in r.err and "nothing was published" in r.err
+    assert "a reject by bob" in r.err and "nothing was published" in r.err
     assert ledger_entries(state_dir) == []
 
 

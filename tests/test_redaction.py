@@ -211,3 +211,17 @@ def test_ledger_title_holding_a_secret_is_stored_redacted(tmp_path, monkeypatch)
         key="t-1", task_id="t-1", title="T sk-proj-abcdef0123456789", content_sha256="a" * 64)
     assert created and entry.title == "[redacted]"
     assert b"sk-proj" not in next((tmp_path / "ledger").glob("*.json")).read_bytes()
+
+
+@pytest.mark.parametrize("secret", ["completed", "publish_draft", "Publisher", "function_call"])
+def test_secret_set_for_the_whole_life_of_a_task_never_destroys_its_run_state(cli, state_dir, monkeypatch, secret):
+    """The key set at start and at every resume, equal to a word the RunState holds in its
+    structure: the RunState is never replaced whole, so the task resumes and completes."""
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    assert cli("start", "--key", "life-1", "--title", "T", "--draft", "hello there").code == 0
+    r = cli("resume", "--task", "life-1", "--decision", "approve", "--json")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    import json as _json
+    from conftest import checkpoint_file
+    cp = _json.loads(checkpoint_file(state_dir, "life-1").read_text(encoding="utf-8"))
+    assert _json.loads(cp["run_state"])["$schemaVersion"]  # still a RunState, not "[redacted]"

@@ -493,3 +493,12 @@ def test_owner_read_only_state_dir_passes_the_owner_check(cli, used):
         for p in [used, *used.rglob("*")]:
             if p.is_dir():
                 p.chmod(0o700)
+
+
+@pytest.mark.parametrize("key", ["\u00a0" * 8, "\u3000" * 6, " \u2003" * 6])
+def test_a_key_of_unicode_whitespace_is_refused(cli, monkeypatch, key):
+    """16+ bytes, yet nothing but (Unicode) whitespace: refused like an all-space ASCII key."""
+    monkeypatch.setenv("HITL_SIGNING_KEY", key)
+    r = cli("list")
+    r.assert_stopped()
+    assert "HITL_SIGNING_KEY is empty or only whitespace" in r.err

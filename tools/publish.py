@@ -46,11 +46,20 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str)
         )
     # Right before the effect, whatever the lock says: a reject recorded meanwhile (by a process
     # whose lock file was deleted under this one) wins; the action is never executed after it.
-    rejected = rejections.get(Store(Path(task["ledger_dir"]).parent), task["task_id"])
+    store = Store(Path(task["ledger_dir"]).parent)
+    rejected = rejections.get(store, task["task_id"])
     if rejected is not None:
         raise Stopped(
-            f"publish_draft for task {task['task_id']}: the task was rejected by {rejected.by} at "
-            f"{rejected.at} while this approval was running; nothing was published")
+            f"publish_draft for task {task['task_id']}: a reject by {rejected.by} at {rejected.at} "
+            "was being recorded while this approval ran; nothing was published (python run.py "
+            f"status --task {task['task_id']} shows where the task stands)")
+    # And only with a human's approval on record: an approval rule (a needs_approval function) that
+    # said "no approval needed", or an SDK change, must never publish by itself.
+    cp = store.load(task["task_id"]) if store.exists(task["task_id"]) else None
+    if cp is None or cp.decision is None or cp.decision.decision != "approved":
+        raise Stopped(
+            f"publish_draft for task {task['task_id']} ran without a human approval on record "
+            "(an approval rule that returned False?); nothing was published")
     entry, created = Ledger(Path(task["ledger_dir"])).record(
         key=key, task_id=task["task_id"], title=title, content_sha256=task["content_sha256"]
     )
