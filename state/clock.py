@@ -1,12 +1,15 @@
 """The clock, and durations as people type them. Never imports the SDK.
 
-Time is injectable so tests never sleep: env ``HITL_NOW`` (an ISO-8601 UTC timestamp such as
-``2100-01-01T00:00:00Z``) moves the clock for every expiry, age and timestamp this program writes.
+Two clocks with one job each, so that a test seam can only make checks stricter:
 
-A test seam may only make checks stricter: ``HITL_NOW`` can move the clock *forward* (a deadline
-passes sooner), never back. A value earlier than the wall clock is refused up front by
-``state.settings.check_environment``, and :func:`now` never returns a time before the wall clock
-whatever the variable says, so nobody can approve an expired request by setting it.
+- :func:`wall` (the real time) stamps everything this program writes and sets every new deadline
+  (:func:`now_iso`, :func:`deadline`): history, decisions, ledger entries, traces, ``expires_at``.
+  A receipt therefore never mixes clocks, and no setting can give a request more time.
+- :func:`now` judges deadlines and ages: the wall clock, moved *forward* to ``HITL_NOW`` (an
+  ISO-8601 UTC timestamp such as ``2100-01-01T00:00:00Z``) when that is later, so tests make a
+  deadline pass without sleeping. Never earlier than the wall clock: a value in the past is refused
+  up front by ``state.settings.check_environment`` and ignored here, so nobody can approve an
+  expired request by setting it.
 """
 
 from __future__ import annotations
@@ -39,19 +42,25 @@ def seam() -> datetime | None:
 
 
 def now() -> datetime:
-    """The one clock of this program: current UTC time, moved forward to ``$HITL_NOW`` if that is
-    later; never earlier than the wall clock. Raises :class:`~state.errors.Stopped` if
+    """The clock that judges deadlines and ages: current UTC time, moved forward to ``$HITL_NOW``
+    if that is later; never earlier than the wall clock. Raises :class:`~state.errors.Stopped` if
     ``HITL_NOW`` is malformed (see :mod:`state.settings`)."""
     real, fixed = wall(), seam()
     return fixed if fixed is not None and fixed > real else real
 
 
 def now_iso() -> str:
-    """:func:`now` as ISO-8601 UTC with microseconds, e.g. ``2026-11-29T12:00:00.000000Z``.
+    """:func:`wall` as ISO-8601 UTC with microseconds, e.g. ``2026-11-29T12:00:00.000000Z``.
 
     Every timestamp this program writes (history, decisions, ledger entries, traces) comes from
     here, so a receipt never mixes two clocks."""
-    return iso(now())
+    return iso(wall())
+
+
+def deadline(seconds: int) -> str:
+    """A new deadline ``seconds`` from the wall clock, as ISO-8601 UTC (``expires_at``). Never
+    from ``HITL_NOW``: a clock moved forward makes deadlines pass sooner, never later."""
+    return iso(plus(wall(), seconds))
 
 
 def iso(dt: datetime) -> str:

@@ -100,28 +100,49 @@ def test_an_expired_request_cannot_be_approved_by_setting_the_clock_back(cli, st
         assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
 
 
-def test_every_timestamp_written_comes_from_the_one_clock(cli, state_dir, monkeypatch):
-    """With the clock moved forward, the checkpoint, its history, the decision, the ledger entry and
-    the receipt all carry the moved time: a receipt never mixes two clocks."""
-    monkeypatch.setenv("HITL_NOW", "2100-03-04T05:06:07Z")
-    assert cli("start", "--key", "c-3", "--title", "T", "--draft", "D").code == 0
+def test_every_timestamp_written_comes_from_the_wall_clock(cli, state_dir, monkeypatch):
+    """With ``HITL_NOW`` far ahead, the checkpoint, its history, the decision, the ledger entry and
+    the deadline are still stamped with the real time: a receipt never mixes clocks, and the moved
+    clock can never give a request more time."""
+    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(minutes=30)))
+    assert cli("start", "--key", "c-3", "--title", "T", "--draft", "D", "--expires-in", "1h").code == 0
     assert cli("resume", "--task", "c-3", "--decision", "approve").code == 0
     cp = json.loads(checkpoint_file(state_dir, "c-3").read_text(encoding="utf-8"))
     stamps = [cp["created_at"], cp["updated_at"], cp["decision"]["at"],
               *(h["at"] for h in cp["history"]), ledger_entries(state_dir)[0]["published_at"]]
-    assert all(s.startswith("2100-03-04T05:06:07") for s in stamps), stamps
-    assert cp["expires_at"] is None or cp["expires_at"].startswith("2100-03-05")
+    real = clock.wall()
+    assert all(abs((clock.parse_iso(s) - real).total_seconds()) < 600 for s in stamps), stamps
+    started = cp["history"][0]["detail"]["expires_at"]
+    assert abs((clock.parse_iso(started) - real - timedelta(hours=1)).total_seconds()) < 600
+
+
+def test_a_moved_clock_only_makes_a_new_request_expire_sooner(cli, state_dir, monkeypatch):
+    """``HITL_NOW`` set at ``start`` does not push the deadline out (it used to be computed from the
+    moved clock, so a 90 s request stayed approvable for an hour); judged with the same moved clock,
+    the request is already over."""
+    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(hours=1)))
+    assert cli("start", "--key", "c-4", "--title", "T", "--draft", "D", "--expires-in", "90s").code == 0
+    cp = json.loads(checkpoint_file(state_dir, "c-4").read_text(encoding="utf-8"))
+    assert clock.parse_iso(cp["expires_at"]) < clock.wall() + timedelta(seconds=600)
+    r = cli("resume", "--task", "c-4", "--decision", "approve")
+    r.assert_stopped()
+    assert "approval expired" in r.err and ledger_entries(state_dir) == []
 
 
 def test_the_whole_flow_works_five_years_from_now(cli, state_dir, monkeypatch):
-    """The product does not depend on today's date: start, approve, reject, expire, doctor five
-    years ahead. (The suite as a whole is run with the clock moved too: README, "Tests".)"""
-    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(days=5 * 366)))
+    """The product does not depend on today's date: with the real clock five years ahead (the wall
+    clock itself replaced in this process, as ``faketime`` does for a whole run) start, approve,
+    reject, expire and doctor behave as today."""
+    ahead = timedelta(days=5 * 366)
+    real_wall = clock.wall
+    monkeypatch.setattr(clock, "wall", lambda: real_wall() + ahead)
     for key in ("f-1", "f-2", "f-3"):
         assert cli("start", "--key", key, "--title", "T", "--draft", key, "--expires-in", "1h").code == 0
     assert cli("resume", "--task", "f-1", "--decision", "approve", "--json").json()["status"] == "completed"
     assert cli("resume", "--task", "f-2", "--decision", "reject", "--json").json()["status"] == "cancelled"
-    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(days=5 * 366, hours=2)))
+    monkeypatch.setenv("HITL_NOW", clock.iso(real_wall() + ahead + timedelta(hours=2)))
     assert cli("expire", "--json").json() == {"expired": ["f-3"]}
     assert cli("doctor").code == 0
     assert [e["task_id"] for e in ledger_entries(state_dir)] == ["f-1"]
+    cp = json.loads(checkpoint_file(state_dir, "f-1").read_text(encoding="utf-8"))
+    assert clock.parse_iso(cp["created_at"]).year == (real_wall() + ahead).year

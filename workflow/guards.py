@@ -120,7 +120,7 @@ def first_checkpoint(*, task_id: str, title: str, sha: str, pending: list[dict[s
     :class:`state.schema.Checkpoint` but ``mac`` and ``state_id``). ``agent`` is
     :func:`agent.publisher.describe` of the agent that ran; ``expires_in_s`` seconds from now."""
     now = now_iso()
-    expires_at = clock.iso(clock.plus(clock.now(), expires_in_s))
+    expires_at = clock.deadline(expires_in_s)
     versions = {"schema_version": SCHEMA_VERSION, "sdk_version": sdk_version(),
                 "run_state_schema_version": rs_version}
     return {
@@ -320,7 +320,7 @@ def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[s
     """The changes that leave ``cp`` waiting again at new ``interruptions``: the new pending calls,
     no decision, a fresh deadline (``approval_ttl_s`` from now)."""
     pending = pending_calls(interruptions)
-    expires_at = clock.iso(clock.plus(clock.now(), cp.approval_ttl_s))
+    expires_at = clock.deadline(cp.approval_ttl_s)
     return {"status": "waiting_for_approval", "decision": None, "pending": pending,
             "expires_at": expires_at,
             "event": ("interrupted", {"pending": [p["call_id"] for p in pending], "calls": pending,
