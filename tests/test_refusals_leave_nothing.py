@@ -87,3 +87,50 @@ def test_the_snapshot_sees_an_empty_folder_and_a_lock_file(state_dir):
     before = snapshot(state_dir)
     (state_dir / "locks" / "x.lock").touch()
     assert snapshot(state_dir) != before
+
+
+def test_a_start_whose_run_fails_leaves_no_lock_trace_or_folder(cli, state_dir, monkeypatch):
+    """The model (or provider) fails during ``start``: nothing is saved, and the lock file, the
+    trace file and the folders this start created are removed again."""
+    from workflow import hitl
+
+    _base(cli, state_dir)
+
+    async def down(*_args, **_kwargs):
+        raise ConnectionError("provider unreachable")
+
+    monkeypatch.setattr(hitl.Runner, "run", down)
+    before = snapshot(state_dir)
+    r = cli("start", "--key", "n1", "--title", "T", "--draft", "new")
+    r.assert_stopped()
+    assert "nothing saved" in r.err
+    assert snapshot(state_dir) == before
+
+
+def test_a_first_start_that_fails_leaves_no_state_dir(cli, state_dir, monkeypatch):
+    from workflow import hitl
+
+    async def down(*_args, **_kwargs):
+        raise ConnectionError("provider unreachable")
+
+    monkeypatch.setattr(hitl.Runner, "run", down)
+    cli("start", "--key", "n1", "--title", "T", "--draft", "new").assert_stopped()
+    assert not state_dir.exists()
+
+
+def test_a_drift_refusal_recreates_no_lock(cli, state_dir, monkeypatch):
+    """The agent changed in code since the save: refused before the lock, so a removed locks/
+    folder stays removed."""
+    import dataclasses
+
+    from workflow import hitl
+
+    _base(cli, state_dir)
+    real = hitl.build_agent
+    monkeypatch.setattr(hitl, "build_agent", lambda m: real(m).clone(
+        tools=[dataclasses.replace(real(m).tools[0], description="Publish, now differently.")]))
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "w-1", "--decision", "approve")
+    r.assert_stopped()
+    assert "the agent changed since it was saved" in r.err
+    assert snapshot(state_dir) == before

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import json
+from contextlib import contextmanager
 from importlib import metadata
-from typing import Any
+from typing import Any, Iterator
 
 from agents import MaxTurnsExceeded, ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
@@ -325,3 +326,35 @@ def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[s
             "expires_at": expires_at,
             "event": ("interrupted", {"pending": [p["call_id"] for p in pending], "calls": pending,
                                       "expires_at": expires_at})}
+
+
+@contextmanager
+def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
+    """For ``start``: if the block raises :class:`Stopped` and no checkpoint of ``task_id`` exists
+    afterwards (nothing was saved), remove the lock file, trace file and folders this block
+    created, so a refused start leaves the state dir as it found it (a provider that cannot be
+    reached, a budget that cannot pay, a call that cannot be saved). Paths that existed before are
+    never touched; removing a lock file is safe because no write depends on the lock (every
+    checkpoint write is a compare-and-swap)."""
+    from state.files import lock_path  # the same name owner_lock uses
+    from state.storage import file_name
+    from workflow.trace_log import trace_path
+
+    stem = file_name(task_id)
+    files = [trace_path(store, task_id), lock_path(store.root, stem)]
+    folders = [store.traces_dir, store.locks_dir, store.root]
+    before = {p for p in [*files, *folders] if p.exists() or p.is_symlink()}
+    try:
+        yield
+    except Stopped:
+        if not store.exists(task_id):
+            for path in files:
+                if path not in before:
+                    path.unlink(missing_ok=True)
+            for folder in folders:
+                if folder not in before:
+                    try:
+                        folder.rmdir()  # only if empty
+                    except OSError:
+                        pass
+        raise

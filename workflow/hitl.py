@@ -76,7 +76,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     existing = guards.existing_task(store, task_id, title, sha)  # before the lock: leaves no file
     if existing is not None:
         return existing
-    with store.task_lock(task_id):
+    with guards.nothing_left_on_refusal(store, task_id), store.task_lock(task_id):
         existing = guards.existing_task(store, task_id, title, sha)  # another start may have won
         if existing is not None:
             return existing
@@ -115,9 +115,11 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
     secrets.check_input("the reason", reason)
     cp = store.load(task_id)  # before the lock: a refusal leaves the state dir byte-identical
-    check_agent(build_agent(build_offline_model()))  # the code's agent, before a lock file is made
+    code_agent = build_agent(build_offline_model())  # today's code, checked before a lock file is made
+    check_agent(code_agent)
     store.check_writable(task_id)
-    reconcile.check(store, cp, decision)
+    if reconcile.check(store, cp, decision).kind != "unchanged":
+        guards.check_saved_against_code(cp, code_agent)
     with store.task_lock(task_id):
         cp = store.load(task_id)  # verified: MAC, schema, state dir
         if reconcile.check(store, cp, decision).kind == "unchanged":
