@@ -36,6 +36,19 @@ def test_restored_rejected_task_can_be_rejected_again(cli, state_dir, rejected_t
     assert r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
 
 
+def test_finishing_a_restored_reject_keeps_the_reviewer_on_record(cli, state_dir, rejected_then_restored):
+    """Whoever runs doctor's advice, the decision recorded is the one the rejection record proves:
+    rejected by bob, with bob's reason, at bob's time."""
+    from state.rejections import get
+    from state.storage import Store
+
+    record = get(Store(state_dir), "rb-1")
+    r = cli("resume", "--task", "rb-1", "--decision", "reject", "--by", "carol", "--json")
+    assert r.code == 0, r.err
+    decision = r.json()["decision"]
+    assert (decision["by"], decision["reason"], decision["at"]) == ("bob", "do not publish", record.at)
+
+
 def test_doctor_reports_a_restored_rejected_task(cli, rejected_then_restored):
     r = cli("doctor", "--json")
     assert r.code == 1

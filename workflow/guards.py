@@ -212,11 +212,21 @@ def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> ToolApprovalI
     return interruptions[0]
 
 
-def decision_for(item: ToolApprovalItem, decision: str, by: str, reason: str | None) -> Decision:
-    """The record of a human's ``decision`` (``approved``/``rejected``) on the pending call
-    ``item``, bound to its call_id, tool and arguments, timestamped now."""
-    return Decision(decision=decision, by=by, at=now_iso(), reason=reason, call_id=item.call_id,
-                    tool=item.name, arguments_sha256=arguments_sha256(json.loads(item.arguments or "{}")))
+def decision_for(store: Store, cp: Checkpoint, item: ToolApprovalItem, decision: str, by: str,
+                 reason: str | None) -> Decision:
+    """The human decision to apply to the pending call ``item``: the one already recorded in
+    ``cp`` (a replay after a crash), else for a reject the one in the task's rejection record (a
+    crash between that record and the checkpoint, or an older checkpoint put back: the reviewer who
+    rejected stays the one on record), else a new one by ``by`` with ``reason``, timestamped now.
+    Bound to the call's call_id, tool and arguments."""
+    if cp.decision is not None:
+        return cp.decision
+    prior = rejections.get(store, cp.task_id) if decision == "rejected" else None
+    if prior is not None:
+        by, reason = prior.by, prior.reason
+    return Decision(decision=decision, by=by, at=prior.at if prior is not None else now_iso(),
+                    reason=reason, call_id=item.call_id, tool=item.name,
+                    arguments_sha256=arguments_sha256(json.loads(item.arguments or "{}")))
 
 
 def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:

@@ -137,16 +137,16 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
             return guards.budget_stop(store, cp, budget, spend, why)
         item = guards.bind(cp, state.get_interruptions())  # exactly the call the reviewer saw
         check_pending_is_the_draft(cp)
-        reason = cp.decision.reason if cp.decision is not None else reason
+        rec = guards.decision_for(store, cp, item, want, by, reason)  # one on record wins
         try:  # in memory first, so the SDK's own checks run before anything is written
             if want == "approved":
                 state.approve(item)
             else:
-                state.reject(item, rejection_message=reason)
+                state.reject(item, rejection_message=rec.reason)
         except Exception as exc:
             raise Stopped(f"task {task_id}: the SDK refused the decision: {exc}") from None
         if cp.decision is None:  # the human's decision, recorded before any effect
-            cp = guards.record_decision(store, cp, guards.decision_for(item, want, by, reason))
+            cp = guards.record_decision(store, cp, rec)
         if want == "rejected" and why is not None:  # a reject never waits for budget
             return guards.cancel_unpaid(store, cp, budget, spend)
         try:
