@@ -145,28 +145,27 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return None
     if args.command == "doctor":
         from workflow.doctor import doctor  # SDK-free
-
         return doctor(store, repair=args.repair)
     if args.command == "traps":
         from workflow.traps import run_traps  # runs the SDK, in a temp dir of its own
-
         return run_traps()
     from workflow.demo import demo
-
     return demo(store, as_json=args.json)
 
 
 def _decide(store: Store, task_id: str, decision: str, reason: str | None, *, by: str,
             trace_content: bool, budget_changes: dict[str, Any] | None = None) -> Any:
-    """Apply one human decision through ``workflow.hitl.resume``; return the new checkpoint."""
-    import asyncio  # with the SDK: only when a human actually decides
+    """Apply one human decision through ``workflow.hitl.resume``; return the new checkpoint. A
+    refusal that needs no SDK (no such task, a status or deadline that forbids it) comes first."""
+    from workflow import reconcile
 
+    reconcile.check(store, store.load(task_id), decision)  # before the ~2 s SDK import
+    import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl, tracing
 
-    cp = asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason,
-                                 budget_changes=budget_changes,
-                                 trace_content=tracing.content_wanted(trace_content)))
-    return cp
+    return asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason,
+                                   budget_changes=budget_changes,
+                                   trace_content=tracing.content_wanted(trace_content)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -424,3 +424,34 @@ def test_hitl_now_far_in_the_future_is_refused_up_front(cli, state_dir, monkeypa
     r = cli("start", "--key", "a1", "--draft", "D", "--expires-in", "2d")
     r.assert_stopped()
     assert "outside the years 2000-9000" in r.err and not state_dir.exists()
+
+
+@pytest.mark.parametrize("case", ["unknown-task", "completed-reject", "expired-approve"])
+def test_refusals_that_need_no_sdk_answer_before_it_is_imported(tmp_path, case):
+    """``resume`` on an unknown task, a decision the status forbids, or an approval past its
+    deadline is refused by a process that never imports the SDK (``agents``)."""
+    import subprocess
+    import sys as _sys
+    from datetime import timedelta
+
+    from conftest import ROOT, run_subprocess
+    from state import clock
+
+    state = tmp_path / "s"
+    env = {}
+    if case != "unknown-task":
+        assert run_subprocess(state, "start", "--key", "k-1", "--draft", "D", "--expires-in", "90s").code == 0
+    if case == "completed-reject":
+        assert run_subprocess(state, "resume", "--task", "k-1", "--decision", "approve").code == 0
+    if case == "expired-approve":
+        env["HITL_NOW"] = clock.iso(clock.wall() + timedelta(hours=1))
+    decision = "reject" if case == "completed-reject" else "approve"
+    code = ("import sys, run; rc = run.main(sys.argv[1:]); "
+            "print('SDK-IMPORTED' if 'agents' in sys.modules else 'NO-SDK', file=sys.stderr); sys.exit(rc)")
+    import os as _os
+    full = {k: v for k, v in _os.environ.items() if not k.startswith(("HITL_", "OPENAI_"))}
+    proc = subprocess.run([_sys.executable, "-c", code, "--state-dir", str(state), "resume", "--task",
+                           "k-1", "--decision", decision], capture_output=True, text=True, cwd=ROOT,
+                          env={**full, **env}, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.startswith("STOPPED: "), proc.stderr
+    assert "NO-SDK" in proc.stderr, proc.stderr

@@ -163,7 +163,8 @@ async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult, w
     """The outcome, written last: waiting again at a new interruption, or completed / cancelled
     once the ledger agrees; with the budget and the spend read from the new RunState."""
     run_state, rs_version = await _saved_text(store, agent, result, cp.task_id, cp.content_sha256)
-    changes = (guards.interrupted(cp, result.interruptions) if result.interruptions
+    new_requests = result.interruptions  # the resumed run may pause again for another approval
+    changes = (guards.interrupted(cp, new_requests) if new_requests
                else guards.outcome(store, cp, want, result.final_output))
     return store.save_revision(cp, failpoint="checkpoint:outcome", run_state=run_state,
                                run_state_schema_version=rs_version, budget=budget,

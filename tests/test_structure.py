@@ -1,0 +1,59 @@
+"""The shape a learner relies on: the story in one short file with every SDK call of the flow in it,
+once, and a command line that only parses, calls and prints."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = [p for d in ("agent", "tools", "state", "workflow") for p in sorted((ROOT / d).glob("*.py"))]
+PRODUCT.append(ROOT / "run.py")
+STORY = ROOT / "workflow" / "hitl.py"
+
+#: The SDK calls of the human-in-the-loop flow, as the SDK's docs show them.
+SDK_CALLS = {
+    "Runner.run(agent, input)": r"Runner\.run\(\s*agent,\s*user_message",
+    "Runner.run(agent, state)": r"Runner\.run\(\s*agent,\s*state",
+    "result.interruptions": r"result\.interruptions",
+    "result.to_state().to_string()": r"\.to_state\(\)\.to_string\(\)",
+    "RunState.from_string": r"RunState\.from_string\(",
+    "state.get_interruptions()": r"state\.get_interruptions\(\)",
+    "state.approve(item)": r"state\.approve\(item\)",
+    "state.reject(item, …)": r"state\.reject\(item,",
+}
+
+
+def _code(path: Path) -> str:
+    """The file without comments and docstrings' first lines do not matter: strip ``#`` comments
+    and triple-quoted strings so only code is searched."""
+    text = re.sub(r'"""(?:.|\n)*?"""', "", path.read_text(encoding="utf-8"))
+    return "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+
+
+def test_the_story_file_is_short():
+    assert len(STORY.read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_run_py_is_the_command_line_only():
+    assert len((ROOT / "run.py").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+#: ``result.interruptions`` is read after each of the two runs (the first pause, and a resumed run
+#: that pauses again); every other call appears exactly once.
+TIMES = {"result.interruptions": 2}
+
+
+def test_every_sdk_call_of_the_flow_is_in_the_story_file_once():
+    story = _code(STORY)
+    for name, pattern in SDK_CALLS.items():
+        assert len(re.findall(pattern, story)) == TIMES.get(name, 1), f"{name} in workflow/hitl.py"
+
+
+def test_no_other_product_module_makes_those_calls():
+    for path in PRODUCT:
+        if path in (STORY, ROOT / "workflow" / "traps.py"):  # traps runs the bare SDK on purpose
+            continue
+        code = _code(path)
+        for name, pattern in SDK_CALLS.items():
+            assert not re.search(pattern, code), f"{path.relative_to(ROOT)} calls {name}"
