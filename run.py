@@ -155,11 +155,12 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def _decide(store: Store, task_id: str, decision: str, reason: str | None, *, by: str,
             trace_content: bool, budget_changes: dict[str, Any] | None = None) -> Any:
-    """Apply one human decision through ``workflow.hitl.resume``; return the new checkpoint. A
-    refusal that needs no SDK (no such task, a status or deadline that forbids it) comes first."""
+    """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
     from workflow import reconcile
 
-    reconcile.check(store, store.load(task_id), decision)  # before the ~2 s SDK import
+    cp = store.load(task_id)  # each check below needs no SDK: refused before its ~2 s import
+    store.check_writable(task_id)
+    reconcile.check(store, cp, decision)
     import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl, tracing
 
