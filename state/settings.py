@@ -84,8 +84,9 @@ class Settings(BaseModel):
         "anything but a finite number >= 0 (empty, `abc`, `nan`, `inf`, `-1`)"))
     now: Optional[datetime] = Field(None, alias="HITL_NOW", **_doc(
         "ISO-8601 timestamp", "UTC unless an offset is given", "unset (the wall clock)",
-        "Moves the clock forward for every expiry, age and timestamp written (tests, demos). An "
-        "empty value counts as unset. The clock never goes before the wall clock whatever it says.",
+        "Moves the clock that judges deadlines and ages forward (tests, demos): a deadline passes "
+        "sooner, never later. Timestamps and new deadlines stay on the wall clock. An empty value "
+        "counts as unset; the clock never goes before the wall clock whatever it says.",
         "not a timestamp; not UTF-8; outside the years 2000-9000; earlier than the wall clock "
         "(checked up front by every command)"))
     signing_key: Optional[str] = Field(None, alias="HITL_SIGNING_KEY", repr=False, **_doc(
