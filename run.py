@@ -20,10 +20,10 @@ from state import clock, effects
 from state.settings import check_environment, settings
 from state.errors import Stopped
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
-from state.storage import Store, resolve_state_dir
 from agent.budget_view import budget_lines
 from workflow import arguments as A
 from workflow import inbox, output
+from workflow.store import FileStore, resolve_state_dir
 from workflow.views import ledger_view, task_view
 
 DEFAULT_TITLE = "Untitled draft"
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     """Execute one parsed command; return the JSON object to print (None for ``demo``)."""
-    store = Store(resolve_state_dir(args.state_dir))
+    store = FileStore(resolve_state_dir(args.state_dir))
     if args.command == "start":
         import asyncio  # with the SDK (~2 s): only commands that run the agent
         import uuid
@@ -153,7 +153,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     return demo(store, as_json=args.json)
 
 
-def _decide(store: Store, task_id: str, decision: str, reason: str | None, *, by: str,
+def _decide(store: FileStore, task_id: str, decision: str, reason: str | None, *, by: str,
             trace_content: bool, budget_changes: dict[str, Any] | None = None) -> Any:
     """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
     from workflow import reconcile

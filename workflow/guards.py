@@ -19,7 +19,7 @@ from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 from agent.budget import BudgetExceeded
 from agent.models import provider_error
 from agent.publisher import describe, drift
-from state import clock, rejections
+from state import clock
 from state.clock import now_iso
 from state.errors import Stopped
 from state.schema import (ACTION, SCHEMA_VERSION, Budget, Checkpoint, Decision, ModelSpec,
@@ -27,8 +27,8 @@ from state.schema import (ACTION, SCHEMA_VERSION, Budget, Checkpoint, Decision, 
 from state.files import parse_json_object
 from state.settings import settings
 from state.storage import Store
-from tools.ledger import Ledger
 from workflow.reconcile import refusal
+from workflow.store import as_task_store
 from workflow.trust import carries_the_draft, check_approvals
 
 
@@ -107,9 +107,10 @@ def existing_task(store: Store, task_id: str, title: str, sha: str) -> Checkpoin
         if cp.title == title and cp.content_sha256 == sha:
             return cp
         raise Stopped(f"task {task_id} already exists with a different draft; use a new --key")
-    if Ledger(store.ledger_dir).get(task_id) is not None:
+    evidence = as_task_store(store)
+    if evidence.ledger_get(task_id) is not None:
         raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
-    if rejections.get(store, task_id) is not None:
+    if evidence.rejection_get(task_id) is not None:
         raise Stopped(f"key {task_id} was rejected before; use a new --key")
     return None
 
@@ -221,7 +222,7 @@ def decision_for(store: Store, cp: Checkpoint, item: ToolApprovalItem, decision:
     Bound to the call's call_id, tool and arguments."""
     if cp.decision is not None:
         return cp.decision
-    prior = rejections.get(store, cp.task_id) if decision == "rejected" else None
+    prior = as_task_store(store).rejection_get(cp.task_id) if decision == "rejected" else None
     if prior is not None:
         by, reason = prior.by, prior.reason
     return Decision(decision=decision, by=by, at=prior.at if prior is not None else now_iso(),
@@ -238,18 +239,19 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
     wrote the checkpoint first), the record this call created is removed again, so a refused
     command leaves nothing behind. Raises :class:`Stopped`.
     """
+    evidence = as_task_store(store)
     created = False
     try:
         if rec.decision == "rejected":
-            created = rejections.record(store, cp.task_id, cp.content_sha256, rec)[1]
-            if Ledger(store.ledger_dir).get(cp.idempotency_key) is not None:
+            created = evidence.rejection_record(cp.task_id, cp.content_sha256, rec)[1]
+            if evidence.ledger_get(cp.idempotency_key) is not None:
                 raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
         return store.save_revision(
             cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, rec],
             event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
     except Stopped:
         if created:
-            rejections.remove(store, cp.task_id)
+            evidence.rejection_remove(cp.task_id)
         raise
 
 
@@ -316,7 +318,7 @@ def outcome(store: Store, cp: Checkpoint, decision: str, final_output: Any) -> d
     """The changes that end ``cp`` after its run finished: ``completed`` for an approval (the
     ledger entry must exist), ``cancelled`` for a reject (it must not). Raises :class:`Stopped` if
     the ledger disagrees (a human must check)."""
-    entry = Ledger(store.ledger_dir).get(cp.idempotency_key)
+    entry = as_task_store(store).ledger_get(cp.idempotency_key)
     if decision == "approved" and entry is None:
         raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
     if decision == "rejected" and entry is not None:

@@ -33,9 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional
 
-from state import clock, rejections
+from state import clock
 from state.errors import Stopped
 from tools.ledger import Ledger, LedgerEntry
+from workflow.store import as_task_store
 
 if TYPE_CHECKING:
     from state.rejections import RejectionRecord
@@ -164,16 +165,17 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
 
 def gather(store: "Store", cp: "Checkpoint") -> tuple[Evidence, Optional[LedgerEntry],
                                                       Optional["RejectionRecord"]]:
-    """Read the evidence about ``cp`` from ``store``: ``(Evidence, ledger entry or None, rejection
-    record or None)``, ``overdue`` on :func:`state.clock.now`. Reads only. Raises
+    """Read the evidence about ``cp`` from ``store`` (a :class:`workflow.store.TaskStore`, or a
+    plain ``Store`` read through :func:`workflow.store.as_task_store`): ``(Evidence, ledger entry or
+    None, rejection record or None)``, ``overdue`` on :func:`state.clock.now`. Reads only. Raises
     :class:`Stopped` if either piece of evidence is for another task or other content (no table
     cell applies: a human must check), or a file is damaged."""
-    ledger = Ledger(store.ledger_dir)
-    entry = ledger.get(cp.idempotency_key)
+    evidence = as_task_store(store)
+    entry = evidence.ledger_get(cp.idempotency_key)
     if entry is not None:
-        ledger.check_same(entry, key=cp.idempotency_key, task_id=cp.task_id,
+        Ledger.check_same(entry, key=cp.idempotency_key, task_id=cp.task_id,
                           content_sha256=cp.content_sha256)
-    rejected = rejections.get(store, cp.task_id)
+    rejected = evidence.rejection_get(cp.task_id)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
                       "human must check (python run.py doctor)")

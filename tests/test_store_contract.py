@@ -1,0 +1,40 @@
+"""The store conformance suite (tests/store_contract.py) run against every store we ship: the file
+store today. A new store adds its :class:`StoreFactory` to ``FACTORIES`` and must pass unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from store_contract import *  # noqa: F401,F403  (the contract's tests, collected here)
+from store_contract import StoreFactory
+from workflow.store import FileStore, TaskStore, as_task_store
+
+
+def _damage_file(store: FileStore, task_id: str) -> None:
+    """Flip the title in the checkpoint file without re-signing it (the MAC no longer matches)."""
+    path = store.checkpoint_path(task_id)
+    path.write_text(path.read_text(encoding="utf-8").replace('"title": ', '"title": "x" + ', 1)
+                    .replace('"x" + "', '"x', 1), encoding="utf-8")
+
+
+FACTORIES = [StoreFactory("file", make=lambda tmp: FileStore(tmp / "state"), damage=_damage_file)]
+
+
+@pytest.fixture(params=FACTORIES, ids=[f.name for f in FACTORIES])
+def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
+    return request.param
+
+
+def test_file_store_is_a_task_store_and_a_plain_store_is_wrapped(tmp_path: Path):
+    from state.storage import Store
+
+    fs = FileStore(tmp_path)
+    assert isinstance(fs, TaskStore) and as_task_store(fs) is fs
+    plain = Store(tmp_path)
+    assert not isinstance(plain, TaskStore)
+    wrapped = as_task_store(plain)
+    assert isinstance(wrapped, FileStore) and wrapped.root == plain.root
+    with pytest.raises(TypeError):
+        as_task_store(object())
