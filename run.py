@@ -158,9 +158,7 @@ def _decide(store: FileStore, task_id: str, decision: str, reason: str | None, *
     """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
     from workflow import reconcile
 
-    cp = store.load(task_id)  # each check below needs no SDK: refused before its ~2 s import
-    store.check_writable(task_id)
-    reconcile.check(store, cp, decision)
+    reconcile.preflight(store, task_id, decision)  # needs no SDK: refused before its ~2 s import
     import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl, tracing
 

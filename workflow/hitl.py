@@ -114,11 +114,10 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     want = "approved" if decision == "approve" else "rejected"
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
     secrets.check_input("the reason", reason)
-    cp = store.load(task_id)  # before the lock: a refusal leaves the state dir byte-identical
+    cp, verdict = reconcile.preflight(store, task_id, decision)  # before the lock: leaves no file
     code_agent = build_agent(build_offline_model())  # today's code, checked before a lock file is made
     check_agent(code_agent)
-    store.check_writable(task_id)
-    if reconcile.check(store, cp, decision).kind != "unchanged":
+    if verdict.kind != "unchanged":
         guards.check_saved_against_code(cp, code_agent)
     with store.task_lock(task_id):
         cp = store.load(task_id)  # verified: MAC, schema, state dir

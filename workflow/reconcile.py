@@ -199,6 +199,16 @@ def check(store: "Store", cp: "Checkpoint", action: Action) -> Verdict:
     return verdict
 
 
+def preflight(store: "Store", task_id: str, decision: Action) -> tuple["Checkpoint", Verdict]:
+    """The checks before a decision takes the task's lock, none of which needs the SDK: the
+    checkpoint loads and verifies, no hostile file sits where the task's files go
+    (``Store.check_writable``), and the table allows ``decision``. Returns ``(checkpoint, verdict)``;
+    raises :class:`Stopped` otherwise. Reads only, so a refusal leaves the state dir as it was."""
+    cp = store.load(task_id)
+    store.check_writable(task_id)
+    return cp, check(store, cp, decision)
+
+
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
             decided_by: Optional[str] = None, rejected_by: Optional[str] = None,
             rejected_at: Optional[str] = None, expires_at: Optional[str] = None) -> str:
