@@ -348,12 +348,11 @@ def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
     reached, a budget that cannot pay, a call that cannot be saved). Paths that existed before are
     never touched; removing a lock file is safe because no write depends on the lock (every
     checkpoint write is a compare-and-swap)."""
-    from state.files import lock_path  # the same name owner_lock uses
     from state.storage import file_name
     from workflow.trace_log import trace_path
 
     stem = file_name(task_id)
-    files = [trace_path(store, task_id), lock_path(store.root, stem)]
+    files = [trace_path(store, task_id), store.lock_path(stem)]
     folders = [store.traces_dir, store.locks_dir, store.root]
     before = {p for p in [*files, *folders] if p.exists() or p.is_symlink()}
     try:
