@@ -125,10 +125,6 @@ def _wait_for(path: Path, text: str, proc, timeout: float = 60) -> None:
     raise AssertionError(f"the holder never reached {text}")
 
 
-@pytest.mark.skipif(bool(os.environ.get("FAKETIME")), reason=(
-    "under libfaketime (CI's five-years-ahead pass) timed waits in forked processes are distorted: "
-    "a 0.3 s lock wait was measured not ending within 120 s; this test is about locks and kill -9, "
-    "not dates, and runs in the normal pass"))
 @pytest.mark.parametrize("point", ["checkpoint:decision:after", "ledger:record:after"])
 def test_lock_of_a_killed_holder_does_not_block(tmp_path, point):
     """A resume hangs mid-write holding the task lock. A second resume waits a bounded time and
