@@ -3,7 +3,7 @@
     python run.py [--state-dir DIR] COMMAND [--json] ...   (python run.py COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps`` (the bare SDK's traps beside this product's refusals). Budget flags (``start``, ``resume``) apply to the whole task across start and
+``doctor``, ``demo``, ``traps`` (the bare SDK's traps beside this product's refusals), ``serve`` (the browser inbox). Budget flags (``start``, ``resume``) apply to the whole task across start and
 every resume. Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no
 traceback, nothing changed on disk, or a line saying what was already done); 2 usage error.
 ``status``, ``list``, ``ledger``, ``show`` and ``doctor`` never import the SDK (nor asyncio);
@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repair", action="store_true", help="apply only provable repairs, report each")
     cmd("demo", "the whole story, narrated, with the offline model")
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
+    A.serve_parser(sub)
     return parser
 
 
@@ -98,7 +99,6 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "start":
         import asyncio  # with the SDK (~2 s): only commands that run the agent
         import uuid
-
         from agent.budget import make_budget
         from agent.models import model_spec
         from workflow import hitl, tracing
@@ -127,7 +127,6 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return ledger_view(store)
     if args.command == "show":
         from workflow.receipt import build_receipt
-
         return build_receipt(store, inbox.pick_task(store, args.task, waiting_only=False))
     if args.command == "expire":
         expired, busy = inbox.expire_overdue(store, args.task)
@@ -149,6 +148,9 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "traps":
         from workflow.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()
+    if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
+        from workflow.web import serve
+        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote)
     from workflow.demo import demo
     return demo(store, as_json=args.json)
 

@@ -128,3 +128,24 @@ def reviewer(name: str | None) -> str:
     except Exception:  # no login name (some containers, Windows services)
         user = ""
     return user if user and len(user) <= MAX_NAME_CHARS and user.isprintable() else "reviewer"
+
+
+def port(value: str) -> int:
+    """``--port``: a whole number 0-65535 (0: the OS picks a free port)."""
+    if not value.isascii() or not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"--port must be a whole number from 0 to 65535, not {value[:40]!r}")
+    return int(value)
+
+
+def serve_parser(sub: Any) -> None:
+    """The ``serve`` subcommand and its flags (the browser inbox, ``workflow/web.py``)."""
+    p = sub.add_parser("serve", help="the approval inbox in the browser (prints the URL to open)")
+    p.add_argument("--host", default="127.0.0.1", type=nonempty(text("--host", 200, True)),
+                   help="address to listen on (default 127.0.0.1; another needs --allow-remote)")
+    p.add_argument("--port", type=port, default=8765,
+                   help="port (default 8765; 0 picks a free one)")
+    p.add_argument("--reviewer", type=text("--reviewer", MAX_NAME_CHARS, True),
+                   help="the name every decision made on the page is recorded under "
+                        "(default: the OS user)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a --host beyond this machine (prints a warning)")

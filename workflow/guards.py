@@ -191,6 +191,16 @@ def check_saved_against_code(cp: Checkpoint, agent: Any) -> None:
         )
 
 
+def check_revision(cp: Checkpoint, expected: int | None) -> None:
+    """Refuse a decision made on a view of ``cp`` rendered at revision ``expected`` (e.g. the inbox
+    page's form) when the checkpoint has moved on since (another reviewer, the CLI, an expiry).
+    ``None``: the caller saw no particular revision (the CLI), nothing to check. Raises
+    :class:`Stopped`; called under the task lock, right after the load, so nothing was decided."""
+    if expected is not None and cp.revision != expected:
+        raise Stopped(f"task {cp.task_id}: the task changed since the page was rendered (revision "
+                      f"{expected}, now {cp.revision}); nothing was decided: look again")
+
+
 def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> ToolApprovalItem:
     """The one interruption to answer: the RunState's interruptions must be exactly the pending
     calls the reviewer saw, the recorded decision (if any) must be for that call, and there must be

@@ -100,7 +100,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
 async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                  reason: str | None = None, model: Model | None = None,
                  budget_changes: dict[str, Any] | None = None,
-                 trace_content: bool = False) -> Checkpoint:
+                 trace_content: bool = False, expect_revision: int | None = None) -> Checkpoint:
     """Apply a human's decision to a waiting task and resume the run from disk.
 
     Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (the
@@ -110,6 +110,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     record is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended
     a task returns it unchanged, a reject of an executed task or a new approval after the deadline
     is refused. Raises :class:`Stopped` for every refusal, integrity, drift or ledger mismatch.
+    ``expect_revision``: the revision the reviewer saw; another under the lock is refused.
     """
     want = "approved" if decision == "approve" else "rejected"
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
@@ -121,6 +122,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
         guards.check_saved_against_code(cp, code_agent)
     with store.task_lock(task_id):
         cp = store.load(task_id)  # verified: MAC, schema, state dir
+        guards.check_revision(cp, expect_revision)  # the reviewer decided on what is still there
         if reconcile.check(store, cp, decision).kind == "unchanged":
             return cp
         secrets.redact_checkpoint(cp.body())  # a secret set since the save, in a structural field
