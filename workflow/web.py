@@ -389,11 +389,11 @@ def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -
     """``python run.py serve``: import the SDK once, listen, print ``inbox: http://HOST:PORT/?token=…``
     as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM. Raises
     :class:`Stopped` before listening if the host or port cannot be used (see :func:`listen`)."""
+    sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
 
     from workflow import hitl  # noqa: F401  (the SDK, loaded once for every decision)
 
-    sock, authority = listen(host, port, allow_remote)
     hosts = {authority}
     if host in ("127.0.0.1", "localhost"):
         hosts |= {f"127.0.0.1:{sock.getsockname()[1]}", f"localhost:{sock.getsockname()[1]}"}
