@@ -62,7 +62,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # "no-referrer" would make Chromium send "Origin: null"
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
     (b"cross-origin-opener-policy", b"same-origin"),
@@ -353,6 +353,7 @@ def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie
         Route("/", pages.inbox_page),
         Route("/task/{task_id}", pages.task_page),
         Route("/task/{task_id}/decide", pages.decide, methods=["POST"]),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Mount("/static", StaticFiles(directory=ASSETS / "static"), name="static"),
     ])
     pages.gate = Gate(app, token=token, hosts=hosts, cookie=cookie)
