@@ -83,6 +83,11 @@ def test_the_token_becomes_an_httponly_samesite_strict_cookie_and_leaves_the_url
     assert page.status_code == 200 and task in page.text
 
 
+def test_the_token_redirect_stays_on_this_server(state_dir):
+    r = _client(state_dir).get(f"/%2Fevil.example/x?token={TOKEN}", follow_redirects=False)  # path //evil…
+    assert r.status_code == 303 and r.headers["location"] == "/evil.example/x"
+
+
 def test_every_response_carries_a_csp_without_unsafe_inline(task, state_dir):
     client = _client(state_dir)
     refused = client.get("/")

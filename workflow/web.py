@@ -33,6 +33,7 @@ import ipaddress
 import secrets
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -130,7 +131,8 @@ class Gate:
                 return
             nonce = secrets.token_urlsafe(16)
             rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
-            response = RedirectResponse(request.url.path + (f"?{rest}" if rest else ""), 303)
+            path = "/" + request.url.path.lstrip("/")  # never "//host": a redirect off this server
+            response = RedirectResponse(path + (f"?{rest}" if rest else ""), 303)
             response.set_cookie(self.cookie, f"{nonce}.{_digest(self.key, 'session', nonce)}",
                                 httponly=True, samesite="strict", path="/")
             await response(scope, receive, send_with_headers)
@@ -345,10 +347,15 @@ def _receipt_text(store: Any, task_id: str) -> str:
     return receipt_text(build_receipt(store, task_id))
 
 
-def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie: str) -> Any:
+def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie: str,
+               warm: bool = False) -> Any:
     """The ASGI app: the pages of :class:`Inbox` behind :class:`Gate`. ``hosts``: accepted
-    ``Host`` header values; ``cookie``: the session cookie's name."""
+    ``Host`` header values; ``cookie``: the session cookie's name; ``warm``: read and verify every
+    checkpoint once now, in a background thread, so the first inbox page is as fast as the next
+    (a checkpoint that does not verify is reported by the page that lists it, not here)."""
     pages = Inbox(store, reviewer=reviewer)
+    if warm:
+        threading.Thread(target=_quietly, args=(pages.index.rows,), daemon=True).start()
     app = Starlette(routes=[
         Route("/", pages.inbox_page),
         Route("/task/{task_id}", pages.task_page),
@@ -358,6 +365,13 @@ def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie
     ])
     pages.gate = Gate(app, token=token, hosts=hosts, cookie=cookie)
     return pages.gate
+
+
+def _quietly(read: Any) -> None:
+    try:
+        read()
+    except Stopped:  # shown by the inbox page, which reads again
+        pass
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -403,7 +417,7 @@ def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -
               "it and sees the URL can decide; the token travels unencrypted", file=sys.stderr)
     token = secrets.token_urlsafe(32)
     app = create_app(store, reviewer=reviewer, token=token, hosts=hosts,
-                     cookie=f"hitl_inbox_{sock.getsockname()[1]}")
+                     cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True)
     print(f"inbox: http://{authority}/?token={token}", flush=True)
     print(f"reviewer: {reviewer}; state dir: {store.root}; Ctrl-C stops", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
