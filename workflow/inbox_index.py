@@ -46,7 +46,8 @@ class Row:
     ``revision``, ``since`` (ISO-8601: when the current approval request was made if waiting, else
     the last update), ``expires_at`` (ISO-8601 or None), ``channels`` (the ``channel`` argument of
     each pending call that has one), ``calls`` (number of pending calls), ``decision`` (the last
-    decision word, or None) and ``checkpoint`` (the verified checkpoint, for the deadline rule)."""
+    decision word, or None), ``checkpoint`` (the verified checkpoint, for the deadline rule) and
+    ``since_at`` (``since`` parsed)."""
 
     task_id: str
     title: str
@@ -58,19 +59,22 @@ class Row:
     calls: int
     decision: Optional[str]
     checkpoint: Checkpoint
+    since_at: datetime  # ``since``, parsed (the sort key)
 
 
 def row_of(cp: Checkpoint) -> Row:
     """The :class:`Row` of a verified checkpoint."""
     channels = tuple(str(p.arguments["channel"]) for p in cp.pending if p.arguments.get("channel"))
+    since = waiting_since(cp) if cp.status == WAITING else cp.updated_at
     return Row(task_id=cp.task_id, title=cp.title, status=cp.status, revision=cp.revision,
-               since=waiting_since(cp) if cp.status == WAITING else cp.updated_at,
-               expires_at=cp.expires_at, channels=channels, calls=len(cp.pending),
-               decision=cp.decision.decision if cp.decision else None, checkpoint=cp)
+               since=since, expires_at=cp.expires_at, channels=channels, calls=len(cp.pending),
+               decision=cp.decision.decision if cp.decision else None, checkpoint=cp,
+               since_at=clock.parse_iso(since))
 
 
 def _identity(path: Path) -> Optional[tuple[int, ...]]:
-    """``(inode, device, size, mtime_ns, ctime_ns)`` of ``path`` (not followed), None if absent."""
+    """``(inode, device, size, mtime_ns, ctime_ns)`` of ``path`` (not followed), None if absent:
+    what a checkpoint file is recognised by (module docstring)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -86,7 +90,7 @@ class InboxIndex:
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self._rows: dict[Path, tuple[tuple[int, ...], Row]] = {}
+        self._rows: dict[str, tuple[tuple[int, ...], Row]] = {}  # file name -> (identity, row)
         self._keys: Any = None  # the identity of signing.key and state.id the rows were verified with
         self._lock = threading.Lock()
 
@@ -102,23 +106,31 @@ class InboxIndex:
         keys = (_identity(store.root / KEY_FILE), _identity(store.root / STATE_ID_FILE))
         if keys != self._keys:  # a new signing key or state dir ID: verify everything again
             self._rows, self._keys = {}, keys
-        fresh: dict[Path, tuple[tuple[int, ...], Row]] = {}
+        fresh: dict[str, tuple[tuple[int, ...], Row]] = {}
         bad: list[str] = []
-        paths = sorted(store.tasks_dir.glob("*.json")) if store.tasks_dir.is_dir() else []
-        for path in paths:
-            ident = _identity(path)
-            if ident is None:  # removed since the folder was read
+        try:
+            entries = list(os.scandir(store.tasks_dir))  # what Store.scan globs: tasks/*.json
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            if not entry.name.endswith(".json"):
                 continue
-            known = self._rows.get(path)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # removed since the folder was read
+                continue
+            ident = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            known = self._rows.get(entry.name)
             if known is not None and known[0] == ident:
-                fresh[path] = known
+                fresh[entry.name] = known
                 continue
             try:  # identity first, then the read: a file replaced in between is read again next time
-                fresh[path] = (ident, row_of(store.load_path(path)))
+                fresh[entry.name] = (ident, row_of(store.load_path(Path(entry.path))))
             except Stopped as exc:
                 bad.append(str(exc))
         self._rows = fresh
         if bad:
+            bad.sort()
             more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
             raise Stopped(f"{bad[0]}{more} (python run.py doctor lists every problem)")
         return [row for _, row in fresh.values()]
@@ -142,7 +154,7 @@ def page(rows: list[Row], status: str, number: int) -> Page:
     if status not in FILTERS:
         raise ValueError(f"status must be one of {', '.join(FILTERS)}")
     kept = rows if status == "all" else [r for r in rows if r.status == status]
-    kept.sort(key=lambda r: (clock.parse_iso(r.since), r.task_id), reverse=True)
+    kept.sort(key=lambda r: (r.since_at, r.task_id), reverse=True)
     pages = max(1, -(-len(kept) // PAGE_SIZE))
     start = (number - 1) * PAGE_SIZE
     return Page(rows=kept[start:start + PAGE_SIZE], number=number, pages=pages, total=len(kept))
@@ -152,7 +164,7 @@ def timing(row: Row, now: datetime) -> dict[str, Any]:
     """What the inbox says about time for ``row`` at ``now``: ``age`` (since the request or last
     update, e.g. ``12m``), ``left`` (time before the approval request expires, ``expired``, or
     ``no expiry``; empty unless the task waits), ``overdue`` (bool, :func:`workflow.inbox.overdue`)."""
-    age = clock.human_age((now - clock.parse_iso(row.since)).total_seconds())
+    age = clock.human_age((now - row.since_at).total_seconds())
     late = overdue(row.checkpoint, now)
     if row.status != WAITING:
         left = ""
