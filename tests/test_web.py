@@ -108,6 +108,12 @@ def test_another_host_header_is_403_even_with_the_token(task, state_dir):
     assert client.get("/", headers={"host": "attacker.example:8765"}).status_code == 403
 
 
+def test_a_request_from_another_site_is_403_even_with_the_token(task, state_dir):
+    """A link on another web site to the printed URL (the browser says where the request comes from)."""
+    r = _client(state_dir).get(f"/?token={TOKEN}", headers={"sec-fetch-site": "cross-site"})
+    assert r.status_code == 403 and "another site" in r.text
+
+
 def test_a_post_from_another_origin_or_without_origin_is_403(task, state_dir):
     client = _client(state_dir)
     _login(client)
@@ -374,3 +380,17 @@ def test_serve_prints_the_url_first_and_refuses_without_leaving_files(state_dir)
                              timeout=120)
     assert refused.returncode == 1 and refused.stderr.startswith("STOPPED: --host 0.0.0.0")
     assert "Traceback" not in refused.stderr and not state_dir.exists()
+
+
+def test_the_listening_socket_says_tcp_so_asyncio_turns_off_nagle():
+    """asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP; without it each response
+    on a keep-alive connection waited ~40 ms (measured by benchmarks/web_decision.py)."""
+    import socket
+
+    from workflow.web import listen
+
+    sock, authority = listen("127.0.0.1", 0, allow_remote=False)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP and authority == f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()

@@ -8,10 +8,12 @@ checkpoint file, the summary row of the checkpoint that verified (MAC, schema, s
 modification and change times in nanoseconds. The next listing only ``stat``\\ s each file; a file
 whose identity differs, or a new file, is read and verified again before its row is shown. A
 checkpoint that does not verify stops the whole listing (fail closed, like ``list``). Every write
-of a checkpoint replaces the file (``os.replace``: a new inode and change time), and the change
-time cannot be set by a user, so an edited file is never shown from memory. The cache only ever
-decides what the inbox *shows*: the task page and every decision load and verify the checkpoint
-again (``Store.load``, then ``workflow.hitl.resume`` under the task lock).
+of a checkpoint replaces the file (``os.replace``: a new inode and change time), and on POSIX the
+change time cannot be set by a user, so an edited file is read again (on Windows, where Python's
+``st_ctime`` is the settable creation time, an edit that restores size and times keeps the file's
+old, verified row: never unverified content). The cache only ever decides what the inbox *shows*:
+the task page and every decision load and verify the checkpoint again (``Store.load``, then
+``workflow.hitl.resume`` under the task lock).
 
 A store that is not files on disk (any other ``TaskStore``) is listed through its own
 ``checkpoints()`` every time.

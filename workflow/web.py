@@ -15,7 +15,8 @@ Security (a local page can be attacked from other tabs, other sites and other us
 is in :class:`Gate`):
 
 - ``Host`` must be the address served (DNS rebinding); a request carrying ``Origin`` must come
-  from it, and a ``POST`` must carry it;
+  from it, and a ``POST`` must carry it; a request the browser marks ``Sec-Fetch-Site:
+  cross-site`` (a link or redirect from another site) is refused;
 - the first URL's ``?token=`` (``secrets.token_urlsafe(32)``: 256 bits) is compared in constant
   time and traded for a session cookie (HttpOnly, SameSite=Strict, signed with a key that lives only
   in this process); no valid cookie or token: 403;
@@ -30,6 +31,7 @@ import asyncio
 import hashlib
 import hmac
 import ipaddress
+import os
 import secrets
 import socket
 import sys
@@ -391,10 +393,18 @@ def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str
                           "open (the Host header is checked against it)")
     except ValueError:
         pass  # a name, not an address
+    # proto=IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on sockets
+    # that say TCP, and without it a keep-alive connection waits ~40 ms per response (Nagle's
+    # algorithm against the client's delayed ACK; measured with benchmarks/web_decision.py).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                         socket.IPPROTO_TCP)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.create_server((host, port), family=family)
+        if os.name != "nt":  # Windows' SO_REUSEADDR would let another process take the port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
     except OSError as exc:
+        sock.close()
         raise Stopped(f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})") from None
     bound = sock.getsockname()[1]
     return sock, f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
