@@ -13,6 +13,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from starlette.testclient import TestClient
@@ -199,6 +200,21 @@ def test_bad_form_input_gets_one_clear_line_and_changes_nothing(task, state_dir,
     r = _post(client, task, fields)
     assert r.status_code == code and "STOPPED: " in r.text and message in r.text, r.text
     assert "Traceback" not in r.text
+    assert snapshot(state_dir) == before
+
+
+def test_a_form_of_another_type_too_large_or_with_a_repeated_field_is_refused_unread(task, state_dir):
+    client = _client(state_dir)
+    _login(client)
+    fields = _forms(client.get(f"/task/{task}").text)[0] | {"decision": "approve"}
+    before = snapshot(state_dir)
+    r = client.post(f"/task/{task}/decide", json=fields, headers={"origin": ORIGIN})
+    assert r.status_code == 400 and "application/x-www-form-urlencoded" in r.text
+    r = _post(client, task, fields | {"reason": "x" * 20_000})
+    assert r.status_code == 400 and "larger than 16384 bytes" in r.text
+    r = client.post(f"/task/{task}/decide", content=urlencode(fields) + "&decision=reject",
+                    headers={"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400 and "field &#x27;decision&#x27; is given twice" in r.text
     assert snapshot(state_dir) == before
 
 

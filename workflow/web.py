@@ -97,11 +97,6 @@ class Gate:
         self.cookie = cookie
         self.key = secrets.token_bytes(32)  # signs sessions and CSRF tokens; dies with the process
 
-    def csrf_for(self, request: Request) -> str:
-        """The CSRF token of the request's session (empty if it has none)."""
-        nonce = request.scope.get("session_nonce", "")
-        return _digest(self.key, "csrf", nonce) if nonce else ""
-
     def _session(self, request: Request) -> Optional[str]:
         """The nonce of a validly signed session cookie, else None."""
         nonce, _, sig = request.cookies.get(self.cookie, "").partition(".")
@@ -143,7 +138,7 @@ class Gate:
             await _plain(403, "no valid session: open the URL that python run.py serve printed "
                               "(it carries the token)")(scope, receive, send_with_headers)
             return
-        scope["session_nonce"] = nonce
+        scope["csrf"] = _digest(self.key, "csrf", nonce)  # the session's CSRF token, for the pages
         await self.app(scope, receive, send_with_headers)
 
     def _refusal(self, request: Request) -> Optional[str]:
@@ -201,14 +196,12 @@ class Inbox:
         self.index = InboxIndex(store)
         self.env = Environment(loader=FileSystemLoader(ASSETS / "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True))
-        self.gate: Gate | None = None
 
     def _render(self, request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
         """``name`` (or, for the page's refresh, ``?partial=1``, only its ``<main>``) as HTML."""
         partial = request.query_params.get("partial") == "1"
-        assert self.gate is not None
         html = self.env.get_template(name).render(
-            partial=partial, reviewer=self.reviewer, csrf=self.gate.csrf_for(request),
+            partial=partial, reviewer=self.reviewer, csrf=request.scope["csrf"],
             poll_seconds=POLL_SECONDS, **context)
         return HTMLResponse(html, status_code=code)
 
@@ -275,9 +268,8 @@ class Inbox:
             form = await _read_form(request)
         except ValueError as exc:
             return _plain(400, str(exc))
-        assert self.gate is not None
-        expected = self.gate.csrf_for(request)
-        if not expected or not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
+        expected = request.scope["csrf"]  # set by Gate, which admitted this session
+        if not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
             return _plain(403, "the form carries no valid CSRF token: reload the page and decide again")
         try:
             decision, call_id, revision, reason = _decision_fields(form)
@@ -365,8 +357,7 @@ def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Mount("/static", StaticFiles(directory=ASSETS / "static"), name="static"),
     ])
-    pages.gate = Gate(app, token=token, hosts=hosts, cookie=cookie)
-    return pages.gate
+    return Gate(app, token=token, hosts=hosts, cookie=cookie)
 
 
 def _quietly(read: Any) -> None:
