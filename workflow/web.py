@@ -100,7 +100,7 @@ class Gate:
     def _session(self, request: Request) -> Optional[str]:
         """The nonce of a validly signed session cookie, else None."""
         nonce, _, sig = request.cookies.get(self.cookie, "").partition(".")
-        if nonce and hmac.compare_digest(sig, _digest(self.key, "session", nonce)):
+        if nonce and hmac.compare_digest(sig.encode(), _digest(self.key, "session", nonce).encode()):
             return nonce
         return None
 
