@@ -8,8 +8,8 @@ is written into the checkpoint, ``rejections/<name>.json`` is created exclusivel
 ``os.link``), and an approve is refused for ever after, whatever the checkpoint says.
 
 Shape: ``{"task_id", "content_sha256", "call_id", "by", "at", "reason"}`` (``at`` ISO-8601 UTC).
-What it does not stop: someone who deletes the record *and* restores the checkpoint (see README,
-"The MAC's threat model").
+What it does not stop: someone who deletes the record *and* restores the checkpoint (see
+docs/refusals.md, "The MAC: what it does and does not stop").
 """
 
 from __future__ import annotations

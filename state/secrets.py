@@ -26,7 +26,7 @@ twice escaped, as inside the ``arguments`` JSON text stored in the RunState JSON
 
 Short secrets: in checkpoints, ledger entries, rejection records and user input only values of
 :data:`MIN_CHARS` (8) or more characters are searched for: a placeholder key such as ``local``
-(the README suggests it for local servers) would otherwise redact every text mentioning
+(docs/real-model.md suggests it for local servers) would otherwise redact every text mentioning
 ``localhost``. Traces search for secrets of any length.
 """
 

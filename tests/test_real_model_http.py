@@ -22,7 +22,7 @@ import respx
 
 from conftest import checkpoint_file, ledger_entries, resign, snapshot
 
-FAKE_KEY = "sk-test-FAKEKEY-issue5-0123456789abcdef"
+FAKE_KEY = "sk-test-FAKEKEY-realmodel-0123456789abcdef"
 OPENAI = "https://api.openai.com/v1"
 LOCAL = "http://localhost:11434/v1"
 TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",

@@ -60,7 +60,7 @@ class LedgerEntry(BaseModel):
 
     @model_validator(mode="after")
     def _key_is_task(self) -> "LedgerEntry":
-        # The key is also the task ID (README): an entry naming two different ones was not ours.
+        # The key is also the task ID (docs/commands.md): an entry naming two different ones was not ours.
         if self.idempotency_key != self.task_id:
             raise ValueError("idempotency_key and task_id differ")
         return self

@@ -1,4 +1,4 @@
-"""JSON shapes printed by the command line (contract in README). Never imports the SDK.
+"""JSON shapes printed by the command line (contract in docs/commands.md). Never imports the SDK.
 
 - a task: ``{"task_id", "idempotency_key", "status", "decision": null | {"decision", "by", "at",
   "reason"}, "pending": [{"call_id", "tool", "arguments"}], "final_output", "schema_version",
