@@ -11,7 +11,7 @@ import pytest
 from conftest import ledger_entries, run_subprocess, snapshot
 
 TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",
-             "schema_version", "revision", "checkpoint_path"}
+             "schema_version", "revision", "checkpoint_path", "decisions", "channels"}
 
 
 def _start(cli, key="k-1", draft="Hello world", title="Title"):
@@ -25,7 +25,7 @@ def test_task_json_shape(cli):
     assert set(task) == TASK_KEYS
     assert task["task_id"] == task["idempotency_key"] == "k-1"
     assert task["decision"] is None and task["final_output"] is None
-    assert task["schema_version"] == 1 and task["revision"] == 1
+    assert task["schema_version"] == 2 and task["revision"] == 1
     assert set(task["pending"][0]) == {"call_id", "tool", "arguments"}
 
 

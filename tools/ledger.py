@@ -72,7 +72,7 @@ class LedgerEntry(BaseModel):
     def _key_is_task(self) -> "LedgerEntry":
         # The key is the task ID, or the task ID and the channel (README): any other pairing was not ours.
         if self.idempotency_key not in (self.task_id, f"{self.task_id}#{self.channel}"):
-            raise ValueError("idempotency_key is neither task_id nor task_id#channel")
+            raise ValueError("idempotency_key and task_id differ (nor is it task_id#channel)")
         return self
 
 

@@ -232,7 +232,7 @@ def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, Too
         raise Stopped(f"task {cp.task_id}: the saved run has no interruption to answer")
     if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:
         raise Stopped(
-            f"task {cp.task_id}: the pending calls in the saved run differ from the ones shown "
+            f"task {cp.task_id}: the pending call in the saved run differs from the one shown "
             "for review (call_id, tool or arguments)"
         )
     items = {item.call_id: item for item in interruptions}

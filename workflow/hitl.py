@@ -148,10 +148,11 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
         rec = guards.decision_for(store, cp, items[call_id], want, by, reason, always)  # on record wins
         try:  # in memory first, so the SDK's own checks run before anything is written
             for d in calls.to_apply(cp, rec):  # replayed ones too; sticky rules before per-call ones
+                item = items[d.call_id]
                 if d.decision == "approved":
-                    state.approve(items[d.call_id], always_approve=d.always)
+                    state.approve(item, always_approve=d.always)
                 else:
-                    state.reject(items[d.call_id], always_reject=d.always, rejection_message=d.reason)
+                    state.reject(item, always_reject=d.always, rejection_message=d.reason)
         except Exception as exc:
             raise Stopped(f"task {task_id}: the SDK refused the decision: {exc}") from None
         if calls.decision_of(cp, rec.call_id) is None:  # the human's decision, before any effect

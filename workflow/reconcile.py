@@ -197,7 +197,8 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
     recorded = decision_of(cp, call_id) if call_id else cp.decision
     decided = recorded.decision if recorded else None
-    status = "cancelled" if cp.status == "completed" and decided == "rejected" else cp.status
+    several = len(cp.channels) > 1  # a one-channel task is judged exactly as before channels
+    status = "cancelled" if several and cp.status == "completed" and decided == "rejected" else cp.status
     ev = Evidence(status=status, decided=decided, entry=entry is not None,
                   rejection=rejected is not None, overdue=overdue)
     return ev, entry, rejected
