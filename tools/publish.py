@@ -114,8 +114,8 @@ def _check_approved(store: Store, task: dict[str, Any], channel: str, scope: Opt
         for d in cp.decisions)
     if not approved:
         raise Stopped(
-            f"publish_draft for task {task_id} on {channel} ran without a human approval of this "
-            "call on record (an approval rule that returned False?); nothing was published")
+            f"publish_draft for task {task_id} on {channel} ran without a human approval on record "
+            "for this call (an approval rule that returned False?); nothing was published")
 
 
 effectful(publish_draft)  # its call writes the ledger: never without approval (tools.effects)
