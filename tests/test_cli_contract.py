@@ -193,10 +193,14 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     assert r.code == 0, r.err
     text = r.out + r.err
     assert "OPENAI_API_KEY" not in text and "Traceback" not in text and "skipping trace" not in text
-    assert r.err.count("completed") >= 2 and "cancelled" in r.err and "(1 entry)" in r.err
+    assert r.err.count("completed") >= 2 and "cancelled" in r.err and "(2 entries)" in r.err
     summary = r.json()
-    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled"]
-    assert [e["idempotency_key"] for e in summary["ledger"]["entries"]] == [summary["tasks"][0]["task_id"]]
+    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled", "completed"]
+    channels = summary["tasks"][2]  # two channels: one call rejected, one approved
+    assert sorted((d["channel"], d["decision"]) for d in channels["decisions"]) == [
+        ("blog", "approved"), ("news", "rejected")]
+    assert [e["idempotency_key"] for e in summary["ledger"]["entries"]] == [
+        summary["tasks"][0]["task_id"], channels["task_id"] + "#blog"]
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
     assert not (tmp_path / "demo" / "tasks").exists() and not (tmp_path / "demo" / "ledger").exists()
 
