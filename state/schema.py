@@ -21,14 +21,27 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Our envelope's schema version. Bump it whenever a field changes meaning or is added/removed, and
-#: either migrate older files explicitly or refuse them by name (see ``state.storage``).
-SCHEMA_VERSION = 1
+#: either migrate older files explicitly (:data:`MIGRATIONS`) or refuse them by name (see
+#: ``state.storage``). What each version added: 1, the envelope; 2, ``channels`` and, in every
+#: decision, ``channel``, ``always`` and ``source`` (several calls per task, sticky decisions).
+SCHEMA_VERSION = 2
 #: The largest checkpoint file read, in bytes (a bigger one is refused, never parsed).
 MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
 
 #: The one action this project can perform (the tool's name). Stored so a checkpoint whose action is
 #: not ours is refused rather than resumed ("key/action mismatch → stop").
 ACTION = "publish_draft"
+
+#: Channel names (``start --channel``): 1-32 of ``a-z0-9-``. A task has 1 to :data:`MAX_CHANNELS`.
+CHANNEL_PATTERN = re.compile(r"^[a-z0-9-]{1,32}\Z")
+#: The same rule for pydantic fields (its regex engine has no ``\Z``; ``$`` there is the end).
+CHANNEL_FIELD = r"^[a-z0-9-]{1,32}$"
+MAX_CHANNELS = 8
+#: The channel of a task started without ``--channel`` (and of every schema_version 1 task).
+DEFAULT_CHANNEL = "blog"
+#: The private preview channel: the approval rule (``tools.publish.needs_publish_approval``) lets
+#: its calls run without a human; every other channel is public and needs an approval.
+PREVIEW_CHANNEL = "preview"
 
 #: Task IDs and idempotency keys: 1–100 characters of ``A-Za-z0-9._:-``, starting with a letter or a
 #: digit (so ``.``/``..`` and hidden names are impossible).
@@ -92,6 +105,35 @@ def key_problem(value: object) -> str | None:
 def valid_key(value: str) -> bool:
     """Return True if ``value`` is an allowed task ID / idempotency key (see :func:`key_problem`)."""
     return key_problem(value) is None
+
+
+def valid_channel(value: object) -> bool:
+    """True if ``value`` is a channel name: a ``str`` of 1-32 of ``a-z0-9-``."""
+    return isinstance(value, str) and bool(CHANNEL_PATTERN.match(value))
+
+
+def effect_key(task_id: str, channel: str, channels: list[str]) -> str:
+    """The idempotency key of the effect of ``task_id`` on ``channel``: the task key itself for a
+    task with one channel (the one-channel contract), ``<task key>#<channel>`` for a task with
+    several. Raises ``ValueError`` if ``channel`` is not one of ``channels``."""
+    if channel not in channels:
+        raise ValueError(f"channel {channel!r} is not one of the task's channels")
+    return task_id if len(channels) == 1 else f"{task_id}#{channel}"
+
+
+def channel_scope(channel: str, channels: list[str]) -> str | None:
+    """The ``channel`` argument the ledger and the rejection records take for a call on
+    ``channel``: None for a one-channel task (its records are keyed by the task key alone, as
+    before channels existed), else ``channel``."""
+    return None if len(channels) == 1 else channel
+
+
+def valid_effect_key(value: object) -> bool:
+    """True if ``value`` is an allowed key or ``<allowed key>#<channel>`` (:func:`effect_key`)."""
+    if not isinstance(value, str):
+        return False
+    task_id, sep, channel = value.partition("#")
+    return valid_key(task_id) and (not sep or valid_channel(channel))
 
 
 def check_text(value: str, *, what: str, limit: int, single_line: bool) -> str:
@@ -170,7 +212,8 @@ class Decision(_Strict):
     """A human's decision, recorded by our code path before the run resumes.
 
     ``call_id``, ``tool`` and ``arguments_sha256`` bind the decision to the exact pending call the
-    reviewer saw; ``at`` is an ISO-8601 UTC timestamp.
+    reviewer saw; ``at`` is an ISO-8601 UTC timestamp; ``channel``, ``always`` and ``source``
+    (schema_version 2) say where the call publishes and whether a sticky rule decided it.
     """
 
     decision: DecisionKind
@@ -180,6 +223,13 @@ class Decision(_Strict):
     call_id: str = Field(min_length=1, max_length=200)
     tool: str = Field(min_length=1, max_length=200)
     arguments_sha256: str
+    #: The channel the call publishes to (one of the task's ``channels``).
+    channel: str = Field(pattern=CHANNEL_FIELD)
+    #: True: the human asked for the SDK's sticky rule (``always_approve``/``always_reject``).
+    always: bool
+    #: ``human``: this call was decided by a person; ``sticky``: by the sticky rule of an earlier
+    #: ``always`` decision (``by`` is the person who gave that one).
+    source: Literal["human", "sticky"]
 
     @field_validator("arguments_sha256")
     @classmethod
@@ -292,7 +342,7 @@ class Checkpoint(_Strict):
     """The checkpoint envelope, one JSON file per task (``tasks/<name>.json`` in the state dir).
 
     Fields: our ``schema_version``; ``task_id`` (== ``idempotency_key``); ``action`` (tool name);
-    ``title`` and ``content_sha256`` of the draft; ``status``; the current ``decision`` (or null);
+    ``title`` and ``content_sha256`` of the draft; ``channels``; ``status``; the current ``decision`` (or null);
     ``decisions``: every decision ever recorded (their call_ids are the only approvals a stored
     RunState may carry); ``pending`` calls; ``final_output``; ``revision`` (1, 2, … one per write);
     ``sdk_version`` (``openai-agents``) and ``run_state_schema_version`` (the RunState's
@@ -304,12 +354,14 @@ class Checkpoint(_Strict):
     files written before it); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
     """
 
-    schema_version: Literal[1]
+    schema_version: Literal[2]
     task_id: str
     idempotency_key: str
     action: Literal["publish_draft"]
     title: str = Field(max_length=MAX_TITLE_CHARS)
     content_sha256: str
+    #: The channels the draft goes to (``start --channel``), each one effect with its own key.
+    channels: list[str] = Field(min_length=1, max_length=MAX_CHANNELS)
     status: Status
     decision: Optional[Decision]
     decisions: list[Decision]
@@ -354,6 +406,13 @@ class Checkpoint(_Strict):
             raise ValueError("must be 64 lowercase hex characters")
         return v
 
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, v: list[str]) -> list[str]:
+        if not all(valid_channel(c) for c in v) or len(set(v)) != len(v):
+            raise ValueError("must be distinct channel names (1-32 of a-z0-9-)")
+        return v
+
     def body(self) -> dict[str, Any]:
         """The envelope as a JSON-ready dict, without ``mac``.
 
@@ -363,3 +422,32 @@ class Checkpoint(_Strict):
         data = self.model_dump(mode="json")
         data.pop("mac")
         return data
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """schema_version 1 → 2: a v1 task had one channel, :data:`DEFAULT_CHANNEL` (its calls carry
+    no ``channel``, which means the task's only one); every v1 decision was a person's, per call."""
+    def decision(d: Any) -> Any:
+        if not isinstance(d, dict):
+            return d  # validation refuses it by name
+        return {**d, "channel": DEFAULT_CHANNEL, "always": False, "source": "human"}
+
+    out = {**data, "schema_version": 2, "channels": [DEFAULT_CHANNEL],
+           "decision": decision(data.get("decision"))}
+    if isinstance(data.get("decisions"), list):
+        out["decisions"] = [decision(d) for d in data["decisions"]]
+    return out
+
+
+#: Older envelope versions this program reads: version → the function turning a parsed file of
+#: that version into the next one. ``state.storage`` verifies the MAC over the file as written,
+#: then applies these in order, then validates; the next write saves the current version.
+MIGRATIONS = {1: _v1_to_v2}
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a parsed, MAC-verified checkpoint of a version in :data:`MIGRATIONS` or the
+    current one) as a current-version checkpoint. Pure; raises nothing (validation follows)."""
+    while data.get("schema_version") in MIGRATIONS:
+        data = MIGRATIONS[data["schema_version"]](data)
+    return data

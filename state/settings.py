@@ -11,9 +11,10 @@ as :class:`~state.errors.Stopped` by the field's validator when :func:`settings`
 ``run.py`` calls :func:`check_environment` first thing, before any file is touched; it adds the one
 rule that depends on the wall clock (``HITL_NOW`` only moves the clock forward).
 
-The model is a plain pydantic ``BaseModel`` fed from ``os.environ``, not a ``pydantic-settings``
-``BaseSettings``: that package imports ``asyncio`` at import time (well over 100 ms), which every
-read-only command would pay, since every command reads its settings.
+The object is a ``pydantic-settings`` ``BaseSettings``: the library reads ``os.environ`` (by each
+field's alias, case-sensitive, no ``.env`` file), our validators judge each raw value. Importing it
+costs every command some tens of milliseconds more than a plain pydantic model would; measured
+by ``benchmarks/cli_timing.py``.
 
 Never imports the SDK; imports only :mod:`state.errors` and :mod:`state.timestamps` of ours.
 """
@@ -25,7 +26,8 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import Stopped
 from .timestamps import parse_iso
@@ -69,12 +71,16 @@ def _doc(type_: str, unit: str, default: str, does: str, refused: str) -> dict[s
                                                        "refused": refused}}
 
 
-class Settings(BaseModel):
+class Settings(BaseSettings):
     """The environment this program runs in, validated (one field per variable; the alias is the
     variable's name). Frozen. Secrets (``signing_key``, ``openai_api_key``) are left out of
     ``repr``. Build it with :func:`settings`, not directly."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # Each field is read from the variable named by its alias, exactly (case-sensitive); values are
+    # handed raw (strings, empty included) to the validators below, which say what is refused.
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=True,
+                                      populate_by_name=False, env_file=None, env_ignore_empty=False,
+                                      env_parse_none_str=None, validate_default=False)
 
     # The order of the fields is the order of validation: the first bad variable is the one named.
     lock_timeout: float = Field(DEFAULT_LOCK_TIMEOUT_S, alias="HITL_LOCK_TIMEOUT", **_doc(
@@ -243,7 +249,7 @@ def settings() -> Settings:
     last = _last
     if last is not None and last[0] == key:
         return last[1]
-    made = Settings.model_validate({n: v for n, v in zip(VARIABLES, key) if v is not None})
+    made = Settings()
     _last = (key, made)
     return made
 

@@ -35,7 +35,8 @@ from .clock import now_iso
 from .errors import Stopped
 from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, read_regular
-from .schema import MAX_CHECKPOINT_BYTES, SCHEMA_VERSION, Checkpoint, valid_key, validation_message
+from .schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
+                     valid_effect_key, validation_message)
 # The file helpers live in leaf modules (no import cycle); their names stay importable from here.
 from .durable import atomic_write, create_exclusive  # noqa: F401
 from .files import TEMP_NAME, fsync_dir, parse_json_object, write_temp  # noqa: F401
@@ -49,12 +50,20 @@ def file_name(key: str) -> str:
 
     ``:`` is not allowed in Windows file names and those file systems ignore case, so the stem is
     the key with ``:`` replaced by ``_`` plus 12 hex characters of SHA-256 of the exact key, e.g.
-    ``demo-001`` → ``demo-001--0b1e2a3c4d5e``. Raises ``ValueError`` for a key outside the pattern.
+    ``demo-001`` → ``demo-001--0b1e2a3c4d5e``; an effect key ``demo-001#news``
+    (:func:`state.schema.effect_key`) keeps its ``#``, allowed on all three. Raises ``ValueError``
+    for a key outside the pattern.
     """
-    if not valid_key(key):
+    if not valid_effect_key(key):
         raise ValueError(f"not an allowed key: {key!r}")
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
     return f"{key.replace(':', '_')}--{digest}"
+
+
+def _readable_versions() -> str:
+    """``"1 (migrated) and 2"``: the envelope versions :meth:`Store.load_path` reads."""
+    old = ", ".join(f"{v} (migrated)" for v in sorted(MIGRATIONS))
+    return f"{old} and {SCHEMA_VERSION}" if old else str(SCHEMA_VERSION)
 
 
 def resolve_state_dir(raw: str | None) -> Path:
@@ -169,10 +178,10 @@ class Store:
             raise Stopped(f"{where} cannot be read (No such file or directory)")
         data = parse_json_object(raw, where)
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION or type(version) is not int:
+        if (version != SCHEMA_VERSION and version not in MIGRATIONS) or type(version) is not int:
             raise Stopped(
                 f"{where} has schema_version {version!r}; this program reads only "
-                f"schema_version {SCHEMA_VERSION}"
+                f"schema_version {_readable_versions()}"
             )
         # The MAC covers the file's own fields as parsed (not a re-dump of the validated model), so
         # a field missing from the file can never be hidden by a default filled in by pydantic.
@@ -185,8 +194,8 @@ class Store:
             valid = False
         if not valid:
             raise Stopped(f"checkpoint integrity check failed for {path.name}")
-        try:
-            cp = Checkpoint.model_validate(data)
+        try:  # an older version is migrated after its MAC is verified over the file as written
+            cp = Checkpoint.model_validate(migrate(data))
         except ValidationError as exc:
             raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
         missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id

@@ -11,7 +11,7 @@ import pytest
 from conftest import ledger_entries, run_subprocess, snapshot
 
 TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",
-             "schema_version", "revision", "checkpoint_path"}
+             "schema_version", "revision", "checkpoint_path", "decisions", "channels"}
 
 
 def _start(cli, key="k-1", draft="Hello world", title="Title"):
@@ -25,7 +25,7 @@ def test_task_json_shape(cli):
     assert set(task) == TASK_KEYS
     assert task["task_id"] == task["idempotency_key"] == "k-1"
     assert task["decision"] is None and task["final_output"] is None
-    assert task["schema_version"] == 1 and task["revision"] == 1
+    assert task["schema_version"] == 2 and task["revision"] == 1
     assert set(task["pending"][0]) == {"call_id", "tool", "arguments"}
 
 
@@ -193,10 +193,14 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     assert r.code == 0, r.err
     text = r.out + r.err
     assert "OPENAI_API_KEY" not in text and "Traceback" not in text and "skipping trace" not in text
-    assert r.err.count("completed") >= 2 and "cancelled" in r.err and "(1 entry)" in r.err
+    assert r.err.count("completed") >= 2 and "cancelled" in r.err and "(2 entries)" in r.err
     summary = r.json()
-    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled"]
-    assert [e["idempotency_key"] for e in summary["ledger"]["entries"]] == [summary["tasks"][0]["task_id"]]
+    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled", "completed"]
+    channels = summary["tasks"][2]  # two channels: one call rejected, one approved
+    assert sorted((d["channel"], d["decision"]) for d in channels["decisions"]) == [
+        ("blog", "approved"), ("news", "rejected")]
+    assert [e["idempotency_key"] for e in summary["ledger"]["entries"]] == [
+        summary["tasks"][0]["task_id"], channels["task_id"] + "#blog"]
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
     assert not (tmp_path / "demo" / "tasks").exists() and not (tmp_path / "demo" / "ledger").exists()
 

@@ -191,7 +191,7 @@ def test_reject_sends_the_reason_to_the_model_verbatim(task, state_dir):
     ({"decision": "approve", "revision": "one"}, "no revision", 400),
     ({"decision": "approve", "reason": "x" * 1001}, "the limit is 1000", 400),
     ({"decision": "approve", "reason": "bell\x07"}, "control character", 400),
-    ({"decision": "approve", "call_id": "call_other"}, "is not waiting for a decision", 409),
+    ({"decision": "approve", "call_id": "call_other"}, "has no pending call &#39;call_other&#39;", 409),
 ])
 def test_bad_form_input_gets_one_clear_line_and_changes_nothing(task, state_dir, change, message, code):
     client = _client(state_dir)
@@ -276,49 +276,59 @@ def test_hitl_resume_checks_the_expected_revision_under_the_lock(task, state_dir
     assert FileStore(state_dir).rejection_get(task) is None
 
 
-def _two_calls(state_dir: Path, task_id: str) -> list[str]:
-    """Re-sign ``task_id``'s checkpoint with a second pending call (as a turn with two tool calls
-    would leave it); return both call IDs."""
-    path = checkpoint_file(state_dir, task_id)
-
-    def add(data):
-        first = data["pending"][0]
-        data["pending"].append({"call_id": "call_second", "tool": first["tool"],
-                                "arguments": {**first["arguments"], "channel": "blog"}})
-
-    resign(state_dir, path, add)
-    return [p["call_id"] for p in json.loads(path.read_text(encoding="utf-8"))["pending"]]
+@pytest.fixture
+def two_channels(cli) -> str:
+    """A waiting task whose draft goes to two channels: two pending calls, one per channel."""
+    r = cli("start", "--key", "web-2", "--title", "Launch", "--draft", "We are live.",
+            "--channel", "blog", "--channel", "news")
+    assert r.code == 0, r.err
+    return "web-2"
 
 
-def test_one_form_per_pending_call_and_the_call_id_reaches_the_adapter(task, state_dir, monkeypatch):
-    from workflow import web
-
-    calls = _two_calls(state_dir, task)
-    seen = []
-
-    def fake_decide(store, **kw):
-        seen.append(kw)
-        return store.load(kw["task_id"])
-
-    monkeypatch.setattr(web, "decide_call", fake_decide)
+def test_one_form_per_pending_call_each_decided_on_its_own(two_channels, state_dir):
+    task = two_channels
     client = _client(state_dir, reviewer="ann")
     _login(client)
     page = client.get(f"/task/{task}").text
     forms = _forms(page)
-    assert [f["call_id"] for f in forms] == calls and "2 pending calls" in page
-    assert page.count('<label for="reason-') == 2 and page.count(">Approve</button>") == 2
-    assert "(2 calls)" in client.get("/").text and "blog" in client.get("/").text
-    r = _post(client, task, forms[1] | {"decision": "reject", "reason": "not on the blog"})
+    cp = FileStore(state_dir).load(task)
+    assert [f["call_id"] for f in forms] == [p.call_id for p in cp.pending] and len(forms) == 2
+    assert "2 pending calls" in page and page.count(">Approve</button>") == 2
+    assert page.count('<label for="reason-') == 2
+    inbox = client.get("/").text
+    assert "blog, news" in inbox and "(2 calls)" in inbox
+    news = next(f for f, p in zip(forms, cp.pending) if p.arguments["channel"] == "news")
+    r = _post(client, task, news | {"decision": "reject", "reason": "not for the news"})
     assert r.status_code == 303
-    assert seen == [{"task_id": task, "call_id": "call_second", "decision": "reject",
-                     "reason": "not on the blog", "by": "ann", "expect_revision": 1}]
+    cp = FileStore(state_dir).load(task)
+    assert cp.status == "waiting_for_approval" and [p.arguments["channel"] for p in cp.pending] == ["blog"]
+    page = client.get(f"/task/{task}").text
+    assert "1 pending call" in page and len(_forms(page)) == 1
+    blog = _forms(page)[0]
+    assert _post(client, task, blog | {"decision": "approve"}).status_code == 303
+    cp = FileStore(state_dir).load(task)
+    assert cp.status == "completed" and {(d.call_id, d.decision, d.by) for d in cp.decisions} == {
+        (news["call_id"], "rejected", "ann"), (blog["call_id"], "approved", "ann")}
+
+
+def test_the_form_of_a_call_decided_meanwhile_is_stale(two_channels, state_dir):
+    """Both forms were rendered at one revision: once one call is decided, the other form is stale."""
+    task = two_channels
+    client = _client(state_dir)
+    _login(client)
+    first, second = _forms(client.get(f"/task/{task}").text)
+    assert _post(client, task, first | {"decision": "approve"}).status_code == 303
+    before = snapshot(state_dir)
+    r = _post(client, task, second | {"decision": "approve"})
+    assert r.status_code == 409 and "the task changed since the page was rendered (revision 1" in r.text
+    assert snapshot(state_dir) == before
 
 
 def test_the_adapter_refuses_a_call_that_is_not_pending(task, state_dir):
     from workflow.web import decide_call
 
     before = snapshot(state_dir)
-    with pytest.raises(Stopped, match="call 'call_nope' is not waiting for a decision"):
+    with pytest.raises(Stopped, match="has no pending call 'call_nope'"):
         decide_call(FileStore(state_dir), task_id=task, call_id="call_nope", decision="approve",
                     reason=None, by="ann", expect_revision=1)
     assert snapshot(state_dir) == before

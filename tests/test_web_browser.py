@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, RUN_PY, CliResult, run_in_process
-from tests.test_web import _two_calls
 from workflow.store import FileStore
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -141,24 +140,31 @@ def test_reject_with_a_reason_reaches_the_model_verbatim(page, server):
     assert FileStore(server.state_dir).ledger_get(key) is None
 
 
-def test_each_pending_call_has_its_own_form_and_posts_its_own_call_id(page, server):
-    """Two pending calls (a checkpoint re-signed with a second one): two forms, each with its own
-    Reason box and buttons; the second form's decision reaches the server with the second call's
-    ID. (Deciding one of several calls needs per-call decisions in the workflow; until then the
-    workflow refuses it, and the page shows that refusal.)"""
-    key = server.start("b-calls", "Two channels", "One draft, two places.")
-    first, second = _two_calls(server.state_dir, key)
-    page.goto(f"{server.base}/task/{key}")
+def test_per_call_decisions(page, server):
+    """A draft for two channels: two pending calls, each with its own Reason box and buttons. Reject
+    the second with a reason: the first still waits, on a fresh page; approve it: completed, one
+    ledger entry (the approved channel's)."""
+    r = server.cli("start", "--key", "b-calls", "--title", "Two channels", "--draft", "One draft.",
+                   "--channel", "blog", "--channel", "news")
+    assert r.code == 0, r.err
+    page.goto(f"{server.base}/task/b-calls")
     calls = page.locator("section.call")
     assert calls.count() == 2
-    assert [calls.nth(i).get_attribute("data-call") for i in range(2)] == [first, second]
-    target = calls.nth(1)
-    target.get_by_label("Reason").fill("not on the blog")
-    with page.expect_request(lambda r: r.method == "POST") as posted:
-        target.get_by_role("button", name="Reject").click()
-    assert f"call_id={second}" in posted.value.post_data
-    page.locator("p.stopped").wait_for()
-    assert FileStore(server.state_dir).load(key).decision is None
+    pending = FileStore(server.state_dir).load("b-calls").pending
+    assert [calls.nth(i).get_attribute("data-call") for i in range(2)] == [p.call_id for p in pending]
+    news = calls.nth([p.arguments["channel"] for p in pending].index("news"))
+    news.get_by_label("Reason").fill("not for the news")
+    news.get_by_role("button", name="Reject").click()
+    page.get_by_text("1 pending call").wait_for()
+    cp = FileStore(server.state_dir).load("b-calls")
+    assert cp.status == "waiting_for_approval" and [p.arguments["channel"] for p in cp.pending] == ["blog"]
+    page.locator("section.call").get_by_role("button", name="Approve").click()
+    page.locator("h1 .status", has_text="completed").wait_for()
+    cp = FileStore(server.state_dir).load("b-calls")
+    assert {(d.decision, d.reason) for d in cp.decisions} == {("rejected", "not for the news"), ("approved", None)}
+    assert "not for the news" in cp.final_output  # the rejection message reached the model
+    ledger = FileStore(server.state_dir)
+    assert ledger.ledger_get("b-calls#blog") is not None and ledger.ledger_get("b-calls#news") is None
 
 
 def test_no_token_is_403(browser, server):

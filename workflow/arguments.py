@@ -13,7 +13,7 @@ from typing import Any, Callable
 from state import clock
 from state.schema import (DEFAULT_MAX_COST_USD, DEFAULT_MAX_TOKENS, DEFAULT_MAX_TURNS,
                           MAX_NAME_CHARS, MAX_TURNS_LIMIT, MIN_OUTPUT_TOKENS, check_base_url,
-                          check_text, key_problem)
+                          check_text, key_problem, valid_channel)
 
 
 def key(value: str) -> str:
@@ -21,6 +21,20 @@ def key(value: str) -> str:
     problem = key_problem(value)
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{value[:120]!r} is not an allowed key/task ID: {problem}")
+    return value
+
+
+def channel(value: str) -> str:
+    """``--channel``: 1-32 of ``a-z0-9-`` (``state.schema.CHANNEL_PATTERN``), else a usage error."""
+    if not valid_channel(value):
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a channel name: use 1-32 of a-z0-9-")
+    return value
+
+
+def call_id(value: str) -> str:
+    """``--call``: a pending call's ID as ``status`` shows it (1-200 printable characters)."""
+    if not value or len(value) > 200 or not value.isprintable():
+        raise argparse.ArgumentTypeError("--call takes a call_id as status shows it")
     return value
 
 

@@ -23,13 +23,19 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
     Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks.
 
     With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
-    object, is ``{"tasks": [task, task], "ledger": ledger}`` for the two demo tasks.
+    object, is ``{"tasks": [task, task, task], "ledger": ledger}`` for the three demo tasks (the
+    third has two channels: one call approved, one rejected).
     """
     import subprocess
     import uuid
 
     run_id = uuid.uuid4().hex[:6]
     key_a, key_b = f"demo-{run_id}-approve", f"demo-{run_id}-reject"
+    key_c = f"demo-{run_id}-channels"
+    # the two calls of the two-channel task (agent.models: call_<content sha256[:16]>_<channel>)
+    from state.schema import content_sha256
+
+    call = "call_" + content_sha256("Launch post", "We launch on Monday.")[:16]
     # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 5 shows
     # exactly one entry however often the demo runs).
     store = Store(store.root / "demo" / run_id)
@@ -46,7 +52,16 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
          ["start", "--key", key_b, "--title", "Draft with a typo", "--draft", "Teh new plan."]),
         ("", ["resume", "--task", key_b, "--decision", "reject", "--by", "bob",
               "--reason", "Typo in the first word; fix it and start again."]),
-        ("5. The ledger: one entry for the approved task, none for the rejected one.", ["ledger"]),
+        ("5. A task for two channels: the model asks for both calls in one turn; each is decided "
+         "on its own.", ["start", "--key", key_c, "--title", "Launch post", "--draft",
+                         "We launch on Monday.", "--channel", "blog", "--channel", "news"]),
+        ("   Reject the news call: it gets the reason; the run pauses again on the blog call.",
+         ["resume", "--task", key_c, "--call", f"{call}_news", "--decision", "reject", "--by", "bob",
+          "--reason", "Not news yet."]),
+        ("   Approve the blog call: it publishes; the task completes (one call executed).",
+         ["resume", "--task", key_c, "--call", f"{call}_blog", "--decision", "approve", "--by", "alice"]),
+        ("6. The ledger: one entry for the approved task, none for the rejected one, and for the "
+         "two-channel task only its blog channel.", ["ledger"]),
     ]
     say = sys.stderr if as_json else sys.stdout
     print(f"Demo (offline model, no API key, no network). State dir: {store.root}\n", file=say)
@@ -61,7 +76,7 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
             raise Stopped(f"demo step failed with exit code {proc.returncode}")
     if not as_json:
         return None
-    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b)],
+    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c)],
             "ledger": ledger_view(store)}
 
 

@@ -73,6 +73,7 @@ from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
 from state.storage import Store, file_name
 from tools.ledger import Ledger, LedgerEntry
+from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
@@ -255,6 +256,29 @@ def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | No
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
+def _check_calls(store: Store, cp: Checkpoint, path: Path, report: Report) -> None:
+    """A task with several channels: the ``doctor`` column of the decision table for each call
+    (:func:`workflow.reconcile.gather` reads that call's entry and rejection record)."""
+    from workflow.reconcile import gather
+
+    for call_id, channel in calls_of(cp):
+        try:
+            ev, _, rejected = gather(store, cp, call_id)
+        except Stopped as exc:
+            report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), HUMAN))
+            continue
+        verdict = reconcile(ev, "doctor")
+        if verdict.kind != "finding":
+            continue
+        kind = verdict.code or ""
+        detail = f"call {call_id} on {channel}: " + DETAILS[kind].format(
+            by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
+            decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "")
+        action = (f"python run.py resume --task {cp.task_id} --call {call_id} --decision "
+                  f"{verdict.action}") if verdict.action else HUMAN
+        report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
+
+
 def _temp_files(store: Store) -> Iterator[Path]:
     for folder in (store.root, store.tasks_dir, store.ledger_dir, rejections.folder(store)):
         if folder.is_dir():
@@ -296,6 +320,10 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                     report.findings.append(Finding(
                         "unreadable_checkpoint", None, str(path), str(exc),
                         HUMAN + " (restore the file from a backup, or move it away)"))
+                    continue
+                if len(cp.channels) > 1:  # each channel's entry is this task's (judged per call)
+                    seen_stems.update(file_name(keys(cp, c)[0]) for c in cp.channels)
+                    _check_calls(store, cp, path, report)
                     continue
                 # re-read the entry under the lock: a resume may have finished since
                 entry = _read_one(store, cp.task_id, entries)

@@ -73,27 +73,31 @@ class TaskStore(Protocol):
         what is stored is damaged or names another key."""
         ...
 
-    def ledger_record(self, *, key: str, task_id: str, title: str,
-                      content_sha256: str) -> tuple[LedgerEntry, bool]:
-        """Record the action for ``key`` exactly once: ``(entry, created)``; ``created`` is False
-        when the same task and content was recorded before (that first entry is returned). Raises
+    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None,
+                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+        """Record the action for ``key`` (``task_id``, or ``<task_id>#<channel>`` for a task with
+        several channels) exactly once: ``(entry, created)``; ``created`` is False when the same
+        task and content was recorded before (that first entry is returned). ``channel`` and
+        ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when given. Raises
         ``Stopped`` if ``key`` is recorded for another task or other content. Never overwrites."""
         ...
 
-    def rejection_get(self, task_id: str) -> Optional[RejectionRecord]:
-        """The rejection record of ``task_id``, or None. Raises ``Stopped`` if it is damaged."""
+    def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
+        """The rejection record of ``task_id`` (of its ``channel``, for a task with several:
+        :func:`state.schema.channel_scope`), or None. Raises ``Stopped`` if it is damaged."""
         ...
 
-    def rejection_record(self, task_id: str, content_sha256: str,
-                         decision: Decision) -> tuple[RejectionRecord, bool]:
-        """Create the rejection record of ``task_id`` exactly once: ``(record, created)``; a second
-        call returns the first record with ``created`` False. Raises ``Stopped`` if a record for
-        other content exists."""
+    def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
+                         channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
+        """Create the rejection record of ``task_id`` (and ``channel``) exactly once: ``(record,
+        created)``; a second call returns the first record with ``created`` False. Raises
+        ``Stopped`` if a record for other content exists."""
         ...
 
-    def rejection_remove(self, task_id: str) -> None:
-        """Remove the rejection record of ``task_id`` (only to undo one this process just created
-        for a refused command); no error if there is none."""
+    def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
+        """Remove the rejection record of ``task_id`` (and ``channel``; only to undo one this
+        process just created for a refused command); no error if there is none."""
         ...
 
 
@@ -105,24 +109,26 @@ class FileStore(Store):
         """See :meth:`TaskStore.ledger_get` (:meth:`tools.ledger.Ledger.get`)."""
         return Ledger(self.ledger_dir).get(key)
 
-    def ledger_record(self, *, key: str, task_id: str, title: str,
-                      content_sha256: str) -> tuple[LedgerEntry, bool]:
+    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None,
+                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`TaskStore.ledger_record` (:meth:`tools.ledger.Ledger.record`)."""
         return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
-                                              content_sha256=content_sha256)
+                                              content_sha256=content_sha256, channel=channel,
+                                              approval=approval)
 
-    def rejection_get(self, task_id: str) -> Optional[RejectionRecord]:
+    def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`TaskStore.rejection_get` (:func:`state.rejections.get`)."""
-        return rejections.get(self, task_id)
+        return rejections.get(self, task_id, channel)
 
-    def rejection_record(self, task_id: str, content_sha256: str,
-                         decision: Decision) -> tuple[RejectionRecord, bool]:
+    def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
+                         channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
         """See :meth:`TaskStore.rejection_record` (:func:`state.rejections.record`)."""
-        return rejections.record(self, task_id, content_sha256, decision)
+        return rejections.record(self, task_id, content_sha256, decision, channel)
 
-    def rejection_remove(self, task_id: str) -> None:
+    def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
         """See :meth:`TaskStore.rejection_remove` (:func:`state.rejections.remove`)."""
-        rejections.remove(self, task_id)
+        rejections.remove(self, task_id, channel)
 
 
 def as_task_store(store: Any) -> TaskStore:

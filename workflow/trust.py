@@ -58,12 +58,18 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
 
     ``run_state`` is the parsed ``RunState.to_string()``. The top-level ``context.approvals`` and
     ``context.function_tool_approvals`` may hold only the call_ids in ``cp.decisions``, each with
-    its recorded kind, as lists (a blanket ``True`` or a sticky setting is refused). Then
+    its recorded kind, as lists. A blanket ``True`` (the SDK's sticky rule, ``always_approve`` /
+    ``always_reject``) and its ``sticky_scope`` / ``sticky_rejection_message`` only where a human
+    decision of that kind with ``always`` is recorded; any other sticky setting is refused. Then
     :func:`check_no_hidden_approvals`. Raises :class:`Stopped`.
     """
     recorded = {(d.call_id, d.decision) for d in cp.decisions}
+    sticky = {d.decision for d in cp.decisions if d.always and d.source == "human"}
     for record in _top_level_records(run_state, cp):
-        extra = set(record) - {"approved", "rejected", "rejection_messages"}
+        allowed = {"approved", "rejected", "rejection_messages"}
+        allowed |= {"sticky_scope"} if sticky else set()
+        allowed |= {"sticky_rejection_message"} if "rejected" in sticky else set()
+        extra = set(record) - allowed
         if extra:
             raise Stopped(
                 f"task {cp.task_id}: RunState holds approval settings no human recorded "
@@ -71,6 +77,8 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
             )
         for field, kind in (("approved", "approved"), ("rejected", "rejected")):
             ids = record.get(field, [])
+            if (ids is True and kind in sticky) or (ids is False and sticky):
+                continue  # a sticky rule a human gave through our decision path (always)
             if not isinstance(ids, list):
                 raise Stopped(
                     f"task {cp.task_id}: RunState holds a blanket '{field}' decision that no "
@@ -119,11 +127,17 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
             )
 
 
-def carries_the_draft(arguments: dict[str, Any], sha: str) -> bool:
-    """True if a ``publish_draft`` call's ``arguments`` are exactly ``{"title", "body"}`` (strings)
-    whose :func:`state.schema.content_sha256` is ``sha``: the draft the task was started with."""
+def carries_the_draft(arguments: dict[str, Any], sha: str, channels: list[str]) -> bool:
+    """True if a ``publish_draft`` call's ``arguments`` are ``{"title", "body"}`` (strings) whose
+    :func:`state.schema.content_sha256` is ``sha`` (the draft the task was started with), plus a
+    ``channel`` that is one of ``channels``; in a one-channel task the channel may be absent or
+    null (it means the only one)."""
+    single = len(channels) == 1
+    channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (
+        single and "channel" in arguments and arguments["channel"] is None)
     return (
-        set(arguments) == {"title", "body"}
+        set(arguments) - {"channel"} == {"title", "body"}
+        and channel_ok
         and all(isinstance(arguments[k], str) for k in ("title", "body"))
         and content_sha256(arguments["title"], arguments["body"]) == sha
     )
@@ -137,7 +151,7 @@ def check_pending_is_the_draft(cp: Checkpoint) -> None:
     mid-run after the decision was recorded). Raises :class:`Stopped`.
     """
     for call in cp.pending:
-        if call.tool != ACTION or not carries_the_draft(call.arguments, cp.content_sha256):
+        if call.tool != ACTION or not carries_the_draft(call.arguments, cp.content_sha256, cp.channels):
             raise Stopped(
                 f"task {cp.task_id}: the pending call {call.call_id} is not {ACTION} of the draft "
                 "the task was started with (key/action mismatch)"

@@ -7,9 +7,10 @@ the workflow costs, not a new process.
 
 Pages: ``GET /`` the inbox (``?status=…&page=N``), ``GET /task/{id}`` one task (its pending calls
 with a form each, budget, history; once decided, the receipt as ``show`` prints it),
-``POST /task/{id}/decide`` a decision. A decision goes through :func:`decide_call`, the one adapter
-to :func:`workflow.hitl.resume` (the CLI's own function), so the task lock, the decision table and
-the revision check (the form's ``revision``: ``expect_revision``) serialise page and CLI decisions.
+``POST /task/{id}/decide`` a decision on one call. A decision goes through :func:`decide_call`,
+the one adapter to :func:`workflow.hitl.resume` (what ``run.py resume --call`` runs), so the task
+lock, the decision table and the revision check (the form's ``revision``, as
+``expect_revision``) serialise page and command-line decisions.
 
 Security (a local page can be attacked from other tabs, other sites and other users; every check
 is in :class:`Gate`):
@@ -167,24 +168,19 @@ def _plain(status: int, message: str) -> HTMLResponse:
 def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason: Optional[str],
                 by: str, expect_revision: int) -> Checkpoint:
     """Apply one reviewer's decision on one pending call, from the page: the ONE place the page
-    reaches the workflow (:func:`workflow.hitl.resume`, the function ``run.py resume`` calls).
+    reaches the workflow (:func:`workflow.hitl.resume`, the function ``run.py resume`` calls, with
+    ``call_id`` as ``--call``).
 
     ``expect_revision`` is the revision the page was rendered from; it is checked here first
     (a quick answer for a stale page) and again by ``hitl.resume`` under the task lock (the check
-    that counts). ``call_id`` must be one of the task's pending calls; today ``hitl.resume`` decides
-    a task's one pending call, so ``call_id`` is checked, not passed: when per-call decisions
-    land, pass it on as ``call_id=call_id`` here. Returns the new checkpoint; raises
-    :class:`Stopped` for every refusal (nothing decided)."""
+    that counts). Returns the new checkpoint (still ``waiting_for_approval`` while other calls of the
+    task wait); raises :class:`Stopped` for every refusal (nothing decided), e.g. a call that is not
+    pending."""
     from workflow import guards, hitl
 
-    cp = store.load(task_id)
-    guards.check_revision(cp, expect_revision)
-    pending = [p.call_id for p in cp.pending]
-    if call_id not in pending:
-        raise Stopped(f"task {task_id}: call {call_id[:200]!r} is not waiting for a decision "
-                      f"(pending: {', '.join(pending) or 'none'})")
+    guards.check_revision(store.load(task_id), expect_revision)
     return asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason,
-                                   expect_revision=expect_revision))
+                                   call_id=call_id, expect_revision=expect_revision))
 
 
 class Inbox:
