@@ -294,6 +294,7 @@ def test_one_form_per_pending_call_each_decided_on_its_own(two_channels, state_d
     cp = FileStore(state_dir).load(task)
     assert [f["call_id"] for f in forms] == [p.call_id for p in cp.pending] and len(forms) == 2
     assert "2 pending calls" in page and page.count(">Approve</button>") == 2
+    assert "<dt>Channel</dt><dd>blog</dd>" in page and "<dt>Channel</dt><dd>news</dd>" in page
     assert page.count('<label for="reason-') == 2
     inbox = client.get("/").text
     assert "blog, news" in inbox and "(2 calls)" in inbox
@@ -356,6 +357,7 @@ def test_the_inbox_pages_newest_first_and_filters_by_status(task, state_dir):
     _login(client)
     first = client.get("/").text
     assert "61 tasks" in first and "page 1 of 2" in first
+    assert first.count("<td>blog</td>") == 50  # one channel each: the default, blog
     keys = re.findall(r'data-task="([^"]+)"', first)
     assert len(keys) == 50 and keys[:3] == ["web-1", "bulk-059", "bulk-058"]  # newest request first
     second = re.findall(r'data-task="([^"]+)"', client.get("/?page=2").text)

@@ -277,16 +277,17 @@ def test_a_command_line_decision_appears_on_the_open_pages(browser, page, server
 
 
 def test_screenshot_of_the_inbox(browser, tmp_path):
-    """A fresh server with three waiting tasks; the inbox as a PNG (docs/inbox.png with
-    UPDATE_DOCS_SCREENSHOT=1)."""
+    """A fresh server with three waiting tasks (one for two channels); the inbox as a PNG
+    (docs/inbox.png with UPDATE_DOCS_SCREENSHOT=1)."""
     server = _serve(tmp_path / "state")
     try:
-        for key, title, draft in (
-            ("release-1.2", "Release notes 1.2", "Version 1.2 fixes the login bug."),
-            ("blog-launch", "Launch post", "We are live in three more countries."),
-            ("status-page", "Maintenance window", "Saturday 02:00-03:00 UTC, read-only."),
+        for key, title, draft, channels in (
+            ("release-1.2", "Release notes 1.2", "Version 1.2 fixes the login bug.", ["blog"]),
+            ("launch", "Launch post", "We are live in three more countries.", ["blog", "news"]),
+            ("status-page", "Maintenance window", "Saturday 02:00-03:00 UTC, read-only.", ["status"]),
         ):
-            server.start(key, title, draft)
+            flags = [a for c in channels for a in ("--channel", c)]
+            assert server.cli("start", "--key", key, "--title", title, "--draft", draft, *flags).code == 0
         context = browser.new_context(viewport={"width": 1000, "height": 420})
         page = context.new_page()
         page.goto(server.url)

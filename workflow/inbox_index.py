@@ -46,8 +46,8 @@ FILTERS = ("waiting_for_approval", "completed", "cancelled", "expired", "budget_
 class Row:
     """One task as the inbox shows it: ``task_id`` (the idempotency key), ``title``, ``status``,
     ``revision``, ``since`` (ISO-8601: when the current approval request was made if waiting, else
-    the last update), ``expires_at`` (ISO-8601 or None), ``channels`` (the ``channel`` argument of
-    each pending call that has one), ``calls`` (number of pending calls), ``decision`` (the last
+    the last update), ``expires_at`` (ISO-8601 or None), ``channels`` (the task's channels,
+    ``start --channel``), ``calls`` (number of pending calls), ``decision`` (the last
     decision word, or None), ``checkpoint`` (the verified checkpoint, for the deadline rule) and
     ``since_at`` (``since`` parsed)."""
 
@@ -66,7 +66,7 @@ class Row:
 
 def row_of(cp: Checkpoint) -> Row:
     """The :class:`Row` of a verified checkpoint."""
-    channels = tuple(str(p.arguments["channel"]) for p in cp.pending if p.arguments.get("channel"))
+    channels = tuple(cp.channels)
     since = waiting_since(cp) if cp.status == WAITING else cp.updated_at
     return Row(task_id=cp.task_id, title=cp.title, status=cp.status, revision=cp.revision,
                since=since, expires_at=cp.expires_at, channels=channels, calls=len(cp.pending),
