@@ -178,7 +178,7 @@ class Store:
             raise Stopped(f"{where} cannot be read (No such file or directory)")
         data = parse_json_object(raw, where)
         version = data.get("schema_version")
-        if (version != SCHEMA_VERSION and version not in MIGRATIONS) or type(version) is not int:
+        if type(version) is not int or (version != SCHEMA_VERSION and version not in MIGRATIONS):
             raise Stopped(
                 f"{where} has schema_version {version!r}; this program reads only "
                 f"schema_version {_readable_versions()}"
