@@ -7,24 +7,23 @@ here end the run instead of being sent to the model as text, so a refusal fails 
 
 The tool's only effect is a ledger entry. It never trusts the model for identity: the idempotency
 key, task ID and expected content fingerprint come from the run context, which our workflow builds
-from the verified checkpoint (``context_override`` on resume).
+from the verified checkpoint (``context_override`` on resume). The store (files or PostgreSQL) is
+found through the context's ``store`` token (:mod:`state.open_stores`): the context is saved in the
+RunState, so it never holds a path to trust or a database URL.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from agents import RunContextWrapper, function_tool
 
-from state import rejections
+from state import open_stores
 from state.errors import Stopped
 from state.schema import content_sha256
-from state.storage import Store
 
 from .effects import effectful
-from .ledger import Ledger
 
 TOOL_NAME = "publish_draft"
 
@@ -46,8 +45,8 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str)
         )
     # Right before the effect, whatever the lock says: a reject recorded meanwhile (by a process
     # whose lock file was deleted under this one) wins; the action is never executed after it.
-    store = Store(Path(task["ledger_dir"]).parent)
-    rejected = rejections.get(store, task["task_id"])
+    store = open_stores.lookup(task.get("store"))  # a TaskStore (workflow.store)
+    rejected = store.rejection_get(task["task_id"])
     if rejected is not None:
         raise Stopped(
             f"publish_draft for task {task['task_id']}: a reject by {rejected.by} at {rejected.at} "
@@ -60,7 +59,7 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str)
         raise Stopped(
             f"publish_draft for task {task['task_id']} ran without a human approval on record "
             "(an approval rule that returned False?); nothing was published")
-    entry, created = Ledger(Path(task["ledger_dir"])).record(
+    entry, created = store.ledger_record(
         key=key, task_id=task["task_id"], title=title, content_sha256=task["content_sha256"]
     )
     return json.dumps(
