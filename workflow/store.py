@@ -161,8 +161,11 @@ def as_task_store(store: Any) -> TaskStore:
     if isinstance(store, TaskStore):
         return store
     if isinstance(store, Store):
-        wrapped = FileStore(store.root)
-        wrapped._ident = store._ident  # the state.id already read (it never changes once made)
+        wrapped = getattr(store, "_as_task_store", None)
+        if wrapped is None:  # one wrapper per Store, kept with it (the run context's token names it)
+            wrapped = FileStore(store.root)
+            wrapped._ident = store._ident  # the state.id already read (it never changes once made)
+            store._as_task_store = wrapped  # type: ignore[attr-defined]
         return wrapped
     raise TypeError(f"not a store: {type(store).__name__}")
 
