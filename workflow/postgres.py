@@ -17,8 +17,8 @@ Exactly once by transactions: a checkpoint write is ``UPDATE … WHERE task_id =
 <read> AND mac = <read>`` (compare-and-swap; a new task is ``INSERT … ON CONFLICT DO NOTHING``)
 with its ``history`` row in the same transaction; a ledger entry or rejection record is
 ``INSERT … ON CONFLICT DO NOTHING`` and then read back and compared. The per-task lock is a
-session-level ``pg_advisory_lock`` on a connection of its own, which the server releases when the
-holder's session ends (a killed process included). Write order and what a crash between any two
+session-level ``pg_advisory_lock`` on a connection of its own (never the data connection), which
+the server releases when the holder's session ends (a killed process included). Write order and what a crash between any two
 statements leaves: docs/postgres.md.
 
 The URL (with its password) lives only in this object: never in a checkpoint, the run context
@@ -140,6 +140,7 @@ class PostgresStore:
         self._conn: Optional[psycopg.Connection[Any]] = None
         self._mutex = threading.RLock()
         self._store_id: Optional[str] = None
+        self._lock_sessions: list[psycopg.Connection[Any]] = []  # idle lock sessions
         self.root = root
         self.location = location(url)
         self.traces_dir = root / "traces"
@@ -214,11 +215,13 @@ class PostgresStore:
             _migrated.add(self._url)
 
     def close(self) -> None:
-        """Close the data connection (a later call opens a new one)."""
+        """Close the data connection and idle lock sessions (a later call opens new ones)."""
         with self._mutex:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            while self._lock_sessions:
+                self._lock_sessions.pop().close()
 
     def store_id(self) -> str:
         """The database's identity (``store_identity``), carried by every checkpoint written here."""
@@ -383,31 +386,53 @@ class PostgresStore:
     @contextmanager
     def task_lock(self, task_id: str, *, timeout: Optional[float] = None) -> Iterator[None]:
         """See :meth:`workflow.store.TaskStore.task_lock`: ``pg_advisory_lock`` on a session of
-        its own (closed at the end of the block, which releases it; the server releases it too
-        when the holder dies). Waits ``timeout`` seconds (default ``$HITL_LOCK_TIMEOUT``; 0: do
-        not wait), measured by the server (``lock_timeout``)."""
+        its own, never the data connection's (released with ``pg_advisory_unlock`` at the end of
+        the block, and by the server when the holder dies). The session is kept for this store's
+        next lock (opening one costs a server process and a password exchange); one that fails to
+        unlock is closed, which releases the lock too. Waits ``timeout`` seconds (default
+        ``$HITL_LOCK_TIMEOUT``; 0: do not wait), measured by the server (``lock_timeout``)."""
         wait = settings().lock_timeout if timeout is None else timeout
-        conn = self._connect()
+        key = lock_key(task_id)
+        with self._mutex:
+            conn = self._lock_sessions.pop() if self._lock_sessions else None
+        conn = conn if conn is not None and not conn.closed else self._connect()
+        held = False
         try:
             try:
                 if wait * 1000 < 1:
-                    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(task_id),)).fetchone()
-                    got = bool(row and row[0])
+                    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                    held = bool(row and row[0])
                 else:
                     conn.execute(f"SET lock_timeout = {int(wait * 1000)}")
                     try:
-                        conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(task_id),))
-                        got = True
+                        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+                        held = True
                     except psycopg.errors.LockNotAvailable:
-                        got = False
+                        held = False
             except psycopg.Error as exc:
+                conn.close()
                 raise self._failure(exc, "failed") from None
-            if not got:
+            if not held:
                 raise Stopped(f"task {task_id} is being worked on by another process (waited "
                               f"{wait:g} s); try again when it finishes")
             yield
         finally:
-            conn.close()  # ends the session: the advisory lock goes with it
+            self._release(conn, key if held else None)
+
+    def _release(self, conn: "psycopg.Connection[Any]", key: Optional[int]) -> None:
+        """Unlock ``key`` (if held) and keep ``conn`` for the next lock; close it on any doubt."""
+        if conn.closed:
+            return
+        try:
+            if key is not None:
+                row = conn.execute("SELECT pg_advisory_unlock(%s)", (key,)).fetchone()
+                if not (row and row[0]):
+                    raise psycopg.OperationalError("the lock was not held any more")
+        except psycopg.Error:
+            conn.close()  # ends the session: whatever it held goes with it
+            return
+        with self._mutex:
+            self._lock_sessions.append(conn)
 
     # -- ledger ------------------------------------------------------------------------------
     _LEDGER_COLUMNS = "idempotency_key, task_id, action, title, content_sha256, published_at"
