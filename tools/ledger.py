@@ -119,9 +119,7 @@ class Ledger:
         first entry is returned unchanged. Raises :class:`Stopped` when the key exists for another
         task or other content (fail closed), or the existing file is corrupt.
         """
-        if key not in (task_id, f"{task_id}#{channel}"):
-            raise Stopped(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
-                          f"{channel!r}; refusing")
+        self.check_key(key, task_id, channel)
         existing = self.get(key)
         if existing is None:
             entry = LedgerEntry(
@@ -151,6 +149,14 @@ class Ledger:
                 )
         self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
+
+    @staticmethod
+    def check_key(key: str, task_id: str, channel: Optional[str]) -> None:
+        """Raise :class:`Stopped` unless ``key`` is ``task_id`` or ``<task_id>#<channel>`` (checked
+        before any entry is read, so a key naming another channel is refused whatever is stored)."""
+        if key not in (task_id, f"{task_id}#{channel}"):
+            raise Stopped(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
+                          f"{channel!r}; refusing")
 
     @staticmethod
     def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
