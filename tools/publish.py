@@ -81,12 +81,12 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
         _check_approved(store, task, channel, scope, getattr(ctx, "tool_call_id", None))
     entry, created = store.ledger_record(
         key=effect_key(task["task_id"], channel, task["channels"]), task_id=task["task_id"],
-        title=title, content_sha256=task["content_sha256"], channel=channel,
-        approval="human" if gated else "not_needed")
+        title=title, content_sha256=task["content_sha256"], channel=scope,  # one channel: as before
+        approval=None if scope is None else "human" if gated else "not_needed")
     return json.dumps(
         {
             "result": "published" if created else "already published",
-            "channel": channel,
+            **({"channel": channel} if scope is not None else {}),  # one channel: as before
             "idempotency_key": entry.idempotency_key,
             "published_at": entry.published_at,
         }
