@@ -86,7 +86,7 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
     return json.dumps(
         {
             "result": "published" if created else "already published",
-            **({"channel": channel} if scope is not None else {}),  # one channel: as before
+            "channel": channel,
             "idempotency_key": entry.idempotency_key,
             "published_at": entry.published_at,
         }
