@@ -1,12 +1,11 @@
 """Command line for the approval-gated publisher: parse → one call → print. No business logic here.
 
-    python run.py [--state-dir DIR] COMMAND [--json] ...   (python run.py COMMAND --help for each)
+    python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps`` (the bare SDK's traps beside this product's refusals), ``serve`` (the browser inbox). Budget flags (``start``, ``resume``) apply to the whole task across start and
-every resume. Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no
-traceback, nothing changed on disk, or a line saying what was already done); 2 usage error.
-``status``, ``list``, ``ledger``, ``show``, ``doctor`` never import the SDK; ``review`` only to decide.
+``doctor``, ``demo``, ``traps``, ``serve`` (docs/commands.md). Exit codes: 0 done; 1 STOPPED (one
+line on stderr beginning ``STOPPED:``, no traceback, nothing changed on disk, or a line saying what
+was already done); 2 usage error. Read-only commands never import the SDK; ``review`` only to decide.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_
 from agent.budget_view import budget_lines
 from workflow import arguments as A
 from workflow import inbox, output
-from workflow.store import FileStore, resolve_state_dir
+from workflow.store import open_store
 from workflow.views import ledger_view, task_view
 
 DEFAULT_TITLE = "Untitled draft"
@@ -35,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--state-dir", type=A.state_dir,
                         help="state folder (default $HITL_STATE_DIR or .cache)")
+    parser.add_argument("--store", type=A.store_url, metavar="URL", help="a postgresql:// URL "
+                        "(default $HITL_STORE_URL, else the file store in the state dir)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -97,14 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     """Execute one parsed command; return the JSON object to print (None for ``demo``)."""
-    store = FileStore(resolve_state_dir(args.state_dir))
+    store = open_store(args.store, args.state_dir)
     if args.command == "start":
         import asyncio  # with the SDK (~2 s): only commands that run the agent
         import uuid
         from agent.budget import make_budget
         from agent.models import model_spec
         from workflow import hitl, tracing
-
         key = args.key or f"task-{uuid.uuid4().hex[:12]}"
         spec = model_spec(args.model, args.api, args.base_url)
         budget = make_budget(spec, **A.budget_changes(args))
@@ -157,7 +157,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     return demo(store, as_json=args.json)
 
 
-def _decide(store: FileStore, task_id: str, decision: str, reason: str | None, *, by: str, trace_content: bool,
+def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: str, trace_content: bool,
             budget_changes: dict[str, Any] | None = None, call_id: str | None = None, always: bool = False) -> Any:
     """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
     from workflow import reconcile

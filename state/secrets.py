@@ -247,8 +247,8 @@ REJECTION = by_path(closed=[("task_id",), ("content_sha256",), ("at",), ("channe
 RUN_STATE = by_key(
     closed=("$schemaVersion", "type", "role", "status", "name", "tool_name", "tool_key",
             "approval_scope", "fingerprint", "kind", "original_type", "serialized_via", "task_id",
-            "idempotency_key", "content_sha256", "ledger_dir", "tool_use_tracker", "current_agent",
-            "channels", "sticky_scope",
+            "idempotency_key", "content_sha256", "ledger_dir", "store", "tool_use_tracker",
+            "current_agent", "channels", "sticky_scope",
             "description", "usage", "trace_id", "group_id", "workflow_name", "metadata",
             "tracing_api_key_hash", "current_turn", "max_turns"),
     open_=("call_id", "id", "response_id", "arguments", "approved", "rejected",

@@ -176,33 +176,8 @@ class Store:
         raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
         if raw is None:
             raise Stopped(f"{where} cannot be read (No such file or directory)")
-        data = parse_json_object(raw, where)
-        version = data.get("schema_version")
-        if (version != SCHEMA_VERSION and version not in MIGRATIONS) or type(version) is not int:
-            raise Stopped(
-                f"{where} has schema_version {version!r}; this program reads only "
-                f"schema_version {_readable_versions()}"
-            )
-        # The MAC covers the file's own fields as parsed (not a re-dump of the validated model), so
-        # a field missing from the file can never be hidden by a default filled in by pydantic.
-        mac = data.get("mac")
-        body = {k: v for k, v in data.items() if k != "mac"}
-        key = load_key(self.root, create=False)
-        try:
-            valid = isinstance(mac, str) and verify_mac(body, mac, key)
-        except (ValueError, RecursionError):  # e.g. a lone surrogate escape cannot be canonicalised
-            valid = False
-        if not valid:
-            raise Stopped(f"checkpoint integrity check failed for {path.name}")
-        try:  # an older version is migrated after its MAC is verified over the file as written
-            cp = Checkpoint.model_validate(migrate(data))
-        except ValidationError as exc:
-            raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
-        missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
-        if missing is not None:  # our writer writes every field: one filled in by a default is gone
-            raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
-        if cp.idempotency_key != cp.task_id:
-            raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
+        cp = verify_envelope(parse_json_object(raw, where), load_key(self.root, create=False),
+                             where=where, name=path.name)
         if path.stem != file_name(cp.task_id):
             raise Stopped(f"{where} holds task {cp.task_id!r}, whose file name would differ")
         state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)
@@ -244,14 +219,7 @@ class Store:
         this check makes it harmless when the lock file was deleted under a holder. Raises
         :class:`Stopped` on a conflict (nothing written) and as :meth:`save` does.
         """
-        body = cp.body()
-        for name, value in changes.items():
-            body[name] = _dump(value)
-        revision, at = cp.revision + 1, now_iso()
-        body["revision"], body["updated_at"] = revision, at
-        versions = {k: body[k] for k in ("schema_version", "sdk_version", "run_state_schema_version")}
-        body["history"] = [*body["history"], {"at": at, "event": event[0], "revision": revision,
-                                              "detail": {**event[1], **versions}}]
+        body = next_revision(cp, event, changes)
         return self.save(body, failpoint=failpoint, expect=cp)
 
     def check_unchanged(self, cp: Checkpoint) -> None:
@@ -289,9 +257,7 @@ class Store:
         # A model or proxy can echo the API key (into the RunState, final output, history): never
         # saved. Structural fields are never altered (a secret in an open one refuses the write);
         # free text holding a secret is replaced whole (state.secrets).
-        body = secrets.redact_checkpoint(body)
-        clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
-        cp = Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
+        cp = seal(body, key)
         data = (json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         path = self.checkpoint_path(cp.task_id)
         if expect is None:
@@ -302,6 +268,67 @@ class Store:
             atomic_write(path, data, failpoint=failpoint, precondition=lambda: self.check_unchanged(expect))
         effects.note(cp.task_id, f"checkpoint saved at revision {cp.revision} ({cp.status})")
         return cp
+
+
+def seal(body: dict[str, Any], key: bytes) -> Checkpoint:
+    """``body`` (an envelope without ``mac``, ``state_id`` set) redacted
+    (:func:`state.secrets.redact_checkpoint`: a secret in free text becomes ``[redacted]``, one in
+    a structural field raises :class:`Stopped`), validated, defaults filled in, and signed with
+    ``key``: the :class:`Checkpoint` every store writes. Touches nothing."""
+    body = secrets.redact_checkpoint(body)
+    clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
+    return Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
+
+
+def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) -> Checkpoint:
+    """The :class:`Checkpoint` in ``data`` (a parsed envelope) if it is of our schema version (or
+    an older one in :data:`state.schema.MIGRATIONS`, migrated after the MAC check),
+    its MAC verifies under ``key``, it validates with every field present, and its idempotency key
+    is its task ID. Raises :class:`Stopped` naming ``where`` (e.g. ``checkpoint <file>``) otherwise;
+    ``name`` names it in the MAC failure. Every store reads through this (the MAC stays the judge
+    whatever holds the bytes: a file or a database row can be edited alike)."""
+    version = data.get("schema_version")
+    if type(version) is not int or (version != SCHEMA_VERSION and version not in MIGRATIONS):
+        raise Stopped(
+            f"{where} has schema_version {version!r}; this program reads only "
+            f"schema_version {_readable_versions()}"
+        )
+    # The MAC covers the envelope's own fields as parsed (not a re-dump of the validated model), so
+    # a field missing from it can never be hidden by a default filled in by pydantic.
+    mac = data.get("mac")
+    body = {k: v for k, v in data.items() if k != "mac"}
+    try:
+        valid = isinstance(mac, str) and verify_mac(body, mac, key)
+    except (ValueError, RecursionError):  # e.g. a lone surrogate escape cannot be canonicalised
+        valid = False
+    if not valid:
+        raise Stopped(f"checkpoint integrity check failed for {name}")
+    try:  # an older version is migrated after its MAC is verified over the envelope as written
+        cp = Checkpoint.model_validate(migrate(data))
+    except ValidationError as exc:
+        raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
+    missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
+    if missing is not None:  # our writer writes every field: one filled in by a default is gone
+        raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
+    if cp.idempotency_key != cp.task_id:
+        raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
+    return cp
+
+
+def next_revision(cp: Checkpoint, event: tuple[str, dict[str, Any]],
+                  changes: dict[str, Any]) -> dict[str, Any]:
+    """The body of revision ``cp.revision + 1``: ``changes`` (field → value; pydantic models are
+    dumped) applied, ``updated_at`` now, one ``history`` event ``(name, detail)`` appended whose
+    detail also records the schema versions it is written with (for the receipt)."""
+    body = cp.body()
+    for name, value in changes.items():
+        body[name] = _dump(value)
+    revision, at = cp.revision + 1, now_iso()
+    body["revision"], body["updated_at"] = revision, at
+    versions = {k: body[k] for k in ("schema_version", "sdk_version", "run_state_schema_version")}
+    body["history"] = [*body["history"], {"at": at, "event": event[0], "revision": revision,
+                                          "detail": {**event[1], **versions}}]
+    return body
 
 
 def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[str] = frozenset()) -> str | None:

@@ -28,7 +28,8 @@ __all__ = [
     "test_save_revision_bumps_the_revision_and_keeps_history",
     "test_stale_checkpoint_is_refused_and_nothing_changes", "test_checkpoints_sorted_by_task_id",
     "test_checkpoints_fail_closed_on_a_damaged_one", "test_ledger_records_once",
-    "test_ledger_refuses_other_content", "test_rejection_record_is_idempotent",
+    "test_ledger_refuses_other_content", "test_ledger_entries_oldest_first",
+    "test_rejection_record_is_idempotent",
     "test_rejection_remove", "test_task_lock_excludes_a_second_holder",
     "test_ledger_keeps_each_channel_apart", "test_rejection_records_are_per_channel",
 ]
@@ -152,6 +153,21 @@ def test_ledger_refuses_other_content(store):
     with pytest.raises(Stopped):
         store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="b" * 64)
     assert store.ledger_get("t-1") == entry
+
+
+def test_ledger_entries_oldest_first(store, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    from state import clock
+
+    assert store.ledger_entries() == []
+    made = []
+    start = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    for n, key in enumerate(("t-b", "t-a", "t-c")):  # recorded a second apart, not in key order
+        monkeypatch.setattr(clock, "wall", lambda n=n: start + timedelta(seconds=n))
+        made.append(store.ledger_record(key=key, task_id=key, title="T", content_sha256="a" * 64)[0])
+    assert [e.idempotency_key for e in store.ledger_entries()] == ["t-b", "t-a", "t-c"]
+    assert store.ledger_entries() == made
 
 
 def test_rejection_record_is_idempotent(store):

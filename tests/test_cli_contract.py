@@ -212,11 +212,12 @@ def test_read_only_commands_do_not_import_the_sdk(cli, state_dir):
     code = ("import sys, run; "
             f"rc = [run.main(['--state-dir', {str(state_dir)!r}, *a]) for a in "
             "(['status','--task','k-1'], ['list'], ['ledger'])]; "
-            "print(rc, 'agents' in sys.modules, 'openai' in sys.modules)")
+            "print(rc, 'agents' in sys.modules, 'openai' in sys.modules, 'psycopg' in sys.modules)")
     from conftest import ROOT
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0] False False", out.stdout + out.stderr
+    # nor psycopg: the file store's commands never pay for the PostgreSQL store
+    assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0] False False False", out.stdout + out.stderr
 
 
 def test_closed_pipe_ends_quietly(cli, state_dir):

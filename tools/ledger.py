@@ -73,6 +73,9 @@ class LedgerEntry(BaseModel):
         # The key is the task ID, or the task ID and the channel (docs/several-calls.md): any other pairing was not ours.
         if self.idempotency_key not in (self.task_id, f"{self.task_id}#{self.channel}"):
             raise ValueError("idempotency_key and task_id differ (nor is it task_id#channel)")
+        # Entries written before channels existed have neither field; every later one has both.
+        if (self.channel is None) != (self.approval is None):
+            raise ValueError("channel and approval come together (or, in an older entry, neither)")
         return self
 
 
@@ -116,9 +119,7 @@ class Ledger:
         first entry is returned unchanged. Raises :class:`Stopped` when the key exists for another
         task or other content (fail closed), or the existing file is corrupt.
         """
-        if key not in (task_id, f"{task_id}#{channel}"):
-            raise Stopped(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
-                          f"{channel!r}; refusing")
+        self.check_key(key, task_id, channel)
         existing = self.get(key)
         if existing is None:
             entry = LedgerEntry(
@@ -148,6 +149,14 @@ class Ledger:
                 )
         self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
+
+    @staticmethod
+    def check_key(key: str, task_id: str, channel: Optional[str]) -> None:
+        """Raise :class:`Stopped` unless ``key`` is ``task_id`` or ``<task_id>#<channel>`` (checked
+        before any entry is read, so a key naming another channel is refused whatever is stored)."""
+        if key not in (task_id, f"{task_id}#{channel}"):
+            raise Stopped(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
+                          f"{channel!r}; refusing")
 
     @staticmethod
     def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:

@@ -10,25 +10,24 @@ an exception here end the run instead of being sent to the model as text, so a r
 The tool's only effect is a ledger entry, one per (task, channel). It never trusts the model for
 identity: the task ID, its channels and the expected content fingerprint come from the run context,
 which our workflow builds from the verified checkpoint (``context_override`` on resume); the
-idempotency key is derived from them (:func:`state.schema.effect_key`).
+idempotency key is derived from them (:func:`state.schema.effect_key`). The store (files or
+PostgreSQL) is found through the context's ``store`` token (:mod:`state.open_stores`): the context is
+saved in the RunState, so it never holds a path to trust or a database URL.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Optional
 
 from agents import RunContextWrapper, function_tool
 
-from state import rejections
+from state import open_stores
 from state.errors import Stopped
 from state.schema import (PREVIEW_CHANNEL, channel_scope, content_sha256, effect_key,
                           valid_channel)
-from state.storage import Store
 
 from .effects import effectful
-from .ledger import Ledger
 
 TOOL_NAME = "publish_draft"
 
@@ -75,15 +74,15 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
             f"publish_draft for task {task['task_id']} was called with content that differs from "
             "the draft that was started and approved; refusing"
         )
-    store = Store(Path(task["ledger_dir"]).parent)
+    store = open_stores.lookup(task.get("store"))  # a TaskStore (workflow.store)
     gated = needs_publish_approval(ctx, {"title": title, "body": body, "channel": channel}, "")
     scope = channel_scope(channel, task["channels"])
     if gated:
         _check_approved(store, task, channel, scope, getattr(ctx, "tool_call_id", None))
-    entry, created = Ledger(Path(task["ledger_dir"])).record(
+    entry, created = store.ledger_record(
         key=effect_key(task["task_id"], channel, task["channels"]), task_id=task["task_id"],
-        title=title, content_sha256=task["content_sha256"], channel=channel,
-        approval="human" if gated else "not_needed")
+        title=title, content_sha256=task["content_sha256"], channel=scope,  # one channel: as before
+        approval=None if scope is None else "human" if gated else "not_needed")
     return json.dumps(
         {
             "result": "published" if created else "already published",
@@ -94,7 +93,7 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
     )
 
 
-def _check_approved(store: Store, task: dict[str, Any], channel: str, scope: Optional[str],
+def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optional[str],
                     call_id: Optional[str]) -> None:
     """Right before a gated effect, whatever the lock says: no rejection record for this (task,
     channel) — a reject recorded meanwhile by a process whose lock file was deleted under this one
@@ -102,7 +101,7 @@ def _check_approved(store: Store, task: dict[str, Any], channel: str, scope: Opt
     approval rule that said "no approval needed", an SDK change or a sticky rule in a hand-edited
     file never publishes by itself. Raises :class:`Stopped`."""
     task_id = task["task_id"]
-    rejected = rejections.get(store, task_id, scope)
+    rejected = store.rejection_get(task_id, scope)
     if rejected is not None:
         raise Stopped(
             f"publish_draft for task {task_id} on {channel}: a reject by {rejected.by} at "

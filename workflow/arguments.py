@@ -11,6 +11,7 @@ import argparse
 from typing import Any, Callable
 
 from state import clock
+from state.settings import store_url_problem
 from state.schema import (DEFAULT_MAX_COST_USD, DEFAULT_MAX_TOKENS, DEFAULT_MAX_TURNS,
                           MAX_NAME_CHARS, MAX_TURNS_LIMIT, MIN_OUTPUT_TOKENS, check_base_url,
                           check_text, key_problem, valid_channel)
@@ -42,6 +43,15 @@ def state_dir(value: str) -> str:
     """``--state-dir``: any non-blank path (checked later, before use)."""
     if not value.strip():  # "" would silently fall back to $HITL_STATE_DIR or .cache
         raise argparse.ArgumentTypeError("must not be empty (omit --state-dir for the default)")
+    return value
+
+
+def store_url(value: str) -> str:
+    """``--store``: a ``postgresql://`` URL (``state.settings.store_url_problem``), else a usage
+    error that never repeats the value (it may hold a password)."""
+    problem = store_url_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"the URL {problem}")
     return value
 
 

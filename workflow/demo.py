@@ -12,6 +12,7 @@ from typing import Any
 
 from state.errors import Stopped
 from state.storage import Store
+from workflow.store import as_task_store
 from workflow.views import ledger_view, task_view
 
 RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
@@ -20,7 +21,9 @@ RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
 def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
     """Tell the whole story with real subprocesses, so each resume provably comes from disk.
 
-    Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks.
+    Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks
+    (on PostgreSQL, ``store``'s database with task keys of its own; the ledger lists every entry
+    in that database).
 
     With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
     object, is ``{"tasks": [task, task, task], "ledger": ledger}`` for the three demo tasks (the
@@ -38,8 +41,8 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
     call = "call_" + content_sha256("Launch post", "We launch on Monday.")[:16]
     # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 5 shows
     # exactly one entry however often the demo runs).
-    store = Store(store.root / "demo" / run_id)
-    base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root)]
+    store = as_task_store(store).with_root(store.root / "demo" / run_id)
+    base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root), *store.cli_args()]
     steps = [
         ("1. Start a task. The agent asks to call publish_draft; the run pauses and is saved.",
          ["start", "--key", key_a, "--title", "Release notes 1.2",

@@ -19,7 +19,7 @@ from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 from agent.budget import BudgetExceeded
 from agent.models import provider_error
 from agent.publisher import describe, drift
-from state import clock
+from state import clock, open_stores
 from state.clock import now_iso
 from state.errors import Stopped
 from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
@@ -48,14 +48,16 @@ def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str]) ->
 
     Built from our verified checkpoint and passed as ``context=`` / ``context_override=``, so the
     tool's idempotency key never comes from the model's arguments or from the stored RunState
-    (the tool derives each channel's key from ``task_id`` and ``channels``).
+    (the tool derives each channel's key from ``task_id`` and ``channels``). ``store`` is a token
+    for ``store`` in this process (:mod:`state.open_stores`): the context is saved in the
+    RunState, so no path or database URL goes in it.
     """
     return {
         "task_id": cp_task_id,
         "idempotency_key": cp_task_id,
         "content_sha256": sha,
         "channels": list(channels),
-        "ledger_dir": str(store.ledger_dir),
+        "store": open_stores.token_for(as_task_store(store)),
     }
 
 

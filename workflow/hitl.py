@@ -3,7 +3,7 @@
 ====  =============================================  =========================================
 step  SDK (docs: "Human-in-the-loop")                here
 ====  =============================================  =========================================
-1     ``@function_tool(needs_approval=True)``        ``tools/publish.py`` (``publish_draft``)
+1     ``@function_tool(needs_approval=rule)``        ``tools/publish.py`` (``publish_draft``)
 2     ``Agent(..., tools=[publish_draft])``          ``agent/publisher.py`` (``build_agent``)
 3     ``Runner.run(agent, input)``                   :func:`start`
 4     ``result.interruptions``                       :func:`start` (each a ``ToolApprovalItem``)

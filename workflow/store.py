@@ -3,22 +3,27 @@
 :class:`TaskStore` is the whole contract between the workflow (``workflow.hitl``, ``guards``,
 ``reconcile``) and wherever state lives: checkpoints with compare-and-swap, a per-task lock, the
 ledger and rejection records. :class:`FileStore` is the state dir on disk (:class:`state.storage.Store`
-plus the ledger of :mod:`tools.ledger` and the records of :mod:`state.rejections`). Another store
-(e.g. PostgreSQL) must pass the conformance suite in ``tests/store_contract.py``; docs/stores.md
-says what it must guarantee.
+plus the ledger of :mod:`tools.ledger` and the records of :mod:`state.rejections`);
+:class:`workflow.postgres.PostgresStore` is the shared database. Both pass the conformance suite in
+``tests/store_contract.py``; docs/stores.md says what a store must guarantee. :func:`open_store`
+picks one for the command line.
 
-This module never imports the SDK (read-only commands stay fast). It imports ``state`` and
-``tools`` only, so ``state`` (the bottom layer) stays free of both.
+This module never imports the SDK (read-only commands stay fast), nor psycopg unless a
+``postgresql://`` URL asks for it. It imports ``state`` and ``tools`` only (and
+``workflow.postgres`` on demand), so ``state`` (the bottom layer) stays free of both.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, Optional, Protocol, runtime_checkable
 
 from state import rejections
+from state.errors import Stopped
 from state.rejections import RejectionRecord
 from state.schema import Checkpoint, Decision
+from state.settings import settings
 from state.storage import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
 from tools.ledger import Ledger, LedgerEntry
 
@@ -73,6 +78,11 @@ class TaskStore(Protocol):
         what is stored is damaged or names another key."""
         ...
 
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """Every ledger entry, oldest first (by ``published_at``, then key). Fail closed: raises
+        ``Stopped`` on the first one that is damaged (never a silent partial list)."""
+        ...
+
     def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
                       channel: Optional[str] = None,
                       approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
@@ -104,6 +114,24 @@ class TaskStore(Protocol):
 class FileStore(Store):
     """The state dir on disk as a :class:`TaskStore`: checkpoints, locks, ``ledger/`` and
     ``rejections/`` under ``root``. ``FileStore(root)`` does not touch the disk."""
+
+    @property
+    def location(self) -> str:
+        """Where the tasks are, for messages: the state dir."""
+        return str(self.root)
+
+    def with_root(self, root: Path) -> "FileStore":
+        """A file store in another state dir (``demo`` runs in a state dir of its own)."""
+        return FileStore(root)
+
+    def cli_args(self) -> list[str]:
+        """The ``run.py`` arguments that select this kind of store in a child process (none: the
+        file store is the default)."""
+        return []
+
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """See :meth:`TaskStore.ledger_entries` (:meth:`tools.ledger.Ledger.entries`)."""
+        return Ledger(self.ledger_dir).entries()
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
         """See :meth:`TaskStore.ledger_get` (:meth:`tools.ledger.Ledger.get`)."""
@@ -139,7 +167,30 @@ def as_task_store(store: Any) -> TaskStore:
     if isinstance(store, TaskStore):
         return store
     if isinstance(store, Store):
-        wrapped = FileStore(store.root)
-        wrapped._ident = store._ident  # the state.id already read (it never changes once made)
+        wrapped = getattr(store, "_as_task_store", None)
+        if wrapped is None:  # one wrapper per Store, kept with it (the run context's token names it)
+            wrapped = FileStore(store.root)
+            wrapped._ident = store._ident  # the state.id already read (it never changes once made)
+            store._as_task_store = wrapped  # type: ignore[attr-defined]
         return wrapped
     raise TypeError(f"not a store: {type(store).__name__}")
+
+
+def open_store(url: Optional[str], state_dir: Optional[str]) -> Any:
+    """The store a command works on: PostgreSQL for a ``postgresql://`` ``url`` (``--store``),
+    else for ``$HITL_STORE_URL``, else the file store. The state dir (``state_dir``, else
+    ``$HITL_STATE_DIR``, else ``.cache``) holds the file store, or for PostgreSQL this machine's
+    signing key and traces. Raises ``Stopped`` for an unusable state dir or URL (a URL is never
+    repeated: it may hold a password). Contacts no server: the first method call does."""
+    url = url or settings().store_url
+    root = resolve_state_dir(state_dir)
+    if not url:
+        return FileStore(root)
+    from state.settings import store_url_problem
+
+    problem = store_url_problem(url)
+    if problem is not None:
+        raise Stopped(f"the store URL {problem}")
+    from workflow.postgres import PostgresStore  # psycopg: only when a URL asks for it
+
+    return PostgresStore(url, root)

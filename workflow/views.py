@@ -15,7 +15,7 @@ from typing import Any
 
 from state.schema import Checkpoint
 from state.storage import Store
-from tools.ledger import Ledger
+from workflow.store import as_task_store
 
 
 def one_line(text: str) -> str:
@@ -52,9 +52,9 @@ def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
 
 
 def ledger_view(store: Store) -> dict[str, Any]:
-    """``{"path": <ledger folder>, "entries": [...]}``, oldest first."""
-    ledger = Ledger(store.ledger_dir)
-    return {"path": str(ledger.folder), "entries": [e.model_dump() for e in ledger.entries()]}
+    """``{"path": <ledger folder, or the database's ledger>, "entries": [...]}``, oldest first."""
+    entries = as_task_store(store).ledger_entries()
+    return {"path": str(store.ledger_dir), "entries": [e.model_dump() for e in entries]}
 
 
 def task_text(task: dict[str, Any]) -> str:

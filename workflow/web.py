@@ -416,7 +416,8 @@ def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -
     app = create_app(store, reviewer=reviewer, token=token, hosts=hosts,
                      cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True)
     print(f"inbox: http://{authority}/?token={token}", flush=True)
-    print(f"reviewer: {reviewer}; state dir: {store.root}; Ctrl-C stops", file=sys.stderr, flush=True)
+    where = getattr(store, "location", None) or f"state dir {store.root}"  # a database: its URL, no password
+    print(f"reviewer: {reviewer}; store: {where}; Ctrl-C stops", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             server_header=False, proxy_headers=False)
     try:
