@@ -158,11 +158,12 @@ def owner_lock(root: Path, owner: str, *, timeout: float, what: str) -> Iterator
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    if len(keys) != len(set(keys)):
+    found = dict(pairs)
+    if len(found) != len(pairs):  # a key repeated: name the first one that is
+        keys = [k for k, _ in pairs]
         dup = next(k for k in keys if keys.count(k) > 1)
         raise ValueError(f"duplicate key {dup!r}")
-    return dict(pairs)
+    return found
 
 
 def _reject_constant(name: str) -> Any:
