@@ -116,21 +116,25 @@ class Steps:
 
     def __init__(self) -> None:
         self.side = "bare"
-        self.own: dict[tuple[str, str], float] = defaultdict(float)
+        self.own: dict[tuple[str, str], float] = defaultdict(float)  # wall seconds
+        self.cpu: dict[tuple[str, str], float] = defaultdict(float)  # process CPU seconds
         self.calls: dict[tuple[str, str], int] = defaultdict(int)
         self._stack: list[list[Any]] = []
         self._undo: list[tuple[Any, str, Any]] = []
 
     def _enter(self, name: str) -> None:
-        self._stack.append([name, time.perf_counter(), 0.0])
+        self._stack.append([name, time.perf_counter(), time.process_time(), 0.0, 0.0])
 
     def _leave(self) -> None:
-        name, t0, inner = self._stack.pop()
-        spent = time.perf_counter() - t0
-        self.own[(self.side, name)] += spent - inner
-        self.calls[(self.side, name)] += 1
+        name, t0, c0, inner, inner_cpu = self._stack.pop()
+        spent, spent_cpu = time.perf_counter() - t0, time.process_time() - c0
+        key = (self.side, name)
+        self.own[key] += spent - inner
+        self.cpu[key] += spent_cpu - inner_cpu
+        self.calls[key] += 1
         if self._stack:
-            self._stack[-1][2] += spent
+            self._stack[-1][3] += spent
+            self._stack[-1][4] += spent_cpu
 
     def timed(self, func: Callable[..., Any], name: str) -> Callable[..., Any]:
         """``func`` (sync, async, or an async generator's factory is not supported) with a timer."""
@@ -198,19 +202,29 @@ class Steps:
                 setattr(owner, attr, value)
 
     def table(self, tasks: int) -> str:
-        """The per-step table: own ms/task on each side and the difference, largest first."""
+        """The per-step table: own ms/task on each side and the difference, in wall time and in
+        this process's CPU time (the latter is not inflated by other load, nor does it count
+        waiting for the disk), largest extra wall time first."""
         names = {n for _, n in self.own}
-        bare = {n: self.own.get(("bare", n), 0.0) * 1000 / tasks for n in names}
-        ours = {n: self.own.get(("harness", n), 0.0) * 1000 / tasks for n in names}
+
+        def per_task(table: dict[tuple[str, str], float], side: str) -> dict[str, float]:
+            return {n: table.get((side, n), 0.0) * 1000 / tasks for n in names}
+
+        bare, ours = per_task(self.own, "bare"), per_task(self.own, "harness")
+        bare_cpu, ours_cpu = per_task(self.cpu, "bare"), per_task(self.cpu, "harness")
         rows = sorted(names, key=lambda n: -(ours[n] - bare[n]))
-        out = [f"  {'step (own time)':<46} {'bare':>8} {'harness':>8} {'extra':>8}  calls/task",
-               "  " + "-" * 86]
+        out = [f"  {'':<48} {'---------- wall ----------':>26}  {'----------- CPU ----------':>26}",
+               f"  {'step (own time, ms/task)':<48} {'bare':>8} {'harness':>8} {'extra':>8}  "
+               f"{'bare':>8} {'harness':>8} {'extra':>8}  calls/task",
+               "  " + "-" * 122]
         for n in rows:
             calls = self.calls.get(("harness", n), 0) / tasks
-            out.append(f"  {n:<46} {bare[n]:8.2f} {ours[n]:8.2f} {ours[n] - bare[n]:8.2f}  {calls:5.1f}")
-        tb, to = sum(bare.values()), sum(ours.values())
-        out.append("  " + "-" * 86)
-        out.append(f"  {'total (ms/task)':<46} {tb:8.2f} {to:8.2f} {to - tb:8.2f}")
+            out.append(f"  {n:<48} {bare[n]:8.2f} {ours[n]:8.2f} {ours[n] - bare[n]:8.2f}  "
+                       f"{bare_cpu[n]:8.2f} {ours_cpu[n]:8.2f} {ours_cpu[n] - bare_cpu[n]:8.2f}  {calls:6.1f}")
+        tb, to, cb, co = (sum(d.values()) for d in (bare, ours, bare_cpu, ours_cpu))
+        out.append("  " + "-" * 122)
+        out.append(f"  {'total':<48} {tb:8.2f} {to:8.2f} {to - tb:8.2f}  {cb:8.2f} {co:8.2f} {co - cb:8.2f}")
+        out.append(f"  {'ratio (harness / bare)':<48} {to / tb:17.3f} {'':8}  {co / cb:17.3f}")
         return "\n".join(out)
 
 
