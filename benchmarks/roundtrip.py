@@ -78,11 +78,16 @@ def bare_publish(title: str, body: str) -> str:
     return "published"
 
 
+def bare_agent() -> Agent:
+    """The bare side's agent: the same name, instructions, tool name and offline model."""
+    return Agent(name="Publisher", instructions=INSTRUCTIONS, tools=[bare_publish],
+                 model=build_offline_model())
+
+
 async def bare_task(folder: Path, i: int, tracing: bool = False) -> None:
     """The SDK sequence with nothing of ours around it (``tracing``: SDK tracing on, spans
     created as by default; they reach no exporter, as no task is being recorded)."""
-    agent = Agent(name="Publisher", instructions=INSTRUCTIONS, tools=[bare_publish],
-                  model=build_offline_model())
+    agent = bare_agent()
     cfg = RunConfig(tracing_disabled=not tracing)
     result = await Runner.run(agent, user_message(f"T{i}", f"Draft {i}."), run_config=cfg)
     text = result.to_state().to_string()
@@ -237,15 +242,16 @@ STEP_TABLE: list[tuple[str, str, str]] = [
     ("agents.run:Runner", "run", SDK + "Runner.run (model, tools, hooks)"),
     ("agents.run_state:RunState", "to_string", SDK + "RunState.to_string"),
     ("agents.run_state:RunState", "from_string", SDK + "RunState.from_string"),
+    ("agents.testing.model:ScriptedModel", "get_response", SDK + "Runner.run (model, tools, hooks)"),
     ("agents.result:RunResult", "to_state", SDK + "to_state, approve, get_interruptions"),
     ("agents.run_state:RunState", "approve", SDK + "to_state, approve, get_interruptions"),
     ("agents.run_state:RunState", "get_interruptions", SDK + "to_state, approve, get_interruptions"),
     ("os", "fsync", "fsync (durability)"),
-    ("agent.models", "build_offline_model", "agent: build model, agent, check, fingerprint"),
-    ("agent.publisher", "build_agent", "agent: build model, agent, check, fingerprint"),
-    ("agent.publisher", "check_agent", "agent: build model, agent, check, fingerprint"),
-    ("agent.publisher", "describe", "agent: build model, agent, check, fingerprint"),
-    ("agent.publisher", "drift", "agent: build model, agent, check, fingerprint"),
+    ("agent.models", "build_offline_model", "agent: build (SDK Agent(), ScriptedModel)"),
+    ("agent.publisher", "build_agent", "agent: build (SDK Agent(), ScriptedModel)"),
+    ("agent.publisher", "check_agent", "agent: check and fingerprint (describe, drift)"),
+    ("agent.publisher", "describe", "agent: check and fingerprint (describe, drift)"),
+    ("agent.publisher", "drift", "agent: check and fingerprint (describe, drift)"),
     ("state.integrity", "compute_mac", "MAC (canonical JSON + HMAC-SHA256)"),
     ("state.schema:Checkpoint", "model_validate", "validation (pydantic, defaults check)"),
     ("state.storage", "_first_defaulted", "validation (pydantic, defaults check)"),
@@ -299,7 +305,8 @@ STEP_TABLE: list[tuple[str, str, str]] = [
     ("state.storage:Store", "save", "checkpoint save (rest: file bytes)"),
     ("state.storage:Store", "save_revision", "checkpoint save (rest: file bytes)"),
     (__name__, "harness_task", "rest: hitl.py and guards, not named above"),
-    (__name__, "bare_task", "rest: Agent(), file write and read, approve"),
+    (__name__, "bare_agent", "agent: build (SDK Agent(), ScriptedModel)"),
+    (__name__, "bare_task", "rest: bare file write and read"),
 ]
 
 
