@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import json
 import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -358,13 +359,14 @@ class _Verified:
     def __init__(self) -> None:
         self._read: dict[str, tuple[bytes, bytes, type, Checkpoint]] = {}
         self._written: dict[str, tuple[bytes, Checkpoint]] = {}
+        self._lock = threading.Lock()  # a server may load checkpoints from several threads
 
-    @staticmethod
-    def _put(table: dict[str, Any], path: Path, value: Any) -> None:
-        table.pop(str(path), None)
-        table[str(path)] = value
-        while len(table) > _Verified.SIZE:
-            table.pop(next(iter(table)))
+    def _put(self, table: dict[str, Any], path: Path, value: Any) -> None:
+        with self._lock:
+            table.pop(str(path), None)
+            table[str(path)] = value
+            while len(table) > _Verified.SIZE:
+                table.pop(next(iter(table)))
 
     def put(self, path: Path, raw: bytes, key: bytes, cp: Checkpoint) -> None:
         """Remember that ``raw`` passed every check of :func:`verify_envelope` with ``key`` as ``cp``."""
