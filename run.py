@@ -161,7 +161,7 @@ def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: 
             budget_changes: dict[str, Any] | None = None, call_id: str | None = None, always: bool = False) -> Any:
     """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
     from workflow import reconcile
-    reconcile.preflight(store, task_id, decision, call_id)  # no SDK: refused before its ~2 s import
+    reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason)  # before the SDK import
     import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl, tracing
     return asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason, call_id=call_id,

@@ -24,7 +24,7 @@ from state.clock import now_iso
 from state.errors import Stopped
 from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, valid_channel)
-from state.files import parse_json_object
+from state.files import parse_object_shared, parse_shared
 from state.settings import settings
 from state.storage import Store
 from workflow import calls
@@ -93,7 +93,7 @@ def pending_calls(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]
 
 def schema_version_of(run_state: str) -> str:
     """The ``$schemaVersion`` of a serialised RunState (the SDK's format version, e.g. ``"1.21"``)."""
-    return json.loads(run_state)["$schemaVersion"]
+    return parse_shared(run_state)["$schemaVersion"]
 
 
 def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str]) -> None:
@@ -185,7 +185,7 @@ def check_stored_run_state(cp: Checkpoint) -> None:
 
     Raises :class:`Stopped`.
     """
-    data = parse_json_object(cp.run_state.encode("utf-8"), f"the RunState of task {cp.task_id}")
+    data = parse_object_shared(cp.run_state, f"the RunState of task {cp.task_id}")  # read only
     version = data.get("$schemaVersion")
     if version != cp.run_state_schema_version:
         raise Stopped(

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional
 
-from state import clock
+from state import clock, secrets
 from state.errors import Stopped
 from tools.ledger import Ledger, LedgerEntry
 from workflow.calls import calls_of, decision_of, keys, pick_call
@@ -224,19 +224,24 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
     return verdict
 
 
-def preflight(store: "Store", task_id: str, decision: Action,
-              call_id: Optional[str] = None) -> tuple["Checkpoint", Verdict]:
+def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
+              by: Optional[str] = None, reason: Optional[str] = None) -> tuple["Checkpoint", Verdict]:
     """The checks before a decision takes the task's lock, none of which needs the SDK: the
     checkpoint loads and verifies, no hostile file sits where the task's files go
     (``Store.check_writable``), the call is named when several are pending
-    (:func:`workflow.calls.pick_call`), and the table allows ``decision`` for that call. Returns
+    (:func:`workflow.calls.pick_call`), the table allows ``decision`` for that call, and the
+    reviewer name ``by`` and the ``reason`` hold no secret value
+    (:func:`state.secrets.check_input`). Returns
     ``(checkpoint, verdict)``; raises :class:`Stopped` otherwise. Reads only, so a refusal leaves
     the state dir as it was."""
     cp = store.load(task_id)
     store.check_writable(task_id)
     if cp.pending and cp.status in ("waiting_for_approval", "budget_exceeded"):
         call_id = pick_call(cp, call_id).call_id
-    return cp, check(store, cp, decision, call_id)
+    verdict = check(store, cp, decision, call_id)
+    secrets.check_input("the reviewer name (--by)", by)
+    secrets.check_input("the reason", reason)
+    return cp, verdict
 
 
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
