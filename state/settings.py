@@ -291,32 +291,13 @@ def settings() -> Settings:
     variable (in the order of :data:`VARIABLES`). Touches no file.
     """
     global _last
-    raw = _raw_snapshot()
+    raw = tuple(os.environ.get(name) for name in VARIABLES)
     last = _last
-    if raw is not None and last is not None and last[0] == raw:
+    if last is not None and last[0] == raw:
         return last[1]
     made = Settings()
-    _last = (raw, made) if raw is not None else None
+    _last = (raw, made)
     return made
-
-
-_encoded: tuple[Any, tuple[Any, ...]] | None = None
-
-
-def _raw_snapshot() -> tuple[Any, ...] | None:
-    """The stored (still encoded) values of :data:`VARIABLES` in ``os.environ``, as ``os.environ``
-    keeps them (bytes on POSIX): equal snapshots mean equal decoded values, at a dictionary lookup
-    each instead of an encode and a decode (:func:`settings` is asked dozens of times per command).
-    None if ``os.environ`` is not the standard mapping (e.g. replaced by a test)."""
-    global _encoded
-    env = os.environ
-    data, encode = getattr(env, "_data", None), getattr(env, "encodekey", None)
-    if not isinstance(data, dict) or encode is None:
-        return None
-    if _encoded is None or _encoded[0] is not encode:
-        _encoded = (encode, tuple(encode(name) for name in VARIABLES))
-    get = data.get
-    return tuple(get(k) for k in _encoded[1])
 
 
 def check_environment() -> Settings:
