@@ -147,12 +147,7 @@ class Store:
     def checkpoints(self) -> list[Checkpoint]:
         """Every checkpoint, sorted by task ID; fail closed: raises :class:`Stopped` naming the first
         file that cannot be read as a verified checkpoint."""
-        good, bad = self.scan()
-        if bad:
-            more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-            raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
-                          "status --task ID still shows the others)")
-        return good
+        return every_or_stop(*self.scan())
 
     def task_ids(self) -> list[str]:
         """Task IDs of every checkpoint (see :meth:`checkpoints`; raises :class:`Stopped` likewise)."""
@@ -288,6 +283,17 @@ def seal(body: dict[str, Any], key: bytes) -> Checkpoint:
     draft = Checkpoint.model_validate({**body, "mac": ""})  # validated once, defaults filled in
     clean = draft.body()
     return draft.model_copy(update={"mac": compute_mac(clean, key)})
+
+
+def every_or_stop(good: list[Checkpoint], bad: list[dict[str, str]]) -> list[Checkpoint]:
+    """``good`` (every verified checkpoint of a scan) if ``bad`` (``[{"file", "error"}]``, one per
+    checkpoint that failed) is empty; else raise :class:`Stopped` naming the first failure and how
+    many there are (fail closed: never a silent partial list). Shared by every store."""
+    if bad:
+        more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
+        raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
+                      "status --task ID still shows the others)")
+    return good
 
 
 def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) -> Checkpoint:
