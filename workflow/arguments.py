@@ -128,3 +128,13 @@ def reviewer(name: str | None) -> str:
     except Exception:  # no login name (some containers, Windows services)
         user = ""
     return user if user and len(user) <= MAX_NAME_CHARS and user.isprintable() else "reviewer"
+
+
+def run_flags(p: argparse.ArgumentParser) -> None:
+    """Add the flags of a command that runs the agent (``start``, ``resume``): ``--trace-content``
+    and ``--stream`` (``Runner.run_streamed``, events printed as they arrive)."""
+    p.add_argument("--trace-content", action="store_true",
+                   help="write draft bodies into the local trace in full (default: hash + preview)")
+    p.add_argument("--stream", action="store_true",
+                   help="stream the run: print text deltas and run events as they arrive (with "
+                        "--json: JSON Lines, one {\"event\": ...} object per event, the task last)")

@@ -6,6 +6,7 @@ step  SDK (docs: "Human-in-the-loop")                here
 1     ``@function_tool(needs_approval=True)``        ``tools/publish.py`` (``publish_draft``)
 2     ``Agent(..., tools=[publish_draft])``          ``agent/publisher.py`` (``build_agent``)
 3     ``Runner.run(agent, input)``                   :func:`start`
+3'    ``Runner.run_streamed``, ``stream_events()``    ``workflow/streaming.py`` (``on_event``)
 4     ``result.interruptions``                       :func:`start` (each a ``ToolApprovalItem``)
 5     ``result.to_state().to_string()``              :func:`_saved_text`, then ``store.save``
 6     ``RunState.from_string(agent, text)``          :func:`_from_string`
@@ -38,7 +39,7 @@ from state import secrets
 from state.errors import Stopped
 from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
 from state.storage import Store
-from workflow import guards, reconcile, tracing
+from workflow import guards, reconcile, streaming, tracing
 from workflow.trust import check_pending_is_the_draft
 
 DecisionWord = Literal["approve", "reject"]
@@ -53,14 +54,15 @@ logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None,
                 spec: ModelSpec | None = None, budget: Budget | None = None,
-                expires_in_s: int = 86_400, trace_content: bool = False) -> Checkpoint:
+                expires_in_s: int = 86_400, trace_content: bool = False,
+                on_event: streaming.OnEvent | None = None) -> Checkpoint:
     """Run the agent until it asks to publish, then save the checkpoint (``waiting_for_approval``).
 
     ``spec`` names the model (default offline; ``model`` overrides the instance, for tests),
     ``budget`` the task's budget (default :func:`agent.budget.make_budget`); the approval request
     is valid for ``expires_in_s`` seconds; traces go to the task's trace file (``trace_content``:
-    unredacted bodies). The same key with the same title and draft returns the saved task without
-    calling the model. Raises :class:`Stopped`, with nothing saved, if the key is taken (another
+    unredacted bodies; ``on_event``: stream the run, :mod:`workflow.streaming`). The same key with
+    the same title and draft returns the saved task without calling the model. Raises :class:`Stopped`, with nothing saved, if the key is taken (another
     draft, a ledger entry, a rejection record), if the agent did not ask to publish exactly this
     draft, if the API key is missing, if the budget cannot pay, or if the provider fails.
     """
@@ -81,8 +83,9 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
         if existing is not None:
             return existing
         try:
+            run = Runner.run if on_event is None else streaming.runner(on_event)
             with tracing.recording(store, task_id, "start", content=trace_content):
-                result = await Runner.run(
+                result = await run(
                     agent, user_message(title, draft), context=guards.run_context(store, task_id, sha),
                     max_turns=budget.max_turns, hooks=guard,
                     run_config=tracing.run_config(task_id, "start"))
@@ -100,7 +103,8 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
 async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                  reason: str | None = None, model: Model | None = None,
                  budget_changes: dict[str, Any] | None = None,
-                 trace_content: bool = False) -> Checkpoint:
+                 trace_content: bool = False,
+                 on_event: streaming.OnEvent | None = None) -> Checkpoint:
     """Apply a human's decision to a waiting task and resume the run from disk.
 
     Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (the
@@ -109,7 +113,8 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     keywords, goes on). What a decision may do given the task's status, ledger entry and rejection
     record is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended
     a task returns it unchanged, a reject of an executed task or a new approval after the deadline
-    is refused. Raises :class:`Stopped` for every refusal, integrity, drift or ledger mismatch.
+    is refused. ``on_event``: stream the resumed run (as in :func:`start`). Raises
+    :class:`Stopped` for every refusal, integrity, drift or ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
@@ -148,10 +153,11 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
             cp = guards.record_decision(store, cp, rec)
         if want == "rejected" and why is not None:  # a reject never waits for budget
             return guards.cancel_unpaid(store, cp, budget, spend)
+        run = Runner.run if on_event is None else streaming.runner(on_event)
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
-                result = await Runner.run(agent, state, hooks=guard,  # the tool writes the ledger
-                                          run_config=tracing.run_config(task_id, "resume"))
+                result = await run(agent, state, hooks=guard,  # the tool writes the ledger
+                                   run_config=tracing.run_config(task_id, "resume"))
         except Exception as exc:
             return guards.after_failed_run(store, cp, exc, want, budget=budget, spend=spend)
         return await _finish(store, cp, agent, result, want, budget, guard.pricing)
