@@ -85,6 +85,21 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     check_no_hidden_approvals(run_state, cp)
 
 
+def hidden_approvals(run_state: dict[str, Any]) -> list[str]:
+    """Where a parsed ``RunState.to_string()`` holds approval records outside its top-level
+    ``context`` (e.g. ``$.last_processed_response.functions[0].agent_run_state.context.
+    function_tool_approvals``: the RunState of an ``Agent.as_tool()`` run nested in it), as JSON
+    paths; empty if none. The user context payload (``$.context.context``) is skipped. The SDK
+    runs a call approved there without anyone calling ``approve`` (tests/test_sdk_behaviour.py)."""
+    top = run_state.get("context")
+    found = []
+    for path, node in _walk(run_state, "$"):
+        if node is top or path == "$.context.context" or path.startswith("$.context.context."):
+            continue
+        found.extend(f"{path}.{key}" for key in APPROVAL_KEYS if node.get(key))
+    return found
+
+
 def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     """Refuse approval records anywhere but the top-level ``context``, and hosted MCP approvals.
 
@@ -97,15 +112,10 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
     Raises :class:`Stopped`.
     """
     top = run_state.get("context")
-    for path, node in _walk(run_state, "$"):
-        if node is top or path == "$.context.context" or path.startswith("$.context.context."):
-            continue
-        for key in APPROVAL_KEYS:
-            if node.get(key):
-                raise Stopped(
-                    f"task {cp.task_id}: RunState holds approval records at {path}.{key} that "
-                    "no human recorded"
-                )
+    hidden = hidden_approvals(run_state)
+    if hidden:
+        raise Stopped(f"task {cp.task_id}: RunState holds approval records at {hidden[0]} that "
+                      "no human recorded")
     if isinstance(top, dict) and top.get("hosted_mcp_approvals"):
         raise Stopped(
             f"task {cp.task_id}: RunState holds hosted MCP approvals that no human recorded"
