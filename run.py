@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", type=A.text("--by", MAX_NAME_CHARS, True), help="reviewer name")
     p.add_argument("--reason", type=A.text("reason", MAX_REASON_CHARS, False),
                    help="reason; on reject it is sent to the model verbatim")
+    A.edit_flags(p)  # --edit-title, --edit-body: approve with edits
     A.budget_flags(p)
     A.run_flags(p)  # --trace-content, --stream
 
@@ -114,7 +115,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         task_id = inbox.pick_task(store, args.task, waiting_only=True)
         cp = _decide(store, task_id, args.decision, args.reason, by=A.reviewer(args.by),
                      trace_content=args.trace_content, budget_changes=A.budget_changes(args),
-                     on_event=output.event_printer(args.json) if args.stream else None)
+                     on_event=output.event_printer(args.json) if args.stream else None, edit=A.edit(args))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "status":
@@ -155,17 +156,17 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def _decide(store: FileStore, task_id: str, decision: str, reason: str | None, *, by: str,
             trace_content: bool, budget_changes: dict[str, Any] | None = None,
-            on_event: Any = None) -> Any:
+            on_event: Any = None, edit: Any = None) -> Any:
     """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
     from workflow import reconcile
 
     reconcile.preflight(store, task_id, decision)  # needs no SDK: refused before its ~2 s import
     import asyncio  # with the SDK: only when a human actually decides
-    from workflow import hitl, tracing
+    from workflow import edits, tracing
 
-    return asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason,
-                                   budget_changes=budget_changes, on_event=on_event,
-                                   trace_content=tracing.content_wanted(trace_content)))
+    return asyncio.run(edits.resume(store, task_id=task_id, decision=decision, by=by, reason=reason,
+                                    budget_changes=budget_changes, on_event=on_event, edit=edit,
+                                    trace_content=tracing.content_wanted(trace_content)))
 
 
 def main(argv: list[str] | None = None) -> int:

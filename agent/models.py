@@ -10,7 +10,9 @@ steps: each step looks at the request it receives and answers like a careful mod
 - a request whose newest item is the user's draft → one ``publish_draft`` call carrying the title
   and body (call_id derived from the content, so it is the same in every process);
 - a request whose newest item is the tool's output (or the human's rejection text) → one short
-  final message quoting it.
+  final message quoting it;
+- a request whose newest item answers a call approved with edits
+  (``agent.publisher.edit_message``) → one ``publish_draft`` call carrying exactly the edited draft.
 
 It keeps no memory between calls, so a resume in a new process with a freshly built model behaves
 exactly like a resume in the same process.
@@ -26,6 +28,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 from pydantic import ValidationError
 
+from agent.publisher import EDIT_HEADER
 from state.errors import Stopped
 from state import secrets
 from state.settings import settings
@@ -59,8 +62,11 @@ def offline_responder(call: ModelCall) -> ModelStep:
     if _field(last, "type") == "function_call_output":
         output = _field(last, "output")
         text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-        return ModelStep(output=[assistant_message(f"publish_draft answered: {text}")])
-    content = _field(last, "content")
+        if not text.startswith(EDIT_HEADER + "\n"):
+            return ModelStep(output=[assistant_message(f"publish_draft answered: {text}")])
+        content: Any = text  # an approval with edits: publish exactly the edited draft
+    else:
+        content = _field(last, "content")
     draft = parse_draft(content) if isinstance(content, str) else None
     if draft is None:
         return ModelStep(output=[assistant_message("I found no draft to publish.")])

@@ -33,6 +33,17 @@ def user_message(title: str, body: str) -> str:
     return f"Publish this draft with publish_draft.\nTitle: {title}\nBody:\n{body}"
 
 
+#: The first line of :func:`edit_message`: how the model (and the offline model) recognises it.
+EDIT_HEADER = ("The reviewer approved this call only with edits, so it was not run: call publish_draft "
+               "once more with exactly this title and body.")
+
+
+def edit_message(title: str, body: str) -> str:
+    """The answer to a call approved with edits (sent as its ``rejection_message``): what to
+    publish instead, exactly, in the form of :func:`user_message` (workflow/edits.py)."""
+    return f"{EDIT_HEADER}\nTitle: {title}\nBody:\n{body}"
+
+
 def build_agent(model: Model) -> Agent[Any]:
     """The Publisher agent driven by ``model`` (an SDK ``Model``: offline or real)."""
     return Agent(name=AGENT_NAME, instructions=INSTRUCTIONS, tools=[publish_draft], model=model)

@@ -166,11 +166,26 @@ class PendingCall(_Strict):
     arguments: dict[str, Any]
 
 
+class Edits(_Strict):
+    """An approval with edits (``resume --decision approve --edit-title/--edit-body``): the
+    reviewer approved ``title``/``body`` instead of the call's ``original_title``/``original_body``;
+    ``original_sha256`` and ``edited_sha256`` are their :func:`content_sha256`. See workflow/edits.py."""
+
+    title: str = Field(max_length=MAX_TITLE_CHARS)
+    body: str = Field(max_length=MAX_DRAFT_CHARS)
+    original_title: str = Field(max_length=MAX_TITLE_CHARS)
+    original_body: str = Field(max_length=MAX_DRAFT_CHARS)
+    original_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    edited_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class Decision(_Strict):
     """A human's decision, recorded by our code path before the run resumes.
 
     ``call_id``, ``tool`` and ``arguments_sha256`` bind the decision to the exact pending call the
-    reviewer saw; ``at`` is an ISO-8601 UTC timestamp.
+    reviewer saw; ``at`` is an ISO-8601 UTC timestamp. ``edits`` (an approval with edits, shown as
+    ``approved_with_edits``): the call is answered with a message naming the edited draft, never
+    run; the model's next call runs only if it carries exactly ``edits.edited_sha256``.
     """
 
     decision: DecisionKind
@@ -180,6 +195,7 @@ class Decision(_Strict):
     call_id: str = Field(min_length=1, max_length=200)
     tool: str = Field(min_length=1, max_length=200)
     arguments_sha256: str
+    edits: Optional[Edits] = None
 
     @field_validator("arguments_sha256")
     @classmethod

@@ -56,7 +56,8 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str)
     # And only with a human's approval on record: an approval rule (a needs_approval function) that
     # said "no approval needed", or an SDK change, must never publish by itself.
     cp = store.load(task["task_id"]) if store.exists(task["task_id"]) else None
-    if cp is None or cp.decision is None or cp.decision.decision != "approved":
+    # (An approval with edits never runs the call it answers: only the model's next call, once approved.)
+    if cp is None or cp.decision is None or cp.decision.decision != "approved" or cp.decision.edits:
         raise Stopped(
             f"publish_draft for task {task['task_id']} ran without a human approval on record "
             "(an approval rule that returned False?); nothing was published")

@@ -23,13 +23,13 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
     Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks.
 
     With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
-    object, is ``{"tasks": [task, task], "ledger": ledger}`` for the two demo tasks.
+    object, is ``{"tasks": [task, task, task], "ledger": ledger}`` for the three demo tasks.
     """
     import subprocess
     import uuid
 
     run_id = uuid.uuid4().hex[:6]
-    key_a, key_b = f"demo-{run_id}-approve", f"demo-{run_id}-reject"
+    key_a, key_b, key_c = (f"demo-{run_id}-{kind}" for kind in ("approve", "reject", "edit"))
     # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 5 shows
     # exactly one entry however often the demo runs).
     store = Store(store.root / "demo" / run_id)
@@ -46,7 +46,14 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
          ["start", "--key", key_b, "--title", "Draft with a typo", "--draft", "Teh new plan."]),
         ("", ["resume", "--task", key_b, "--decision", "reject", "--by", "bob",
               "--reason", "Typo in the first word; fix it and start again."]),
-        ("5. The ledger: one entry for the approved task, none for the rejected one.", ["ledger"]),
+        ("5. A third task with a typo in its title: the reviewer fixes it and approves (approve with\n"
+         "   edits), streaming the run: the model is told exactly what to publish, and its new call,\n"
+         "   carrying exactly the edited draft, is approved through the same decision path.",
+         ["start", "--key", key_c, "--title", "Relase notes 1.3", "--draft", "Version 1.3 adds dark mode."]),
+        ("", ["resume", "--task", key_c, "--decision", "approve", "--by", "carol",
+              "--edit-title", "Release notes 1.3", "--stream"]),
+        ("6. The ledger: one entry per approved task (the edited title for the third), none for the\n"
+         "   rejected one.", ["ledger"]),
     ]
     say = sys.stderr if as_json else sys.stdout
     print(f"Demo (offline model, no API key, no network). State dir: {store.root}\n", file=say)
@@ -61,7 +68,7 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
             raise Stopped(f"demo step failed with exit code {proc.returncode}")
     if not as_json:
         return None
-    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b)],
+    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c)],
             "ledger": ledger_view(store)}
 
 

@@ -39,8 +39,7 @@ from state import secrets
 from state.errors import Stopped
 from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
 from state.storage import Store
-from workflow import guards, reconcile, streaming, tracing
-from workflow.trust import check_pending_is_the_draft
+from workflow import edits, guards, reconcile, streaming, tracing
 
 DecisionWord = Literal["approve", "reject"]
 
@@ -103,8 +102,8 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
 async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                  reason: str | None = None, model: Model | None = None,
                  budget_changes: dict[str, Any] | None = None,
-                 trace_content: bool = False,
-                 on_event: streaming.OnEvent | None = None) -> Checkpoint:
+                 trace_content: bool = False, on_event: streaming.OnEvent | None = None,
+                 edit: edits.Edit | None = None) -> Checkpoint:
     """Apply a human's decision to a waiting task and resume the run from disk.
 
     Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (the
@@ -113,8 +112,9 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     keywords, goes on). What a decision may do given the task's status, ledger entry and rejection
     record is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended
     a task returns it unchanged, a reject of an executed task or a new approval after the deadline
-    is refused. ``on_event``: stream the resumed run (as in :func:`start`). Raises
-    :class:`Stopped` for every refusal, integrity, drift or ledger mismatch.
+    is refused. ``on_event``: stream the resumed run (as in :func:`start`); ``edit``: approve with
+    edits (:mod:`workflow.edits`). Raises :class:`Stopped` for every refusal, integrity, drift or
+    ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
@@ -140,13 +140,14 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
         if why is not None and want == "approved":  # the next call cannot be paid: run nothing
             return guards.budget_stop(store, cp, budget, spend, why)
         item = guards.bind(cp, state.get_interruptions())  # exactly the call the reviewer saw
-        check_pending_is_the_draft(cp)
-        rec = guards.decision_for(store, cp, item, want, by, reason)  # one on record wins
+        edits.check_pending(cp, want, edit)  # the draft started with, or approved with edits
+        rec = edits.with_edits(guards.decision_for(store, cp, item, want, by, reason), edit,
+                               item.arguments)  # one on record wins
         try:  # in memory first, so the SDK's own checks run before anything is written
-            if want == "approved":
+            if want == "approved" and rec.edits is None:
                 state.approve(item)
-            else:
-                state.reject(item, rejection_message=rec.reason)
+            else:  # a reject, or edits: the message says exactly what the reviewer approved
+                state.reject(item, rejection_message=edits.rejection_message(rec))
         except Exception as exc:
             raise Stopped(f"task {task_id}: the SDK refused the decision: {exc}") from None
         if cp.decision is None:  # the human's decision, recorded before any effect
@@ -169,7 +170,7 @@ async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult, w
     once the ledger agrees; with the budget and the spend read from the new RunState."""
     run_state, rs_version = await _saved_text(store, agent, result, cp.task_id, cp.content_sha256)
     new_requests = result.interruptions  # the resumed run may pause again for another approval
-    changes = (guards.interrupted(cp, new_requests) if new_requests
+    changes = ({**guards.interrupted(cp, new_requests), **edits.adopted(cp)} if new_requests
                else guards.outcome(store, cp, want, result.final_output))
     return store.save_revision(cp, failpoint="checkpoint:outcome", run_state=run_state,
                                run_state_schema_version=rs_version, budget=budget,

@@ -61,7 +61,8 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     its recorded kind, as lists (a blanket ``True`` or a sticky setting is refused). Then
     :func:`check_no_hidden_approvals`. Raises :class:`Stopped`.
     """
-    recorded = {(d.call_id, d.decision) for d in cp.decisions}
+    # an approval with edits answers its call with a rejection message (workflow/edits.py)
+    recorded = {(d.call_id, "rejected" if d.edits else d.decision) for d in cp.decisions}
     for record in _top_level_records(run_state, cp):
         extra = set(record) - {"approved", "rejected", "rejection_messages"}
         if extra:
@@ -120,7 +121,7 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
         raise Stopped(
             f"task {cp.task_id}: RunState holds hosted MCP approvals that no human recorded"
         )
-    rejected = {d.call_id for d in cp.decisions if d.decision == "rejected"}
+    rejected = {d.call_id for d in cp.decisions if d.decision == "rejected" or d.edits}
     for record in _top_level_records(run_state, cp):
         messages = record.get("rejection_messages", {})
         if not isinstance(messages, dict) or set(messages) - rejected:

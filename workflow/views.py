@@ -29,7 +29,8 @@ def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
     decision = None
     if cp.decision is not None:
         d = cp.decision
-        decision = {"decision": d.decision, "by": d.by, "at": d.at, "reason": d.reason}
+        kind = "approved_with_edits" if d.edits is not None else d.decision  # workflow/edits.py
+        decision = {"decision": kind, "by": d.by, "at": d.at, "reason": d.reason}
     return {
         "task_id": cp.task_id,
         "idempotency_key": cp.idempotency_key,
