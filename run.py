@@ -157,14 +157,14 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
 def _decide(store: FileStore, task_id: str, decision: str, reason: str | None, *, by: str,
             trace_content: bool, budget_changes: dict[str, Any] | None = None,
             on_event: Any = None, edit: Any = None) -> Any:
-    """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
+    """Apply one human decision (``workflow.hitl.decide``); return the new checkpoint."""
     from workflow import reconcile
 
     reconcile.preflight(store, task_id, decision)  # needs no SDK: refused before its ~2 s import
     import asyncio  # with the SDK: only when a human actually decides
-    from workflow import edits, tracing
+    from workflow import hitl, tracing
 
-    return asyncio.run(edits.resume(store, task_id=task_id, decision=decision, by=by, reason=reason,
+    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
                                     budget_changes=budget_changes, on_event=on_event, edit=edit,
                                     trace_content=tracing.content_wanted(trace_content)))
 

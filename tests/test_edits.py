@@ -73,13 +73,13 @@ def _ignores_edits(call: ModelCall) -> ModelStep:
 
 
 def test_edit_then_a_model_that_does_not_comply_pauses_and_publishes_nothing(cli, state_dir):
-    from workflow import edits
+    from workflow import edits, hitl
     from workflow.store import FileStore
 
     _start(cli)
     model = ScriptedModel([ModelStep.respond(_ignores_edits) for _ in range(8)])
-    cp = asyncio.run(edits.resume(FileStore(state_dir), task_id="t-1", decision="approve", by="alice",
-                                  edit=edits.Edit(title="Release notes"), model=model))
+    cp = asyncio.run(hitl.decide(FileStore(state_dir), task_id="t-1", decision="approve", by="alice",
+                                 edit=edits.Edit(title="Release notes"), model=model))
     assert cp.status == "waiting_for_approval" and cp.decision is None
     assert [p.call_id for p in cp.pending] == ["call_not_the_edit"]
     assert ledger_entries(state_dir) == []
@@ -93,7 +93,7 @@ def test_edit_then_a_model_that_does_not_comply_pauses_and_publishes_nothing(cli
 
 
 def test_edits_are_refused_with_reject_when_they_change_nothing_or_name_another_call(cli, state_dir):
-    from workflow import edits
+    from workflow import edits, hitl
     from workflow.store import FileStore
 
     _start(cli)
@@ -104,8 +104,8 @@ def test_edits_are_refused_with_reject_when_they_change_nothing_or_name_another_
         r.assert_stopped()
         assert words in r.err and snapshot(state_dir) == before
     try:
-        asyncio.run(edits.resume(FileStore(state_dir), task_id="t-1", decision="approve", by="a",
-                                 edit=edits.Edit(title="X", call_id="call_other")))
+        asyncio.run(hitl.decide(FileStore(state_dir), task_id="t-1", decision="approve", by="a",
+                                edit=edits.Edit(title="X", call_id="call_other")))
     except edits.Stopped as exc:
         assert "the edits are for call call_other" in str(exc)
     else:

@@ -13,7 +13,7 @@ the model sent it). So ``resume --decision approve --edit-title TEXT --edit-body
    saved as the pending call, with the task's content hash now the edited one (so the tool, the
    ledger entry and every later check use the edited content);
 4. if that call carries exactly the approved content (:func:`complies`), it is approved through
-   the usual decision path, by the same reviewer (:func:`resume_with_edits`, a second resume);
+   the usual decision path, by the same reviewer (``workflow.hitl.decide``: a second resume);
    anything else stays ``waiting_for_approval`` for a fresh human decision: reject it, or approve
    it with edits again. A plain approve of content the reviewer did not see is refused
    (:func:`check_pending`). Never auto-approve content the reviewer did not see.
@@ -139,25 +139,6 @@ def check_pending(cp: "Checkpoint", want: str, edit: Edit | None) -> None:
     for call in cp.pending:
         if call.tool != ACTION or set(call.arguments) != {"title", "body"}:
             check_pending_is_the_draft(cp)
-
-
-async def resume(store: Any, *, task_id: str, decision: str, by: str, edit: Edit | None = None,
-                 **kwargs: Any) -> "Checkpoint":
-    """``workflow.hitl.resume``; with ``edit`` (``decision`` must be ``approve``) an approval with
-    edits, then, if the model's next call carries exactly the approved draft (:func:`complies`), a
-    second resume approves it through the same decision path, by the same reviewer, with reason
-    :data:`AUTO_REASON`; otherwise the task stays waiting for a fresh human decision. ``kwargs``
-    go to both resumes. Raises :class:`Stopped`."""
-    from workflow import hitl
-
-    if edit is not None and decision != "approve":
-        raise Stopped("--edit-title/--edit-body go with --decision approve")
-    cp = await hitl.resume(store, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
-    if edit is not None and complies(cp):
-        kwargs.pop("reason", None)
-        cp = await hitl.resume(store, task_id=task_id, decision="approve", by=by,
-                               reason=AUTO_REASON, **kwargs)
-    return cp
 
 
 def diff_lines(edits: dict[str, Any]) -> list[str]:

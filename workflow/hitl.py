@@ -164,6 +164,20 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
         return await _finish(store, cp, agent, result, want, budget, guard.pricing)
 
 
+async def decide(store: Store, *, task_id: str, decision: DecisionWord, by: str,
+                 edit: edits.Edit | None = None, **kwargs: Any) -> Checkpoint:
+    """:func:`resume`; with ``edit`` (approve only) then, if the model's next call carries exactly
+    the draft approved with edits (:func:`workflow.edits.complies`), a second :func:`resume`
+    approves it by the same reviewer; anything else waits for a fresh human decision."""
+    if edit is not None and decision != "approve":
+        raise Stopped("--edit-title/--edit-body go with --decision approve")
+    cp = await resume(store, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
+    if edit is not None and edits.complies(cp):
+        cp = await resume(store, task_id=task_id, decision="approve", by=by,
+                          **{**kwargs, "reason": edits.AUTO_REASON})
+    return cp
+
+
 async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult, want: str,
                   budget: Budget, pricing: Pricing) -> Checkpoint:
     """The outcome, written last: waiting again at a new interruption, or completed / cancelled
