@@ -235,3 +235,18 @@ def test_sdk_strict_context_refuses_a_context_that_is_not_a_mapping():
     with pytest.raises(UserError, match="mapping"):
         result.to_state().to_string(strict_context=True)
     assert json.loads(result.to_state().to_string())["context"]["context"] == {"who": "dc"}
+
+
+def test_sdk_rejection_message_wins_over_tool_error_formatter():
+    """The model reads a rejection_message verbatim (our reject reason, and the edited draft of an
+    approval with edits: workflow/edits.py) even when ``RunConfig.tool_error_formatter`` is set; the
+    formatter only words a reject given without one."""
+    from agents import RunConfig
+
+    config = RunConfig(tool_error_formatter=lambda args: f"formatted {args.kind}")
+    for message, expected in (("exact words", "exact words"), (None, "formatted approval_rejected")):
+        agent, result = _paused()
+        state = result.to_state()
+        state.reject(state.get_interruptions()[0], rejection_message=message)
+        final = asyncio.run(Runner.run(agent, state, run_config=config))
+        assert final.final_output == f"publish_draft answered: {expected}"
