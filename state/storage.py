@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -189,7 +190,7 @@ class Store:
             cp = Checkpoint.model_validate(data)
         except ValidationError as exc:
             raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
-        missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
+        missing = _first_defaulted(cp, exempt={"state_id", "decision.edits", "decisions.*.edits"})
         if missing is not None:  # our writer writes every field: one filled in by a default is gone
             raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
         if cp.idempotency_key != cp.task_id:
@@ -298,17 +299,20 @@ class Store:
 def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[str] = frozenset()) -> str | None:
     """The dotted path of the first field of ``model`` (or of a model nested in it, in lists too)
     that was not in the data but filled in by its default; None if every field was there.
-    ``exempt``: top-level fields whose absence has a meaning of its own (``state_id``: a checkpoint
-    from before state dir IDs, accepted only as :mod:`state.state_id` rules)."""
+    ``exempt``: fields whose absence has a meaning of its own, as dotted paths with ``*`` for a list
+    index (``state_id``: a checkpoint from before state dir IDs, accepted only as
+    :mod:`state.state_id` rules; ``decisions.*.edits``: a decision written before approvals with
+    edits existed is a plain one)."""
     for name in type(model).model_fields:
         where = f"{path}.{name}" if path else name
-        if name not in model.model_fields_set and where not in exempt:
+        if name not in model.model_fields_set and re.sub(r"\.\d+(?=\.|$)", ".*", where) not in exempt:
             return where
         value = getattr(model, name)
         items = value if isinstance(value, list) else [value]
         for i, item in enumerate(items):
             if hasattr(type(item), "model_fields"):
-                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where)
+                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where,
+                                         exempt)
                 if found is not None:
                     return found
     return None
