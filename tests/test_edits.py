@@ -146,3 +146,26 @@ def test_a_forged_approval_of_the_call_answered_with_edits_is_refused(cli, state
         assert "not recorded through our decision path" in str(exc)
     else:
         raise AssertionError("an approval of the call answered with edits was accepted")
+
+
+def test_a_decision_written_before_edits_existed_is_read_as_a_plain_one(cli, state_dir):
+    """A checkpoint whose decisions have no ``edits`` field (written by an earlier version) loads
+    and resumes; any other field missing is still refused."""
+    from conftest import resign
+
+    _start(cli)
+    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "no")
+    assert r.code == 0, r.err
+
+    def drop(d: dict[str, Any]) -> None:
+        for rec in [d["decision"], *d["decisions"]]:
+            rec.pop("edits")
+
+    resign(state_dir, checkpoint_file(state_dir, "t-1"), drop)
+    r = cli("status", "--task", "t-1", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["decision"]["decision"] == "rejected"
+    resign(state_dir, checkpoint_file(state_dir, "t-1"), lambda d: d["decisions"][0].pop("reason"))
+    r = cli("status", "--task", "t-1")
+    r.assert_stopped()
+    assert "decisions.0.reason: Field required" in r.err
