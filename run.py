@@ -1,13 +1,11 @@
 """Command line for the approval-gated publisher: parse → one call → print. No business logic here.
 
-    python run.py [--state-dir DIR] COMMAND [--json] ...   (python run.py COMMAND --help for each)
+    python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps`` (the bare SDK's traps beside this product's refusals). Budget flags (``start``, ``resume``) apply to the whole task across start and
-every resume. Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no
-traceback, nothing changed on disk, or a line saying what was already done); 2 usage error.
-``status``, ``list``, ``ledger``, ``show`` and ``doctor`` never import the SDK (nor asyncio);
-``review`` imports it only when a human decides.
+``doctor``, ``demo``, ``traps`` (docs/commands.md). Exit codes: 0 done; 1 STOPPED (one line on
+stderr beginning ``STOPPED:``, no traceback, nothing changed on disk, or a line saying what was
+already done); 2 usage error. Read-only commands never import the SDK; ``review`` only to decide.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_
 from agent.budget_view import budget_lines
 from workflow import arguments as A
 from workflow import inbox, output
-from workflow.store import FileStore, resolve_state_dir
+from workflow.store import open_store
 from workflow.views import ledger_view, task_view
 
 DEFAULT_TITLE = "Untitled draft"
@@ -36,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--state-dir", type=A.state_dir,
                         help="state folder (default $HITL_STATE_DIR or .cache)")
+    parser.add_argument("--store", type=A.store_url, metavar="URL", help="a postgresql:// URL "
+                        "(default $HITL_STORE_URL, else the file store in the state dir)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", required=True, type=A.text("draft", MAX_DRAFT_CHARS, False))
     p.add_argument("--title", default=DEFAULT_TITLE, type=A.text("title", MAX_TITLE_CHARS, True))
     p.add_argument("--key", type=A.key, help="idempotency key, also the task ID (default: generated)")
+    p.add_argument("--channel", type=A.channel, action="append", dest="channels", help="repeatable; default blog")
     p.add_argument("--model", type=A.nonempty(A.text("--model", 200, True)),
                    help="a real model, e.g. gpt-4.1-mini (needs OPENAI_API_KEY; default: offline)")
     p.add_argument("--api", choices=["responses", "chat_completions"],
@@ -64,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = cmd("resume", "record a human decision and resume the run from disk")
     p.add_argument("--task", type=A.key)
+    p.add_argument("--call", type=A.call_id, help="the pending call to decide (when several)")
     p.add_argument("--decision", required=True, choices=["approve", "reject"])
+    p.add_argument("--always", action="store_true", help="sticky: decide the tool's other calls so")
     p.add_argument("--by", type=A.text("--by", MAX_NAME_CHARS, True), help="reviewer name")
     p.add_argument("--reason", type=A.text("reason", MAX_REASON_CHARS, False),
                    help="reason; on reject it is sent to the model verbatim")
@@ -93,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     """Execute one parsed command; return the JSON object to print (None for ``demo``)."""
-    store = FileStore(resolve_state_dir(args.state_dir))
+    store = open_store(args.store, args.state_dir)
     if args.command == "start":
         import asyncio  # with the SDK (~2 s): only commands that run the agent
         import uuid
@@ -106,15 +109,15 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         spec = model_spec(args.model, args.api, args.base_url)
         budget = make_budget(spec, **A.budget_changes(args))
         cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft,
-                                    spec=spec, budget=budget, expires_in_s=args.expires_in,
+                                    spec=spec, budget=budget, expires_in_s=args.expires_in, channels=args.channels,
                                     trace_content=tracing.content_wanted(args.trace_content),
                                     on_event=output.event_printer(args.json) if args.stream else None))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "resume":
         task_id = inbox.pick_task(store, args.task, waiting_only=True)
-        cp = _decide(store, task_id, args.decision, args.reason, by=A.reviewer(args.by),
-                     trace_content=args.trace_content, budget_changes=A.budget_changes(args),
+        cp = _decide(store, task_id, args.decision, args.reason, by=A.reviewer(args.by), call_id=args.call,
+                     always=args.always, trace_content=args.trace_content, budget_changes=A.budget_changes(args),
                      on_event=output.event_printer(args.json) if args.stream else None, edit=A.edit(args))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
@@ -154,19 +157,16 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     return demo(store, as_json=args.json)
 
 
-def _decide(store: FileStore, task_id: str, decision: str, reason: str | None, *, by: str,
-            trace_content: bool, budget_changes: dict[str, Any] | None = None,
-            on_event: Any = None, edit: Any = None) -> Any:
-    """Apply one human decision (``workflow.hitl.decide``); return the new checkpoint."""
+def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: str, trace_content: bool,
+            call_id: str | None = None, **kwargs: Any) -> Any:
+    """Apply one human decision (``workflow.hitl.decide``, ``kwargs`` passed on); return the new checkpoint."""
     from workflow import reconcile
-
-    reconcile.preflight(store, task_id, decision)  # needs no SDK: refused before its ~2 s import
+    reconcile.preflight(store, task_id, decision, call_id)  # no SDK: refused before its ~2 s import
     import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl, tracing
 
     return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
-                                    budget_changes=budget_changes, on_event=on_event, edit=edit,
-                                    trace_content=tracing.content_wanted(trace_content)))
+                                   call_id=call_id, trace_content=tracing.content_wanted(trace_content), **kwargs))
 
 
 def main(argv: list[str] | None = None) -> int:

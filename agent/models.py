@@ -7,12 +7,15 @@ over an ``AsyncOpenAI`` client: see :func:`build_model`. Provider failures are n
 The offline model is the SDK's own test double, ``agents.testing.ScriptedModel``, with *responder*
 steps: each step looks at the request it receives and answers like a careful model would:
 
-- a request whose newest item is the user's draft → one ``publish_draft`` call carrying the title
-  and body (call_id derived from the content, so it is the same in every process);
-- a request whose newest item is the tool's output (or the human's rejection text) → one short
-  final message quoting it;
-- a request whose newest item answers a call approved with edits
-  (``agent.publisher.edit_message``) → one ``publish_draft`` call carrying exactly the edited draft.
+- a request whose newest item is the user's draft → one ``publish_draft`` call per channel the
+  user named, all in this one model turn (parallel tool calls, as a real model makes them), each
+  carrying the title, the body and its channel; a draft for a single channel gets one call naming
+  no channel (the task's only one). The call_id is derived from the content (and the channel), so
+  it is the same in every process;
+- a request whose newest items are the tools' outputs (or the human's rejection texts) → one short
+  final message quoting each; but where one of them answers a call approved with edits
+  (``agent.publisher.edit_message``) → one ``publish_draft`` call per such answer, carrying exactly
+  the edited draft (and the channel it names).
 
 It keeps no memory between calls, so a resume in a new process with a freshly built model behaves
 exactly like a resume in the same process.
@@ -55,26 +58,52 @@ def parse_draft(message: str) -> tuple[str, str] | None:
     return lines[1][len("Title: ") :], body
 
 
+def parse_channels(message: str) -> list[str]:
+    """The channels named in the first line of ``agent.publisher.user_message`` (``[]``: none)."""
+    first = message.split("\n", 1)[0]
+    _, sep, names = first.partition(" to these channels: ")
+    if not sep:  # an answer to a call approved with edits names its one channel
+        _, sep, names = first.partition(" to this channel: ")
+    return [n for n in names.rstrip(".").split(", ") if n] if sep else []
+
+
 def offline_responder(call: ModelCall) -> ModelStep:
     """Answer one model request deterministically (see module docstring)."""
     items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
     last = items[-1] if items else {}
     if _field(last, "type") == "function_call_output":
-        output = _field(last, "output")
-        text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-        if not text.startswith(EDIT_HEADER + "\n"):
-            return ModelStep(output=[assistant_message(f"publish_draft answered: {text}")])
-        content: Any = text  # an approval with edits: publish exactly the edited draft
-    else:
-        content = _field(last, "content")
+        outputs = []
+        for item in reversed(items):  # every tool output of the last turn, in call order
+            if _field(item, "type") != "function_call_output":
+                break
+            output = _field(item, "output")
+            outputs.append(output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
+        outputs.reverse()
+        edits = [(parse_draft(o), parse_channels(o)) for o in outputs if o.startswith(EDIT_HEADER)]
+        edits = [(draft, channels) for draft, channels in edits if draft is not None]
+        if not edits:
+            return ModelStep(output=[assistant_message(f"publish_draft answered: {' | '.join(outputs)}")])
+        # approvals with edits: publish exactly each edited draft, on the channel its answer names
+        return ModelStep(output=[_publish_call(*draft, (channels or [None])[0]) for draft, channels in edits])
+    content = _field(last, "content")
     draft = parse_draft(content) if isinstance(content, str) else None
     if draft is None:
         return ModelStep(output=[assistant_message("I found no draft to publish.")])
     title, body = draft
+    channels = parse_channels(content)
+    if len(channels) <= 1:
+        return ModelStep(output=[_publish_call(title, body, None)])
+    return ModelStep(output=[_publish_call(title, body, channel) for channel in channels])
+
+
+def _publish_call(title: str, body: str, channel: str | None) -> Any:
+    """One ``publish_draft`` call: naming ``channel`` (call_id ``call_<sha[:16]>_<channel>``), or
+    none (the task's only channel; call_id ``call_<sha[:16]>``)."""
     call_id = "call_" + content_sha256(title, body)[:16]
-    return ModelStep(
-        output=[function_call("publish_draft", {"title": title, "body": body}, call_id=call_id)]
-    )
+    if channel is None:
+        return function_call("publish_draft", {"title": title, "body": body}, call_id=call_id)
+    return function_call("publish_draft", {"title": title, "body": body, "channel": channel},
+                         call_id=f"{call_id}_{channel}")
 
 
 def build_offline_model() -> ScriptedModel:

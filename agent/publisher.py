@@ -22,26 +22,59 @@ from tools.publish import publish_draft
 AGENT_NAME = "Publisher"
 
 INSTRUCTIONS = (
-    "You publish drafts for the user. When the user gives you a draft, call the publish_draft tool "
-    "exactly once with the title and body exactly as given. After the tool answers, or if a human "
-    "rejected the call, reply with one short sentence that quotes what the tool said."
+    "You publish drafts for the user. When the user gives you a draft and a list of channels, call "
+    "the publish_draft tool once for each channel, all calls in the same turn, with the title and "
+    "body exactly as given and that channel. After the tools answer, or if a human rejected a "
+    "call, reply with one short sentence that quotes what each tool said."
 )
 
+#: Agent fingerprints (:func:`describe`) saved by earlier versions of this program that today's
+#: agent resumes safely, with why. Each is the exact fingerprint, as its canonical-JSON SHA-256;
+#: anything else that differs from today's agent is drift. Re-check this table whenever the agent
+#: changes.
+COMPATIBLE_SAVED = {
+    # schema_version 1: publish_draft(title, body), needs_approval=True, told to call once. Its one
+    # call names no channel, which today's tool reads as the task's only channel, and today's rule
+    # gates that channel ("blog") exactly as True did; the run after it asks the model only for
+    # its closing sentence.
+    "d3055bc652729dc8df6e045238e214a945f2644c4657e8e83459b50a9d773099":
+        "the one-channel publish_draft of schema_version 1",
+}
 
-def user_message(title: str, body: str) -> str:
-    """The first user message of a task: the request plus the draft, in a fixed, parseable form."""
-    return f"Publish this draft with publish_draft.\nTitle: {title}\nBody:\n{body}"
+
+def user_message(title: str, body: str, channels: list[str] | None = None) -> str:
+    """The first user message of a task: the request, the channels and the draft, in a fixed,
+    parseable form (``agent.models.parse_draft``)."""
+    return (f"Publish this draft with publish_draft to these channels: {', '.join(channels or [])}."
+            f"\nTitle: {title}\nBody:\n{body}")
 
 
-#: The first line of :func:`edit_message`: how the model (and the offline model) recognises it.
+#: What the model is told when a human rejected a call without giving a reason (the run-wide layer;
+#: a per-call ``--reason`` replaces it, SDK docs "Custom rejection messages").
+REJECTED_TEXT = ("A human reviewer rejected publishing to this channel ({tool_name}, call {call_id}); "
+                 "it was not published. Do not retry it.")
+
+
+def rejection_text(args: Any) -> str | None:
+    """``RunConfig.tool_error_formatter``: for a rejected approval (``args.kind ==
+    "approval_rejected"``, an SDK ``ToolErrorFormatterArgs``) the text of :data:`REJECTED_TEXT`;
+    None for any other error kind (the SDK's default message)."""
+    if getattr(args, "kind", None) != "approval_rejected":
+        return None
+    return REJECTED_TEXT.format(tool_name=args.tool_name, call_id=args.call_id)
+
+
+#: How :func:`edit_message` begins: how the model (and the offline model) recognises it.
 EDIT_HEADER = ("The reviewer approved this call only with edits, so it was not run: call publish_draft "
-               "once more with exactly this title and body.")
+               "once more with exactly this title and body")
 
 
-def edit_message(title: str, body: str) -> str:
+def edit_message(title: str, body: str, channel: str | None = None) -> str:
     """The answer to a call approved with edits (sent as its ``rejection_message``): what to
-    publish instead, exactly, in the form of :func:`user_message` (workflow/edits.py)."""
-    return f"{EDIT_HEADER}\nTitle: {title}\nBody:\n{body}"
+    publish instead, exactly, in the form of :func:`user_message`; ``channel`` (a task with several
+    channels) is the one channel the new call must name (workflow/edits.py)."""
+    where = f" to this channel: {channel}" if channel else ""
+    return f"{EDIT_HEADER}{where}.\nTitle: {title}\nBody:\n{body}"
 
 
 def build_agent(model: Model) -> Agent[Any]:
@@ -59,7 +92,9 @@ def check_agent(agent: Agent[Any]) -> None:
       given for one could run the other;
     - an effectful tool (``tools.effects``) whose ``needs_approval`` is ``False``: it would run on
       ``start`` with nobody asked. ``True`` or a callable (the SDK's per-call approval policy,
-      "Human-in-the-loop" docs) are accepted.
+      "Human-in-the-loop" docs) are accepted; a callable only if it gates what it must: it is
+      asked about a call to a public channel and about malformed arguments, and must answer True
+      to both (:func:`_check_rule`).
     """
     seen: set[str] = set()
     for tool in agent.tools:
@@ -76,6 +111,37 @@ def check_agent(agent: Agent[Any]) -> None:
             raise Stopped(f"tool {name!r} has an effect but needs_approval is {rule!r}, neither True "
                           "nor an approval rule (a function): set needs_approval=True (nothing run, "
                           "nothing saved)")
+        if is_effectful(tool) and callable(rule):
+            _check_rule(name, rule)
+
+
+#: What an approval rule of an effectful tool is asked before any run: a call to a public channel
+#: and calls whose arguments are malformed. Each must need a human.
+RULE_PROBES: tuple[Any, ...] = (
+    {"title": "t", "body": "b", "channel": "blog"}, {"title": "t", "body": "b"},
+    {"title": "t", "body": "b", "channel": None}, {"title": 1, "body": "b", "channel": "preview"},
+    {"title": "t", "body": "b", "channel": "preview", "extra": True}, [], None,
+)
+
+
+def _check_rule(name: str, rule: Any) -> None:
+    """Refuse an approval rule (``needs_approval`` function) that lets a public channel or a
+    malformed call run without a human. An asynchronous rule cannot be probed
+    before the run without an event loop: it is accepted unprobed (the tool itself still refuses
+    to publish a public channel without a human approval on record)."""
+    import inspect
+
+    if inspect.iscoroutinefunction(rule):
+        return  # not probed without an event loop; the tool still needs a human approval on record
+    for probe in RULE_PROBES:
+        try:
+            answer = rule(None, probe, "probe")
+        except Exception:  # a rule that cannot answer fails closed in the SDK too: it raises
+            answer = True
+        if answer is not True:
+            raise Stopped(f"tool {name!r}: its approval rule answers {answer!r} for the call "
+                          f"{probe!r}, which must need a human (a public channel or malformed "
+                          "arguments); nothing run, nothing saved")
 
 
 def _identity(value: Any) -> str:
@@ -129,11 +195,14 @@ _FIELDS = ("position", "description_sha256", "schema_sha256", "needs_approval", 
 
 def drift(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """What changed between two :func:`describe` results, as short phrases (empty: no drift).
+    A saved fingerprint listed in :data:`COMPATIBLE_SAVED` is no drift.
 
     A saved fingerprint of an older shape (tools without ``position``/``description_sha256``/
     ``function``) is reported as drift (``tool 'x' fingerprint is of an older format``), never a
     crash.
     """
+    if sha256_hex(canonical_json(saved)) in COMPATIBLE_SAVED:
+        return []
     changes: list[str] = []
     if saved.get("name") != current["name"]:
         changes.append(f"agent name {saved.get('name')!r} -> {current['name']!r}")

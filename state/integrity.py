@@ -18,8 +18,8 @@ pass (``"é"`` is two bytes). For the key file they are the hex-decoded contents
 the hex is formatting, not key). This is a floor against accidents (an empty or placeholder value,
 a stray space), not an entropy test: ``"aaaaaaaaaaaaaaaa"`` passes. Use 32 random bytes.
 
-Threat model (see README "What we refuse, and why"): the MAC catches accidental corruption, hand
-edits, and files copied from another state dir or machine. It does NOT stop someone who can read the
+Threat model (docs/threat-model.md): the MAC catches accidental corruption, hand edits, and files
+copied from another state dir or machine. It does NOT stop someone who can read the
 key file (same user, same directory): they can re-sign anything. Put the key in ``HITL_SIGNING_KEY``
 from a secret store to separate the two. Someone who can *write* the state dir could plant a key of
 their own with matching files: on POSIX the state dir and the key must be owned by the user and not

@@ -7,9 +7,12 @@ the effect; reject is then refused). This record does the same for a rejected on
 is written into the checkpoint, ``rejections/<name>.json`` is created exclusively (temp file, fsync,
 ``os.link``), and an approve is refused for ever after, whatever the checkpoint says.
 
-Shape: ``{"task_id", "content_sha256", "call_id", "by", "at", "reason"}`` (``at`` ISO-8601 UTC).
-What it does not stop: someone who deletes the record *and* restores the checkpoint (see README,
-"The MAC's threat model").
+Shape: ``{"task_id", "content_sha256", "call_id", "by", "at", "reason"}`` (``at`` ISO-8601 UTC),
+plus ``"channel"`` for a task with several channels: each (task, channel) has its own record,
+``rejections/<file_name(effect key)>.json`` (:func:`state.schema.effect_key`); a one-channel task's
+record is keyed by the task key alone and has no ``channel``, as before channels existed.
+What it does not stop: someone who deletes the record *and* restores the checkpoint (see
+docs/refusals.md, "The MAC: what it does and does not stop").
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import effects, secrets
 from .errors import Stopped
-from .schema import MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key, validation_message
+from .schema import (CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key,
+                     validation_message)
 from .durable import create_exclusive
 from .files import fsync_dir, parse_json_object
 from .paths import read_regular
@@ -44,6 +48,7 @@ class RejectionRecord(BaseModel):
     by: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     at: str = Field(min_length=1, max_length=40)
     reason: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
+    channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
 
     @field_validator("task_id")
     @classmethod
@@ -58,15 +63,21 @@ def folder(store: Store) -> Path:
     return store.root / "rejections"
 
 
-def path_for(store: Store, task_id: str) -> Path:
-    """``rejections/<file_name(task_id)>.json``."""
-    return folder(store) / (file_name(task_id) + ".json")
+def _key(task_id: str, channel: Optional[str]) -> str:
+    return task_id if channel is None else f"{task_id}#{channel}"
 
 
-def get(store: Store, task_id: str) -> RejectionRecord | None:
-    """The rejection record of ``task_id``, or None. Raises :class:`Stopped` if the file exists but
-    is not a valid record for this task (never rewritten)."""
-    path = path_for(store, task_id)
+def path_for(store: Store, task_id: str, channel: Optional[str] = None) -> Path:
+    """``rejections/<file_name(key)>.json``, ``key`` the task ID, or ``<task ID>#<channel>`` when
+    ``channel`` is given (:func:`state.schema.channel_scope`)."""
+    return folder(store) / (file_name(_key(task_id, channel)) + ".json")
+
+
+def get(store: Store, task_id: str, channel: Optional[str] = None) -> RejectionRecord | None:
+    """The rejection record of ``task_id`` (on ``channel``, for a task with several), or None.
+    Raises :class:`Stopped` if the file exists but is not a valid record for this task and channel
+    (never rewritten)."""
+    path = path_for(store, task_id, channel)
     raw = read_regular(path, f"rejection record {path.name}", limit=MAX_RECORD_BYTES)
     if raw is None:
         return None
@@ -75,13 +86,14 @@ def get(store: Store, task_id: str) -> RejectionRecord | None:
         rec = RejectionRecord.model_validate(data)
     except ValidationError as exc:
         raise Stopped(f"rejection record {path.name} is not valid: {validation_message(exc)}") from None
-    if rec.task_id != task_id:
-        raise Stopped(f"rejection record {path.name} names task {rec.task_id!r}, not {task_id!r}")
+    if rec.task_id != task_id or rec.channel != channel:
+        raise Stopped(f"rejection record {path.name} names task {rec.task_id!r} channel "
+                      f"{rec.channel!r}, not {task_id!r} channel {channel!r}")
     return rec
 
 
-def record(store: Store, task_id: str, content_sha256: str,
-           decision: Decision) -> tuple[RejectionRecord, bool]:
+def record(store: Store, task_id: str, content_sha256: str, decision: Decision,
+           channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
     """Create the record for ``decision`` (a reject) exactly once; return ``(the record on disk,
     created by this call)``.
 
@@ -90,21 +102,23 @@ def record(store: Store, task_id: str, content_sha256: str,
     (before anything is written) ``by``/``call_id`` hold a secret value (:mod:`state.secrets`; a
     ``reason`` holding one is stored as ``"[redacted]"``).
     """
-    existing = get(store, task_id)
+    existing = get(store, task_id, channel)
     created = False
     if existing is None:
         rec = RejectionRecord(task_id=task_id, content_sha256=content_sha256, call_id=decision.call_id,
-                              by=decision.by, at=decision.at, reason=decision.reason)
+                              by=decision.by, at=decision.at, reason=decision.reason,
+                              **({"channel": channel} if channel is not None else {}))
         # never a key on disk: a reason holding one becomes "[redacted]"; one in by/call_id refuses
         # before the file is created (state.secrets)
-        body = secrets.redact(rec.model_dump(), secrets.REJECTION, what=f"rejection record of task {task_id}",
-                              closed_keys=True)
+        body = secrets.redact(rec.model_dump(exclude_unset=True), secrets.REJECTION,
+                              what=f"rejection record of task {task_id}", closed_keys=True)
         data = (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        created = create_exclusive(path_for(store, task_id), data, owner=file_name(task_id),
+        key = _key(task_id, channel)
+        created = create_exclusive(path_for(store, task_id, channel), data, owner=file_name(key),
                                    failpoint="rejection:record")  # False: another process won
         if created:
             effects.note(task_id, RECORDED)
-        existing = get(store, task_id)
+        existing = get(store, task_id, channel)
         if existing is None:
             raise Stopped(f"rejection record of task {task_id} cannot be read back")
     if existing.content_sha256 != content_sha256:
@@ -112,10 +126,10 @@ def record(store: Store, task_id: str, content_sha256: str,
     return existing, created
 
 
-def remove(store: Store, task_id: str) -> None:
+def remove(store: Store, task_id: str, channel: Optional[str] = None) -> None:
     """Delete the rejection record of ``task_id`` (absent: nothing to do). Only for a record the
     calling process created moments ago and could not go on to record in the checkpoint, so that a
     refused reject leaves nothing behind; never for a record another process wrote."""
-    path_for(store, task_id).unlink(missing_ok=True)
+    path_for(store, task_id, channel).unlink(missing_ok=True)
     fsync_dir(folder(store))
     effects.forget(task_id, RECORDED)

@@ -21,14 +21,28 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Our envelope's schema version. Bump it whenever a field changes meaning or is added/removed, and
-#: either migrate older files explicitly or refuse them by name (see ``state.storage``).
-SCHEMA_VERSION = 1
+#: either migrate older files explicitly (:data:`MIGRATIONS`) or refuse them by name (see
+#: ``state.storage``). What each version added: 1, the envelope; 2, ``channels`` and, in every
+#: decision, ``channel``, ``always``, ``source`` (several calls per task, sticky decisions) and
+#: ``edits`` (approve with edits).
+SCHEMA_VERSION = 2
 #: The largest checkpoint file read, in bytes (a bigger one is refused, never parsed).
 MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
 
 #: The one action this project can perform (the tool's name). Stored so a checkpoint whose action is
 #: not ours is refused rather than resumed ("key/action mismatch → stop").
 ACTION = "publish_draft"
+
+#: Channel names (``start --channel``): 1-32 of ``a-z0-9-``. A task has 1 to :data:`MAX_CHANNELS`.
+CHANNEL_PATTERN = re.compile(r"^[a-z0-9-]{1,32}\Z")
+#: The same rule for pydantic fields (its regex engine has no ``\Z``; ``$`` there is the end).
+CHANNEL_FIELD = r"^[a-z0-9-]{1,32}$"
+MAX_CHANNELS = 8
+#: The channel of a task started without ``--channel`` (and of every schema_version 1 task).
+DEFAULT_CHANNEL = "blog"
+#: The private preview channel: the approval rule (``tools.publish.needs_publish_approval``) lets
+#: its calls run without a human; every other channel is public and needs an approval.
+PREVIEW_CHANNEL = "preview"
 
 #: Task IDs and idempotency keys: 1–100 characters of ``A-Za-z0-9._:-``, starting with a letter or a
 #: digit (so ``.``/``..`` and hidden names are impossible).
@@ -92,6 +106,35 @@ def key_problem(value: object) -> str | None:
 def valid_key(value: str) -> bool:
     """Return True if ``value`` is an allowed task ID / idempotency key (see :func:`key_problem`)."""
     return key_problem(value) is None
+
+
+def valid_channel(value: object) -> bool:
+    """True if ``value`` is a channel name: a ``str`` of 1-32 of ``a-z0-9-``."""
+    return isinstance(value, str) and bool(CHANNEL_PATTERN.match(value))
+
+
+def effect_key(task_id: str, channel: str, channels: list[str]) -> str:
+    """The idempotency key of the effect of ``task_id`` on ``channel``: the task key itself for a
+    task with one channel (the one-channel contract), ``<task key>#<channel>`` for a task with
+    several. Raises ``ValueError`` if ``channel`` is not one of ``channels``."""
+    if channel not in channels:
+        raise ValueError(f"channel {channel!r} is not one of the task's channels")
+    return task_id if len(channels) == 1 else f"{task_id}#{channel}"
+
+
+def channel_scope(channel: str, channels: list[str]) -> str | None:
+    """The ``channel`` argument the ledger and the rejection records take for a call on
+    ``channel``: None for a one-channel task (its records are keyed by the task key alone, as
+    before channels existed), else ``channel``."""
+    return None if len(channels) == 1 else channel
+
+
+def valid_effect_key(value: object) -> bool:
+    """True if ``value`` is an allowed key or ``<allowed key>#<channel>`` (:func:`effect_key`)."""
+    if not isinstance(value, str):
+        return False
+    task_id, sep, channel = value.partition("#")
+    return valid_key(task_id) and (not sep or valid_channel(channel))
 
 
 def check_text(value: str, *, what: str, limit: int, single_line: bool) -> str:
@@ -183,9 +226,13 @@ class Decision(_Strict):
     """A human's decision, recorded by our code path before the run resumes.
 
     ``call_id``, ``tool`` and ``arguments_sha256`` bind the decision to the exact pending call the
-    reviewer saw; ``at`` is an ISO-8601 UTC timestamp. ``edits`` (an approval with edits, shown as
-    ``approved_with_edits``): the call is answered with a message naming the edited draft, never
-    run; the model's next call runs only if it carries exactly ``edits.edited_sha256``.
+    reviewer saw; ``at`` is an ISO-8601 UTC timestamp; ``channel``, ``always`` and ``source``
+    (schema_version 2) say where the call publishes and whether a sticky rule decided it.
+    ``edits`` (schema_version 2; an approval with edits, shown as ``approved_with_edits``): the
+    call is answered with a message naming the edited draft, never run; the model's next call on
+    ``channel`` runs only if it carries exactly ``edits.edited_sha256``
+    (:meth:`Checkpoint.expected_sha256`). Written in every decision (null: none); a file
+    without it is refused like any other missing field.
     """
 
     decision: DecisionKind
@@ -195,6 +242,15 @@ class Decision(_Strict):
     call_id: str = Field(min_length=1, max_length=200)
     tool: str = Field(min_length=1, max_length=200)
     arguments_sha256: str
+    #: The channel the call publishes to (one of the task's ``channels``).
+    channel: str = Field(pattern=CHANNEL_FIELD)
+    #: True: the human asked for the SDK's sticky rule (``always_approve``/``always_reject``).
+    always: bool
+    #: ``human``: this call was decided by a person; ``sticky``: by the sticky rule of an earlier
+    #: ``always`` decision (``by`` is the person who gave that one).
+    source: Literal["human", "sticky"]
+    #: An approval with edits: what the reviewer approved instead (None: as the call asked). The
+    #: default serves code that builds a decision; :mod:`state.storage` requires it in a file.
     edits: Optional[Edits] = None
 
     @field_validator("arguments_sha256")
@@ -308,7 +364,7 @@ class Checkpoint(_Strict):
     """The checkpoint envelope, one JSON file per task (``tasks/<name>.json`` in the state dir).
 
     Fields: our ``schema_version``; ``task_id`` (== ``idempotency_key``); ``action`` (tool name);
-    ``title`` and ``content_sha256`` of the draft; ``status``; the current ``decision`` (or null);
+    ``title`` and ``content_sha256`` of the draft; ``channels``; ``status``; the current ``decision`` (or null);
     ``decisions``: every decision ever recorded (their call_ids are the only approvals a stored
     RunState may carry); ``pending`` calls; ``final_output``; ``revision`` (1, 2, … one per write);
     ``sdk_version`` (``openai-agents``) and ``run_state_schema_version`` (the RunState's
@@ -320,12 +376,14 @@ class Checkpoint(_Strict):
     files written before it); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
     """
 
-    schema_version: Literal[1]
+    schema_version: Literal[2]
     task_id: str
     idempotency_key: str
     action: Literal["publish_draft"]
     title: str = Field(max_length=MAX_TITLE_CHARS)
     content_sha256: str
+    #: The channels the draft goes to (``start --channel``), each one effect with its own key.
+    channels: list[str] = Field(min_length=1, max_length=MAX_CHANNELS)
     status: Status
     decision: Optional[Decision]
     decisions: list[Decision]
@@ -370,6 +428,13 @@ class Checkpoint(_Strict):
             raise ValueError("must be 64 lowercase hex characters")
         return v
 
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, v: list[str]) -> list[str]:
+        if not all(valid_channel(c) for c in v) or len(set(v)) != len(v):
+            raise ValueError("must be distinct channel names (1-32 of a-z0-9-)")
+        return v
+
     def body(self) -> dict[str, Any]:
         """The envelope as a JSON-ready dict, without ``mac``.
 
@@ -379,3 +444,49 @@ class Checkpoint(_Strict):
         data = self.model_dump(mode="json")
         data.pop("mac")
         return data
+
+    def edited_on(self, channel: str) -> Optional[Decision]:
+        """The approval with edits that governs ``channel``: the latest decision recorded for a
+        call on ``channel``, if it is one (a later decision on the channel ends it); else None."""
+        on = [d for d in self.decisions if d.channel == channel]
+        return on[-1] if on and on[-1].edits is not None else None
+
+    def expected_sha256(self, channel: str) -> str:
+        """The :func:`content_sha256` a call on ``channel`` must carry: the edited draft of the
+        approval with edits given on that channel (the latest one, even once a later decision
+        approved the call carrying it), else the draft the task was started with
+        (``content_sha256``). Per channel: an edit of one call never changes another's."""
+        for d in reversed(self.decisions):
+            if d.channel == channel and d.edits is not None:
+                return d.edits.edited_sha256
+        return self.content_sha256
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """schema_version 1 → 2: a v1 task had one channel, :data:`DEFAULT_CHANNEL` (its calls carry
+    no ``channel``, which means the task's only one); every v1 decision was a person's, per call,
+    and approved or rejected the call as it was (no edits)."""
+    def decision(d: Any) -> Any:
+        if not isinstance(d, dict):
+            return d  # validation refuses it by name
+        return {**d, "channel": DEFAULT_CHANNEL, "always": False, "source": "human", "edits": None}
+
+    out = {**data, "schema_version": 2, "channels": [DEFAULT_CHANNEL],
+           "decision": decision(data.get("decision"))}
+    if isinstance(data.get("decisions"), list):
+        out["decisions"] = [decision(d) for d in data["decisions"]]
+    return out
+
+
+#: Older envelope versions this program reads: version → the function turning a parsed file of
+#: that version into the next one. ``state.storage`` verifies the MAC over the file as written,
+#: then applies these in order, then validates; the next write saves the current version.
+MIGRATIONS = {1: _v1_to_v2}
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a parsed, MAC-verified checkpoint of a version in :data:`MIGRATIONS` or the
+    current one) as a current-version checkpoint. Pure; raises nothing (validation follows)."""
+    while data.get("schema_version") in MIGRATIONS:
+        data = MIGRATIONS[data["schema_version"]](data)
+    return data

@@ -26,7 +26,7 @@ twice escaped, as inside the ``arguments`` JSON text stored in the RunState JSON
 
 Short secrets: in checkpoints, ledger entries, rejection records and user input only values of
 :data:`MIN_CHARS` (8) or more characters are searched for: a placeholder key such as ``local``
-(the README suggests it for local servers) would otherwise redact every text mentioning
+(docs/real-model.md suggests it for local servers) would otherwise redact every text mentioning
 ``localhost``. Traces search for secrets of any length.
 """
 
@@ -206,7 +206,8 @@ def redact(value: Any, classify: Callable[[Path_], Kind | None], *, what: str,
 # -- the allow-lists, one per record type ---------------------------------------------------------
 
 def _decision(prefix: Path_) -> tuple[list[Path_], list[Path_]]:
-    return ([prefix + (k,) for k in ("decision", "at", "tool", "arguments_sha256")],
+    return ([prefix + (k,) for k in ("decision", "at", "tool", "arguments_sha256", "channel",
+                                     "always", "source")],
             [prefix + (k,) for k in ("by", "call_id")])
 
 
@@ -220,7 +221,7 @@ CHECKPOINT = by_path(
     closed=[(k,) for k in ("schema_version", "task_id", "idempotency_key", "action", "content_sha256",
                            "status", "revision", "sdk_version", "run_state_schema_version", "agent",
                            "created_at", "updated_at", "expires_at", "approval_ttl_s", "budget",
-                           "spend", "state_id", "mac")]
+                           "spend", "state_id", "mac", "channels")]
     + _D1 + _D2 + [("pending", "*", "tool"), _H + ("at",), _H + ("event",), _H + ("revision",),
                    _HD + ("calls", "*", "tool")]
     + [_HD + (k,) for k in ("expires_at", "schema_version", "sdk_version", "run_state_schema_version",
@@ -232,10 +233,10 @@ CHECKPOINT = by_path(
 
 #: A ledger entry (``tools.ledger.LedgerEntry``): only ``title`` is free text.
 LEDGER = by_path(closed=[(k,) for k in ("idempotency_key", "task_id", "action", "content_sha256",
-                                        "published_at")], open_=[])
+                                        "published_at", "channel", "approval")], open_=[])
 
 #: A rejection record (``state.rejections.RejectionRecord``): only ``reason`` is free text.
-REJECTION = by_path(closed=[("task_id",), ("content_sha256",), ("at",)],
+REJECTION = by_path(closed=[("task_id",), ("content_sha256",), ("at",), ("channel",)],
                     open_=[("call_id",), ("by",)])
 
 #: The SDK's RunState JSON (``RunState.to_string()``), by field name: item types, roles, statuses,
@@ -246,7 +247,8 @@ REJECTION = by_path(closed=[("task_id",), ("content_sha256",), ("at",)],
 RUN_STATE = by_key(
     closed=("$schemaVersion", "type", "role", "status", "name", "tool_name", "tool_key",
             "approval_scope", "fingerprint", "kind", "original_type", "serialized_via", "task_id",
-            "idempotency_key", "content_sha256", "ledger_dir", "tool_use_tracker", "current_agent",
+            "idempotency_key", "content_sha256", "ledger_dir", "store", "tool_use_tracker",
+            "current_agent", "channels", "sticky_scope",
             "description", "usage", "trace_id", "group_id", "workflow_name", "metadata",
             "tracing_api_key_hash", "current_turn", "max_turns"),
     open_=("call_id", "id", "response_id", "arguments", "approved", "rejected",

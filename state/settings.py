@@ -11,9 +11,10 @@ as :class:`~state.errors.Stopped` by the field's validator when :func:`settings`
 ``run.py`` calls :func:`check_environment` first thing, before any file is touched; it adds the one
 rule that depends on the wall clock (``HITL_NOW`` only moves the clock forward).
 
-The model is a plain pydantic ``BaseModel`` fed from ``os.environ``, not a ``pydantic-settings``
-``BaseSettings``: that package imports ``asyncio`` at import time (well over 100 ms), which every
-read-only command would pay, since every command reads its settings.
+The object is a ``pydantic-settings`` ``BaseSettings``: the library reads ``os.environ`` (by each
+field's alias, case-sensitive, no ``.env`` file), our validators judge each raw value. Importing it
+costs every command some tens of milliseconds more than a plain pydantic model would; measured
+by ``benchmarks/cli_timing.py``.
 
 Never imports the SDK; imports only :mod:`state.errors` and :mod:`state.timestamps` of ours.
 """
@@ -25,7 +26,8 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import Stopped
 from .timestamps import parse_iso
@@ -63,18 +65,50 @@ def check_key_bytes(key: bytes, what: str) -> bytes:
     return key
 
 
+#: The URL schemes that select the PostgreSQL store (``--store`` / ``HITL_STORE_URL``).
+STORE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def store_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot name a store (a phrase that never repeats the URL: it may hold a
+    password), or None if it is a ``postgresql://`` / ``postgres://`` URL."""
+    if not _is_text(url) or not url.isprintable():
+        return "is not printable UTF-8 text"
+    if not url.startswith(STORE_SCHEMES):
+        return "is not a postgresql:// URL (the only store besides the default file store)"
+    return None
+
+
+def url_password(url: str | None) -> str | None:
+    """The password in ``url`` (``scheme://user:PASSWORD@host/…``, percent-decoded), or None if it
+    has none. Never raises."""
+    from urllib.parse import unquote, urlsplit
+
+    if not url:
+        return None
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return None
+    return unquote(password) if password else None
+
+
 def _doc(type_: str, unit: str, default: str, does: str, refused: str) -> dict[str, Any]:
     """The documentation of one variable, kept on its field (read by :func:`markdown_table`)."""
     return {"description": does, "json_schema_extra": {"type": type_, "unit": unit, "default": default,
                                                        "refused": refused}}
 
 
-class Settings(BaseModel):
+class Settings(BaseSettings):
     """The environment this program runs in, validated (one field per variable; the alias is the
     variable's name). Frozen. Secrets (``signing_key``, ``openai_api_key``) are left out of
     ``repr``. Build it with :func:`settings`, not directly."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # Each field is read from the variable named by its alias, exactly (case-sensitive); values are
+    # handed raw (strings, empty included) to the validators below, which say what is refused.
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=True,
+                                      populate_by_name=False, env_file=None, env_ignore_empty=False,
+                                      env_parse_none_str=None, validate_default=False)
 
     # The order of the fields is the order of validation: the first bad variable is the one named.
     lock_timeout: float = Field(DEFAULT_LOCK_TIMEOUT_S, alias="HITL_LOCK_TIMEOUT", **_doc(
@@ -104,6 +138,13 @@ class Settings(BaseModel):
         "path", "-", "`.cache` in the current folder",
         "The state dir, when `--state-dir` is not given.",
         "blank (spaces only or empty); a path that is not a usable folder (when it is used)"))
+    store_url: Optional[str] = Field(None, alias="HITL_STORE_URL", repr=False, **_doc(
+        "URL (secret if it holds a password)", "-", "unset (the file store in the state dir)",
+        "The store, when `--store` is not given: a `postgresql://` URL selects PostgreSQL "
+        "(docs/postgres.md); the state dir then keeps only the signing key and the traces. Its "
+        "password is never shown, never written, and redacted like the other secrets.",
+        "anything but a `postgresql://` or `postgres://` URL (the value is never echoed); empty "
+        "counts as unset"))
     failpoint: Optional[str] = Field(None, alias="HITL_FAILPOINT", **_doc(
         "text", "-", "unset (no crash point)",
         "Test seam: the named durable-write boundary (e.g. `checkpoint:decision:before`) ends the "
@@ -179,6 +220,16 @@ class Settings(BaseModel):
             raise Stopped("HITL_STATE_DIR is set but blank; unset it for the default (.cache)")
         return raw
 
+    @field_validator("store_url", mode="plain")
+    @classmethod
+    def _store_url(cls, raw: Any) -> str | None:
+        if not raw:
+            return None
+        problem = store_url_problem(raw)
+        if problem is not None:
+            raise Stopped(f"HITL_STORE_URL {problem}; unset it for the file store")
+        return raw
+
     @field_validator("failpoint", "failpoint_log", "failpoint_action", mode="plain")
     @classmethod
     def _text(cls, raw: Any) -> str | None:
@@ -218,14 +269,15 @@ class Settings(BaseModel):
         """``[(variable name, value as set)]`` for each secret variable that is set (possibly
         blank): the values :mod:`state.secrets` keeps out of every record."""
         return [(name, value) for name, value in (("HITL_SIGNING_KEY", self.signing_key),
-                                                  ("OPENAI_API_KEY", self.openai_api_key))
+                                                  ("OPENAI_API_KEY", self.openai_api_key),
+                                                  ("HITL_STORE_URL", url_password(self.store_url)))
                 if value is not None]
 
 
 #: The variable names, in validation order (the aliases of :class:`Settings`).
 VARIABLES: tuple[str, ...] = tuple(f.alias for f in Settings.model_fields.values())  # type: ignore[misc]
 #: The secret variables (their values are never shown, and redacted from what is written).
-SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY")
+SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL")
 
 _last: tuple[tuple[str | None, ...], Settings] | None = None
 
@@ -243,7 +295,7 @@ def settings() -> Settings:
     last = _last
     if last is not None and last[0] == key:
         return last[1]
-    made = Settings.model_validate({n: v for n, v in zip(VARIABLES, key) if v is not None})
+    made = Settings()
     _last = (key, made)
     return made
 

@@ -1,7 +1,7 @@
 """The state dir's identity: a random ID in ``<state dir>/state.id`` that every checkpoint carries.
 
 Why: the MAC proves a checkpoint was signed with our key, not *where* it belongs. With
-``HITL_SIGNING_KEY`` shared by several state dirs (the setup the README recommends), a checkpoint
+``HITL_SIGNING_KEY`` shared by several state dirs (a secret-store key, docs/threat-model.md), a checkpoint
 copied from one state dir into another verified, so the same task could be approved in both and
 published twice (one entry in each ledger). Each checkpoint therefore records its state dir's ID in
 the signed envelope (``Checkpoint.state_id``), and every load compares it with ``state.id``

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,7 +35,8 @@ from .clock import now_iso
 from .errors import Stopped
 from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, read_regular
-from .schema import MAX_CHECKPOINT_BYTES, SCHEMA_VERSION, Checkpoint, valid_key, validation_message
+from .schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
+                     valid_effect_key, validation_message)
 # The file helpers live in leaf modules (no import cycle); their names stay importable from here.
 from .durable import atomic_write, create_exclusive  # noqa: F401
 from .files import TEMP_NAME, fsync_dir, parse_json_object, write_temp  # noqa: F401
@@ -50,12 +50,20 @@ def file_name(key: str) -> str:
 
     ``:`` is not allowed in Windows file names and those file systems ignore case, so the stem is
     the key with ``:`` replaced by ``_`` plus 12 hex characters of SHA-256 of the exact key, e.g.
-    ``demo-001`` → ``demo-001--0b1e2a3c4d5e``. Raises ``ValueError`` for a key outside the pattern.
+    ``demo-001`` → ``demo-001--0b1e2a3c4d5e``; an effect key ``demo-001#news``
+    (:func:`state.schema.effect_key`) keeps its ``#``, allowed on all three. Raises ``ValueError``
+    for a key outside the pattern.
     """
-    if not valid_key(key):
+    if not valid_effect_key(key):
         raise ValueError(f"not an allowed key: {key!r}")
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
     return f"{key.replace(':', '_')}--{digest}"
+
+
+def _readable_versions() -> str:
+    """``"1 (migrated) and 2"``: the envelope versions :meth:`Store.load_path` reads."""
+    old = ", ".join(f"{v} (migrated)" for v in sorted(MIGRATIONS))
+    return f"{old} and {SCHEMA_VERSION}" if old else str(SCHEMA_VERSION)
 
 
 def resolve_state_dir(raw: str | None) -> Path:
@@ -168,33 +176,8 @@ class Store:
         raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
         if raw is None:
             raise Stopped(f"{where} cannot be read (No such file or directory)")
-        data = parse_json_object(raw, where)
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION or type(version) is not int:
-            raise Stopped(
-                f"{where} has schema_version {version!r}; this program reads only "
-                f"schema_version {SCHEMA_VERSION}"
-            )
-        # The MAC covers the file's own fields as parsed (not a re-dump of the validated model), so
-        # a field missing from the file can never be hidden by a default filled in by pydantic.
-        mac = data.get("mac")
-        body = {k: v for k, v in data.items() if k != "mac"}
-        key = load_key(self.root, create=False)
-        try:
-            valid = isinstance(mac, str) and verify_mac(body, mac, key)
-        except (ValueError, RecursionError):  # e.g. a lone surrogate escape cannot be canonicalised
-            valid = False
-        if not valid:
-            raise Stopped(f"checkpoint integrity check failed for {path.name}")
-        try:
-            cp = Checkpoint.model_validate(data)
-        except ValidationError as exc:
-            raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
-        missing = _first_defaulted(cp, exempt={"state_id", "decision.edits", "decisions.*.edits"})
-        if missing is not None:  # our writer writes every field: one filled in by a default is gone
-            raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
-        if cp.idempotency_key != cp.task_id:
-            raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
+        cp = verify_envelope(parse_json_object(raw, where), load_key(self.root, create=False),
+                             where=where, name=path.name)
         if path.stem != file_name(cp.task_id):
             raise Stopped(f"{where} holds task {cp.task_id!r}, whose file name would differ")
         state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)
@@ -236,14 +219,7 @@ class Store:
         this check makes it harmless when the lock file was deleted under a holder. Raises
         :class:`Stopped` on a conflict (nothing written) and as :meth:`save` does.
         """
-        body = cp.body()
-        for name, value in changes.items():
-            body[name] = _dump(value)
-        revision, at = cp.revision + 1, now_iso()
-        body["revision"], body["updated_at"] = revision, at
-        versions = {k: body[k] for k in ("schema_version", "sdk_version", "run_state_schema_version")}
-        body["history"] = [*body["history"], {"at": at, "event": event[0], "revision": revision,
-                                              "detail": {**event[1], **versions}}]
+        body = next_revision(cp, event, changes)
         return self.save(body, failpoint=failpoint, expect=cp)
 
     def check_unchanged(self, cp: Checkpoint) -> None:
@@ -281,9 +257,7 @@ class Store:
         # A model or proxy can echo the API key (into the RunState, final output, history): never
         # saved. Structural fields are never altered (a secret in an open one refuses the write);
         # free text holding a secret is replaced whole (state.secrets).
-        body = secrets.redact_checkpoint(body)
-        clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
-        cp = Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
+        cp = seal(body, key)
         data = (json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         path = self.checkpoint_path(cp.task_id)
         if expect is None:
@@ -296,23 +270,81 @@ class Store:
         return cp
 
 
+def seal(body: dict[str, Any], key: bytes) -> Checkpoint:
+    """``body`` (an envelope without ``mac``, ``state_id`` set) redacted
+    (:func:`state.secrets.redact_checkpoint`: a secret in free text becomes ``[redacted]``, one in
+    a structural field raises :class:`Stopped`), validated, defaults filled in, and signed with
+    ``key``: the :class:`Checkpoint` every store writes. Touches nothing."""
+    body = secrets.redact_checkpoint(body)
+    clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
+    return Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
+
+
+def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) -> Checkpoint:
+    """The :class:`Checkpoint` in ``data`` (a parsed envelope) if it is of our schema version (or
+    an older one in :data:`state.schema.MIGRATIONS`, migrated after the MAC check),
+    its MAC verifies under ``key``, it validates with every field present, and its idempotency key
+    is its task ID. Raises :class:`Stopped` naming ``where`` (e.g. ``checkpoint <file>``) otherwise;
+    ``name`` names it in the MAC failure. Every store reads through this (the MAC stays the judge
+    whatever holds the bytes: a file or a database row can be edited alike)."""
+    version = data.get("schema_version")
+    if type(version) is not int or (version != SCHEMA_VERSION and version not in MIGRATIONS):
+        raise Stopped(
+            f"{where} has schema_version {version!r}; this program reads only "
+            f"schema_version {_readable_versions()}"
+        )
+    # The MAC covers the envelope's own fields as parsed (not a re-dump of the validated model), so
+    # a field missing from it can never be hidden by a default filled in by pydantic.
+    mac = data.get("mac")
+    body = {k: v for k, v in data.items() if k != "mac"}
+    try:
+        valid = isinstance(mac, str) and verify_mac(body, mac, key)
+    except (ValueError, RecursionError):  # e.g. a lone surrogate escape cannot be canonicalised
+        valid = False
+    if not valid:
+        raise Stopped(f"checkpoint integrity check failed for {name}")
+    try:  # an older version is migrated after its MAC is verified over the envelope as written
+        cp = Checkpoint.model_validate(migrate(data))
+    except ValidationError as exc:
+        raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
+    missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
+    if missing is not None:  # our writer writes every field: one filled in by a default is gone
+        raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
+    if cp.idempotency_key != cp.task_id:
+        raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
+    return cp
+
+
+def next_revision(cp: Checkpoint, event: tuple[str, dict[str, Any]],
+                  changes: dict[str, Any]) -> dict[str, Any]:
+    """The body of revision ``cp.revision + 1``: ``changes`` (field → value; pydantic models are
+    dumped) applied, ``updated_at`` now, one ``history`` event ``(name, detail)`` appended whose
+    detail also records the schema versions it is written with (for the receipt)."""
+    body = cp.body()
+    for name, value in changes.items():
+        body[name] = _dump(value)
+    revision, at = cp.revision + 1, now_iso()
+    body["revision"], body["updated_at"] = revision, at
+    versions = {k: body[k] for k in ("schema_version", "sdk_version", "run_state_schema_version")}
+    body["history"] = [*body["history"], {"at": at, "event": event[0], "revision": revision,
+                                          "detail": {**event[1], **versions}}]
+    return body
+
+
 def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[str] = frozenset()) -> str | None:
     """The dotted path of the first field of ``model`` (or of a model nested in it, in lists too)
     that was not in the data but filled in by its default; None if every field was there.
-    ``exempt``: fields whose absence has a meaning of its own, as dotted paths with ``*`` for a list
-    index (``state_id``: a checkpoint from before state dir IDs, accepted only as
-    :mod:`state.state_id` rules; ``decisions.*.edits``: a decision written before approvals with
-    edits existed is a plain one)."""
+    ``exempt``: top-level fields whose absence has a meaning of its own (``state_id``: a checkpoint
+    from before state dir IDs, accepted only as :mod:`state.state_id` rules)."""
     for name in type(model).model_fields:
         where = f"{path}.{name}" if path else name
-        if name not in model.model_fields_set and re.sub(r"\.\d+(?=\.|$)", ".*", where) not in exempt:
+        if name not in model.model_fields_set and where not in exempt:
             return where
         value = getattr(model, name)
         items = value if isinstance(value, list) else [value]
         for i, item in enumerate(items):
             if hasattr(type(item), "model_fields"):
-                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where,
-                                         exempt)
+                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where)
                 if found is not None:
                     return found
     return None

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ class CliResult:
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HITL_SIGNING_KEY", "HITL_STATE_DIR", "HITL_FAILPOINT", "HITL_FAILPOINT_LOG",
-                 "HITL_DEBUG", "OPENAI_API_KEY"):
+                 "HITL_DEBUG", "OPENAI_API_KEY", "HITL_STORE_URL"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -150,3 +151,54 @@ def resign(state_dir: Path, path: Path, mutate) -> None:
     data.pop("mac", None)
     data["mac"] = compute_mac(data, load_key(state_dir, create=False))
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------------
+# One throwaway server for the whole session (scripts/pg_throwaway.py), and a fresh schema (an
+# empty database, as far as the store can tell) for each test that asks for ``pg_url``.
+# ``HITL_TEST_PG_URL`` names a server started outside pytest (.ci/run starts one before both of its
+# passes, so the faketime pass's server runs on the real clock). Without either, the tests skip,
+# saying why, unless ``CI`` is set: then missing binaries are a failure.
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory):
+    """The URL (with its password) of a PostgreSQL server for this session."""
+    given = os.environ.get("HITL_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import pg_throwaway
+
+    if pg_throwaway.binaries() is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI: no PostgreSQL server binaries (initdb, pg_ctl); .ci/run installs "
+                        "postgresql-15")
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine: the "
+                    "PostgreSQL store's tests need them (apt-get install postgresql-15)")
+    folder = Path(tempfile.mkdtemp(prefix="hitl-pg-"))
+    url = pg_throwaway.start(folder, fast=True)
+    try:
+        yield url
+    finally:
+        pg_throwaway.stop(folder)
+
+
+def fresh_schema_url(server_url: str) -> str:
+    """``server_url`` pointed at a new, empty schema (``options=-csearch_path=…``)."""
+    import secrets as _secrets
+
+    import psycopg
+
+    schema = f"t_{_secrets.token_hex(6)}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in server_url else "?"
+    return f"{server_url}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> str:
+    """A URL whose database this test has to itself (a fresh schema on the session's server)."""
+    return fresh_schema_url(pg_server)

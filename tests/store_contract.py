@@ -28,8 +28,10 @@ __all__ = [
     "test_save_revision_bumps_the_revision_and_keeps_history",
     "test_stale_checkpoint_is_refused_and_nothing_changes", "test_checkpoints_sorted_by_task_id",
     "test_checkpoints_fail_closed_on_a_damaged_one", "test_ledger_records_once",
-    "test_ledger_refuses_other_content", "test_rejection_record_is_idempotent",
+    "test_ledger_refuses_other_content", "test_ledger_entries_oldest_first",
+    "test_rejection_record_is_idempotent",
     "test_rejection_remove", "test_task_lock_excludes_a_second_holder",
+    "test_ledger_keeps_each_channel_apart", "test_rejection_records_are_per_channel",
 ]
 
 
@@ -66,9 +68,10 @@ def template_body(task_id: str) -> dict[str, Any]:
     return {**_TEMPLATE, "task_id": task_id, "idempotency_key": task_id}
 
 
-def _decision(by: str = "alice") -> Decision:
+def _decision(by: str = "alice", channel: str = "blog") -> Decision:
     return Decision(decision="rejected", by=by, at="2025-01-01T00:00:00Z", reason="no",
-                    call_id="call-1", tool="publish_draft", arguments_sha256="0" * 64)
+                    call_id="call-1", tool="publish_draft", arguments_sha256="0" * 64,
+                    channel=channel, always=False, source="human")
 
 
 @pytest.fixture
@@ -152,6 +155,21 @@ def test_ledger_refuses_other_content(store):
     assert store.ledger_get("t-1") == entry
 
 
+def test_ledger_entries_oldest_first(store, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    from state import clock
+
+    assert store.ledger_entries() == []
+    made = []
+    start = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    for n, key in enumerate(("t-b", "t-a", "t-c")):  # recorded a second apart, not in key order
+        monkeypatch.setattr(clock, "wall", lambda n=n: start + timedelta(seconds=n))
+        made.append(store.ledger_record(key=key, task_id=key, title="T", content_sha256="a" * 64)[0])
+    assert [e.idempotency_key for e in store.ledger_entries()] == ["t-b", "t-a", "t-c"]
+    assert store.ledger_entries() == made
+
+
 def test_rejection_record_is_idempotent(store):
     assert store.rejection_get("t-1") is None
     rec, created = store.rejection_record("t-1", "a" * 64, _decision("alice"))
@@ -168,6 +186,32 @@ def test_rejection_remove(store):
     store.rejection_record("t-1", "a" * 64, _decision())
     store.rejection_remove("t-1")
     assert store.rejection_get("t-1") is None
+
+
+def test_ledger_keeps_each_channel_apart(store):
+    """A task with several channels: one entry per ``<task>#<channel>`` key, carrying task_id,
+    channel and approval; recording one channel never creates or blocks another."""
+    blog, created = store.ledger_record(key="t-1#blog", task_id="t-1", title="T",
+                                        content_sha256="a" * 64, channel="blog", approval="human")
+    assert created and (blog.task_id, blog.channel, blog.approval) == ("t-1", "blog", "human")
+    assert store.ledger_get("t-1#news") is None and store.ledger_get("t-1") is None
+    preview, created = store.ledger_record(key="t-1#preview", task_id="t-1", title="T",
+                                           content_sha256="a" * 64, channel="preview",
+                                           approval="not_needed")
+    assert created and preview.approval == "not_needed"
+    assert store.ledger_get("t-1#blog") == blog
+    with pytest.raises(Stopped):  # a key naming another channel than the entry says
+        store.ledger_record(key="t-1#blog", task_id="t-1", title="T", content_sha256="a" * 64,
+                            channel="news")
+
+
+def test_rejection_records_are_per_channel(store):
+    rec, created = store.rejection_record("t-1", "a" * 64, _decision("alice", "news"), channel="news")
+    assert created and rec.channel == "news"
+    assert store.rejection_get("t-1") is None and store.rejection_get("t-1", channel="blog") is None
+    assert store.rejection_get("t-1", channel="news") == rec
+    store.rejection_remove("t-1", channel="news")
+    assert store.rejection_get("t-1", channel="news") is None
 
 
 def test_task_lock_excludes_a_second_holder(store, monkeypatch):

@@ -213,12 +213,14 @@ def test_sdk_warning_holding_a_secret_is_redacted_in_the_trace(state_dir, tracin
 
 def test_approval_rule_that_says_no_approval_needed_never_publishes(cli, state_dir, monkeypatch):
     """A ``needs_approval`` function returning False lets the SDK run the tool with nobody asked;
-    the tool itself requires a human approval on record before its effect, so nothing publishes."""
+    the tool itself requires a human approval on record before its effect, so nothing publishes.
+    Two channels: each call names its channel (a call without one is changed by the tool's default,
+    and the SDK then asks a human whatever the rule says)."""
     async def never(*_args) -> bool:
         return False
 
     _patch(monkeypatch, lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=never)]))
-    r = cli(*START)
+    r = cli(*START, "--channel", "blog", "--channel", "news")
     r.assert_stopped()
     assert "ran without a human approval on record" in r.err and "already done" not in r.err
     assert not list((state_dir / "ledger").glob("*.json")) if (state_dir / "ledger").exists() else True

@@ -11,7 +11,7 @@ import pytest
 from conftest import ledger_entries, run_subprocess, snapshot
 
 TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",
-             "schema_version", "revision", "checkpoint_path"}
+             "schema_version", "revision", "checkpoint_path", "decisions", "channels"}
 
 
 def _start(cli, key="k-1", draft="Hello world", title="Title"):
@@ -25,7 +25,7 @@ def test_task_json_shape(cli):
     assert set(task) == TASK_KEYS
     assert task["task_id"] == task["idempotency_key"] == "k-1"
     assert task["decision"] is None and task["final_output"] is None
-    assert task["schema_version"] == 1 and task["revision"] == 1
+    assert task["schema_version"] == 2 and task["revision"] == 1
     assert set(task["pending"][0]) == {"call_id", "tool", "arguments"}
 
 
@@ -193,13 +193,17 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     assert r.code == 0, r.err
     text = r.out + r.err
     assert "OPENAI_API_KEY" not in text and "Traceback" not in text and "skipping trace" not in text
-    assert r.err.count("completed") >= 3 and "cancelled" in r.err and "(2 entries)" in r.err
+    assert r.err.count("completed") >= 3 and "cancelled" in r.err and "(3 entries)" in r.err
     assert "> approval needed: publish_draft" in r.err  # the approve-with-edits step streams
     summary = r.json()
-    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled", "completed"]
-    entries = {e["idempotency_key"]: e for e in summary["ledger"]["entries"]}
-    assert set(entries) == {summary["tasks"][0]["task_id"], summary["tasks"][2]["task_id"]}
-    assert entries[summary["tasks"][2]["task_id"]]["title"] == "Release notes 1.3"  # as edited
+    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled", "completed", "completed"]
+    channels, edited = summary["tasks"][2], summary["tasks"][3]  # two channels: one rejected, one approved
+    assert sorted((d["channel"], d["decision"]) for d in channels["decisions"]) == [
+        ("blog", "approved"), ("news", "rejected")]
+    entries = summary["ledger"]["entries"]
+    assert [e["idempotency_key"] for e in entries] == [
+        summary["tasks"][0]["task_id"], channels["task_id"] + "#blog", edited["task_id"]]
+    assert entries[2]["title"] == "Release notes 1.3"  # as edited
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
     assert not (tmp_path / "demo" / "tasks").exists() and not (tmp_path / "demo" / "ledger").exists()
 
@@ -211,11 +215,12 @@ def test_read_only_commands_do_not_import_the_sdk(cli, state_dir):
     code = ("import sys, run; "
             f"rc = [run.main(['--state-dir', {str(state_dir)!r}, *a]) for a in "
             "(['status','--task','k-1'], ['list'], ['ledger'])]; "
-            "print(rc, 'agents' in sys.modules, 'openai' in sys.modules)")
+            "print(rc, 'agents' in sys.modules, 'openai' in sys.modules, 'psycopg' in sys.modules)")
     from conftest import ROOT
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0] False False", out.stdout + out.stderr
+    # nor psycopg: the file store's commands never pay for the PostgreSQL store
+    assert out.stdout.strip().splitlines()[-1] == "[0, 0, 0] False False False", out.stdout + out.stderr
 
 
 def test_closed_pipe_ends_quietly(cli, state_dir):

@@ -1,14 +1,18 @@
-"""The READMEs are tested: both README.md and README.zh-Hans.md.
+"""The READMEs are tested: both README.md and README.zh-Hans.md, and the docs pages that continue them.
 
 * Quick start: the two bash commands are exactly what CI runs (``.ci/run``); the PowerShell forms are
   the same commands.
-* Walkthroughs (pause → approve → resume, the reject walk, the exercise): every ``python run.py`` line
-  is run in order, in-process, in one fresh state dir named ``.cache`` per README, and each ```text
-  block must match the output of the last command of the bash block before it, line by line (``…``
-  matches any run of characters; a ``STOPPED:`` block is matched against stderr and exit code 1).
+* Walkthroughs (the README's pause → approve → resume and the traps; docs/walkthrough.md's reject
+  walk and warm-up, which continue the README's walk): every ``python run.py`` line is run in order,
+  in-process, in one fresh state dir named ``.cache`` per README, and each ```text block must match
+  the output of the last command of the bash block before it, line by line (``…`` matches any run of
+  characters; a ``STOPPED:`` block is matched against stderr and exit code 1).
+* Line links: each ``[`call`](path.py#Ln)`` link opens a line that makes the call it names, so a
+  link cannot rot when the code moves (``python tests/test_docs.py --relink`` moves them along).
 * Tables: every row of the SDK concept map and the success checks map points to files, functions and
-  tests that exist; every linked file and anchor exists.
-* The two READMEs have the same sections and, section by section, identical bash/powershell/text blocks.
+  tests that exist; every linked file and anchor exists, in the READMEs and in every docs page.
+* The two READMEs have the same sections, section by section identical bash/powershell/text blocks,
+  and the same line links.
 
 Offline and deterministic: the default (scripted) model, no network. Sections are located by their
 position in README.md (the Chinese README has the same sections in the same order).
@@ -33,10 +37,17 @@ CHECK_TESTS = ROOT / "tests" / "test_success_checks.py"
 
 # Section titles of README.md; the Chinese README's sections are found at the same positions.
 QUICK_START = "Quick start"
-WALK_FIRST = "Walk through it: pause → approve → resume"
-WALK_END = "Command line"  # the walkthroughs are every section from WALK_FIRST up to this one
+WALKS = ("Walk through it: pause → approve → resume", "The traps, live")  # the README's walkthroughs
 CONCEPT_MAP = "SDK concept map"
 CHECKS_MAP = "Success checks map"
+# Docs pages that continue README.md's walk, in the same state dir, in this order (every block runs).
+DOC_WALKS = ("docs/walkthrough.md",)
+DOCS = tuple(sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")))
+# The README's prose (lines outside code blocks and tables, headings and blank lines left out) stays
+# short enough to read in one sitting; the depth lives in docs/.
+PROSE_LINES_MAX = 180
+# Files a docs page asks the learner to create (docs/exercise.md): named, but not in the repository.
+LEARNER_CREATES = {"tools/summary.py"}
 
 # The SDK concepts the concept map must cover (identifiers, identical in both READMEs).
 CONCEPTS = ("needs_approval", "result.interruptions", "ToolApprovalItem", "result.to_state()",
@@ -84,23 +95,25 @@ def read(name: str) -> str:
 
 
 def parse(text: str) -> list[Section]:
-    """Split a README into its ``## `` sections (index 0 is the part before the first one)."""
+    """Split a README into its ``## `` sections (index 0 is the part before the first one).
+
+    A fence may be indented (a code block inside a list item); its lines lose that indentation."""
     sections = [Section("", "", [])]
-    fence: tuple[str, int, list[str]] | None = None
+    fence: tuple[str, int, list[str], int] | None = None
     for number, line in enumerate(text.splitlines(), 1):
         current = sections[-1]
         if fence is None and line.startswith("## "):
             sections.append(Section(line[3:].strip(), "", []))
             continue
         current.body += line + "\n"
-        if fence is None and line.startswith("```"):
-            fence = (line[3:].strip(), number, [])
+        if fence is None and line.lstrip().startswith("```"):
+            fence = (line.strip()[3:].strip(), number, [], len(line) - len(line.lstrip()))
         elif fence is not None and line.strip() == "```":
-            lang, start, lines = fence
+            lang, start, lines, _ = fence
             current.blocks.append(Block(lang, "\n".join(lines), start))
             fence = None
         elif fence is not None:
-            fence[2].append(line)
+            fence[2].append(line[fence[3]:] if line[:fence[3]].isspace() else line)
     assert fence is None, "unclosed code fence"
     return sections
 
@@ -115,10 +128,13 @@ def index_of(title: str) -> int:
     return titles.index(title)
 
 
-def walk_blocks(text: str) -> list[Block]:
-    """Every code block of the walkthrough sections, in document order."""
+def walk_blocks(name: str, text: str) -> list[Block]:
+    """Every code block of the walkthroughs of ``name`` (a README's WALKS sections, or a whole
+    docs page of DOC_WALKS), in document order."""
     sections = parse(text)
-    return [b for s in sections[index_of(WALK_FIRST):index_of(WALK_END)] for b in s.blocks]
+    if name not in READMES:
+        return [b for s in sections for b in s.blocks]
+    return [b for i in sorted(index_of(t) for t in WALKS) for b in sections[i].blocks]
 
 
 def table_rows(section: Section) -> list[list[str]]:
@@ -149,9 +165,9 @@ def commands(block: Block) -> list[list[str]]:
     return [shlex.split(line)[2:] for line in lines]
 
 
-def execute(text: str, call: Callable[[list[str]], CliResult]) -> list[list[CliResult]]:
-    """Run every bash block of the walkthroughs in order; the results, one list per bash block."""
-    return [[call(argv) for argv in commands(b)] for b in walk_blocks(text) if b.lang == "bash"]
+def execute(name: str, call: Callable[[list[str]], CliResult]) -> list[list[CliResult]]:
+    """Run every bash block of the walkthroughs of ``name`` in order; the results, one list per bash block."""
+    return [[call(argv) for argv in commands(b)] for b in walk_blocks(name, read(name)) if b.lang == "bash"]
 
 
 def line_pattern(expected: str) -> re.Pattern[str]:
@@ -159,10 +175,11 @@ def line_pattern(expected: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in expected.rstrip().split("…")))
 
 
-def mismatches(text: str, executed: list[list[CliResult]]) -> list[str]:
-    """Every way the walkthroughs of ``text`` disagree with ``executed`` (empty: the docs are true)."""
+def mismatches(name: str, text: str, executed: list[list[CliResult]]) -> list[str]:
+    """Every way the walkthroughs of ``text`` (page ``name``) disagree with ``executed`` (empty: the
+    docs are true)."""
     problems: list[str] = []
-    blocks = walk_blocks(text)
+    blocks = walk_blocks(name, text)
     bash = [i for i, b in enumerate(blocks) if b.lang == "bash"]
     assert len(bash) == len(executed), "the commands differ from the ones executed"
     for i, results in zip(bash, executed):
@@ -192,13 +209,20 @@ def mismatches(text: str, executed: list[list[CliResult]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def walked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list[CliResult]]]:
-    """Both READMEs' walkthrough commands, run once each in a fresh state dir named ``.cache``."""
+    """Each README's walkthrough commands, run once in a fresh state dir named ``.cache``; README.md's
+    is followed, in the same state dir, by the DOC_WALKS pages that continue it."""
     with pytest.MonkeyPatch.context() as mp:
         for name in list(os.environ):
             if name.startswith(("HITL_", "OPENAI_")):
                 mp.delenv(name)
-        return {name: execute(read(name), in_process(tmp_path_factory.mktemp("walk") / ".cache"))
-                for name in READMES}
+        results: dict[str, list[list[CliResult]]] = {}
+        for readme in READMES:
+            call = in_process(tmp_path_factory.mktemp("walk") / ".cache")
+            results[readme] = execute(readme, call)
+            if readme == "README.md":
+                for page in DOC_WALKS:
+                    results[page] = execute(page, call)
+        return results
 
 
 # --- tests ----------------------------------------------------------------------------------------
@@ -221,23 +245,25 @@ def test_quick_start_is_what_ci_runs(readme: str) -> None:
         assert as_bash.replace("; ", " && ") == sh, f"{readme}: PowerShell {ps!r} is not bash {sh!r}"
 
 
-@pytest.mark.parametrize("readme", READMES)
-def test_walkthrough_output_is_what_a_user_sees(readme: str, walked) -> None:
+@pytest.mark.parametrize("page", READMES + DOC_WALKS)
+def test_walkthrough_output_is_what_a_user_sees(page: str, walked) -> None:
     """Every walkthrough command runs as documented and prints the documented text block."""
-    assert mismatches(read(readme), walked[readme]) == []
+    assert walk_blocks(page, read(page)), f"{page} has no walkthrough"
+    assert mismatches(page, read(page), walked[page]) == []
 
 
-@pytest.mark.parametrize("wrong", [
-    ("task demo-001: completed (revision 3)", "task demo-001: cancelled (revision 3)"),  # status
-    ("(0 entries)", "(1 entry)"),                                                         # ledger count
-    ("(2 entries)", "(3 entries)"),
-    ("STOPPED: task demo-002 was rejected", "STOPPED: task demo-002 was approved"),
+@pytest.mark.parametrize("page, wrong", [
+    ("README.md", ("task demo-001: completed (revision 3)", "task demo-001: cancelled (revision 3)")),
+    ("README.md", ("(0 entries)", "(1 entry)")),                                   # ledger count
+    ("README.md", ("product:  STOPPED: checkpoint integrity", "product:  checkpoint integrity")),
+    ("docs/walkthrough.md", ("(2 entries)", "(3 entries)")),
+    ("docs/walkthrough.md", ("STOPPED: task demo-002 was rejected", "STOPPED: task demo-002 was approved")),
 ])
-def test_walkthrough_check_catches_a_wrong_claim(wrong: tuple[str, str], walked) -> None:
-    """The walkthrough check fails when the README claims a wrong status, ledger count or refusal."""
-    text = read("README.md")
+def test_walkthrough_check_catches_a_wrong_claim(page: str, wrong: tuple[str, str], walked) -> None:
+    """The walkthrough check fails when a page claims a wrong status, ledger count or refusal."""
+    text = read(page)
     assert wrong[0] in text
-    problems = mismatches(text.replace(wrong[0], wrong[1], 1), walked["README.md"])
+    problems = mismatches(page, text.replace(wrong[0], wrong[1], 1), walked[page])
     assert len(problems) == 1 and wrong[1] in problems[0], problems
 
 
@@ -281,16 +307,85 @@ def test_chinese_checks_map_states_every_check() -> None:
 def test_links_and_named_files_exist(readme: str) -> None:
     """Relative links (and their #anchors), and every docs/*.md, benchmarks/*.py or other repo path named."""
     text = read(readme)
-    for target, anchor in re.findall(r"\]\((?!https?://)([^)#\s]*)(?:#([^)\s]*))?\)", text):
-        path = ROOT / (target or readme)
-        assert path.is_file(), f"{readme}: link to missing {target}"
-        if anchor:
-            assert anchor in slugs(path.read_text(encoding="utf-8")), f"{readme}: no anchor #{anchor} in {path.name}"
+    assert_links_exist(readme)
     named = set(re.findall(r"(?:docs/[\w.-]+\.md|benchmarks/[\w.-]+\.py)", text))
     named |= {span for span in re.findall(r"`([^`\s]+)`", text) if REPO_PATH.match(span.split("::")[0])}
     assert any(n.startswith("docs/") for n in named) and any(n.startswith("benchmarks/") for n in named)
     for name in sorted(named):
         assert (ROOT / name.split("::")[0]).is_file(), f"{readme}: names missing file {name}"
+
+
+@pytest.mark.parametrize("page", DOCS)
+def test_docs_pages_links_and_named_files_exist(page: str) -> None:
+    """Each docs page's relative links (and their #anchors) open files and headings that exist, and
+    every ``tests/…``, ``state/…`` or other repo path it names in backticks exists."""
+    assert_links_exist(page)
+    for span in re.findall(r"`([^`\s]+)`", read(page)):
+        path = span.split("::")[0]
+        if REPO_PATH.match(path) and path not in LEARNER_CREATES:
+            assert (ROOT / path).is_file(), f"{page}: names missing file {span}"
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    """The README is the way in: each docs page is linked from it (directly, not only from another page)."""
+    linked = {(ROOT / target).resolve() for target, _ in LINK.findall(read("README.md")) if target}
+    for page in DOCS:
+        assert (ROOT / page).resolve() in linked, f"README.md does not link {page}"
+
+
+@pytest.mark.parametrize("page", READMES + DOCS)
+def test_line_links_open_the_call_they_name(page: str) -> None:
+    """Each ``[`call`](path.py#Ln)`` link: line n of path makes that call (see :func:`holds`).
+
+    Every link to a line is of that form, so no link into the code can point at a line that moved.
+    """
+    text = read(page)
+    assert len(LINE_ANCHOR_LINK.findall(text)) == len(line_links(page)), (
+        f"{page}: a link to a #L line must be [`the call it names`](path.py#Ln)")
+    for span, path, n in line_links(page):
+        lines = code_lines(ROOT / path)
+        if not holds(span, lines, n):
+            found = [i for i in range(1, len(lines) + 1) if holds(span, lines, i)]
+            raise AssertionError(f"{page}: {path}#L{n} does not make the call `{span}`; it is made on "
+                                 f"line(s) {found or 'none'} (python tests/test_docs.py --relink)")
+
+
+def test_the_story_links_every_sdk_call_of_the_flow() -> None:
+    """Each SDK call of the flow (tests/test_structure.py's list) is linked from README.md at the
+    line of workflow/hitl.py that makes it: a learner finds every call from the front page."""
+    from test_structure import SDK_CALLS
+
+    lines = code_lines(ROOT / "workflow" / "hitl.py")
+    linked = ["\n".join(lines[n - 1:n + 2]) for _, path, n in line_links("README.md")
+              if path == "workflow/hitl.py"]
+    for name, pattern in SDK_CALLS.items():
+        assert any(re.match(".*?" + pattern, text) for text in linked), (  # starts on the linked line
+            f"README.md links no line of workflow/hitl.py that makes {name}")
+
+
+def test_line_link_check_catches_a_moved_line() -> None:
+    """:func:`holds` rejects a line that lacks the call, or the call with another keyword or argument."""
+    source = ["x = 1", "    result = await Runner.run(", "        agent, state, context=ctx)",
+              "state.approve(item)"]
+    assert holds("Runner.run(agent, state, context=…)", source, 2)
+    assert holds("Runner.run(agent, …)", source, 2)
+    assert holds("state.approve(item)", source, 4)
+    assert not holds("Runner.run(agent, state, context=…)", source, 1)         # another line
+    assert not holds("Runner.run(agent, state, hooks=…)", source, 2)           # a keyword it lacks
+    assert not holds("Runner.run(agent, other)", source, 2)                    # an argument it lacks
+    assert not holds("Runner.run(agent, state, context=other)", source, 2)     # another value
+    assert not holds("state.reject(item)", source, 4)
+
+
+def test_both_readmes_link_the_same_lines() -> None:
+    """The Chinese README links the same calls to the same lines, in the same order."""
+    assert line_links("README.zh-Hans.md") == line_links("README.md")
+    assert line_links("README.md"), "README.md links no line of the story"
+
+
+def test_readme_prose_stays_short() -> None:
+    """README.md is a front page: its prose is at most PROSE_LINES_MAX lines (tables and code extra)."""
+    assert prose_lines(read("README.md")) <= PROSE_LINES_MAX
 
 
 def test_both_readmes_have_the_same_sections_and_code_blocks() -> None:
@@ -331,7 +426,125 @@ def assert_code_exists(cell: str, readme: str) -> None:
             assert_defined(ROOT / path, name, readme)
 
 
+LINK = re.compile(r"\]\((?!https?://)([^)#\s]*)(?:#([^)\s]*))?\)")
+LINE_ANCHOR_LINK = re.compile(r"\]\((?!https?://)[^)#\s]+#L\d+\)")
+LINE_LINK = re.compile(r"\[`([^`]+)`\]\((?!https?://)([^)#\s]+)#L(\d+)\)")
+
+
+def assert_links_exist(page: str) -> None:
+    """Every relative link of ``page`` (resolved from its folder) opens a file, and its ``#anchor``
+    a heading of that file, or for ``#Ln`` a line it has."""
+    base = (ROOT / page).parent
+    for target, anchor in LINK.findall(read(page)):
+        path = base / target if target else ROOT / page
+        assert path.is_file(), f"{page}: link to missing {target}"
+        text = path.read_text(encoding="utf-8")
+        if re.fullmatch(r"L\d+", anchor or ""):
+            assert int(anchor[1:]) <= len(text.splitlines()), f"{page}: {target} has no line {anchor}"
+        elif anchor:
+            assert anchor in slugs(text), f"{page}: no anchor #{anchor} in {path.name}"
+
+
+def line_links(page: str) -> list[tuple[str, str, int]]:
+    """``(call, path from the project root, line)`` of each ``[`call`](path#Ln)`` link of ``page``."""
+    base = (ROOT / page).parent
+    return [(span, (base / target).resolve().relative_to(ROOT).as_posix(), int(n))
+            for span, target, n in LINE_LINK.findall(read(page))]
+
+
+def code_lines(path: Path) -> list[str]:
+    """The lines of a Python file with docstrings and ``#`` comments blanked (line numbers kept), so
+    that a call named in a docstring or comment is not taken for the call itself."""
+    text = re.sub(r'"""(?:.|\n)*?"""', lambda m: "\n" * m.group(0).count("\n"),
+                  path.read_text(encoding="utf-8"))
+    return [line.split("#", 1)[0] for line in text.splitlines()]
+
+
+def _parenthesized(text: str, start: int) -> str:
+    """The text between the ``(`` before ``start`` and its matching ``)`` (or the end of ``text``)."""
+    depth, i = 1, start
+    while i < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    return text[start:i - 1] if depth == 0 else text[start:]
+
+
+def holds(span: str, lines: list[str], n: int) -> bool:
+    """Whether line ``n`` (1-based) of ``lines`` makes the call ``span`` names.
+
+    The line holds ``span`` verbatim, or else the call's head (``Runner.run(``: everything up to the
+    first parenthesis) and, within the whole call (to its closing parenthesis, over several lines),
+    every argument ``span`` spells out: ``name`` and ``kw=value`` as written, ``kw=…`` as ``kw=``.
+    ``…`` stands for arguments left out.
+    """
+    if not 1 <= n <= len(lines):
+        return False
+    if span in lines[n - 1]:
+        return True
+    head, paren, rest = span.partition("(")
+    if not paren or head + paren not in lines[n - 1]:
+        return False
+    text = "\n".join(lines[n - 1:])
+    call = _parenthesized(text, text.index(head + paren) + len(head + paren))
+    for arg in (a.strip() for a in _parenthesized(rest, 0).split(",")):
+        kw, eq, value = arg.partition("=")
+        if arg in ("", "…") or (eq and value == "…" and f"{kw}=" in call):
+            continue
+        if eq and arg in call:
+            continue
+        if not eq and re.search(rf"(?<![\w.]){re.escape(arg)}(?![\w(])", call):
+            continue
+        return False
+    return True
+
+
+def prose_lines(text: str) -> int:
+    """Lines of ``text`` outside code blocks and tables, not blank and not headings."""
+    count, fence = 0, False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and line.strip() and not line.startswith(("|", "#")):
+            count += 1
+    return count
+
+
+def relink(page: str) -> list[str]:
+    """Move each line link of ``page`` that no longer holds its call to the nearest line that does
+    (the code moved); rewrite the page; return what changed. Links with no such line are left as
+    they are, for the test to name."""
+    text, changes = read(page), []
+
+    def fix(match: re.Match[str]) -> str:
+        span, target, n = match.group(1), match.group(2), int(match.group(3))
+        lines = code_lines((ROOT / page).parent / target)
+        if holds(span, lines, n):
+            return match.group(0)
+        found = [i for i in range(1, len(lines) + 1) if holds(span, lines, i)]
+        if not found:
+            return match.group(0)
+        new = min(found, key=lambda i: abs(i - n))
+        changes.append(f"{page}: `{span}` {target}#L{n} -> #L{new}")
+        return match.group(0).replace(f"#L{n})", f"#L{new})")
+
+    new_text = LINE_LINK.sub(fix, text)
+    if changes:
+        (ROOT / page).write_text(new_text, encoding="utf-8")
+    return changes
+
+
 def slugs(text: str) -> set[str]:
     """GitHub's anchors for the headings of a markdown text (lowercase, punctuation dropped)."""
     headings = re.findall(r"^#{1,6} (.+)$", text, re.M)
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+if __name__ == "__main__":  # python tests/test_docs.py --relink
+    import sys
+
+    if sys.argv[1:] != ["--relink"]:
+        sys.exit("usage: python tests/test_docs.py --relink  (moves README and docs line links to "
+                 "the lines that now make their calls)")
+    for name in READMES + DOCS:
+        for change in relink(name):
+            print(change)

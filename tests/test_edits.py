@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agents.testing import ModelCall, ModelStep, ScriptedModel, function_call
 
 from conftest import checkpoint_file, ledger_entries, snapshot
@@ -45,7 +47,11 @@ def test_approve_with_edits_publishes_exactly_the_edited_draft(cli, state_dir):
     assert first["edits"]["edited_sha256"] == edited_sha
     assert (second["decision"], second["by"], second["edits"]) == ("approved", "alice", None)
     assert second["call_id"] != original["call_id"]  # the model's new call, not the original
-    assert cp["content_sha256"] == edited_sha and cp["title"] == "Release notes"
+    # expected per call, in the decision record: the task's own draft stays the one it started with
+    assert cp["content_sha256"] == content_sha256(TITLE, BODY) and cp["title"] == TITLE
+    from state.schema import Checkpoint
+
+    assert Checkpoint.model_validate(cp).expected_sha256("blog") == edited_sha
     run_state = json.loads(cp["run_state"])  # the original call was answered, never run
     outputs = [i for i in run_state["generated_items"] if i["type"] == "tool_call_output_item"]
     assert outputs[0]["output"].startswith(EDIT_HEADER)
@@ -92,25 +98,17 @@ def test_edit_then_a_model_that_does_not_comply_pauses_and_publishes_nothing(cli
     assert r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
 
 
-def test_edits_are_refused_with_reject_when_they_change_nothing_or_name_another_call(cli, state_dir):
-    from workflow import edits, hitl
-    from workflow.store import FileStore
-
+def test_edits_are_refused_with_reject_always_when_they_change_nothing_or_name_another_call(cli, state_dir):
     _start(cli)
     before = snapshot(state_dir)
     for args, words in ((["--decision", "reject", "--edit-title", "X"], "go with --decision approve"),
-                        (["--decision", "approve", "--edit-title", TITLE], "change nothing")):
+                        (["--decision", "approve", "--edit-title", TITLE], "change nothing"),
+                        (["--decision", "approve", "--always", "--edit-title", "X"], "do not go with --always"),
+                        (["--decision", "approve", "--call", "call_other", "--edit-title", "X"],
+                         "has no pending call 'call_other'")):
         r = cli("resume", "--task", "t-1", *args)
         r.assert_stopped()
         assert words in r.err and snapshot(state_dir) == before
-    try:
-        asyncio.run(hitl.decide(FileStore(state_dir), task_id="t-1", decision="approve", by="a",
-                                edit=edits.Edit(title="X", call_id="call_other")))
-    except edits.Stopped as exc:
-        assert "the edits are for call call_other" in str(exc)
-    else:
-        raise AssertionError("an edit for another call was applied")
-    assert snapshot(state_dir) == before
 
 
 def test_a_forged_approval_of_the_call_answered_with_edits_is_refused(cli, state_dir):
@@ -148,24 +146,67 @@ def test_a_forged_approval_of_the_call_answered_with_edits_is_refused(cli, state
         raise AssertionError("an approval of the call answered with edits was accepted")
 
 
-def test_a_decision_written_before_edits_existed_is_read_as_a_plain_one(cli, state_dir):
-    """A checkpoint whose decisions have no ``edits`` field (written by an earlier version) loads
-    and resumes; any other field missing is still refused."""
+def test_edits_are_part_of_schema_version_2_and_a_v1_decision_migrates_to_none(cli, state_dir):
+    """Every schema_version 2 decision carries ``edits`` (null: none): a file without it is refused
+    like any missing field; a schema_version 1 file (no edits, no channels) still loads, migrated
+    (``state.schema.MIGRATIONS``), its decisions plain ones."""
     from conftest import resign
 
     _start(cli)
     r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "no")
     assert r.code == 0, r.err
-
-    def drop(d: dict[str, Any]) -> None:
-        for rec in [d["decision"], *d["decisions"]]:
-            rec.pop("edits")
-
-    resign(state_dir, checkpoint_file(state_dir, "t-1"), drop)
-    r = cli("status", "--task", "t-1", "--json")
-    assert r.code == 0, r.err
-    assert r.json()["decision"]["decision"] == "rejected"
-    resign(state_dir, checkpoint_file(state_dir, "t-1"), lambda d: d["decisions"][0].pop("reason"))
+    path = checkpoint_file(state_dir, "t-1")
+    good = path.read_bytes()
+    resign(state_dir, path, lambda d: d["decisions"][0].pop("edits"))
     r = cli("status", "--task", "t-1")
     r.assert_stopped()
-    assert "decisions.0.reason: Field required" in r.err
+    assert "decisions.0.edits: Field required" in r.err
+    path.write_bytes(good)
+
+    def to_v1(d: dict[str, Any]) -> None:
+        d["schema_version"] = 1
+        d.pop("channels")
+        for rec in [d["decision"], *d["decisions"]]:
+            for field in ("edits", "channel", "always", "source"):
+                rec.pop(field)
+
+    resign(state_dir, path, to_v1)
+    r = cli("status", "--task", "t-1", "--json")
+    assert r.code == 0, r.err
+    task = r.json()
+    assert task["schema_version"] == 2 and task["decision"]["decision"] == "rejected"
+    assert [(d["decision"], d["channel"]) for d in task["decisions"]] == [("rejected", "blog")]
+
+
+@pytest.mark.parametrize("other", ["approve", "reject"])
+@pytest.mark.parametrize("edit_first", [True, False], ids=["edit-first", "edit-second"])
+def test_edit_with_two_channels(cli, state_dir, other, edit_first):
+    """Edit one call of a two-channel task (``--call``), approve or reject the other, in either
+    order: exactly the edited draft is published on the edited channel, the other channel gets
+    the draft as started (approved) or nothing (rejected), and nothing else is published."""
+    r = cli("start", "--key", "t-2", "--title", TITLE, "--draft", BODY, "--channel", "blog",
+            "--channel", "news", "--json")
+    assert r.code == 0, r.err
+    calls = {p["arguments"]["channel"]: p["call_id"] for p in r.json()["pending"]}
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "t-2", "--decision", "approve", "--edit-title", "Release notes")
+    r.assert_stopped()  # two pending calls: the edit must name one, like any decision
+    assert "--call" in r.err and snapshot(state_dir) == before
+    edit = ["--call", calls["blog"], "--decision", "approve", "--by", "alice", "--edit-title", "Release notes"]
+    plain = ["--call", calls["news"], "--decision", other, "--by", "bob"]
+    for args in ([edit, plain] if edit_first else [plain, edit]):
+        r = cli("resume", "--task", "t-2", *args, "--json")
+        assert r.code == 0, r.err
+    task = r.json()
+    assert task["status"] == "completed" and task["pending"] == []
+    published = {e["channel"]: (e["title"], e["content_sha256"]) for e in ledger_entries(state_dir)}
+    want = {"blog": ("Release notes", content_sha256("Release notes", BODY))}
+    if other == "approve":
+        want["news"] = (TITLE, content_sha256(TITLE, BODY))
+    assert published == want
+    kinds = [(d["channel"], d["decision"], d["by"]) for d in task["decisions"]]
+    assert ("blog", "approved_with_edits", "alice") in kinds and ("blog", "approved", "alice") in kinds
+    assert ("news", "approved" if other == "approve" else "rejected", "bob") in kinds
+    cp = json.loads(checkpoint_file(state_dir, "t-2").read_text(encoding="utf-8"))
+    assert cp["content_sha256"] == content_sha256(TITLE, BODY)  # the task's draft is unchanged
+    assert cli("doctor", "--json").json()["findings"] == []

@@ -190,7 +190,9 @@ def test_pending_call_swapped_stops(cli, state_dir, where, what):
 def test_recorded_decision_for_another_call_stops(cli, state_dir):
     _start(cli)
     decision = {"decision": "approved", "by": "mallory", "at": "2026-01-01T00:00:00Z", "reason": None,
-                "call_id": "call_other", "tool": "publish_draft", "arguments_sha256": "0" * 64}
+                "call_id": "call_other", "tool": "publish_draft", "arguments_sha256": "0" * 64,
+                "channel": "blog", "always": False, "source": "human",
+                "edits": None}
     resign(state_dir, checkpoint_file(state_dir, KEY),
            lambda d: d.update(decision=decision, decisions=[decision]))
     _refused(cli, state_dir, *APPROVE, says="the recorded decision is for another call")
@@ -249,7 +251,8 @@ def test_needs_approval_dropped_in_code_stops(cli, state_dir, monkeypatch):
 def test_needs_approval_made_a_policy_in_code_stops(cli, state_dir, monkeypatch):
     _start(cli)
     _patch_agent(monkeypatch, tool={"needs_approval": _always})
-    _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' needs_approval True -> 'callable:")
+    _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' needs_approval "
+             "'callable:tools.publish.needs_publish_approval' -> 'callable:")
 
 
 async def _always(*_args) -> bool:
@@ -428,14 +431,14 @@ def v1_state(state_dir, monkeypatch):
 def test_v1_fixture_still_reads_and_resumes(cli, state_dir, v1_state):
     """The committed v1 file must stay readable (and its MAC valid) as the envelope evolves."""
     task = cli("status", "--task", v1_state.TASK_ID, "--json").json()
-    assert task["schema_version"] == 1 and task["status"] == "waiting_for_approval"
+    assert task["schema_version"] == 2 and task["status"] == "waiting_for_approval"  # migrated
     r = cli("resume", "--task", v1_state.TASK_ID, "--decision", "approve", "--json")
     assert r.code == 0, r.err
     assert r.json()["status"] == "completed"
     assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == [v1_state.TASK_ID]
 
 
-@pytest.mark.parametrize("version", [0, 2, 99, "1", 1.0, True, None, "missing"])
+@pytest.mark.parametrize("version", [0, 3, 99, "1", "2", 1.0, True, None, "missing"])
 def test_other_envelope_schema_version_refused_naming_both(cli, state_dir, v1_state, version):
     path = checkpoint_file(state_dir, v1_state.TASK_ID)
     if version == "missing":
@@ -447,7 +450,8 @@ def test_other_envelope_schema_version_refused_naming_both(cli, state_dir, v1_st
     for args in (("resume", "--task", v1_state.TASK_ID, "--decision", "approve"),
                  ("status", "--task", v1_state.TASK_ID)):
         _refused(cli, state_dir, *args,
-                 says=f"has schema_version {shown}; this program reads only schema_version 1")
+                 says=f"has schema_version {shown}; this program reads only schema_version 1 "
+                      "(migrated) and 2")
 
 
 def test_unsupported_run_state_schema_version_stops_naming_both(cli, state_dir):
@@ -542,8 +546,9 @@ def test_run_context_is_plain_json(cli, state_dir):
     _start(cli)
     rs = json.loads(json.loads(checkpoint_file(state_dir, KEY).read_text(encoding="utf-8"))["run_state"])
     ctx = rs["context"]["context"]
-    assert set(ctx) == {"task_id", "idempotency_key", "content_sha256", "ledger_dir"}
-    assert all(type(v) is str for v in ctx.values())
+    assert set(ctx) == {"task_id", "idempotency_key", "content_sha256", "store", "channels"}
+    assert ctx["store"].startswith("store-")  # a token for this process, never a path or a URL
+    assert all(type(v) is str for k, v in ctx.items() if k != "channels") and ctx["channels"] == ["blog"]
     assert rs["context"]["context_meta"]["requires_deserializer"] is False
 
 
@@ -567,7 +572,7 @@ def test_unserializable_context_is_stopped_not_a_traceback(state_dir):
     from state.storage import Store
 
     with pytest.raises(Stopped, match="the run state cannot be saved"):
-        asyncio.run(hitl._saved_text(Store(state_dir), None, result, KEY, "0" * 64))
+        asyncio.run(hitl._saved_text(Store(state_dir), None, result, KEY, "0" * 64, ["blog"]))
 
 
 def test_a_field_added_later_needs_a_schema_bump(cli, state_dir, v1_state, monkeypatch):

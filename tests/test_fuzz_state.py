@@ -389,7 +389,8 @@ def _ledger_harmless(mutated: bytes, original: dict) -> bool:
     if parsed is None or set(parsed) != set(original):
         return False
     if any(parsed[k] != original[k] or type(parsed[k]) is not str
-           for k in ("idempotency_key", "task_id", "action", "content_sha256")):
+           for k in ("idempotency_key", "task_id", "action", "content_sha256", "channel", "approval")
+           if k in original):
         return False
     return (type(parsed["title"]) is str and len(parsed["title"]) <= 200
             and type(parsed["published_at"]) is str and 1 <= len(parsed["published_at"]) <= 40)
@@ -403,10 +404,16 @@ def _ledger_valid(mutated: bytes, file_stem: str) -> bool:
     from state.storage import file_name
 
     e = _strict(mutated)
-    if e is None or set(e) != {"idempotency_key", "task_id", "action", "title", "content_sha256",
-                               "published_at"} or any(type(v) is not str for v in e.values()):
+    old = {"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at"}
+    # entries written since channels exist carry both "channel" and "approval"; older ones neither
+    if e is None or set(e) not in (old, old | {"channel", "approval"}) \
+            or any(type(v) is not str for v in e.values()):
         return False
-    return (valid_key(e["idempotency_key"]) and e["task_id"] == e["idempotency_key"]
+    if "channel" in e and (re.fullmatch(r"[a-z0-9-]{1,32}", e["channel"]) is None
+                           or e["approval"] not in ("human", "not_needed")):
+        return False
+    keys = (e["task_id"],) + ((f"{e['task_id']}#{e['channel']}",) if "channel" in e else ())
+    return (valid_key(e["task_id"]) and e["idempotency_key"] in keys
             and file_name(e["idempotency_key"]) == file_stem and e["action"] == "publish_draft"
             and re.fullmatch(r"[0-9a-f]{64}", e["content_sha256"]) is not None
             and len(e["title"]) <= 200 and 1 <= len(e["published_at"]) <= 40)

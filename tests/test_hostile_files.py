@@ -261,7 +261,7 @@ def test_missing_signing_key_is_never_created_by_a_save(cli, state_dir):
 
 @pytest.fixture
 def two_dirs(tmp_path, monkeypatch):
-    """Two state dirs sharing ``HITL_SIGNING_KEY`` (the README's recommended setup)."""
+    """Two state dirs sharing ``HITL_SIGNING_KEY`` (a secret-store key, docs/threat-model.md)."""
     from conftest import run_in_process as call
 
     monkeypatch.setenv("HITL_SIGNING_KEY", SHARED_KEY)

@@ -145,7 +145,8 @@ def test_the_tool_rechecks_the_rejection_record_right_before_its_effect(cli, sta
         call = cp.pending[0]
         rejections.record(Store(state_dir), KEY, cp.content_sha256, Decision(
             decision="rejected", by="bob", at="2100-01-01T00:00:00Z", reason=None,
-            call_id=call.call_id, tool=call.tool, arguments_sha256="0" * 64))
+            call_id=call.call_id, tool=call.tool, arguments_sha256="0" * 64, channel="blog",
+            always=False, source="human"))
 
     _pause_at(monkeypatch, "checkpoint:decision:after", reject_lands)
     r = cli("resume", "--task", KEY, "--decision", "approve")

@@ -164,7 +164,7 @@ def test_show_receipt_of_an_approved_task(cli, state_dir):
     ]
     for step in rec["trajectory"]:
         if step["step"] == "checkpoint":
-            assert step["schema_version"] == 1 and step["run_state_schema_version"]
+            assert step["schema_version"] == 2 and step["run_state_schema_version"]
             assert step["sdk_version"]
         if step["step"] == "model_call":
             assert step["latency_ms"] is not None

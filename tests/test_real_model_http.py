@@ -22,11 +22,11 @@ import respx
 
 from conftest import checkpoint_file, ledger_entries, resign, snapshot
 
-FAKE_KEY = "sk-test-FAKEKEY-issue5-0123456789abcdef"
+FAKE_KEY = "sk-test-FAKEKEY-realmodel-0123456789abcdef"
 OPENAI = "https://api.openai.com/v1"
 LOCAL = "http://localhost:11434/v1"
 TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",
-             "schema_version", "revision", "checkpoint_path"}
+             "schema_version", "revision", "checkpoint_path", "decisions", "channels"}
 FAST_RETRY = {"retry-after-ms": "1"}  # the openai client honours it: retries without waiting
 
 

@@ -250,3 +250,97 @@ def test_sdk_rejection_message_wins_over_tool_error_formatter():
         state.reject(state.get_interruptions()[0], rejection_message=message)
         final = asyncio.run(Runner.run(agent, state, run_config=config))
         assert final.final_output == f"publish_draft answered: {expected}"
+
+
+# -- several calls in one turn (workflow/calls.py relies on these) ---------------------------------
+
+@function_tool(needs_approval=True)
+def probe_channel(ctx: RunContextWrapper[dict], title: str, channel: str) -> str:
+    """Record which channel ran."""
+    CALLS.append(channel)
+    return f"ran {channel}"
+
+
+def _three_pending(steps_after: int = 4):
+    from agents.testing import assistant_message, function_call
+
+    seen: list[int] = []
+
+    def closing(call):
+        seen.append(1)
+        return ModelStep(output=[assistant_message("done")])
+
+    model = ScriptedModel(
+        [ModelStep(output=[function_call("probe_channel", {"title": "T", "channel": c}, call_id=f"c_{c}")
+                           for c in ("a", "b", "c")])]
+        + [ModelStep.respond(closing) for _ in range(steps_after)])
+    agent = Agent(name="Probe", instructions="x", tools=[probe_channel], model=model)
+    result = asyncio.run(Runner.run(agent, "go", context={}))
+    return agent, result, seen
+
+
+def test_sdk_partial_decisions_run_decided_calls_and_pause_on_the_rest():
+    CALLS.clear()
+    agent, result, model_calls = _three_pending()
+    assert [i.call_id for i in result.interruptions] == ["c_a", "c_b", "c_c"]
+    state = asyncio.run(RunState.from_string(agent, result.to_state().to_string()))
+    items = {i.call_id: i for i in state.get_interruptions()}
+    state.approve(items["c_a"])
+    state.reject(items["c_b"])
+    again = asyncio.run(Runner.run(agent, state))
+    assert CALLS == ["a"] and [i.call_id for i in again.interruptions] == ["c_c"]
+    assert model_calls == []  # not asked while a call of the turn has no answer
+    state = asyncio.run(RunState.from_string(agent, again.to_state().to_string()))
+    state.approve(state.get_interruptions()[0])
+    done = asyncio.run(Runner.run(agent, state))
+    assert CALLS == ["a", "c"] and done.final_output == "done" and model_calls == [1]
+
+
+def test_sdk_a_per_call_reject_after_always_approve_wins():
+    """And the other order does not: a sticky approve given after a per-call reject overrides it
+    (why workflow.calls applies sticky rules first)."""
+    for order, expected in ((("sticky", "reject"), ["a", "b"]), (("reject", "sticky"), ["a", "b", "c"])):
+        CALLS.clear()
+        agent, result, _ = _three_pending()
+        state = result.to_state()
+        items = {i.call_id: i for i in state.get_interruptions()}
+        for step in order:
+            if step == "sticky":
+                state.approve(items["c_a"], always_approve=True)
+            else:
+                state.reject(items["c_c"])
+        asyncio.run(Runner.run(agent, state))
+        assert CALLS == expected, order
+
+
+def test_sdk_asks_for_approval_when_arguments_are_malformed_whatever_the_rule_says():
+    from agents.testing import function_call
+
+    asked: list[object] = []
+
+    def never(_ctx, params, _call_id):
+        asked.append(params)
+        return False
+
+    tool = function_tool(lambda title, channel: "ran", name_override="probe_rule", needs_approval=never)
+    model = ScriptedModel([ModelStep(output=[function_call("probe_rule", "{not json", call_id="c1")])]
+                          + [ModelStep.respond(offline_responder) for _ in range(2)])
+    agent = Agent(name="Probe", instructions="x", tools=[tool], model=model)
+    result = asyncio.run(Runner.run(agent, "go"))
+    assert [i.call_id for i in result.interruptions] == ["c1"] and asked == []
+
+
+def test_sdk_per_call_rejection_message_beats_tool_error_formatter():
+    from agents import RunConfig
+
+    CALLS.clear()
+    agent, result, _ = _three_pending()
+    state = result.to_state()
+    items = {i.call_id: i for i in state.get_interruptions()}
+    state.reject(items["c_a"], rejection_message="per-call words")
+    state.reject(items["c_b"])
+    state.reject(items["c_c"])
+    done = asyncio.run(Runner.run(agent, state, run_config=RunConfig(
+        tool_error_formatter=lambda a: f"formatted {a.call_id}" if a.kind == "approval_rejected" else None)))
+    outputs = [i.raw_item["output"] for i in done.new_items if i.type == "tool_call_output_item"]
+    assert outputs == ["per-call words", "formatted c_b", "formatted c_c"]

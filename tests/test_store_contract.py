@@ -1,5 +1,7 @@
 """The store conformance suite (tests/store_contract.py) run against every store we ship: the file
-store today. A new store adds its :class:`StoreFactory` to ``FACTORIES`` and must pass unchanged."""
+store, PostgreSQL with one connection, and PostgreSQL through a connection pool (each on a fresh
+schema of the session's throwaway server, tests/conftest.py). A new store adds its factory to
+``FACTORIES`` and must pass unchanged."""
 
 from __future__ import annotations
 
@@ -19,12 +21,37 @@ def _damage_file(store: FileStore, task_id: str) -> None:
                     .replace('"x" + "', '"x', 1), encoding="utf-8")
 
 
-FACTORIES = [StoreFactory("file", make=lambda tmp: FileStore(tmp / "state"), damage=_damage_file)]
+def _damage_row(store, task_id: str) -> None:
+    """Flip the title in the stored envelope with plain SQL, without re-signing it."""
+    with store._db() as conn:
+        conn.execute("UPDATE checkpoints SET envelope = replace(envelope, '\"title\": \"', "
+                     "'\"title\": \"x') WHERE task_id = %s", (task_id,))
 
 
-@pytest.fixture(params=FACTORIES, ids=[f.name for f in FACTORIES])
-def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
-    return request.param
+FACTORIES = ["file", "postgres", "postgres-pool"]
+
+
+@pytest.fixture(params=FACTORIES)
+def store_factory(request: pytest.FixtureRequest):
+    if request.param == "file":
+        yield StoreFactory("file", make=lambda tmp: FileStore(tmp / "state"), damage=_damage_file)
+        return
+    from workflow.postgres import PostgresStore
+
+    url = request.getfixturevalue("pg_url")
+    if request.param == "postgres":
+        yield StoreFactory("postgres", make=lambda tmp: PostgresStore(url, tmp / "state"),
+                           damage=_damage_row)
+        return
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)
+    try:
+        yield StoreFactory("postgres-pool",
+                           make=lambda tmp: PostgresStore(url, tmp / "state", pool=pool),
+                           damage=_damage_row)
+    finally:
+        pool.close()
 
 
 def test_file_store_is_a_task_store_and_a_plain_store_is_wrapped(tmp_path: Path):

@@ -16,8 +16,7 @@ import pytest
 from conftest import RUN_PY, ROOT, checkpoint_file, ledger_entries, snapshot
 from loopback_provider import LoopbackProvider
 
-TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",
-             "schema_version", "revision", "checkpoint_path"}
+from test_cli_contract import TASK_KEYS  # the task object of the contract
 FAKE_KEY = "sk-test-FAKEKEY-stream-0123456789abcdef"
 REASON = "no, the numbers in the second paragraph are wrong and need a source"
 
@@ -32,7 +31,7 @@ def _cp(state_dir: Path, key: str = "t-1") -> dict[str, Any]:
 
 def _comparable_run_state(state_dir: Path, key: str = "t-1") -> dict[str, Any]:
     """The saved RunState without what differs between any two runs: the trace ID, the state
-    dir's path, the time the ledger entry was written (the model quotes the tool's output).
+    store token, the time the ledger entry was written (the model quotes the tool's output).
     After a run that finished, the trace itself: the SDK keeps it in a finished streamed run's
     state and drops it from a finished non-streamed one (nothing resumes a finished task)."""
     text = _cp(state_dir, key)["run_state"]
@@ -43,7 +42,7 @@ def _comparable_run_state(state_dir: Path, key: str = "t-1") -> dict[str, Any]:
         data["trace"].pop("id", None)
     if data["current_step"] is None or data["current_step"].get("type") != "next_step_interruption":
         data.pop("trace", None)
-    data["context"]["context"].pop("ledger_dir")
+    data["context"]["context"].pop("store")  # a process-local token (state/open_stores.py)
     return data
 
 

@@ -21,7 +21,7 @@ SDK_CALLS = {
     "result.to_state().to_string()": r"\.to_state\(\)\.to_string\(\)",
     "RunState.from_string": r"RunState\.from_string\(",
     "state.get_interruptions()": r"state\.get_interruptions\(\)",
-    "state.approve(item)": r"state\.approve\(item\)",
+    "state.approve(item, …)": r"state\.approve\(item[,)]",
     "state.reject(item, …)": r"state\.reject\(item,",
 }
 

@@ -2,7 +2,9 @@
 
 The fake ``publish_draft`` action's only effect is an entry here, so "was it published?" is "does
 ``ledger/<name>.json`` exist?". Layout: ``<state dir>/ledger/<file_name(key)>.json`` holding
-``{"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at"}``.
+``{"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at", "channel",
+"approval"}``; ``channel`` and ``approval`` are absent from entries written before a task could
+have several channels (read as None: one channel, approved by a human).
 
 Why one file per key (and not one big JSON file): recording must be atomic across processes and must
 not re-read or rewrite the whole ledger. An entry is written to a temp file, fsynced, then published
@@ -18,13 +20,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from state import effects, secrets
 from state.errors import Stopped
-from state.schema import valid_key, validation_message
+from state.schema import CHANNEL_FIELD, valid_key, validation_message
 from state.paths import inside, read_regular
 from state.clock import now_iso
 from state.durable import create_exclusive
@@ -38,7 +40,13 @@ MAX_ENTRY_BYTES = 64 * 1024
 
 class LedgerEntry(BaseModel):
     """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
-    "published_at"}`` (``published_at`` ISO-8601 UTC)."""
+    "published_at", "channel", "approval"}`` (``published_at`` ISO-8601 UTC).
+
+    ``idempotency_key`` is ``task_id`` (a one-channel task) or ``<task_id>#<channel>``
+    (:func:`state.schema.effect_key`). ``channel`` and ``approval`` (``"human"``: a person's
+    approval was on record; ``"not_needed"``: the approval rule let the call run without one, e.g.
+    the private ``preview`` channel) are optional: entries written before they existed lack them.
+    """
 
     # defer_build: the validator is built on first use, so commands that never read the ledger
     # (status, list) do not pay for it at startup (read-only commands stay fast).
@@ -50,8 +58,10 @@ class LedgerEntry(BaseModel):
     title: str = Field(max_length=200)
     content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     published_at: str = Field(min_length=1, max_length=40)
+    channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
+    approval: Optional[Literal["human", "not_needed"]] = None
 
-    @field_validator("idempotency_key", "task_id")
+    @field_validator("task_id")
     @classmethod
     def _key(cls, v: str) -> str:
         if not valid_key(v):
@@ -60,9 +70,12 @@ class LedgerEntry(BaseModel):
 
     @model_validator(mode="after")
     def _key_is_task(self) -> "LedgerEntry":
-        # The key is also the task ID (README): an entry naming two different ones was not ours.
-        if self.idempotency_key != self.task_id:
-            raise ValueError("idempotency_key and task_id differ")
+        # The key is the task ID, or the task ID and the channel (docs/several-calls.md): any other pairing was not ours.
+        if self.idempotency_key not in (self.task_id, f"{self.task_id}#{self.channel}"):
+            raise ValueError("idempotency_key and task_id differ (nor is it task_id#channel)")
+        # Entries written before channels existed have neither field; every later one has both.
+        if (self.channel is None) != (self.approval is None):
+            raise ValueError("channel and approval come together (or, in an older entry, neither)")
         return self
 
 
@@ -95,14 +108,18 @@ class Ledger:
         return entry
 
     def record(
-        self, *, key: str, task_id: str, title: str, content_sha256: str
+        self, *, key: str, task_id: str, title: str, content_sha256: str,
+        channel: Optional[str] = None, approval: Optional[str] = None,
     ) -> tuple[LedgerEntry, bool]:
         """Record the action for ``key`` exactly once. Returns ``(entry, created)``.
+
+        ``channel`` and ``approval`` are stored when given (see :class:`LedgerEntry`).
 
         ``created`` is False when an identical entry (same task and content) already existed; the
         first entry is returned unchanged. Raises :class:`Stopped` when the key exists for another
         task or other content (fail closed), or the existing file is corrupt.
         """
+        self.check_key(key, task_id, channel)
         existing = self.get(key)
         if existing is None:
             entry = LedgerEntry(
@@ -112,9 +129,11 @@ class Ledger:
                 title=title,
                 content_sha256=content_sha256,
                 published_at=now_iso(),
+                **({"channel": channel} if channel is not None else {}),
+                **({"approval": approval} if approval is not None else {}),
             )
             # never a key on disk: a title holding one becomes "[redacted]" (state.secrets)
-            record = secrets.redact(entry.model_dump(), secrets.LEDGER, what=f"ledger entry of key {key!r}",
+            record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER, what=f"ledger entry of key {key!r}",
                                 closed_keys=True)
             entry = LedgerEntry.model_validate(record)
             data = (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode()
@@ -130,6 +149,14 @@ class Ledger:
                 )
         self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
+
+    @staticmethod
+    def check_key(key: str, task_id: str, channel: Optional[str]) -> None:
+        """Raise :class:`Stopped` unless ``key`` is ``task_id`` or ``<task_id>#<channel>`` (checked
+        before any entry is read, so a key naming another channel is refused whatever is stored)."""
+        if key not in (task_id, f"{task_id}#{channel}"):
+            raise Stopped(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
+                          f"{channel!r}; refusing")
 
     @staticmethod
     def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:

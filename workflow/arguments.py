@@ -11,9 +11,10 @@ import argparse
 from typing import Any, Callable
 
 from state import clock
+from state.settings import store_url_problem
 from state.schema import (DEFAULT_MAX_COST_USD, DEFAULT_MAX_TOKENS, DEFAULT_MAX_TURNS,
-                          MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_TITLE_CHARS, MAX_TURNS_LIMIT, MIN_OUTPUT_TOKENS, check_base_url,
-                          check_text, key_problem)
+                          MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_TITLE_CHARS, MAX_TURNS_LIMIT,
+                          MIN_OUTPUT_TOKENS, check_base_url, check_text, key_problem, valid_channel)
 
 
 def key(value: str) -> str:
@@ -24,10 +25,33 @@ def key(value: str) -> str:
     return value
 
 
+def channel(value: str) -> str:
+    """``--channel``: 1-32 of ``a-z0-9-`` (``state.schema.CHANNEL_PATTERN``), else a usage error."""
+    if not valid_channel(value):
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a channel name: use 1-32 of a-z0-9-")
+    return value
+
+
+def call_id(value: str) -> str:
+    """``--call``: a pending call's ID as ``status`` shows it (1-200 printable characters)."""
+    if not value or len(value) > 200 or not value.isprintable():
+        raise argparse.ArgumentTypeError("--call takes a call_id as status shows it")
+    return value
+
+
 def state_dir(value: str) -> str:
     """``--state-dir``: any non-blank path (checked later, before use)."""
     if not value.strip():  # "" would silently fall back to $HITL_STATE_DIR or .cache
         raise argparse.ArgumentTypeError("must not be empty (omit --state-dir for the default)")
+    return value
+
+
+def store_url(value: str) -> str:
+    """``--store``: a ``postgresql://`` URL (``state.settings.store_url_problem``), else a usage
+    error that never repeats the value (it may hold a password)."""
+    problem = store_url_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"the URL {problem}")
     return value
 
 

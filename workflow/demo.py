@@ -12,6 +12,7 @@ from typing import Any
 
 from state.errors import Stopped
 from state.storage import Store
+from workflow.store import as_task_store
 from workflow.views import ledger_view, task_view
 
 RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
@@ -20,20 +21,28 @@ RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
 def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
     """Tell the whole story with real subprocesses, so each resume provably comes from disk.
 
-    Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks.
+    Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks
+    (on PostgreSQL, ``store``'s database with task keys of its own; the ledger lists every entry
+    in that database).
 
     With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
-    object, is ``{"tasks": [task, task, task], "ledger": ledger}`` for the three demo tasks.
+    object, is ``{"tasks": [task, task, task, task], "ledger": ledger}`` for the four demo tasks
+    (the third has two channels: one call approved, one rejected; the fourth is approved with edits).
     """
     import subprocess
     import uuid
 
     run_id = uuid.uuid4().hex[:6]
-    key_a, key_b, key_c = (f"demo-{run_id}-{kind}" for kind in ("approve", "reject", "edit"))
-    # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 5 shows
-    # exactly one entry however often the demo runs).
-    store = Store(store.root / "demo" / run_id)
-    base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root)]
+    key_a, key_b = f"demo-{run_id}-approve", f"demo-{run_id}-reject"
+    key_c, key_d = f"demo-{run_id}-channels", f"demo-{run_id}-edit"
+    # the two calls of the two-channel task (agent.models: call_<content sha256[:16]>_<channel>)
+    from state.schema import content_sha256
+
+    call = "call_" + content_sha256("Launch post", "We launch on Monday.")[:16]
+    # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 7 shows
+    # the same entries however often the demo runs).
+    store = as_task_store(store).with_root(store.root / "demo" / run_id)
+    base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root), *store.cli_args()]
     steps = [
         ("1. Start a task. The agent asks to call publish_draft; the run pauses and is saved.",
          ["start", "--key", key_a, "--title", "Release notes 1.2",
@@ -46,14 +55,22 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
          ["start", "--key", key_b, "--title", "Draft with a typo", "--draft", "Teh new plan."]),
         ("", ["resume", "--task", key_b, "--decision", "reject", "--by", "bob",
               "--reason", "Typo in the first word; fix it and start again."]),
-        ("5. A third task with a typo in its title: the reviewer fixes it and approves (approve with\n"
+        ("5. A task for two channels: the model asks for both calls in one turn; each is decided "
+         "on its own.", ["start", "--key", key_c, "--title", "Launch post", "--draft",
+                         "We launch on Monday.", "--channel", "blog", "--channel", "news"]),
+        ("   Reject the news call: it gets the reason; the run pauses again on the blog call.",
+         ["resume", "--task", key_c, "--call", f"{call}_news", "--decision", "reject", "--by", "bob",
+          "--reason", "Not news yet."]),
+        ("   Approve the blog call: it publishes; the task completes (one call executed).",
+         ["resume", "--task", key_c, "--call", f"{call}_blog", "--decision", "approve", "--by", "alice"]),
+        ("6. A task with a typo in its title: the reviewer fixes it and approves (approve with\n"
          "   edits), streaming the run: the model is told exactly what to publish, and its new call,\n"
          "   carrying exactly the edited draft, is approved through the same decision path.",
-         ["start", "--key", key_c, "--title", "Relase notes 1.3", "--draft", "Version 1.3 adds dark mode."]),
-        ("", ["resume", "--task", key_c, "--decision", "approve", "--by", "carol",
+         ["start", "--key", key_d, "--title", "Relase notes 1.3", "--draft", "Version 1.3 adds dark mode."]),
+        ("", ["resume", "--task", key_d, "--decision", "approve", "--by", "carol",
               "--edit-title", "Release notes 1.3", "--stream"]),
-        ("6. The ledger: one entry per approved task (the edited title for the third), none for the\n"
-         "   rejected one.", ["ledger"]),
+        ("7. The ledger: one entry for each approved task (the edited title for the last), none for\n"
+         "   the rejected one, and for the two-channel task only its blog channel.", ["ledger"]),
     ]
     say = sys.stderr if as_json else sys.stdout
     print(f"Demo (offline model, no API key, no network). State dir: {store.root}\n", file=say)
@@ -68,7 +85,7 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
             raise Stopped(f"demo step failed with exit code {proc.returncode}")
     if not as_json:
         return None
-    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c)],
+    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c, key_d)],
             "ledger": ledger_view(store)}
 
 

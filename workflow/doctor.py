@@ -73,6 +73,7 @@ from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
 from state.storage import Store, file_name
 from tools.ledger import Ledger, LedgerEntry
+from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
@@ -220,17 +221,18 @@ DETAILS = {
 }
 
 
-def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | None,
+def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, Path] | None,
                 report: Report, rejected: RejectionRecord | None = None) -> None:
     """Add ``cp``'s finding, if any, to ``report``: the ``doctor`` column of the decision table
     (:func:`workflow.reconcile.reconcile`), after checking that the evidence is for this task."""
     if entry is not None:
         e, epath = entry
-        if e.task_id != cp.task_id or e.content_sha256 != cp.content_sha256:
+        if e.task_id != cp.task_id or e.content_sha256 != cp.expected_sha256(cp.channels[0]):
             report.findings.append(Finding(
                 "entry_mismatch", cp.task_id, str(path),
                 f"ledger entry {epath.name} is for task {e.task_id!r} / content "
-                f"{e.content_sha256[:12]}…, the checkpoint for {cp.task_id!r} / {cp.content_sha256[:12]}…",
+                f"{e.content_sha256[:12]}…, the checkpoint for {cp.task_id!r} / "
+                f"{cp.expected_sha256(cp.channels[0])[:12]}…",
                 HUMAN))
             return
     ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,
@@ -255,6 +257,29 @@ def _check_task(cp: Checkpoint, path: Path, entry: tuple[LedgerEntry, Path] | No
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
+def _check_calls(store: Store, cp: Checkpoint, path: Path, report: Report) -> None:
+    """A task with several channels: the ``doctor`` column of the decision table for each call
+    (:func:`workflow.reconcile.gather` reads that call's entry and rejection record)."""
+    from workflow.reconcile import gather
+
+    for call_id, channel in calls_of(cp):
+        try:
+            ev, _, rejected = gather(store, cp, call_id)
+        except Stopped as exc:
+            report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), HUMAN))
+            continue
+        verdict = reconcile(ev, "doctor")
+        if verdict.kind != "finding":
+            continue
+        kind = verdict.code or ""
+        detail = f"call {call_id} on {channel}: " + DETAILS[kind].format(
+            by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
+            decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "")
+        action = (f"python run.py resume --task {cp.task_id} --call {call_id} --decision "
+                  f"{verdict.action}") if verdict.action else HUMAN
+        report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
+
+
 def _temp_files(store: Store) -> Iterator[Path]:
     for folder in (store.root, store.tasks_dir, store.ledger_dir, rejections.folder(store)):
         if folder.is_dir():
@@ -269,6 +294,8 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
     damaged file: every problem becomes a finding. On a state dir that cannot be written, checks
     every task without its lock and adds one ``not_locked`` note (module docstring).
     """
+    if not isinstance(store, Store):  # a database store: no files, temp files or lock files
+        return _doctor_database(store, repair)
     report = Report(state_dir=str(store.root), repair=repair)
     entries = _read_ledger(store, report)
     seen_stems: set[str] = set()
@@ -296,6 +323,10 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                     report.findings.append(Finding(
                         "unreadable_checkpoint", None, str(path), str(exc),
                         HUMAN + " (restore the file from a backup, or move it away)"))
+                    continue
+                if len(cp.channels) > 1:  # each channel's entry is this task's (judged per call)
+                    seen_stems.update(file_name(keys(cp, c)[0]) for c in cp.channels)
+                    _check_calls(store, cp, path, report)
                     continue
                 # re-read the entry under the lock: a resume may have finished since
                 entry = _read_one(store, cp.task_id, entries)
@@ -364,6 +395,51 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
             "task was checked read-only, without its lock, and nothing was repaired",
             "nothing, if nobody writes this state dir; to check under locks or to repair, run "
             "doctor where the state dir is writable"))
+    return report.as_dict()
+
+
+def _doctor_database(store: Any, repair: bool) -> dict[str, Any]:
+    """:func:`doctor` for a database store (``workflow.postgres.PostgresStore``): the same findings
+    from the same decision table, each task checked under its lock taken without waiting (a busy
+    task is a ``busy`` note). There are no temp files or lock files to find, so ``--repair`` has
+    nothing to repair. ``state_dir`` and each finding's ``path`` name the database (never its
+    password)."""
+    report = Report(state_dir=store.location, repair=repair)
+    entries, bad_entries = store.ledger_scan()
+    report.ledger_entries = len(entries) + len(bad_entries)
+    for bad in bad_entries:
+        report.findings.append(Finding("unreadable_ledger_entry", None, bad["file"], bad["error"], HUMAN))
+    by_key = {e.idempotency_key: e for e in entries}
+    good, bad_tasks = store.scan()
+    report.tasks = len(good) + len(bad_tasks)
+    for bad in bad_tasks:
+        report.findings.append(Finding("unreadable_checkpoint", None, bad["file"], bad["error"],
+                                       HUMAN + " (restore the row from a backup, or delete it)"))
+    for cp in good:
+        where = store.checkpoint_path(cp.task_id)
+        try:
+            with store.task_lock(cp.task_id, timeout=0):
+                cp = store.load(cp.task_id)  # as it is now, under the lock
+                entry = store.ledger_get(cp.idempotency_key)
+                rejected = store.rejection_get(cp.task_id)
+        except Stopped as exc:
+            kind = "busy" if "being worked on" in str(exc) else "unreadable_checkpoint"
+            report.findings.append(Finding(kind, None if kind == "busy" else cp.task_id, where,
+                                           str(exc) if kind != "busy" else
+                                           "a live process holds this task's lock",
+                                           "run doctor again when it finishes" if kind == "busy" else HUMAN))
+            continue
+        if entry is not None:
+            by_key[entry.idempotency_key] = entry
+        # (the entry's "path" only gives its name to a finding: the key)
+        _check_task(cp, where, (entry, Path(entry.idempotency_key)) if entry is not None else None,
+                    report, rejected)
+    tasks = {cp.task_id for cp in good} | {b["file"].rsplit("/", 1)[-1] for b in bad_tasks}
+    for key, entry in sorted(by_key.items()):
+        if entry.task_id not in tasks:
+            report.findings.append(Finding(
+                "entry_without_task", entry.task_id, f"{store.ledger_dir}/{key}",
+                f"the ledger shows key {key!r} executed, but no task checkpoint exists", HUMAN))
     return report.as_dict()
 
 

@@ -9,16 +9,20 @@ the model sent it). So ``resume --decision approve --edit-title TEXT --edit-body
 2. the original call is answered with ``state.reject(item, rejection_message=...)``: the message
    (:func:`agent.publisher.edit_message`) tells the model exactly what to publish; the original
    call never runs;
-3. the run goes on; the model's next ``publish_draft`` call pauses (``needs_approval=True``) and is
-   saved as the pending call, with the task's content hash now the edited one (so the tool, the
-   ledger entry and every later check use the edited content);
-4. if that call carries exactly the approved content (:func:`complies`), it is approved through
-   the usual decision path, by the same reviewer (``workflow.hitl.decide``: a second resume);
+3. the run goes on (once every call of that turn has an answer, as with any partial decision);
+   the model's next ``publish_draft`` call on that channel pauses (its channel needs approval) and
+   is saved as a pending call. The content expected on that channel is now the edited one, kept
+   per call in the decision record (:meth:`state.schema.Checkpoint.expected_sha256`), so the tool,
+   the ledger entry and every later check of that channel use it; the task's ``content_sha256``
+   and every other channel keep the draft the task started with;
+4. if that call carries exactly the approved content (:func:`complying`), it is approved through
+   the usual decision path, by the same reviewer (``workflow.hitl.decide``: one more resume);
    anything else stays ``waiting_for_approval`` for a fresh human decision: reject it, or approve
    it with edits again. A plain approve of content the reviewer did not see is refused
    (:func:`check_pending`). Never auto-approve content the reviewer did not see.
 
-Edits are per call: :class:`Edit` names the ``call_id`` it is for (None: the one pending call).
+Edits are per call: they apply to the call the decision is for (``--call``, required when several
+calls are pending, the same rule as any decision); ``--always`` does not go with them.
 Read-only commands use :func:`diff_lines` (``show``) and never import the SDK; neither does this
 module at import time.
 """
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from state import secrets
 from state.errors import Stopped
 from state.schema import ACTION, MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text, content_sha256
-from workflow.trust import carries_the_draft, check_pending_is_the_draft
+from workflow.trust import carries_its_draft, carries_the_draft, check_pending_is_the_draft
 
 if TYPE_CHECKING:
     from state.schema import Checkpoint, Decision
@@ -44,12 +48,11 @@ AUTO_REASON = "carries exactly the draft this reviewer approved with edits"
 
 @dataclass(frozen=True)
 class Edit:
-    """What the reviewer changed: ``title`` and/or ``body`` (None: unchanged), for the pending call
-    ``call_id`` (None: the one pending call)."""
+    """What the reviewer changed: ``title`` and/or ``body`` (None: unchanged), for the call the
+    decision is for. Raises :class:`Stopped` if neither is given or one is not allowed text."""
 
     title: str | None = None
     body: str | None = None
-    call_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.title is None and self.body is None:
@@ -64,12 +67,10 @@ class Edit:
                 secrets.check_input(what, value)
 
 
-def edits_for(edit: Edit, call_id: str, arguments: dict[str, Any]) -> Edits:
-    """The :class:`Edits` record for the pending ``publish_draft`` call ``call_id`` with
-    ``arguments`` (``{"title", "body"}``). Raises :class:`Stopped` if ``edit`` names another call,
-    or if the edits change nothing (approve it as it is)."""
-    if edit.call_id is not None and edit.call_id != call_id:
-        raise Stopped(f"the edits are for call {edit.call_id}, but the pending call is {call_id}")
+def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
+    """The :class:`Edits` record for a pending ``publish_draft`` call with ``arguments``
+    (``{"title", "body"[, "channel"]}``). Raises :class:`Stopped` if the edits change nothing
+    (approve it as it is)."""
     title, body = arguments["title"], arguments["body"]
     new_title = title if edit.title is None else edit.title
     new_body = body if edit.body is None else edit.body
@@ -84,61 +85,65 @@ def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "De
     """The decision to apply: ``rec`` as recorded or built by ``guards.decision_for``, with the
     edits of ``edit`` for a new approval of the call whose ``arguments`` (JSON text) it binds. A
     decision already on record (a replay after a crash) keeps its own edits, whatever ``edit``
-    says now: the one on record wins."""
+    says now: the one on record wins. Raises :class:`Stopped` for edits with ``--always``."""
+    if edit is not None and rec.always:
+        raise Stopped("--edit-title/--edit-body decide one call: they do not go with --always")
     if edit is None or rec.decision != "approved" or rec.edits is not None:
         return rec
-    return rec.model_copy(update={"edits": edits_for(edit, rec.call_id, json.loads(arguments or "{}"))})
+    return rec.model_copy(update={"edits": edits_for(edit, json.loads(arguments or "{}"))})
 
 
-def rejection_message(rec: "Decision") -> str | None:
-    """What answers the original call: for an approval with edits the message naming the edited
-    draft (:func:`agent.publisher.edit_message`), for a reject the reviewer's reason."""
+def rejection_message(rec: "Decision", cp: "Checkpoint") -> str | None:
+    """What answers a call not run: for an approval with edits the message naming the edited
+    draft (:func:`agent.publisher.edit_message`; with its channel when ``cp`` has several), for a
+    reject the reviewer's reason."""
     if rec.edits is None:
         return rec.reason
     from agent.publisher import edit_message
 
-    return edit_message(rec.edits.title, rec.edits.body)
+    return edit_message(rec.edits.title, rec.edits.body, rec.channel if len(cp.channels) > 1 else None)
 
 
-def adopted(cp: "Checkpoint") -> dict[str, Any]:
-    """For the checkpoint written after a run answered with edits (``cp.decision`` carries them):
-    the task's content becomes the edited draft (``title``, ``content_sha256``), so the pending
-    call, the tool and the ledger are checked against what the reviewer approved. Else ``{}``."""
-    if cp.decision is None or cp.decision.edits is None:
-        return {}
-    return {"title": cp.decision.edits.title, "content_sha256": cp.decision.edits.edited_sha256}
+def _channel(cp: "Checkpoint", arguments: dict[str, Any]) -> Any:
+    channel = arguments.get("channel")
+    return cp.channels[0] if channel is None and len(cp.channels) == 1 else channel
 
 
-def _edited_last(cp: "Checkpoint") -> "Edits | None":
-    last = cp.decisions[-1] if cp.decisions else None
-    return last.edits if last is not None and cp.decision is None else None
-
-
-def complies(cp: "Checkpoint") -> bool:
-    """True if ``cp`` waits right after an approval with edits and its one pending call is
-    ``publish_draft`` carrying exactly the approved edited draft."""
-    edits = _edited_last(cp)
-    return (edits is not None and cp.status == "waiting_for_approval" and len(cp.pending) == 1
-            and cp.pending[0].tool == ACTION
-            and carries_the_draft(cp.pending[0].arguments, edits.edited_sha256)
-            and edits.edited_sha256 == cp.content_sha256)
-
-
-def check_pending(cp: "Checkpoint", want: str, edit: Edit | None) -> None:
-    """Before a decision is written: every pending call must carry the task's draft
-    (:func:`workflow.trust.check_pending_is_the_draft`) — except right after an approval with
-    edits whose model then asked for something else: that call may be rejected or approved with
-    edits again (a fresh human decision), never approved as it is. Raises :class:`Stopped`."""
-    if _edited_last(cp) is None or all(
-            c.tool == ACTION and carries_the_draft(c.arguments, cp.content_sha256) for c in cp.pending):
-        check_pending_is_the_draft(cp)
-        return
-    if want == "approved" and edit is None:
-        raise Stopped(f"task {cp.task_id}: the pending call is not the draft the reviewer approved "
-                      "with edits; reject it, or approve it with --edit-title/--edit-body")
+def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
+    """The pending calls of a waiting ``cp`` that answer an approval with edits: each a
+    ``publish_draft`` call, on a channel whose latest decision is an approval with edits of
+    another call (:meth:`state.schema.Checkpoint.edited_on`), carrying exactly the approved
+    edited draft, with no decision of its own yet. As ``(call_id, the approval with edits)``."""
+    if cp.status != "waiting_for_approval":
+        return []
+    decided = {d.call_id for d in cp.decisions}
+    out = []
     for call in cp.pending:
-        if call.tool != ACTION or set(call.arguments) != {"title", "body"}:
-            check_pending_is_the_draft(cp)
+        channel = _channel(cp, call.arguments)
+        rec = cp.edited_on(channel) if isinstance(channel, str) else None
+        if (rec is not None and rec.call_id != call.call_id and call.call_id not in decided
+                and call.tool == ACTION
+                and carries_the_draft(call.arguments, rec.edits.edited_sha256, cp.channels)):
+            out.append((call.call_id, rec))
+    return out
+
+
+def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
+    """Before a decision on the pending call ``call_id`` is written: every pending call must carry
+    the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except right
+    after an approval with edits on a channel whose model then asked for something else: that
+    call may be rejected or approved with edits again (a fresh human decision), never approved
+    as it is. Raises :class:`Stopped`."""
+    for call in cp.pending:
+        if carries_its_draft(cp, call):
+            continue
+        channel = _channel(cp, call.arguments)
+        if (not isinstance(channel, str) or cp.edited_on(channel) is None or call.tool != ACTION
+                or set(call.arguments) - {"channel"} != {"title", "body"}):
+            check_pending_is_the_draft(cp)  # raises: key/action mismatch
+        if call.call_id == call_id and want == "approved" and edit is None:
+            raise Stopped(f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
+                          "approved with edits; reject it, or approve it with --edit-title/--edit-body")
 
 
 def diff_lines(edits: dict[str, Any]) -> list[str]:

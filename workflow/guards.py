@@ -20,14 +20,15 @@ from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 from agent.budget import BudgetExceeded
 from agent.models import provider_error
 from agent.publisher import describe, drift
-from state import clock
+from state import clock, open_stores
 from state.clock import now_iso
 from state.errors import Stopped
-from state.schema import (ACTION, SCHEMA_VERSION, Budget, Checkpoint, Decision, ModelSpec,
-                          arguments_sha256)
+from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
+                          Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, valid_channel)
 from state.files import parse_json_object
 from state.settings import settings
 from state.storage import Store
+from workflow import calls
 from workflow.reconcile import refusal
 from workflow.store import as_task_store
 from workflow.trust import carries_the_draft, check_approvals
@@ -43,18 +44,39 @@ def sdk_version() -> str:
     return metadata.version("openai-agents")
 
 
-def run_context(store: Store, cp_task_id: str, sha: str) -> dict[str, str]:
+def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str]) -> dict[str, Any]:
     """The run context: plain JSON only (the SDK's ``to_string()`` raises on a non-JSON value in a dict context).
 
     Built from our verified checkpoint and passed as ``context=`` / ``context_override=``, so the
-    tool's idempotency key never comes from the model's arguments or from the stored RunState.
+    tool's idempotency key never comes from the model's arguments or from the stored RunState
+    (the tool derives each channel's key from ``task_id`` and ``channels``). ``store`` is a token
+    for ``store`` in this process (:mod:`state.open_stores`): the context is saved in the
+    RunState, so no path or database URL goes in it.
     """
     return {
         "task_id": cp_task_id,
         "idempotency_key": cp_task_id,
         "content_sha256": sha,
-        "ledger_dir": str(store.ledger_dir),
+        "channels": list(channels),
+        "store": open_stores.token_for(as_task_store(store)),
     }
+
+
+def task_channels(channels: list[str] | None) -> list[str]:
+    """The channels of a new task: ``channels``, default ``[DEFAULT_CHANNEL]``. Raises
+    :class:`Stopped` (nothing saved) for a name outside 1-32 of ``a-z0-9-``, a repeated name, more
+    than :data:`state.schema.MAX_CHANNELS`, or only the private preview channel (a task must have a
+    public channel, which needs a human)."""
+    channels = list(channels or [DEFAULT_CHANNEL])
+    bad = [c for c in channels if not valid_channel(c)]
+    if bad:
+        raise Stopped(f"channel {bad[0][:40]!r} is not allowed: use 1-32 of a-z0-9-")
+    if len(set(channels)) != len(channels) or len(channels) > MAX_CHANNELS:
+        raise Stopped(f"channels must be distinct, at most {MAX_CHANNELS}: {', '.join(channels)}")
+    if channels == [PREVIEW_CHANNEL]:
+        raise Stopped(f"a task needs a public channel: {PREVIEW_CHANNEL} alone needs no human, so "
+                      "there would be nothing to approve; add e.g. --channel blog")
+    return channels
 
 
 def pending_calls(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]:
@@ -75,48 +97,61 @@ def schema_version_of(run_state: str) -> str:
     return json.loads(run_state)["$schemaVersion"]
 
 
-def check_draft_call(pending: list[dict[str, Any]], sha: str) -> None:
+def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str]) -> None:
+    """Each pending call is ``publish_draft`` of the draft as given, on one of ``channels`` (a call
+    naming none only in a one-channel task), no channel asked twice. Raises :class:`Stopped`."""
+    seen: set[Any] = set()
     for call in pending:
         if call["tool"] != ACTION:
             raise Stopped(f"the agent asked for tool {call['tool']!r}, not {ACTION}; nothing saved")
-        if not carries_the_draft(call["arguments"], sha):
+        if not carries_the_draft(call["arguments"], sha, channels):
             raise Stopped(
-                f"the agent's {ACTION} call does not carry the draft as given (key/action "
-                "mismatch); nothing saved"
+                f"the agent's {ACTION} call does not carry the draft as given on one of the task's "
+                f"channels ({', '.join(channels)}) (key/action mismatch); nothing saved"
             )
+        channel = call["arguments"].get("channel") or channels[0]
+        if channel in seen:
+            raise Stopped(f"the agent asked twice to publish on {channel}; nothing saved")
+        seen.add(channel)
 
 
 def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: Any,
-                           sha: str) -> list[dict[str, Any]]:
-    """The pending calls of a first run (``[{"call_id", "tool", "arguments"}]``), which must be
-    exactly one ``publish_draft`` of the draft as given. Raises :class:`Stopped` (nothing saved) if
-    the agent finished without asking, asked for another tool, or changed the draft."""
+                           sha: str, channels: list[str]) -> list[dict[str, Any]]:
+    """The pending calls of a first run (``[{"call_id", "tool", "arguments"}]``), each a
+    ``publish_draft`` of the draft as given on one of ``channels`` (:func:`check_draft_call`).
+    Raises :class:`Stopped` (nothing saved) if the agent finished without asking, asked for
+    another tool or channel, or changed the draft."""
     if not interruptions:
         raise Stopped("the agent finished without asking to publish; nothing saved "
                       f"(it said: {str(final_output)[:200]!r})")
     pending = pending_calls(interruptions)
-    check_draft_call(pending, sha)
+    check_draft_call(pending, sha, channels)
     return pending
 
 
-def existing_task(store: Store, task_id: str, title: str, sha: str) -> Checkpoint | None:
-    """For ``start``: the task already saved under ``task_id`` with this title and draft (start
-    again returns it), or None if the key is new. Raises :class:`Stopped` if the key is taken: by
-    another draft, by a ledger entry, or by a rejection record. Reads only."""
+def existing_task(store: Store, task_id: str, title: str, sha: str,
+                  channels: list[str]) -> Checkpoint | None:
+    """For ``start``: the task already saved under ``task_id`` with this title, draft and
+    channels (start again returns it), or None if the key is new. Raises :class:`Stopped` if the
+    key is taken: by another draft or other channels, by a ledger entry or a rejection record of
+    the key or of any of its channels' keys. Reads only."""
     if store.exists(task_id):
         cp = store.load(task_id)
-        if cp.title == title and cp.content_sha256 == sha:
+        if cp.title == title and cp.content_sha256 == sha and cp.channels == channels:
             return cp
-        raise Stopped(f"task {task_id} already exists with a different draft; use a new --key")
+        raise Stopped(f"task {task_id} already exists with a different draft or channels; use a new --key")
     evidence = as_task_store(store)
-    if evidence.ledger_get(task_id) is not None:
+    several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
+    if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):
         raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
-    if evidence.rejection_get(task_id) is not None:
+    scopes = [None, *channels] if len(channels) > 1 else [None]
+    if any(evidence.rejection_get(task_id, c) is not None for c in scopes):
         raise Stopped(f"key {task_id} was rejected before; use a new --key")
     return None
 
 
-def first_checkpoint(*, task_id: str, title: str, sha: str, pending: list[dict[str, Any]],
+def first_checkpoint(*, task_id: str, title: str, sha: str, channels: list[str],
+                     pending: list[dict[str, Any]],
                      run_state: str, rs_version: str, agent: dict[str, Any], spec: ModelSpec,
                      budget: Budget, spend: Any, expires_in_s: int) -> dict[str, Any]:
     """The body of revision 1 of a task's checkpoint (``waiting_for_approval``; every field of
@@ -128,7 +163,7 @@ def first_checkpoint(*, task_id: str, title: str, sha: str, pending: list[dict[s
                 "run_state_schema_version": rs_version}
     return {
         **versions, "task_id": task_id, "idempotency_key": task_id, "action": ACTION,
-        "title": title, "content_sha256": sha, "status": "waiting_for_approval",
+        "title": title, "content_sha256": sha, "channels": channels, "status": "waiting_for_approval",
         "decision": None, "decisions": [], "pending": pending, "final_output": None,
         "revision": 1, "agent": agent, "run_state": run_state,
         "history": [{"at": now, "event": "started", "revision": 1,
@@ -192,10 +227,10 @@ def check_saved_against_code(cp: Checkpoint, agent: Any) -> None:
         )
 
 
-def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> ToolApprovalItem:
-    """The one interruption to answer: the RunState's interruptions must be exactly the pending
-    calls the reviewer saw, the recorded decision (if any) must be for that call, and there must be
-    exactly one. Raises :class:`Stopped`."""
+def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, ToolApprovalItem]:
+    """The interruptions to answer, by call_id: the RunState's interruptions must be exactly the
+    pending calls the reviewer saw, and every decision recorded for a pending call must be for that
+    very call (tool and arguments). Raises :class:`Stopped`."""
     if not interruptions:
         raise Stopped(f"task {cp.task_id}: the saved run has no interruption to answer")
     if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:
@@ -203,57 +238,83 @@ def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> ToolApprovalI
             f"task {cp.task_id}: the pending call in the saved run differs from the one shown "
             "for review (call_id, tool or arguments)"
         )
-    if cp.decision is not None:
-        item = interruptions[0]
-        if (cp.decision.call_id, cp.decision.tool) != (item.call_id, item.name) or (
-            cp.decision.arguments_sha256 != arguments_sha256(json.loads(item.arguments or "{}"))
+    items = {item.call_id: item for item in interruptions}
+    for rec in [*([cp.decision] if cp.decision else []), *calls.unapplied(cp)]:
+        item = items.get(rec.call_id)
+        if item is None or rec.tool != item.name or (
+            rec.arguments_sha256 != arguments_sha256(json.loads(item.arguments or "{}"))
         ):
             raise Stopped(f"task {cp.task_id}: the recorded decision is for another call")
-    if len(interruptions) != 1:
-        raise Stopped(f"task {cp.task_id} has {len(interruptions)} pending calls; expected one")
-    return interruptions[0]
+    return items
 
 
 def decision_for(store: Store, cp: Checkpoint, item: ToolApprovalItem, decision: str, by: str,
-                 reason: str | None) -> Decision:
-    """The human decision to apply to the pending call ``item``: the one already recorded in
-    ``cp`` (a replay after a crash), else for a reject the one in the task's rejection record (a
+                 reason: str | None, always: bool = False) -> Decision:
+    """The human decision to apply to the pending call ``item``: the one already recorded for it
+    in ``cp`` (a replay after a crash), else for a reject the one in the call's rejection record (a
     crash between that record and the checkpoint, or an older checkpoint put back: the reviewer who
-    rejected stays the one on record), else a new one by ``by`` with ``reason``, timestamped now.
-    Bound to the call's call_id, tool and arguments."""
-    if cp.decision is not None:
-        return cp.decision
-    prior = as_task_store(store).rejection_get(cp.task_id) if decision == "rejected" else None
+    rejected stays the one on record), else a new one by ``by`` with ``reason`` and ``always`` (the
+    SDK's sticky rule), timestamped now. Bound to the call's call_id, tool, arguments and channel."""
+    recorded = calls.decision_of(cp, item.call_id)
+    if recorded is not None:
+        return recorded
+    arguments = json.loads(item.arguments or "{}")
+    channel = calls.channel_of(cp, arguments)
+    _, scope = calls.keys(cp, channel)
+    evidence = as_task_store(store)
+    prior = (evidence.rejection_get(cp.task_id, scope) if scope else evidence.rejection_get(cp.task_id)
+             ) if decision == "rejected" else None
     if prior is not None:
         by, reason = prior.by, prior.reason
     return Decision(decision=decision, by=by, at=prior.at if prior is not None else now_iso(),
                     reason=reason, call_id=item.call_id, tool=item.name,
-                    arguments_sha256=arguments_sha256(json.loads(item.arguments or "{}")))
+                    arguments_sha256=arguments_sha256(arguments), channel=channel, always=always,
+                    source="human")
 
 
 def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
-    """Write (a): the human's decision ``rec`` into a new revision of ``cp`` (compare-and-swap).
+    """Write (a): the human's decision ``rec``, and the decisions its sticky rule makes for the
+    other pending calls (:func:`workflow.calls.sticky_decisions`), into a new revision of ``cp``
+    (compare-and-swap).
 
-    A reject first creates its rejection record (which no restored checkpoint can undo), then checks
-    the ledger again: an approval that ran meanwhile (a lost lock) wins, since an executed action is
-    never cancelled. If this reject cannot be recorded (the ledger has the entry, or another process
-    wrote the checkpoint first), the record this call created is removed again, so a refused
-    command leaves nothing behind. Raises :class:`Stopped`.
+    Each reject first creates its call's rejection record (which no restored checkpoint can
+    undo), then checks that call's ledger entry again: an approval that ran meanwhile (a lost
+    lock) wins, since an executed action is never cancelled. If this decision cannot be recorded
+    (the ledger has the entry, or another process wrote the checkpoint first), the records this
+    call created are removed again, so a refused command leaves nothing behind. Raises
+    :class:`Stopped`.
     """
     evidence = as_task_store(store)
-    created = False
+    recs = [rec, *calls.sticky_decisions(cp, rec)]
+    created: list[str | None] = []
     try:
-        if rec.decision == "rejected":
-            created = evidence.rejection_record(cp.task_id, cp.content_sha256, rec)[1]
-            if evidence.ledger_get(cp.idempotency_key) is not None:
-                raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
+        for r in recs:
+            key, scope = calls.keys(cp, r.channel)
+            if r.decision == "rejected":
+                made = (evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope) if scope
+                        else evidence.rejection_record(cp.task_id, cp.content_sha256, r))[1]
+                if made:
+                    created.append(scope)
+                if evidence.ledger_get(key) is not None:
+                    raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
         return store.save_revision(
-            cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, rec],
-            event=("decision_recorded", rec.model_dump(exclude={"arguments_sha256"})))
+            cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, *recs],
+            event=("decision_recorded", {**rec.model_dump(exclude={"arguments_sha256"}),
+                                         "sticky": [r.call_id for r in recs[1:]]}))
     except Stopped:
-        if created:
-            evidence.rejection_remove(cp.task_id)
+        for scope in created:
+            evidence.rejection_remove(cp.task_id, scope) if scope else evidence.rejection_remove(cp.task_id)
         raise
+
+
+def nothing_executed(store: Store, cp: Checkpoint) -> bool:
+    """True if no channel of ``cp`` has a ledger entry and no call is still waiting for a decision
+    or decided ``approved`` (so cancelling the task cancels nothing that ran or may run)."""
+    evidence = as_task_store(store)
+    if any(evidence.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels):
+        return False
+    return all((rec := calls.decision_of(cp, c)) is not None and rec.decision == "rejected"
+               for c, _ in calls.calls_of(cp))
 
 
 def cancel_unpaid(store: Store, cp: Checkpoint, budget: Budget, spend: Any) -> Checkpoint:
@@ -307,7 +368,7 @@ def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision:
     never waits for budget); anything else raises :class:`Stopped` naming the cause (the decision
     stays recorded: run resume again)."""
     found = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
-    if found is not None and decision == "rejected":
+    if found is not None and decision == "rejected" and nothing_executed(store, cp):
         return cancel_unpaid(store, cp, budget, spend)
     if found is not None:
         why = str(found) if isinstance(found, BudgetExceeded) else f"budget exceeded: {found}"
@@ -315,26 +376,36 @@ def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision:
     raise run_failure(exc, cp.task_id, "the decision is recorded, run resume again")
 
 
-def outcome(store: Store, cp: Checkpoint, decision: str, final_output: Any) -> dict[str, Any]:
-    """The changes that end ``cp`` after its run finished: ``completed`` for an approval (the
-    ledger entry must exist), ``cancelled`` for a reject (it must not). Raises :class:`Stopped` if
-    the ledger disagrees (a human must check)."""
-    entry = as_task_store(store).ledger_get(cp.idempotency_key)
-    if decision == "approved" and entry is None:
-        raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
-    if decision == "rejected" and entry is not None:
-        raise Stopped(f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
-    status = "completed" if decision == "approved" else "cancelled"
+def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
+    """The changes that end ``cp`` after its run finished: ``completed`` if at least one call
+    executed (its ledger entry exists), ``cancelled`` only if none did (an executed action is
+    never marked cancelled). Every call decided ``approved`` must have its ledger entry and every
+    call decided ``rejected`` none. Raises :class:`Stopped` if the ledger disagrees (a human must
+    check)."""
+    evidence = as_task_store(store)
+    entries = {c: evidence.ledger_get(calls.keys(cp, c)[0]) for c in cp.channels}
+    for call_id, channel in calls.calls_of(cp):
+        rec = calls.decision_of(cp, call_id)
+        decided = rec.decision if rec else None
+        if decided == "approved" and entries[channel] is None:
+            raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
+        if decided == "rejected" and entries[channel] is not None:
+            raise Stopped(f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
+    done = [e for e in entries.values() if e is not None]
+    status = "completed" if done else "cancelled"
     final = final_output if isinstance(final_output, str) else json.dumps(final_output, default=str)
     return {"status": status, "pending": [], "final_output": final,
-            "event": (status, {"ledger": entry.published_at if entry else None})}
+            "event": (status, {"ledger": done[0].published_at if len(done) == 1 else
+                               [e.published_at for e in done] or None})}
 
 
 def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, Any]:
-    """The changes that leave ``cp`` waiting again at new ``interruptions``: the new pending calls,
-    no decision, a fresh deadline (``approval_ttl_s`` from now)."""
+    """The changes that leave ``cp`` waiting again at ``interruptions``: the pending calls, no
+    current decision, and the deadline: unchanged when they are calls that were already pending
+    (the undecided rest of a turn), else a fresh one (``approval_ttl_s`` from now)."""
     pending = pending_calls(interruptions)
-    expires_at = clock.deadline(cp.approval_ttl_s)
+    same_turn = {p["call_id"] for p in pending} <= {p.call_id for p in cp.pending}
+    expires_at = cp.expires_at if same_turn and cp.expires_at else clock.deadline(cp.approval_ttl_s)
     return {"status": "waiting_for_approval", "decision": None, "pending": pending,
             "expires_at": expires_at,
             "event": ("interrupted", {"pending": [p["call_id"] for p in pending], "calls": pending,

@@ -3,7 +3,7 @@
 ====  =============================================  =========================================
 step  SDK (docs: "Human-in-the-loop")                here
 ====  =============================================  =========================================
-1     ``@function_tool(needs_approval=True)``        ``tools/publish.py`` (``publish_draft``)
+1     ``@function_tool(needs_approval=rule)``        ``tools/publish.py`` (``publish_draft``)
 2     ``Agent(..., tools=[publish_draft])``          ``agent/publisher.py`` (``build_agent``)
 3     ``Runner.run(agent, input)``                   :func:`start`
 3'    ``Runner.run_streamed``, ``stream_events()``    ``workflow/streaming.py`` (``on_event``)
@@ -11,11 +11,13 @@ step  SDK (docs: "Human-in-the-loop")                here
 5     ``result.to_state().to_string()``              :func:`_saved_text`, then ``store.save``
 6     ``RunState.from_string(agent, text)``          :func:`_from_string`
 7     ``state.get_interruptions()``                  :func:`resume`
-8     ``state.approve(item)`` / ``state.reject``     :func:`resume`
+8     ``state.approve(item, always_approve=)`` /     :func:`resume` (per call: ``--call``)
+      ``state.reject(item, rejection_message=)``
 9     ``Runner.run(agent, state)``                   :func:`resume`, then :func:`_finish`
 ====  =============================================  =========================================
 
-Every other line is a guard, each one named call (``workflow/guards.py``, ``workflow/reconcile.py``,
+Several calls in one turn (one per channel) pause together; each is decided on its own and the
+run pauses again on the rest (``workflow/calls.py``). Every other line is a guard, each one named call (``workflow/guards.py``, ``workflow/reconcile.py``,
 ``state/``). Write order: the decision is recorded before any effect, the tool writes the ledger
 entry (the effect), the outcome is written last; each write is atomic and a compare-and-swap on the
 revision read. What a crash between any two writes leaves, and what the next command does:
@@ -39,7 +41,7 @@ from state import secrets
 from state.errors import Stopped
 from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
 from state.storage import Store
-from workflow import edits, guards, reconcile, streaming, tracing
+from workflow import calls, edits, guards, reconcile, streaming, tracing
 
 DecisionWord = Literal["approve", "reject"]
 
@@ -54,57 +56,63 @@ logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None,
                 spec: ModelSpec | None = None, budget: Budget | None = None,
                 expires_in_s: int = 86_400, trace_content: bool = False,
+                channels: list[str] | None = None,
                 on_event: streaming.OnEvent | None = None) -> Checkpoint:
     """Run the agent until it asks to publish, then save the checkpoint (``waiting_for_approval``).
 
     ``spec`` names the model (default offline; ``model`` overrides the instance, for tests),
     ``budget`` the task's budget (default :func:`agent.budget.make_budget`); the approval request
     is valid for ``expires_in_s`` seconds; traces go to the task's trace file (``trace_content``:
-    unredacted bodies; ``on_event``: stream the run, :mod:`workflow.streaming`). The same key with
-    the same title and draft returns the saved task without calling the model. Raises :class:`Stopped`, with nothing saved, if the key is taken (another
+    unredacted bodies; ``on_event``: stream the run, :mod:`workflow.streaming`); ``channels``
+    (default ``["blog"]``) are where the draft goes, one call and one effect each. The same key with the same title, draft and channels returns the saved task without
+    calling the model. Raises :class:`Stopped`, with nothing saved, if the key is taken (another
     draft, a ledger entry, a rejection record), if the agent did not ask to publish exactly this
     draft, if the API key is missing, if the budget cannot pay, or if the provider fails.
     """
     for what, value in (("the task ID", task_id), ("the title", title), ("the draft", draft)):
         secrets.check_input(what, value)  # before the model sees it, before any file is written
     sha = content_sha256(title, draft)
+    channels = guards.task_channels(channels)
     spec = spec or ModelSpec()
     budget = budget or make_budget(spec)
     guard = BudgetGuard(budget, Pricing(spec, budget))
     agent = build_agent(BudgetedModel(model or build_model(spec), guard))
     check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
     store.check_writable(task_id)  # hostile files, a damaged key or state.id: nothing written
-    existing = guards.existing_task(store, task_id, title, sha)  # before the lock: leaves no file
+    existing = guards.existing_task(store, task_id, title, sha, channels)  # before the lock: leaves no file
     if existing is not None:
         return existing
     with guards.nothing_left_on_refusal(store, task_id), store.task_lock(task_id):
-        existing = guards.existing_task(store, task_id, title, sha)  # another start may have won
+        existing = guards.existing_task(store, task_id, title, sha, channels)  # another start may have won
         if existing is not None:
             return existing
         try:
             run = Runner.run if on_event is None else streaming.runner(on_event)
             with tracing.recording(store, task_id, "start", content=trace_content):
                 result = await run(
-                    agent, user_message(title, draft), context=guards.run_context(store, task_id, sha),
+                    agent, user_message(title, draft, channels),
+                    context=guards.run_context(store, task_id, sha, channels),
                     max_turns=budget.max_turns, hooks=guard,
                     run_config=tracing.run_config(task_id, "start"))
         except Exception as exc:
             raise guards.run_failure(exc, task_id, "nothing saved") from None
-        pending = guards.check_asked_to_publish(result.interruptions, result.final_output, sha)
-        run_state, rs_version = await _saved_text(store, agent, result, task_id, sha)
+        pending = guards.check_asked_to_publish(result.interruptions, result.final_output, sha, channels)
+        run_state, rs_version = await _saved_text(store, agent, result, task_id, sha, channels)
         spend = spend_from_run_state(run_state, guard.pricing)
         return store.save(guards.first_checkpoint(
-            task_id=task_id, title=title, sha=sha, pending=pending, run_state=run_state,
+            task_id=task_id, title=title, sha=sha, channels=channels, pending=pending, run_state=run_state,
             rs_version=rs_version, agent=describe(agent), spec=spec, budget=budget, spend=spend,
             expires_in_s=expires_in_s), failpoint="checkpoint:start")
 
 
 async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
-                 reason: str | None = None, model: Model | None = None,
+                 reason: str | None = None, call_id: str | None = None, always: bool = False,
+                 model: Model | None = None,
                  budget_changes: dict[str, Any] | None = None,
                  trace_content: bool = False, on_event: streaming.OnEvent | None = None,
                  edit: edits.Edit | None = None) -> Checkpoint:
-    """Apply a human's decision to a waiting task and resume the run from disk.
+    """Apply a human's decision on one pending call (``call_id``; None: the only one) to a waiting
+    task and resume the run from disk; ``always`` also gives the SDK's sticky rule for the tool.
 
     Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (the
     run stopped at a new interruption), or ``budget_exceeded`` (the next call cannot be paid; a
@@ -112,47 +120,50 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     keywords, goes on). What a decision may do given the task's status, ledger entry and rejection
     record is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended
     a task returns it unchanged, a reject of an executed task or a new approval after the deadline
-    is refused. ``on_event``: stream the resumed run (as in :func:`start`); ``edit``: approve with
-    edits (:mod:`workflow.edits`). Raises :class:`Stopped` for every refusal, integrity, drift or
-    ledger mismatch.
+    is refused. ``on_event``: stream the resumed run (as in :func:`start`); ``edit``: approve
+    that call with edits (:mod:`workflow.edits`). Raises :class:`Stopped` for every refusal,
+    integrity, drift or ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
     secrets.check_input("the reason", reason)
-    cp, verdict = reconcile.preflight(store, task_id, decision)  # before the lock: leaves no file
+    cp, verdict = reconcile.preflight(store, task_id, decision, call_id)  # before the lock: no file
     code_agent = build_agent(build_offline_model())  # today's code, checked before a lock file is made
     check_agent(code_agent)
     if verdict.kind != "unchanged":
         guards.check_saved_against_code(cp, code_agent)
     with store.task_lock(task_id):
-        cp = store.load(task_id)  # verified: MAC, schema, state dir
-        if reconcile.check(store, cp, decision).kind == "unchanged":
+        cp, verdict = reconcile.preflight(store, task_id, decision, call_id)  # verified, under the lock
+        if verdict.kind == "unchanged":
             return cp
+        call_id = calls.target(cp, call_id)
         secrets.redact_checkpoint(cp.body())  # a secret set since the save, in a structural field
         budget = make_budget(cp.model, base=cp.budget, **(budget_changes or {}))
         guard = BudgetGuard(budget, Pricing(cp.model, budget))
         spend = spend_from_run_state(cp.run_state, guard.pricing)
         agent = build_agent(BudgetedModel(model or build_model(cp.model), guard))
         guards.check_saved_against_code(cp, agent)  # approvals in the file, drift, SDK version
-        state = await _from_string(store, agent, cp.task_id, cp.content_sha256, cp.run_state)
+        state = await _from_string(store, agent, cp.task_id, cp.content_sha256, cp.run_state, cp.channels)
         apply_max_turns(state, budget)
         why = blocked(budget, spend, guard.pricing)
         if why is not None and want == "approved":  # the next call cannot be paid: run nothing
             return guards.budget_stop(store, cp, budget, spend, why)
-        item = guards.bind(cp, state.get_interruptions())  # exactly the call the reviewer saw
-        edits.check_pending(cp, want, edit)  # the draft started with, or approved with edits
-        rec = edits.with_edits(guards.decision_for(store, cp, item, want, by, reason), edit,
-                               item.arguments)  # one on record wins
+        items = guards.bind(cp, state.get_interruptions())  # exactly the calls the reviewer saw
+        edits.check_pending(cp, call_id, want, edit)  # the draft started with, or approved with edits
+        rec = edits.with_edits(guards.decision_for(store, cp, items[call_id], want, by, reason, always),
+                               edit, items[call_id].arguments)  # one on record wins
         try:  # in memory first, so the SDK's own checks run before anything is written
-            if want == "approved" and rec.edits is None:
-                state.approve(item)
-            else:  # a reject, or edits: the message says exactly what the reviewer approved
-                state.reject(item, rejection_message=edits.rejection_message(rec))
+            for d in calls.to_apply(cp, rec):  # replayed ones too; sticky rules before per-call ones
+                item = items[d.call_id]
+                if d.decision == "approved" and d.edits is None:
+                    state.approve(item, always_approve=d.always)
+                else:  # a reject, or edits: the message says exactly what the reviewer approved
+                    state.reject(item, always_reject=d.always, rejection_message=edits.rejection_message(d, cp))
         except Exception as exc:
             raise Stopped(f"task {task_id}: the SDK refused the decision: {exc}") from None
-        if cp.decision is None:  # the human's decision, recorded before any effect
+        if calls.decision_of(cp, rec.call_id) is None:  # the human's decision, before any effect
             cp = guards.record_decision(store, cp, rec)
-        if want == "rejected" and why is not None:  # a reject never waits for budget
+        if why is not None and guards.nothing_executed(store, cp):  # a reject never waits for budget
             return guards.cancel_unpaid(store, cp, budget, spend)
         run = Runner.run if on_event is None else streaming.runner(on_event)
         try:
@@ -161,38 +172,44 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                                    run_config=tracing.run_config(task_id, "resume"))
         except Exception as exc:
             return guards.after_failed_run(store, cp, exc, want, budget=budget, spend=spend)
-        return await _finish(store, cp, agent, result, want, budget, guard.pricing)
+        return await _finish(store, cp, agent, result, budget, guard.pricing)
 
 
 async def decide(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                  edit: edits.Edit | None = None, **kwargs: Any) -> Checkpoint:
-    """:func:`resume`; with ``edit`` (approve only) then, if the model's next call carries exactly
-    the draft approved with edits (:func:`workflow.edits.complies`), a second :func:`resume`
-    approves it by the same reviewer; anything else waits for a fresh human decision."""
+    """:func:`resume`; then, while a pending call carries exactly a draft approved with edits on
+    its channel (:func:`workflow.edits.complying`), one more :func:`resume` approves that call by
+    the reviewer who gave the edits; anything else waits for a fresh human decision."""
     if edit is not None and decision != "approve":
         raise Stopped("--edit-title/--edit-body go with --decision approve")
     cp = await resume(store, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
-    if edit is not None and edits.complies(cp):
-        cp = await resume(store, task_id=task_id, decision="approve", by=by,
-                          **{**kwargs, "reason": edits.AUTO_REASON})
+    for _ in range(len(cp.channels)):  # at most one such call per channel
+        found = edits.complying(cp)
+        if not found:
+            break
+        call_id, rec = found[0]
+        cp = await resume(store, task_id=task_id, decision="approve", by=rec.by,
+                          **{**kwargs, "call_id": call_id, "always": False, "reason": edits.AUTO_REASON})
     return cp
 
 
-async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult, want: str,
+async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult,
                   budget: Budget, pricing: Pricing) -> Checkpoint:
-    """The outcome, written last: waiting again at a new interruption, or completed / cancelled
-    once the ledger agrees; with the budget and the spend read from the new RunState."""
-    run_state, rs_version = await _saved_text(store, agent, result, cp.task_id, cp.content_sha256)
-    new_requests = result.interruptions  # the resumed run may pause again for another approval
-    changes = ({**guards.interrupted(cp, new_requests), **edits.adopted(cp)} if new_requests
-               else guards.outcome(store, cp, want, result.final_output))
+    """The outcome, written last: waiting again at the undecided calls (or a new interruption), or
+    completed / cancelled once the ledger agrees; with the budget and the spend read from the new
+    RunState."""
+    run_state, rs_version = await _saved_text(store, agent, result, cp.task_id, cp.content_sha256,
+                                              cp.channels)
+    new_requests = result.interruptions  # undecided calls of the turn, or a new approval request
+    changes = (guards.interrupted(cp, new_requests) if new_requests
+               else guards.outcome(store, cp, result.final_output))
     return store.save_revision(cp, failpoint="checkpoint:outcome", run_state=run_state,
                                run_state_schema_version=rs_version, budget=budget,
                                spend=spend_from_run_state(run_state, pricing), **changes)
 
 
 async def _saved_text(store: Store, agent: Any, result: RunResult, task_id: str,
-                      sha: str) -> tuple[str, str]:
+                      sha: str, channels: list[str]) -> tuple[str, str]:
     """``result.to_state().to_string()`` as it will be saved, and its ``$schemaVersion``.
 
     Secrets are redacted structurally (:func:`state.secrets.redact_run_state`); when that changed
@@ -207,19 +224,20 @@ async def _saved_text(store: Store, agent: Any, result: RunResult, task_id: str,
     redacted = secrets.redact_run_state(text, what=f"task {task_id}")
     if redacted is not text:
         try:
-            await _from_string(store, agent, task_id, sha, redacted)
+            await _from_string(store, agent, task_id, sha, redacted, channels)
         except Stopped as exc:
             raise Stopped(f"task {task_id}: the run state holds a secret value and the SDK cannot "
                           f"load it redacted ({type(exc.__cause__).__name__}); nothing saved") from None
     return redacted, version
 
 
-async def _from_string(store: Store, agent: Any, task_id: str, sha: str, text: str) -> RunState:
+async def _from_string(store: Store, agent: Any, task_id: str, sha: str, text: str,
+                       channels: list[str]) -> RunState:
     """``RunState.from_string(agent, text)`` with the run context rebuilt from our verified
     checkpoint (``context_override``: the idempotency key never comes from the file). Raises
     :class:`Stopped` if the SDK refuses it: its own validation, never guessed past."""
     try:
         return await RunState.from_string(
-            agent, text, context_override=guards.run_context(store, task_id, sha))
+            agent, text, context_override=guards.run_context(store, task_id, sha, channels))
     except Exception as exc:
         raise Stopped(f"task {task_id}: the SDK refused the saved RunState: {exc}") from exc

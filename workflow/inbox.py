@@ -256,6 +256,6 @@ def pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
         return candidates[0]
     what = "waiting tasks" if waiting_only else "tasks"
     if not candidates:
-        raise Stopped(f"no {what} in {store.root}; give --task ID")
+        raise Stopped(f"no {what} in {getattr(store, 'location', store.root)}; give --task ID")
     names = ", ".join(candidates[:20])
     raise Stopped(f"{len(candidates)} {what} ({names}); give --task ID")

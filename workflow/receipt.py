@@ -45,8 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from state import clock
 from state.schema import Checkpoint
 from state.storage import Store
-from tools.ledger import Ledger
 from workflow import trace_log
+from workflow.store import as_task_store
 from workflow.views import one_line
 
 
@@ -242,7 +242,7 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
     (same checks as every command); a missing or damaged trace only thins the trajectory.
     """
     cp = store.load(task_id)
-    entry = Ledger(store.ledger_dir).get(cp.idempotency_key)
+    entry = as_task_store(store).ledger_get(cp.idempotency_key)
     path = trace_log.trace_path(store, task_id)
     try:
         records, bad = trace_log.read(path)

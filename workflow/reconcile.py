@@ -24,6 +24,13 @@ what may happen: run the decision, return the task unchanged, refuse, mark it ex
    still accepted).
 4. Repeating the decision that ended a task returns it unchanged (idempotent).
 
+A task with several calls (one per channel) is judged **per call**: each call has its own
+decision, ledger entry and rejection record (:mod:`workflow.calls`), and ``status`` is the call's:
+the task's, except that in a ``completed`` task a call decided ``rejected`` is ``cancelled`` (a
+task completes when at least one call executed; it is cancelled only when none did). A decision
+is checked against the call it is for; ``expire`` and ``doctor`` check every call of the task. A
+task with one call is judged exactly as before.
+
 The full table, every cell, is in docs/decision-table.md and is compared cell by cell with this
 function by ``tests/test_reconcile.py``. Never imports the SDK.
 """
@@ -36,6 +43,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 from state import clock
 from state.errors import Stopped
 from tools.ledger import Ledger, LedgerEntry
+from workflow.calls import calls_of, decision_of, keys, pick_call
 from workflow.store import as_task_store
 
 if TYPE_CHECKING:
@@ -163,50 +171,72 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
     return OK
 
 
-def gather(store: "Store", cp: "Checkpoint") -> tuple[Evidence, Optional[LedgerEntry],
-                                                      Optional["RejectionRecord"]]:
-    """Read the evidence about ``cp`` from ``store`` (a :class:`workflow.store.TaskStore`, or a
-    plain ``Store`` read through :func:`workflow.store.as_task_store`): ``(Evidence, ledger entry or
-    None, rejection record or None)``, ``overdue`` on :func:`state.clock.now`. Reads only. Raises
-    :class:`Stopped` if either piece of evidence is for another task or other content (no table
-    cell applies: a human must check), or a file is damaged."""
+def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> tuple[
+        Evidence, Optional[LedgerEntry], Optional["RejectionRecord"]]:
+    """Read the evidence about one call of ``cp`` from ``store`` (a
+    :class:`workflow.store.TaskStore`, or a plain ``Store`` read through
+    :func:`workflow.store.as_task_store`): ``(Evidence, ledger entry or None, rejection record or
+    None)``, ``overdue`` on :func:`state.clock.now`. ``call_id`` None: the task's only call, or its
+    last decided one. Reads only. Raises :class:`Stopped` if either piece of evidence is for
+    another task or other content (no table cell applies: a human must check), or a file is
+    damaged."""
+    calls = calls_of(cp)
+    if call_id is None:
+        last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
+        call_id = last.call_id if last is not None else (calls[0][0] if calls else None)
+    channel = dict(calls).get(call_id, cp.channels[0]) if call_id else cp.channels[0]
+    key, scope = keys(cp, channel)
     evidence = as_task_store(store)
-    entry = evidence.ledger_get(cp.idempotency_key)
+    entry = evidence.ledger_get(key)
     if entry is not None:
-        Ledger.check_same(entry, key=cp.idempotency_key, task_id=cp.task_id,
-                          content_sha256=cp.content_sha256)
-    rejected = evidence.rejection_get(cp.task_id)
+        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
+    rejected = evidence.rejection_get(cp.task_id, scope) if scope else evidence.rejection_get(cp.task_id)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
                       "human must check (python run.py doctor)")
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
-    ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,
-                  entry=entry is not None, rejection=rejected is not None, overdue=overdue)
+    recorded = decision_of(cp, call_id) if call_id else cp.decision
+    decided = recorded.decision if recorded else None
+    several = len(cp.channels) > 1  # a one-channel task is judged exactly as before channels
+    status = "cancelled" if several and cp.status == "completed" and decided == "rejected" else cp.status
+    ev = Evidence(status=status, decided=decided, entry=entry is not None,
+                  rejection=rejected is not None, overdue=overdue)
     return ev, entry, rejected
 
 
-def check(store: "Store", cp: "Checkpoint", action: Action) -> Verdict:
-    """:func:`gather` then :func:`reconcile`; a ``refuse`` verdict is raised as :class:`Stopped`
-    with its one-line message. Reads only."""
-    ev, _, rejected = gather(store, cp)
+def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[str] = None) -> Verdict:
+    """:func:`gather` then :func:`reconcile` for the call ``call_id`` (None: see :func:`gather`);
+    a ``refuse`` verdict is raised as :class:`Stopped` with its one-line message. For ``expire``
+    with several calls: ``expire`` only if every call says so, else ``skip``. Reads only."""
+    if action == "expire" and call_id is None and len(calls_of(cp)) > 1:
+        verdicts = {check(store, cp, action, c).kind for c, _ in calls_of(cp)}
+        return EXPIRE if verdicts == {"expire"} else SKIP
+    ev, _, rejected = gather(store, cp, call_id)
     verdict = reconcile(ev, action)
     if verdict.kind == "refuse":
+        recorded = decision_of(cp, call_id) if call_id else cp.decision
+        where = cp.task_id if len(cp.channels) == 1 or call_id is None else f"{cp.task_id} (call {call_id})"
         raise Stopped(refusal(
-            verdict.code or "", task_id=cp.task_id, status=cp.status, decided=ev.decided,
-            decided_by=cp.decision.by if cp.decision else None,
+            verdict.code or "", task_id=where, status=cp.status, decided=ev.decided,
+            decided_by=recorded.by if recorded else None,
             rejected_by=rejected.by if rejected else None,
             rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at))
     return verdict
 
 
-def preflight(store: "Store", task_id: str, decision: Action) -> tuple["Checkpoint", Verdict]:
+def preflight(store: "Store", task_id: str, decision: Action,
+              call_id: Optional[str] = None) -> tuple["Checkpoint", Verdict]:
     """The checks before a decision takes the task's lock, none of which needs the SDK: the
     checkpoint loads and verifies, no hostile file sits where the task's files go
-    (``Store.check_writable``), and the table allows ``decision``. Returns ``(checkpoint, verdict)``;
-    raises :class:`Stopped` otherwise. Reads only, so a refusal leaves the state dir as it was."""
+    (``Store.check_writable``), the call is named when several are pending
+    (:func:`workflow.calls.pick_call`), and the table allows ``decision`` for that call. Returns
+    ``(checkpoint, verdict)``; raises :class:`Stopped` otherwise. Reads only, so a refusal leaves
+    the state dir as it was."""
     cp = store.load(task_id)
     store.check_writable(task_id)
-    return cp, check(store, cp, decision)
+    if cp.pending and cp.status in ("waiting_for_approval", "budget_exceeded"):
+        call_id = pick_call(cp, call_id).call_id
+    return cp, check(store, cp, decision, call_id)
 
 
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,

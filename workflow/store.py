@@ -3,22 +3,27 @@
 :class:`TaskStore` is the whole contract between the workflow (``workflow.hitl``, ``guards``,
 ``reconcile``) and wherever state lives: checkpoints with compare-and-swap, a per-task lock, the
 ledger and rejection records. :class:`FileStore` is the state dir on disk (:class:`state.storage.Store`
-plus the ledger of :mod:`tools.ledger` and the records of :mod:`state.rejections`). Another store
-(e.g. PostgreSQL) must pass the conformance suite in ``tests/store_contract.py``; docs/stores.md
-says what it must guarantee.
+plus the ledger of :mod:`tools.ledger` and the records of :mod:`state.rejections`);
+:class:`workflow.postgres.PostgresStore` is the shared database. Both pass the conformance suite in
+``tests/store_contract.py``; docs/stores.md says what a store must guarantee. :func:`open_store`
+picks one for the command line.
 
-This module never imports the SDK (read-only commands stay fast). It imports ``state`` and
-``tools`` only, so ``state`` (the bottom layer) stays free of both.
+This module never imports the SDK (read-only commands stay fast), nor psycopg unless a
+``postgresql://`` URL asks for it. It imports ``state`` and ``tools`` only (and
+``workflow.postgres`` on demand), so ``state`` (the bottom layer) stays free of both.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, Optional, Protocol, runtime_checkable
 
 from state import rejections
+from state.errors import Stopped
 from state.rejections import RejectionRecord
 from state.schema import Checkpoint, Decision
+from state.settings import settings
 from state.storage import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
 from tools.ledger import Ledger, LedgerEntry
 
@@ -73,27 +78,36 @@ class TaskStore(Protocol):
         what is stored is damaged or names another key."""
         ...
 
-    def ledger_record(self, *, key: str, task_id: str, title: str,
-                      content_sha256: str) -> tuple[LedgerEntry, bool]:
-        """Record the action for ``key`` exactly once: ``(entry, created)``; ``created`` is False
-        when the same task and content was recorded before (that first entry is returned). Raises
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """Every ledger entry, oldest first (by ``published_at``, then key). Fail closed: raises
+        ``Stopped`` on the first one that is damaged (never a silent partial list)."""
+        ...
+
+    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None,
+                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+        """Record the action for ``key`` (``task_id``, or ``<task_id>#<channel>`` for a task with
+        several channels) exactly once: ``(entry, created)``; ``created`` is False when the same
+        task and content was recorded before (that first entry is returned). ``channel`` and
+        ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when given. Raises
         ``Stopped`` if ``key`` is recorded for another task or other content. Never overwrites."""
         ...
 
-    def rejection_get(self, task_id: str) -> Optional[RejectionRecord]:
-        """The rejection record of ``task_id``, or None. Raises ``Stopped`` if it is damaged."""
+    def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
+        """The rejection record of ``task_id`` (of its ``channel``, for a task with several:
+        :func:`state.schema.channel_scope`), or None. Raises ``Stopped`` if it is damaged."""
         ...
 
-    def rejection_record(self, task_id: str, content_sha256: str,
-                         decision: Decision) -> tuple[RejectionRecord, bool]:
-        """Create the rejection record of ``task_id`` exactly once: ``(record, created)``; a second
-        call returns the first record with ``created`` False. Raises ``Stopped`` if a record for
-        other content exists."""
+    def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
+                         channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
+        """Create the rejection record of ``task_id`` (and ``channel``) exactly once: ``(record,
+        created)``; a second call returns the first record with ``created`` False. Raises
+        ``Stopped`` if a record for other content exists."""
         ...
 
-    def rejection_remove(self, task_id: str) -> None:
-        """Remove the rejection record of ``task_id`` (only to undo one this process just created
-        for a refused command); no error if there is none."""
+    def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
+        """Remove the rejection record of ``task_id`` (and ``channel``; only to undo one this
+        process just created for a refused command); no error if there is none."""
         ...
 
 
@@ -101,28 +115,48 @@ class FileStore(Store):
     """The state dir on disk as a :class:`TaskStore`: checkpoints, locks, ``ledger/`` and
     ``rejections/`` under ``root``. ``FileStore(root)`` does not touch the disk."""
 
+    @property
+    def location(self) -> str:
+        """Where the tasks are, for messages: the state dir."""
+        return str(self.root)
+
+    def with_root(self, root: Path) -> "FileStore":
+        """A file store in another state dir (``demo`` runs in a state dir of its own)."""
+        return FileStore(root)
+
+    def cli_args(self) -> list[str]:
+        """The ``run.py`` arguments that select this kind of store in a child process (none: the
+        file store is the default)."""
+        return []
+
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """See :meth:`TaskStore.ledger_entries` (:meth:`tools.ledger.Ledger.entries`)."""
+        return Ledger(self.ledger_dir).entries()
+
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
         """See :meth:`TaskStore.ledger_get` (:meth:`tools.ledger.Ledger.get`)."""
         return Ledger(self.ledger_dir).get(key)
 
-    def ledger_record(self, *, key: str, task_id: str, title: str,
-                      content_sha256: str) -> tuple[LedgerEntry, bool]:
+    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None,
+                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`TaskStore.ledger_record` (:meth:`tools.ledger.Ledger.record`)."""
         return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
-                                              content_sha256=content_sha256)
+                                              content_sha256=content_sha256, channel=channel,
+                                              approval=approval)
 
-    def rejection_get(self, task_id: str) -> Optional[RejectionRecord]:
+    def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`TaskStore.rejection_get` (:func:`state.rejections.get`)."""
-        return rejections.get(self, task_id)
+        return rejections.get(self, task_id, channel)
 
-    def rejection_record(self, task_id: str, content_sha256: str,
-                         decision: Decision) -> tuple[RejectionRecord, bool]:
+    def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
+                         channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
         """See :meth:`TaskStore.rejection_record` (:func:`state.rejections.record`)."""
-        return rejections.record(self, task_id, content_sha256, decision)
+        return rejections.record(self, task_id, content_sha256, decision, channel)
 
-    def rejection_remove(self, task_id: str) -> None:
+    def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
         """See :meth:`TaskStore.rejection_remove` (:func:`state.rejections.remove`)."""
-        rejections.remove(self, task_id)
+        rejections.remove(self, task_id, channel)
 
 
 def as_task_store(store: Any) -> TaskStore:
@@ -133,7 +167,30 @@ def as_task_store(store: Any) -> TaskStore:
     if isinstance(store, TaskStore):
         return store
     if isinstance(store, Store):
-        wrapped = FileStore(store.root)
-        wrapped._ident = store._ident  # the state.id already read (it never changes once made)
+        wrapped = getattr(store, "_as_task_store", None)
+        if wrapped is None:  # one wrapper per Store, kept with it (the run context's token names it)
+            wrapped = FileStore(store.root)
+            wrapped._ident = store._ident  # the state.id already read (it never changes once made)
+            store._as_task_store = wrapped  # type: ignore[attr-defined]
         return wrapped
     raise TypeError(f"not a store: {type(store).__name__}")
+
+
+def open_store(url: Optional[str], state_dir: Optional[str]) -> Any:
+    """The store a command works on: PostgreSQL for a ``postgresql://`` ``url`` (``--store``),
+    else for ``$HITL_STORE_URL``, else the file store. The state dir (``state_dir``, else
+    ``$HITL_STATE_DIR``, else ``.cache``) holds the file store, or for PostgreSQL this machine's
+    signing key and traces. Raises ``Stopped`` for an unusable state dir or URL (a URL is never
+    repeated: it may hold a password). Contacts no server: the first method call does."""
+    url = url or settings().store_url
+    root = resolve_state_dir(state_dir)
+    if not url:
+        return FileStore(root)
+    from state.settings import store_url_problem
+
+    problem = store_url_problem(url)
+    if problem is not None:
+        raise Stopped(f"the store URL {problem}")
+    from workflow.postgres import PostgresStore  # psycopg: only when a URL asks for it
+
+    return PostgresStore(url, root)

@@ -154,9 +154,14 @@ def run_config(task_id: str, phase: Phase) -> RunConfig:
     """The ``RunConfig`` for one run of a task: ``group_id`` = task ID, metadata ``{task_id, phase}``.
 
     ``trace_include_sensitive_data`` stays the SDK default; our processor redacts what it writes.
+    ``tool_error_formatter`` is the run-wide text a rejected call sends the model
+    (:func:`agent.publisher.rejection_text`); a per-call ``--reason`` wins over it.
     """
+    from agent.publisher import rejection_text
+
     return RunConfig(workflow_name=WORKFLOW_NAME, group_id=task_id,
-                     trace_metadata={"task_id": task_id, "phase": phase})
+                     trace_metadata={"task_id": task_id, "phase": phase},
+                     tool_error_formatter=rejection_text)
 
 
 def content_wanted(flag: bool | None) -> bool:

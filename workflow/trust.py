@@ -58,13 +58,19 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
 
     ``run_state`` is the parsed ``RunState.to_string()``. The top-level ``context.approvals`` and
     ``context.function_tool_approvals`` may hold only the call_ids in ``cp.decisions``, each with
-    its recorded kind, as lists (a blanket ``True`` or a sticky setting is refused). Then
+    its recorded kind, as lists. A blanket ``True`` (the SDK's sticky rule, ``always_approve`` /
+    ``always_reject``) and its ``sticky_scope`` / ``sticky_rejection_message`` only where a human
+    decision of that kind with ``always`` is recorded; any other sticky setting is refused. Then
     :func:`check_no_hidden_approvals`. Raises :class:`Stopped`.
     """
     # an approval with edits answers its call with a rejection message (workflow/edits.py)
     recorded = {(d.call_id, "rejected" if d.edits else d.decision) for d in cp.decisions}
+    sticky = {d.decision for d in cp.decisions if d.always and d.source == "human"}
     for record in _top_level_records(run_state, cp):
-        extra = set(record) - {"approved", "rejected", "rejection_messages"}
+        allowed = {"approved", "rejected", "rejection_messages"}
+        allowed |= {"sticky_scope"} if sticky else set()
+        allowed |= {"sticky_rejection_message"} if "rejected" in sticky else set()
+        extra = set(record) - allowed
         if extra:
             raise Stopped(
                 f"task {cp.task_id}: RunState holds approval settings no human recorded "
@@ -72,6 +78,8 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
             )
         for field, kind in (("approved", "approved"), ("rejected", "rejected")):
             ids = record.get(field, [])
+            if (ids is True and kind in sticky) or (ids is False and sticky):
+                continue  # a sticky rule a human gave through our decision path (always)
             if not isinstance(ids, list):
                 raise Stopped(
                     f"task {cp.task_id}: RunState holds a blanket '{field}' decision that no "
@@ -130,25 +138,46 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
             )
 
 
-def carries_the_draft(arguments: dict[str, Any], sha: str) -> bool:
-    """True if a ``publish_draft`` call's ``arguments`` are exactly ``{"title", "body"}`` (strings)
-    whose :func:`state.schema.content_sha256` is ``sha``: the draft the task was started with."""
+def carries_the_draft(arguments: dict[str, Any], sha: str, channels: list[str]) -> bool:
+    """True if a ``publish_draft`` call's ``arguments`` are ``{"title", "body"}`` (strings) whose
+    :func:`state.schema.content_sha256` is ``sha`` (the draft the task was started with), plus a
+    ``channel`` that is one of ``channels``; in a one-channel task the channel may be absent or
+    null (it means the only one)."""
+    single = len(channels) == 1
+    channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (
+        single and "channel" in arguments and arguments["channel"] is None)
     return (
-        set(arguments) == {"title", "body"}
+        set(arguments) - {"channel"} == {"title", "body"}
+        and channel_ok
         and all(isinstance(arguments[k], str) for k in ("title", "body"))
         and content_sha256(arguments["title"], arguments["body"]) == sha
     )
 
 
+def carries_its_draft(cp: Checkpoint, call: Any) -> bool:
+    """True if the pending ``call`` is ``publish_draft`` carrying exactly the draft expected on its
+    channel: the one the task started with, or the one a reviewer approved with edits for that
+    channel (:meth:`state.schema.Checkpoint.expected_sha256`); for the call a reviewer approved
+    with edits, what it asked for."""
+    channel = call.arguments.get("channel")
+    channel = cp.channels[0] if channel is None and len(cp.channels) == 1 else channel
+    sha = cp.expected_sha256(channel) if isinstance(channel, str) else cp.content_sha256
+    for d in cp.decisions:  # the call approved with edits itself (pending again after a crash)
+        if d.call_id == call.call_id and d.edits is not None:
+            sha = d.edits.original_sha256
+    return call.tool == ACTION and carries_the_draft(call.arguments, sha, cp.channels)
+
+
 def check_pending_is_the_draft(cp: Checkpoint) -> None:
-    """Every pending call must be ``publish_draft`` with exactly the draft the task started with.
+    """Every pending call must be ``publish_draft`` with exactly the draft expected on its channel
+    (:func:`carries_its_draft`: the draft the task started with, unless approved with edits).
 
     Checked before a decision is written, so a checkpoint whose pending call and
     ``content_sha256`` disagree is refused with nothing changed (instead of the tool refusing
     mid-run after the decision was recorded). Raises :class:`Stopped`.
     """
     for call in cp.pending:
-        if call.tool != ACTION or not carries_the_draft(call.arguments, cp.content_sha256):
+        if not carries_its_draft(cp, call):
             raise Stopped(
                 f"task {cp.task_id}: the pending call {call.call_id} is not {ACTION} of the draft "
                 "the task was started with (key/action mismatch)"

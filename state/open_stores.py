@@ -1,0 +1,43 @@
+"""The stores open in this process, by token: how the tool finds the run's store.
+
+The run context is serialized into the RunState (``RunState.to_string()``), so it may hold only
+plain JSON and never a secret: not a database URL with its password, not a live object. The
+workflow puts a token in it instead (:func:`token_for`), and the tool asks :func:`lookup` for the
+store behind it. A token means something only in the process that made it: read from a saved
+RunState in another process it finds nothing, and the tool refuses (fail closed). On resume the
+context is rebuilt from the verified checkpoint anyway (``context_override``).
+
+Never imports the SDK; imports only :mod:`state.errors` of ours.
+"""
+
+from __future__ import annotations
+
+import secrets
+import weakref
+from typing import Any
+
+from .errors import Stopped
+
+#: token → live store object (weak: a store nobody uses any more is not kept open by this table).
+_OPEN: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+_TOKEN_ATTR = "_open_store_token"
+
+
+def token_for(store: Any) -> str:
+    """The token of ``store`` in this process (``"store-"`` + 16 hex), made on first call and the
+    same for the same object afterwards."""
+    token = getattr(store, _TOKEN_ATTR, None)
+    if token is None or _OPEN.get(token) is not store:
+        token = f"store-{secrets.token_hex(8)}"
+        setattr(store, _TOKEN_ATTR, token)
+        _OPEN[token] = store
+    return token
+
+
+def lookup(token: Any) -> Any:
+    """The store behind ``token``. Raises :class:`Stopped` if it is not a token of a store open in
+    this process (e.g. one read back from a saved RunState)."""
+    store = _OPEN.get(token) if isinstance(token, str) else None
+    if store is None:
+        raise Stopped("the run context names no store open in this process; nothing was published")
+    return store

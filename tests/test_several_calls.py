@@ -1,0 +1,163 @@
+"""Several calls per task (one per channel), decided one by one, through the real command line.
+
+Each test names the behaviour it pins: parallel calls decided in every order, one approved and one
+rejected, several pending without ``--call``, a sticky ``--always`` rule next to an explicit
+decision, the approval rule for the private preview channel, and the two layers of rejection text.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from conftest import ledger_entries, snapshot
+from agent.publisher import REJECTED_TEXT
+
+KEY = "mc-1"
+
+
+def _start(cli, *channels: str) -> dict:
+    args = ["start", "--key", KEY, "--title", "T", "--draft", "A draft for several channels."]
+    for c in channels:
+        args += ["--channel", c]
+    r = cli(*args, "--json")
+    assert r.code == 0, r.err
+    return r.json()
+
+
+def _call(task: dict, channel: str) -> str:
+    return next(p["call_id"] for p in task["pending"] if p["arguments"]["channel"] == channel)
+
+
+def _decide(cli, call_id: str, decision: str, *extra: str) -> dict:
+    r = cli("resume", "--task", KEY, "--call", call_id, "--decision", decision, "--by", "alice",
+            *extra, "--json")
+    assert r.code == 0, r.err
+    return r.json()
+
+
+def _keys(state_dir) -> list[str]:
+    return sorted(e["idempotency_key"] for e in ledger_entries(state_dir))
+
+
+PLANS2 = [dict(zip(("blog", "news"), d)) for d in itertools.product(("approve", "reject"), repeat=2)]
+
+
+@pytest.mark.parametrize("plan", PLANS2, ids=lambda p: "-".join(p.values()))
+@pytest.mark.parametrize("order", list(itertools.permutations(("blog", "news"))), ids="-".join)
+def test_two_parallel_calls_decided_in_every_order(cli, state_dir, plan, order):
+    task = _start(cli, "blog", "news")
+    assert len(task["pending"]) == 2 and task["channels"] == ["blog", "news"]
+    calls = {c: _call(task, c) for c in order}
+    first = _decide(cli, calls[order[0]], plan[order[0]])
+    assert first["status"] == "waiting_for_approval"  # the undecided call still waits
+    assert [p["call_id"] for p in first["pending"]] == [calls[order[1]]]
+    last = _decide(cli, calls[order[1]], plan[order[1]])
+    approved = sorted(f"{KEY}#{c}" for c in plan if plan[c] == "approve")
+    assert _keys(state_dir) == approved
+    assert last["status"] == ("completed" if approved else "cancelled")
+    assert {d["channel"]: d["decision"] for d in last["decisions"]} == {
+        c: "approved" if plan[c] == "approve" else "rejected" for c in plan}
+
+
+PLAN3 = {"blog": "approve", "news": "reject", "social": "approve"}
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(PLAN3)), ids="-".join)
+def test_three_parallel_calls_decided_in_every_order(cli, state_dir, order):
+    task = _start(cli, *PLAN3)
+    calls = {c: _call(task, c) for c in PLAN3}
+    for i, channel in enumerate(order):
+        out = _decide(cli, calls[channel], PLAN3[channel])
+        assert len(out["pending"]) == 2 - i
+    assert out["status"] == "completed"
+    assert _keys(state_dir) == [f"{KEY}#blog", f"{KEY}#social"]
+    again = cli("resume", "--task", KEY, "--call", calls["blog"], "--decision", "approve", "--json")
+    assert again.code == 0 and again.json()["revision"] == out["revision"]  # replay: unchanged
+
+
+def test_approve_one_reject_one_completes_with_one_entry_carrying_task_and_channel(cli, state_dir):
+    task = _start(cli, "blog", "news")
+    _decide(cli, _call(task, "news"), "reject", "--reason", "Not for news.")
+    done = _decide(cli, _call(task, "blog"), "approve")
+    assert done["status"] == "completed"  # an executed action is never marked cancelled
+    [entry] = ledger_entries(state_dir)
+    assert (entry["idempotency_key"], entry["task_id"], entry["channel"], entry["approval"]) == (
+        f"{KEY}#blog", KEY, "blog", "human")
+    assert (state_dir / "rejections").is_dir() and len(list((state_dir / "rejections").glob("*.json"))) == 1
+
+
+def test_several_pending_and_no_call_stops_naming_them_and_changes_nothing(cli, state_dir):
+    task = _start(cli, "blog", "news")
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert all(p["call_id"] in r.err for p in task["pending"]) and "--call" in r.err
+    assert snapshot(state_dir) == before
+
+
+def test_a_call_that_is_not_pending_is_refused(cli, state_dir):
+    _start(cli, "blog", "news")
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--call", "call_nope", "--decision", "approve")
+    r.assert_stopped()
+    assert "no pending call 'call_nope'" in r.err and snapshot(state_dir) == before
+
+
+def test_sticky_approve_decides_the_rest_and_an_explicit_reject_stands(cli, state_dir):
+    """Reject one call explicitly, then approve another with --always: the sticky rule decides the
+    third (recorded as ``source: sticky``), never the explicitly rejected one."""
+    task = _start(cli, *PLAN3)
+    _decide(cli, _call(task, "news"), "reject")
+    done = _decide(cli, _call(task, "blog"), "approve", "--always")
+    assert done["status"] == "completed"
+    assert _keys(state_dir) == [f"{KEY}#blog", f"{KEY}#social"]
+    by_channel = {d["channel"]: d for d in done["decisions"]}
+    assert (by_channel["news"]["decision"], by_channel["news"]["source"]) == ("rejected", "human")
+    assert (by_channel["blog"]["always"], by_channel["blog"]["source"]) == (True, "human")
+    assert (by_channel["social"]["decision"], by_channel["social"]["source"], by_channel["social"]["by"]) == (
+        "approved", "sticky", "alice")
+
+
+def test_sticky_reject_cancels_the_rest_and_nothing_publishes(cli, state_dir):
+    task = _start(cli, "blog", "news")
+    done = _decide(cli, _call(task, "blog"), "reject", "--always", "--reason", "Not now.")
+    assert done["status"] == "cancelled" and _keys(state_dir) == []
+    assert [d["source"] for d in done["decisions"]] == ["human", "sticky"]
+
+
+def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
+    task = _start(cli, "blog", "preview")
+    assert [p["arguments"]["channel"] for p in task["pending"]] == ["blog"]
+    [entry] = ledger_entries(state_dir)
+    assert (entry["channel"], entry["approval"]) == ("preview", "not_needed")
+    done = _decide(cli, _call(task, "blog"), "reject")
+    assert done["status"] == "completed"  # the preview ran: the task is not cancelled
+    assert _keys(state_dir) == [f"{KEY}#preview"]
+
+
+def test_a_task_with_only_the_preview_channel_is_refused_before_anything(cli, state_dir):
+    r = cli("start", "--key", KEY, "--draft", "D", "--channel", "preview")
+    r.assert_stopped()
+    assert "needs a public channel" in r.err and not state_dir.exists()
+
+
+@pytest.mark.parametrize("params", [
+    {"title": "t", "body": "b", "channel": "blog"}, {"title": "t", "body": "b"}, None, [],
+    {"title": "t", "body": "b", "channel": None}, {"title": 1, "body": "b", "channel": "preview"},
+    {"title": "t", "body": "b", "channel": "preview", "x": 1}])
+def test_the_approval_rule_gates_public_channels_and_fails_closed(params):
+    from tools.publish import needs_publish_approval
+
+    assert needs_publish_approval(None, params, "c") is True
+    assert needs_publish_approval(None, {"title": "t", "body": "b", "channel": "preview"}, "c") is False
+
+
+def test_rejection_text_run_wide_formatter_and_per_call_reason_wins(cli, state_dir):
+    task = _start(cli, "blog", "news")
+    _decide(cli, _call(task, "news"), "reject", "--reason", "Exact words for news.")
+    done = _decide(cli, _call(task, "blog"), "reject")
+    assert "Exact words for news." in done["final_output"]
+    formatted = REJECTED_TEXT.format(tool_name="publish_draft", call_id=_call(task, "blog"))
+    assert formatted in done["final_output"]

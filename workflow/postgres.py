@@ -1,0 +1,570 @@
+"""The PostgreSQL store: the :class:`workflow.store.TaskStore` contract on a shared database.
+
+For several workers and reviewers on several machines (the SDK's docs say to keep long-running
+approvals "in a database or queue"). Selected by ``--store postgresql://…`` or ``HITL_STORE_URL``
+(``workflow.store.open_store``); psycopg 3 is imported only then, so the file store's commands
+never pay for it. What lives where:
+
+- in the database: checkpoints (the signed envelope, as the exact JSON text that was signed, with
+  its revision, status and MAC as columns), ``history`` (one row per revision written), the
+  ``ledger`` (one row per idempotency key) and ``rejections``; the tables are created and upgraded
+  by the plain SQL files in ``workflow/migrations/`` (:func:`migrate`);
+- on this machine, in the state dir (``--state-dir``): the signing key (``HITL_SIGNING_KEY`` or
+  ``signing.key``, never the database: a row can be edited by whoever can write the database, and
+  the MAC is what catches it) and the traces.
+
+Exactly once by transactions: a checkpoint write is ``UPDATE … WHERE task_id = … AND revision =
+<read> AND mac = <read>`` (compare-and-swap; a new task is ``INSERT … ON CONFLICT DO NOTHING``)
+with its ``history`` row in the same transaction; a ledger entry or rejection record is
+``INSERT … ON CONFLICT DO NOTHING`` and then read back and compared. The per-task lock is a
+session-level ``pg_advisory_lock`` on a connection of its own (never the data connection), which
+the server releases when the holder's session ends (a killed process included). Write order and what a crash between any two
+statements leaves: docs/postgres.md.
+
+The URL (with its password) lives only in this object: never in a checkpoint, the run context
+(the tool finds the store through :mod:`state.open_stores`), a trace or a message
+(:meth:`PostgresStore.location` is the URL without user, password or options). Never imports the
+SDK.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+from urllib.parse import urlsplit
+
+import psycopg
+
+from state import effects, failpoints, secrets
+from state.errors import Stopped
+from state.integrity import KEY_FILE, load_key
+from state.paths import check_regular
+from state.rejections import RECORDED, RejectionRecord
+from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
+from state.settings import settings, url_password
+from state.storage import file_name, next_revision, seal, verify_envelope
+from state.clock import now_iso
+from tools.ledger import Ledger, LedgerEntry
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+#: The advisory lock (transaction-level) that serialises migrations across processes.
+MIGRATION_LOCK = 0x6869746C  # "hitl"
+_migrated: set[str] = set()  # URLs this process has seen at the latest schema version
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """``[(version, file name, SQL)]`` of ``workflow/migrations/NNNN_*.sql``, by version."""
+    out = []
+    for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
+        out.append((int(path.name[:4]), path.name, path.read_text(encoding="utf-8")))
+    return out
+
+
+def latest_version() -> int:
+    """The schema version this program writes (the highest migration)."""
+    return migrations()[-1][0]
+
+
+def migrate(conn: "psycopg.Connection[Any]", *, target: Optional[int] = None) -> list[int]:
+    """Bring the database of ``conn`` (autocommit) to schema version ``target`` (default: the
+    latest): each missing migration's SQL and its ``schema_migrations`` row in one transaction,
+    serialised across processes by a transaction-level advisory lock. Returns the versions it
+    applied (``[]`` if none were missing). Raises :class:`Stopped` if the database is at a version
+    newer than this program knows (an older program must not write a newer schema)."""
+    target = latest_version() if target is None else target
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
+                     "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+        newest = max(done, default=0)
+        if newest > latest_version():
+            raise Stopped(f"the database's schema is at version {newest}; this program knows "
+                          f"versions up to {latest_version()}: upgrade the program")
+        applied = []
+        for version, name, sql in migrations():
+            if version <= target and version not in done:
+                conn.execute(sql)  # type: ignore[arg-type]  (our own files, several statements)
+                conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                             (version, name))
+                applied.append(version)
+    return applied
+
+
+def schema_version(conn: "psycopg.Connection[Any]") -> int:
+    """The highest applied migration (0 for a database without ``schema_migrations``)."""
+    row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return 0
+    found = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+    return int(found[0] or 0) if found else 0
+
+
+def location(url: str) -> str:
+    """``url`` without user, password, query or fragment: ``postgresql://host:port/dbname``
+    (safe to print and to write)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "postgresql://?"
+    return f"postgresql://{host}{port}{parts.path or '/'}"
+
+
+def lock_key(task_id: str) -> int:
+    """The advisory lock key of ``task_id``: the first 8 bytes of its SHA-256 as a signed 64-bit
+    integer (two tasks sharing one only wait for each other; correctness never rests on it)."""
+    return int.from_bytes(hashlib.sha256(task_id.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+class PostgresStore:
+    """A :class:`workflow.store.TaskStore` on the database at ``url``; ``root`` is this machine's
+    state dir (signing key, traces). ``pool`` (a ``psycopg_pool.ConnectionPool``, for a
+    long-running server) lends the data connections; without one the store opens one connection on
+    first use. ``target_version`` (tests only) stops the migrations at that schema version.
+    Nothing is contacted until the first method call.
+
+    Every error is :class:`Stopped`, one line, never showing the URL's password."""
+
+    def __init__(self, url: str, root: Path, *, pool: Any = None,
+                 target_version: Optional[int] = None) -> None:
+        self._url = url
+        self._password = url_password(url)
+        self._pool = pool
+        self._target = target_version
+        self._conn: Optional[psycopg.Connection[Any]] = None
+        self._mutex = threading.RLock()
+        self._store_id: Optional[str] = None
+        self._lock_sessions: list[psycopg.Connection[Any]] = []  # idle lock sessions
+        self.root = root
+        self.location = location(url)
+        self.traces_dir = root / "traces"
+        self.locks_dir = root / "locks"  # never created: the task lock lives in the database
+        self.ledger_dir = f"{self.location}/ledger"  # where ``run.py ledger`` says it read
+
+    # -- what the commands print -------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.location!r}, root={str(self.root)!r})"
+
+    def checkpoint_path(self, task_id: str) -> str:
+        """Where the checkpoint of ``task_id`` is, for people: ``<location>/tasks/<task_id>``."""
+        return f"{self.location}/tasks/{task_id}"
+
+    def lock_path(self, owner: str) -> Path:
+        """``locks/<owner>.lock`` under ``root`` (never created here: see :meth:`task_lock`)."""
+        return self.locks_dir / f"{owner}.lock"
+
+    def with_root(self, root: Path) -> "PostgresStore":
+        """The same database with another state dir (``demo`` runs in a state dir of its own)."""
+        return PostgresStore(self._url, root, pool=self._pool, target_version=self._target)
+
+    def cli_args(self) -> list[str]:
+        """The ``run.py`` arguments that select this store in a child process."""
+        return ["--store", self._url]
+
+    # -- connections ---------------------------------------------------------------------------
+    def _scrub(self, text: str) -> str:
+        text = " ".join(text.split())
+        if self._password:
+            text = text.replace(self._password, secrets.REDACTED)
+        return text.replace(self._url, self.location)[:300]
+
+    def _failure(self, exc: Exception, what: str) -> Stopped:
+        return Stopped(f"the PostgreSQL store {self.location} {what} "
+                       f"({type(exc).__name__}: {self._scrub(str(exc))})")
+
+    def _connect(self) -> "psycopg.Connection[Any]":
+        """A new autocommit connection. Raises :class:`Stopped` if the server cannot be reached."""
+        try:
+            return psycopg.connect(self._url, autocommit=True, connect_timeout=10,
+                                   application_name="hitl-publish")
+        except psycopg.Error as exc:
+            raise self._failure(exc, "cannot be reached") from None
+
+    @contextmanager
+    def _db(self) -> Iterator["psycopg.Connection[Any]"]:
+        """The data connection (migrated to the schema this program writes), one user at a time;
+        a database error becomes :class:`Stopped` (a transaction in progress is rolled back)."""
+        with self._mutex:
+            try:
+                if self._pool is not None:
+                    with self._pool.connection() as conn:
+                        self._ready(conn)
+                        yield conn
+                    return
+                if self._conn is None or self._conn.closed:
+                    self._conn = self._connect()
+                    self._ready(self._conn)
+                yield self._conn
+            except Stopped:
+                raise
+            except psycopg.Error as exc:
+                raise self._failure(exc, "failed") from None
+
+    def _ready(self, conn: "psycopg.Connection[Any]") -> None:
+        if self._target is not None:
+            migrate(conn, target=self._target)
+        elif self._url not in _migrated:
+            if schema_version(conn) != latest_version():
+                migrate(conn)
+            _migrated.add(self._url)
+
+    def close(self) -> None:
+        """Close the data connection and idle lock sessions (a later call opens new ones)."""
+        with self._mutex:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            while self._lock_sessions:
+                self._lock_sessions.pop().close()
+
+    def store_id(self) -> str:
+        """The database's identity (``store_identity``), carried by every checkpoint written here."""
+        if self._store_id is None:
+            with self._db() as conn:
+                row = conn.execute("SELECT store_id FROM store_identity").fetchone()
+            if row is None:
+                raise Stopped(f"the PostgreSQL store {self.location} has no store_identity row "
+                              "(restore it from a backup)")
+            self._store_id = str(row[0])
+        return self._store_id
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def exists(self, task_id: str) -> bool:
+        """See :meth:`workflow.store.TaskStore.exists`."""
+        with self._db() as conn:
+            return conn.execute("SELECT 1 FROM checkpoints WHERE task_id = %s",
+                                (task_id,)).fetchone() is not None
+
+    def _key(self, *, create: bool = False) -> bytes:
+        """The signing key from this machine's settings (``HITL_SIGNING_KEY`` or ``signing.key``
+        in ``root``); a new ``signing.key`` only while the database holds no checkpoint."""
+        if create:
+            with self._db() as conn:
+                n = conn.execute("SELECT count(*) FROM checkpoints").fetchone()
+            if n and n[0]:
+                try:
+                    return load_key(self.root, create=False)
+                except Stopped:
+                    raise Stopped(f"signing key missing on this machine but the PostgreSQL store "
+                                  f"{self.location} holds {n[0]} checkpoints; set HITL_SIGNING_KEY "
+                                  f"(the same on every machine) or copy {KEY_FILE} into "
+                                  f"{self.root}") from None
+        return load_key(self.root, create=create)
+
+    def _verify(self, task_id: str, row: tuple[Any, ...], key: bytes) -> Checkpoint:
+        """The verified checkpoint in ``row`` = ``(envelope, revision, status, mac)``."""
+        where = f"checkpoint of task {task_id!r} in {self.location}"
+        envelope, revision, status, mac = row
+        if len(envelope.encode("utf-8")) > MAX_CHECKPOINT_BYTES:
+            raise Stopped(f"{where} is larger than {MAX_CHECKPOINT_BYTES} bytes")
+        try:
+            data = json.loads(envelope)
+        except ValueError:
+            raise Stopped(f"{where} is not JSON") from None
+        if not isinstance(data, dict):
+            raise Stopped(f"{where} is not a JSON object")
+        cp = verify_envelope(data, key, where=where, name=f"task {task_id!r} in {self.location}")
+        if cp.task_id != task_id:
+            raise Stopped(f"{where} names task {cp.task_id!r}, not {task_id!r}")
+        if (cp.revision, cp.status, cp.mac) != (revision, status, mac):
+            raise Stopped(f"{where}: its row says revision {revision} ({status}) but its signed "
+                          f"envelope says revision {cp.revision} ({cp.status}); a human must check")
+        if cp.state_id != self.store_id():
+            raise Stopped(f"{where} belongs to another store (state ID "
+                          f"{str(cp.state_id)[:8]}…); refusing a copied checkpoint")
+        return cp
+
+    def load(self, task_id: str) -> Checkpoint:
+        """See :meth:`workflow.store.TaskStore.load`."""
+        with self._db() as conn:
+            row = conn.execute("SELECT envelope, revision, status, mac FROM checkpoints "
+                               "WHERE task_id = %s", (task_id,)).fetchone()
+        if row is None:
+            raise Stopped(f"no task {task_id!r} in {self.location}")
+        return self._verify(task_id, row, self._key())
+
+    def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
+        """Every checkpoint once: ``(those that verify, sorted by task ID, [{"file", "error"}] for
+        each that does not)`` (``file`` is its :meth:`checkpoint_path`). Never raises for a bad
+        row."""
+        with self._db() as conn:
+            rows = conn.execute("SELECT task_id, envelope, revision, status, mac FROM checkpoints "
+                                "ORDER BY task_id COLLATE \"C\"").fetchall()
+        good: list[Checkpoint] = []
+        bad: list[dict[str, str]] = []
+        key: Optional[bytes] = None
+        for task_id, *row in rows:
+            try:
+                key = key or self._key()
+                good.append(self._verify(task_id, tuple(row), key))
+            except Stopped as exc:
+                bad.append({"file": self.checkpoint_path(task_id), "error": str(exc)})
+        return sorted(good, key=lambda cp: cp.task_id), bad
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """See :meth:`workflow.store.TaskStore.checkpoints`."""
+        good, bad = self.scan()
+        if bad:
+            more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
+            raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
+                          "status --task ID still shows the others)")
+        return good
+
+    def check_writable(self, task_id: str) -> None:
+        """Pre-flight for ``start`` and ``resume`` (see ``state.storage.Store.check_writable``):
+        the signing key is usable (or may be created), and the task's trace file, if it exists,
+        is a regular file. Touches nothing."""
+        if settings().signing_key is not None or (self.root / KEY_FILE).exists():
+            load_key(self.root, create=False)
+        else:
+            with self._db() as conn:
+                n = conn.execute("SELECT count(*) FROM checkpoints").fetchone()
+            if n and n[0]:
+                self._key(create=True)  # raises: no key here, checkpoints there
+        stem = file_name(task_id)
+        check_regular(self.traces_dir / (stem + ".jsonl"), f"trace file traces/{stem}.jsonl",
+                      writing=True)
+
+    def save(self, body: dict[str, Any], *, failpoint: str,
+             expect: Optional[Checkpoint] = None) -> Checkpoint:
+        """See :meth:`workflow.store.TaskStore.save`. One transaction: the ``INSERT … ON CONFLICT
+        DO NOTHING`` (new task) or ``UPDATE … WHERE revision = <read> AND mac = <read>`` and the
+        ``history`` row; failpoints ``<failpoint>:before``, ``:uncommitted`` (between the two
+        statements) and ``:after`` (committed)."""
+        key = self._key(create=expect is None)
+        sid = self.store_id()
+        if body.get("state_id") not in (None, sid):
+            raise Stopped(f"checkpoint of task {body.get('task_id')!r} belongs to another store")
+        cp = seal({**body, "state_id": sid}, key)
+        envelope = json.dumps(cp.model_dump(mode="json"), ensure_ascii=False)
+        last = cp.history[-1] if cp.history else None
+        failpoints.hit(failpoint + ":before")
+        with self._db() as conn, conn.transaction():
+            if expect is None:
+                cur = conn.execute(
+                    "INSERT INTO checkpoints (task_id, revision, status, mac, envelope) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (task_id) DO NOTHING",
+                    (cp.task_id, cp.revision, cp.status, cp.mac, envelope))
+                if cur.rowcount != 1:
+                    raise Stopped(f"task {cp.task_id} was created by another process at the same "
+                                  f"time; nothing was written by this one (python run.py status "
+                                  f"--task {cp.task_id})")
+            else:
+                cur = conn.execute(
+                    "UPDATE checkpoints SET revision = %s, status = %s, mac = %s, envelope = %s, "
+                    "written_at = now() WHERE task_id = %s AND revision = %s AND mac = %s",
+                    (cp.revision, cp.status, cp.mac, envelope, cp.task_id, expect.revision,
+                     expect.mac))
+                if cur.rowcount != 1:
+                    row = conn.execute("SELECT revision FROM checkpoints WHERE task_id = %s",
+                                       (cp.task_id,)).fetchone()
+                    raise Stopped(
+                        f"task {cp.task_id} changed in the database since it was read (revision "
+                        f"{expect.revision} -> {row[0] if row else 'no row'}): another process "
+                        f"wrote it; nothing was written by this one; run python run.py status "
+                        f"--task {cp.task_id} to see where it stands")
+            failpoints.hit(failpoint + ":uncommitted")
+            conn.execute("INSERT INTO history (task_id, revision, event, status, at) "
+                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                         (cp.task_id, cp.revision, last.event if last else "saved", cp.status,
+                          last.at if last else now_iso()))
+        failpoints.hit(failpoint + ":after")
+        effects.note(cp.task_id, f"checkpoint saved at revision {cp.revision} ({cp.status})")
+        return cp
+
+    def save_revision(self, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
+                      **changes: Any) -> Checkpoint:
+        """See :meth:`workflow.store.TaskStore.save_revision`."""
+        return self.save(next_revision(cp, event, changes), failpoint=failpoint, expect=cp)
+
+    @contextmanager
+    def task_lock(self, task_id: str, *, timeout: Optional[float] = None) -> Iterator[None]:
+        """See :meth:`workflow.store.TaskStore.task_lock`: ``pg_advisory_lock`` on a session of
+        its own, never the data connection's (released with ``pg_advisory_unlock`` at the end of
+        the block, and by the server when the holder dies). The session is kept for this store's
+        next lock (opening one costs a server process and a password exchange); one that fails to
+        unlock is closed, which releases the lock too. Waits ``timeout`` seconds (default
+        ``$HITL_LOCK_TIMEOUT``; 0: do not wait), measured by the server (``lock_timeout``)."""
+        wait = settings().lock_timeout if timeout is None else timeout
+        key = lock_key(task_id)
+        with self._mutex:
+            conn = self._lock_sessions.pop() if self._lock_sessions else None
+        conn = conn if conn is not None and not conn.closed else self._connect()
+        held = False
+        try:
+            try:
+                if wait * 1000 < 1:
+                    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                    held = bool(row and row[0])
+                else:
+                    conn.execute(f"SET lock_timeout = {int(wait * 1000)}")
+                    try:
+                        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+                        held = True
+                    except psycopg.errors.LockNotAvailable:
+                        held = False
+            except psycopg.Error as exc:
+                conn.close()
+                raise self._failure(exc, "failed") from None
+            if not held:
+                raise Stopped(f"task {task_id} is being worked on by another process (waited "
+                              f"{wait:g} s); try again when it finishes")
+            yield
+        finally:
+            self._release(conn, key if held else None)
+
+    def _release(self, conn: "psycopg.Connection[Any]", key: Optional[int]) -> None:
+        """Unlock ``key`` (if held) and keep ``conn`` for the next lock; close it on any doubt."""
+        if conn.closed:
+            return
+        try:
+            if key is not None:
+                row = conn.execute("SELECT pg_advisory_unlock(%s)", (key,)).fetchone()
+                if not (row and row[0]):
+                    raise psycopg.OperationalError("the lock was not held any more")
+        except psycopg.Error:
+            conn.close()  # ends the session: whatever it held goes with it
+            return
+        with self._mutex:
+            self._lock_sessions.append(conn)
+
+    # -- ledger ------------------------------------------------------------------------------
+    _LEDGER_COLUMNS = ("idempotency_key, task_id, action, title, content_sha256, published_at, "
+                       "channel, approval")
+
+    def _entry(self, row: tuple[Any, ...]) -> LedgerEntry:
+        names = self._LEDGER_COLUMNS.split(", ")
+        try:
+            return LedgerEntry.model_validate(dict(zip(names, row)))
+        except ValueError as exc:
+            raise Stopped(f"ledger entry {row[0]!r} in {self.location} is not valid "
+                          f"({self._scrub(str(exc).splitlines()[0])})") from None
+
+    def ledger_get(self, key: str) -> Optional[LedgerEntry]:
+        """See :meth:`workflow.store.TaskStore.ledger_get`."""
+        with self._db() as conn:
+            row = conn.execute(f"SELECT {self._LEDGER_COLUMNS} FROM ledger "
+                               "WHERE idempotency_key = %s", (key,)).fetchone()
+        if row is None:
+            return None
+        entry = self._entry(row)
+        if entry.idempotency_key != key:
+            raise Stopped(f"ledger entry {key!r} names key {entry.idempotency_key!r} (key mismatch)")
+        return entry
+
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """See :meth:`workflow.store.TaskStore.ledger_entries`."""
+        return sorted(self.ledger_scan()[0], key=lambda e: (e.published_at, e.idempotency_key))
+
+    def ledger_scan(self) -> tuple[list[LedgerEntry], list[dict[str, str]]]:
+        """``(every valid entry, [{"file", "error"}] for each row that is not one)``."""
+        with self._db() as conn:
+            rows = conn.execute(f"SELECT {self._LEDGER_COLUMNS} FROM ledger "
+                                "ORDER BY idempotency_key COLLATE \"C\"").fetchall()
+        good, bad = [], []
+        for row in rows:
+            try:
+                good.append(self._entry(row))
+            except Stopped as exc:
+                bad.append({"file": f"{self.ledger_dir}/{row[0]}", "error": str(exc)})
+        return good, bad
+
+    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None,
+                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+        """See :meth:`workflow.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
+        NOTHING``, then read back and compared (failpoints ``ledger:record:before`` /
+        ``:after``)."""
+        Ledger.check_key(key, task_id, channel)
+        existing = self.ledger_get(key)
+        if existing is None:
+            entry = LedgerEntry(idempotency_key=key, task_id=task_id, action="publish_draft",
+                                title=title, content_sha256=content_sha256, published_at=now_iso(),
+                                channel=channel, approval=approval)
+            record = secrets.redact(entry.model_dump(), secrets.LEDGER,
+                                    what=f"ledger entry of key {key!r}", closed_keys=True)
+            entry = LedgerEntry.model_validate(record)
+            failpoints.hit("ledger:record:before")
+            with self._db() as conn:
+                cur = conn.execute(
+                    f"INSERT INTO ledger ({self._LEDGER_COLUMNS}) VALUES "
+                    "(%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING",
+                    (entry.idempotency_key, entry.task_id, entry.action, entry.title,
+                     entry.content_sha256, entry.published_at, entry.channel, entry.approval))
+            if cur.rowcount == 1:
+                failpoints.hit("ledger:record:after")
+                effects.note(task_id, "published it (ledger entry written)")
+                return entry, True
+            existing = self.ledger_get(key)
+            if existing is None:
+                raise Stopped(f"ledger entry {key!r} could not be created and is not there either "
+                              "(deleted by someone else?); a human must check (python run.py doctor)")
+        Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        return existing, False
+
+    # -- rejection records -------------------------------------------------------------------
+    _REJECTION_COLUMNS = "task_id, content_sha256, call_id, by_name, at, reason, channel"
+
+    def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
+        """See :meth:`workflow.store.TaskStore.rejection_get`."""
+        with self._db() as conn:
+            row = conn.execute(f"SELECT {self._REJECTION_COLUMNS} FROM rejections WHERE task_id = %s "
+                               "AND coalesce(channel, '') = %s", (task_id, channel or "")).fetchone()
+        if row is None:
+            return None
+        data = dict(zip(("task_id", "content_sha256", "call_id", "by", "at", "reason", "channel"), row))
+        if data["channel"] is None:  # a one-channel task's record has no channel field at all
+            del data["channel"]
+        try:
+            rec = RejectionRecord.model_validate(data)
+        except ValueError as exc:
+            raise Stopped(f"rejection record of task {task_id!r} in {self.location} is not valid "
+                          f"({self._scrub(str(exc).splitlines()[0])})") from None
+        if rec.task_id != task_id or rec.channel != channel:
+            raise Stopped(f"rejection record {task_id!r} names task {rec.task_id!r} "
+                          f"(channel {rec.channel!r})")
+        return rec
+
+    def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
+                         channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
+        """See :meth:`workflow.store.TaskStore.rejection_record` (``INSERT … ON CONFLICT DO
+        NOTHING``, read back; failpoints ``rejection:record:before`` / ``:after``)."""
+        existing = self.rejection_get(task_id, channel)
+        created = False
+        if existing is None:
+            rec = RejectionRecord(task_id=task_id, content_sha256=content_sha256,
+                                  call_id=decision.call_id, by=decision.by, at=decision.at,
+                                  reason=decision.reason, channel=channel)
+            body = secrets.redact(rec.model_dump(), secrets.REJECTION,
+                                  what=f"rejection record of task {task_id}", closed_keys=True)
+            failpoints.hit("rejection:record:before")
+            with self._db() as conn:
+                cur = conn.execute(
+                    f"INSERT INTO rejections ({self._REJECTION_COLUMNS}) VALUES "
+                    "(%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (task_id, (coalesce(channel, ''))) "
+                    "DO NOTHING",
+                    (body["task_id"], body["content_sha256"], body["call_id"], body["by"],
+                     body["at"], body["reason"], body.get("channel")))
+            created = cur.rowcount == 1
+            if created:
+                failpoints.hit("rejection:record:after")
+                effects.note(task_id, RECORDED)
+            existing = self.rejection_get(task_id, channel)
+            if existing is None:
+                raise Stopped(f"rejection record of task {task_id} cannot be read back")
+        if existing.content_sha256 != content_sha256:
+            raise Stopped(f"rejection record of task {task_id} is for other content; a human must check")
+        return existing, created
+
+    def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
+        """See :meth:`workflow.store.TaskStore.rejection_remove`."""
+        with self._db() as conn:
+            conn.execute("DELETE FROM rejections WHERE task_id = %s AND coalesce(channel, '') = %s",
+                         (task_id, channel or ""))
+        effects.forget(task_id, RECORDED)
