@@ -210,3 +210,32 @@ def test_edit_with_two_channels(cli, state_dir, other, edit_first):
     cp = json.loads(checkpoint_file(state_dir, "t-2").read_text(encoding="utf-8"))
     assert cp["content_sha256"] == content_sha256(TITLE, BODY)  # the task's draft is unchanged
     assert cli("doctor", "--json").json()["findings"] == []
+
+
+def test_edits_and_a_sticky_approval_do_not_mix(cli, state_dir):
+    """A sticky ``--always`` approval would let the SDK run the model's new call without a pause:
+    refused while a call approved with edits waits, and edits are refused while one is in force."""
+    r = cli("start", "--key", "t-3", "--title", TITLE, "--draft", BODY, "--channel", "blog",
+            "--channel", "news", "--channel", "site", "--json")
+    assert r.code == 0, r.err
+    calls = {p["arguments"]["channel"]: p["call_id"] for p in r.json()["pending"]}
+    r = cli("resume", "--task", "t-3", "--call", calls["blog"], "--decision", "approve",
+            "--edit-title", "Release notes")
+    assert r.code == 0, r.err
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "t-3", "--call", calls["news"], "--decision", "approve", "--always")
+    r.assert_stopped()
+    assert "decide this call without --always" in r.err and snapshot(state_dir) == before
+    from state.schema import Checkpoint
+    from workflow import edits
+
+    cp = Checkpoint.model_validate(json.loads(checkpoint_file(state_dir, "t-3").read_text(encoding="utf-8")))
+    sticky = cp.decisions[0].model_copy(update={"edits": None, "always": True, "call_id": calls["news"],
+                                                "channel": "news"})
+    try:  # the other way round: edits while a sticky approval is in force
+        edits.check_sticky(cp.model_copy(update={"decisions": [*cp.decisions, sticky]}), "approved",
+                           edits.Edit(title="X"), False)
+    except edits.Stopped as exc:
+        assert "a sticky approval (--always) is in force" in str(exc)
+    else:
+        raise AssertionError("edits were accepted while a sticky approval is in force")

@@ -128,6 +128,20 @@ def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
     return out
 
 
+def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -> None:
+    """Edits and a sticky approval do not mix in one task: the SDK's ``always_approve`` rule would
+    run the model's new call without pausing, so nobody would check it carries the edited draft.
+    Raises :class:`Stopped` for edits while a sticky approval is in force, and for ``--always``
+    approve while a call approved with edits waits for the model's new call."""
+    sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)
+    if edit is not None and sticky:
+        raise Stopped(f"task {cp.task_id}: a sticky approval (--always) is in force, so the model's "
+                      "new call would run unchecked; approve or reject this call without edits")
+    if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
+        raise Stopped(f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
+                      "which --always would approve unchecked; decide this call without --always")
+
+
 def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
     """Before a decision on the pending call ``call_id`` is written: every pending call must carry
     the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except right
