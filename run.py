@@ -61,8 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expires-in", type=A.duration, default=clock.DEFAULT_EXPIRES_IN,
                    help="how long the approval request stays valid: 90s, 30m, 24h, 7d "
                         f"(default {clock.DEFAULT_EXPIRES_IN})")
-    p.add_argument("--trace-content", action="store_true",
-                   help="write draft bodies into the local trace in full (default: hash + preview)")
+    A.run_flags(p)  # --trace-content, --stream
 
     p = cmd("resume", "record a human decision and resume the run from disk")
     p.add_argument("--task", type=A.key)
@@ -72,9 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", type=A.text("--by", MAX_NAME_CHARS, True), help="reviewer name")
     p.add_argument("--reason", type=A.text("reason", MAX_REASON_CHARS, False),
                    help="reason; on reject it is sent to the model verbatim")
+    A.edit_flags(p)  # --edit-title, --edit-body: approve with edits
     A.budget_flags(p)
-    p.add_argument("--trace-content", action="store_true",
-                   help="write draft bodies into the local trace in full (default: hash + preview)")
+    A.run_flags(p)  # --trace-content, --stream
 
     p = cmd("status", "print one task")
     p.add_argument("--task", type=A.key)
@@ -110,13 +109,15 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         budget = make_budget(spec, **A.budget_changes(args))
         cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft,
                                     spec=spec, budget=budget, expires_in_s=args.expires_in, channels=args.channels,
-                                    trace_content=tracing.content_wanted(args.trace_content)))
+                                    trace_content=tracing.content_wanted(args.trace_content),
+                                    on_event=output.event_printer(args.json) if args.stream else None))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "resume":
         task_id = inbox.pick_task(store, args.task, waiting_only=True)
         cp = _decide(store, task_id, args.decision, args.reason, by=A.reviewer(args.by), call_id=args.call,
-                     always=args.always, trace_content=args.trace_content, budget_changes=A.budget_changes(args))
+                     always=args.always, trace_content=args.trace_content, budget_changes=A.budget_changes(args),
+                     on_event=output.event_printer(args.json) if args.stream else None, edit=A.edit(args))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "status":
@@ -158,15 +159,14 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: str, trace_content: bool,
-            budget_changes: dict[str, Any] | None = None, call_id: str | None = None, always: bool = False) -> Any:
-    """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
+            call_id: str | None = None, **kwargs: Any) -> Any:
+    """Apply one human decision (``workflow.hitl.decide``, ``kwargs`` passed on); return the new checkpoint."""
     from workflow import reconcile
     reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason)  # before the SDK import
     import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl, tracing
-    return asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason, call_id=call_id,
-                                   always=always, budget_changes=budget_changes,
-                                   trace_content=tracing.content_wanted(trace_content)))
+    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
+                                   call_id=call_id, trace_content=tracing.content_wanted(trace_content), **kwargs))
 
 
 def main(argv: list[str] | None = None) -> int:

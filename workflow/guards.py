@@ -7,6 +7,7 @@ SDK call of the flow itself stays in ``workflow/hitl.py``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from contextlib import contextmanager
@@ -423,10 +424,11 @@ def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[s
 
 @contextmanager
 def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
-    """For ``start``: if the block raises :class:`Stopped` and no checkpoint of ``task_id`` exists
-    afterwards (nothing was saved), remove the lock file, trace file and folders this block
-    created, so a refused start leaves the state dir as it found it (a provider that cannot be
-    reached, a budget that cannot pay, a call that cannot be saved). Paths that existed before are
+    """For ``start``: if the block raises :class:`Stopped` (or is interrupted: Ctrl-C, a cancelled
+    task) and no checkpoint of ``task_id`` exists afterwards (nothing was saved), remove the lock
+    file, trace file and folders this block created, so a refused or interrupted start leaves the
+    state dir as it found it (a provider that cannot be reached, a budget that cannot pay, a call
+    that cannot be saved, Ctrl-C during a stream). Paths that existed before are
     never touched; removing a lock file is safe because no write depends on the lock (every
     checkpoint write is a compare-and-swap)."""
     from state.storage import file_name
@@ -438,7 +440,7 @@ def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
     before = {p for p in [*files, *folders] if p.exists() or p.is_symlink()}
     try:
         yield
-    except Stopped:
+    except (Stopped, KeyboardInterrupt, asyncio.CancelledError):
         if not store.exists(task_id):
             for path in files:
                 if path not in before:

@@ -8,7 +8,7 @@ the workflow costs, not a new process.
 Pages: ``GET /`` the inbox (``?status=…&page=N``), ``GET /task/{id}`` one task (its pending calls
 with a form each, budget, history; once decided, the receipt as ``show`` prints it),
 ``POST /task/{id}/decide`` a decision on one call. A decision goes through :func:`decide_call`,
-the one adapter to :func:`workflow.hitl.resume` (what ``run.py resume --call`` runs), so the task
+the one adapter to :func:`workflow.hitl.decide` (what ``run.py resume --call`` runs), so the task
 lock, the decision table and the revision check (the form's ``revision``, as
 ``expect_revision``) serialise page and command-line decisions.
 
@@ -168,7 +168,7 @@ def _plain(status: int, message: str) -> HTMLResponse:
 def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason: Optional[str],
                 by: str, expect_revision: int) -> Checkpoint:
     """Apply one reviewer's decision on one pending call, from the page: the ONE place the page
-    reaches the workflow (:func:`workflow.hitl.resume`, the function ``run.py resume`` calls, with
+    reaches the workflow (:func:`workflow.hitl.decide`, the function ``run.py resume`` calls, with
     ``call_id`` as ``--call``).
 
     ``expect_revision`` is the revision the page was rendered from; it is checked here first
@@ -179,7 +179,7 @@ def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason
     from workflow import guards, hitl
 
     guards.check_revision(store.load(task_id), expect_revision)
-    return asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason,
+    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
                                    call_id=call_id, expect_revision=expect_revision))
 
 
