@@ -8,6 +8,7 @@ decision, the approval rule for the private preview channel, and the two layers 
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
@@ -161,3 +162,23 @@ def test_rejection_text_run_wide_formatter_and_per_call_reason_wins(cli, state_d
     assert "Exact words for news." in done["final_output"]
     formatted = REJECTED_TEXT.format(tool_name="publish_draft", call_id=_call(task, "blog"))
     assert formatted in done["final_output"]
+
+
+def test_show_lists_each_channels_ledger_entry_and_each_decision(cli, state_dir):
+    """The receipt of a task with several channels names every ledger entry (keyed
+    ``<task>#<channel>``) and every call's decision, not only the task key's."""
+    task = _start(cli, "blog", "news", "social")
+    _decide(cli, _call(task, "news"), "reject", "--reason", "Not for news.")
+    _decide(cli, _call(task, "blog"), "approve")
+    _decide(cli, _call(task, "social"), "approve")
+    r = cli("show", "--task", KEY, "--json")
+    assert r.code == 0, r.err
+    receipt = json.loads(r.out)
+    assert receipt["outcome"]["executed"] is True
+    assert sorted(e["idempotency_key"] for e in receipt["ledger_entries"]) == [
+        f"{KEY}#blog", f"{KEY}#social"]
+    assert sorted((d["channel"], d["decision"]) for d in receipt["approval"]["decisions"]) == [
+        ("blog", "approved"), ("news", "rejected"), ("social", "approved")]
+    text = cli("show", "--task", KEY)
+    assert "ledger: 2 entries" in text.out and "nothing was published" not in text.out
+    assert "news" in text.out and "Not for news." in text.out

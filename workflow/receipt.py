@@ -14,6 +14,7 @@ trajectory, tools, time, tokens, errors, checkpoint version and the human approv
 Shape (``--json``)::
 
     {"task_id", "idempotency_key", "action",
+     "ledger_entries": [entry],   (one per channel that published; "ledger" below: the first)
      "outcome": {"status", "executed": bool, "ledger": entry | null, "final_output"},
      "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
                   "decision": null | {"decision", "by", "at", "reason"}},
@@ -43,7 +44,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from state import clock
-from state.schema import Checkpoint
+from state.schema import Checkpoint, effect_key
 from state.storage import Store
 from workflow import trace_log
 from workflow.store import as_task_store
@@ -242,7 +243,11 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
     (same checks as every command); a missing or damaged trace only thins the trajectory.
     """
     cp = store.load(task_id)
-    entry = as_task_store(store).ledger_get(cp.idempotency_key)
+    task_store = as_task_store(store)
+    # one entry per channel that published (a one-channel task: the task key alone)
+    entries = [e for e in (task_store.ledger_get(effect_key(cp.task_id, ch, cp.channels))
+                           for ch in cp.channels) if e is not None]
+    entry = entries[0] if entries else None
     path = trace_log.trace_path(store, task_id)
     try:
         records, bad = trace_log.read(path)
@@ -251,10 +256,9 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
     records, invalid = valid_records(records)
     t_steps, errors, sums = _trace_steps(records)
     steps = _history_steps(cp) + t_steps
-    if entry is not None:
-        steps.append({"at": entry.published_at, "step": "ledger_entry",
-                      "idempotency_key": entry.idempotency_key,
-                      "content_sha256": entry.content_sha256})
+    for e in entries:
+        steps.append({"at": e.published_at, "step": "ledger_entry",
+                      "idempotency_key": e.idempotency_key, "content_sha256": e.content_sha256})
     order = {"run": 0, "checkpoint": 2, "approval_requested": 3}
     steps.sort(key=lambda s: (_ts(s.get("at")) or datetime.max.replace(tzinfo=clock.now().tzinfo),
                               order.get(s["step"], 1)))
@@ -276,10 +280,11 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
         "task_id": cp.task_id,
         "idempotency_key": cp.idempotency_key,
         "action": cp.action,
+        "ledger_entries": [e.model_dump() for e in entries],  # one per channel that published
         "outcome": {
             "status": cp.status,
-            "executed": entry is not None,
-            "ledger": entry.model_dump() if entry else None,
+            "executed": bool(entries),
+            "ledger": entry.model_dump() if entry else None,  # the first (a one-channel task: the only)
             "final_output": cp.final_output,
         },
         "approval": {
@@ -288,7 +293,10 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
             "call_id": request.get("call_id") if request else None,
             "tool": request.get("tool") if request else None,
             "arguments": _arguments(request.get("arguments") if request else None),
-            "decision": decision,
+            "decision": decision,  # the last one; every one (a task with several calls) below
+            "decisions": [{"call_id": d.call_id, "channel": d.channel, "decision": d.decision,
+                           "by": d.by, "at": d.at, "reason": d.reason, "source": d.source}
+                          for d in cp.decisions],
             # approvals with edits (workflow/edits.py): what the reviewer approved instead
             "edits": [{"call_id": d.call_id, "by": d.by, "at": d.at, **d.edits.model_dump()}
                       for d in cp.decisions if d.edits is not None],
@@ -357,11 +365,13 @@ def _clock_time(at: str | None) -> str:
 def receipt_text(r: dict[str, Any]) -> str:
     """The receipt for a terminal: header, outcome, approval, trajectory, totals, errors."""
     o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
-    led = o["ledger"]
+    led = r["ledger_entries"]
     lines = [
         f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
         f"outcome: {o['status']}; ledger: "
-        + (f"1 entry, published_at {led['published_at']}, sha256 {led['content_sha256'][:12]}…"
+        + (f"1 entry, published_at {led[0]['published_at']}, sha256 {led[0]['content_sha256'][:12]}…"
+           if len(led) == 1 else f"{len(led)} entries: " + ", ".join(
+               f"{e['idempotency_key']} at {e['published_at']}" for e in led)
            if led else "no entry (nothing was published)"),
     ]
     if o["final_output"]:
@@ -369,7 +379,12 @@ def receipt_text(r: dict[str, Any]) -> str:
     lines.append(f"approval: {a['tool']}({_fmt_args(a['arguments'])}) call_id={a['call_id']}")
     lines.append(f"  requested {a['requested_at']}, expires {a['expires_at'] or 'never'}")
     d = a["decision"]
-    if d:
+    if len(a["decisions"]) > 1:  # several calls: each decision, with its channel
+        for each in a["decisions"]:
+            why = f", reason {each['reason']!r}" if each["reason"] else ""
+            lines.append(f"  decided: {each['channel']} ({each['call_id']}): {each['decision']} by "
+                         f"{each['by']} at {each['at']}{why}")
+    elif d:
         why = f", reason {d['reason']!r}" if d["reason"] else ""
         lines.append(f"  decided: {d['decision']} by {d['by']} at {d['at']}{why}")
     else:
