@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # no traceback ever reaches a user; HITL_DEBUG=1 shows it
         if settings().debug:
             raise
-        return _stopped(f"unexpected error ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})")
+        return _stopped(output.unexpected(exc))
     if result is not None:
         try:
             output.print_result(args.command, result, args.json, getattr(args, "text_extra", None))

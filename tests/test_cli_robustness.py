@@ -455,3 +455,21 @@ def test_refusals_that_need_no_sdk_answer_before_it_is_imported(tmp_path, case):
                           env={**full, **env}, timeout=120)
     assert proc.returncode == 1 and proc.stderr.startswith("STOPPED: "), proc.stderr
     assert "NO-SDK" in proc.stderr, proc.stderr
+
+
+def test_a_missing_sdk_is_one_line_saying_to_activate_the_venv(tmp_path):
+    """Run with a Python where ``agents`` cannot be imported (a learner who forgot to activate the
+    venv): one STOPPED line naming the package and what to do, exit 1, no traceback, no file."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys, runpy; sys.modules['agents'] = None; "  # import agents -> ModuleNotFoundError
+            f"sys.argv = ['run.py', '--state-dir', {str(tmp_path / 's')!r}, 'start', '--key', 'k', "
+            "'--draft', 'D']; runpy.run_path('run.py', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("STOPPED: the package 'agents' is not installed in this Python")
+    assert "activate the venv" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()

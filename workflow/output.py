@@ -135,3 +135,14 @@ def silence_stdout() -> None:
         os.dup2(devnull, fd)
     finally:
         os.close(devnull)
+
+
+def unexpected(exc: Exception) -> str:
+    """The one line for an error no check foresaw (``STOPPED: unexpected error (Type: text)``, at
+    most 300 characters of it); a missing package (``ModuleNotFoundError``, e.g. ``agents`` when
+    the venv is not active) names it and says how to install or activate."""
+    if isinstance(exc, ModuleNotFoundError):
+        return (f"the package {exc.name!r} is not installed in this Python ({sys.executable}); "
+                "activate the venv (source .venv/bin/activate, or .venv\\Scripts\\Activate.ps1) or "
+                "install: python -m pip install \".[test]\"")
+    return f"unexpected error ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})"
