@@ -13,7 +13,8 @@ Recovery is tried both ways: repeating the interrupted decision first, or decidi
 first (the recorded decision is replayed with it).
 
 The race: four processes approve and four reject, each on its own call of one eight-channel task,
-released together (tests/forking.py).
+released together (tests/forking.py). Also pinned: a call already answered while another waits is
+judged as ended (file store), and the PostgreSQL store's ``doctor`` judges each call too.
 """
 
 from __future__ import annotations
@@ -334,3 +335,32 @@ def test_an_answered_call_is_judged_ended_while_another_waits(cli, state_dir, fi
     assert snapshot(state_dir) == before
     done = cli(*_decide(calls["news"], "approve"), "--json")
     assert done.code == 0 and done.json()["status"] == "completed", done.err
+
+
+# -- the same judgement on the PostgreSQL store ----------------------------------------------------
+
+PG_SIGNING = {"HITL_SIGNING_KEY": "pg-tests-signing-key-0123456789abcdef"}
+
+
+def test_doctor_on_postgresql_judges_each_call_of_a_several_channel_task(pg_url, tmp_path):
+    """The database doctor applies the table per call, as the file doctor does: a task with one
+    call approved and one rejected is consistent (not "completed, yet rejected"), and a crash after
+    a partial decision is found on that call, with the command that finishes it."""
+    state_dir = tmp_path / "s"
+
+    def pg(*args: str, env: dict[str, str] | None = None):
+        return run_cli(state_dir, "--store", pg_url, *args, env={**PG_SIGNING, **(env or {})})
+
+    r = pg(*START, "--json")
+    assert r.code == 0, r.err
+    calls = {p["arguments"]["channel"]: p["call_id"] for p in r.json()["pending"]}
+    crashed = pg(*_decide(calls["blog"], "approve"), env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert crashed.code == 86, crashed.err
+    report = pg("doctor", "--json")
+    assert report.code == 1, report.err
+    assert [(f["kind"], f["action"]) for f in report.json()["findings"]] == [
+        ("decision_not_finished", _command(calls["blog"], "approve"))]
+    assert pg(*_decide(calls["blog"], "approve")).code == 0
+    assert pg(*_decide(calls["news"], "reject")).code == 0
+    report = pg("doctor", "--json")
+    assert report.code == 0 and report.json()["findings"] == [], report.out
