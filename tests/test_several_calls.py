@@ -161,3 +161,19 @@ def test_rejection_text_run_wide_formatter_and_per_call_reason_wins(cli, state_d
     assert "Exact words for news." in done["final_output"]
     formatted = REJECTED_TEXT.format(tool_name="publish_draft", call_id=_call(task, "blog"))
     assert formatted in done["final_output"]
+
+
+def test_show_receipt_of_a_two_channel_task_names_what_was_published(cli, state_dir):
+    """The receipt reads each channel's ledger entry: with blog approved and news rejected it says
+    executed, lists blog's entry and news as not published, never "nothing was published"."""
+    task = _start(cli, "blog", "news")
+    _decide(cli, _call(task, "blog"), "approve")
+    _decide(cli, _call(task, "news"), "reject")
+    rec = cli("show", "--task", KEY, "--json").json()
+    assert rec["outcome"]["executed"] is True and rec["outcome"]["ledger"] is None
+    assert [(c["channel"], c["executed"], (c["ledger"] or {}).get("idempotency_key"))
+            for c in rec["outcome"]["channels"]] == [("blog", True, f"{KEY}#blog"), ("news", False, None)]
+    assert [s["idempotency_key"] for s in rec["trajectory"] if s["step"] == "ledger_entry"] == [f"{KEY}#blog"]
+    text = cli("show", "--task", KEY).out
+    assert "nothing was published" not in text
+    assert "ledger: blog: 1 entry" in text and "news: no entry (not published)" in text

@@ -6,7 +6,8 @@ trajectory, tools, time, tokens, errors, checkpoint version and the human approv
 - the signed checkpoint (source of truth): status, every revision (``history``) with the schema
   versions it was written with, the approval request (pending call and its arguments), the
   decision (who, when, why), ``expires_at``;
-- the ledger: the entry for the idempotency key, or its absence (the proof of the effect);
+- the ledger: the entry for the idempotency key, or its absence (the proof of the effect); for a
+  task with several channels, the entry of each channel's key (``<task key>#<channel>``);
 - the local trace (``workflow.trace_log``; diagnostics, unsigned): each run (start / resume), each
   model call (latency; tokens from the SDK's turn span), each tool call with its arguments (redacted
   unless ``--trace-content``), and errors.
@@ -14,7 +15,9 @@ trajectory, tools, time, tokens, errors, checkpoint version and the human approv
 Shape (``--json``)::
 
     {"task_id", "idempotency_key", "action",
-     "outcome": {"status", "executed": bool, "ledger": entry | null, "final_output"},
+     "outcome": {"status", "executed": bool, "ledger": entry | null, "final_output",
+                 # several channels only ("ledger" is then null: the task key has no entry):
+                 "channels": [{"channel", "executed": bool, "ledger": entry | null}, …]},
      "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
                   "decision": null | {"decision", "by", "at", "reason"}},
      "checkpoint": {"path", "revision", "schema_version", "sdk_version", "run_state_schema_version",
@@ -43,7 +46,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from state import clock
-from state.schema import Checkpoint
+from state.schema import Checkpoint, effect_key
 from state.storage import Store
 from workflow import trace_log
 from workflow.store import as_task_store
@@ -241,7 +244,12 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
     (same checks as every command); a missing or damaged trace only thins the trajectory.
     """
     cp = store.load(task_id)
-    entry = as_task_store(store).ledger_get(cp.idempotency_key)
+    evidence = as_task_store(store)
+    entry = evidence.ledger_get(cp.idempotency_key)
+    several = len(cp.channels) > 1
+    by_channel = {c: evidence.ledger_get(effect_key(cp.task_id, c, cp.channels))
+                  for c in cp.channels} if several else {}
+    entries = [e for e in by_channel.values() if e is not None] if several else [entry] if entry else []
     path = trace_log.trace_path(store, task_id)
     try:
         records, bad = trace_log.read(path)
@@ -250,10 +258,10 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
     records, invalid = valid_records(records)
     t_steps, errors, sums = _trace_steps(records)
     steps = _history_steps(cp) + t_steps
-    if entry is not None:
-        steps.append({"at": entry.published_at, "step": "ledger_entry",
-                      "idempotency_key": entry.idempotency_key,
-                      "content_sha256": entry.content_sha256})
+    for e in entries:
+        steps.append({"at": e.published_at, "step": "ledger_entry",
+                      "idempotency_key": e.idempotency_key,
+                      "content_sha256": e.content_sha256})
     order = {"run": 0, "checkpoint": 2, "approval_requested": 3}
     steps.sort(key=lambda s: (_ts(s.get("at")) or datetime.max.replace(tzinfo=clock.now().tzinfo),
                               order.get(s["step"], 1)))
@@ -277,9 +285,12 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
         "action": cp.action,
         "outcome": {
             "status": cp.status,
-            "executed": entry is not None,
+            "executed": bool(entries),
             "ledger": entry.model_dump() if entry else None,
             "final_output": cp.final_output,
+            **({"channels": [{"channel": c, "executed": e is not None,
+                              "ledger": e.model_dump() if e else None}
+                             for c, e in by_channel.items()]} if several else {}),
         },
         "approval": {
             "requested_at": request["at"] if request else None,
@@ -353,12 +364,16 @@ def _clock_time(at: str | None) -> str:
 def receipt_text(r: dict[str, Any]) -> str:
     """The receipt for a terminal: header, outcome, approval, trajectory, totals, errors."""
     o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
-    led = o["ledger"]
+    def entry_text(led: Optional[dict[str, Any]], none: str) -> str:
+        return (f"1 entry, published_at {led['published_at']}, sha256 {led['content_sha256'][:12]}…"
+                if led else none)
+
+    ledger = ("; ".join(f"{c['channel']}: " + entry_text(c["ledger"], "no entry (not published)")
+                        for c in o["channels"]) if "channels" in o
+              else entry_text(o["ledger"], "no entry (nothing was published)"))
     lines = [
         f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
-        f"outcome: {o['status']}; ledger: "
-        + (f"1 entry, published_at {led['published_at']}, sha256 {led['content_sha256'][:12]}…"
-           if led else "no entry (nothing was published)"),
+        f"outcome: {o['status']}; ledger: {ledger}",
     ]
     if o["final_output"]:
         lines.append(f"final output: {one_line(o['final_output'])}")
