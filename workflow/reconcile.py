@@ -181,8 +181,9 @@ def answered(cp: "Checkpoint", call_id: str) -> bool:
     longer pending, while other calls of the same turn still wait. Such a call is judged as ended
     (``completed`` if approved, ``cancelled`` if rejected): repeating its decision returns the task
     unchanged, another decision is refused. A decision on record for a call still pending is one
-    a crash, a budget stop or a failed run left unfinished: not answered."""
-    return (cp.status in OPEN and decision_of(cp, call_id) is not None
+    a crash, a budget stop or a failed run left unfinished: not answered. A one-channel task is
+    judged as before channels: never."""
+    return (len(cp.channels) > 1 and cp.status in OPEN and decision_of(cp, call_id) is not None
             and all(p.call_id != call_id for p in cp.pending))
 
 
@@ -214,7 +215,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     decided = recorded.decision if recorded else None
     several = len(cp.channels) > 1  # a one-channel task is judged exactly as before channels
     status = "cancelled" if several and cp.status == "completed" and decided == "rejected" else cp.status
-    if several and decided is not None and answered(cp, call_id):  # its part of the run is over
+    if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
     ev = Evidence(status=status, decided=decided, entry=entry is not None,
                   rejection=rejected is not None, overdue=overdue)
