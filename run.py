@@ -3,9 +3,9 @@
     python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps`` (docs/commands.md). Exit codes: 0 done; 1 STOPPED (one line on
-stderr beginning ``STOPPED:``, no traceback, nothing changed on disk, or a line saying what was
-already done); 2 usage error. Read-only commands never import the SDK; ``review`` only to decide.
+``doctor``, ``demo``, ``traps``, ``serve`` (docs/commands.md). Exit codes: 0 done; 1 STOPPED (one
+line on stderr beginning ``STOPPED:``, no traceback, nothing changed on disk, or a line saying what
+was already done); 2 usage error. Read-only commands never import the SDK; ``review`` only to decide.
 """
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expires-in", type=A.duration, default=clock.DEFAULT_EXPIRES_IN,
                    help="how long the approval request stays valid: 90s, 30m, 24h, 7d "
                         f"(default {clock.DEFAULT_EXPIRES_IN})")
-    p.add_argument("--trace-content", action="store_true",
-                   help="write draft bodies into the local trace in full (default: hash + preview)")
+    A.run_flags(p)  # --trace-content, --stream
 
     p = cmd("resume", "record a human decision and resume the run from disk")
     p.add_argument("--task", type=A.key)
@@ -72,9 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", type=A.text("--by", MAX_NAME_CHARS, True), help="reviewer name")
     p.add_argument("--reason", type=A.text("reason", MAX_REASON_CHARS, False),
                    help="reason; on reject it is sent to the model verbatim")
+    A.edit_flags(p)  # --edit-title, --edit-body: approve with edits
     A.budget_flags(p)
-    p.add_argument("--trace-content", action="store_true",
-                   help="write draft bodies into the local trace in full (default: hash + preview)")
+    A.run_flags(p)  # --trace-content, --stream
 
     p = cmd("status", "print one task")
     p.add_argument("--task", type=A.key)
@@ -92,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repair", action="store_true", help="apply only provable repairs, report each")
     cmd("demo", "the whole story, narrated, with the offline model")
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
+    A.serve_parser(sub)
     return parser
 
 
@@ -101,23 +101,23 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "start":
         import asyncio  # with the SDK (~2 s): only commands that run the agent
         import uuid
-
         from agent.budget import make_budget
         from agent.models import model_spec
         from workflow import hitl, tracing
-
         key = args.key or f"task-{uuid.uuid4().hex[:12]}"
         spec = model_spec(args.model, args.api, args.base_url)
         budget = make_budget(spec, **A.budget_changes(args))
         cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft,
                                     spec=spec, budget=budget, expires_in_s=args.expires_in, channels=args.channels,
-                                    trace_content=tracing.content_wanted(args.trace_content)))
+                                    trace_content=tracing.content_wanted(args.trace_content),
+                                    on_event=output.event_printer(args.json) if args.stream else None))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "resume":
         task_id = inbox.pick_task(store, args.task, waiting_only=True)
         cp = _decide(store, task_id, args.decision, args.reason, by=A.reviewer(args.by), call_id=args.call,
-                     always=args.always, trace_content=args.trace_content, budget_changes=A.budget_changes(args))
+                     always=args.always, trace_content=args.trace_content, budget_changes=A.budget_changes(args),
+                     on_event=output.event_printer(args.json) if args.stream else None, edit=A.edit(args))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "status":
@@ -130,7 +130,6 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return ledger_view(store)
     if args.command == "show":
         from workflow.receipt import build_receipt
-
         return build_receipt(store, inbox.pick_task(store, args.task, waiting_only=False))
     if args.command == "expire":
         expired, busy = inbox.expire_overdue(store, args.task)
@@ -152,21 +151,22 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "traps":
         from workflow.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()
+    if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
+        from workflow.web import serve
+        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote)
     from workflow.demo import demo
     return demo(store, as_json=args.json)
 
 
 def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: str, trace_content: bool,
-            budget_changes: dict[str, Any] | None = None, call_id: str | None = None, always: bool = False) -> Any:
-    """Apply one human decision (``workflow.hitl.resume``); return the new checkpoint."""
+            call_id: str | None = None, **kwargs: Any) -> Any:
+    """Apply one human decision (``workflow.hitl.decide``, ``kwargs`` passed on); return the new checkpoint."""
     from workflow import reconcile
-    reconcile.preflight(store, task_id, decision, call_id)  # no SDK: refused before its ~2 s import
+    reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason)  # before the SDK import
     import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl, tracing
-
-    return asyncio.run(hitl.resume(store, task_id=task_id, decision=decision, by=by, reason=reason, call_id=call_id,
-                                   always=always, budget_changes=budget_changes,
-                                   trace_content=tracing.content_wanted(trace_content)))
+    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
+                                   call_id=call_id, trace_content=tracing.content_wanted(trace_content), **kwargs))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,6 @@ with an explicit price (:func:`make_budget` refuses otherwise).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
@@ -42,6 +41,7 @@ from agents.models.interface import Model
 
 from agent.models import MalformedResponse
 from state.errors import Stopped
+from state.files import parse_shared
 from state.schema import (
     MIN_OUTPUT_TOKENS,
     Budget,
@@ -169,7 +169,7 @@ def spend_from_usage(usage: Any, turns: int, pricing: Pricing) -> Spend:
 
 def spend_from_run_state(run_state: str, pricing: Pricing) -> Spend:
     """The spend recorded in a serialized RunState (``context.usage`` and ``current_turn``)."""
-    data = json.loads(run_state)
+    data = parse_shared(run_state)  # read only: shared with the other readers of this text
     usage = (data.get("context") or {}).get("usage") or {}
     return spend_from_usage(usage, int(data.get("current_turn") or 0), pricing)
 

@@ -13,7 +13,9 @@ steps: each step looks at the request it receives and answers like a careful mod
   no channel (the task's only one). The call_id is derived from the content (and the channel), so
   it is the same in every process;
 - a request whose newest items are the tools' outputs (or the human's rejection texts) → one short
-  final message quoting each.
+  final message quoting each; but where one of them answers a call approved with edits
+  (``agent.publisher.edit_message``) → one ``publish_draft`` call per such answer, carrying exactly
+  the edited draft (and the channel it names).
 
 It keeps no memory between calls, so a resume in a new process with a freshly built model behaves
 exactly like a resume in the same process.
@@ -29,6 +31,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 from pydantic import ValidationError
 
+from agent.publisher import EDIT_HEADER
 from state.errors import Stopped
 from state import secrets
 from state.settings import settings
@@ -59,6 +62,8 @@ def parse_channels(message: str) -> list[str]:
     """The channels named in the first line of ``agent.publisher.user_message`` (``[]``: none)."""
     first = message.split("\n", 1)[0]
     _, sep, names = first.partition(" to these channels: ")
+    if not sep:  # an answer to a call approved with edits names its one channel
+        _, sep, names = first.partition(" to this channel: ")
     return [n for n in names.rstrip(".").split(", ") if n] if sep else []
 
 
@@ -73,22 +78,32 @@ def offline_responder(call: ModelCall) -> ModelStep:
                 break
             output = _field(item, "output")
             outputs.append(output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
-        return ModelStep(output=[assistant_message(f"publish_draft answered: {' | '.join(reversed(outputs))}")])
+        outputs.reverse()
+        edits = [(parse_draft(o), parse_channels(o)) for o in outputs if o.startswith(EDIT_HEADER)]
+        edits = [(draft, channels) for draft, channels in edits if draft is not None]
+        if not edits:
+            return ModelStep(output=[assistant_message(f"publish_draft answered: {' | '.join(outputs)}")])
+        # approvals with edits: publish exactly each edited draft, on the channel its answer names
+        return ModelStep(output=[_publish_call(*draft, (channels or [None])[0]) for draft, channels in edits])
     content = _field(last, "content")
     draft = parse_draft(content) if isinstance(content, str) else None
     if draft is None:
         return ModelStep(output=[assistant_message("I found no draft to publish.")])
     title, body = draft
-    call_id = "call_" + content_sha256(title, body)[:16]
     channels = parse_channels(content)
     if len(channels) <= 1:
-        return ModelStep(
-            output=[function_call("publish_draft", {"title": title, "body": body}, call_id=call_id)]
-        )
-    return ModelStep(output=[
-        function_call("publish_draft", {"title": title, "body": body, "channel": channel},
-                      call_id=f"{call_id}_{channel}")
-        for channel in channels])
+        return ModelStep(output=[_publish_call(title, body, None)])
+    return ModelStep(output=[_publish_call(title, body, channel) for channel in channels])
+
+
+def _publish_call(title: str, body: str, channel: str | None) -> Any:
+    """One ``publish_draft`` call: naming ``channel`` (call_id ``call_<sha[:16]>_<channel>``), or
+    none (the task's only channel; call_id ``call_<sha[:16]>``)."""
+    call_id = "call_" + content_sha256(title, body)[:16]
+    if channel is None:
+        return function_call("publish_draft", {"title": title, "body": body}, call_id=call_id)
+    return function_call("publish_draft", {"title": title, "body": body, "channel": channel},
+                         call_id=f"{call_id}_{channel}")
 
 
 def build_offline_model() -> ScriptedModel:

@@ -64,6 +64,19 @@ def rejection_text(args: Any) -> str | None:
     return REJECTED_TEXT.format(tool_name=args.tool_name, call_id=args.call_id)
 
 
+#: How :func:`edit_message` begins: how the model (and the offline model) recognises it.
+EDIT_HEADER = ("The reviewer approved this call only with edits, so it was not run: call publish_draft "
+               "once more with exactly this title and body")
+
+
+def edit_message(title: str, body: str, channel: str | None = None) -> str:
+    """The answer to a call approved with edits (sent as its ``rejection_message``): what to
+    publish instead, exactly, in the form of :func:`user_message`; ``channel`` (a task with several
+    channels) is the one channel the new call must name (workflow/edits.py)."""
+    where = f" to this channel: {channel}" if channel else ""
+    return f"{EDIT_HEADER}{where}.\nTitle: {title}\nBody:\n{body}"
+
+
 def build_agent(model: Model) -> Agent[Any]:
     """The Publisher agent driven by ``model`` (an SDK ``Model``: offline or real)."""
     return Agent(name=AGENT_NAME, instructions=INSTRUCTIONS, tools=[publish_draft], model=model)

@@ -14,10 +14,17 @@ the offline responder: one model call to the approval request, one after the too
   agent-drift check, ledger entry (exclusive ``os.link``), local trace file.
 
 Both run in the same process, interleaved in ``--rounds`` blocks so machine load hits both alike.
-Prints ms/task for each and the ratio (goal <= 1.15). ``--profile`` adds a cProfile of
-the harness (top 25 by cumulative time). ``os.fsync`` is wrapped to count its calls and time on
-each side, so the ratio can be split into durability (fsync) and the rest. Numbers only; nothing
-is asserted.
+Prints ms/task for each and the ratio (goal <= 1.15). ``os.fsync`` is wrapped to count its calls
+and time on each side, so the ratio can be split into durability (fsync) and the rest.
+
+``--profile`` then runs the same tasks again with a timer around each named step (the SDK's calls,
+fsync, MAC, validation, serialisation, redaction, trace writes, agent build and fingerprint, lock,
+ledger, file I/O, …) and prints where every ms per task goes, on both sides: each step's *own* time
+(time inside a nested step is counted once, in the inner one), plus "rest" (the lines of our code,
+or of the benchmark, that no named step covers), so each column adds up to the measured ms/task.
+The timers cost about 1 µs per wrapped call; that pass is not the one the ratio is taken from.
+``--cprofile`` prints a cProfile of the harness instead (top 30 by own time). Numbers only;
+nothing is asserted.
 """
 
 from __future__ import annotations
@@ -25,12 +32,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
+import inspect
 import os
 import pstats
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -67,11 +78,16 @@ def bare_publish(title: str, body: str) -> str:
     return "published"
 
 
+def bare_agent() -> Agent:
+    """The bare side's agent: the same name, instructions, tool name and offline model."""
+    return Agent(name="Publisher", instructions=INSTRUCTIONS, tools=[bare_publish],
+                 model=build_offline_model())
+
+
 async def bare_task(folder: Path, i: int, tracing: bool = False) -> None:
     """The SDK sequence with nothing of ours around it (``tracing``: SDK tracing on, spans
     created as by default; they reach no exporter, as no task is being recorded)."""
-    agent = Agent(name="Publisher", instructions=INSTRUCTIONS, tools=[bare_publish],
-                  model=build_offline_model())
+    agent = bare_agent()
     cfg = RunConfig(tracing_disabled=not tracing)
     result = await Runner.run(agent, user_message(f"T{i}", f"Draft {i}."), run_config=cfg)
     text = result.to_state().to_string()
@@ -94,38 +110,250 @@ async def harness_task(store: Store, i: int) -> None:
     assert cp.status == "completed"
 
 
-async def measure(tasks: int, rounds: int,
-                  profile: cProfile.Profile | None) -> tuple[float, float, dict[str, float]]:
-    """(bare ms/task, harness ms/task, fsync stats per task: calls and ms for each side)."""
+class Steps:
+    """Own time of each named step, per side (``bare`` / ``harness``), for ``--profile``.
+
+    :meth:`install` replaces each function of :data:`STEP_TABLE` (in every module of ours that
+    imported it by name) with a timer; a step's own time excludes the time of the named steps
+    it calls, so the steps of one side add up to its ms/task. :meth:`uninstall` puts the
+    originals back.
+    """
+
+    def __init__(self) -> None:
+        self.side = "bare"
+        self.own: dict[tuple[str, str], float] = defaultdict(float)  # wall seconds
+        self.cpu: dict[tuple[str, str], float] = defaultdict(float)  # process CPU seconds
+        self.calls: dict[tuple[str, str], int] = defaultdict(int)
+        self._stack: list[list[Any]] = []
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def _enter(self, name: str) -> None:
+        self._stack.append([name, time.perf_counter(), time.process_time(), 0.0, 0.0])
+
+    def _leave(self) -> None:
+        name, t0, c0, inner, inner_cpu = self._stack.pop()
+        spent, spent_cpu = time.perf_counter() - t0, time.process_time() - c0
+        key = (self.side, name)
+        self.own[key] += spent - inner
+        self.cpu[key] += spent_cpu - inner_cpu
+        self.calls[key] += 1
+        if self._stack:
+            self._stack[-1][3] += spent
+            self._stack[-1][4] += spent_cpu
+
+    def timed(self, func: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """``func`` (sync, async, or an async generator's factory is not supported) with a timer."""
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def run_async(*a: Any, **k: Any) -> Any:
+                self._enter(name)
+                try:
+                    return await func(*a, **k)
+                finally:
+                    self._leave()
+            return run_async
+
+        @functools.wraps(func)
+        def run(*a: Any, **k: Any) -> Any:
+            self._enter(name)
+            try:
+                return func(*a, **k)
+            finally:
+                self._leave()
+        return run
+
+    def _set(self, owner: Any, attr: str, value: Any) -> None:
+        own = vars(owner)  # a class's own attribute (None: inherited, deleted again on undo)
+        self._undo.append((owner, attr, own.get(attr)))
+        setattr(owner, attr, value)
+
+    def wrap_method(self, cls: type, attr: str, name: str) -> None:
+        raw = inspect.getattr_static(cls, attr)
+        if isinstance(raw, classmethod):
+            self._set(cls, attr, classmethod(self.timed(raw.__func__, name)))
+        elif isinstance(raw, staticmethod):
+            self._set(cls, attr, staticmethod(self.timed(raw.__func__, name)))
+        else:
+            self._set(cls, attr, self.timed(raw, name))
+
+    def wrap_function(self, module: Any, attr: str, name: str) -> None:
+        """Wrap ``module.attr`` and every binding of the same function in our modules."""
+        func = getattr(module, attr)
+        timed = self.timed(func, name)
+        for mod in list(sys.modules.values()):
+            mod_name = getattr(mod, "__name__", "") or ""
+            if mod is module or mod_name == __name__ or mod_name.split(".")[0] in OUR_PACKAGES:
+                for key, value in list(vars(mod).items()):
+                    if value is func:
+                        self._set(mod, key, timed)
+
+    def install(self) -> None:
+        import importlib
+
+        for target, attr, name in STEP_TABLE:
+            mod_name, _, cls_name = target.partition(":")
+            owner = importlib.import_module(mod_name)
+            if cls_name:
+                self.wrap_method(getattr(owner, cls_name), attr, name)
+            else:
+                self.wrap_function(owner, attr, name)
+
+    def uninstall(self) -> None:
+        while self._undo:
+            owner, attr, value = self._undo.pop()
+            if value is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, value)
+
+    def table(self, tasks: int) -> str:
+        """The per-step table: own ms/task on each side and the difference, in wall time and in
+        this process's CPU time (the latter is not inflated by other load, nor does it count
+        waiting for the disk), largest extra wall time first."""
+        names = {n for _, n in self.own}
+
+        def per_task(table: dict[tuple[str, str], float], side: str) -> dict[str, float]:
+            return {n: table.get((side, n), 0.0) * 1000 / tasks for n in names}
+
+        bare, ours = per_task(self.own, "bare"), per_task(self.own, "harness")
+        bare_cpu, ours_cpu = per_task(self.cpu, "bare"), per_task(self.cpu, "harness")
+        rows = sorted(names, key=lambda n: -(ours[n] - bare[n]))
+        out = [f"  {'':<48} {'---------- wall ----------':>26}  {'----------- CPU ----------':>26}",
+               f"  {'step (own time, ms/task)':<48} {'bare':>8} {'harness':>8} {'extra':>8}  "
+               f"{'bare':>8} {'harness':>8} {'extra':>8}  calls/task",
+               "  " + "-" * 122]
+        for n in rows:
+            calls = self.calls.get(("harness", n), 0) / tasks
+            out.append(f"  {n:<48} {bare[n]:8.2f} {ours[n]:8.2f} {ours[n] - bare[n]:8.2f}  "
+                       f"{bare_cpu[n]:8.2f} {ours_cpu[n]:8.2f} {ours_cpu[n] - bare_cpu[n]:8.2f}  {calls:6.1f}")
+        tb, to, cb, co = (sum(d.values()) for d in (bare, ours, bare_cpu, ours_cpu))
+        out.append("  " + "-" * 122)
+        out.append(f"  {'total':<48} {tb:8.2f} {to:8.2f} {to - tb:8.2f}  {cb:8.2f} {co:8.2f} {co - cb:8.2f}")
+        out.append(f"  {'ratio (harness / bare)':<48} {to / tb:17.3f} {'':8}  {co / cb:17.3f}")
+        return "\n".join(out)
+
+
+#: The packages whose modules :meth:`Steps.wrap_function` rebinds (``from x import f`` copies).
+OUR_PACKAGES = ("state", "workflow", "agent", "tools")
+
+SDK = "SDK: "
+#: (``module`` or ``module:Class``, attribute, step name). Each name is one row of the profile.
+STEP_TABLE: list[tuple[str, str, str]] = [
+    ("agents.run:Runner", "run", SDK + "Runner.run (model, tools, hooks)"),
+    ("agents.run_state:RunState", "to_string", SDK + "RunState.to_string"),
+    ("agents.run_state:RunState", "from_string", SDK + "RunState.from_string"),
+    ("agents.testing.model:ScriptedModel", "get_response", SDK + "Runner.run (model, tools, hooks)"),
+    ("agents.result:RunResult", "to_state", SDK + "to_state, approve, get_interruptions"),
+    ("agents.run_state:RunState", "approve", SDK + "to_state, approve, get_interruptions"),
+    ("agents.run_state:RunState", "get_interruptions", SDK + "to_state, approve, get_interruptions"),
+    ("os", "fsync", "fsync (durability)"),
+    ("agent.models", "build_offline_model", "agent: build (SDK Agent(), ScriptedModel)"),
+    ("agent.publisher", "build_agent", "agent: build (SDK Agent(), ScriptedModel)"),
+    ("agent.publisher", "check_agent", "agent: check and fingerprint (describe, drift)"),
+    ("agent.publisher", "describe", "agent: check and fingerprint (describe, drift)"),
+    ("agent.publisher", "drift", "agent: check and fingerprint (describe, drift)"),
+    ("state.integrity", "compute_mac", "MAC (canonical JSON + HMAC-SHA256)"),
+    ("state.schema:Checkpoint", "model_validate", "validation (pydantic, defaults check)"),
+    ("state.storage", "_first_defaulted", "validation (pydantic, defaults check)"),
+    ("state.schema:Checkpoint", "body", "serialisation (checkpoint dump)"),
+    ("state.files", "parse_json_object", "serialisation (strict JSON parse)"),
+    ("state.secrets", "redact_checkpoint", "secrets: redaction of checkpoint and input"),
+    ("state.secrets", "redact_run_state", "secrets: redaction of checkpoint and input"),
+    ("state.secrets", "check_input", "secrets: redaction of checkpoint and input"),
+    ("workflow.trace_log", "write", "trace writes (record, redact, append)"),
+    ("workflow.trace_log", "open_append", "trace writes (record, redact, append)"),
+    ("workflow.tracing", "_span_record", "trace writes (record, redact, append)"),
+    ("workflow.tracing:LocalTraceProcessor", "on_span_end", "trace writes (record, redact, append)"),
+    ("workflow.tracing:LocalTraceProcessor", "on_trace_start", "trace writes (record, redact, append)"),
+    ("workflow.tracing:LocalTraceProcessor", "on_trace_end", "trace writes (record, redact, append)"),
+    ("filelock:FileLock", "acquire", "lock (filelock acquire/release)"),
+    ("filelock:FileLock", "release", "lock (filelock acquire/release)"),
+    ("tools.ledger:Ledger", "record", "ledger and rejection record (read, write)"),
+    ("tools.ledger:Ledger", "get", "ledger and rejection record (read, write)"),
+    ("state.rejections", "get", "ledger and rejection record (read, write)"),
+    ("workflow.guards", "check_stored_run_state", "RunState checks (approvals, version, binding)"),
+    ("workflow.guards", "bind", "RunState checks (approvals, version, binding)"),
+    ("workflow.trust", "check_pending_is_the_draft", "RunState checks (approvals, version, binding)"),
+    ("agent.budget", "make_budget", "budget (make, spend, cap)"),
+    ("agent.budget", "spend_from_run_state", "budget (make, spend, cap)"),
+    ("agent.budget", "blocked", "budget (make, spend, cap)"),
+    ("agent.budget:BudgetGuard", "on_llm_start", "budget (make, spend, cap)"),
+    ("agent.budget:BudgetedModel", "get_response", "budget (make, spend, cap)"),
+    ("state.paths", "read_regular", "file reads (no-follow open, read)"),
+    ("state.files", "write_temp", "file writes (temp, rename, link, dir fsync call)"),
+    ("state.files", "replace_atomically", "file writes (temp, rename, link, dir fsync call)"),
+    ("state.files", "link_new", "file writes (temp, rename, link, dir fsync call)"),
+    ("state.files", "fsync_dir", "file writes (temp, rename, link, dir fsync call)"),
+    ("state.integrity", "load_key", "signing key, state.id, pre-flight file checks"),
+    ("state.state_id", "ensure", "signing key, state.id, pre-flight file checks"),
+    ("state.storage:Store", "check_writable", "signing key, state.id, pre-flight file checks"),
+    ("workflow.reconcile", "check", "decision table (ledger, rejection lookups)"),
+    ("state.storage:Store", "check_unchanged", "compare-and-swap re-read"),
+    ("state.storage:Store", "load_path", "checkpoint load (rest: field checks)"),
+    ("state.storage:Store", "load", "checkpoint load (rest: field checks)"),
+    ("state.storage:Store", "exists", "checkpoint load (rest: field checks)"),
+    ("workflow.reconcile", "preflight", "decision table (ledger, rejection lookups)"),
+    ("workflow.guards", "existing_task", "decision table (ledger, rejection lookups)"),
+    ("workflow.guards", "decision_for", "hitl: decision, outcome, pending calls"),
+    ("workflow.guards", "outcome", "hitl: decision, outcome, pending calls"),
+    ("workflow.guards", "check_asked_to_publish", "hitl: decision, outcome, pending calls"),
+    ("workflow.guards", "first_checkpoint", "hitl: decision, outcome, pending calls"),
+    ("workflow.guards", "sdk_version", "hitl: decision, outcome, pending calls"),
+    ("workflow.guards", "nothing_left_on_refusal", "hitl: decision, outcome, pending calls"),
+    ("workflow.trace_log", "trace_path", "trace writes (record, redact, append)"),
+    ("workflow.tracing", "run_config", "trace writes (record, redact, append)"),
+    ("state.storage:Store", "save", "checkpoint save (rest: file bytes)"),
+    ("state.storage:Store", "save_revision", "checkpoint save (rest: file bytes)"),
+    (__name__, "harness_task", "rest: hitl.py and guards, not named above"),
+    (__name__, "bare_agent", "agent: build (SDK Agent(), ScriptedModel)"),
+    (__name__, "bare_task", "rest: bare file write and read"),
+]
+
+
+async def measure(tasks: int, rounds: int, profile: cProfile.Profile | None = None,
+                  steps: Steps | None = None) -> tuple[float, float, dict[str, float]]:
+    """(bare ms/task, harness ms/task, per task: fsync calls and ms and process CPU ms, each side).
+    ``profile``: a cProfile of the harness blocks; ``steps``: told which side runs (--profile)."""
+    def side(name: str) -> None:
+        if steps is not None:
+            steps.side = name
+
     per_round = max(1, tasks // rounds)
     bare_s = harness_s = traced_s = 0.0
     fs = {"bare_calls": 0, "bare_s": 0.0, "ours_calls": 0, "ours_s": 0.0}
+    cpu = {"bare": 0.0, "harness": 0.0}
     n = 0
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         store = Store(folder / "state")
+        side("warm-up")
         for w in range(3):  # warm-up: imports, caches, the signing key
             await bare_task(folder, -1 - w)
             await harness_task(store, -1 - w)
         for r in range(rounds):
+            side("bare")
             c0, f0 = FSYNC["calls"], FSYNC["s"]
-            t0 = time.perf_counter()
+            t0, p0 = time.perf_counter(), time.process_time()
             for i in range(per_round):
                 await bare_task(folder, n + i)
             bare_s += time.perf_counter() - t0
+            cpu["bare"] += time.process_time() - p0
             fs["bare_calls"] += FSYNC["calls"] - c0
             fs["bare_s"] += FSYNC["s"] - f0
+            side("bare, traced")
             t0 = time.perf_counter()
             for i in range(per_round):
                 await bare_task(folder, 100_000 + n + i, tracing=True)
             traced_s += time.perf_counter() - t0
+            side("harness")
             if profile:
                 profile.enable()
             c0, f0 = FSYNC["calls"], FSYNC["s"]
-            t0 = time.perf_counter()
+            t0, p0 = time.perf_counter(), time.process_time()
             for i in range(per_round):
                 await harness_task(store, n + i)
             harness_s += time.perf_counter() - t0
+            cpu["harness"] += time.process_time() - p0
             fs["ours_calls"] += FSYNC["calls"] - c0
             fs["ours_s"] += FSYNC["s"] - f0
             if profile:
@@ -133,6 +361,7 @@ async def measure(tasks: int, rounds: int,
             n += per_round
     per_task = {k: (v * 1000 if k.endswith("_s") else v) / n for k, v in fs.items()}
     per_task["bare_traced_ms"] = traced_s * 1000 / n
+    per_task["bare_cpu_ms"], per_task["ours_cpu_ms"] = cpu["bare"] * 1000 / n, cpu["harness"] * 1000 / n
     return bare_s * 1000 / n, harness_s * 1000 / n, per_task
 
 
@@ -140,9 +369,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="then print the ms/task of each named step")
+    ap.add_argument("--cprofile", action="store_true", help="print a cProfile of the harness")
     args = ap.parse_args()
-    prof = cProfile.Profile() if args.profile else None
+    prof = cProfile.Profile() if args.cprofile else None
     bare, ours, fs = asyncio.run(measure(args.tasks, args.rounds, prof))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"round trip (start -> checkpoint -> approve -> resume), {args.tasks} tasks, "
@@ -159,8 +389,22 @@ def main() -> None:
     cpu_ratio = (ours - fs["ours_s"]) / (bare - fs["bare_s"])
     print(f"  ratio without fsync time {cpu_ratio:.3f}  (what our code costs besides durability: "
           "the fsyncs are the crash-safety of the checkpoint and ledger writes and stay)")
+    print(f"  CPU time of this process: bare {fs['bare_cpu_ms']:.2f}, harness {fs['ours_cpu_ms']:.2f} "
+          f"ms/task; ratio {fs['ours_cpu_ms'] / fs['bare_cpu_ms']:.3f}  (not counting time spent "
+          "waiting for the disk or for a core taken by other load)")
     if prof:
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+    if args.profile:
+        steps = Steps()
+        steps.install()
+        try:
+            sb, so, _ = asyncio.run(measure(args.tasks, args.rounds, steps=steps))
+        finally:
+            steps.uninstall()
+        n = max(1, args.tasks // args.rounds) * args.rounds
+        print(f"\nwhere the time goes (a second pass with a timer around each step: bare {sb:.2f}, "
+              f"harness {so:.2f} ms/task, ratio {so / sb:.3f}):")
+        print(steps.table(n))
 
 
 if __name__ == "__main__":

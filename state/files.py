@@ -19,6 +19,7 @@ functions that write or lock (read-only commands stay fast).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -158,15 +159,31 @@ def owner_lock(root: Path, owner: str, *, timeout: float, what: str) -> Iterator
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    if len(keys) != len(set(keys)):
+    found = dict(pairs)
+    if len(found) != len(pairs):  # a key repeated: name the first one that is
+        keys = [k for k, _ in pairs]
         dup = next(k for k in keys if keys.count(k) > 1)
         raise ValueError(f"duplicate key {dup!r}")
-    return dict(pairs)
+    return found
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
+
+
+@functools.lru_cache(maxsize=8)
+def parse_shared(text: str) -> Any:
+    """``json.loads(text)``, parsed once per distinct text (the last 8): a RunState is read for its
+    ``$schemaVersion``, its spend and its approvals, several times per command. The result is
+    shared between callers: read it, never modify it. Raises as ``json.loads``."""
+    return json.loads(text)
+
+
+@functools.lru_cache(maxsize=8)
+def parse_object_shared(text: str, where: str) -> dict[str, Any]:
+    """:func:`parse_json_object` of ``text`` (UTF-8), parsed once per distinct text (the last 8;
+    a refusal is never remembered). Shared between callers: read it, never modify it."""
+    return parse_json_object(text.encode("utf-8"), where)
 
 
 def parse_json_object(raw: bytes, where: str) -> dict[str, Any]:

@@ -169,11 +169,43 @@ def check_key_file(path: Path, what: str) -> None:
 def inside(root: Path, path: Path, what: str) -> Path:
     """Return ``path`` if it resolves to a location inside ``root``; else raise :class:`Stopped`.
 
-    ``what`` names the file in the message (e.g. ``"checkpoint for task 'k-1'"``).
+    ``what`` names the file in the message (e.g. ``"checkpoint for task 'k-1'"``). On POSIX a
+    ``path`` that is ``root`` joined with plain names none of which is a symlink now
+    (:func:`_plainly_below`) is inside by construction and costs an ``lstat`` per name; any
+    other is resolved in full (two ``realpath`` calls: an ``lstat`` per component of each).
     """
+    if os.name != "nt" and _plainly_below(root, path):
+        return path
     if not path.resolve().is_relative_to(root.resolve()):
         raise Stopped(f"refusing to use a path outside the state dir for the {what}")
     return path
+
+
+def _plainly_below(root: Path, path: Path) -> bool:
+    """True if ``path`` is ``root / rel`` (lexically) where no name of ``rel`` is ``..`` and none
+    that exists is a symlink (``lstat``, left to right; a missing name ends the walk, since the
+    rest cannot exist either). Then ``path`` resolves to ``root.resolve() / rel``, which is inside
+    ``root.resolve()`` whatever ``root`` itself resolves to: the answer :func:`inside` would get by
+    resolving both. False (resolve in full) for anything else, an ``lstat`` error included."""
+    top, full = str(root), str(path)
+    prefix = top if top.endswith(os.sep) else top + os.sep
+    if not full.startswith(prefix) or len(full) == len(prefix):
+        return False
+    parts = full[len(prefix):].split(os.sep)
+    if ".." in parts or "" in parts or "." in parts:  # (a Path never holds "" or ".": defensive)
+        return False
+    probe = prefix[:-1] if prefix != os.sep else ""
+    for part in parts:
+        probe = probe + os.sep + part
+        try:
+            mode = os.lstat(probe).st_mode
+        except FileNotFoundError:
+            return True
+        except OSError:  # e.g. a name below a regular file, or no permission: the full check says
+            return False
+        if stat.S_ISLNK(mode):
+            return False
+    return True
 
 
 def _kind(mode: int) -> str:

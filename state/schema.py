@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 #: Our envelope's schema version. Bump it whenever a field changes meaning or is added/removed, and
 #: either migrate older files explicitly (:data:`MIGRATIONS`) or refuse them by name (see
 #: ``state.storage``). What each version added: 1, the envelope; 2, ``channels`` and, in every
-#: decision, ``channel``, ``always`` and ``source`` (several calls per task, sticky decisions).
+#: decision, ``channel``, ``always``, ``source`` (several calls per task, sticky decisions) and
+#: ``edits`` (approve with edits).
 SCHEMA_VERSION = 2
 #: The largest checkpoint file read, in bytes (a bigger one is refused, never parsed).
 MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
@@ -208,12 +209,30 @@ class PendingCall(_Strict):
     arguments: dict[str, Any]
 
 
+class Edits(_Strict):
+    """An approval with edits (``resume --decision approve --edit-title/--edit-body``): the
+    reviewer approved ``title``/``body`` instead of the call's ``original_title``/``original_body``;
+    ``original_sha256`` and ``edited_sha256`` are their :func:`content_sha256`. See workflow/edits.py."""
+
+    title: str = Field(max_length=MAX_TITLE_CHARS)
+    body: str = Field(max_length=MAX_DRAFT_CHARS)
+    original_title: str = Field(max_length=MAX_TITLE_CHARS)
+    original_body: str = Field(max_length=MAX_DRAFT_CHARS)
+    original_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    edited_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class Decision(_Strict):
     """A human's decision, recorded by our code path before the run resumes.
 
     ``call_id``, ``tool`` and ``arguments_sha256`` bind the decision to the exact pending call the
     reviewer saw; ``at`` is an ISO-8601 UTC timestamp; ``channel``, ``always`` and ``source``
     (schema_version 2) say where the call publishes and whether a sticky rule decided it.
+    ``edits`` (schema_version 2; an approval with edits, shown as ``approved_with_edits``): the
+    call is answered with a message naming the edited draft, never run; the model's next call on
+    ``channel`` runs only if it carries exactly ``edits.edited_sha256``
+    (:meth:`Checkpoint.expected_sha256`). Written in every decision (null: none); a file
+    without it is refused like any other missing field.
     """
 
     decision: DecisionKind
@@ -230,6 +249,9 @@ class Decision(_Strict):
     #: ``human``: this call was decided by a person; ``sticky``: by the sticky rule of an earlier
     #: ``always`` decision (``by`` is the person who gave that one).
     source: Literal["human", "sticky"]
+    #: An approval with edits: what the reviewer approved instead (None: as the call asked). The
+    #: default serves code that builds a decision; :mod:`state.storage` requires it in a file.
+    edits: Optional[Edits] = None
 
     @field_validator("arguments_sha256")
     @classmethod
@@ -423,14 +445,31 @@ class Checkpoint(_Strict):
         data.pop("mac")
         return data
 
+    def edited_on(self, channel: str) -> Optional[Decision]:
+        """The approval with edits that governs ``channel``: the latest decision recorded for a
+        call on ``channel``, if it is one (a later decision on the channel ends it); else None."""
+        on = [d for d in self.decisions if d.channel == channel]
+        return on[-1] if on and on[-1].edits is not None else None
+
+    def expected_sha256(self, channel: str) -> str:
+        """The :func:`content_sha256` a call on ``channel`` must carry: the edited draft of the
+        approval with edits given on that channel (the latest one, even once a later decision
+        approved the call carrying it), else the draft the task was started with
+        (``content_sha256``). Per channel: an edit of one call never changes another's."""
+        for d in reversed(self.decisions):
+            if d.channel == channel and d.edits is not None:
+                return d.edits.edited_sha256
+        return self.content_sha256
+
 
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     """schema_version 1 → 2: a v1 task had one channel, :data:`DEFAULT_CHANNEL` (its calls carry
-    no ``channel``, which means the task's only one); every v1 decision was a person's, per call."""
+    no ``channel``, which means the task's only one); every v1 decision was a person's, per call,
+    and approved or rejected the call as it was (no edits)."""
     def decision(d: Any) -> Any:
         if not isinstance(d, dict):
             return d  # validation refuses it by name
-        return {**d, "channel": DEFAULT_CHANNEL, "always": False, "source": "human"}
+        return {**d, "channel": DEFAULT_CHANNEL, "always": False, "source": "human", "edits": None}
 
     out = {**data, "schema_version": 2, "channels": [DEFAULT_CHANNEL],
            "decision": decision(data.get("decision"))}

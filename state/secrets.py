@@ -32,6 +32,7 @@ Short secrets: in checkpoints, ledger entries, rejection records and user input 
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Callable, Iterable, Literal
 
@@ -63,15 +64,28 @@ def values(min_chars: int = 1) -> list[str]:
     return [v for _, v in named(min_chars)]
 
 
-def forms(secret: str) -> set[str]:
-    """``secret`` as it can appear inside a parsed string: raw, JSON-escaped with and without
-    ``\\u`` escapes, and escaped twice (JSON text inside JSON text)."""
+@functools.lru_cache(maxsize=32)
+def _forms(secret: str) -> frozenset[str]:
     out = {secret}
     level = {secret}
     for _ in range(2):
         level = {json.dumps(s, ensure_ascii=a)[1:-1] for s in level for a in (False, True)}
         out |= level
-    return out
+    return frozenset(out)
+
+
+def forms(secret: str) -> set[str]:
+    """``secret`` as it can appear inside a parsed string: raw, JSON-escaped with and without
+    ``\\u`` escapes, and escaped twice (JSON text inside JSON text). (A pure function of
+    ``secret``: computed once per value.)"""
+    return set(_forms(secret))
+
+
+@functools.lru_cache(maxsize=32)
+def escaped_forms(secret: str) -> frozenset[str]:
+    """Each of :func:`forms` as ``json.dumps(..., ensure_ascii=False)`` writes it inside a string:
+    a JSON text holding a string that holds one of :func:`forms` holds one of these."""
+    return frozenset(json.dumps(f, ensure_ascii=False)[1:-1] for f in _forms(secret))
 
 
 class _Finder:
@@ -95,14 +109,31 @@ def _match(pattern: Path_, path: Path_) -> bool:
 
 
 def by_path(closed: Iterable[Path_], open_: Iterable[Path_]) -> Callable[[Path_], Kind | None]:
-    """A classifier for :func:`redact` from path patterns (``"*"``: any key or list index)."""
-    closed, open_ = tuple(closed), tuple(open_)
+    """A classifier for :func:`redact` from path patterns (``"*"``: any key or list index).
+
+    ``classify(path)`` is ``"closed"`` if a pattern of ``closed`` matches ``path`` (same length,
+    each part equal or ``"*"``), else ``"open"`` if one of ``open_`` does, else None. The patterns
+    are grouped by length once, and those without ``"*"`` looked up in a set, so a call costs a
+    few dictionary lookups, not a scan of every pattern (each trace record and checkpoint asks it
+    for every key it holds)."""
+    def group(patterns: Iterable[Path_]) -> dict[int, tuple[frozenset[Path_], tuple[Path_, ...]]]:
+        by_len: dict[int, tuple[set[Path_], list[Path_]]] = {}
+        for p in patterns:
+            exact, wild = by_len.setdefault(len(p), (set(), []))
+            if "*" in p:
+                wild.append(p)
+            else:
+                exact.add(p)
+        return {n: (frozenset(exact), tuple(wild)) for n, (exact, wild) in by_len.items()}
+
+    tables = ((group(closed), "closed"), (group(open_), "open"))
+    empty: tuple[frozenset[Path_], tuple[Path_, ...]] = (frozenset(), ())
 
     def classify(path: Path_) -> Kind | None:
-        if any(_match(p, path) for p in closed):
-            return "closed"
-        if any(_match(p, path) for p in open_):
-            return "open"
+        for table, kind in tables:
+            exact, wild = table.get(len(path), empty)
+            if path in exact or any(_match(p, path) for p in wild):
+                return kind  # type: ignore[return-value]
         return None
 
     return classify

@@ -279,7 +279,7 @@ VARIABLES: tuple[str, ...] = tuple(f.alias for f in Settings.model_fields.values
 #: The secret variables (their values are never shown, and redacted from what is written).
 SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL")
 
-_last: tuple[tuple[str | None, ...], Settings] | None = None
+_last: tuple[tuple[Any, ...], Settings] | None = None
 
 
 def settings() -> Settings:
@@ -291,12 +291,12 @@ def settings() -> Settings:
     variable (in the order of :data:`VARIABLES`). Touches no file.
     """
     global _last
-    key = tuple(os.environ.get(name) for name in VARIABLES)
+    raw = tuple(os.environ.get(name) for name in VARIABLES)
     last = _last
-    if last is not None and last[0] == key:
+    if last is not None and last[0] == raw:
         return last[1]
     made = Settings()
-    _last = (key, made)
+    _last = (raw, made)
     return made
 
 

@@ -22,8 +22,10 @@ This module never imports the SDK, so read-only commands stay fast.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -145,12 +147,7 @@ class Store:
     def checkpoints(self) -> list[Checkpoint]:
         """Every checkpoint, sorted by task ID; fail closed: raises :class:`Stopped` naming the first
         file that cannot be read as a verified checkpoint."""
-        good, bad = self.scan()
-        if bad:
-            more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-            raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
-                          "status --task ID still shows the others)")
-        return good
+        return every_or_stop(*self.scan())
 
     def task_ids(self) -> list[str]:
         """Task IDs of every checkpoint (see :meth:`checkpoints`; raises :class:`Stopped` likewise)."""
@@ -176,8 +173,12 @@ class Store:
         raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
         if raw is None:
             raise Stopped(f"{where} cannot be read (No such file or directory)")
-        cp = verify_envelope(parse_json_object(raw, where), load_key(self.root, create=False),
-                             where=where, name=path.name)
+        cp = _verified.get(path, raw, load_key, self.root)
+        if cp is None:
+            data = parse_json_object(raw, where)
+            key = load_key(self.root, create=False)
+            cp = verify_envelope(data, key, where=where, name=path.name)
+            _verified.put(path, raw, key, cp)
         if path.stem != file_name(cp.task_id):
             raise Stopped(f"{where} holds task {cp.task_id!r}, whose file name would differ")
         state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)
@@ -228,6 +229,8 @@ class Store:
         the file; writes nothing."""
         path = self.checkpoint_path(cp.task_id)
         raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
+        if raw is not None and _verified.holds(path, raw, cp):
+            return  # exactly the bytes this process verified or wrote for cp
         data = parse_json_object(raw, f"checkpoint {path.name}") if raw is not None else {}
         if data.get("revision") != cp.revision or data.get("mac") != cp.mac:
             now = data.get("revision", "no file")
@@ -266,6 +269,7 @@ class Store:
                               f"nothing was written by this one (python run.py status --task {cp.task_id})")
         else:
             atomic_write(path, data, failpoint=failpoint, precondition=lambda: self.check_unchanged(expect))
+        _verified.wrote(path, data, cp)
         effects.note(cp.task_id, f"checkpoint saved at revision {cp.revision} ({cp.status})")
         return cp
 
@@ -276,8 +280,20 @@ def seal(body: dict[str, Any], key: bytes) -> Checkpoint:
     a structural field raises :class:`Stopped`), validated, defaults filled in, and signed with
     ``key``: the :class:`Checkpoint` every store writes. Touches nothing."""
     body = secrets.redact_checkpoint(body)
-    clean = Checkpoint.model_validate({**body, "mac": ""}).body()  # defaults filled in
-    return Checkpoint.model_validate({**clean, "mac": compute_mac(clean, key)})
+    draft = Checkpoint.model_validate({**body, "mac": ""})  # validated once, defaults filled in
+    clean = draft.body()
+    return draft.model_copy(update={"mac": compute_mac(clean, key)})
+
+
+def every_or_stop(good: list[Checkpoint], bad: list[dict[str, str]]) -> list[Checkpoint]:
+    """``good`` (every verified checkpoint of a scan) if ``bad`` (``[{"file", "error"}]``, one per
+    checkpoint that failed) is empty; else raise :class:`Stopped` naming the first failure and how
+    many there are (fail closed: never a silent partial list). Shared by every store."""
+    if bad:
+        more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
+        raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
+                      "status --task ID still shows the others)")
+    return good
 
 
 def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) -> Checkpoint:
@@ -329,6 +345,68 @@ def next_revision(cp: Checkpoint, event: tuple[str, dict[str, Any]],
     body["history"] = [*body["history"], {"at": at, "event": event[0], "revision": revision,
                                           "detail": {**event[1], **versions}}]
     return body
+
+
+class _Verified:
+    """What this process knows about checkpoint files, by path (the last :data:`SIZE` paths):
+    the bytes it verified in full with a key (:func:`verify_envelope`), and the bytes it wrote.
+
+    Everything :func:`verify_envelope` checks is a function of the file's bytes, the signing key and
+    the :class:`Checkpoint` class alone, so bytes equal to verified ones, read with the same key,
+    give the same checkpoint: :meth:`get` returns it instead of parsing, MAC-checking and
+    validating again (``resume`` reads a task's file three times: the pre-flight, under the lock,
+    and the tool before its effect). Only an exact byte comparison can hit; any other bytes, key or
+    class are verified in full. Bytes this process wrote are never taken as verified; they serve
+    only the compare-and-swap (:meth:`holds`).
+    """
+
+    SIZE = 64
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[bytes, bytes, type, Checkpoint]] = {}
+        self._written: dict[str, tuple[bytes, Checkpoint]] = {}
+        self._lock = threading.Lock()  # a server may load checkpoints from several threads
+
+    def _put(self, table: dict[str, Any], path: Path, value: Any) -> None:
+        with self._lock:
+            table.pop(str(path), None)
+            table[str(path)] = value
+            while len(table) > _Verified.SIZE:
+                table.pop(next(iter(table)))
+
+    def put(self, path: Path, raw: bytes, key: bytes, cp: Checkpoint) -> None:
+        """Remember that ``raw`` passed every check of :func:`verify_envelope` with ``key`` as ``cp``."""
+        self._put(self._read, path, (raw, key, Checkpoint, cp))
+
+    def get(self, path: Path, raw: bytes, load_key: Any, root: Path) -> Checkpoint | None:
+        """The checkpoint verified from exactly ``raw`` at ``path`` with today's signing key
+        (``load_key(root, create=False)``, read again, as a full verification would), or None."""
+        known = self._read.get(str(path))
+        if known is None or known[0] != raw or known[2] is not Checkpoint:
+            return None
+        return known[3] if hmac.compare_digest(load_key(root, create=False), known[1]) else None
+
+    def wrote(self, path: Path, data: bytes, cp: Checkpoint) -> None:
+        """Remember that this process wrote ``data`` (the JSON of ``cp``) to ``path``."""
+        self._put(self._written, path, (data, cp))
+
+    def holds(self, path: Path, raw: bytes, cp: Checkpoint) -> bool:
+        """True if ``raw`` is exactly the bytes this process verified or wrote for a checkpoint of
+        ``cp``'s revision and MAC: what :meth:`Store.check_unchanged` would find by parsing them.
+        (Written bytes that hold ``NaN``/``Infinity`` anywhere are left to the parser, which
+        refuses those constants.)"""
+        key = str(path)
+        read, written = self._read.get(key), self._written.get(key)
+        for known, parsed in ((read and (read[0], read[3]), True),
+                              (written and (written[0], written[1]), False)):
+            if known and known[0] == raw and (known[1].revision, known[1].mac) == (cp.revision, cp.mac):
+                if parsed or (b"NaN" not in raw and b"Infinity" not in raw):
+                    return True
+        return False
+
+
+#: The one :class:`_Verified` of this process.
+_verified = _Verified()
 
 
 def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[str] = frozenset()) -> str | None:

@@ -193,14 +193,17 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     assert r.code == 0, r.err
     text = r.out + r.err
     assert "OPENAI_API_KEY" not in text and "Traceback" not in text and "skipping trace" not in text
-    assert r.err.count("completed") >= 2 and "cancelled" in r.err and "(2 entries)" in r.err
+    assert r.err.count("completed") >= 3 and "cancelled" in r.err and "(3 entries)" in r.err
+    assert "> approval needed: publish_draft" in r.err  # the approve-with-edits step streams
     summary = r.json()
-    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled", "completed"]
-    channels = summary["tasks"][2]  # two channels: one call rejected, one approved
+    assert [t["status"] for t in summary["tasks"]] == ["completed", "cancelled", "completed", "completed"]
+    channels, edited = summary["tasks"][2], summary["tasks"][3]  # two channels: one rejected, one approved
     assert sorted((d["channel"], d["decision"]) for d in channels["decisions"]) == [
         ("blog", "approved"), ("news", "rejected")]
-    assert [e["idempotency_key"] for e in summary["ledger"]["entries"]] == [
-        summary["tasks"][0]["task_id"], channels["task_id"] + "#blog"]
+    entries = summary["ledger"]["entries"]
+    assert [e["idempotency_key"] for e in entries] == [
+        summary["tasks"][0]["task_id"], channels["task_id"] + "#blog", edited["task_id"]]
+    assert entries[2]["title"] == "Release notes 1.3"  # as edited
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
     assert not (tmp_path / "demo" / "tasks").exists() and not (tmp_path / "demo" / "ledger").exists()
 

@@ -21,3 +21,46 @@ def test_sdk_only_example_pauses_saves_loads_approves_and_resumes(tmp_path):
     ]
     assert '"$schemaVersion"' in saved.read_text(encoding="utf-8")  # the file really was the hand-off
     assert proc.stderr == ""
+
+
+def _run(name: str, *args: str, cwd) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True,
+                          text=True, encoding="utf-8", timeout=120, cwd=cwd)
+
+
+def test_triage_handoff_example_resumes_the_approval_after_the_handoff_with_the_top_level_agent(tmp_path):
+    proc = _run("triage_handoff.py", str(tmp_path / "state"), cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines() == [
+        'paused after the handoff: publish_note {"title":"Release notes"} asked by Publisher',
+        "loaded with Triage; the pending call belongs to Publisher",
+        "final output (Publisher): Publisher: published.",
+        "ledger entries: 1",
+    ]
+    again = _run("triage_handoff.py", str(tmp_path / "state"), cwd=tmp_path)  # the same file again
+    assert again.stdout.splitlines()[2:] == ["final output (Publisher): Publisher: already published.",
+                                             "ledger entries: 1"]
+
+
+def test_agent_as_tool_example_surfaces_both_approvals_and_refuses_a_nested_forged_one(tmp_path):
+    proc = _run("agent_as_tool.py", str(tmp_path / "state"), cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines() == [
+        "outer run paused: publisher (agent Editor, call outer-1)",
+        "outer run paused: publish_note (agent Publisher, call inner-1)",
+        "refused: approval records no human gave, at "
+        "$.last_processed_response.functions[0].agent_run_state.context.function_tool_approvals",
+        "final output: Editor: done. (ledger entries: 1)",
+    ]
+
+
+def test_serialization_example_to_json_from_json_strict_context_and_context_override(tmp_path):
+    proc = _run("serialization.py", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines() == [
+        "to_string() parsed == to_json(): True",
+        "strict_context=True refused a dataclass context: RunState serialization requires context "
+        "to be a mapping",
+        "from_json and from_string restore the same interruption: True",
+        "tool output: published 'Notes' for t-1 (ours)",
+    ]

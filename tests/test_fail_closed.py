@@ -191,7 +191,8 @@ def test_recorded_decision_for_another_call_stops(cli, state_dir):
     _start(cli)
     decision = {"decision": "approved", "by": "mallory", "at": "2026-01-01T00:00:00Z", "reason": None,
                 "call_id": "call_other", "tool": "publish_draft", "arguments_sha256": "0" * 64,
-                "channel": "blog", "always": False, "source": "human"}
+                "channel": "blog", "always": False, "source": "human",
+                "edits": None}
     resign(state_dir, checkpoint_file(state_dir, KEY),
            lambda d: d.update(decision=decision, decisions=[decision]))
     _refused(cli, state_dir, *APPROVE, says="the recorded decision is for another call")

@@ -462,3 +462,34 @@ def test_nested_field_dropped_from_a_re_signed_checkpoint_is_refused(cli, state_
     r = cli("resume", "--task", "old-1", "--decision", "approve")
     r.assert_stopped()
     assert f"{path[0]}.{path[1]}: Field required" in r.err and snapshot(state_dir) == before
+
+
+# -- streamed, over a real socket (tests/loopback_provider.py: server-sent events) ---------------
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+def test_streamed_real_model_over_a_loopback_socket(cli, state_dir, monkeypatch, api):
+    """``--stream`` with the SDK's own model classes and the openai client's default transport:
+    the provider streams server-sent events (Responses events / Chat Completions chunks); the
+    events arrive word by word, the usage at the end is what the budget reads, and the task is
+    saved and ended exactly as a non-streamed one."""
+    from loopback_provider import USAGE, LoopbackProvider
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with LoopbackProvider() as provider:
+        r = cli("start", "--key", "t-1", "--title", "Release notes", "--draft", "Version 1.2 fixes it.",
+                "--model", "gpt-4.1-mini", "--api", api, "--base-url", provider.base_url,
+                "--stream", "--json")
+        assert r.code == 0, r.err
+        events = [json.loads(line) for line in r.out.splitlines()]
+        assert [e.get("event") for e in events[:-1]] == ["tool_call_requested", "approval_needed"]
+        assert events[0]["arguments"] == {"title": "Release notes", "body": "Version 1.2 fixes it."}
+        assert events[-1]["status"] == "waiting_for_approval"
+        r = cli("resume", "--task", "t-1", "--decision", "approve", "--stream", "--json")
+        assert r.code == 0, r.err
+    events = [json.loads(line) for line in r.out.splitlines()]
+    deltas = [e["delta"] for e in events if e.get("event") == "text_delta"]
+    assert len(deltas) > 1 and "".join(deltas) == events[-1]["final_output"]
+    assert events[-1]["status"] == "completed" and len(ledger_entries(state_dir)) == 1
+    assert [b.get("stream") for b in provider.bodies] == [True, True]
+    cp = _cp(state_dir)
+    assert cp["spend"]["total_tokens"] == 2 * sum(USAGE) and cp["spend"]["turns"] == 2

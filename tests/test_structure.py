@@ -13,8 +13,10 @@ STORY = ROOT / "workflow" / "hitl.py"
 
 #: The SDK calls of the human-in-the-loop flow, as the SDK's docs show them.
 SDK_CALLS = {
-    "Runner.run(agent, input)": r"Runner\.run\(\s*agent,\s*user_message",
-    "Runner.run(agent, state)": r"Runner\.run\(\s*agent,\s*state",
+    # ``run`` is ``Runner.run``, or its streamed stand-in (workflow/streaming.py) with --stream
+    "Runner.run(agent, input)": r"\brun\(\s*agent,\s*user_message",
+    "Runner.run(agent, state)": r"\brun\(\s*agent,\s*state",
+    "Runner.run or its streamed stand-in": r"Runner\.run if on_event is None else streaming\.runner",
     "result.interruptions": r"result\.interruptions",
     "result.to_state().to_string()": r"\.to_state\(\)\.to_string\(\)",
     "RunState.from_string": r"RunState\.from_string\(",
@@ -41,7 +43,7 @@ def test_run_py_is_the_command_line_only():
 
 #: ``result.interruptions`` is read after each of the two runs (the first pause, and a resumed run
 #: that pauses again); every other call appears exactly once.
-TIMES = {"result.interruptions": 2}
+TIMES = {"result.interruptions": 2, "Runner.run or its streamed stand-in": 2}
 
 
 def test_every_sdk_call_of_the_flow_is_in_the_story_file_once():
@@ -56,4 +58,16 @@ def test_no_other_product_module_makes_those_calls():
             continue
         code = _code(path)
         for name, pattern in SDK_CALLS.items():
+            if path.name == "streaming.py" and name == "result.interruptions":
+                continue  # the streamed pattern: drain stream_events(), then read interruptions
             assert not re.search(pattern, code), f"{path.relative_to(ROOT)} calls {name}"
+
+
+def test_the_streamed_run_is_one_call_in_its_own_module():
+    """``Runner.run_streamed`` appears once, in workflow/streaming.py, and the story's table names it."""
+    streaming = ROOT / "workflow" / "streaming.py"
+    for path in PRODUCT:
+        want = 1 if path == streaming else 0
+        if path != ROOT / "workflow" / "traps.py":
+            assert len(re.findall(r"Runner\.run_streamed\(", _code(path))) == want, path
+    assert "``Runner.run_streamed``" in STORY.read_text(encoding="utf-8").split('"""')[1]

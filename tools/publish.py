@@ -9,7 +9,9 @@ an exception here end the run instead of being sent to the model as text, so a r
 
 The tool's only effect is a ledger entry, one per (task, channel). It never trusts the model for
 identity: the task ID, its channels and the expected content fingerprint come from the run context,
-which our workflow builds from the verified checkpoint (``context_override`` on resume); the
+which our workflow builds from the verified checkpoint (``context_override`` on resume), or, for a
+channel whose call a reviewer approved with edits, from that decision in the checkpoint
+(``Checkpoint.expected_sha256``); the
 idempotency key is derived from them (:func:`state.schema.effect_key`). The store (files or
 PostgreSQL) is found through the context's ``store`` token (:mod:`state.open_stores`): the context is
 saved in the RunState, so it never holds a path to trust or a database URL.
@@ -69,19 +71,24 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
     """
     task = ctx.context
     channel = call_channel(task, channel)
-    if content_sha256(title, body) != task["content_sha256"]:
+    sha = content_sha256(title, body)
+    store = open_stores.lookup(task.get("store"))  # a TaskStore (workflow.store)
+    gated = needs_publish_approval(ctx, {"title": title, "body": body, "channel": channel}, "")
+    scope = channel_scope(channel, task["channels"])
+    expected = task["content_sha256"]
+    if gated and sha != expected:  # maybe the draft a reviewer approved with edits on this channel
+        cp = store.load(task["task_id"]) if store.exists(task["task_id"]) else None
+        expected = expected if cp is None else cp.expected_sha256(channel)
+    if sha != expected:
         raise Stopped(
             f"publish_draft for task {task['task_id']} was called with content that differs from "
             "the draft that was started and approved; refusing"
         )
-    store = open_stores.lookup(task.get("store"))  # a TaskStore (workflow.store)
-    gated = needs_publish_approval(ctx, {"title": title, "body": body, "channel": channel}, "")
-    scope = channel_scope(channel, task["channels"])
     if gated:
         _check_approved(store, task, channel, scope, getattr(ctx, "tool_call_id", None))
     entry, created = store.ledger_record(
         key=effect_key(task["task_id"], channel, task["channels"]), task_id=task["task_id"],
-        title=title, content_sha256=task["content_sha256"], channel=scope,  # one channel: as before
+        title=title, content_sha256=sha, channel=scope,  # one channel: as before
         approval=None if scope is None else "human" if gated else "not_needed")
     return json.dumps(
         {
@@ -108,8 +115,8 @@ def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optio
             f"{rejected.at} was being recorded while this approval ran; nothing was published "
             f"(python run.py status --task {task_id} shows where the task stands)")
     cp = store.load(task_id) if store.exists(task_id) else None
-    approved = cp is not None and any(
-        d.decision == "approved" and d.channel == channel and d.call_id == call_id
+    approved = cp is not None and any(  # an approval with edits never runs the call it answers
+        d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
         for d in cp.decisions)
     if not approved:
         raise Stopped(

@@ -13,8 +13,8 @@ from typing import Any, Callable
 from state import clock
 from state.settings import store_url_problem
 from state.schema import (DEFAULT_MAX_COST_USD, DEFAULT_MAX_TOKENS, DEFAULT_MAX_TURNS,
-                          MAX_NAME_CHARS, MAX_TURNS_LIMIT, MIN_OUTPUT_TOKENS, check_base_url,
-                          check_text, key_problem, valid_channel)
+                          MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_TITLE_CHARS, MAX_TURNS_LIMIT,
+                          MIN_OUTPUT_TOKENS, check_base_url, check_text, key_problem, valid_channel)
 
 
 def key(value: str) -> str:
@@ -152,3 +152,52 @@ def reviewer(name: str | None) -> str:
     except Exception:  # no login name (some containers, Windows services)
         user = ""
     return user if user and len(user) <= MAX_NAME_CHARS and user.isprintable() else "reviewer"
+
+
+def port(value: str) -> int:
+    """``--port``: a whole number 0-65535 (0: the OS picks a free port)."""
+    if not value.isascii() or not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"--port must be a whole number from 0 to 65535, not {value[:40]!r}")
+    return int(value)
+
+
+def serve_parser(sub: Any) -> None:
+    """The ``serve`` subcommand and its flags (the browser inbox, ``workflow/web.py``)."""
+    p = sub.add_parser("serve", help="the approval inbox in the browser (prints the URL to open)")
+    p.add_argument("--host", default="127.0.0.1", type=nonempty(text("--host", 200, True)),
+                   help="address to listen on (default 127.0.0.1; another needs --allow-remote)")
+    p.add_argument("--port", type=port, default=8765,
+                   help="port (default 8765; 0 picks a free one)")
+    p.add_argument("--reviewer", type=text("--reviewer", MAX_NAME_CHARS, True),
+                   help="the name every decision made on the page is recorded under "
+                        "(default: the OS user)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a --host beyond this machine (prints a warning)")
+
+
+def run_flags(p: argparse.ArgumentParser) -> None:
+    """Add the flags of a command that runs the agent (``start``, ``resume``): ``--trace-content``
+    and ``--stream`` (``Runner.run_streamed``, events printed as they arrive)."""
+    p.add_argument("--trace-content", action="store_true",
+                   help="write draft bodies into the local trace in full (default: hash + preview)")
+    p.add_argument("--stream", action="store_true",
+                   help="stream the run: print text deltas and run events as they arrive (with "
+                        "--json: JSON Lines, one {\"event\": ...} object per event, the task last)")
+
+
+def edit_flags(p: argparse.ArgumentParser) -> None:
+    """Add ``--edit-title`` and ``--edit-body`` (``resume --decision approve``: approve with edits)."""
+    p.add_argument("--edit-title", type=text("--edit-title", MAX_TITLE_CHARS, True),
+                   help="approve with this title instead (the model is told to publish exactly the "
+                        "edited draft; its new call is approved only if it matches)")
+    p.add_argument("--edit-body", type=text("--edit-body", MAX_DRAFT_CHARS, False),
+                   help="approve with this body instead (with or without --edit-title)")
+
+
+def edit(args: argparse.Namespace) -> Any:
+    """The :class:`workflow.edits.Edit` of ``--edit-title``/``--edit-body``, or None if neither."""
+    if args.edit_title is None and args.edit_body is None:
+        return None
+    from workflow.edits import Edit
+
+    return Edit(title=args.edit_title, body=args.edit_body)

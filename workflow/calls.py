@@ -61,10 +61,13 @@ def decision_of(cp: "Checkpoint", call_id: str) -> Optional[Decision]:
 def calls_of(cp: "Checkpoint") -> list[tuple[str, str]]:
     """Every call of the task the table judges, as ``(call_id, channel)``: the pending calls and
     the decided ones, in order, each once. A call the approval rule let run without a human (the
-    ``preview`` channel) is neither: its ledger entry says ``approval: not_needed``."""
+    ``preview`` channel) is neither: its ledger entry says ``approval: not_needed``. Nor is a call
+    approved with edits once answered (never run: the model's next call on its channel, carrying
+    the edited draft, is the one judged, :mod:`workflow.edits`)."""
     out: dict[str, str] = {}
     for d in cp.decisions:
-        out.setdefault(d.call_id, d.channel)
+        if d.edits is None:
+            out.setdefault(d.call_id, d.channel)
     for p in cp.pending:
         out.setdefault(p.call_id, channel_of(cp, p.arguments))
     return list(out.items())

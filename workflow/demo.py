@@ -26,21 +26,21 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
     in that database).
 
     With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
-    object, is ``{"tasks": [task, task, task], "ledger": ledger}`` for the three demo tasks (the
-    third has two channels: one call approved, one rejected).
+    object, is ``{"tasks": [task, task, task, task], "ledger": ledger}`` for the four demo tasks
+    (the third has two channels: one call approved, one rejected; the fourth is approved with edits).
     """
     import subprocess
     import uuid
 
     run_id = uuid.uuid4().hex[:6]
     key_a, key_b = f"demo-{run_id}-approve", f"demo-{run_id}-reject"
-    key_c = f"demo-{run_id}-channels"
+    key_c, key_d = f"demo-{run_id}-channels", f"demo-{run_id}-edit"
     # the two calls of the two-channel task (agent.models: call_<content sha256[:16]>_<channel>)
     from state.schema import content_sha256
 
     call = "call_" + content_sha256("Launch post", "We launch on Monday.")[:16]
-    # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 5 shows
-    # exactly one entry however often the demo runs).
+    # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 7 shows
+    # the same entries however often the demo runs).
     store = as_task_store(store).with_root(store.root / "demo" / run_id)
     base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root), *store.cli_args()]
     steps = [
@@ -63,8 +63,14 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
           "--reason", "Not news yet."]),
         ("   Approve the blog call: it publishes; the task completes (one call executed).",
          ["resume", "--task", key_c, "--call", f"{call}_blog", "--decision", "approve", "--by", "alice"]),
-        ("6. The ledger: one entry for the approved task, none for the rejected one, and for the "
-         "two-channel task only its blog channel.", ["ledger"]),
+        ("6. A task with a typo in its title: the reviewer fixes it and approves (approve with\n"
+         "   edits), streaming the run: the model is told exactly what to publish, and its new call,\n"
+         "   carrying exactly the edited draft, is approved through the same decision path.",
+         ["start", "--key", key_d, "--title", "Relase notes 1.3", "--draft", "Version 1.3 adds dark mode."]),
+        ("", ["resume", "--task", key_d, "--decision", "approve", "--by", "carol",
+              "--edit-title", "Release notes 1.3", "--stream"]),
+        ("7. The ledger: one entry for each approved task (the edited title for the last), none for\n"
+         "   the rejected one, and for the two-channel task only its blog channel.", ["ledger"]),
     ]
     say = sys.stderr if as_json else sys.stdout
     print(f"Demo (offline model, no API key, no network). State dir: {store.root}\n", file=say)
@@ -79,7 +85,7 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
             raise Stopped(f"demo step failed with exit code {proc.returncode}")
     if not as_json:
         return None
-    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c)],
+    return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c, key_d)],
             "ledger": ledger_view(store)}
 
 

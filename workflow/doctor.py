@@ -227,11 +227,12 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, Path
     (:func:`workflow.reconcile.reconcile`), after checking that the evidence is for this task."""
     if entry is not None:
         e, epath = entry
-        if e.task_id != cp.task_id or e.content_sha256 != cp.content_sha256:
+        if e.task_id != cp.task_id or e.content_sha256 != cp.expected_sha256(cp.channels[0]):
             report.findings.append(Finding(
                 "entry_mismatch", cp.task_id, str(path),
                 f"ledger entry {epath.name} is for task {e.task_id!r} / content "
-                f"{e.content_sha256[:12]}…, the checkpoint for {cp.task_id!r} / {cp.content_sha256[:12]}…",
+                f"{e.content_sha256[:12]}…, the checkpoint for {cp.task_id!r} / "
+                f"{cp.expected_sha256(cp.channels[0])[:12]}…",
                 HUMAN))
             return
     ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,

@@ -7,6 +7,7 @@ SDK call of the flow itself stays in ``workflow/hitl.py``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from state.clock import now_iso
 from state.errors import Stopped
 from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, valid_channel)
-from state.files import parse_json_object
+from state.files import parse_object_shared, parse_shared
 from state.settings import settings
 from state.storage import Store
 from workflow import calls
@@ -93,7 +94,7 @@ def pending_calls(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]
 
 def schema_version_of(run_state: str) -> str:
     """The ``$schemaVersion`` of a serialised RunState (the SDK's format version, e.g. ``"1.21"``)."""
-    return json.loads(run_state)["$schemaVersion"]
+    return parse_shared(run_state)["$schemaVersion"]
 
 
 def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str]) -> None:
@@ -185,7 +186,7 @@ def check_stored_run_state(cp: Checkpoint) -> None:
 
     Raises :class:`Stopped`.
     """
-    data = parse_json_object(cp.run_state.encode("utf-8"), f"the RunState of task {cp.task_id}")
+    data = parse_object_shared(cp.run_state, f"the RunState of task {cp.task_id}")  # read only
     version = data.get("$schemaVersion")
     if version != cp.run_state_schema_version:
         raise Stopped(
@@ -224,6 +225,16 @@ def check_saved_against_code(cp: Checkpoint, agent: Any) -> None:
             f"task {cp.task_id} was saved by openai-agents {cp.sdk_version}; installed is "
             f"{sdk_version()}; resume it with the version that saved it"
         )
+
+
+def check_revision(cp: Checkpoint, expected: int | None) -> None:
+    """Refuse a decision made on a view of ``cp`` rendered at revision ``expected`` (e.g. the inbox
+    page's form) when the checkpoint has moved on since (another reviewer, the CLI, an expiry).
+    ``None``: the caller saw no particular revision (the CLI), nothing to check. Raises
+    :class:`Stopped`; called under the task lock, right after the load, so nothing was decided."""
+    if expected is not None and cp.revision != expected:
+        raise Stopped(f"task {cp.task_id}: the task changed since the page was rendered (revision "
+                      f"{expected}, now {cp.revision}); nothing was decided: look again")
 
 
 def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, ToolApprovalItem]:
@@ -413,10 +424,11 @@ def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[s
 
 @contextmanager
 def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
-    """For ``start``: if the block raises :class:`Stopped` and no checkpoint of ``task_id`` exists
-    afterwards (nothing was saved), remove the lock file, trace file and folders this block
-    created, so a refused start leaves the state dir as it found it (a provider that cannot be
-    reached, a budget that cannot pay, a call that cannot be saved). Paths that existed before are
+    """For ``start``: if the block raises :class:`Stopped` (or is interrupted: Ctrl-C, a cancelled
+    task) and no checkpoint of ``task_id`` exists afterwards (nothing was saved), remove the lock
+    file, trace file and folders this block created, so a refused or interrupted start leaves the
+    state dir as it found it (a provider that cannot be reached, a budget that cannot pay, a call
+    that cannot be saved, Ctrl-C during a stream). Paths that existed before are
     never touched; removing a lock file is safe because no write depends on the lock (every
     checkpoint write is a compare-and-swap)."""
     from state.storage import file_name
@@ -428,7 +440,7 @@ def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
     before = {p for p in [*files, *folders] if p.exists() or p.is_symlink()}
     try:
         yield
-    except Stopped:
+    except (Stopped, KeyboardInterrupt, asyncio.CancelledError):
         if not store.exists(task_id):
             for path in files:
                 if path not in before:

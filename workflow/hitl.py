@@ -6,6 +6,7 @@ step  SDK (docs: "Human-in-the-loop")                here
 1     ``@function_tool(needs_approval=rule)``        ``tools/publish.py`` (``publish_draft``)
 2     ``Agent(..., tools=[publish_draft])``          ``agent/publisher.py`` (``build_agent``)
 3     ``Runner.run(agent, input)``                   :func:`start`
+3'    ``Runner.run_streamed``, ``stream_events()``    ``workflow/streaming.py`` (``on_event``)
 4     ``result.interruptions``                       :func:`start` (each a ``ToolApprovalItem``)
 5     ``result.to_state().to_string()``              :func:`_saved_text`, then ``store.save``
 6     ``RunState.from_string(agent, text)``          :func:`_from_string`
@@ -40,8 +41,7 @@ from state import secrets
 from state.errors import Stopped
 from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
 from state.storage import Store
-from workflow import calls, guards, reconcile, tracing
-from workflow.trust import check_pending_is_the_draft
+from workflow import calls, edits, guards, reconcile, streaming, tracing
 
 DecisionWord = Literal["approve", "reject"]
 
@@ -56,14 +56,15 @@ logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None,
                 spec: ModelSpec | None = None, budget: Budget | None = None,
                 expires_in_s: int = 86_400, trace_content: bool = False,
-                channels: list[str] | None = None) -> Checkpoint:
+                channels: list[str] | None = None,
+                on_event: streaming.OnEvent | None = None) -> Checkpoint:
     """Run the agent until it asks to publish, then save the checkpoint (``waiting_for_approval``).
 
     ``spec`` names the model (default offline; ``model`` overrides the instance, for tests),
     ``budget`` the task's budget (default :func:`agent.budget.make_budget`); the approval request
     is valid for ``expires_in_s`` seconds; traces go to the task's trace file (``trace_content``:
-    unredacted bodies); ``channels`` (default ``["blog"]``) are where the draft goes, one call and
-    one effect each. The same key with the same title, draft and channels returns the saved task without
+    unredacted bodies; ``on_event``: stream the run, :mod:`workflow.streaming`); ``channels``
+    (default ``["blog"]``) are where the draft goes, one call and one effect each. The same key with the same title, draft and channels returns the saved task without
     calling the model. Raises :class:`Stopped`, with nothing saved, if the key is taken (another
     draft, a ledger entry, a rejection record), if the agent did not ask to publish exactly this
     draft, if the API key is missing, if the budget cannot pay, or if the provider fails.
@@ -86,8 +87,9 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
         if existing is not None:
             return existing
         try:
+            run = Runner.run if on_event is None else streaming.runner(on_event)
             with tracing.recording(store, task_id, "start", content=trace_content):
-                result = await Runner.run(
+                result = await run(
                     agent, user_message(title, draft, channels),
                     context=guards.run_context(store, task_id, sha, channels),
                     max_turns=budget.max_turns, hooks=guard,
@@ -107,7 +109,9 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                  reason: str | None = None, call_id: str | None = None, always: bool = False,
                  model: Model | None = None,
                  budget_changes: dict[str, Any] | None = None,
-                 trace_content: bool = False) -> Checkpoint:
+                 trace_content: bool = False, expect_revision: int | None = None,
+                 on_event: streaming.OnEvent | None = None,
+                 edit: edits.Edit | None = None) -> Checkpoint:
     """Apply a human's decision on one pending call (``call_id``; None: the only one) to a waiting
     task and resume the run from disk; ``always`` also gives the SDK's sticky rule for the tool.
 
@@ -117,7 +121,10 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     keywords, goes on). What a decision may do given the task's status, ledger entry and rejection
     record is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended
     a task returns it unchanged, a reject of an executed task or a new approval after the deadline
-    is refused. Raises :class:`Stopped` for every refusal, integrity, drift or ledger mismatch.
+    is refused. ``expect_revision``: the revision the reviewer saw; another under the lock is
+    refused. ``on_event``: stream the resumed run (as in :func:`start`); ``edit``: approve that
+    call with edits (:mod:`workflow.edits`). Raises :class:`Stopped` for every refusal,
+    integrity, drift or ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
@@ -129,6 +136,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
         guards.check_saved_against_code(cp, code_agent)
     with store.task_lock(task_id):
         cp, verdict = reconcile.preflight(store, task_id, decision, call_id)  # verified, under the lock
+        guards.check_revision(cp, expect_revision)  # the reviewer decided on what is still there
         if verdict.kind == "unchanged":
             return cp
         call_id = calls.target(cp, call_id)
@@ -144,28 +152,50 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
         if why is not None and want == "approved":  # the next call cannot be paid: run nothing
             return guards.budget_stop(store, cp, budget, spend, why)
         items = guards.bind(cp, state.get_interruptions())  # exactly the calls the reviewer saw
-        check_pending_is_the_draft(cp)
-        rec = guards.decision_for(store, cp, items[call_id], want, by, reason, always)  # on record wins
+        edits.check_pending(cp, call_id, want, edit)  # the draft started with, or approved with edits
+        edits.check_sticky(cp, want, edit, always)  # a sticky approval would skip the check of edits
+        rec = edits.with_edits(guards.decision_for(store, cp, items[call_id], want, by, reason, always),
+                               edit, items[call_id].arguments)  # one on record wins
         try:  # in memory first, so the SDK's own checks run before anything is written
             for d in calls.to_apply(cp, rec):  # replayed ones too; sticky rules before per-call ones
                 item = items[d.call_id]
-                if d.decision == "approved":
+                if d.decision == "approved" and d.edits is None:
                     state.approve(item, always_approve=d.always)
-                else:
-                    state.reject(item, always_reject=d.always, rejection_message=d.reason)
+                else:  # a reject, or edits: the message says exactly what the reviewer approved
+                    state.reject(item, always_reject=d.always, rejection_message=edits.rejection_message(d, cp))
         except Exception as exc:
             raise Stopped(f"task {task_id}: the SDK refused the decision: {exc}") from None
         if calls.decision_of(cp, rec.call_id) is None:  # the human's decision, before any effect
             cp = guards.record_decision(store, cp, rec)
         if why is not None and guards.nothing_executed(store, cp):  # a reject never waits for budget
             return guards.cancel_unpaid(store, cp, budget, spend)
+        run = Runner.run if on_event is None else streaming.runner(on_event)
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
-                result = await Runner.run(agent, state, hooks=guard,  # the tool writes the ledger
-                                          run_config=tracing.run_config(task_id, "resume"))
+                result = await run(agent, state, hooks=guard,  # the tool writes the ledger
+                                   run_config=tracing.run_config(task_id, "resume"))
         except Exception as exc:
             return guards.after_failed_run(store, cp, exc, want, budget=budget, spend=spend)
         return await _finish(store, cp, agent, result, budget, guard.pricing)
+
+
+async def decide(store: Store, *, task_id: str, decision: DecisionWord, by: str,
+                 edit: edits.Edit | None = None, **kwargs: Any) -> Checkpoint:
+    """:func:`resume`; then, while a pending call carries exactly a draft approved with edits on
+    its channel (:func:`workflow.edits.complying`), one more :func:`resume` approves that call by
+    the reviewer who gave the edits; anything else waits for a fresh human decision."""
+    if edit is not None and decision != "approve":
+        raise Stopped("--edit-title/--edit-body go with --decision approve")
+    cp = await resume(store, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
+    for _ in range(len(cp.channels)):  # at most one such call per channel
+        found = edits.complying(cp)
+        if not found:
+            break
+        call_id, rec = found[0]
+        cp = await resume(store, task_id=task_id, decision="approve", by=rec.by,
+                          **{**kwargs, "call_id": call_id, "always": False, "reason": edits.AUTO_REASON,
+                             "expect_revision": cp.revision})  # the checkpoint just judged
+    return cp
 
 
 async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult,

@@ -8,10 +8,10 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from workflow import inbox
-from workflow.views import task_text
+from workflow.views import one_line, task_text
 
 
 #: Escaped in ``--json`` output (valid JSON either way): C1 controls and U+2028/U+2029 (line breaks
@@ -19,12 +19,61 @@ from workflow.views import task_text
 _JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON (non-ASCII kept, the characters above escaped)."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
+
+
+def event_printer(as_json: bool) -> Callable[[dict[str, Any]], None]:
+    """What ``--stream`` prints for each event of :mod:`workflow.streaming`, as it arrives and
+    flushed at once: one JSON line each (``as_json``: JSON Lines, the task object comes last), or
+    text: deltas as they come (newlines kept, other unprintable characters shown escaped), every
+    other event on a line of its own starting with ``> ``."""
+    mid_text = False
+
+    def show(event: dict[str, Any]) -> None:
+        nonlocal mid_text
+        if as_json:
+            print(json_line(event), flush=True)
+            return
+        if event["event"] == "text_delta":
+            text = "\n".join(one_line(part) for part in event["delta"].split("\n"))
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            mid_text = not text.endswith("\n")
+            return
+        if mid_text:
+            print()
+            mid_text = False
+        print(f"> {_event_text(event)}", flush=True)
+
+    return show
+
+
+def _event_text(event: dict[str, Any]) -> str:
+    kind = event["event"]
+    args = one_line(json.dumps(event.get("arguments"), ensure_ascii=False))
+    args = args if len(args) <= 160 else args[:157] + "..."
+    if kind == "tool_call_requested":
+        return f"tool call requested: {event['tool']} {args} (call_id={event['call_id']})"
+    if kind == "approval_needed":
+        return (f"approval needed: {event['tool']} {args} (call_id={event['call_id']}, "
+                f"agent {event['agent']})")
+    if kind == "tool_output":
+        return f"tool output (call_id={event['call_id']}): {one_line(str(event['output']))}"
+    if kind == "handoff":
+        return f"handoff: {event['from_agent']} -> {event['to_agent']}"
+    if kind == "final_output":
+        return f"final output: {one_line(str(event['output']))}"
+    return one_line(json.dumps(event, ensure_ascii=False))
+
+
 def print_result(command: str, result: dict[str, Any], as_json: bool,
                  extra: list[str] | None = None) -> None:
     """Print ``result`` of ``command``: one JSON object (``as_json``), else its text; ``extra``
     lines (the budget) go before a task's ``next:`` line."""
     if as_json:
-        print(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(result, ensure_ascii=False)))
+        print(json_line(result))
     elif command == "list":
         print(inbox.inbox_text(result))
     elif command == "show":

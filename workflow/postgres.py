@@ -46,7 +46,7 @@ from state.paths import check_regular
 from state.rejections import RECORDED, RejectionRecord
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.settings import settings, url_password
-from state.storage import file_name, next_revision, seal, verify_envelope
+from state.storage import every_or_stop, file_name, next_revision, seal, verify_envelope
 from state.clock import now_iso
 from tools.ledger import Ledger, LedgerEntry
 
@@ -309,12 +309,7 @@ class PostgresStore:
 
     def checkpoints(self) -> list[Checkpoint]:
         """See :meth:`workflow.store.TaskStore.checkpoints`."""
-        good, bad = self.scan()
-        if bad:
-            more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-            raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
-                          "status --task ID still shows the others)")
-        return good
+        return every_or_stop(*self.scan())
 
     def check_writable(self, task_id: str) -> None:
         """Pre-flight for ``start`` and ``resume`` (see ``state.storage.Store.check_writable``):

@@ -178,7 +178,8 @@ def _history_steps(cp: Checkpoint) -> list[dict[str, Any]]:
                               "tool": call.get("tool"), "arguments": call.get("arguments"),
                               "expires_at": d.get("expires_at")})
         elif ev.event == "decision_recorded":
-            steps.append({"at": d.get("at", ev.at), "step": "decision", "decision": d.get("decision"),
+            kind = "approved_with_edits" if d.get("edits") else d.get("decision")
+            steps.append({"at": d.get("at", ev.at), "step": "decision", "decision": kind,
                           "by": d.get("by"), "reason": d.get("reason"), "call_id": d.get("call_id")})
     return steps
 
@@ -299,6 +300,9 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
             "tool": request.get("tool") if request else None,
             "arguments": _arguments(request.get("arguments") if request else None),
             "decision": decision,
+            # approvals with edits (workflow/edits.py): what the reviewer approved instead
+            "edits": [{"call_id": d.call_id, "by": d.by, "at": d.at, **d.edits.model_dump()}
+                      for d in cp.decisions if d.edits is not None],
         },
         "checkpoint": {
             "path": str(store.checkpoint_path(cp.task_id)),
@@ -385,6 +389,12 @@ def receipt_text(r: dict[str, Any]) -> str:
         lines.append(f"  decided: {d['decision']} by {d['by']} at {d['at']}{why}")
     else:
         lines.append("  decided: not yet")
+    for e in a.get("edits", []):
+        from workflow.edits import diff_lines
+
+        lines.append(f"  approved with edits by {e['by']} at {e['at']} (call_id={e['call_id']}): "
+                     "original vs approved")
+        lines.extend(f"    {line}" for line in diff_lines(e))
     lines.append(f"checkpoint: revision {c['revision']}, schema_version {c['schema_version']}, "
                  f"RunState $schemaVersion {c['run_state_schema_version']}, "
                  f"openai-agents {c['sdk_version']}")

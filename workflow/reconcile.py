@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional
 
-from state import clock
+from state import clock, secrets
 from state.errors import Stopped
 from tools.ledger import Ledger, LedgerEntry
 from workflow.calls import calls_of, decision_of, keys, pick_call
@@ -205,7 +205,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     evidence = as_task_store(store)
     entry = evidence.ledger_get(key)
     if entry is not None:
-        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.content_sha256)
+        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
     rejected = evidence.rejection_get(cp.task_id, scope) if scope else evidence.rejection_get(cp.task_id)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
@@ -244,19 +244,24 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
     return verdict
 
 
-def preflight(store: "Store", task_id: str, decision: Action,
-              call_id: Optional[str] = None) -> tuple["Checkpoint", Verdict]:
+def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
+              by: Optional[str] = None, reason: Optional[str] = None) -> tuple["Checkpoint", Verdict]:
     """The checks before a decision takes the task's lock, none of which needs the SDK: the
     checkpoint loads and verifies, no hostile file sits where the task's files go
     (``Store.check_writable``), the call is named when several are pending
-    (:func:`workflow.calls.pick_call`), and the table allows ``decision`` for that call. Returns
+    (:func:`workflow.calls.pick_call`), the table allows ``decision`` for that call, and the
+    reviewer name ``by`` and the ``reason`` hold no secret value
+    (:func:`state.secrets.check_input`). Returns
     ``(checkpoint, verdict)``; raises :class:`Stopped` otherwise. Reads only, so a refusal leaves
     the state dir as it was."""
     cp = store.load(task_id)
     store.check_writable(task_id)
     if cp.pending and cp.status in OPEN and not (call_id and answered(cp, call_id)):
         call_id = pick_call(cp, call_id).call_id
-    return cp, check(store, cp, decision, call_id)
+    verdict = check(store, cp, decision, call_id)
+    secrets.check_input("the reviewer name (--by)", by)
+    secrets.check_input("the reason", reason)
+    return cp, verdict
 
 
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,

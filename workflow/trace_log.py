@@ -112,14 +112,40 @@ def _redact_echo(value: Any) -> Any:
 def _line(record: dict[str, Any]) -> bytes:
     """``record`` as one JSON line, secrets redacted structurally (see module docstring). Should a
     secret still show outside any string (digits in a number), the line is ``{"kind": "redacted"}``
-    (diagnostics lost, never the secret written)."""
-    data = json.loads(json.dumps(record, ensure_ascii=False, default=str))  # plain JSON values
-    try:
-        data = secrets.redact(_redact_echo(data), secrets.TRACE, what="trace record", min_chars=1,
-                              numbers=True)
-    except secrets.SecretInStructure:
-        data = {"kind": "redacted"}
-    return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    (diagnostics lost, never the secret written).
+
+    The record is serialised once; the redaction walk runs only when that text could hold what it
+    looks for (:func:`_may_need_redaction`), and otherwise would have returned the record unchanged.
+    """
+    text = json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":"))
+    found = secrets.named(1)  # read once per record: the walk below searches for these
+    if _may_need_redaction(text, found):
+        data = json.loads(text)  # plain JSON values
+        try:
+            data = secrets.redact(_redact_echo(data), secrets.TRACE, what="trace record",
+                                  min_chars=1, numbers=True, secrets=found)
+        except secrets.SecretInStructure:
+            data = {"kind": "redacted"}
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return (text + "\n").encode("utf-8")
+
+
+def _may_need_redaction(text: str, found: list[tuple[str, str]]) -> bool:
+    """False only if the redaction of :func:`_line` cannot change the record serialised as ``text``
+    (``json.dumps(..., ensure_ascii=False)``): no echoed key and no form of a secret in ``found``.
+
+    Why a search of the text suffices: JSON escapes a string character by character, so a string
+    (or object key) that holds ``s`` is serialised with ``s`` escaped as a contiguous part; an echoed
+    key (:data:`_ECHOED_KEY`) has no character JSON escapes; and each number is written as
+    ``str()`` writes it, except NaN and the infinities (``NaN``/``Infinity`` in JSON), which send
+    the record down the full walk."""
+    if _ECHOED_KEY.search(text):
+        return True
+    if not found:
+        return False
+    if "NaN" in text or "Infinity" in text:
+        return True
+    return any(esc in text for _, value in found for esc in secrets.escaped_forms(value))
 
 
 def open_append(path: Path) -> int:

@@ -63,7 +63,8 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     decision of that kind with ``always`` is recorded; any other sticky setting is refused. Then
     :func:`check_no_hidden_approvals`. Raises :class:`Stopped`.
     """
-    recorded = {(d.call_id, d.decision) for d in cp.decisions}
+    # an approval with edits answers its call with a rejection message (workflow/edits.py)
+    recorded = {(d.call_id, "rejected" if d.edits else d.decision) for d in cp.decisions}
     sticky = {d.decision for d in cp.decisions if d.always and d.source == "human"}
     for record in _top_level_records(run_state, cp):
         allowed = {"approved", "rejected", "rejection_messages"}
@@ -93,6 +94,21 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     check_no_hidden_approvals(run_state, cp)
 
 
+def hidden_approvals(run_state: dict[str, Any]) -> list[str]:
+    """Where a parsed ``RunState.to_string()`` holds approval records outside its top-level
+    ``context`` (e.g. ``$.last_processed_response.functions[0].agent_run_state.context.
+    function_tool_approvals``: the RunState of an ``Agent.as_tool()`` run nested in it), as JSON
+    paths; empty if none. The user context payload (``$.context.context``) is skipped. The SDK
+    runs a call approved there without anyone calling ``approve`` (tests/test_sdk_behaviour.py)."""
+    top = run_state.get("context")
+    found = []
+    for path, node in _walk(run_state, "$"):
+        if node is top or path == "$.context.context" or path.startswith("$.context.context."):
+            continue
+        found.extend(f"{path}.{key}" for key in APPROVAL_KEYS if node.get(key))
+    return found
+
+
 def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     """Refuse approval records anywhere but the top-level ``context``, and hosted MCP approvals.
 
@@ -105,20 +121,15 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
     Raises :class:`Stopped`.
     """
     top = run_state.get("context")
-    for path, node in _walk(run_state, "$"):
-        if node is top or path == "$.context.context" or path.startswith("$.context.context."):
-            continue
-        for key in APPROVAL_KEYS:
-            if node.get(key):
-                raise Stopped(
-                    f"task {cp.task_id}: RunState holds approval records at {path}.{key} that "
-                    "no human recorded"
-                )
+    hidden = hidden_approvals(run_state)
+    if hidden:
+        raise Stopped(f"task {cp.task_id}: RunState holds approval records at {hidden[0]} that "
+                      "no human recorded")
     if isinstance(top, dict) and top.get("hosted_mcp_approvals"):
         raise Stopped(
             f"task {cp.task_id}: RunState holds hosted MCP approvals that no human recorded"
         )
-    rejected = {d.call_id for d in cp.decisions if d.decision == "rejected"}
+    rejected = {d.call_id for d in cp.decisions if d.decision == "rejected" or d.edits}
     for record in _top_level_records(run_state, cp):
         messages = record.get("rejection_messages", {})
         if not isinstance(messages, dict) or set(messages) - rejected:
@@ -143,15 +154,30 @@ def carries_the_draft(arguments: dict[str, Any], sha: str, channels: list[str]) 
     )
 
 
+def carries_its_draft(cp: Checkpoint, call: Any) -> bool:
+    """True if the pending ``call`` is ``publish_draft`` carrying exactly the draft expected on its
+    channel: the one the task started with, or the one a reviewer approved with edits for that
+    channel (:meth:`state.schema.Checkpoint.expected_sha256`); for the call a reviewer approved
+    with edits, what it asked for."""
+    channel = call.arguments.get("channel")
+    channel = cp.channels[0] if channel is None and len(cp.channels) == 1 else channel
+    sha = cp.expected_sha256(channel) if isinstance(channel, str) else cp.content_sha256
+    for d in cp.decisions:  # the call approved with edits itself (pending again after a crash)
+        if d.call_id == call.call_id and d.edits is not None:
+            sha = d.edits.original_sha256
+    return call.tool == ACTION and carries_the_draft(call.arguments, sha, cp.channels)
+
+
 def check_pending_is_the_draft(cp: Checkpoint) -> None:
-    """Every pending call must be ``publish_draft`` with exactly the draft the task started with.
+    """Every pending call must be ``publish_draft`` with exactly the draft expected on its channel
+    (:func:`carries_its_draft`: the draft the task started with, unless approved with edits).
 
     Checked before a decision is written, so a checkpoint whose pending call and
     ``content_sha256`` disagree is refused with nothing changed (instead of the tool refusing
     mid-run after the decision was recorded). Raises :class:`Stopped`.
     """
     for call in cp.pending:
-        if call.tool != ACTION or not carries_the_draft(call.arguments, cp.content_sha256, cp.channels):
+        if not carries_its_draft(cp, call):
             raise Stopped(
                 f"task {cp.task_id}: the pending call {call.call_id} is not {ACTION} of the draft "
                 "the task was started with (key/action mismatch)"

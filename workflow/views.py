@@ -5,6 +5,7 @@
   "always", "source"}], "channels": [...], "pending": [{"call_id", "tool", "arguments"}],
   "final_output", "schema_version", "revision", "checkpoint_path"}``. ``decision`` is the latest
   decision of the current round (a one-call task's only one); ``decisions`` lists every call's.
+  Each ``decision`` is ``approved``, ``rejected`` or ``approved_with_edits`` (workflow/edits.py).
 - list: ``{"tasks": [task, …]}`` (built by ``workflow.inbox.inbox_view``) · ledger: ``{"path",
   "entries": [entry, …]}``
 """
@@ -30,18 +31,25 @@ def one_line(text: str) -> str:
 DECISION_FIELDS = ("call_id", "tool", "channel", "decision", "by", "at", "reason", "always", "source")
 
 
+def _kind(d: Any) -> str:
+    """A decision's kind as shown: ``approved``, ``rejected`` or ``approved_with_edits``
+    (an approval with edits, :mod:`workflow.edits`)."""
+    return "approved_with_edits" if d.edits is not None else d.decision
+
+
 def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
     """The task shape above for one checkpoint."""
     decision = None
     if cp.decision is not None:
         d = cp.decision
-        decision = {"decision": d.decision, "by": d.by, "at": d.at, "reason": d.reason}
+        decision = {"decision": _kind(d), "by": d.by, "at": d.at, "reason": d.reason}
     return {
         "task_id": cp.task_id,
         "idempotency_key": cp.idempotency_key,
         "status": cp.status,
         "decision": decision,
-        "decisions": [{k: getattr(d, k) for k in DECISION_FIELDS} for d in cp.decisions],
+        "decisions": [{**{k: getattr(d, k) for k in DECISION_FIELDS}, "decision": _kind(d)}
+                      for d in cp.decisions],
         "channels": list(cp.channels),
         "pending": [p.model_dump() for p in cp.pending],
         "final_output": cp.final_output,

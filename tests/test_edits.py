@@ -1,0 +1,241 @@
+"""Approve with edits (workflow/edits.py): the reviewer approves a changed draft; the model is told
+exactly what to publish; only a call carrying exactly that is approved, through our decision path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.testing import ModelCall, ModelStep, ScriptedModel, function_call
+
+from conftest import checkpoint_file, ledger_entries, snapshot
+from agent.models import offline_responder
+from agent.publisher import EDIT_HEADER
+from state.schema import content_sha256
+
+TITLE, BODY = "Relase notes", "Version 1.2 fixes the login bug."
+
+
+def _cp(state_dir: Path) -> dict[str, Any]:
+    return json.loads(checkpoint_file(state_dir, "t-1").read_text(encoding="utf-8"))
+
+
+def _start(cli) -> None:
+    r = cli("start", "--key", "t-1", "--title", TITLE, "--draft", BODY)
+    assert r.code == 0, r.err
+
+
+def test_approve_with_edits_publishes_exactly_the_edited_draft(cli, state_dir):
+    _start(cli)
+    original = _cp(state_dir)["pending"][0]
+    r = cli("resume", "--task", "t-1", "--decision", "approve", "--by", "alice",
+            "--edit-title", "Release notes", "--json")
+    assert r.code == 0, r.err
+    task = r.json()
+    assert task["status"] == "completed" and "published" in task["final_output"]
+    edited_sha = content_sha256("Release notes", BODY)
+    [entry] = ledger_entries(state_dir)
+    assert entry["content_sha256"] == edited_sha and entry["title"] == "Release notes"
+    cp = _cp(state_dir)
+    first, second = cp["decisions"]
+    assert first["call_id"] == original["call_id"] and first["by"] == "alice"
+    assert first["edits"]["original_sha256"] == content_sha256(TITLE, BODY)
+    assert first["edits"]["edited_sha256"] == edited_sha
+    assert (second["decision"], second["by"], second["edits"]) == ("approved", "alice", None)
+    assert second["call_id"] != original["call_id"]  # the model's new call, not the original
+    # expected per call, in the decision record: the task's own draft stays the one it started with
+    assert cp["content_sha256"] == content_sha256(TITLE, BODY) and cp["title"] == TITLE
+    from state.schema import Checkpoint
+
+    assert Checkpoint.model_validate(cp).expected_sha256("blog") == edited_sha
+    run_state = json.loads(cp["run_state"])  # the original call was answered, never run
+    outputs = [i for i in run_state["generated_items"] if i["type"] == "tool_call_output_item"]
+    assert outputs[0]["output"].startswith(EDIT_HEADER)
+
+
+def test_status_shows_approved_with_edits_and_show_prints_the_diff(cli, state_dir):
+    _start(cli)
+    r = cli("resume", "--task", "t-1", "--decision", "approve", "--edit-body", "Version 1.2.1 fixes it.")
+    assert r.code == 0, r.err
+    text = cli("show", "--task", "t-1").out
+    assert "approved with edits by" in text and "original vs approved" in text
+    assert f"-{BODY}" in text and "+Version 1.2.1 fixes it." in text and " Title: Relase notes" in text
+    assert "human decision: approved_with_edits" in text
+    edits = cli("show", "--task", "t-1", "--json").json()["approval"]["edits"]
+    assert [e["body"] for e in edits] == ["Version 1.2.1 fixes it."]
+
+
+def _ignores_edits(call: ModelCall) -> ModelStep:
+    """A model that does not comply: asked to publish the edited draft, it sends the original."""
+    last = call.input[-1] if isinstance(call.input, list) else {}
+    if isinstance(last, dict) and str(last.get("output", "")).startswith(EDIT_HEADER):
+        return ModelStep(output=[function_call("publish_draft", {"title": TITLE, "body": BODY},
+                                               call_id="call_not_the_edit")])
+    return offline_responder(call)
+
+
+def test_edit_then_a_model_that_does_not_comply_pauses_and_publishes_nothing(cli, state_dir):
+    from workflow import edits, hitl
+    from workflow.store import FileStore
+
+    _start(cli)
+    model = ScriptedModel([ModelStep.respond(_ignores_edits) for _ in range(8)])
+    cp = asyncio.run(hitl.decide(FileStore(state_dir), task_id="t-1", decision="approve", by="alice",
+                                 edit=edits.Edit(title="Release notes"), model=model))
+    assert cp.status == "waiting_for_approval" and cp.decision is None
+    assert [p.call_id for p in cp.pending] == ["call_not_the_edit"]
+    assert ledger_entries(state_dir) == []
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "t-1", "--decision", "approve")  # content the reviewer did not approve
+    r.assert_stopped()
+    assert "not the draft the reviewer approved with edits" in r.err and snapshot(state_dir) == before
+    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "still wrong", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
+
+
+def test_edits_are_refused_with_reject_always_when_they_change_nothing_or_name_another_call(cli, state_dir):
+    _start(cli)
+    before = snapshot(state_dir)
+    for args, words in ((["--decision", "reject", "--edit-title", "X"], "go with --decision approve"),
+                        (["--decision", "approve", "--edit-title", TITLE], "change nothing"),
+                        (["--decision", "approve", "--always", "--edit-title", "X"], "do not go with --always"),
+                        (["--decision", "approve", "--call", "call_other", "--edit-title", "X"],
+                         "has no pending call 'call_other'")):
+        r = cli("resume", "--task", "t-1", *args)
+        r.assert_stopped()
+        assert words in r.err and snapshot(state_dir) == before
+
+
+def test_a_forged_approval_of_the_call_answered_with_edits_is_refused(cli, state_dir):
+    """Crash right after the edit decision (the RunState still pauses at the original call): a file
+    re-signed to approve that call is refused; the recorded edits are replayed instead."""
+    from conftest import resign
+
+    _start(cli)
+    call_id = _cp(state_dir)["pending"][0]["call_id"]
+    r = cli("resume", "--task", "t-1", "--decision", "approve", "--edit-title", "Release notes")
+    assert r.code == 0, r.err
+    # put back the decision-recorded revision by hand: decision with edits, original RunState
+    cp = _cp(state_dir)
+    first = cp["decisions"][0]
+
+    def forge(d: dict[str, Any]) -> None:
+        state = json.loads(d["run_state"])
+        state["context"]["function_tool_approvals"] = [{"agent": {"name": "Publisher"},
+            "tool_key": "publish_draft", "decision": {"approved": [call_id], "rejected": []}}]
+        d["run_state"] = json.dumps(state)
+        d["decisions"] = [first]
+
+    resign(state_dir, checkpoint_file(state_dir, "t-1"), forge)
+    r = cli("status", "--task", "t-1")
+    assert r.code == 0
+    from workflow.trust import check_approvals
+    from state.schema import Checkpoint
+
+    forged = Checkpoint.model_validate(_cp(state_dir))
+    try:
+        check_approvals(json.loads(forged.run_state), forged)
+    except Exception as exc:
+        assert "not recorded through our decision path" in str(exc)
+    else:
+        raise AssertionError("an approval of the call answered with edits was accepted")
+
+
+def test_edits_are_part_of_schema_version_2_and_a_v1_decision_migrates_to_none(cli, state_dir):
+    """Every schema_version 2 decision carries ``edits`` (null: none): a file without it is refused
+    like any missing field; a schema_version 1 file (no edits, no channels) still loads, migrated
+    (``state.schema.MIGRATIONS``), its decisions plain ones."""
+    from conftest import resign
+
+    _start(cli)
+    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "no")
+    assert r.code == 0, r.err
+    path = checkpoint_file(state_dir, "t-1")
+    good = path.read_bytes()
+    resign(state_dir, path, lambda d: d["decisions"][0].pop("edits"))
+    r = cli("status", "--task", "t-1")
+    r.assert_stopped()
+    assert "decisions.0.edits: Field required" in r.err
+    path.write_bytes(good)
+
+    def to_v1(d: dict[str, Any]) -> None:
+        d["schema_version"] = 1
+        d.pop("channels")
+        for rec in [d["decision"], *d["decisions"]]:
+            for field in ("edits", "channel", "always", "source"):
+                rec.pop(field)
+
+    resign(state_dir, path, to_v1)
+    r = cli("status", "--task", "t-1", "--json")
+    assert r.code == 0, r.err
+    task = r.json()
+    assert task["schema_version"] == 2 and task["decision"]["decision"] == "rejected"
+    assert [(d["decision"], d["channel"]) for d in task["decisions"]] == [("rejected", "blog")]
+
+
+@pytest.mark.parametrize("other", ["approve", "reject"])
+@pytest.mark.parametrize("edit_first", [True, False], ids=["edit-first", "edit-second"])
+def test_edit_with_two_channels(cli, state_dir, other, edit_first):
+    """Edit one call of a two-channel task (``--call``), approve or reject the other, in either
+    order: exactly the edited draft is published on the edited channel, the other channel gets
+    the draft as started (approved) or nothing (rejected), and nothing else is published."""
+    r = cli("start", "--key", "t-2", "--title", TITLE, "--draft", BODY, "--channel", "blog",
+            "--channel", "news", "--json")
+    assert r.code == 0, r.err
+    calls = {p["arguments"]["channel"]: p["call_id"] for p in r.json()["pending"]}
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "t-2", "--decision", "approve", "--edit-title", "Release notes")
+    r.assert_stopped()  # two pending calls: the edit must name one, like any decision
+    assert "--call" in r.err and snapshot(state_dir) == before
+    edit = ["--call", calls["blog"], "--decision", "approve", "--by", "alice", "--edit-title", "Release notes"]
+    plain = ["--call", calls["news"], "--decision", other, "--by", "bob"]
+    for args in ([edit, plain] if edit_first else [plain, edit]):
+        r = cli("resume", "--task", "t-2", *args, "--json")
+        assert r.code == 0, r.err
+    task = r.json()
+    assert task["status"] == "completed" and task["pending"] == []
+    published = {e["channel"]: (e["title"], e["content_sha256"]) for e in ledger_entries(state_dir)}
+    want = {"blog": ("Release notes", content_sha256("Release notes", BODY))}
+    if other == "approve":
+        want["news"] = (TITLE, content_sha256(TITLE, BODY))
+    assert published == want
+    kinds = [(d["channel"], d["decision"], d["by"]) for d in task["decisions"]]
+    assert ("blog", "approved_with_edits", "alice") in kinds and ("blog", "approved", "alice") in kinds
+    assert ("news", "approved" if other == "approve" else "rejected", "bob") in kinds
+    cp = json.loads(checkpoint_file(state_dir, "t-2").read_text(encoding="utf-8"))
+    assert cp["content_sha256"] == content_sha256(TITLE, BODY)  # the task's draft is unchanged
+    assert cli("doctor", "--json").json()["findings"] == []
+
+
+def test_edits_and_a_sticky_approval_do_not_mix(cli, state_dir):
+    """A sticky ``--always`` approval would let the SDK run the model's new call without a pause:
+    refused while a call approved with edits waits, and edits are refused while one is in force."""
+    r = cli("start", "--key", "t-3", "--title", TITLE, "--draft", BODY, "--channel", "blog",
+            "--channel", "news", "--channel", "site", "--json")
+    assert r.code == 0, r.err
+    calls = {p["arguments"]["channel"]: p["call_id"] for p in r.json()["pending"]}
+    r = cli("resume", "--task", "t-3", "--call", calls["blog"], "--decision", "approve",
+            "--edit-title", "Release notes")
+    assert r.code == 0, r.err
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "t-3", "--call", calls["news"], "--decision", "approve", "--always")
+    r.assert_stopped()
+    assert "decide this call without --always" in r.err and snapshot(state_dir) == before
+    from state.schema import Checkpoint
+    from workflow import edits
+
+    cp = Checkpoint.model_validate(json.loads(checkpoint_file(state_dir, "t-3").read_text(encoding="utf-8")))
+    sticky = cp.decisions[0].model_copy(update={"edits": None, "always": True, "call_id": calls["news"],
+                                                "channel": "news"})
+    try:  # the other way round: edits while a sticky approval is in force
+        edits.check_sticky(cp.model_copy(update={"decisions": [*cp.decisions, sticky]}), "approved",
+                           edits.Edit(title="X"), False)
+    except edits.Stopped as exc:
+        assert "a sticky approval (--always) is in force" in str(exc)
+    else:
+        raise AssertionError("edits were accepted while a sticky approval is in force")

@@ -1,0 +1,173 @@
+"""Approve with edits: the reviewer approves a changed draft, built on the SDK's own primitives.
+
+The SDK has no "approve these other arguments" (a ``ToolApprovalItem`` is approved or rejected as
+the model sent it). So ``resume --decision approve --edit-title TEXT --edit-body TEXT`` is:
+
+1. the decision is recorded before any effect as an approval of the pending call *with edits*
+   (:class:`state.schema.Edits`: the edited title and body, the original, both content hashes;
+   shown as ``approved_with_edits``); no rejection record is made;
+2. the original call is answered with ``state.reject(item, rejection_message=...)``: the message
+   (:func:`agent.publisher.edit_message`) tells the model exactly what to publish; the original
+   call never runs;
+3. the run goes on (once every call of that turn has an answer, as with any partial decision);
+   the model's next ``publish_draft`` call on that channel pauses (its channel needs approval) and
+   is saved as a pending call. The content expected on that channel is now the edited one, kept
+   per call in the decision record (:meth:`state.schema.Checkpoint.expected_sha256`), so the tool,
+   the ledger entry and every later check of that channel use it; the task's ``content_sha256``
+   and every other channel keep the draft the task started with;
+4. if that call carries exactly the approved content (:func:`complying`), it is approved through
+   the usual decision path, by the same reviewer (``workflow.hitl.decide``: one more resume);
+   anything else stays ``waiting_for_approval`` for a fresh human decision: reject it, or approve
+   it with edits again. A plain approve of content the reviewer did not see is refused
+   (:func:`check_pending`). Never auto-approve content the reviewer did not see.
+
+Edits are per call: they apply to the call the decision is for (``--call``, required when several
+calls are pending, the same rule as any decision); ``--always`` does not go with them.
+Read-only commands use :func:`diff_lines` (``show``) and never import the SDK; neither does this
+module at import time.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from state import secrets
+from state.errors import Stopped
+from state.schema import ACTION, MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text, content_sha256
+from workflow.trust import carries_its_draft, carries_the_draft, check_pending_is_the_draft
+
+if TYPE_CHECKING:
+    from state.schema import Checkpoint, Decision
+
+#: The reason recorded for the approval of the model's call that carries the edited draft.
+AUTO_REASON = "carries exactly the draft this reviewer approved with edits"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """What the reviewer changed: ``title`` and/or ``body`` (None: unchanged), for the call the
+    decision is for. Raises :class:`Stopped` if neither is given or one is not allowed text."""
+
+    title: str | None = None
+    body: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.title is None and self.body is None:
+            raise Stopped("an approval with edits needs --edit-title and/or --edit-body")
+        for what, value, limit, one_line in (("--edit-title", self.title, MAX_TITLE_CHARS, True),
+                                              ("--edit-body", self.body, MAX_DRAFT_CHARS, False)):
+            if value is not None:
+                try:
+                    check_text(value, what=what, limit=limit, single_line=one_line)
+                except ValueError as exc:
+                    raise Stopped(str(exc)) from None
+                secrets.check_input(what, value)
+
+
+def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
+    """The :class:`Edits` record for a pending ``publish_draft`` call with ``arguments``
+    (``{"title", "body"[, "channel"]}``). Raises :class:`Stopped` if the edits change nothing
+    (approve it as it is)."""
+    title, body = arguments["title"], arguments["body"]
+    new_title = title if edit.title is None else edit.title
+    new_body = body if edit.body is None else edit.body
+    if (new_title, new_body) == (title, body):
+        raise Stopped("the edits change nothing: approve without --edit-title/--edit-body")
+    return Edits(title=new_title, body=new_body, original_title=title, original_body=body,
+                 original_sha256=content_sha256(title, body),
+                 edited_sha256=content_sha256(new_title, new_body))
+
+
+def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "Decision":
+    """The decision to apply: ``rec`` as recorded or built by ``guards.decision_for``, with the
+    edits of ``edit`` for a new approval of the call whose ``arguments`` (JSON text) it binds. A
+    decision already on record (a replay after a crash) keeps its own edits, whatever ``edit``
+    says now: the one on record wins. Raises :class:`Stopped` for edits with ``--always``."""
+    if edit is not None and rec.always:
+        raise Stopped("--edit-title/--edit-body decide one call: they do not go with --always")
+    if edit is None or rec.decision != "approved" or rec.edits is not None:
+        return rec
+    return rec.model_copy(update={"edits": edits_for(edit, json.loads(arguments or "{}"))})
+
+
+def rejection_message(rec: "Decision", cp: "Checkpoint") -> str | None:
+    """What answers a call not run: for an approval with edits the message naming the edited
+    draft (:func:`agent.publisher.edit_message`; with its channel when ``cp`` has several), for a
+    reject the reviewer's reason."""
+    if rec.edits is None:
+        return rec.reason
+    from agent.publisher import edit_message
+
+    return edit_message(rec.edits.title, rec.edits.body, rec.channel if len(cp.channels) > 1 else None)
+
+
+def _channel(cp: "Checkpoint", arguments: dict[str, Any]) -> Any:
+    channel = arguments.get("channel")
+    return cp.channels[0] if channel is None and len(cp.channels) == 1 else channel
+
+
+def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
+    """The pending calls of a waiting ``cp`` that answer an approval with edits: each a
+    ``publish_draft`` call, on a channel whose latest decision is an approval with edits of
+    another call (:meth:`state.schema.Checkpoint.edited_on`), carrying exactly the approved
+    edited draft, with no decision of its own yet. As ``(call_id, the approval with edits)``."""
+    if cp.status != "waiting_for_approval":
+        return []
+    decided = {d.call_id for d in cp.decisions}
+    out = []
+    for call in cp.pending:
+        channel = _channel(cp, call.arguments)
+        rec = cp.edited_on(channel) if isinstance(channel, str) else None
+        if (rec is not None and rec.call_id != call.call_id and call.call_id not in decided
+                and call.tool == ACTION
+                and carries_the_draft(call.arguments, rec.edits.edited_sha256, cp.channels)):
+            out.append((call.call_id, rec))
+    return out
+
+
+def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -> None:
+    """Edits and a sticky approval do not mix in one task: the SDK's ``always_approve`` rule would
+    run the model's new call without pausing, so nobody would check it carries the edited draft.
+    Raises :class:`Stopped` for edits while a sticky approval is in force, and for ``--always``
+    approve while a call approved with edits waits for the model's new call."""
+    sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)
+    if edit is not None and sticky:
+        raise Stopped(f"task {cp.task_id}: a sticky approval (--always) is in force, so the model's "
+                      "new call would run unchecked; approve or reject this call without edits")
+    if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
+        raise Stopped(f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
+                      "which --always would approve unchecked; decide this call without --always")
+
+
+def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
+    """Before a decision on the pending call ``call_id`` is written: every pending call must carry
+    the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except right
+    after an approval with edits on a channel whose model then asked for something else: that
+    call may be rejected or approved with edits again (a fresh human decision), never approved
+    as it is. Raises :class:`Stopped`."""
+    for call in cp.pending:
+        if carries_its_draft(cp, call):
+            continue
+        channel = _channel(cp, call.arguments)
+        if (not isinstance(channel, str) or cp.edited_on(channel) is None or call.tool != ACTION
+                or set(call.arguments) - {"channel"} != {"title", "body"}):
+            check_pending_is_the_draft(cp)  # raises: key/action mismatch
+        if call.call_id == call_id and want == "approved" and edit is None:
+            raise Stopped(f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
+                          "approved with edits; reject it, or approve it with --edit-title/--edit-body")
+
+
+def diff_lines(edits: dict[str, Any]) -> list[str]:
+    """``show``: the original and the edited draft as a unified diff (:mod:`difflib`), one line
+    each; ``edits`` is an :class:`Edits` as a dict."""
+    def text(title: str, body: str) -> list[str]:
+        return [f"Title: {title}", *body.split("\n")]
+
+    return list(difflib.unified_diff(text(edits["original_title"], edits["original_body"]),
+                                     text(edits["title"], edits["body"]),
+                                     fromfile=f"original (sha256 {edits['original_sha256'][:12]}…)",
+                                     tofile=f"approved (sha256 {edits['edited_sha256'][:12]}…)",
+                                     lineterm=""))

@@ -1,0 +1,179 @@
+"""The rows of the browser inbox, read fast enough to page through thousands of tasks. Never
+imports the SDK.
+
+``python run.py list`` reads and verifies every checkpoint each time it runs (one process, one
+look). A server answers the same question every few seconds, so :class:`InboxIndex` keeps, per
+checkpoint file, the summary row of the checkpoint that verified (MAC, schema, state dir: exactly
+``Store.load_path``) together with the file's identity when it was read: inode, device, size,
+modification and change times in nanoseconds. The next listing only ``stat``\\ s each file; a file
+whose identity differs, or a new file, is read and verified again before its row is shown. A
+checkpoint that does not verify stops the whole listing (fail closed, like ``list``). Every write
+of a checkpoint replaces the file (``os.replace``: a new inode and change time), and on POSIX the
+change time cannot be set by a user, so an edited file is read again (on Windows, where Python's
+``st_ctime`` is the settable creation time, an edit that restores size and times keeps the file's
+old, verified row: never unverified content). The cache only ever decides what the inbox *shows*:
+the task page and every decision load and verify the checkpoint again (``Store.load``, then
+``workflow.hitl.resume`` under the task lock).
+
+A store that is not files on disk (any other ``TaskStore``) is listed through its own
+``checkpoints()`` every time.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from state import clock
+from state.errors import Stopped
+from state.integrity import KEY_FILE
+from state.schema import Checkpoint
+from state.state_id import STATE_ID_FILE
+from state.storage import Store
+from workflow.inbox import WAITING, overdue, waiting_since
+
+#: Tasks per inbox page.
+PAGE_SIZE = 50
+#: What the status filter accepts: ``list --status``'s values, and ``all``.
+FILTERS = ("waiting_for_approval", "completed", "cancelled", "expired", "budget_exceeded", "all")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One task as the inbox shows it: ``task_id`` (the idempotency key), ``title``, ``status``,
+    ``revision``, ``since`` (ISO-8601: when the current approval request was made if waiting, else
+    the last update), ``expires_at`` (ISO-8601 or None), ``channels`` (the task's channels,
+    ``start --channel``), ``calls`` (number of pending calls), ``decision`` (the last
+    decision word, or None), ``checkpoint`` (the verified checkpoint, for the deadline rule) and
+    ``since_at`` (``since`` parsed)."""
+
+    task_id: str
+    title: str
+    status: str
+    revision: int
+    since: str
+    expires_at: Optional[str]
+    channels: tuple[str, ...]
+    calls: int
+    decision: Optional[str]
+    checkpoint: Checkpoint
+    since_at: datetime  # ``since``, parsed (the sort key)
+
+
+def row_of(cp: Checkpoint) -> Row:
+    """The :class:`Row` of a verified checkpoint."""
+    channels = tuple(cp.channels)
+    since = waiting_since(cp) if cp.status == WAITING else cp.updated_at
+    return Row(task_id=cp.task_id, title=cp.title, status=cp.status, revision=cp.revision,
+               since=since, expires_at=cp.expires_at, channels=channels, calls=len(cp.pending),
+               decision=cp.decision.decision if cp.decision else None, checkpoint=cp,
+               since_at=clock.parse_iso(since))
+
+
+def _identity(path: Path) -> Optional[tuple[int, ...]]:
+    """``(inode, device, size, mtime_ns, ctime_ns)`` of ``path`` (not followed), None if absent:
+    what a checkpoint file is recognised by (module docstring)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class InboxIndex:
+    """Verified inbox rows of one store, re-read only for files that changed (module docstring).
+
+    Safe to call from several threads (the server's worker threads): one listing at a time.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._rows: dict[str, tuple[tuple[int, ...], Row]] = {}  # file name -> (identity, row)
+        self._keys: Any = None  # the identity of signing.key and state.id the rows were verified with
+        self._lock = threading.Lock()
+
+    def rows(self) -> list[Row]:
+        """Every task's row, in no particular order. Raises :class:`Stopped` naming the first
+        checkpoint that cannot be read and verified (``doctor`` lists them all), as ``list`` does."""
+        if not isinstance(self.store, Store):  # another TaskStore: its own verified listing
+            return [row_of(cp) for cp in self.store.checkpoints()]
+        with self._lock:
+            return self._file_rows(self.store)
+
+    def _file_rows(self, store: Store) -> list[Row]:
+        keys = (_identity(store.root / KEY_FILE), _identity(store.root / STATE_ID_FILE))
+        if keys != self._keys:  # a new signing key or state dir ID: verify everything again
+            self._rows, self._keys = {}, keys
+        fresh: dict[str, tuple[tuple[int, ...], Row]] = {}
+        bad: list[str] = []
+        try:
+            entries = list(os.scandir(store.tasks_dir))  # what Store.scan globs: tasks/*.json
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            if not entry.name.endswith(".json"):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # removed since the folder was read
+                continue
+            ident = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            known = self._rows.get(entry.name)
+            if known is not None and known[0] == ident:
+                fresh[entry.name] = known
+                continue
+            try:  # identity first, then the read: a file replaced in between is read again next time
+                fresh[entry.name] = (ident, row_of(store.load_path(Path(entry.path))))
+            except Stopped as exc:
+                bad.append(str(exc))
+        self._rows = fresh
+        if bad:
+            bad.sort()
+            more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
+            raise Stopped(f"{bad[0]}{more} (python run.py doctor lists every problem)")
+        return [row for _, row in fresh.values()]
+
+
+@dataclass(frozen=True)
+class Page:
+    """One inbox page: ``rows`` (at most :data:`PAGE_SIZE`, newest first), ``number`` (1-based),
+    ``pages`` (at least 1) and ``total`` (tasks that pass the filter)."""
+
+    rows: list[Row]
+    number: int
+    pages: int
+    total: int
+
+
+def page(rows: list[Row], status: str, number: int) -> Page:
+    """Filter ``rows`` by ``status`` (one of :data:`FILTERS`), newest first (the current approval
+    request's time for a waiting task, else the last update), ties by task ID; page ``number``
+    (1-based; past the last page gives an empty page). Raises ``ValueError`` for another status."""
+    if status not in FILTERS:
+        raise ValueError(f"status must be one of {', '.join(FILTERS)}")
+    kept = rows if status == "all" else [r for r in rows if r.status == status]
+    kept.sort(key=lambda r: (r.since_at, r.task_id), reverse=True)
+    pages = max(1, -(-len(kept) // PAGE_SIZE))
+    start = (number - 1) * PAGE_SIZE
+    return Page(rows=kept[start:start + PAGE_SIZE], number=number, pages=pages, total=len(kept))
+
+
+def timing(row: Row, now: datetime) -> dict[str, Any]:
+    """What the inbox says about time for ``row`` at ``now``: ``age`` (since the request or last
+    update, e.g. ``12m``), ``left`` (time before the approval request expires, ``expired``, or
+    ``no expiry``; empty unless the task waits), ``overdue`` (bool, :func:`workflow.inbox.overdue`)."""
+    age = clock.human_age((now - row.since_at).total_seconds())
+    late = overdue(row.checkpoint, now)
+    if row.status != WAITING:
+        left = ""
+    elif late:
+        left = "expired (reject, or python run.py expire)"
+    elif row.expires_at:
+        left = clock.human_age((clock.parse_iso(row.expires_at) - now).total_seconds())
+    else:
+        left = "no expiry"
+    return {"age": age, "left": left, "overdue": late}

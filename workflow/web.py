@@ -1,0 +1,428 @@
+"""The approval inbox in the browser: ``python run.py serve`` (docs/inbox.md).
+
+A small Starlette app, rendered on the server with Jinja2 (autoescaped), served by uvicorn; one
+static script (``web_assets/static/inbox.js``) refreshes the open page every
+:data:`POLL_SECONDS`. The SDK is imported once, when the server starts, so a decision costs what
+the workflow costs, not a new process.
+
+Pages: ``GET /`` the inbox (``?status=…&page=N``), ``GET /task/{id}`` one task (its pending calls
+with a form each, budget, history; once decided, the receipt as ``show`` prints it),
+``POST /task/{id}/decide`` a decision on one call. A decision goes through :func:`decide_call`,
+the one adapter to :func:`workflow.hitl.decide` (what ``run.py resume --call`` runs), so the task
+lock, the decision table and the revision check (the form's ``revision``, as
+``expect_revision``) serialise page and command-line decisions.
+
+Security (a local page can be attacked from other tabs, other sites and other users; every check
+is in :class:`Gate`):
+
+- ``Host`` must be the address served (DNS rebinding); a request carrying ``Origin`` must come
+  from it, and a ``POST`` must carry it; a request the browser marks ``Sec-Fetch-Site:
+  cross-site`` (a link or redirect from another site) is refused;
+- the first URL's ``?token=`` (``secrets.token_urlsafe(32)``: 256 bits) is compared in constant
+  time and traded for a session cookie (HttpOnly, SameSite=Strict, signed with a key that lives only
+  in this process); no valid cookie or token: 403;
+- every ``POST`` carries a CSRF token bound to that session (HMAC of the session's nonce);
+- every response has a Content-Security-Policy without ``unsafe-inline`` (:data:`CSP`);
+- the reviewer is the server's ``--reviewer``, never a form field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ipaddress
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from agent.budget_view import model_line, spent_line
+from state import clock
+from state.errors import Stopped
+from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, valid_key
+from workflow import inbox_index
+from workflow.inbox import WAITING
+from workflow.inbox_index import FILTERS, InboxIndex, timing
+
+ASSETS = Path(__file__).resolve().parent / "web_assets"
+#: Every response's Content-Security-Policy: scripts and styles only from this origin (no inline
+#: script or style at all), no frames, forms post only here.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),  # "no-referrer" would make Chromium send "Origin: null"
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+#: How often the open page asks for a fresh copy (seconds; the number is read by inbox.js).
+POLL_SECONDS = 2
+#: The largest POST body read (bytes): a reason is at most 1,000 characters.
+MAX_FORM_BYTES = 16 * 1024
+
+
+def _digest(key: bytes, purpose: str, nonce: str) -> str:
+    return hmac.new(key, f"{purpose}:{nonce}".encode(), hashlib.sha256).hexdigest()
+
+
+class Gate:
+    """ASGI middleware: the checks of the module docstring, before any page code runs.
+
+    ``token`` is the URL's secret, ``hosts`` the accepted ``Host`` values (``127.0.0.1:8765``),
+    ``cookie`` the session cookie's name (it carries the port: browsers share cookies across the
+    ports of one host). Refusals are a short HTML page with status 403 (no page code runs).
+    """
+
+    def __init__(self, app: Any, *, token: str, hosts: set[str], cookie: str) -> None:
+        self.app = app
+        self.token = token
+        self.hosts = hosts
+        self.origins = {f"http://{h}" for h in hosts}
+        self.cookie = cookie
+        self.key = secrets.token_bytes(32)  # signs sessions and CSRF tokens; dies with the process
+
+    def _session(self, request: Request) -> Optional[str]:
+        """The nonce of a validly signed session cookie, else None."""
+        nonce, _, sig = request.cookies.get(self.cookie, "").partition(".")
+        if nonce and hmac.compare_digest(sig.encode(), _digest(self.key, "session", nonce).encode()):
+            return nonce
+        return None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        request = Request(scope)
+        why = self._refusal(request)
+        if why is not None:
+            await _plain(403, why)(scope, receive, send_with_headers)
+            return
+        nonce = self._session(request)
+        token = request.query_params.get("token")
+        if token is not None:  # the first URL: trade the token for a session cookie
+            if request.method != "GET" or not hmac.compare_digest(token.encode(), self.token.encode()):
+                await _plain(403, "this is not the token of this server: open the URL that "
+                                  "python run.py serve printed")(scope, receive, send_with_headers)
+                return
+            nonce = secrets.token_urlsafe(16)
+            rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
+            path = "/" + request.url.path.lstrip("/")  # never "//host": a redirect off this server
+            response = RedirectResponse(path + (f"?{rest}" if rest else ""), 303)
+            response.set_cookie(self.cookie, f"{nonce}.{_digest(self.key, 'session', nonce)}",
+                                httponly=True, samesite="strict", path="/")
+            await response(scope, receive, send_with_headers)
+            return
+        if nonce is None:
+            await _plain(403, "no valid session: open the URL that python run.py serve printed "
+                              "(it carries the token)")(scope, receive, send_with_headers)
+            return
+        scope["csrf"] = _digest(self.key, "csrf", nonce)  # the session's CSRF token, for the pages
+        await self.app(scope, receive, send_with_headers)
+
+    def _refusal(self, request: Request) -> Optional[str]:
+        """Why the request is refused before any session check (Host, Origin), or None."""
+        host = request.headers.get("host", "")
+        if host not in self.hosts:
+            return f"this server answers only to {' or '.join(sorted(self.hosts))}, not Host {host[:100]!r}"
+        origin = request.headers.get("origin")
+        if origin is not None and origin not in self.origins:
+            return f"requests from another origin ({origin[:100]!r}) are refused"
+        if request.method not in ("GET", "HEAD") and origin is None:
+            return "a POST must say where it comes from (no Origin header)"
+        if request.headers.get("sec-fetch-site") == "cross-site":
+            return "requests from another site are refused"
+        return None
+
+
+def _plain(status: int, message: str) -> HTMLResponse:
+    """A refusal page: one sentence, escaped, no script, no style."""
+    from html import escape
+
+    return HTMLResponse(f"<!doctype html><title>{status}</title><p>STOPPED: {escape(message)}</p>",
+                        status_code=status)
+
+
+def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason: Optional[str],
+                by: str, expect_revision: int) -> Checkpoint:
+    """Apply one reviewer's decision on one pending call, from the page: the ONE place the page
+    reaches the workflow (:func:`workflow.hitl.decide`, the function ``run.py resume`` calls, with
+    ``call_id`` as ``--call``).
+
+    ``expect_revision`` is the revision the page was rendered from; it is checked here first
+    (a quick answer for a stale page) and again by ``hitl.resume`` under the task lock (the check
+    that counts). Returns the new checkpoint (still ``waiting_for_approval`` while other calls of the
+    task wait); raises :class:`Stopped` for every refusal (nothing decided), e.g. a call that is not
+    pending."""
+    from workflow import guards, hitl
+
+    guards.check_revision(store.load(task_id), expect_revision)
+    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
+                                   call_id=call_id, expect_revision=expect_revision))
+
+
+class Inbox:
+    """The pages (module docstring) over ``store``, deciding as ``reviewer``."""
+
+    def __init__(self, store: Any, *, reviewer: str) -> None:
+        self.store = store
+        self.reviewer = reviewer
+        self.index = InboxIndex(store)
+        self.env = Environment(loader=FileSystemLoader(ASSETS / "templates"),
+                               autoescape=select_autoescape(default=True, default_for_string=True))
+
+    def _render(self, request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
+        """``name`` (or, for the page's refresh, ``?partial=1``, only its ``<main>``) as HTML."""
+        partial = request.query_params.get("partial") == "1"
+        html = self.env.get_template(name).render(
+            partial=partial, reviewer=self.reviewer, csrf=request.scope["csrf"],
+            poll_seconds=POLL_SECONDS, **context)
+        return HTMLResponse(html, status_code=code)
+
+    def inbox_page(self, request: Request) -> Response:
+        """``GET /``: the inbox (sync: the index reads files, in a worker thread)."""
+        started = time.perf_counter()
+        status = request.query_params.get("status", WAITING)
+        try:
+            number = int(request.query_params.get("page", "1"))
+            if number < 1:
+                raise ValueError
+        except ValueError:
+            return self._error(request, 400, "page must be a whole number from 1")
+        if status not in FILTERS:
+            return self._error(request, 400, f"status must be one of {', '.join(FILTERS)}")
+        try:
+            rows = self.index.rows()
+        except Stopped as exc:
+            return self._error(request, 500, str(exc))
+        shown = inbox_index.page(rows, status, number)
+        now = clock.now()
+        items = [(r, timing(r, now)) for r in shown.rows]
+        version = hashlib.sha256(repr([(r.task_id, r.revision, t["age"], t["left"])
+                                       for r, t in items] + [shown.total]).encode()).hexdigest()[:16]
+        response = self._render(request, "inbox.html", page=shown, items=items, status=status,
+                                filters=FILTERS, version=version,
+                                link=lambda n: "/?" + urlencode({"status": status, "page": n}))
+        response.headers["server-timing"] = f"render;dur={(time.perf_counter() - started) * 1000:.1f}"
+        return response
+
+    def task_page(self, request: Request) -> Response:
+        """``GET /task/{id}``: one task (sync, in a worker thread)."""
+        task_id = request.path_params["task_id"]
+        banner = "decided" if request.query_params.get("decided") == "1" else None
+        return self._task(request, task_id, banner=banner)
+
+    def _task(self, request: Request, task_id: str, *, error: Optional[str] = None,
+              banner: Optional[str] = None, status: int = 200) -> Response:
+        if not valid_key(task_id):
+            return self._error(request, 404, f"no task {task_id[:100]!r}")
+        try:
+            cp = self.store.load(task_id)
+            receipt = None if cp.status == WAITING else _receipt_text(self.store, task_id)
+        except Stopped as exc:
+            return self._error(request, 404 if not self.store.exists(task_id) else 500, str(exc),
+                               prior=error)
+        now = clock.now()
+        t = timing(inbox_index.row_of(cp), now)
+        return self._render(request, "task.html", code=status, cp=cp, error=error, banner=banner,
+                            receipt=receipt, timing=t, model=model_line(cp.model),
+                            budget=spent_line(cp.budget, cp.spend), version=f"{cp.revision}",
+                            action=f"/task/{quote(task_id, safe='')}/decide")
+
+    def _error(self, request: Request, status: int, message: str,
+               prior: Optional[str] = None) -> HTMLResponse:
+        return self._render(request, "error.html", code=status, message=message, prior=prior,
+                            version="error")
+
+    async def decide(self, request: Request) -> Response:
+        """``POST /task/{id}/decide``: check the form, decide through :func:`decide_call`, then
+        303 to the task page; a refusal shows the fresh task page with the ``STOPPED`` line."""
+        task_id = request.path_params["task_id"]
+        try:
+            form = await _read_form(request)
+        except ValueError as exc:
+            return _plain(400, str(exc))
+        expected = request.scope["csrf"]  # set by Gate, which admitted this session
+        if not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
+            return _plain(403, "the form carries no valid CSRF token: reload the page and decide again")
+        try:
+            decision, call_id, revision, reason = _decision_fields(form)
+        except ValueError as exc:
+            return await run_in_threadpool(self._task, request, task_id, error=str(exc), status=400)
+        if not valid_key(task_id):
+            return self._error(request, 404, f"no task {task_id[:100]!r}")
+        try:
+            await run_in_threadpool(decide_call, self.store, task_id=task_id, call_id=call_id,
+                                    decision=decision, reason=reason, by=self.reviewer,
+                                    expect_revision=revision)
+        except Stopped as exc:
+            return await run_in_threadpool(self._task, request, task_id, error=str(exc), status=409)
+        except Exception as exc:  # never a traceback in a page; the server's stderr has the log
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            return await run_in_threadpool(self._task, request, task_id,
+                                           error=f"unexpected error ({what})", status=500)
+        return RedirectResponse(f"/task/{quote(task_id, safe='')}?decided=1", 303)
+
+
+async def _read_form(request: Request) -> dict[str, str]:
+    """The POST's url-encoded form as ``{name: value}`` (each name once). Raises ``ValueError``
+    (one line) for another content type, a body over :data:`MAX_FORM_BYTES`, a repeated field."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+        raise ValueError("a decision is a form post (application/x-www-form-urlencoded)")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise ValueError(f"the form is larger than {MAX_FORM_BYTES} bytes")
+    from urllib.parse import parse_qsl
+
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError("the form is not valid UTF-8 url-encoded data") from None
+    form: dict[str, str] = {}
+    for name, value in pairs:
+        if name in form:
+            raise ValueError(f"the form field {name[:40]!r} is given twice")
+        form[name] = value
+    return form
+
+
+def _decision_fields(form: dict[str, str]) -> tuple[str, str, int, Optional[str]]:
+    """``(decision, call_id, revision, reason)`` from the form; raises ``ValueError`` (one line)."""
+    decision = form.get("decision")
+    if decision not in ("approve", "reject"):
+        raise ValueError("press Approve or Reject")
+    call_id = form.get("call_id", "")
+    if not call_id or len(call_id) > 200:
+        raise ValueError("the form names no pending call: reload the page")
+    try:
+        revision = int(form.get("revision", ""))
+    except ValueError:
+        raise ValueError("the form carries no revision: reload the page") from None
+    # Browsers send a textarea's line breaks as CRLF (the HTML form encoding); the reviewer typed LF.
+    text = form.get("reason", "").replace("\r\n", "\n").strip()
+    if decision == "reject" and not text:
+        raise ValueError("a reject needs a reason: it is sent to the model")
+    reason = check_text(text, what="reason", limit=MAX_REASON_CHARS, single_line=False) if text else None
+    return decision, call_id, revision, reason
+
+
+def _receipt_text(store: Any, task_id: str) -> str:
+    """The receipt exactly as ``python run.py show`` prints it."""
+    from workflow.receipt import build_receipt, receipt_text
+
+    return receipt_text(build_receipt(store, task_id))
+
+
+def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie: str,
+               warm: bool = False) -> Any:
+    """The ASGI app: the pages of :class:`Inbox` behind :class:`Gate`. ``hosts``: accepted
+    ``Host`` header values; ``cookie``: the session cookie's name; ``warm``: read and verify every
+    checkpoint once now, in a background thread, so the first inbox page is as fast as the next
+    (a checkpoint that does not verify is reported by the page that lists it, not here)."""
+    pages = Inbox(store, reviewer=reviewer)
+    if warm:
+        threading.Thread(target=_quietly, args=(pages.index.rows,), daemon=True).start()
+    app = Starlette(routes=[
+        Route("/", pages.inbox_page),
+        Route("/task/{task_id}", pages.task_page),
+        Route("/task/{task_id}/decide", pages.decide, methods=["POST"]),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
+        Mount("/static", StaticFiles(directory=ASSETS / "static"), name="static"),
+    ])
+    return Gate(app, token=token, hosts=hosts, cookie=cookie)
+
+
+def _quietly(read: Any) -> None:
+    try:
+        read()
+    except Stopped:  # shown by the inbox page, which reads again
+        pass
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str]:
+    """A listening socket on ``host``:``port`` (0: a free port) and its ``host:port`` as a URL
+    authority. Raises :class:`Stopped` for a host beyond this machine without ``allow_remote``, a
+    wildcard address (the ``Host`` check needs the name reviewers use), or a port that cannot be
+    bound."""
+    if host not in LOOPBACK and not allow_remote:
+        raise Stopped(f"--host {host} would serve the inbox beyond this machine; add --allow-remote "
+                      "to mean it (the token then travels unencrypted: http, not https)")
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            raise Stopped(f"--host {host} listens on every address; give the one address reviewers "
+                          "open (the Host header is checked against it)")
+    except ValueError:
+        pass  # a name, not an address
+    # proto=IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on sockets
+    # that say TCP, and without it a keep-alive connection waits ~40 ms per response (Nagle's
+    # algorithm against the client's delayed ACK; measured with benchmarks/web_decision.py).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                         socket.IPPROTO_TCP)
+    try:
+        if os.name != "nt":  # Windows' SO_REUSEADDR would let another process take the port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise Stopped(f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})") from None
+    bound = sock.getsockname()[1]
+    return sock, f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+
+
+def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -> None:
+    """``python run.py serve``: import the SDK once, listen, print ``inbox: http://HOST:PORT/?token=…``
+    as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM. Raises
+    :class:`Stopped` before listening if the host or port cannot be used (see :func:`listen`)."""
+    sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
+    import uvicorn
+
+    from workflow import hitl  # noqa: F401  (the SDK, loaded once for every decision)
+
+    hosts = {authority}
+    if host in ("127.0.0.1", "localhost"):
+        hosts |= {f"127.0.0.1:{sock.getsockname()[1]}", f"localhost:{sock.getsockname()[1]}"}
+    if host not in LOOPBACK:
+        print(f"WARNING: the inbox listens on {authority}, beyond this machine: anyone who can reach "
+              "it and sees the URL can decide; the token travels unencrypted", file=sys.stderr)
+    token = secrets.token_urlsafe(32)
+    app = create_app(store, reviewer=reviewer, token=token, hosts=hosts,
+                     cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True)
+    print(f"inbox: http://{authority}/?token={token}", flush=True)
+    where = getattr(store, "location", None) or f"state dir {store.root}"  # a database: its URL, no password
+    print(f"reviewer: {reviewer}; store: {where}; Ctrl-C stops", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            server_header=False, proxy_headers=False)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
