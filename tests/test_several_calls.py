@@ -175,10 +175,27 @@ def test_show_lists_each_channels_ledger_entry_and_each_decision(cli, state_dir)
     assert r.code == 0, r.err
     receipt = json.loads(r.out)
     assert receipt["outcome"]["executed"] is True
-    assert sorted(e["idempotency_key"] for e in receipt["ledger_entries"]) == [
-        f"{KEY}#blog", f"{KEY}#social"]
+    assert sorted(c["ledger"]["idempotency_key"] for c in receipt["outcome"]["channels"]
+                  if c["executed"]) == [f"{KEY}#blog", f"{KEY}#social"]
     assert sorted((d["channel"], d["decision"]) for d in receipt["approval"]["decisions"]) == [
         ("blog", "approved"), ("news", "rejected"), ("social", "approved")]
     text = cli("show", "--task", KEY)
-    assert "ledger: 2 entries" in text.out and "nothing was published" not in text.out
+    assert "blog: 1 entry" in text.out and "social: 1 entry" in text.out
+    assert "news: no entry" in text.out and "nothing was published" not in text.out
     assert "news" in text.out and "Not for news." in text.out
+
+
+def test_show_receipt_of_a_two_channel_task_names_what_was_published(cli, state_dir):
+    """The receipt reads each channel's ledger entry: with blog approved and news rejected it says
+    executed, lists blog's entry and news as not published, never "nothing was published"."""
+    task = _start(cli, "blog", "news")
+    _decide(cli, _call(task, "blog"), "approve")
+    _decide(cli, _call(task, "news"), "reject")
+    rec = cli("show", "--task", KEY, "--json").json()
+    assert rec["outcome"]["executed"] is True and rec["outcome"]["ledger"] is None
+    assert [(c["channel"], c["executed"], (c["ledger"] or {}).get("idempotency_key"))
+            for c in rec["outcome"]["channels"]] == [("blog", True, f"{KEY}#blog"), ("news", False, None)]
+    assert [s["idempotency_key"] for s in rec["trajectory"] if s["step"] == "ledger_entry"] == [f"{KEY}#blog"]
+    text = cli("show", "--task", KEY).out
+    assert "nothing was published" not in text
+    assert "ledger: blog: 1 entry" in text and "news: no entry (not published)" in text

@@ -257,7 +257,7 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, Path
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
-def _check_calls(store: Store, cp: Checkpoint, path: Path, report: Report) -> None:
+def _check_calls(store: Any, cp: Checkpoint, path: Path | str, report: Report) -> None:
     """A task with several channels: the ``doctor`` column of the decision table for each call
     (:func:`workflow.reconcile.gather` reads that call's entry and rejection record)."""
     from workflow.reconcile import gather
@@ -420,6 +420,9 @@ def _doctor_database(store: Any, repair: bool) -> dict[str, Any]:
         try:
             with store.task_lock(cp.task_id, timeout=0):
                 cp = store.load(cp.task_id)  # as it is now, under the lock
+                if len(cp.channels) > 1:  # each channel's entry and record: judged per call
+                    _check_calls(store, cp, where, report)
+                    continue
                 entry = store.ledger_get(cp.idempotency_key)
                 rejected = store.rejection_get(cp.task_id)
         except Stopped as exc:

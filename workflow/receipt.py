@@ -6,7 +6,8 @@ trajectory, tools, time, tokens, errors, checkpoint version and the human approv
 - the signed checkpoint (source of truth): status, every revision (``history``) with the schema
   versions it was written with, the approval request (pending call and its arguments), the
   decision (who, when, why), ``expires_at``;
-- the ledger: the entry for the idempotency key, or its absence (the proof of the effect);
+- the ledger: the entry for the idempotency key, or its absence (the proof of the effect); for a
+  task with several channels, the entry of each channel's key (``<task key>#<channel>``);
 - the local trace (``workflow.trace_log``; diagnostics, unsigned): each run (start / resume), each
   model call (latency; tokens from the SDK's turn span), each tool call with its arguments (redacted
   unless ``--trace-content``), and errors.
@@ -14,10 +15,12 @@ trajectory, tools, time, tokens, errors, checkpoint version and the human approv
 Shape (``--json``)::
 
     {"task_id", "idempotency_key", "action",
-     "ledger_entries": [entry],   (one per channel that published; "ledger" below: the first)
-     "outcome": {"status", "executed": bool, "ledger": entry | null, "final_output"},
+     "outcome": {"status", "executed": bool, "ledger": entry | null, "final_output",
+                 # several channels only ("ledger" is then null: the task key has no entry):
+                 "channels": [{"channel", "executed": bool, "ledger": entry | null}, …]},
      "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
-                  "decision": null | {"decision", "by", "at", "reason"}},
+                  "decision": null | {"decision", "by", "at", "reason"},   (the last one)
+                  "decisions": [{"call_id", "channel", "decision", "by", "at", "reason", "source"}]},
      "checkpoint": {"path", "revision", "schema_version", "sdk_version", "run_state_schema_version",
                     "created_at", "updated_at"},
      "trajectory": [{"at", "step", ...}, …],   # in time order; see _history_steps/_trace_steps
@@ -243,11 +246,12 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
     (same checks as every command); a missing or damaged trace only thins the trajectory.
     """
     cp = store.load(task_id)
-    task_store = as_task_store(store)
-    # one entry per channel that published (a one-channel task: the task key alone)
-    entries = [e for e in (task_store.ledger_get(effect_key(cp.task_id, ch, cp.channels))
-                           for ch in cp.channels) if e is not None]
-    entry = entries[0] if entries else None
+    evidence = as_task_store(store)
+    entry = evidence.ledger_get(cp.idempotency_key)
+    several = len(cp.channels) > 1
+    by_channel = {c: evidence.ledger_get(effect_key(cp.task_id, c, cp.channels))
+                  for c in cp.channels} if several else {}
+    entries = [e for e in by_channel.values() if e is not None] if several else [entry] if entry else []
     path = trace_log.trace_path(store, task_id)
     try:
         records, bad = trace_log.read(path)
@@ -258,7 +262,8 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
     steps = _history_steps(cp) + t_steps
     for e in entries:
         steps.append({"at": e.published_at, "step": "ledger_entry",
-                      "idempotency_key": e.idempotency_key, "content_sha256": e.content_sha256})
+                      "idempotency_key": e.idempotency_key,
+                      "content_sha256": e.content_sha256})
     order = {"run": 0, "checkpoint": 2, "approval_requested": 3}
     steps.sort(key=lambda s: (_ts(s.get("at")) or datetime.max.replace(tzinfo=clock.now().tzinfo),
                               order.get(s["step"], 1)))
@@ -280,12 +285,14 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
         "task_id": cp.task_id,
         "idempotency_key": cp.idempotency_key,
         "action": cp.action,
-        "ledger_entries": [e.model_dump() for e in entries],  # one per channel that published
         "outcome": {
             "status": cp.status,
             "executed": bool(entries),
-            "ledger": entry.model_dump() if entry else None,  # the first (a one-channel task: the only)
+            "ledger": entry.model_dump() if entry else None,
             "final_output": cp.final_output,
+            **({"channels": [{"channel": c, "executed": e is not None,
+                              "ledger": e.model_dump() if e else None}
+                             for c, e in by_channel.items()]} if several else {}),
         },
         "approval": {
             "requested_at": request["at"] if request else None,
@@ -365,14 +372,16 @@ def _clock_time(at: str | None) -> str:
 def receipt_text(r: dict[str, Any]) -> str:
     """The receipt for a terminal: header, outcome, approval, trajectory, totals, errors."""
     o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
-    led = r["ledger_entries"]
+    def entry_text(led: Optional[dict[str, Any]], none: str) -> str:
+        return (f"1 entry, published_at {led['published_at']}, sha256 {led['content_sha256'][:12]}…"
+                if led else none)
+
+    ledger = ("; ".join(f"{c['channel']}: " + entry_text(c["ledger"], "no entry (not published)")
+                        for c in o["channels"]) if "channels" in o
+              else entry_text(o["ledger"], "no entry (nothing was published)"))
     lines = [
         f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
-        f"outcome: {o['status']}; ledger: "
-        + (f"1 entry, published_at {led[0]['published_at']}, sha256 {led[0]['content_sha256'][:12]}…"
-           if len(led) == 1 else f"{len(led)} entries: " + ", ".join(
-               f"{e['idempotency_key']} at {e['published_at']}" for e in led)
-           if led else "no entry (nothing was published)"),
+        f"outcome: {o['status']}; ledger: {ledger}",
     ]
     if o["final_output"]:
         lines.append(f"final output: {one_line(o['final_output'])}")

@@ -27,7 +27,9 @@ what may happen: run the decision, return the task unchanged, refuse, mark it ex
 A task with several calls (one per channel) is judged **per call**: each call has its own
 decision, ledger entry and rejection record (:mod:`workflow.calls`), and ``status`` is the call's:
 the task's, except that in a ``completed`` task a call decided ``rejected`` is ``cancelled`` (a
-task completes when at least one call executed; it is cancelled only when none did). A decision
+task completes when at least one call executed; it is cancelled only when none did), and in a
+task still waiting a call already answered by the run (:func:`answered`) is ``completed`` if
+approved, ``cancelled`` if rejected: its decision repeated is a no-op, never "not pending". A decision
 is checked against the call it is for; ``expire`` and ``doctor`` check every call of the task. A
 task with one call is judged exactly as before.
 
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
 Action = Literal["approve", "reject", "expire", "doctor"]
 ACTIONS: tuple[Action, ...] = ("approve", "reject", "expire", "doctor")
 STATUSES = ("waiting_for_approval", "budget_exceeded", "completed", "cancelled", "expired")
+#: The statuses in which calls still wait for a decision.
+OPEN = ("waiting_for_approval", "budget_exceeded")
 DECIDED = (None, "approved", "rejected")
 #: The decision an ended task can never carry (our writer never ends one so).
 NEVER = {"completed": "rejected", "cancelled": "approved", "expired": "approved"}
@@ -171,6 +175,18 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
     return OK
 
 
+def answered(cp: "Checkpoint", call_id: str) -> bool:
+    """True if ``call_id`` of an open task (:data:`OPEN`) was decided and the run gave it its answer
+    (it executed, or the model got its rejection text): its decision is on record and it is no
+    longer pending, while other calls of the same turn still wait. Such a call is judged as ended
+    (``completed`` if approved, ``cancelled`` if rejected): repeating its decision returns the task
+    unchanged, another decision is refused. A decision on record for a call still pending is one
+    a crash, a budget stop or a failed run left unfinished: not answered. A one-channel task is
+    judged as before channels: never."""
+    return (len(cp.channels) > 1 and cp.status in OPEN and decision_of(cp, call_id) is not None
+            and all(p.call_id != call_id for p in cp.pending))
+
+
 def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> tuple[
         Evidence, Optional[LedgerEntry], Optional["RejectionRecord"]]:
     """Read the evidence about one call of ``cp`` from ``store`` (a
@@ -199,6 +215,8 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     decided = recorded.decision if recorded else None
     several = len(cp.channels) > 1  # a one-channel task is judged exactly as before channels
     status = "cancelled" if several and cp.status == "completed" and decided == "rejected" else cp.status
+    if decided is not None and answered(cp, call_id):  # its part of the run is over
+        status = "completed" if decided == "approved" else "cancelled"
     ev = Evidence(status=status, decided=decided, entry=entry is not None,
                   rejection=rejected is not None, overdue=overdue)
     return ev, entry, rejected
@@ -217,7 +235,9 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         recorded = decision_of(cp, call_id) if call_id else cp.decision
         where = cp.task_id if len(cp.channels) == 1 or call_id is None else f"{cp.task_id} (call {call_id})"
         raise Stopped(refusal(
-            verdict.code or "", task_id=where, status=cp.status, decided=ev.decided,
+            verdict.code or "", task_id=where,
+            status=ev.status if verdict.code == "executed" else cp.status,  # an answered call: ended
+            decided=ev.decided,
             decided_by=recorded.by if recorded else None,
             rejected_by=rejected.by if rejected else None,
             rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at))
@@ -236,7 +256,7 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
     the state dir as it was."""
     cp = store.load(task_id)
     store.check_writable(task_id)
-    if cp.pending and cp.status in ("waiting_for_approval", "budget_exceeded"):
+    if cp.pending and cp.status in OPEN and not (call_id and answered(cp, call_id)):
         call_id = pick_call(cp, call_id).call_id
     verdict = check(store, cp, decision, call_id)
     secrets.check_input("the reviewer name (--by)", by)
