@@ -8,7 +8,7 @@ render with many waiting tasks.
    printed URL (token → session cookie) over a real socket. Then, interleaved one by one so machine
    load hits both alike:
 
-   - **in-process**: ``asyncio.run(workflow.hitl.resume(store, task_id=…, decision="approve"))``;
+   - **in-process**: ``asyncio.run(workflow.hitl.decide(store, task_id=…, decision="approve"))``;
    - **page**: the HTTP POST of the task page's form (``/task/ID/decide``: CSRF token, revision,
      call ID, ``decision=approve``), from sending the request to reading the server's answer (a
      303 once the task is completed; checked afterwards, outside the timing).
@@ -119,7 +119,7 @@ def main() -> int:
         t_page: list[float] = []
         for i, (a, b) in enumerate(zip(local, remote)):
             t0 = time.perf_counter()
-            asyncio.run(hitl.resume(store, task_id=a, decision="approve", by="bench"))
+            asyncio.run(hitl.decide(store, task_id=a, decision="approve", by="bench"))
             t1 = time.perf_counter()
             status, headers, text = page.request("POST", f"/task/{b}/decide", forms[b])
             t2 = time.perf_counter()
@@ -130,7 +130,7 @@ def main() -> int:
         assert all(store.load(k).status == "completed" for k in local + remote)
         ratio = statistics.median(t_page) / statistics.median(t_local)
         print(f"decision, {args.decisions} each, interleaved (offline model, approve -> completed):")
-        print(f"  in-process hitl.resume      {_ms(t_local)}")
+        print(f"  in-process hitl.decide      {_ms(t_local)}")
         print(f"  page POST over HTTP          {_ms(t_page)}")
         print(f"  ratio page / in-process: {ratio:.2f}x (goal <= {GOAL_RATIO}x)")
 
