@@ -9,9 +9,10 @@ render with many waiting tasks.
    load hits both alike:
 
    - **in-process**: ``asyncio.run(workflow.hitl.decide(store, task_id=…, decision="approve"))``;
-   - **page**: the HTTP POST of the task page's form (``/task/ID/decide``: CSRF token, revision,
-     call ID, ``decision=approve``), from sending the request to reading the server's answer (a
-     303 once the task is completed; checked afterwards, outside the timing).
+   - **page**: the HTTP POST of the task page's confirming form (``/task/ID/decide``: CSRF token,
+     revision, call ID, ``decision=approve``, ``confirm=yes``; the first press only shows that
+     form and is not timed), from sending the request to reading the server's answer (a 303 once
+     the task is completed; checked afterwards, outside the timing).
 
    Prints the median and mean of each (ms) and the ratio of the medians (goal <= 1.3).
 2. **Inbox render.** ``--inbox-tasks`` more tasks are started (waiting), then ``GET /`` (page 1 of
@@ -86,11 +87,11 @@ def _start(store: FileStore, prefix: str, n: int) -> list[str]:
 
 
 def _form(page: Page, key: str) -> str:
-    """The url-encoded body the task page's Approve button would post."""
+    """The url-encoded body of the confirming step of the task page's Approve button."""
     status, _, html = page.request("GET", f"/task/{key}")
     assert status == 200, html[:300]
     fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', html))
-    return urlencode({**fields, "decision": "approve", "reason": ""})
+    return urlencode({**fields, "decision": "approve", "reason": "", "confirm": "yes"})
 
 
 def _ms(values: list[float]) -> str:

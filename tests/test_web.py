@@ -6,18 +6,21 @@ The same pages in a real browser: tests/test_web_browser.py."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 import re
 import subprocess
 import sys
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 from starlette.testclient import TestClient
 
+from state import clock
 from state.errors import Stopped
 from tests.conftest import ROOT, RUN_PY, checkpoint_file, resign, snapshot
 from workflow.store import FileStore
@@ -43,15 +46,36 @@ def _login(client: TestClient) -> None:
     assert client.cookies.get(COOKIE)  # kept by the client, as a browser keeps it
 
 
-def _forms(html: str) -> list[dict[str, str]]:
-    """The hidden fields of every decision form on a task page, in page order."""
-    return [dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form))
-            for form in re.findall(r'<form method="post".*?</form>', html, flags=re.S)]
+def _forms(page: str, kind: str = "decide") -> list[dict[str, str]]:
+    """The hidden fields (unescaped) of every ``kind`` form on a task page, in page order:
+    ``decide`` (a pending call's buttons) or ``confirm`` (the confirming step)."""
+    return [{k: html.unescape(v) for k, v in
+             re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form)}
+            for form in re.findall(rf'<form method="post" [^>]*class="{kind}">.*?</form>', page,
+                                   flags=re.S)]
 
 
 def _post(client: TestClient, task_id: str, fields: dict[str, str], **headers: str):
     return client.post(f"/task/{task_id}/decide", data=fields, follow_redirects=False,
                        headers={"origin": ORIGIN, **headers})
+
+
+#: The field of the confirming step's button: a post with it decides.
+CONFIRMED = {"confirm": "yes"}
+
+
+def _decide(client: TestClient, task_id: str, fields: dict[str, str]):
+    """Press Approve or Reject (``fields``: a decide form's and the button's), check that this
+    only asks to confirm, then press the confirming button; the second answer."""
+    asked = _post(client, task_id, fields)
+    assert asked.status_code == 200 and f"Yes, {fields['decision']}</button>" in asked.text, asked.text
+    (confirm,) = _forms(asked.text, "confirm")
+    return _post(client, task_id, confirm | CONFIRMED)
+
+
+def _visible(page: str) -> str:
+    """What a reader sees of a page: its text, without tags (attributes hold form values)."""
+    return html.unescape(re.sub(r"<[^>]*>", " ", page))
 
 
 @pytest.fixture
@@ -119,7 +143,7 @@ def test_a_request_from_another_site_is_403_even_with_the_token(task, state_dir)
 def test_a_post_from_another_origin_or_without_origin_is_403(task, state_dir):
     client = _client(state_dir)
     _login(client)
-    fields = _forms(client.get(f"/task/{task}").text)[0] | {"decision": "approve"}
+    fields = _forms(client.get(f"/task/{task}").text)[0] | {"decision": "approve"} | CONFIRMED
     before = snapshot(state_dir)
     r = _post(client, task, fields, origin="http://evil.example")
     assert r.status_code == 403 and "another origin" in r.text
@@ -133,7 +157,7 @@ def test_a_post_from_another_origin_or_without_origin_is_403(task, state_dir):
 def test_a_post_without_the_csrf_token_is_403(task, state_dir):
     client = _client(state_dir)
     _login(client)
-    fields = _forms(client.get(f"/task/{task}").text)[0] | {"decision": "approve"}
+    fields = _forms(client.get(f"/task/{task}").text)[0] | {"decision": "approve"} | CONFIRMED
     before = snapshot(state_dir)
     for csrf in (None, "", "0" * 64):
         sent = {k: v for k, v in fields.items() if k != "csrf"} | ({"csrf": csrf} if csrf is not None else {})
@@ -150,7 +174,7 @@ def test_a_csrf_token_replayed_with_another_session_is_403(task, state_dir):
     _login(alice)
     _login(mallory)
     assert alice.cookies.get(COOKIE) != mallory.cookies.get(COOKIE)
-    fields = _forms(alice.get(f"/task/{task}").text)[0] | {"decision": "approve"}
+    fields = _forms(alice.get(f"/task/{task}").text)[0] | {"decision": "approve"} | CONFIRMED
     before = snapshot(state_dir)
     r = _post(mallory, task, fields)
     assert r.status_code == 403 and "CSRF" in r.text
@@ -161,7 +185,7 @@ def test_approve_on_the_page_runs_hitl_resume_and_records_the_servers_reviewer(t
     client = _client(state_dir, reviewer="ann")
     _login(client)
     fields = _forms(client.get(f"/task/{task}").text)[0]
-    r = _post(client, task, fields | {"decision": "approve", "by": "mallory", "reason": "ok"})
+    r = _decide(client, task, fields | {"decision": "approve", "by": "mallory", "reason": "ok"})
     assert r.status_code == 303 and r.headers["location"] == f"/task/{task}?decided=1"
     cp = FileStore(state_dir).load(task)
     assert cp.status == "completed" and cp.decision.by == "ann" and cp.decision.reason == "ok"
@@ -176,7 +200,7 @@ def test_reject_sends_the_reason_to_the_model_verbatim(task, state_dir):
     _login(client)
     fields = _forms(client.get(f"/task/{task}").text)[0]
     reason = "Not yet: the date is wrong <b>&amp;</b> \"quotes\"\r\nsecond line"
-    r = _post(client, task, fields | {"decision": "reject", "reason": reason})
+    r = _decide(client, task, fields | {"decision": "reject", "reason": reason})  # via a hidden field
     assert r.status_code == 303
     cp = FileStore(state_dir).load(task)
     sent = "Not yet: the date is wrong <b>&amp;</b> \"quotes\"\nsecond line"  # the form's CRLF is LF
@@ -185,6 +209,7 @@ def test_reject_sends_the_reason_to_the_model_verbatim(task, state_dir):
     assert FileStore(state_dir).ledger_get(task) is None
 
 
+@pytest.mark.parametrize("step", [{}, CONFIRMED], ids=["press", "confirm"])
 @pytest.mark.parametrize("change, message, code", [
     ({"decision": "maybe"}, "press Approve or Reject", 400),
     ({"decision": "reject", "reason": "   "}, "a reject needs a reason", 400),
@@ -193,10 +218,11 @@ def test_reject_sends_the_reason_to_the_model_verbatim(task, state_dir):
     ({"decision": "approve", "reason": "bell\x07"}, "control character", 400),
     ({"decision": "approve", "call_id": "call_other"}, "has no pending call &#39;call_other&#39;", 409),
 ])
-def test_bad_form_input_gets_one_clear_line_and_changes_nothing(task, state_dir, change, message, code):
+def test_bad_form_input_gets_one_clear_line_and_changes_nothing(task, state_dir, change, message, code,
+                                                                 step):
     client = _client(state_dir)
     _login(client)
-    fields = _forms(client.get(f"/task/{task}").text)[0] | change
+    fields = _forms(client.get(f"/task/{task}").text)[0] | change | step
     before = snapshot(state_dir)
     r = _post(client, task, fields)
     assert r.status_code == code and "STOPPED: " in r.text and message in r.text, r.text
@@ -207,7 +233,7 @@ def test_bad_form_input_gets_one_clear_line_and_changes_nothing(task, state_dir,
 def test_a_form_of_another_type_too_large_or_with_a_repeated_field_is_refused_unread(task, state_dir):
     client = _client(state_dir)
     _login(client)
-    fields = _forms(client.get(f"/task/{task}").text)[0] | {"decision": "approve"}
+    fields = _forms(client.get(f"/task/{task}").text)[0] | {"decision": "approve"} | CONFIRMED
     before = snapshot(state_dir)
     r = client.post(f"/task/{task}/decide", json=fields, headers={"origin": ORIGIN})
     assert r.status_code == 400 and "application/x-www-form-urlencoded" in r.text
@@ -246,10 +272,12 @@ def test_a_stale_page_is_refused_with_the_fresh_task(task, cli, state_dir):
     fields = _forms(client.get(f"/task/{task}").text)[0]
     assert cli("resume", "--task", task, "--decision", "approve").code == 0
     before = snapshot(state_dir)
-    r = _post(client, task, fields | {"decision": "approve"})
-    assert r.status_code == 409
-    assert "the task changed since the page was rendered (revision 1, now 3)" in r.text
-    assert "receipt: task web-1" in r.text and 'class="status">completed<' in r.text  # the fresh page
+    for step in ({}, CONFIRMED):  # the press of the button, and its confirmation
+        r = _post(client, task, fields | {"decision": "approve"} | step)
+        assert r.status_code == 409
+        assert "the task changed since the page was rendered (revision 1, now 3)" in r.text
+        assert "receipt: task web-1" in r.text and 'class="status">completed<' in r.text  # the fresh page
+        assert "Yes, approve" not in r.text
     assert snapshot(state_dir) == before
 
 
@@ -299,14 +327,14 @@ def test_one_form_per_pending_call_each_decided_on_its_own(two_channels, state_d
     inbox = client.get("/").text
     assert "blog, news" in inbox and "(2 calls)" in inbox
     news = next(f for f, p in zip(forms, cp.pending) if p.arguments["channel"] == "news")
-    r = _post(client, task, news | {"decision": "reject", "reason": "not for the news"})
+    r = _decide(client, task, news | {"decision": "reject", "reason": "not for the news"})
     assert r.status_code == 303
     cp = FileStore(state_dir).load(task)
     assert cp.status == "waiting_for_approval" and [p.arguments["channel"] for p in cp.pending] == ["blog"]
     page = client.get(f"/task/{task}").text
     assert "1 pending call" in page and len(_forms(page)) == 1
     blog = _forms(page)[0]
-    assert _post(client, task, blog | {"decision": "approve"}).status_code == 303
+    assert _decide(client, task, blog | {"decision": "approve"}).status_code == 303
     cp = FileStore(state_dir).load(task)
     assert cp.status == "completed" and {(d.call_id, d.decision, d.by) for d in cp.decisions} == {
         (news["call_id"], "rejected", "ann"), (blog["call_id"], "approved", "ann")}
@@ -318,9 +346,9 @@ def test_the_form_of_a_call_decided_meanwhile_is_stale(two_channels, state_dir):
     client = _client(state_dir)
     _login(client)
     first, second = _forms(client.get(f"/task/{task}").text)
-    assert _post(client, task, first | {"decision": "approve"}).status_code == 303
+    assert _decide(client, task, first | {"decision": "approve"}).status_code == 303
     before = snapshot(state_dir)
-    r = _post(client, task, second | {"decision": "approve"})
+    r = _post(client, task, second | {"decision": "approve"} | CONFIRMED)
     assert r.status_code == 409 and "the task changed since the page was rendered (revision 1" in r.text
     assert snapshot(state_dir) == before
 
@@ -423,3 +451,163 @@ def test_the_listening_socket_says_tcp_so_asyncio_turns_off_nagle():
         assert sock.proto == socket.IPPROTO_TCP and authority == f"127.0.0.1:{sock.getsockname()[1]}"
     finally:
         sock.close()
+
+
+# ------------------------------------------------------------------ what the task page says
+def test_a_press_of_approve_or_reject_only_asks_to_confirm(two_channels, state_dir):
+    """The first post (the button) decides nothing: it shows what the decision will do and a
+    confirming button whose form carries the same call, revision and reason (verbatim, through a
+    hidden field); Cancel goes back to the task. The confirming post decides."""
+    task = two_channels
+    client = _client(state_dir, reviewer="ann")
+    _login(client)
+    forms = _forms(client.get(f"/task/{task}").text)
+    cp = FileStore(state_dir).load(task)
+    blog, news = (next(f for f, p in zip(forms, cp.pending) if p.arguments["channel"] == c)
+                  for c in ("blog", "news"))
+    before = snapshot(state_dir)
+    reason = 'Not for "the news" <b>&amp;</b>\r\nsecond line'
+    asked = _post(client, task, news | {"decision": "reject", "reason": reason})
+    assert asked.status_code == 200 and snapshot(state_dir) == before
+    assert "Reject this call? It does not run; this reason is sent to the model:" in asked.text
+    (confirm,) = _forms(asked.text, "confirm")
+    assert confirm == news | {"decision": "reject", "reason": reason.replace("\r\n", "\n")}
+    assert f'<a class="cancel" href="/task/{task}">Cancel</a>' in asked.text
+    assert len(_forms(asked.text)) == 1  # the other call keeps its own buttons
+    asked = _post(client, task, blog | {"decision": "approve"})
+    assert asked.status_code == 200 and snapshot(state_dir) == before
+    assert "Approve this call? publish_draft runs now and publishes to blog; this cannot be undone." in asked.text
+    assert _post(client, task, _forms(asked.text, "confirm")[0] | {"confirm": "no"}).status_code == 200
+    assert snapshot(state_dir) == before  # only "yes" decides
+    r = _post(client, task, confirm | CONFIRMED)
+    assert r.status_code == 303
+    cp = FileStore(state_dir).load(task)
+    assert [(d.channel, d.decision, d.by, d.reason) for d in cp.decisions] == [
+        ("news", "rejected", "ann", reason.replace("\r\n", "\n"))]
+
+
+def test_a_partly_decided_task_shows_each_calls_decision_next_to_the_waiting_one(two_channels, cli, state_dir):
+    task = two_channels
+    cp = FileStore(state_dir).load(task)
+    news = next(p.call_id for p in cp.pending if p.arguments["channel"] == "news")
+    assert cli("resume", "--task", task, "--call", news, "--decision", "reject", "--by", "bea",
+               "--reason", "not for the news").code == 0
+    cp = FileStore(state_dir).load(task)
+    (rec,) = cp.decisions
+    client = _client(state_dir, reviewer="ann")
+    _login(client)
+    page = client.get(f"/task/{task}?decided=1").text
+    assert "1 pending call · 1 decided" in page and len(_forms(page)) == 1
+    decided = re.search(rf'<section class="call decided" data-call="{news}">.*?</section>', page, re.S)
+    assert decided, page
+    shown = " ".join(_visible(decided.group(0)).split())
+    at = clock.parse_iso(rec.at).strftime("%Y-%m-%d %H:%M UTC")
+    assert shown == (f"publish_draft {news} rejected Channel news Decision rejected by bea "
+                     f"At {at} Reason not for the news")
+    assert f'<time datetime="{rec.at}" title="{rec.at}">{at}</time>' in decided.group(0)
+    assert "Decision recorded: rejected by bea; the task is now waiting_for_approval" in page
+    assert page.index('class="call"') < page.index('class="call decided"')  # after the waiting call
+
+
+def test_readable_time_is_utc_to_the_minute():
+    from workflow.web import readable_time
+
+    assert readable_time("2026-12-01T22:13:05.123456Z") == "2026-12-01 22:13 UTC"
+    assert readable_time("2031-02-03T01:30:59+02:00") == "2031-02-02 23:30 UTC"
+    assert readable_time("not a time") == "not a time"
+
+
+def test_the_task_page_shows_readable_times_and_keeps_the_utc_value(task, state_dir):
+    client = _client(state_dir)
+    _login(client)
+    page = client.get(f"/task/{task}").text
+    cp = FileStore(state_dir).load(task)
+    for raw in (cp.history[0].at, cp.expires_at):
+        readable = clock.parse_iso(raw).strftime("%Y-%m-%d %H:%M UTC")
+        assert f'<time datetime="{raw}" title="{raw}">{readable}</time>' in page
+        assert raw not in _visible(page)  # microseconds only in the attribute
+
+
+def _backdate_first_request(state_dir: Path, task: str, hours: int) -> str:
+    """Move the task's ``started`` event ``hours`` before its last ``interrupted`` one (a reviewer
+    who decided one call long after the request); returns the later event's time."""
+    path = checkpoint_file(state_dir, task)
+    later = json.loads(path.read_text(encoding="utf-8"))["history"][-1]["at"]
+    earlier = clock.iso(clock.parse_iso(later) - timedelta(hours=hours))
+
+    def backdate(data):
+        assert [e["event"] for e in data["history"]] == ["started", "decision_recorded", "interrupted"]
+        data["history"][0]["at"] = data["created_at"] = earlier
+
+    resign(state_dir, path, backdate)
+    return later
+
+
+def test_waiting_counts_from_the_first_request_on_the_page_and_in_list(two_channels, cli, state_dir,
+                                                                     monkeypatch):
+    """A decision on one call of two leaves the other waiting: its age counts from the request
+    (the task's start), not from the revision that decision wrote; the inbox, the task page and
+    ``list`` (text and JSON) say the same."""
+    task = two_channels
+    cp = FileStore(state_dir).load(task)
+    news = next(p.call_id for p in cp.pending if p.arguments["channel"] == "news")
+    assert cli("resume", "--task", task, "--call", news, "--decision", "reject", "--reason", "no").code == 0
+    later = _backdate_first_request(state_dir, task, hours=2)
+    monkeypatch.setenv("HITL_NOW", clock.iso(clock.parse_iso(later) + timedelta(hours=3)))
+    client = _client(state_dir)
+    _login(client)
+    assert "<dt>Waiting</dt><dd>5h00m</dd>" in client.get(f"/task/{task}").text
+    assert re.search(rf'data-task="{task}">.*?<td>5h00m</td>', client.get("/").text, re.S)
+    assert cli("list", "--json").json()["tasks"][0]["age_s"] == 5 * 3600
+    assert cli("list").out.startswith(f"WAITING    {task}  5h00m ago, ")
+
+
+def test_a_new_call_in_the_next_turn_is_a_new_request():
+    """The model's next turn asks about a call nobody saw: its age starts there."""
+    from types import SimpleNamespace as NS
+
+    from workflow.inbox import waiting_since
+
+    def ask(at, event, *ids):
+        return NS(at=at, event=event, detail={"pending": list(ids)})
+
+    history = [ask("T1", "started", "a", "b"), ask("T2", "decision_recorded"),
+               ask("T3", "interrupted", "b"), ask("T4", "interrupted", "c"), ask("T5", "interrupted", "c")]
+    assert waiting_since(NS(history=history, created_at="T0")) == "T4"
+    assert waiting_since(NS(history=history[:3], created_at="T0")) == "T1"
+    assert waiting_since(NS(history=[], created_at="T0")) == "T0"
+
+
+HOSTILE = "A\u202eB\x1b[31mC\nD\u200bE"  # bidi override, ESC sequence, newline, zero-width space
+HOSTILE_SHOWN = "A\\u202eB\\x1b[31mC\\nD\\u200bE"
+
+
+def test_control_and_bidi_characters_from_a_model_or_a_file_are_shown_escaped(two_channels, cli,
+                                                                                state_dir):
+    """Jinja2 escapes HTML, not U+202E: a title, body, call ID and reason holding bidi, ESC and
+    newline characters are shown the way the terminal shows them (workflow.views.one_line); the
+    body keeps its line breaks; the hidden call ID still carries the exact value back."""
+    task = two_channels
+    cp = FileStore(state_dir).load(task)
+    news = next(p.call_id for p in cp.pending if p.arguments["channel"] == "news")
+    assert cli("resume", "--task", task, "--call", news, "--decision", "reject", "--reason", "no").code == 0
+
+    def hostile(data):
+        data["title"] = data["pending"][0]["arguments"]["title"] = "T" + HOSTILE
+        data["pending"][0]["arguments"]["body"] = "line one " + HOSTILE
+        data["pending"][0]["call_id"] = "call_" + HOSTILE
+        data["decisions"][0]["reason"] = "R" + HOSTILE
+        data["decisions"][0]["call_id"] = "callnews_" + HOSTILE
+
+    resign(state_dir, checkpoint_file(state_dir, task), hostile)
+    client = _client(state_dir)
+    _login(client)
+    inbox, page = client.get("/").text, client.get(f"/task/{task}").text
+    for text in (_visible(inbox), _visible(page)):
+        assert not any(c in text for c in "\u202e\x1b\u200b")
+    assert f"<td>T{HOSTILE_SHOWN}</td>" in inbox
+    assert f"<dt>Title</dt><dd>T{HOSTILE_SHOWN}</dd>" in page
+    assert f"<code>call_{HOSTILE_SHOWN}</code>" in page and f"<code>callnews_{HOSTILE_SHOWN}</code>" in page
+    assert "line one A\\u202eB\\x1b[31mC\nD\\u200bE</pre>" in page  # the body's line break kept
+    assert "R" + "A\\u202eB\\x1b[31mC\nD\\u200bE" in page
+    assert _forms(page)[0]["call_id"] == "call_" + HOSTILE  # what the form sends back: exact

@@ -4,7 +4,8 @@ headless) against a real ``python run.py serve --port 0`` process over a real so
 Where Chromium is missing these tests skip, except under ``CI=true``, where a missing browser is a
 failure (``.ci/run`` installs it). Decisions made "by the command line" run ``run.py`` in a worker
 thread of this process: Playwright's sync API keeps an event loop of its own on this thread.
-``UPDATE_DOCS_SCREENSHOT=1`` also writes the inbox screenshot to docs/inbox.png (the README's).
+``UPDATE_DOCS_SCREENSHOT=1`` also writes the inbox screenshot to docs/inbox.png (the README's) and
+the task page's to docs/inbox-task.png.
 """
 
 from __future__ import annotations
@@ -116,9 +117,19 @@ def _task_page(page, server, key):
     return page.locator(f'section.call').first
 
 
+def _press(call, page, button: str) -> None:
+    """Press ``button`` (Approve or Reject) of ``call``, then the confirming step's button."""
+    call.get_by_role("button", name=button).click()
+    page.locator("form.confirm").get_by_role("button", name=f"Yes, {button.lower()}").click()
+
+
 def test_approve(page, server):
     key = server.start("b-approve", "Release 1.2", "Version 1.2 fixes the login bug.")
-    _task_page(page, server, key).get_by_role("button", name="Approve").click()
+    call = _task_page(page, server, key)
+    call.get_by_role("button", name="Approve").click()
+    page.locator("form.confirm").wait_for()  # a press only asks to confirm
+    assert FileStore(server.state_dir).load(key).status == "waiting_for_approval"
+    page.get_by_role("button", name="Yes, approve").click()
     page.get_by_text("Decision recorded: approved by alice").wait_for()
     assert page.locator("pre.receipt").inner_text().startswith(f"receipt: task {key}")
     cp = FileStore(server.state_dir).load(key)
@@ -131,7 +142,7 @@ def test_reject_with_a_reason_reaches_the_model_verbatim(page, server):
     reason = "Not on a Friday — \"never\" <b>ship</b> & wait.\nSecond line: 周一再发"
     call = _task_page(page, server, key)
     call.get_by_label("Reason").fill(reason)
-    call.get_by_role("button", name="Reject").click()
+    _press(call, page, "Reject")  # the reason travels through the confirming form
     page.get_by_text("Decision recorded: rejected by alice").wait_for()
     cp = FileStore(server.state_dir).load(key)
     assert cp.status == "cancelled" and cp.decision.reason == reason
@@ -154,11 +165,13 @@ def test_per_call_decisions(page, server):
     assert [calls.nth(i).get_attribute("data-call") for i in range(2)] == [p.call_id for p in pending]
     news = calls.nth([p.arguments["channel"] for p in pending].index("news"))
     news.get_by_label("Reason").fill("not for the news")
-    news.get_by_role("button", name="Reject").click()
+    _press(news, page, "Reject")
     page.get_by_text("1 pending call").wait_for()
     cp = FileStore(server.state_dir).load("b-calls")
     assert cp.status == "waiting_for_approval" and [p.arguments["channel"] for p in cp.pending] == ["blog"]
-    page.locator("section.call").get_by_role("button", name="Approve").click()
+    decided = page.locator("section.call.decided")  # the other call's decision, beside the waiting one
+    assert "rejected by alice" in decided.inner_text() and "not for the news" in decided.inner_text()
+    _press(page.locator("section.call:not(.decided)"), page, "Approve")
     page.locator("h1 .status", has_text="completed").wait_for()
     cp = FileStore(server.state_dir).load("b-calls")
     assert {(d.decision, d.reason) for d in cp.decisions} == {("rejected", "not for the news"), ("approved", None)}
@@ -253,7 +266,7 @@ def test_a_stale_page_is_refused_and_the_fresh_task_shown(page, server):
     call = _task_page(page, server, key)
     assert server.cli("resume", "--task", key, "--decision", "approve").code == 0
     call.get_by_label("Reason").fill("too late")
-    call.get_by_role("button", name="Reject").click()
+    call.get_by_role("button", name="Reject").click()  # refused at the confirming step already
     alert = page.locator("p.stopped")
     alert.wait_for()
     assert f"task {key}: the task changed since the page was rendered (revision 1, now 3)" in alert.inner_text()
@@ -274,6 +287,18 @@ def test_a_command_line_decision_appears_on_the_open_pages(browser, page, server
     page.locator("h1 .status", has_text="cancelled").wait_for()  # without a reload
     assert "reason 'from the CLI'" in page.locator("pre.receipt").inner_text()
     row.wait_for(state="detached")  # no longer waiting: gone from the inbox
+
+
+def test_a_confirming_step_left_open_gives_way_to_the_fresh_task(page, server):
+    """Approve pressed, the confirmation not given; the command line rejects meanwhile: the open
+    page (now at /task/ID/decide) shows the fresh task without a reload, with no button left."""
+    key = server.start("b-confirm", "Left open", "A draft.")
+    _task_page(page, server, key).get_by_role("button", name="Approve").click()
+    page.locator("form.confirm").wait_for()
+    assert server.cli("resume", "--task", key, "--decision", "reject", "--reason", "no").code == 0
+    page.locator("h1 .status", has_text="cancelled").wait_for()  # without a reload
+    assert page.locator("form").count() == 0
+    assert FileStore(server.state_dir).ledger_get(key) is None
 
 
 def test_screenshot_of_the_inbox(browser, tmp_path):
@@ -299,3 +324,35 @@ def test_screenshot_of_the_inbox(browser, tmp_path):
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 5_000
     if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
         shutil.copyfile(tmp_path / "inbox.png", ROOT / "docs" / "inbox.png")
+
+
+def test_screenshot_of_a_partly_decided_task(browser, tmp_path):
+    """A two-channel task whose news call was rejected on the command line: the task page shows
+    that decision beside the waiting blog call, readable times, and the confirming step after a
+    press of Approve (docs/inbox-task.png with UPDATE_DOCS_SCREENSHOT=1)."""
+    server = _serve(tmp_path / "state")
+    try:
+        assert server.cli("start", "--key", "launch", "--title", "Launch post", "--draft",
+                          "We are live in three more countries.", "--channel", "blog",
+                          "--channel", "news").code == 0
+        cp = FileStore(server.state_dir).load("launch")
+        news = next(p.call_id for p in cp.pending if p.arguments["channel"] == "news")
+        assert server.cli("resume", "--task", "launch", "--call", news, "--decision", "reject",
+                          "--by", "bea", "--reason", "Not news: the blog post is enough.").code == 0
+        context = browser.new_context(viewport={"width": 1000, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(SEE_WITHIN_MS)
+        page.goto(server.url)
+        page.goto(f"{server.base}/task/launch")
+        page.locator("section.call:not(.decided)").get_by_role("button", name="Approve").click()
+        page.locator("form.confirm").wait_for()
+        assert "rejected by bea" in page.locator("section.call.decided").inner_text()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC",
+                            page.locator("section.call.decided time").inner_text())
+        shot = page.screenshot(path=str(tmp_path / "inbox-task.png"), full_page=True)
+        context.close()
+    finally:
+        _stop(server)
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 5_000
+    if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
+        shutil.copyfile(tmp_path / "inbox-task.png", ROOT / "docs" / "inbox-task.png")

@@ -29,11 +29,26 @@ STATUSES = (WAITING, "completed", "cancelled", "expired", "budget_exceeded")
 
 
 def waiting_since(cp: Checkpoint) -> str:
-    """When the current approval request was made: the last ``started``/``interrupted`` event."""
-    for ev in reversed(cp.history):
-        if ev.event in ("started", "interrupted"):
-            return ev.at
-    return cp.created_at
+    """When the current approval request was made (ISO-8601 UTC): the ``started`` or
+    ``interrupted`` event that first asked for the calls now pending. A decision on some calls of a
+    turn writes a new ``interrupted`` event for the undecided rest; that is the same request (its
+    pending calls are a subset of the previous event's), so its age and its deadline
+    (``workflow.guards.interrupted``) both keep counting from the first. A new call (the model's
+    next turn) is a new request. The one rule behind ``list``'s age, ``review`` and the inbox."""
+    asks = [ev for ev in cp.history if ev.event in ("started", "interrupted")]
+    if not asks:
+        return cp.created_at
+    first = asks[-1]
+    for earlier in reversed(asks[:-1]):
+        if not set(_asked(first)) <= set(_asked(earlier)):
+            break
+        first = earlier
+    return first.at
+
+
+def _asked(ev: Any) -> list[str]:
+    """The call IDs a ``started``/``interrupted`` history event asked a human about."""
+    return [str(c) for c in ev.detail.get("pending") or []]
 
 
 def overdue(cp: Checkpoint, now: datetime) -> bool:

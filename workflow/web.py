@@ -6,8 +6,11 @@ static script (``web_assets/static/inbox.js``) refreshes the open page every
 the workflow costs, not a new process.
 
 Pages: ``GET /`` the inbox (``?status=…&page=N``), ``GET /task/{id}`` one task (its pending calls
-with a form each, budget, history; once decided, the receipt as ``show`` prints it),
-``POST /task/{id}/decide`` a decision on one call. A decision goes through :func:`decide_call`,
+with a form each, each call's decision so far, budget, history; once decided, the receipt as
+``show`` prints it), ``POST /task/{id}/decide`` a decision on one call, in two steps: the press of
+Approve or Reject only shows what it will do and a confirming button (nothing is decided, and it
+works without JavaScript); the confirming post (``confirm=yes``) decides. A decision goes through
+:func:`decide_call`,
 the one adapter to :func:`workflow.hitl.decide` (what ``run.py resume --call`` runs), so the task
 lock, the decision table and the revision check (the form's ``revision``, as
 ``expect_revision``) serialise page and command-line decisions.
@@ -24,6 +27,10 @@ is in :class:`Gate`):
 - every ``POST`` carries a CSRF token bound to that session (HMAC of the session's nonce);
 - every response has a Content-Security-Policy without ``unsafe-inline`` (:data:`CSP`);
 - the reviewer is the server's ``--reviewer``, never a form field.
+
+What a page shows: Jinja2 escapes HTML, and every value printed goes through :func:`shown` first,
+the terminal's rule (:func:`workflow.views.one_line`): a control, bidi or zero-width character from
+a model or a file (U+202E, ESC, a newline in a call ID) is shown escaped (``\u202e``), never raw.
 """
 
 from __future__ import annotations
@@ -38,11 +45,13 @@ import socket
 import sys
 import threading
 import time
+from datetime import timezone
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -54,9 +63,10 @@ from agent.budget_view import model_line, spent_line
 from state import clock
 from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, valid_key
-from workflow import inbox_index
+from workflow import calls, inbox_index
 from workflow.inbox import WAITING
 from workflow.inbox_index import FILTERS, InboxIndex, timing
+from workflow.views import one_line, task_view
 
 ASSETS = Path(__file__).resolve().parent / "web_assets"
 #: Every response's Content-Security-Policy: scripts and styles only from this origin (no inline
@@ -76,6 +86,40 @@ SECURITY_HEADERS = [
 POLL_SECONDS = 2
 #: The largest POST body read (bytes): a reason is at most 1,000 characters.
 MAX_FORM_BYTES = 16 * 1024
+
+
+class FormValue(str):
+    """A value a form must send back exactly as it came (a call ID, a reason typed on the
+    confirming step): HTML-escaped by Jinja2 like every value, not rewritten by :func:`shown`."""
+
+
+class Lines(str):
+    """Text whose line breaks are its own (a draft's body, a reason, the receipt): each line is
+    shown by :func:`shown`'s rule, the breaks are kept."""
+
+
+def shown(value: Any) -> Any:
+    """Every value a template prints, before Jinja2's HTML escaping (the environment's
+    ``finalize``): :func:`workflow.views.one_line` of its text, so control, bidi and zero-width
+    characters appear escaped (``\x1b``, ``\u202e``, ``\n``); a :class:`Lines` value keeps its
+    line breaks, a :class:`FormValue` is left as it is (it goes back in a form, never read as
+    text); Jinja2's own output (a rendered block, already shown) passes through."""
+    if isinstance(value, (Markup, FormValue)):
+        return value
+    if isinstance(value, Lines):
+        return "\n".join(one_line(line) for line in value.split("\n"))
+    return one_line(value if isinstance(value, str) else str(value))
+
+
+def readable_time(value: Any) -> str:
+    """An ISO-8601 timestamp as a person reads it, in UTC to the minute:
+    ``2026-12-01T22:13:05.123456Z`` -> ``2026-12-01 22:13 UTC``. A value that is not a timestamp
+    comes back as it is (:func:`shown` escapes it)."""
+    try:
+        at = clock.parse_iso(str(value))
+    except ValueError:
+        return str(value)
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _digest(key: bytes, purpose: str, nonce: str) -> str:
@@ -191,7 +235,9 @@ class Inbox:
         self.reviewer = reviewer
         self.index = InboxIndex(store)
         self.env = Environment(loader=FileSystemLoader(ASSETS / "templates"),
-                               autoescape=select_autoescape(default=True, default_for_string=True))
+                               autoescape=select_autoescape(default=True, default_for_string=True),
+                               finalize=shown)
+        self.env.filters.update(lines=Lines, form_value=FormValue, when=readable_time)
 
     def _render(self, request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
         """``name`` (or, for the page's refresh, ``?partial=1``, only its ``<main>``) as HTML."""
@@ -235,7 +281,8 @@ class Inbox:
         return self._task(request, task_id, banner=banner)
 
     def _task(self, request: Request, task_id: str, *, error: Optional[str] = None,
-              banner: Optional[str] = None, status: int = 200) -> Response:
+              banner: Optional[str] = None, status: int = 200,
+              confirm: Optional[dict[str, Any]] = None) -> Response:
         if not valid_key(task_id):
             return self._error(request, 404, f"no task {task_id[:100]!r}")
         try:
@@ -244,11 +291,23 @@ class Inbox:
         except Stopped as exc:
             return self._error(request, 404 if not self.store.exists(task_id) else 500, str(exc),
                                prior=error)
+        if confirm is not None:  # the confirming step: only for a call that is still pending
+            try:
+                from workflow import guards
+
+                guards.check_revision(cp, confirm["revision"])
+                calls.pick_call(cp, confirm["call_id"])
+            except Stopped as exc:
+                return self._task(request, task_id, error=str(exc), status=409)
         now = clock.now()
         t = timing(inbox_index.row_of(cp), now)
+        decided, recorded = _decisions_so_far(self.store, cp)
         return self._render(request, "task.html", code=status, cp=cp, error=error, banner=banner,
                             receipt=receipt, timing=t, model=model_line(cp.model),
                             budget=spent_line(cp.budget, cp.spend), version=f"{cp.revision}",
+                            decided=decided, recorded=recorded, confirm=confirm,
+                            last=decided[-1] if decided and cp.decision is None else None,
+                            href=f"/task/{quote(task_id, safe='')}",
                             action=f"/task/{quote(task_id, safe='')}/decide")
 
     def _error(self, request: Request, status: int, message: str,
@@ -257,8 +316,11 @@ class Inbox:
                             version="error")
 
     async def decide(self, request: Request) -> Response:
-        """``POST /task/{id}/decide``: check the form, decide through :func:`decide_call`, then
-        303 to the task page; a refusal shows the fresh task page with the ``STOPPED`` line."""
+        """``POST /task/{id}/decide``: check the form; without ``confirm=yes`` show the task page
+        with the confirming step for that call (status 200, nothing decided; a call no longer
+        pending or a stale revision is refused there already); with it, decide through
+        :func:`decide_call`, then 303 to the task page. A refusal shows the fresh task page with
+        the ``STOPPED`` line."""
         task_id = request.path_params["task_id"]
         try:
             form = await _read_form(request)
@@ -273,6 +335,10 @@ class Inbox:
             return await run_in_threadpool(self._task, request, task_id, error=str(exc), status=400)
         if not valid_key(task_id):
             return self._error(request, 404, f"no task {task_id[:100]!r}")
+        if form.get("confirm") != "yes":
+            confirm = {"decision": decision, "call_id": call_id, "revision": revision,
+                       "reason": reason or ""}
+            return await run_in_threadpool(self._task, request, task_id, confirm=confirm)
         try:
             await run_in_threadpool(decide_call, self.store, task_id=task_id, call_id=call_id,
                                     decision=decision, reason=reason, by=self.reviewer,
@@ -328,6 +394,21 @@ def _decision_fields(form: dict[str, str]) -> tuple[str, str, int, Optional[str]
         raise ValueError("a reject needs a reason: it is sent to the model")
     reason = check_text(text, what="reason", limit=MAX_REASON_CHARS, single_line=False) if text else None
     return decision, call_id, revision, reason
+
+
+def _decisions_so_far(store: Any, cp: Checkpoint) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``(decided, recorded)`` for the task page: ``decided`` is the latest decision of each call
+    that is no longer pending, in the order made (the ``decisions`` entries of
+    :func:`workflow.views.task_view`: call_id, tool, channel, decision, by, at, reason, always,
+    source); ``recorded`` maps a call still pending to the decision already on record for it (made
+    before a crash or a failed run; the next resume carries it out)."""
+    pending = {p.call_id for p in cp.pending}
+    latest: dict[str, dict[str, Any]] = {}
+    for d in task_view(store, cp)["decisions"]:
+        latest.pop(d["call_id"], None)  # a call decided again: its latest decision, in its place
+        latest[d["call_id"]] = d
+    decided = [d for c, d in latest.items() if c not in pending]
+    return decided, {c: d for c, d in latest.items() if c in pending}
 
 
 def _receipt_text(store: Any, task_id: str) -> str:

@@ -1,12 +1,15 @@
 // Keeps the open page current without a reload: every few seconds (body's data-poll-seconds) it
 // asks the server for this page's <main> again (same URL plus partial=1, same origin, the session
-// cookie) and swaps it in when its data-version changed. Reasons typed into a still-pending call's
-// box are kept. Without JavaScript the page works the same, minus the refresh.
+// cookie) and swaps it in when its data-version changed (so a confirming step stays until the task
+// moves on). Reasons typed into a still-pending call's box are kept. Without JavaScript the page
+// works the same, minus the refresh.
 (function () {
   "use strict";
   var seconds = Number(document.body.dataset.pollSeconds) || 2;
   function refresh() {
     var url = new URL(window.location.href);
+    // After a post (the confirming step, a refusal) the address is the task's /decide: ask for the task.
+    url.pathname = url.pathname.replace(/\/decide$/, "");
     url.searchParams.set("partial", "1");
     url.searchParams.delete("decided");
     fetch(url, { credentials: "same-origin", cache: "no-store" })
