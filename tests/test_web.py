@@ -509,6 +509,24 @@ def test_a_partly_decided_task_shows_each_calls_decision_next_to_the_waiting_one
     assert page.index('class="call"') < page.index('class="call decided"')  # after the waiting call
 
 
+def test_a_decision_on_record_for_a_call_still_pending_is_named_on_it(two_channels, cli, state_dir):
+    """A decision recorded before a crash, for a call that still waits: named on that call (the
+    next resume carries it out), not listed as decided."""
+    task = two_channels
+    cp = FileStore(state_dir).load(task)
+    news, blog = (next(p.call_id for p in cp.pending if p.arguments["channel"] == c) for c in ("news", "blog"))
+    assert cli("resume", "--task", task, "--call", news, "--decision", "reject", "--by", "bea",
+               "--reason", "later").code == 0
+    resign(state_dir, checkpoint_file(state_dir, task),
+           lambda data: data["decisions"][0].update(call_id=blog, channel="blog"))
+    client = _client(state_dir)
+    _login(client)
+    page = client.get(f"/task/{task}").text
+    waiting = re.search(rf'<section class="call" data-call="{blog}">.*?</section>', page, re.S).group(0)
+    assert "On record, not yet carried out: rejected by bea at" in _visible(waiting)
+    assert 'class="call decided"' not in page and len(_forms(page)) == 1
+
+
 def test_readable_time_is_utc_to_the_minute():
     from workflow.web import readable_time
 
