@@ -57,7 +57,7 @@ CONCEPTS = ("needs_approval", "result.interruptions", "ToolApprovalItem", "resul
 
 # The exercise's success checks (成功检查), worded as the Chinese map states them.
 CHECKS_ZH = (
-    "没有人批准时，ledger 不会出现假动作。",
+    "没有人批准时，ledger 里不会出现任何记录。",
     "reject 后状态是 `cancelled`，而且没有副作用。",
     "approve 后状态是 `completed`。",
     "同一个 key resume 两次，ledger 仍只有一笔。",

@@ -1,6 +1,6 @@
 """One named test per success check of the exercise (README, "Success checks map"): the floor every change keeps.
 
-1. 没有人批准时，ledger 不会出现假动作          → test_check_no_approval_no_ledger_entry
+1. 没有人批准时，ledger 里不会出现任何记录      → test_check_no_approval_no_ledger_entry
 2. reject 后状态是 cancelled，而且没有副作用        → test_check_reject_is_cancelled_without_effect
 3. approve 后状态是 completed                       → test_check_approve_is_completed
 4. 同一个 key resume 两次，ledger 仍只有一笔        → test_check_same_key_resumed_twice_one_entry

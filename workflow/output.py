@@ -137,12 +137,31 @@ def silence_stdout() -> None:
         os.close(devnull)
 
 
+#: A package that only one surface imports → (the extra of pyproject.toml that installs it, that
+#: surface). A plain ``pip install .`` runs the offline demo and the file store; these come with
+#: ``pip install ".[web]"``, ``".[postgres]"`` or ``".[test]"`` (which holds both).
+EXTRAS: dict[str, tuple[str, str]] = {
+    "starlette": ("web", "the browser inbox (serve)"),
+    "jinja2": ("web", "the browser inbox (serve)"),
+    "uvicorn": ("web", "the browser inbox (serve)"),
+    "psycopg": ("postgres", "the PostgreSQL store (--store postgresql://...)"),
+    "psycopg_pool": ("postgres", "the PostgreSQL store (--store postgresql://...)"),
+}
+
+
 def unexpected(exc: Exception) -> str:
     """The one line for an error no check foresaw (``STOPPED: unexpected error (Type: text)``, at
-    most 300 characters of it); a missing package (``ModuleNotFoundError``, e.g. ``agents`` when
-    the venv is not active) names it and says how to install or activate."""
+    most 300 characters of it). A missing package (``ModuleNotFoundError``) is named with the
+    command that installs it: ``python -m pip install ".[web]"`` for a package of :data:`EXTRAS`
+    (``… needs the web extra: …``), else ``python -m pip install .`` or activating the venv (e.g.
+    ``agents`` when the venv is not active)."""
     if isinstance(exc, ModuleNotFoundError):
-        return (f"the package {exc.name!r} is not installed in this Python ({sys.executable}); "
-                "activate the venv (source .venv/bin/activate, or .venv\\Scripts\\Activate.ps1) or "
-                "install: python -m pip install \".[test]\"")
+        package = (exc.name or "").partition(".")[0]
+        if package in EXTRAS:
+            extra, surface = EXTRAS[package]
+            return (f"{surface} needs the {extra} extra, and this Python ({sys.executable}) has no "
+                    f"package {package!r}: python -m pip install \".[{extra}]\"")
+        return (f"the package {package!r} is not installed in this Python ({sys.executable}); "
+                "activate the venv (source .venv/bin/activate, or .venv\\Scripts\\Activate.ps1) "
+                "or install: python -m pip install .")
     return f"unexpected error ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})"
