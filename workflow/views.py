@@ -92,6 +92,10 @@ def task_text(task: dict[str, Any]) -> str:
     lines = [f"task {task['task_id']}: {task['status']} (revision {task['revision']})"]
     for p in task["pending"]:
         args = p["arguments"]
+        if p["tool"] != "publish_draft":  # another tool: its own arguments, not a draft's
+            shown = ", ".join(f"{one_line(str(k))[:40]}={str(v)[:60]!r}" for k, v in args.items())
+            lines.append(f"  pending: {p['tool']}({shown})  call_id={p['call_id']}")
+            continue
         body = str(args.get("body", ""))
         preview = body if len(body) <= 60 else body[:57] + "..."
         on = f", channel={args['channel']!r}" if args.get("channel") is not None else ""
