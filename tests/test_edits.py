@@ -268,3 +268,7 @@ def test_the_programs_approval_of_the_edited_call_is_labelled_auto_not_a_typed_r
     assert [line for line in lines if " on blog: approved by alice " in line][0].endswith(
         " (auto: complies with the edits by alice)"), lines
     assert f"  call {calls['news']} on news: rejected by bob (human) reason={AUTO_REASON!r}" in lines
+    r = cli("start", "--key", "t-3", "--title", TITLE, "--draft", BODY)
+    r = cli("resume", "--task", "t-3", "--decision", "approve", "--by", "dave", "--reason", AUTO_REASON)
+    assert r.code == 0 and "  decision: approved by dave at " in r.out, r.err
+    assert f" reason={AUTO_REASON!r}" in r.out and "(auto:" not in r.out  # typed by a human: shown as such
