@@ -110,14 +110,14 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft,
                                     spec=spec, budget=budget, expires_in_s=args.expires_in, channels=args.channels,
                                     trace_content=tracing.content_wanted(args.trace_content),
-                                    on_event=output.event_printer(args.json) if args.stream else None))
+                                    on_event=output.printer_for(args)))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "resume":
         task_id = inbox.pick_task(store, args.task, waiting_only=True)
         cp = _decide(store, task_id, args.decision, args.reason, by=A.reviewer(args.by), call_id=args.call,
                      always=args.always, trace_content=args.trace_content, budget_changes=A.budget_changes(args),
-                     on_event=output.event_printer(args.json) if args.stream else None, edit=A.edit(args))
+                     on_event=output.printer_for(args), edit=A.edit(args))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "status":
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         return _stopped(output.unexpected(exc))
     if result is not None:
         try:
-            output.print_result(args.command, result, args.json, getattr(args, "text_extra", None))
+            output.print_result(args.command, result, args.json, getattr(args, "text_extra", None), vars(args).get("printer"))
             sys.stdout.flush()
         except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
             raise

@@ -13,9 +13,10 @@ steps: each step looks at the request it receives and answers like a careful mod
   no channel (the task's only one). The call_id is derived from the content (and the channel), so
   it is the same in every process;
 - a request whose newest items are the tools' outputs (or the human's rejection texts) → one short
-  final message quoting each; but where one of them answers a call approved with edits
-  (``agent.publisher.edit_message``) → one ``publish_draft`` call per such answer, carrying exactly
-  the edited draft (and the channel it names).
+  final message quoting each (one line per call, naming its channel, when there are several); but
+  where one of them answers a call approved with edits (``agent.publisher.edit_message``) → one
+  ``publish_draft`` call per such answer, carrying exactly the edited draft (and the channel it
+  names).
 
 It keeps no memory between calls, so a resume in a new process with a freshly built model behaves
 exactly like a resume in the same process.
@@ -82,7 +83,7 @@ def offline_responder(call: ModelCall) -> ModelStep:
         edits = [(parse_draft(o), parse_channels(o)) for o in outputs if o.startswith(EDIT_HEADER)]
         edits = [(draft, channels) for draft, channels in edits if draft is not None]
         if not edits:
-            return ModelStep(output=[assistant_message(f"publish_draft answered: {' | '.join(outputs)}")])
+            return ModelStep(output=[assistant_message(_answered(items, outputs))])
         # approvals with edits: publish exactly each edited draft, on the channel its answer names
         return ModelStep(output=[_publish_call(*draft, (channels or [None])[0]) for draft, channels in edits])
     content = _field(last, "content")
@@ -94,6 +95,25 @@ def offline_responder(call: ModelCall) -> ModelStep:
     if len(channels) <= 1:
         return ModelStep(output=[_publish_call(title, body, None)])
     return ModelStep(output=[_publish_call(title, body, channel) for channel in channels])
+
+
+def _answered(items: list[Any], outputs: list[str]) -> str:
+    """The closing message quoting ``outputs``, the tools' outputs that end ``items``:
+    ``publish_draft answered: <output>`` for one call; for several, one line per call naming its
+    channel (or its call_id), so a rejection and a publication never share a line."""
+    if len(outputs) == 1:
+        return f"publish_draft answered: {outputs[0]}"
+    asked = {_field(i, "call_id"): _field(i, "arguments") for i in items if _field(i, "type") == "function_call"}
+
+    def channel(call_id: Any) -> str:
+        try:
+            return str(json.loads(asked.get(call_id) or "{}").get("channel") or call_id)
+        except (TypeError, ValueError, AttributeError):
+            return str(call_id)
+
+    ids = [_field(i, "call_id") for i in items[-len(outputs):]]
+    return "publish_draft answered, one line per call:\n" + "\n".join(
+        f"{channel(call_id)}: {text}" for call_id, text in zip(ids, outputs))
 
 
 def _publish_call(title: str, body: str, channel: str | None) -> Any:

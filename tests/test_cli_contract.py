@@ -206,6 +206,27 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     assert entries[2]["title"] == "Release notes 1.3"  # as edited
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
     assert not (tmp_path / "demo" / "tasks").exists() and not (tmp_path / "demo" / "ledger").exists()
+    _demo_narration_reads_correctly(r.err)
+
+
+def _demo_narration_reads_correctly(text: str) -> None:
+    """What a new user reads in the demo: no literal backslash-n; in the streamed step with edits,
+    the final output once and the program's approval labelled ``auto``, not shown as a reason the
+    reviewer typed; in the two-channel step, each call's answer on a line of its own."""
+    from workflow.edits import AUTO_REASON
+
+    assert "\\n" not in text and AUTO_REASON not in text
+    channels = text[text.index("   Approve the blog call"):text.index("\n6. ")]
+    [answer] = [line for line in channels.splitlines() if "final output:" in line]
+    assert answer.endswith("final output: publish_draft answered, one line per call:")
+    assert "      | news: Not news yet." in channels.splitlines()
+    assert not any("Not news yet." in line and "published" in line for line in channels.splitlines())
+    streamed = text[text.index("--stream\n"):text.index("\n7. ")]
+    assert streamed.count("publish_draft answered:") == 1, streamed  # the final output, once
+    assert "    final output: (streamed above)" in streamed.splitlines()
+    assert "  | Title: Release notes 1.3" in streamed.splitlines()  # the edit message, line by line
+    [decision] = [line for line in streamed.splitlines() if "decision:" in line]
+    assert decision.endswith("(auto: complies with the edits by carol)") and "reason=" not in decision
 
 
 def test_read_only_commands_do_not_import_the_sdk(cli, state_dir):

@@ -239,3 +239,36 @@ def test_edits_and_a_sticky_approval_do_not_mix(cli, state_dir):
         assert "a sticky approval (--always) is in force" in str(exc)
     else:
         raise AssertionError("edits were accepted while a sticky approval is in force")
+
+
+def test_the_programs_approval_of_the_edited_call_is_labelled_auto_not_a_typed_reason(cli, state_dir):
+    """The approval the program makes of the model's new call (it carries exactly the edited
+    draft) shows as ``(auto: complies with the edits by NAME)`` in the status text, never as a
+    ``reason=`` the reviewer typed; on a two-channel task on that call's own line. A human's own
+    reason with the same words, on a call nobody approved with edits, is shown as typed."""
+    from workflow.edits import AUTO_REASON
+
+    _start(cli)
+    r = cli("resume", "--task", "t-1", "--decision", "approve", "--by", "carol", "--edit-title", "Release notes")
+    assert r.code == 0, r.err
+    for out in (r.out, cli("status", "--task", "t-1").out):
+        [line] = [line for line in out.splitlines() if line.startswith("  decision:")]
+        assert line.startswith("  decision: approved by carol at ")
+        assert line.endswith(" (auto: complies with the edits by carol)") and AUTO_REASON not in out, out
+    r = cli("start", "--key", "t-2", "--title", TITLE, "--draft", BODY, "--channel", "blog",
+            "--channel", "news", "--json")
+    calls = {p["arguments"]["channel"]: p["call_id"] for p in r.json()["pending"]}
+    cli("resume", "--task", "t-2", "--call", calls["news"], "--decision", "reject", "--by", "bob",
+        "--reason", AUTO_REASON)
+    r = cli("resume", "--task", "t-2", "--call", calls["blog"], "--decision", "approve", "--by", "alice",
+            "--edit-title", "Release notes")
+    assert r.code == 0, r.err
+    lines = [line for line in r.out.splitlines() if line.startswith("  call ")]
+    assert f"  call {calls['blog']} on blog: approved_with_edits by alice (human)" in lines, lines
+    assert [line for line in lines if " on blog: approved by alice " in line][0].endswith(
+        " (auto: complies with the edits by alice)"), lines
+    assert f"  call {calls['news']} on news: rejected by bob (human) reason={AUTO_REASON!r}" in lines
+    r = cli("start", "--key", "t-3", "--title", TITLE, "--draft", BODY)
+    r = cli("resume", "--task", "t-3", "--decision", "approve", "--by", "dave", "--reason", AUTO_REASON)
+    assert r.code == 0 and "  decision: approved by dave at " in r.out, r.err
+    assert f" reason={AUTO_REASON!r}" in r.out and "(auto:" not in r.out  # typed by a human: shown as such

@@ -9,18 +9,25 @@ source, which is then loaded and its ``build_agent`` used by ``workflow.hitl``),
 last command before it; ``…`` matches any run of characters; a ``STOPPED:`` block is stderr with
 exit code 1, and the state dir must be unchanged by it). Step 4's edit (``needs_approval=False``)
 is written in prose; it is applied around the one command of that step. Offline: the scripted model.
+
+Step 7's ``console`` blocks (``$ python run.py …`` lines, each followed by its output) show what a
+model that asks for ``send_summary`` gets: they run with the page's code change and a scripted
+model that asks for it in its first turn (the first block) or once ``publish_draft`` has answered
+(the second), each in a state dir of its own.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shlex
 import sys
 import types
 from pathlib import Path
 
-from conftest import ROOT, CliResult, run_in_process, snapshot
+from agent.models import offline_responder as OFFLINE  # kept before a test replaces it
+from conftest import ROOT, CliResult, checkpoint_file, ledger_entries, run_in_process, snapshot
 
 DOC = ROOT / "docs" / "exercise.md"
 FLIP = "change `needs_approval=True` to `needs_approval=False`"  # step 4's edit, in prose
@@ -109,3 +116,85 @@ def test_exercise_page_runs_as_written(tmp_path, monkeypatch):
                 assert last.code == 0 and _matches(body, last.out), (body, last)
             checked += 1
     assert checked == 7  # every output block on the page was compared with a real run
+
+
+SUMMARY_CALL = ("send_summary", {"to": "release-team", "summary": "Version 1.2 fixes the login bug."},
+                "call_summary_1")
+
+
+def _asks_for_summary(first_turn: bool):
+    """The offline model, except that it asks for ``send_summary`` in its first turn
+    (``first_turn``), or once every call it made has been answered and it has not asked yet."""
+    from agents.testing import ModelStep, function_call
+
+    def respond(call):
+        items = call.input if isinstance(call.input, list) else []
+        answered = any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items)
+        asked = any(isinstance(i, dict) and i.get("name") == "send_summary" for i in items)
+        if (not answered if first_turn else answered and not asked):
+            name, args, call_id = SUMMARY_CALL
+            return ModelStep(output=[function_call(name, args, call_id=call_id)])
+        return OFFLINE(call)
+
+    return respond
+
+
+def _console_blocks() -> list[list[tuple[str, str]]]:
+    """Each ``console`` block as ``[(command line, its expected output), …]``."""
+    out = []
+    for lang, body in _blocks():
+        if lang == "console":
+            parts = re.split(r"^\$ (.*)\n", body, flags=re.M)[1:]
+            out.append(list(zip(parts[0::2], parts[1::2])))
+    return out
+
+
+def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):
+    """Step 7: with the page's code change, a model that asks for ``send_summary`` gets exactly
+    the outputs shown: ``start`` refuses it in the first turn (nothing saved), and after an
+    approved ``publish_draft`` both approve and reject are refused with nothing changed, the one
+    publication in the ledger, ``send_summary`` never run."""
+    import agent.models
+    from workflow import hitl
+
+    blocks = {lang: body for lang, body in _blocks() if lang in ("python", "diff")}
+    assert "send_summary" in blocks["python"]
+    monkeypatch.setitem(sys.modules, "tools.summary", _load("tools.summary", blocks["python"], tmp_path))
+    publisher = (ROOT / "agent" / "publisher.py").read_text(encoding="utf-8")
+    for lang, body in _blocks():
+        if lang == "diff":
+            publisher = _apply_diff(publisher, body)
+    monkeypatch.setattr(hitl, "build_agent", _load("agent.publisher", publisher, tmp_path).build_agent)
+    consoles = _console_blocks()
+    assert len(consoles) == 2 and [len(c) for c in consoles] == [1, 4]
+    for n, (block, first_turn) in enumerate(zip(consoles, (True, False))):
+        monkeypatch.setattr(agent.models, "offline_responder", _asks_for_summary(first_turn))
+        state_dir = tmp_path / f"state-{n}"
+        for line, expected in block:
+            argv = shlex.split(line)
+            assert argv[:2] == ["python", "run.py"], line
+            before = snapshot(state_dir)
+            last = run_in_process(state_dir, *argv[2:])
+            if expected.startswith("STOPPED:"):
+                last.assert_stopped()
+                assert _matches(expected, last.err), (line, expected, last.err)
+                assert snapshot(state_dir) == before, f"{line} changed the state dir"
+            else:
+                assert last.code == 0 and _matches(expected, last.out), (line, expected, last)
+    assert [e["idempotency_key"] for e in ledger_entries(tmp_path / "state-1")] == ["summary-003"]
+    run_state = json.loads(json.loads(checkpoint_file(tmp_path / "state-1", "summary-003")
+                                      .read_text(encoding="utf-8"))["run_state"])
+
+    def outputs(node):  # every tool output anywhere in the saved RunState, by call_id
+        if isinstance(node, dict):
+            if "output" in node and node.get("type") in ("function_call_output", "tool_call_output_item"):
+                yield node.get("call_id") or (node.get("raw_item") or {}).get("call_id")
+            for v in node.values():
+                yield from outputs(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from outputs(v)
+
+    answered = list(outputs(run_state))
+    assert answered and SUMMARY_CALL[2] not in answered  # publish_draft answered; send_summary never ran
+    assert not (tmp_path / "state-0").exists() or not list((tmp_path / "state-0").rglob("*.json"))

@@ -164,6 +164,22 @@ def test_rejection_text_run_wide_formatter_and_per_call_reason_wins(cli, state_d
     assert formatted in done["final_output"]
 
 
+def test_the_final_output_answers_each_call_on_a_line_of_its_own(cli, state_dir):
+    """A rejection and a publication answered in one turn: the offline model's final output
+    quotes each call on a line of its own, naming its channel, and the status text prints each
+    on its own line (``    | ``), never glued into one line or with a literal backslash-n."""
+    task = _start(cli, "blog", "news")
+    _decide(cli, _call(task, "news"), "reject", "--reason", "Not news yet.")
+    done = _decide(cli, _call(task, "blog"), "approve")
+    first, news, blog = done["final_output"].split("\n")
+    assert first == "publish_draft answered, one line per call:" and news == "news: Not news yet."
+    assert json.loads(blog.removeprefix("blog: "))["result"] == "published"
+    out = cli("status", "--task", KEY).out.splitlines()
+    at = out.index("  final output: publish_draft answered, one line per call:")
+    assert out[at + 1] == "    | news: Not news yet." and out[at + 2].startswith('    | blog: {"result": "published"')
+    assert not any("\\n" in line for line in out), out
+
+
 def test_show_lists_each_channels_ledger_entry_and_each_decision(cli, state_dir):
     """The receipt of a task with several channels names every ledger entry (keyed
     ``<task>#<channel>``) and every call's decision, not only the task key's."""

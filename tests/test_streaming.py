@@ -78,8 +78,28 @@ def test_stream_text_prints_each_event_on_its_own_line_before_the_task(cli):
     assert r.code == 0, r.err
     out = r.out.splitlines()
     assert out[:3] == ["> tool output (call_id=" + _cp_call(r) + "): not today",
-                       "publish_draft answered: not today",
-                       "> final output: publish_draft answered: not today"]
+                       "> model text: publish_draft answered: not today",
+                       "task t-1: cancelled (revision 3)"]
+    assert "  final output: (streamed above)" in out  # the model's text was the final output
+
+
+def test_stream_text_shows_the_final_output_once_and_text_over_lines(cli):
+    """A streamed run's final output is printed once (as the model's text; the task text after it
+    says ``(streamed above)``), and a tool output over several lines goes on lines of its own
+    starting ``| ``, never as a literal backslash-n."""
+    r = cli("start", "--key", "t-1", "--title", "T", "--draft", "Body", "--stream")
+    assert r.code == 0, r.err
+    r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "not today:\nfix the title",
+            "--stream")
+    assert r.code == 0, r.err
+    assert r.out.count("publish_draft answered: not today:") == 1, r.out
+    assert not [line for line in r.out.splitlines() if "\\n" in line and "reason=" not in line], r.out
+    out = r.out.splitlines()
+    assert out[1:3] == ["| fix the title", "> model text: publish_draft answered: not today:"], out
+    assert out[3] == "| fix the title" and "  final output: (streamed above)" in out, out
+    status = cli("status", "--task", "t-1").out.splitlines()  # no stream: the output itself
+    assert "  final output: publish_draft answered: not today:" in status
+    assert "    | fix the title" in status
 
 
 def _cp_call(r: Any) -> str:

@@ -61,11 +61,14 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
         ("   Reject the news call: it gets the reason; the run pauses again on the blog call.",
          ["resume", "--task", key_c, "--call", f"{call}_news", "--decision", "reject", "--by", "bob",
           "--reason", "Not news yet."]),
-        ("   Approve the blog call: it publishes; the task completes (one call executed).",
+        ("   Approve the blog call: it publishes; the task completes (one call executed). The\n"
+         "   model's final output answers each call on a line of its own.",
          ["resume", "--task", key_c, "--call", f"{call}_blog", "--decision", "approve", "--by", "alice"]),
         ("6. A task with a typo in its title: the reviewer fixes it and approves (approve with\n"
-         "   edits), streaming the run: the model is told exactly what to publish, and its new call,\n"
-         "   carrying exactly the edited draft, is approved through the same decision path.",
+         "   edits), streaming the run (each > line is an event as it arrives). The call is not run:\n"
+         "   its answer tells the model exactly what to publish. The model's new call carries exactly\n"
+         "   the edited draft, so the program approves it for the reviewer through the same decision\n"
+         "   path: the decision line says auto, not a reason the reviewer typed.",
          ["start", "--key", key_d, "--title", "Relase notes 1.3", "--draft", "Version 1.3 adds dark mode."]),
         ("", ["resume", "--task", key_d, "--decision", "approve", "--by", "carol",
               "--edit-title", "Release notes 1.3", "--stream"]),

@@ -31,7 +31,7 @@ from state.storage import Store
 from workflow import calls
 from workflow.reconcile import refusal
 from workflow.store import as_task_store
-from workflow.trust import carries_the_draft, check_approvals
+from workflow.trust import ONLY_ACTION, carries_the_draft, check_approvals
 
 
 @functools.lru_cache(maxsize=1)
@@ -103,7 +103,7 @@ def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str
     seen: set[Any] = set()
     for call in pending:
         if call["tool"] != ACTION:
-            raise Stopped(f"the agent asked for tool {call['tool']!r}, not {ACTION}; nothing saved")
+            raise Stopped(f"the agent asked for tool {str(call['tool'])[:40]!r}, not {ACTION}: {ONLY_ACTION}; nothing saved")
         if not carries_the_draft(call["arguments"], sha, channels):
             raise Stopped(
                 f"the agent's {ACTION} call does not carry the draft as given on one of the task's "

@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable
 
 from workflow import inbox
-from workflow.views import one_line, task_text
+from workflow.views import one_line, several_lines, task_text
 
 
 #: Escaped in ``--json`` output (valid JSON either way): C1 controls and U+2028/U+2029 (line breaks
@@ -24,30 +24,54 @@ def json_line(value: Any) -> str:
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
 
 
-def event_printer(as_json: bool) -> Callable[[dict[str, Any]], None]:
+class EventPrinter:
     """What ``--stream`` prints for each event of :mod:`workflow.streaming`, as it arrives and
     flushed at once: one JSON line each (``as_json``: JSON Lines, the task object comes last), or
-    text: deltas as they come (newlines kept, other unprintable characters shown escaped), every
-    other event on a line of its own starting with ``> ``."""
-    mid_text = False
+    text: every event on a line of its own starting with ``> ``; the model's text as it comes,
+    after ``> model text: `` (unprintable characters shown escaped); text over several lines (the
+    model's, a tool's output) goes on, each line starting ``| `` (:func:`several_lines`).
 
-    def show(event: dict[str, Any]) -> None:
-        nonlocal mid_text
-        if as_json:
+    A final output the stream has already shown (as the model's text, or on its ``> final
+    output:`` line) is not printed again: ``final_shown`` keeps it, and :func:`print_result` prints
+    ``final output: (streamed above)`` in the task text after it."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.text = ""  # the model's text since the last other event
+        self.final_shown: str | None = None
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if self.as_json:
             print(json_line(event), flush=True)
             return
         if event["event"] == "text_delta":
-            text = "\n".join(one_line(part) for part in event["delta"].split("\n"))
-            sys.stdout.write(text)
+            if not event["delta"]:
+                return
+            start = "" if self.text else "> model text: "
+            self.text += event["delta"]
+            sys.stdout.write(start + several_lines(event["delta"], ""))
             sys.stdout.flush()
-            mid_text = not text.endswith("\n")
             return
-        if mid_text:
+        streamed, self.text = self.text, ""
+        if streamed:
             print()
-            mid_text = False
+        if event["event"] == "final_output":
+            self.final_shown = str(event["output"])
+            if streamed == self.final_shown:
+                return
         print(f"> {_event_text(event)}", flush=True)
 
-    return show
+
+def event_printer(as_json: bool) -> EventPrinter:
+    """The printer of one ``--stream`` command (:class:`EventPrinter`)."""
+    return EventPrinter(as_json)
+
+
+def printer_for(args: Any) -> EventPrinter | None:
+    """For ``start``/``resume``: the event printer if ``args.stream``, else None; kept as
+    ``args.printer`` so the task text printed after the run knows what the stream showed."""
+    args.printer = event_printer(args.json) if args.stream else None
+    return args.printer
 
 
 def _event_text(event: dict[str, Any]) -> str:
@@ -60,18 +84,19 @@ def _event_text(event: dict[str, Any]) -> str:
         return (f"approval needed: {event['tool']} {args} (call_id={event['call_id']}, "
                 f"agent {event['agent']})")
     if kind == "tool_output":
-        return f"tool output (call_id={event['call_id']}): {one_line(str(event['output']))}"
+        return f"tool output (call_id={event['call_id']}): {several_lines(str(event['output']), '')}"
     if kind == "handoff":
         return f"handoff: {event['from_agent']} -> {event['to_agent']}"
     if kind == "final_output":
-        return f"final output: {one_line(str(event['output']))}"
+        return f"final output: {several_lines(str(event['output']), '')}"
     return one_line(json.dumps(event, ensure_ascii=False))
 
 
 def print_result(command: str, result: dict[str, Any], as_json: bool,
-                 extra: list[str] | None = None) -> None:
+                 extra: list[str] | None = None, printer: EventPrinter | None = None) -> None:
     """Print ``result`` of ``command``: one JSON object (``as_json``), else its text; ``extra``
-    lines (the budget) go before a task's ``next:`` line."""
+    lines (the budget) go before a task's ``next:`` line; a final output ``printer`` (the
+    command's ``--stream``) already showed is not printed again."""
     if as_json:
         print(json_line(result))
     elif command == "list":
@@ -100,7 +125,9 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
 
         print(doctor_text(result))
     else:
-        lines = task_text(result).splitlines()
+        final = result.get("final_output")
+        shown = printer is not None and final is not None and printer.final_shown == final
+        lines = task_text({**result, "final_output": "(streamed above)"} if shown else result).splitlines()
         at = len(lines) - 1 if lines[-1].startswith("  next:") else len(lines)
         print("\n".join([*lines[:at], *(extra or []), *lines[at:]]))
 

@@ -168,6 +168,13 @@ def carries_its_draft(cp: Checkpoint, call: Any) -> bool:
     return call.tool == ACTION and carries_the_draft(call.arguments, sha, cp.channels)
 
 
+#: Why a call of any other tool is refused (the one place this flow's limit is stated):
+#: ``publish_draft``'s effect is a ledger entry keyed by the idempotency key, which is what keeps a
+#: resume, a replay after a crash or a race from running it twice; another tool has none.
+ONLY_ACTION = (f"this flow runs only {ACTION}, whose effect has a ledger entry; another tool has none, "
+               "so nothing would stop it running twice")
+
+
 def check_pending_is_the_draft(cp: Checkpoint) -> None:
     """Every pending call must be ``publish_draft`` with exactly the draft expected on its channel
     (:func:`carries_its_draft`: the draft the task started with, unless approved with edits).
@@ -177,6 +184,9 @@ def check_pending_is_the_draft(cp: Checkpoint) -> None:
     mid-run after the decision was recorded). Raises :class:`Stopped`.
     """
     for call in cp.pending:
+        if call.tool != ACTION:
+            raise Stopped(f"task {cp.task_id}: the pending call {call.call_id} is {call.tool[:40]!r}, "
+                          f"not {ACTION}: {ONLY_ACTION}")
         if not carries_its_draft(cp, call):
             raise Stopped(
                 f"task {cp.task_id}: the pending call {call.call_id} is not {ACTION} of the draft "

@@ -27,6 +27,28 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+def several_lines(text: str, indent: str) -> str:
+    """``text`` over as many terminal lines as it has: each line escaped as by :func:`one_line`,
+    each line after the first on a line of its own starting ``indent`` then ``| ``, so a line of
+    model output or a reason can never pass for a line of ours."""
+    return f"\n{indent}| ".join(one_line(line) for line in text.split("\n"))
+
+
+def _auto(d: dict[str, Any], decisions: list[dict[str, Any]]) -> str | None:
+    """``auto: complies with the edits by NAME`` when the program wrote decision ``d`` (one of a
+    task's ``decisions``): the approval of the model's new call that carries exactly the draft NAME
+    approved with edits earlier on that channel (its reason is :data:`workflow.edits.AUTO_REASON`,
+    written by ``workflow.hitl.decide``), so it is not shown as a reason typed by a reviewer. None
+    for any other decision."""
+    from workflow.edits import AUTO_REASON
+
+    if d["reason"] == AUTO_REASON and d["decision"] == "approved" and any(
+            e["decision"] == "approved_with_edits" and e["channel"] == d["channel"]
+            and e["by"] == d["by"] and e["call_id"] != d["call_id"] for e in decisions):
+        return f"auto: complies with the edits by {d['by']}"
+    return None
+
+
 #: The fields of each entry of a task's ``decisions`` (``source``: ``human`` or ``sticky``).
 DECISION_FIELDS = ("call_id", "tool", "channel", "decision", "by", "at", "reason", "always", "source")
 
@@ -70,6 +92,10 @@ def task_text(task: dict[str, Any]) -> str:
     lines = [f"task {task['task_id']}: {task['status']} (revision {task['revision']})"]
     for p in task["pending"]:
         args = p["arguments"]
+        if p["tool"] != "publish_draft":  # another tool: its own arguments, not a draft's
+            shown = ", ".join(f"{one_line(str(k))[:40]}={str(v)[:60]!r}" for k, v in args.items())
+            lines.append(f"  pending: {p['tool']}({shown})  call_id={p['call_id']}")
+            continue
         body = str(args.get("body", ""))
         preview = body if len(body) <= 60 else body[:57] + "..."
         on = f", channel={args['channel']!r}" if args.get("channel") is not None else ""
@@ -80,14 +106,16 @@ def task_text(task: dict[str, Any]) -> str:
     several = len(task.get("channels", [])) > 1
     for d in task.get("decisions", []) if several else []:
         rule = " (always)" if d["always"] else ""
+        auto = _auto(d, task["decisions"])
         lines.append(f"  call {d['call_id']} on {d['channel']}: {d['decision']} by {d['by']} "
-                     f"({d['source']}{rule})" + (f" reason={d['reason']!r}" if d["reason"] else ""))
+                     f"({auto or d['source'] + rule})" + (f" reason={d['reason']!r}" if d["reason"] and not auto else ""))
     if task["decision"] and not several:
         d = task["decision"]
-        why = f" reason={d['reason']!r}" if d["reason"] else ""
+        auto = next((_auto(e, task["decisions"]) for e in task.get("decisions", []) if e["at"] == d["at"]), None)
+        why = f" ({auto})" if auto else f" reason={d['reason']!r}" if d["reason"] else ""
         lines.append(f"  decision: {d['decision']} by {d['by']} at {d['at']}{why}")
     if task["final_output"]:
-        lines.append(f"  final output: {one_line(task['final_output'])}")
+        lines.append(f"  final output: {several_lines(task['final_output'], '    ')}")
     lines.append(f"  checkpoint: {task['checkpoint_path']}")
     if task["status"] == "waiting_for_approval":
         call = f" --call {task['pending'][0]['call_id']}" if len(task["pending"]) > 1 else ""
