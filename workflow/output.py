@@ -92,7 +92,7 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
         for e in result["entries"]:
             print(f"  {one_line(e['published_at'])}  {one_line(e['idempotency_key'])}  "
                   f"{one_line(e['channel'] or '(no channel)')}  {e['title']!r}  "
-                  f"content_sha256(title+body)={e['content_sha256'][:12]}…")
+                  f"sha256(title+body)={e['content_sha256'][:12]}…")
     elif command == "traps":
         from workflow.traps import traps_text
 

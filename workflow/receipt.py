@@ -352,7 +352,7 @@ def _fmt_args(args: Any) -> str:
     parts = []
     for k, v in args.items():
         if _is_redacted(v):
-            parts.append(f"{k}={v['preview']!r} ({v['chars']} chars, {k}_sha256 {v['sha256'][:12]}…)")
+            parts.append(f"{k}={v['preview']!r} ({v['chars']} chars, sha256({k}) {v['sha256'][:12]}…)")
         else:
             parts.append(f"{k}={v!r}")
     return ", ".join(parts)
@@ -373,7 +373,7 @@ def receipt_text(r: dict[str, Any]) -> str:
     """The receipt for a terminal: header, outcome, approval, trajectory, totals, errors."""
     o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
     def entry_text(led: Optional[dict[str, Any]], none: str) -> str:
-        return (f"1 entry, published_at {led['published_at']}, content_sha256(title+body) "
+        return (f"1 entry, published_at {led['published_at']}, sha256(title+body) "
                 f"{led['content_sha256'][:12]}…"
                 if led else none)
 
