@@ -181,11 +181,9 @@ def test_a_pasted_hint_runs_exactly_the_command_shown(cli, monkeypatch, tmp_path
         pytest.skip("no POSIX shell here")
     out = _two_hostile_calls(cli, monkeypatch)["start"]
     (hint,) = [line for line in out.splitlines() if line.startswith("  next: ")]
-    pasted = hint[len("  next: python run.py "):].split(" (or reject")[0]
-    done = subprocess.run([sh, "-c", f"printf '%s\\n' {pasted}"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["resume", "--task", "h-1", "--call", PWN, "--decision", "approve"]
+    pasted = hint[len("  next: "):].split(" (or reject")[0]
+    assert _pasted(sh, pasted, tmp_path) == ["resume", "--task", "h-1", "--call", PWN,
+                                             "--decision", "approve"]
     assert not (tmp_path / "PWNED").exists()
 
 
@@ -216,10 +214,23 @@ def test_a_refusal_naming_saved_call_ids_is_one_escaped_line(cli, monkeypatch):
     assert "2 pending calls" in _stopped_line(r)
 
 
-def test_doctor_prints_a_saved_call_id_escaped_and_its_action_quoted(cli, state_dir, monkeypatch):
-    """A decision recorded, then a crash (the failpoint raises here, in-process): doctor's finding
-    names the call; its action, pasted, passes exactly that call ID."""
-    _two_hostile_calls(cli, monkeypatch)
+def _pasted(sh: str, command: str, cwd: Path) -> list[str]:
+    """The arguments a POSIX shell passes for ``command`` (``python run.py ARGS``) pasted."""
+    args = command[len("python run.py "):]
+    done = subprocess.run([sh, "-c", f"printf '%s\\n' {args}"], cwd=cwd, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_doctor_prints_saved_call_ids_escaped_and_its_actions_quoted(cli, state_dir, monkeypatch,
+                                                                    tmp_path):
+    """A decision recorded, then a crash (the failpoint raises here, in-process), once per task:
+    doctor's finding names the call escaped; its action, pasted, passes exactly that call ID."""
+    _two_hostile_calls(cli, monkeypatch)  # h-1: blog PWN, news FORGE
+    _use_model(monkeypatch, [FORGE, PWN])
+    assert cli("start", "--key", "h-2", "--title", "T", "--draft", "D", "--channel", "blog",
+               "--channel", "news").code == 0
     from state import failpoints
     from state.storage import Store
     from workflow import hitl
@@ -232,16 +243,27 @@ def test_doctor_prints_a_saved_call_id_escaped_and_its_action_quoted(cli, state_
         real(name)
 
     monkeypatch.setattr(failpoints, "hit", crash)
-    with pytest.raises(RuntimeError):
-        asyncio.run(hitl.resume(Store(state_dir), task_id="h-1", decision="approve", by="alice",
-                                call_id=PWN))
+    for task, call in (("h-1", PWN), ("h-2", FORGE)):
+        with pytest.raises(RuntimeError):
+            asyncio.run(hitl.resume(Store(state_dir), task_id=task, decision="approve", by="alice",
+                                    call_id=call))
     monkeypatch.setattr(failpoints, "hit", real)
     r = cli("doctor")
     assert r.code == 1
     _no_raw(r.out)
-    (action,) = [line for line in r.out.splitlines() if line.startswith("    action: python")]
-    assert shlex.split(action[len("    action: "):]) == [
-        "python", "run.py", "resume", "--task", "h-1", "--call", PWN, "--decision", "approve"]
+    assert not any(line.lstrip().startswith("pending:") for line in r.out.splitlines())
+    actions = [line[len("    action: "):] for line in r.out.splitlines()
+               if line.startswith("    action: python")]
+    assert len(actions) == 2
+    pwn = next(a for a in actions if "h-1" in a)
+    assert shlex.split(pwn) == ["python", "run.py", "resume", "--task", "h-1", "--call", PWN,
+                                "--decision", "approve"]
+    monkeypatch.chdir(tmp_path)
+    sh = shutil.which("sh")
+    if sh is not None:
+        assert _pasted(sh, pwn, tmp_path) == ["resume", "--task", "h-1", "--call", PWN,
+                                              "--decision", "approve"]
+        assert not (tmp_path / "PWNED").exists()
 
 
 @hyp_settings(max_examples=200, deadline=None)
