@@ -348,3 +348,14 @@ def test_list_shows_each_tasks_channels(cli):
     lines = cli("list").out.splitlines()
     assert any(line.startswith("WAITING    two-1  [blog,news]  ") for line in lines), lines
     assert any(line.startswith("WAITING    one-1  [blog]  ") for line in lines), lines
+
+
+def test_a_streamed_start_prints_the_events_of_such_a_call_escaped(cli, state_dir, monkeypatch):
+    """``--stream`` prints the approval request as it arrives, before the call ID is judged: the
+    event line is escaped, then the one STOPPED line, and nothing is saved."""
+    _use_model(monkeypatch, [FORGE])
+    r = cli("start", "--key", "s-1", "--title", "T", "--draft", "D", "--stream")
+    assert r.code == 1 and "is not a plain call ID" in r.err
+    _no_raw(r.out + r.err)
+    assert not any(line.lstrip().startswith("pending:") for line in r.out.splitlines())
+    assert snapshot(state_dir) == {}
