@@ -222,7 +222,7 @@ def _stopped(message: str) -> int:
     """Print the one ``STOPPED:`` line (with what this command already changed on disk, if
     anything: :mod:`state.effects`) and return exit code 1."""
     done = effects.summary()
-    print(f"STOPPED: {message}" + (f"; {done}" if done else ""), file=sys.stderr)
+    print(f"STOPPED: {output.one_line(message)}" + (f"; {done}" if done else ""), file=sys.stderr)
     return 1
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from state.schema import Budget, Checkpoint, ModelSpec, Spend
+from state.terminal import command
 
 
 def _usd(value: float) -> str:
@@ -45,7 +46,7 @@ def budget_lines(cp: Checkpoint) -> list[str]:
         if isinstance(why, str):
             lines[-1] = f"  {why}"
         lines.append(
-            f"  next: raise the budget, e.g. python run.py resume --task {cp.task_id} --decision "
+            f"  next: raise the budget, e.g. {command('resume', '--task', cp.task_id)} --decision "
             f"approve|reject {_raise_hint(cp)}"
         )
     return lines

@@ -48,6 +48,14 @@ PREVIEW_CHANNEL = "preview"
 #: digit (so ``.``/``..`` and hidden names are impossible).
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z")
 
+#: Call IDs, as a model chooses them: 1-:data:`MAX_CALL_ID_CHARS` of ``A-Za-z0-9_.:-``. OpenAI's
+#: Responses and Chat Completions APIs send ``call_`` and 24 letters and digits (item IDs ``fc_…``),
+#: other providers e.g. ``toolu_…`` or ``chatcmpl-tool-…``; every one is a plain word. A call ID is
+#: printed and pasted into commands (``resume --call``), so one that is not plain (a space, a ``$``,
+#: a newline, an escape sequence) is refused where it enters: :func:`call_id_problem`.
+MAX_CALL_ID_CHARS = 200
+CALL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,200}\Z")
+
 #: Bounds on what a user may submit (characters).
 MAX_TITLE_CHARS = 200
 MAX_DRAFT_CHARS = 20_000
@@ -101,6 +109,17 @@ def key_problem(value: object) -> str | None:
         return (f"{stem!r} is a reserved device name on Windows (CON, PRN, AUX, NUL, COM0-9, "
                 "LPT0-9, with any extension)")
     return None
+
+
+def call_id_problem(value: object) -> str | None:
+    """Why ``value`` is not an allowed call ID (:data:`CALL_ID_PATTERN`), as one line with the
+    value shown escaped and cut to 60 characters; None if it is allowed."""
+    if isinstance(value, str) and CALL_ID_PATTERN.match(value):
+        return None
+    shown = ascii(value[:60]) + ("…" if len(value) > 60 else "") if isinstance(value, str) else repr(value)
+    length = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return (f"call ID {shown}{length} is not a plain call ID (1-{MAX_CALL_ID_CHARS} of "
+            "A-Za-z0-9_.:-)")
 
 
 def valid_key(value: str) -> bool:

@@ -37,6 +37,7 @@ from .clock import now_iso
 from .errors import Stopped
 from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
 from .paths import check_regular, check_state_dir, inside, read_regular
+from .terminal import command
 from .schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
                      valid_effect_key, validation_message)
 # The file helpers live in leaf modules (no import cycle); their names stay importable from here.
@@ -237,7 +238,7 @@ class Store:
             raise Stopped(
                 f"task {cp.task_id} changed on disk since it was read (revision {cp.revision} -> "
                 f"{now}): another process wrote it; nothing was written by this one; run "
-                f"python run.py status --task {cp.task_id} to see where it stands")
+                f"{command('status', '--task', cp.task_id)} to see where it stands")
 
     def save(self, body: dict[str, Any], *, failpoint: str, expect: Checkpoint | None = None) -> Checkpoint:
         """Sign ``body`` (an envelope without ``mac``), validate it, and write it atomically.
@@ -266,7 +267,7 @@ class Store:
         if expect is None:
             if not create_exclusive(path, data, owner=path.stem, failpoint=failpoint):
                 raise Stopped(f"task {cp.task_id} was created by another process at the same time; "
-                              f"nothing was written by this one (python run.py status --task {cp.task_id})")
+                              f"nothing was written by this one ({command('status', '--task', cp.task_id)})")
         else:
             atomic_write(path, data, failpoint=failpoint, precondition=lambda: self.check_unchanged(expect))
         _verified.wrote(path, data, cp)

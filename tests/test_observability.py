@@ -265,8 +265,8 @@ def test_list_shows_waiting_first_with_age_and_summary(cli, state_dir, monkeypat
     assert f"({len(LONG_DRAFT)} chars)" in wait["summary"]
     assert tasks[1]["age_s"] is None
     text = cli("list").out.splitlines()
-    assert text[0].startswith("WAITING    wait-1  1h05m ago, expires in 22h55m  publish_draft(")
-    assert text[1].startswith("completed  done-1")
+    assert text[0].startswith("WAITING    wait-1  [blog]  1h05m ago, expires in 22h55m  publish_draft(")
+    assert text[1].startswith("completed  done-1  [blog]  rev 3")
 
 
 def test_list_status_filter(cli):

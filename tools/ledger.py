@@ -3,8 +3,9 @@
 The fake ``publish_draft`` action's only effect is an entry here, so "was it published?" is "does
 ``ledger/<name>.json`` exist?". Layout: ``<state dir>/ledger/<file_name(key)>.json`` holding
 ``{"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at", "channel",
-"approval"}``; ``channel`` and ``approval`` are absent from entries written before a task could
-have several channels (read as None: one channel, approved by a human).
+"approval"}``; every entry written now names its channel (a one-channel task's too, under the task
+key); ``channel`` and ``approval`` are absent from entries written before a task could have several
+channels (read as None: one channel, approved by a human).
 
 Why one file per key (and not one big JSON file): recording must be atomic across processes and must
 not re-read or rewrite the whole ledger. An entry is written to a temp file, fsynced, then published

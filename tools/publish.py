@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from agents import RunContextWrapper, function_tool
 
-from state import open_stores
+from state import open_stores, terminal
 from state.errors import Stopped
 from state.schema import (PREVIEW_CHANNEL, channel_scope, content_sha256, effect_key,
                           valid_channel)
@@ -88,8 +88,8 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
         _check_approved(store, task, channel, scope, getattr(ctx, "tool_call_id", None))
     entry, created = store.ledger_record(
         key=effect_key(task["task_id"], channel, task["channels"]), task_id=task["task_id"],
-        title=title, content_sha256=sha, channel=scope,  # one channel: as before
-        approval=None if scope is None else "human" if gated else "not_needed")
+        title=title, content_sha256=sha, channel=channel,  # every entry names its channel
+        approval="human" if gated else "not_needed")
     return json.dumps(
         {
             "result": "published" if created else "already published",
@@ -113,7 +113,7 @@ def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optio
         raise Stopped(
             f"publish_draft for task {task_id} on {channel}: a reject by {rejected.by} at "
             f"{rejected.at} was being recorded while this approval ran; nothing was published "
-            f"(python run.py status --task {task_id} shows where the task stands)")
+            f"({terminal.command('status', '--task', task_id)} shows where the task stands)")
     cp = store.load(task_id) if store.exists(task_id) else None
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id

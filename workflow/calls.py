@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from state.clock import now_iso
 from state.errors import Stopped
 from state.schema import Decision, PendingCall, channel_scope, effect_key
+from state.terminal import command, one_line
 
 if TYPE_CHECKING:
     from state.schema import Checkpoint
@@ -41,8 +42,8 @@ def pick_call(cp: "Checkpoint", call_id: Optional[str]) -> PendingCall:
             return cp.pending[0]
         if not cp.pending:
             raise Stopped(f"task {cp.task_id} has no pending call")
-        raise Stopped(f"task {cp.task_id} has {len(ids)} pending calls ({', '.join(ids)}); name "
-                      f"one with --call (python run.py status --task {cp.task_id} shows each)")
+        raise Stopped(f"task {cp.task_id} has {len(ids)} pending calls ({', '.join(map(one_line, ids))}); "
+                      f"name one with --call ({command('status', '--task', cp.task_id)} shows each)")
     for call in cp.pending:
         if call.call_id == call_id:
             return call

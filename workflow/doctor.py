@@ -72,6 +72,7 @@ from state.rejections import RejectionRecord
 from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
 from state.storage import Store, file_name
+from state.terminal import command, one_line
 from tools.ledger import Ledger, LedgerEntry
 from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, reconcile
@@ -128,7 +129,7 @@ OPEN = ("waiting_for_approval", "budget_exceeded")
 
 
 def _resume(task_id: str, decision: str) -> str:
-    return f"python run.py resume --task {task_id} --decision {decision}"
+    return command("resume", "--task", task_id, "--decision", decision)
 
 
 class _Probe:
@@ -275,8 +276,8 @@ def _check_calls(store: Any, cp: Checkpoint, path: Path | str, report: Report) -
         detail = f"call {call_id} on {channel}: " + DETAILS[kind].format(
             by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
             decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "")
-        action = (f"python run.py resume --task {cp.task_id} --call {call_id} --decision "
-                  f"{verdict.action}") if verdict.action else HUMAN
+        action = (command("resume", "--task", cp.task_id, "--call", call_id, "--decision",
+                          verdict.action) if verdict.action else HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
@@ -473,16 +474,16 @@ def _read_one(store: Store, task_id: str,
 def doctor_text(result: dict[str, Any]) -> str:
     """The human-readable report (non-``--json`` output)."""
     c = result["checked"]
-    lines = [f"doctor: {result['state_dir']}",
+    lines = [f"doctor: {one_line(result['state_dir'])}",
              f"  checked {_count(c['tasks'], 'task')}, {_count(c['ledger_entries'], 'ledger entry')}, "
              f"{_count(c['lock_files'], 'lock file')}"]
-    for r in result["repairs"]:
-        lines.append(f"  repaired {r['kind']}: {r['path']} ({r['result']})")
+    for r in result["repairs"]:  # file names and details come from the disk: escaped
+        lines.append(f"  repaired {r['kind']}: {one_line(r['path'])} ({one_line(r['result'])})")
     for f in result["findings"]:
-        who = f"task {f['task_id']}: " if f["task_id"] else ""
-        lines.append(f"  {f['kind']}: {who}{f['detail']}")
-        lines.append(f"    file: {f['path']}")
-        lines.append(f"    action: {f['action']}")
+        who = f"task {one_line(f['task_id'])}: " if f["task_id"] else ""
+        lines.append(f"  {f['kind']}: {who}{one_line(f['detail'])}")
+        lines.append(f"    file: {one_line(f['path'])}")
+        lines.append(f"    action: {one_line(f['action'])}")
     if result["consistent"]:
         lines.append("  consistent: every task agrees with the ledger")
     return "\n".join(lines)

@@ -24,10 +24,12 @@ from state import clock, open_stores
 from state.clock import now_iso
 from state.errors import Stopped
 from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
-                          Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, valid_channel)
+                          Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
+                          valid_channel)
 from state.files import parse_object_shared, parse_shared
 from state.settings import settings
 from state.storage import Store
+from state.terminal import one_line
 from workflow import calls
 from workflow.reconcile import refusal
 from workflow.store import as_task_store
@@ -80,16 +82,29 @@ def task_channels(channels: list[str] | None) -> list[str]:
 
 
 def pending_calls(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]:
+    """``[{"call_id", "tool", "arguments"}]`` of ``interruptions`` (arguments parsed). Raises
+    :class:`Stopped` if a call's arguments are not a JSON object."""
     out = []
     for item in interruptions:
         try:
             args = json.loads(item.arguments or "{}")
         except ValueError:
-            raise Stopped(f"pending call {item.call_id} has arguments that are not JSON") from None
+            raise Stopped(f"pending call {item.call_id!r} has arguments that are not JSON") from None
         if not isinstance(args, dict):
-            raise Stopped(f"pending call {item.call_id} has arguments that are not a JSON object")
+            raise Stopped(f"pending call {item.call_id!r} has arguments that are not a JSON object")
         out.append({"call_id": item.call_id, "tool": item.name, "arguments": args})
     return out
+
+
+def check_call_ids(pending: list[dict[str, Any]], saved: str) -> None:
+    """Each new pending call's ID is a plain word (:func:`state.schema.call_id_problem`): it is
+    printed and pasted into ``resume --call``, so a model cannot choose one that forges a line or
+    runs a command. Checked before the checkpoint is written. Raises :class:`Stopped` naming the
+    call ID escaped, ``saved`` saying what was (not) saved."""
+    for call in pending:
+        problem = call_id_problem(call["call_id"])
+        if problem is not None:
+            raise Stopped(f"the agent's {one_line(str(call['tool']))[:60]} call: {problem}; {saved}")
 
 
 def schema_version_of(run_state: str) -> str:
@@ -125,6 +140,7 @@ def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: 
         raise Stopped("the agent finished without asking to publish; nothing saved "
                       f"(it said: {str(final_output)[:200]!r})")
     pending = pending_calls(interruptions)
+    check_call_ids(pending, "nothing saved")
     check_draft_call(pending, sha, channels)
     return pending
 
@@ -414,6 +430,8 @@ def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[s
     current decision, and the deadline: unchanged when they are calls that were already pending
     (the undecided rest of a turn), else a fresh one (``approval_ttl_s`` from now)."""
     pending = pending_calls(interruptions)
+    check_call_ids([p for p in pending if p["call_id"] not in {c.call_id for c in cp.pending}],
+                   "the new call was not saved")
     same_turn = {p["call_id"] for p in pending} <= {p.call_id for p in cp.pending}
     expires_at = cp.expires_at if same_turn and cp.expires_at else clock.deadline(cp.approval_ttl_s)
     return {"status": "waiting_for_approval", "decision": None, "pending": pending,

@@ -66,7 +66,7 @@ def summary(pending: list[dict[str, Any]]) -> str:
         body = str(args.get("body", ""))
         preview = body if len(body) <= 40 else body[:39] + "…"
         preview = " ".join(preview.split())
-        parts.append(f"{p['tool']}(title={args.get('title')!r}, body={preview!r} ({len(body)} chars))")
+        parts.append(f"{one_line(p['tool'])}(title={args.get('title')!r}, body={preview!r} ({len(body)} chars))")
     return "; ".join(parts)
 
 
@@ -102,9 +102,11 @@ def inbox_view(store: Store, status: Optional[str] = None) -> dict[str, Any]:
 
 
 def inbox_text(view: dict[str, Any]) -> str:
-    """The human-readable inbox: one line per task."""
+    """The human-readable inbox: one line per task (status, task ID, ``[channels]``, age and expiry
+    or revision, summary), every value escaped onto its line."""
     lines = []
     for t in view["tasks"]:
+        channels = "[" + one_line(",".join(t.get("channels") or [])) + "]"
         if t["status"] == WAITING:
             if t["overdue"]:
                 when = "EXPIRED (reject or expire)"
@@ -113,10 +115,11 @@ def inbox_text(view: dict[str, Any]) -> str:
                 when = f"expires in {clock.human_age(left)}"
             else:
                 when = "no expiry"
-            lines.append(f"WAITING    {t['task_id']}  {clock.human_age(t['age_s'])} ago, {when}  "
-                         f"{t['summary']}")
+            lines.append(f"WAITING    {one_line(t['task_id'])}  {channels}  {clock.human_age(t['age_s'])} "
+                         f"ago, {when}  {one_line(t['summary'])}")
         else:
-            lines.append(f"{t['status']:<10} {t['task_id']}  rev {t['revision']}  {t['summary']}")
+            lines.append(f"{one_line(t['status']):<10} {one_line(t['task_id'])}  {channels}  "
+                         f"rev {t['revision']}  {one_line(t['summary'])}")
     return "\n".join(lines) or "no tasks"
 
 
@@ -191,18 +194,18 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any
     reviewed: list[dict[str, Any]] = []
     for n, task in enumerate(tasks, 1):
         cp = store.load(task["task_id"])
-        say(f"[{n}/{len(tasks)}] task {cp.task_id}  waiting {clock.human_age(task['age_s'])}"
+        say(f"[{n}/{len(tasks)}] task {one_line(cp.task_id)}  waiting {clock.human_age(task['age_s'])}"
             + ("  (EXPIRED: approve is refused)" if task["overdue"] else
                f"  (expires {cp.expires_at})" if cp.expires_at else ""))
         for p in cp.pending:
-            say(f"  tool: {p.tool}   call_id: {p.call_id}")
+            say(f"  tool: {one_line(p.tool)}   call_id: {one_line(p.call_id)}")
             for k, v in p.arguments.items():
                 if k != "body":
-                    say(f"  {k}: {v!r}")
+                    say(f"  {one_line(k)}: {v!r}")
             body = p.arguments.get("body")
             if body is not None:
                 say("  draft:")
-                say("\n".join("    | " + line for line in str(body).splitlines() or [""]))
+                say("\n".join("    | " + one_line(line) for line in str(body).splitlines() or [""]))
         try:
             action, reason = _ask_action(ask, say, overdue_now=task["overdue"])
         except EOFError:
@@ -215,7 +218,7 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any
         try:
             result = decide(cp.task_id, action, reason)
         except Stopped as exc:
-            say(f"  STOPPED: {exc}")
+            say(f"  STOPPED: {one_line(str(exc))}")
             reviewed.append({"task_id": cp.task_id, "action": action, "error": str(exc)})
             continue
         say(f"  -> {result['status']} (revision {result['revision']})")

@@ -10,6 +10,7 @@ import re
 import sys
 from typing import Any, Callable
 
+from state.terminal import command as shell_command
 from workflow import inbox
 from workflow.views import one_line, several_lines, task_text
 
@@ -79,14 +80,14 @@ def _event_text(event: dict[str, Any]) -> str:
     args = one_line(json.dumps(event.get("arguments"), ensure_ascii=False))
     args = args if len(args) <= 160 else args[:157] + "..."
     if kind == "tool_call_requested":
-        return f"tool call requested: {event['tool']} {args} (call_id={event['call_id']})"
+        return f"tool call requested: {one_line(event['tool'])} {args} (call_id={one_line(event['call_id'])})"
     if kind == "approval_needed":
-        return (f"approval needed: {event['tool']} {args} (call_id={event['call_id']}, "
-                f"agent {event['agent']})")
+        return (f"approval needed: {one_line(event['tool'])} {args} (call_id={one_line(event['call_id'])}, "
+                f"agent {one_line(event['agent'])})")
     if kind == "tool_output":
-        return f"tool output (call_id={event['call_id']}): {several_lines(str(event['output']), '')}"
+        return f"tool output (call_id={one_line(event['call_id'])}): {several_lines(str(event['output']), '')}"
     if kind == "handoff":
-        return f"handoff: {event['from_agent']} -> {event['to_agent']}"
+        return f"handoff: {one_line(event['from_agent'])} -> {one_line(event['to_agent'])}"
     if kind == "final_output":
         return f"final output: {several_lines(str(event['output']), '')}"
     return one_line(json.dumps(event, ensure_ascii=False))
@@ -106,16 +107,17 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
 
         print(receipt_text(result))
     elif command == "expire":
-        print(f"expired: {', '.join(result['expired'])}" if result["expired"] else "nothing expired")
+        print(f"expired: {one_line(', '.join(result['expired']))}" if result["expired"] else "nothing expired")
         if result.get("busy"):
             print(f"skipped (another process is working on them; run expire again): "
                   f"{', '.join(result['busy'])}")
     elif command == "ledger":
         n = len(result["entries"])
-        print(f"ledger: {result['path']} ({n} {'entry' if n == 1 else 'entries'})")
+        print(f"ledger: {one_line(result['path'])} ({n} {'entry' if n == 1 else 'entries'})")
         for e in result["entries"]:
-            print(f"  {e['published_at']}  {e['idempotency_key']}  {e['title']!r}  "
-                  f"sha256={e['content_sha256'][:12]}…")
+            print(f"  {one_line(e['published_at'])}  {one_line(e['idempotency_key'])}  "
+                  f"{one_line(e['channel'] or '(no channel)')}  {e['title']!r}  "
+                  f"sha256(title+body)={e['content_sha256'][:12]}…")
     elif command == "traps":
         from workflow.traps import traps_text
 
@@ -138,8 +140,8 @@ def output_failed(command: str, result: dict[str, Any], exc: OSError) -> None:
     cause = exc.strerror or type(exc).__name__
     line = f"STOPPED: the output could not be written ({cause})"
     if command in ("start", "resume") and isinstance(result.get("task_id"), str):
-        line += (f"; the {command} itself completed and is saved: see python run.py status "
-                 f"--task {result['task_id']}")
+        line += (f"; the {command} itself completed and is saved: see "
+                 f"{shell_command('status', '--task', result['task_id'])}")
     elif command in ("expire", "doctor"):
         line += f"; the {command} itself completed (changes, if any, are saved)"
     silence_stdout()

@@ -48,6 +48,7 @@ from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.settings import settings, url_password
 from state.storage import every_or_stop, file_name, next_revision, seal, verify_envelope
 from state.clock import now_iso
+from state.terminal import command
 from tools.ledger import Ledger, LedgerEntry
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -348,8 +349,8 @@ class PostgresStore:
                     (cp.task_id, cp.revision, cp.status, cp.mac, envelope))
                 if cur.rowcount != 1:
                     raise Stopped(f"task {cp.task_id} was created by another process at the same "
-                                  f"time; nothing was written by this one (python run.py status "
-                                  f"--task {cp.task_id})")
+                                  f"time; nothing was written by this one "
+                                  f"({command('status', '--task', cp.task_id)})")
             else:
                 cur = conn.execute(
                     "UPDATE checkpoints SET revision = %s, status = %s, mac = %s, envelope = %s, "
@@ -362,8 +363,8 @@ class PostgresStore:
                     raise Stopped(
                         f"task {cp.task_id} changed in the database since it was read (revision "
                         f"{expect.revision} -> {row[0] if row else 'no row'}): another process "
-                        f"wrote it; nothing was written by this one; run python run.py status "
-                        f"--task {cp.task_id} to see where it stands")
+                        f"wrote it; nothing was written by this one; run "
+                        f"{command('status', '--task', cp.task_id)} to see where it stands")
             failpoints.hit(failpoint + ":uncommitted")
             conn.execute("INSERT INTO history (task_id, revision, event, status, at) "
                          "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",

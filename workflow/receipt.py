@@ -352,7 +352,7 @@ def _fmt_args(args: Any) -> str:
     parts = []
     for k, v in args.items():
         if _is_redacted(v):
-            parts.append(f"{k}={v['preview']!r} ({v['chars']} chars, sha256 {v['sha256'][:12]}…)")
+            parts.append(f"{k}={v['preview']!r} ({v['chars']} chars, sha256({k}) {v['sha256'][:12]}…)")
         else:
             parts.append(f"{k}={v!r}")
     return ", ".join(parts)
@@ -373,35 +373,37 @@ def receipt_text(r: dict[str, Any]) -> str:
     """The receipt for a terminal: header, outcome, approval, trajectory, totals, errors."""
     o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
     def entry_text(led: Optional[dict[str, Any]], none: str) -> str:
-        return (f"1 entry, published_at {led['published_at']}, sha256 {led['content_sha256'][:12]}…"
+        return (f"1 entry, published_at {led['published_at']}, sha256(title+body) "
+                f"{led['content_sha256'][:12]}…"
                 if led else none)
 
     ledger = ("; ".join(f"{c['channel']}: " + entry_text(c["ledger"], "no entry (not published)")
                         for c in o["channels"]) if "channels" in o
-              else entry_text(o["ledger"], "no entry (nothing was published)"))
+              else (f"{o['ledger']['channel']}: " if (o["ledger"] or {}).get("channel") else "")
+              + entry_text(o["ledger"], "no entry (nothing was published)"))
     lines = [
         f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
         f"outcome: {o['status']}; ledger: {ledger}",
     ]
     if o["final_output"]:
         lines.append(f"final output: {one_line(o['final_output'])}")
-    lines.append(f"approval: {a['tool']}({_fmt_args(a['arguments'])}) call_id={a['call_id']}")
+    lines.append(f"approval: {_v(a['tool'])}({_fmt_args(a['arguments'])}) call_id={_v(a['call_id'])}")
     lines.append(f"  requested {a['requested_at']}, expires {a['expires_at'] or 'never'}")
     d = a["decision"]
     if len(a["decisions"]) > 1:  # several calls: each decision, with its channel
         for each in a["decisions"]:
             why = f", reason {each['reason']!r}" if each["reason"] else ""
-            lines.append(f"  decided: {each['channel']} ({each['call_id']}): {each['decision']} by "
-                         f"{each['by']} at {each['at']}{why}")
+            lines.append(f"  decided: {_v(each['channel'])} ({_v(each['call_id'])}): {each['decision']} "
+                         f"by {_v(each['by'])} at {_v(each['at'])}{why}")
     elif d:
         why = f", reason {d['reason']!r}" if d["reason"] else ""
-        lines.append(f"  decided: {d['decision']} by {d['by']} at {d['at']}{why}")
+        lines.append(f"  decided: {d['decision']} by {_v(d['by'])} at {_v(d['at'])}{why}")
     else:
         lines.append("  decided: not yet")
     for e in a.get("edits", []):
         from workflow.edits import diff_lines
 
-        lines.append(f"  approved with edits by {e['by']} at {e['at']} (call_id={e['call_id']}): "
+        lines.append(f"  approved with edits by {_v(e['by'])} at {_v(e['at'])} (call_id={_v(e['call_id'])}): "
                      "original vs approved")
         lines.extend(f"    {line}" for line in diff_lines(e))
     lines.append(f"checkpoint: revision {c['revision']}, schema_version {c['schema_version']}, "
@@ -416,8 +418,8 @@ def receipt_text(r: dict[str, Any]) -> str:
         f"{t['tool_calls']} tool call(s); tokens in {t['input_tokens']} / out {t['output_tokens']} "
         f"/ total {t['total_tokens']}"
     )
-    lines.append("errors: " + ("; ".join(r["errors"]) if r["errors"] else "none"))
-    lines.append(f"trace: {r['trace']['path']} ({r['trace']['records']} records)")
+    lines.append("errors: " + ("; ".join(map(_v, r["errors"])) if r["errors"] else "none"))
+    lines.append(f"trace: {_v(r['trace']['path'])} ({r['trace']['records']} records)")
     return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], "\n".join(lines))
 
 
@@ -433,16 +435,17 @@ def _step_text(s: dict[str, Any]) -> str:
         if "schema_version" in s:
             v = (f" (schema {s['schema_version']}, RunState {s.get('run_state_schema_version')}, "
                  f"openai-agents {s.get('sdk_version')})")
-        return f"checkpoint revision {s['revision']}: {s['event']}{v}"
+        return f"checkpoint revision {s['revision']}: {_v(s['event'])}{v}"
     if step == "approval_requested":
-        return f"approval requested: {s.get('tool')}({_fmt_args(_arguments(s.get('arguments')))}) call_id={s.get('call_id')}"
+        return (f"approval requested: {_v(s.get('tool'))}({_fmt_args(_arguments(s.get('arguments')))}) "
+                f"call_id={_v(s.get('call_id'))}")
     if step == "decision":
         why = f", reason {s['reason']!r}" if s.get("reason") else ""
-        return f"human decision: {s.get('decision')} by {s.get('by')}{why}"
+        return f"human decision: {_v(s.get('decision'))} by {_v(s.get('by'))}{why}"
     if step == "run":
         return f"{'start' if s.get('phase') == 'start' else 'resume'} run (pid {s.get('pid')})"
     if step == "run_failed":
-        return f"{s.get('phase')} run failed: {s.get('error')}"
+        return f"{_v(s.get('phase'))} run failed: {_v(s.get('error'))}"
     if step == "model_call":
         return (f"model call (turn {s.get('turn')}): {s.get('latency_ms')} ms, tokens in "
                 f"{s.get('input_tokens')} / out {s.get('output_tokens')}")
@@ -450,7 +453,12 @@ def _step_text(s: dict[str, Any]) -> str:
         state = "ran" if s.get("ran") else "paused for approval (not run)"
         out = s.get("output")
         out_txt = f" -> {_fmt_args({'output': out})[7:]}" if out is not None else ""
-        return f"tool call {s.get('tool')}({_fmt_args(s.get('arguments'))}): {state}{out_txt}"
+        return f"tool call {_v(s.get('tool'))}({_fmt_args(s.get('arguments'))}): {state}{out_txt}"
     if step == "ledger_entry":
-        return f"ledger entry written for key {s.get('idempotency_key')}"
-    return f"{step}: {s}"
+        return f"ledger entry written for key {_v(s.get('idempotency_key'))}"
+    return _v(f"{step}: {s}")
+
+
+def _v(value: Any) -> str:
+    """A value from the checkpoint or the trace (unsigned) on one line: :func:`one_line`."""
+    return one_line(str(value))

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from state import clock, secrets
 from state.errors import Stopped
+from state.terminal import command
 from tools.ledger import Ledger, LedgerEntry
 from workflow.calls import calls_of, decision_of, keys, pick_call
 from workflow.store import as_task_store
@@ -272,7 +273,7 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
     doctor = "a human must check (python run.py doctor)"
     if code == "expired" and status != "expired":
         return (f"approval expired: task {task_id} expired at {expires_at}; it can only be "
-                f"rejected (python run.py resume --task {task_id} --decision reject) or marked "
+                f"rejected ({command('resume', '--task', task_id, '--decision', 'reject')}) or marked "
                 "expired (python run.py expire)")
     if code == "rejected" and rejected_by is not None and status != "cancelled":
         return (f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "

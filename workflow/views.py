@@ -16,15 +16,10 @@ from typing import Any
 
 from state.schema import Checkpoint
 from state.storage import Store
+from state.terminal import command, one_line
 from workflow.store import as_task_store
 
-
-def one_line(text: str) -> str:
-    """``text`` safe to print on one terminal line: every character that is not printable
-    (newline, carriage return, escape sequences, C1 controls, bidi and zero-width marks …) is shown
-    escaped (``\n``, ``\x1b``, ``\u202e``), so model output or a reason cannot forge lines, move the
-    cursor or reorder what a reviewer reads."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+__all__ = ["one_line", "task_view", "ledger_view", "task_text", "resume_hint", "DECISION_FIELDS"]
 
 
 def several_lines(text: str, indent: str) -> str:
@@ -87,40 +82,47 @@ def ledger_view(store: Store) -> dict[str, Any]:
     return {"path": str(store.ledger_dir), "entries": [e.model_dump() for e in entries]}
 
 
+def resume_hint(task_id: str, call_id: str | None = None, decision: str = "approve") -> str:
+    """The ``resume`` command a person pastes to decide ``task_id`` (``--call`` when given), every
+    argument shell-quoted (:func:`state.terminal.command`)."""
+    call = ["--call", call_id] if call_id is not None else []
+    return command("resume", "--task", task_id, *call, "--decision", decision)
+
+
 def task_text(task: dict[str, Any]) -> str:
-    """A few human-readable lines for one task (the non-``--json`` output)."""
-    lines = [f"task {task['task_id']}: {task['status']} (revision {task['revision']})"]
+    """A few human-readable lines for one task (the non-``--json`` output). Every value from the
+    model or the file is escaped onto its line (:func:`state.terminal.one_line`; titles, bodies and
+    reasons as Python literals, ``repr``, which escapes them too), the ``next:`` command quoted."""
+    lines = [f"task {one_line(task['task_id'])}: {one_line(task['status'])} (revision {task['revision']})"]
     for p in task["pending"]:
         args = p["arguments"]
         if p["tool"] != "publish_draft":  # another tool: its own arguments, not a draft's
             shown = ", ".join(f"{one_line(str(k))[:40]}={str(v)[:60]!r}" for k, v in args.items())
-            lines.append(f"  pending: {p['tool']}({shown})  call_id={p['call_id']}")
+            lines.append(f"  pending: {one_line(p['tool'])}({shown})  call_id={one_line(p['call_id'])}")
             continue
         body = str(args.get("body", ""))
         preview = body if len(body) <= 60 else body[:57] + "..."
         on = f", channel={args['channel']!r}" if args.get("channel") is not None else ""
         lines.append(
-            f"  pending: {p['tool']}(title={args.get('title')!r}, body={preview!r}{on})  "
-            f"call_id={p['call_id']}"
+            f"  pending: {one_line(p['tool'])}(title={args.get('title')!r}, body={preview!r}{on})  "
+            f"call_id={one_line(p['call_id'])}"
         )
     several = len(task.get("channels", [])) > 1
     for d in task.get("decisions", []) if several else []:
         rule = " (always)" if d["always"] else ""
         auto = _auto(d, task["decisions"])
-        lines.append(f"  call {d['call_id']} on {d['channel']}: {d['decision']} by {d['by']} "
-                     f"({auto or d['source'] + rule})" + (f" reason={d['reason']!r}" if d["reason"] and not auto else ""))
+        lines.append(f"  call {one_line(d['call_id'])} on {one_line(str(d['channel']))}: {d['decision']} by "
+                     f"{one_line(d['by'])} ({one_line(auto) if auto else d['source'] + rule})"
+                     + (f" reason={d['reason']!r}" if d["reason"] and not auto else ""))
     if task["decision"] and not several:
         d = task["decision"]
         auto = next((_auto(e, task["decisions"]) for e in task.get("decisions", []) if e["at"] == d["at"]), None)
-        why = f" ({auto})" if auto else f" reason={d['reason']!r}" if d["reason"] else ""
-        lines.append(f"  decision: {d['decision']} by {d['by']} at {d['at']}{why}")
+        why = f" ({one_line(auto)})" if auto else f" reason={d['reason']!r}" if d["reason"] else ""
+        lines.append(f"  decision: {d['decision']} by {one_line(d['by'])} at {one_line(d['at'])}{why}")
     if task["final_output"]:
         lines.append(f"  final output: {several_lines(task['final_output'], '    ')}")
-    lines.append(f"  checkpoint: {task['checkpoint_path']}")
+    lines.append(f"  checkpoint: {one_line(task['checkpoint_path'])}")
     if task["status"] == "waiting_for_approval":
-        call = f" --call {task['pending'][0]['call_id']}" if len(task["pending"]) > 1 else ""
-        lines.append(
-            f"  next: python run.py resume --task {task['task_id']}{call} --decision approve "
-            "(or reject --reason \"...\")"
-        )
+        call = task["pending"][0]["call_id"] if len(task["pending"]) > 1 else None
+        lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\")")
     return "\n".join(lines)
