@@ -577,7 +577,7 @@ def test_waiting_counts_from_the_first_request_on_the_page_and_in_list(two_chann
     assert "<dt>Waiting</dt><dd>5h00m</dd>" in client.get(f"/task/{task}").text
     assert re.search(rf'data-task="{task}">.*?<td>5h00m</td>', client.get("/").text, re.S)
     assert cli("list", "--json").json()["tasks"][0]["age_s"] == 5 * 3600
-    assert cli("list").out.startswith(f"WAITING    {task}  5h00m ago, ")
+    assert cli("list").out.startswith(f"WAITING    {task}  [blog,news]  5h00m ago, ")
 
 
 def test_a_new_call_in_the_next_turn_is_a_new_request():

@@ -172,6 +172,7 @@ def silence_stdout() -> None:
 EXTRAS: dict[str, tuple[str, str]] = {
     "starlette": ("web", "the browser inbox (serve)"),
     "jinja2": ("web", "the browser inbox (serve)"),
+    "markupsafe": ("web", "the browser inbox (serve)"),
     "uvicorn": ("web", "the browser inbox (serve)"),
     "psycopg": ("postgres", "the PostgreSQL store (--store postgresql://...)"),
     "psycopg_pool": ("postgres", "the PostgreSQL store (--store postgresql://...)"),
