@@ -160,6 +160,38 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
                           "approved with edits; reject it, or approve it with --edit-title/--edit-body")
 
 
+def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | None) -> None:
+    """For an approval the decision table says repeats one on record (verdict ``unchanged``):
+    it must be that approval, with the same edits or none. ``call_id`` None: the task's last
+    decided call. An approval with edits repeats if an approval with exactly these edits is on
+    record for that call's channel (on a one-channel task the last decision is the approval of
+    the model's call that carried them); a plain approval repeats only a plain one. Raises
+    :class:`Stopped` (nothing changed) for any other: a recorded decision is never changed."""
+    from workflow.calls import decision_of
+
+    last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
+    rec = decision_of(cp, call_id) if call_id else last
+    if want != "approved" or rec is None:
+        return
+    if edit is None:
+        same = rec.edits is None
+    else:
+        same = any(_same_edits(d.edits, edit) for d in cp.decisions if d.channel == rec.channel)
+    if not same:
+        how = "with edits" if rec.edits is not None else "as it was asked"
+        raise Stopped(f"task {cp.task_id}: call {rec.call_id} was approved {how} by {rec.by}; a "
+                      "decision on record is never changed (nothing was changed)")
+
+
+def _same_edits(recorded: Edits | None, edit: Edit) -> bool:
+    """True if ``edit``, applied to the draft ``recorded`` edited, gives exactly its edited draft."""
+    if recorded is None:
+        return False
+    title = recorded.original_title if edit.title is None else edit.title
+    body = recorded.original_body if edit.body is None else edit.body
+    return (title, body) == (recorded.title, recorded.body)
+
+
 def diff_lines(edits: dict[str, Any]) -> list[str]:
     """``show``: the original and the edited draft as a unified diff (:mod:`difflib`), one line
     each; ``edits`` is an :class:`Edits` as a dict."""

@@ -178,12 +178,34 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
 def answered(cp: "Checkpoint", call_id: str) -> bool:
     """True if ``call_id`` of an open task (:data:`OPEN`) was decided and the run gave it its answer
     (it executed, or the model got its rejection text): its decision is on record and it is no
-    longer pending, while other calls of the same turn still wait. Such a call is judged as ended
-    (``completed`` if approved, ``cancelled`` if rejected): repeating its decision returns the task
-    unchanged, another decision is refused. A decision on record for a call still pending is one
-    a crash, a budget stop or a failed run left unfinished: not answered. A one-channel task is
-    judged as before channels: never."""
-    return (len(cp.channels) > 1 and cp.status in OPEN and decision_of(cp, call_id) is not None
+    longer pending, while other calls still wait (of the same turn, or the model's new calls of a
+    later turn). Such a call is judged as ended (``completed`` if approved, ``cancelled`` if
+    rejected): repeating its decision returns the task unchanged, another decision is refused. A
+    decision on record for a call still pending is one a crash, a budget stop or a failed run left
+    unfinished: not answered."""
+    return (cp.status in OPEN and decision_of(cp, call_id) is not None
+            and all(p.call_id != call_id for p in cp.pending))
+
+
+def done_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
+    """True if ``call_id`` is a pending call with no decision of its own on a ``channel`` where an
+    earlier call approved as it was asked (a person's or a sticky rule's decision) was answered by
+    the run: the channel's ledger entry is that call's effect, so it proves nothing about this
+    call. This call waits for a human like any other (approving it publishes nothing new: the
+    ledger keeps one entry per idempotency key); ``doctor`` finds nothing to report."""
+    if decision_of(cp, call_id) is not None or all(p.call_id != call_id for p in cp.pending):
+        return False
+    return any(d.channel == channel and d.decision == "approved" and d.edits is None
+               and answered(cp, d.call_id) for d in cp.decisions)
+
+
+def answered_with_edits(cp: "Checkpoint", call_id: Optional[str]) -> bool:
+    """True if ``call_id`` was approved with edits and the run answered it (the message naming the
+    edited draft reached the model; the call itself never runs, :mod:`workflow.edits`): its
+    decision is over whatever its channel's ledger says. Repeating it (the same edits) returns the
+    task unchanged; any other decision of it is refused."""
+    recorded = decision_of(cp, call_id) if call_id else None
+    return (recorded is not None and recorded.edits is not None
             and all(p.call_id != call_id for p in cp.pending))
 
 
@@ -200,7 +222,9 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     if call_id is None:
         last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
         call_id = last.call_id if last is not None else (calls[0][0] if calls else None)
-    channel = dict(calls).get(call_id, cp.channels[0]) if call_id else cp.channels[0]
+    recorded = decision_of(cp, call_id) if call_id else cp.decision
+    channel = (recorded.channel if recorded is not None and recorded.call_id == call_id
+               else dict(calls).get(call_id, cp.channels[0]) if call_id else cp.channels[0])
     key, scope = keys(cp, channel)
     evidence = as_task_store(store)
     entry = evidence.ledger_get(key)
@@ -211,7 +235,6 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
                       "human must check (python run.py doctor)")
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
-    recorded = decision_of(cp, call_id) if call_id else cp.decision
     decided = recorded.decision if recorded else None
     several = len(cp.channels) > 1  # a one-channel task is judged exactly as before channels
     status = "cancelled" if several and cp.status == "completed" and decided == "rejected" else cp.status
@@ -231,6 +254,8 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         return EXPIRE if verdicts == {"expire"} else SKIP
     ev, _, rejected = gather(store, cp, call_id)
     verdict = reconcile(ev, action)
+    if answered_with_edits(cp, call_id) and action in ("approve", "reject"):
+        verdict = UNCHANGED if action == "approve" else _refuse("decided")
     if verdict.kind == "refuse":
         recorded = decision_of(cp, call_id) if call_id else cp.decision
         where = cp.task_id if len(cp.channels) == 1 or call_id is None else f"{cp.task_id} (call {call_id})"
