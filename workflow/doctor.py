@@ -261,12 +261,12 @@ def _check_calls(store: Any, cp: Checkpoint, path: Path | str, report: Report) -
     """A task with several channels, or with a call the model made after an earlier one was
     answered (:func:`per_call`): the ``doctor`` column of the decision table for each call
     (:func:`workflow.reconcile.gather` reads that call's entry and rejection record). A call that
-    waits on a channel an earlier approved call already published (:func:`workflow.reconcile.
-    done_before`) is a task waiting for a human, not a finding."""
-    from workflow.reconcile import done_before, gather
+    waits on a channel where an earlier call was decided and answered
+    (:func:`workflow.reconcile.decided_before`) is a task waiting for a human, not a finding."""
+    from workflow.reconcile import decided_before, gather
 
     for call_id, channel in calls_of(cp):
-        if done_before(cp, call_id, channel):
+        if decided_before(cp, call_id, channel):
             continue
         try:
             ev, _, rejected = gather(store, cp, call_id)

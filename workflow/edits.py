@@ -22,7 +22,8 @@ the model sent it). So ``resume --decision approve --edit-title TEXT --edit-body
    (:func:`check_pending`). Never auto-approve content the reviewer did not see.
 
 Edits are per call: they apply to the call the decision is for (``--call``, required when several
-calls are pending, the same rule as any decision); ``--always`` does not go with them.
+calls are pending, the same rule as any decision); ``--always`` does not go with them. Repeating
+an approval with edits (the same edits) returns the task unchanged (:func:`check_repeat`).
 Read-only commands use :func:`diff_lines` (``show``) and never import the SDK; neither does this
 module at import time.
 """
@@ -129,14 +130,16 @@ def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
 
 
 def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -> None:
-    """Edits and a sticky approval do not mix in one task: the SDK's ``always_approve`` rule would
-    run the model's new call without pausing, so nobody would check it carries the edited draft.
-    Raises :class:`Stopped` for edits while a sticky approval is in force, and for ``--always``
-    approve while a call approved with edits waits for the model's new call."""
+    """Edits and a sticky approval do not mix in one task: edits decide one call, whose channel
+    then expects the edited draft; ``--always`` decides the other pending calls of the tool
+    without the per-call check of :func:`check_pending`, so it could approve a model's call that
+    does not carry the edited draft. Raises :class:`Stopped` for edits in a task where a sticky
+    approval was given, and for ``--always`` approve while a call approved with edits waits for
+    the model's new call."""
     sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)
     if edit is not None and sticky:
-        raise Stopped(f"task {cp.task_id}: a sticky approval (--always) is in force, so the model's "
-                      "new call would run unchecked; approve or reject this call without edits")
+        raise Stopped(f"task {cp.task_id}: a sticky approval (--always) is in force in this task; "
+                      "approve or reject this call without edits")
     if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
         raise Stopped(f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
                       "which --always would approve unchecked; decide this call without --always")

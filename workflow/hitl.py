@@ -158,7 +158,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
             return guards.budget_stop(store, cp, budget, spend, why)
         items = guards.bind(cp, state.get_interruptions())  # exactly the calls the reviewer saw
         edits.check_pending(cp, call_id, want, edit)  # the draft started with, or approved with edits
-        edits.check_sticky(cp, want, edit, always)  # a sticky approval would skip the check of edits
+        edits.check_sticky(cp, want, edit, always)  # sticky calls skip the check of edits
         rec = edits.with_edits(guards.decision_for(store, cp, items[call_id], want, by, reason, always),
                                edit, items[call_id].arguments)  # one on record wins
         try:  # in memory first, so the SDK's own checks run before anything is written

@@ -187,16 +187,18 @@ def answered(cp: "Checkpoint", call_id: str) -> bool:
             and all(p.call_id != call_id for p in cp.pending))
 
 
-def done_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
+def decided_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
     """True if ``call_id`` is a pending call with no decision of its own on a ``channel`` where an
-    earlier call approved as it was asked (a person's or a sticky rule's decision) was answered by
-    the run: the channel's ledger entry is that call's effect, so it proves nothing about this
-    call. This call waits for a human like any other (approving it publishes nothing new: the
-    ledger keeps one entry per idempotency key); ``doctor`` finds nothing to report."""
+    earlier call, decided as it was asked (approved or rejected, a person's or a sticky rule's
+    decision), was answered by the run: the channel's ledger entry or rejection record is that
+    call's evidence and proves nothing about this one. This call waits for a human like any other
+    (the table still applies to it: approving it on a published channel publishes nothing new,
+    the ledger keeps one entry per idempotency key, and a reject of it is refused; approving it on
+    a rejected channel is refused); ``doctor`` finds nothing to report."""
     if decision_of(cp, call_id) is not None or all(p.call_id != call_id for p in cp.pending):
         return False
-    return any(d.channel == channel and d.decision == "approved" and d.edits is None
-               and answered(cp, d.call_id) for d in cp.decisions)
+    return any(d.channel == channel and d.edits is None and answered(cp, d.call_id)
+               for d in cp.decisions)
 
 
 def answered_with_edits(cp: "Checkpoint", call_id: Optional[str]) -> bool:
