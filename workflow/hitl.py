@@ -131,18 +131,15 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     want = "approved" if decision == "approve" else "rejected"
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
     secrets.check_input("the reason", reason)
-    cp, verdict = reconcile.preflight(store, task_id, decision, call_id)  # before the lock: no file
+    cp, verdict = reconcile.preflight(store, task_id, decision, call_id, edit=edit)  # before the lock: no file
     code_agent = build_agent(build_offline_model())  # today's code, checked before a lock file is made
     check_agent(code_agent)
     if verdict.kind != "unchanged":
         guards.check_saved_against_code(cp, code_agent)
-    else:
-        edits.check_repeat(cp, call_id, want, edit)  # before the lock: a refusal leaves no file
     with store.task_lock(task_id):
-        cp, verdict = reconcile.preflight(store, task_id, decision, call_id)  # verified, under the lock
+        cp, verdict = reconcile.preflight(store, task_id, decision, call_id, edit=edit)  # verified, under the lock
         guards.check_revision(cp, expect_revision)  # the reviewer decided on what is still there
         if verdict.kind == "unchanged":
-            edits.check_repeat(cp, call_id, want, edit)  # the same decision, the same edits
             return cp
         call_id = calls.target(cp, call_id)
         secrets.redact_checkpoint(cp.body())  # a secret set since the save, in a structural field

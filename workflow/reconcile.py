@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from state.rejections import RejectionRecord
     from state.schema import Checkpoint
     from state.storage import Store
+    from workflow.edits import Edit
 
 Action = Literal["approve", "reject", "expire", "doctor"]
 ACTIONS: tuple[Action, ...] = ("approve", "reject", "expire", "doctor")
@@ -272,13 +273,16 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
 
 
 def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
-              by: Optional[str] = None, reason: Optional[str] = None) -> tuple["Checkpoint", Verdict]:
+              by: Optional[str] = None, reason: Optional[str] = None,
+              edit: Optional["Edit"] = None) -> tuple["Checkpoint", Verdict]:
     """The checks before a decision takes the task's lock, none of which needs the SDK: the
     checkpoint loads and verifies, no hostile file sits where the task's files go
     (``Store.check_writable``), the call is named when several are pending
     (:func:`workflow.calls.pick_call`), the table allows ``decision`` for that call, and the
     reviewer name ``by`` and the ``reason`` hold no secret value
-    (:func:`state.secrets.check_input`). Returns
+    (:func:`state.secrets.check_input`); an ``unchanged`` verdict must repeat the recorded
+    decision, edits included (``edit``: the approval's edits, or None;
+    :func:`workflow.edits.check_repeat`). Returns
     ``(checkpoint, verdict)``; raises :class:`Stopped` otherwise. Reads only, so a refusal leaves
     the state dir as it was."""
     cp = store.load(task_id)
@@ -286,6 +290,10 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
     if cp.pending and cp.status in OPEN and not (call_id and answered(cp, call_id)):
         call_id = pick_call(cp, call_id).call_id
     verdict = check(store, cp, decision, call_id)
+    if verdict.kind == "unchanged":
+        from workflow.edits import check_repeat
+
+        check_repeat(cp, call_id, "approved" if decision == "approve" else "rejected", edit)
     secrets.check_input("the reviewer name (--by)", by)
     secrets.check_input("the reason", reason)
     return cp, verdict
