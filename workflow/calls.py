@@ -127,8 +127,8 @@ def to_apply(cp: "Checkpoint", rec: Decision) -> list[Decision]:
     ``always_approve`` / ``always_reject``: the SDK keeps such a rule in the RunState and applies
     it to every later call of the tool in the run, without a pause (openai-agents 0.24,
     ``RunContextWrapper.approve_tool``;
-    ``tests/test_sdk_behaviour.py::test_sdk_a_per_call_reject_after_always_approve_wins``), so a
-    call no human has seen would run. ``--always`` is our record of the calls it decided; a call
+    ``tests/test_sdk_behaviour.py::test_sdk_always_approve_runs_a_later_call_of_the_tool_without_a_pause``),
+    so a call no human has seen would run. ``--always`` is our record of the calls it decided; a call
     the model makes in a later turn pauses and waits for a human."""
     recorded = unapplied(cp)
     if any(d.call_id == rec.call_id for d in recorded):
