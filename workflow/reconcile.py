@@ -29,9 +29,13 @@ decision, ledger entry and rejection record (:mod:`workflow.calls`), and ``statu
 the task's, except that in a ``completed`` task a call decided ``rejected`` is ``cancelled`` (a
 task completes when at least one call executed; it is cancelled only when none did), and in a
 task still waiting a call already answered by the run (:func:`answered`) is ``completed`` if
-approved, ``cancelled`` if rejected: its decision repeated is a no-op, never "not pending". A decision
-is checked against the call it is for; ``expire`` and ``doctor`` check every call of the task. A
-task with one call is judged exactly as before.
+approved, ``cancelled`` if rejected: its decision repeated is a no-op, never "not pending". A call
+approved with edits and answered is over whatever its channel's ledger says
+(:func:`answered_with_edits`), and a call the model makes after an earlier call on its channel
+was decided and answered is judged on its own, the channel's evidence being the earlier call's
+(:func:`decided_before`). A decision is checked against the call it is for; ``expire`` and
+``doctor`` check every call of the task, with one channel or several. A task with one call is
+judged exactly as before.
 
 The full table, every cell, is in docs/decision-table.md and is compared cell by cell with this
 function by ``tests/test_reconcile.py``. Never imports the SDK.
