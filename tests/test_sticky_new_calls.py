@@ -18,6 +18,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, function_call
 
 from conftest import checkpoint_file, ledger_entries, snapshot
 from agent.models import offline_responder
+from state.schema import content_sha256
 
 KEY = "st-1"
 TITLE, BODY = "T", "A draft the model asks for twice."
@@ -69,10 +70,12 @@ def _no_sticky_rule_in_the_run_state(state_dir: Path) -> None:
         assert "sticky_scope" not in decision
 
 
-def test_always_then_a_new_call_waits_for_a_human(cli, state_dir):
+@pytest.mark.parametrize("then", ["approve", "reject"])
+def test_always_then_a_new_call_waits_for_a_human(cli, state_dir, then):
     """One channel: approve --always; the model calls publish_draft again in the next turn. The new
-    call pauses (no sticky rule in the RunState), doctor says consistent, a reject of it is refused
-    with nothing changed (the channel executed), an approve ends the task with one ledger entry."""
+    call pauses (no sticky rule in the RunState) and doctor says consistent. Then approve and reject
+    both work: the task completes (an executed action is never cancelled) with one ledger entry,
+    doctor still consistent, and a repeat changes nothing."""
     _start(cli)
     cp = _decide(state_dir, _asks_again(None), decision="approve", always=True)
     assert cp.status == "waiting_for_approval" and [p.call_id for p in cp.pending] == ["call_again"]
@@ -80,20 +83,46 @@ def test_always_then_a_new_call_waits_for_a_human(cli, state_dir):
     assert len(ledger_entries(state_dir)) == 1  # the first call, executed once
     _no_sticky_rule_in_the_run_state(state_dir)
     assert _doctor_findings(cli) == []
-    before = snapshot(state_dir)
-    r = cli("resume", "--task", KEY, "--decision", "reject")
-    r.assert_stopped()
-    assert "already executed" in r.err and snapshot(state_dir) == before
-    r = cli("resume", "--task", KEY, "--decision", "approve", "--json")
+    r = cli("resume", "--task", KEY, "--decision", then, "--json")
     assert r.code == 0, r.err
     task = r.json()
-    assert task["status"] == "completed" and "already published" in task["final_output"]
-    assert len(ledger_entries(state_dir)) == 1
+    assert task["status"] == "completed"
+    assert ("already published" if then == "approve" else "rejected") in task["final_output"]
+    assert len(ledger_entries(state_dir)) == 1 and not (state_dir / "rejections").exists()
     assert _doctor_findings(cli) == []
     again = snapshot(state_dir)  # a repeat changes nothing
-    r = cli("resume", "--task", KEY, "--decision", "approve", "--always")
+    r = cli("resume", "--task", KEY, "--decision", then)
     assert r.code == 0, r.err
     assert snapshot(state_dir) == again
+    other = {"approve": "reject", "reject": "approve"}[then]  # the other decision is refused
+    r = cli("resume", "--task", KEY, "--decision", other)
+    r.assert_stopped()
+    assert snapshot(state_dir) == again
+
+
+def test_a_new_call_with_other_content_can_be_rejected(cli, state_dir):
+    """After an approval ran, the model asks to publish something else: it cannot be approved,
+    but a reject ends the task (completed: the first call executed), never a dead end."""
+    _start(cli)
+
+    def respond(call: ModelCall) -> ModelStep:
+        last = call.input[-1] if isinstance(call.input, list) else {}
+        if isinstance(last, dict) and last.get("type") == "function_call_output" and last["call_id"] != "call_x":
+            return ModelStep(output=[function_call("publish_draft", {"title": TITLE, "body": "Other"},
+                                                   call_id="call_x")])
+        return offline_responder(call)
+
+    cp = _decide(state_dir, ScriptedModel([ModelStep.respond(respond) for _ in range(8)]), decision="approve")
+    assert [p.call_id for p in cp.pending] == ["call_x"] and _doctor_findings(cli) == []
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert snapshot(state_dir) == before
+    r = cli("resume", "--task", KEY, "--decision", "reject", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
+    assert ledger_entries(state_dir)[0]["content_sha256"] == content_sha256(TITLE, BODY)
+    assert _doctor_findings(cli) == []
 
 
 def test_always_on_two_channels_then_a_new_call_waits_and_is_decided(cli, state_dir):

@@ -147,14 +147,19 @@ def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -
 
 def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
     """Before a decision on the pending call ``call_id`` is written: every pending call must carry
-    the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except right
-    after an approval with edits on a channel whose model then asked for something else: that
-    call may be rejected or approved with edits again (a fresh human decision), never approved
-    as it is. Raises :class:`Stopped`."""
+    the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except a call
+    the model made in a later turn with other content, on one of the task's channels: it may be
+    rejected (a reject runs nothing), so the task never gets stuck on it; and right after an
+    approval with edits on a channel whose model then asked for something else: that call may
+    be rejected or approved with edits again (a fresh human decision), never approved as it is.
+    Raises :class:`Stopped`."""
     for call in cp.pending:
         if carries_its_draft(cp, call):
             continue
         channel = _channel(cp, call.arguments)
+        if (call.call_id == call_id and want == "rejected" and edit is None and call.tool == ACTION
+                and channel in cp.channels and cp.decisions):
+            continue  # a later turn's call (the first turn's calls carry the draft: guards.start)
         if (not isinstance(channel, str) or cp.edited_on(channel) is None or call.tool != ACTION
                 or set(call.arguments) - {"channel"} != {"title", "body"}):
             check_pending_is_the_draft(cp)  # raises: key/action mismatch

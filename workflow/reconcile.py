@@ -192,6 +192,18 @@ def answered(cp: "Checkpoint", call_id: str) -> bool:
             and all(p.call_id != call_id for p in cp.pending))
 
 
+def ran_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
+    """True if another call on ``channel`` was approved as it was asked (a person's or a sticky
+    rule's decision) and is no longer pending: the run executed it, so the channel's ledger entry
+    is that call's effect. For ``call_id`` rejected or undecided, the entry is then no evidence
+    against it: such a call may be rejected (the model is told no; nothing is undone, and the task
+    still completes, since an executed action is never cancelled) and is judged ``cancelled``
+    once the task completed."""
+    pending = {p.call_id for p in cp.pending}
+    return any(d.call_id != call_id and d.channel == channel and d.decision == "approved"
+               and d.edits is None and d.call_id not in pending for d in cp.decisions)
+
+
 def decided_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
     """True if ``call_id`` is a pending call with no decision of its own on a ``channel`` where an
     earlier call, decided as it was asked (approved or rejected, a person's or a sticky rule's
@@ -243,11 +255,12 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
                       "human must check (python run.py doctor)")
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
     decided = recorded.decision if recorded else None
-    several = len(cp.channels) > 1  # a one-channel task is judged exactly as before channels
+    other = bool(call_id) and decided != "approved" and ran_before(cp, call_id, channel)
+    several = len(cp.channels) > 1 or other  # a one-call task is judged exactly as before channels
     status = "cancelled" if several and cp.status == "completed" and decided == "rejected" else cp.status
     if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
-    ev = Evidence(status=status, decided=decided, entry=entry is not None,
+    ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
                   rejection=rejected is not None, overdue=overdue)
     return ev, entry, rejected
 
@@ -265,7 +278,9 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         verdict = UNCHANGED if action == "approve" else _refuse("decided")
     if verdict.kind == "refuse":
         recorded = decision_of(cp, call_id) if call_id else cp.decision
-        where = cp.task_id if len(cp.channels) == 1 or call_id is None else f"{cp.task_id} (call {call_id})"
+        shown = call_id or (recorded.call_id if recorded else None)  # the call judged (gather)
+        one = len(cp.channels) == 1 and len(calls_of(cp)) <= 1
+        where = cp.task_id if one or shown is None else f"{cp.task_id} (call {shown})"
         raise Stopped(refusal(
             verdict.code or "", task_id=where,
             status=ev.status if verdict.code == "executed" else cp.status,  # an answered call: ended
