@@ -202,3 +202,30 @@ def test_a_sticky_rule_in_a_file_is_refused_even_with_an_always_decision_on_reco
     r.assert_stopped()
     assert ("blanket 'approved' decision" if sticky else "approval settings no human recorded") in r.err
     assert snapshot(state_dir) == before and len(ledger_entries(state_dir)) == 2
+
+
+def test_on_postgresql_a_new_call_after_always_waits_and_doctor_agrees(pg_url, tmp_path, monkeypatch):
+    """The same on the database store: the new call waits, doctor (judging each call) reports
+    nothing, and a reject ends the task completed with one ledger entry."""
+    from conftest import run_in_process
+    from workflow import hitl
+    from workflow.store import open_store
+
+    monkeypatch.setenv("HITL_SIGNING_KEY", "pg-tests-signing-key-0123456789abcdef")
+    state_dir = tmp_path / "state"
+
+    def cli(*args: str):
+        return run_in_process(state_dir, "--store", pg_url, *args)
+
+    r = cli("start", "--key", KEY, "--title", TITLE, "--draft", BODY)
+    assert r.code == 0, r.err
+    store = open_store(pg_url, str(state_dir))
+    cp = asyncio.run(hitl.decide(store, task_id=KEY, decision="approve", by="alice", always=True,
+                                 model=_asks_again(None)))
+    assert cp.status == "waiting_for_approval" and [p.call_id for p in cp.pending] == ["call_again"]
+    assert cli("doctor", "--json").json()["findings"] == []
+    r = cli("resume", "--task", KEY, "--decision", "reject", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "completed"
+    assert len(cli("ledger", "--json").json()["entries"]) == 1
+    assert cli("doctor", "--json").json()["findings"] == []
