@@ -209,9 +209,9 @@ def decided_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
     earlier call, decided as it was asked (approved or rejected, a person's or a sticky rule's
     decision), was answered by the run: the channel's ledger entry or rejection record is that
     call's evidence and proves nothing about this one. This call waits for a human like any other
-    (the table still applies to it: approving it on a published channel publishes nothing new,
-    the ledger keeps one entry per idempotency key, and a reject of it is refused; approving it on
-    a rejected channel is refused); ``doctor`` finds nothing to report."""
+    (the table still applies to it: on a published channel approving it publishes nothing new,
+    the ledger keeps one entry per idempotency key, and rejecting it is allowed, :func:`ran_before`;
+    on a rejected channel approving it is refused); ``doctor`` finds nothing to report."""
     if decision_of(cp, call_id) is not None or all(p.call_id != call_id for p in cp.pending):
         return False
     return any(d.channel == channel and d.edits is None and answered(cp, d.call_id)
