@@ -162,7 +162,7 @@ def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: 
             call_id: str | None = None, **kwargs: Any) -> Any:
     """Apply one human decision (``workflow.hitl.decide``, ``kwargs`` passed on); return the new checkpoint."""
     from workflow import reconcile
-    reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason)  # before the SDK import
+    reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason, edit=kwargs.get("edit"))  # no SDK yet
     import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl, tracing
     return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,

@@ -298,7 +298,7 @@ def test_sdk_partial_decisions_run_decided_calls_and_pause_on_the_rest():
 
 def test_sdk_a_per_call_reject_after_always_approve_wins():
     """And the other order does not: a sticky approve given after a per-call reject overrides it
-    (why workflow.calls applies sticky rules first)."""
+    (one more reason workflow.calls gives the SDK one decision per call, never a sticky rule)."""
     for order, expected in ((("sticky", "reject"), ["a", "b"]), (("reject", "sticky"), ["a", "b", "c"])):
         CALLS.clear()
         agent, result, _ = _three_pending()
@@ -311,6 +311,27 @@ def test_sdk_a_per_call_reject_after_always_approve_wins():
                 state.reject(items["c_c"])
         asyncio.run(Runner.run(agent, state))
         assert CALLS == expected, order
+
+
+def test_sdk_always_approve_runs_a_later_call_of_the_tool_without_a_pause():
+    """A sticky approval stays in the RunState (``approved: True``) and runs the model's call of
+    the same tool in the next turn without an interruption; a per-call approval does not: the new
+    call pauses. Why ``workflow.calls.to_apply`` never gives ``always_approve``."""
+    from agents.testing import assistant_message, function_call
+
+    for always, expected_calls, paused in ((True, ["start", "start"], []), (False, ["start"], ["c2"])):
+        CALLS.clear()
+        model = ScriptedModel([ModelStep(output=[function_call("probe_tool", {"title": "T", "body": "B"}, call_id=c)])
+                               for c in ("c1", "c2")] + [ModelStep(output=[assistant_message("done")])])
+        agent = Agent(name="Probe", instructions="x", tools=[probe_tool], model=model)
+        result = asyncio.run(Runner.run(agent, _ask(), context={"who": "start"}))
+        state = result.to_state()
+        state.approve(state.get_interruptions()[0], always_approve=always)
+        if always:
+            saved = json.loads(state.to_string())["context"]["function_tool_approvals"]
+            assert [e["decision"]["approved"] for e in saved] == [True]
+        again = asyncio.run(Runner.run(agent, state))
+        assert CALLS == expected_calls and [i.call_id for i in again.interruptions] == paused, always
 
 
 def test_sdk_asks_for_approval_when_arguments_are_malformed_whatever_the_rule_says():

@@ -80,20 +80,19 @@ def keys(cp: "Checkpoint", channel: str) -> tuple[str, Optional[str]]:
 
 
 def unapplied(cp: "Checkpoint") -> list[Decision]:
-    """The human decisions recorded for calls still pending (recorded before a crash, a budget
-    stop or a failed run): replayed with every resume. Sticky rules first, then per-call
-    decisions, so that an explicit decision of a call beats the sticky rule (the SDK lets a
-    per-call decision made after ``always_approve`` win, and a sticky one made after it override;
-    ``tests/test_sdk_behaviour.py::test_sdk_a_per_call_reject_after_always_approve_wins``)."""
+    """The decisions recorded for calls still pending (recorded before a crash, a budget stop or
+    a failed run), a person's or one a sticky rule made (``source: sticky``): replayed with every
+    resume, each for its own call (:func:`to_apply`)."""
     pending = {p.call_id for p in cp.pending}
-    found = [d for d in cp.decisions if d.call_id in pending and d.source == "human"]
-    return sorted(found, key=lambda d: not d.always)
+    return [d for d in cp.decisions if d.call_id in pending]
 
 
 def sticky_decisions(cp: "Checkpoint", rec: Decision) -> list[Decision]:
-    """For a human decision ``rec`` with ``always``: the decisions the SDK's sticky rule will make
-    for the other pending calls of the same tool that have no decision on record, recorded through
-    our path with ``source: sticky`` and ``by`` the person who gave the rule. Empty otherwise."""
+    """For a human decision ``rec`` with ``always``: the decisions its sticky rule makes for the
+    other pending calls of the same tool that have no decision on record (the calls the reviewer
+    sees now), recorded through our path with ``source: sticky`` and ``by`` the person who gave
+    the rule. Empty otherwise. A call the model makes later is never covered: it waits for a
+    human (:func:`to_apply`)."""
     if not rec.always:
         return []
     out = []
@@ -121,8 +120,18 @@ def target(cp: "Checkpoint", call_id: Optional[str]) -> str:
 
 
 def to_apply(cp: "Checkpoint", rec: Decision) -> list[Decision]:
-    """The human decisions to give the SDK before this resume's run: those recorded for pending
-    calls (:func:`unapplied`) and ``rec`` if it is new, sticky rules first (see :func:`unapplied`)."""
+    """The decisions to give the SDK before this resume's run, one per call: those recorded for
+    pending calls (:func:`unapplied`), and ``rec`` with the decisions of its sticky rule
+    (:func:`sticky_decisions`) if it is new.
+
+    Each is given as ``state.approve(item)`` / ``state.reject(item)`` of its own call, never with
+    ``always_approve`` / ``always_reject``: the SDK keeps such a rule in the RunState and applies
+    it to every later call of the tool in the run, without a pause (openai-agents 0.24,
+    ``RunContextWrapper.approve_tool``;
+    ``tests/test_sdk_behaviour.py::test_sdk_always_approve_runs_a_later_call_of_the_tool_without_a_pause``),
+    so a call no human has seen would run. ``--always`` is our record of the calls it decided; a call
+    the model makes in a later turn pauses and waits for a human."""
     recorded = unapplied(cp)
-    new = [] if any(d.call_id == rec.call_id for d in recorded) else [rec]
-    return sorted([*recorded, *new], key=lambda d: not d.always)
+    if any(d.call_id == rec.call_id for d in recorded):
+        return recorded
+    return [*recorded, rec, *sticky_decisions(cp, rec)]

@@ -259,11 +259,16 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, Path
 
 
 def _check_calls(store: Any, cp: Checkpoint, path: Path | str, report: Report) -> None:
-    """A task with several channels: the ``doctor`` column of the decision table for each call
-    (:func:`workflow.reconcile.gather` reads that call's entry and rejection record)."""
-    from workflow.reconcile import gather
+    """A task with several channels, or with a call the model made after an earlier one was
+    answered (:func:`per_call`): the ``doctor`` column of the decision table for each call
+    (:func:`workflow.reconcile.gather` reads that call's entry and rejection record). A call that
+    waits on a channel where an earlier call was decided and answered
+    (:func:`workflow.reconcile.decided_before`) is a task waiting for a human, not a finding."""
+    from workflow.reconcile import decided_before, gather
 
     for call_id, channel in calls_of(cp):
+        if decided_before(cp, call_id, channel):
+            continue
         try:
             ev, _, rejected = gather(store, cp, call_id)
         except Stopped as exc:
@@ -279,6 +284,13 @@ def _check_calls(store: Any, cp: Checkpoint, path: Path | str, report: Report) -
         action = (command("resume", "--task", cp.task_id, "--call", call_id, "--decision",
                           verdict.action) if verdict.action else HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
+
+
+def per_call(cp: Checkpoint) -> bool:
+    """True if ``cp`` is judged call by call (:func:`_check_calls`): it has several channels, or
+    more than one call (a call answered, then the model's new call on the same channel). A task
+    with one call is judged on its current decision (:func:`_check_task`)."""
+    return len(cp.channels) > 1 or len(calls_of(cp)) > 1
 
 
 def _temp_files(store: Store) -> Iterator[Path]:
@@ -325,7 +337,7 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                         "unreadable_checkpoint", None, str(path), str(exc),
                         HUMAN + " (restore the file from a backup, or move it away)"))
                     continue
-                if len(cp.channels) > 1:  # each channel's entry is this task's (judged per call)
+                if per_call(cp):  # each channel's entry is this task's (judged per call)
                     seen_stems.update(file_name(keys(cp, c)[0]) for c in cp.channels)
                     _check_calls(store, cp, path, report)
                     continue
@@ -421,7 +433,7 @@ def _doctor_database(store: Any, repair: bool) -> dict[str, Any]:
         try:
             with store.task_lock(cp.task_id, timeout=0):
                 cp = store.load(cp.task_id)  # as it is now, under the lock
-                if len(cp.channels) > 1:  # each channel's entry and record: judged per call
+                if per_call(cp):  # each channel's entry and record: judged per call
                     _check_calls(store, cp, where, report)
                     continue
                 entry = store.ledger_get(cp.idempotency_key)

@@ -22,7 +22,8 @@ the model sent it). So ``resume --decision approve --edit-title TEXT --edit-body
    (:func:`check_pending`). Never auto-approve content the reviewer did not see.
 
 Edits are per call: they apply to the call the decision is for (``--call``, required when several
-calls are pending, the same rule as any decision); ``--always`` does not go with them.
+calls are pending, the same rule as any decision); ``--always`` does not go with them. Repeating
+an approval with edits (the same edits) returns the task unchanged (:func:`check_repeat`).
 Read-only commands use :func:`diff_lines` (``show``) and never import the SDK; neither does this
 module at import time.
 """
@@ -129,14 +130,16 @@ def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
 
 
 def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -> None:
-    """Edits and a sticky approval do not mix in one task: the SDK's ``always_approve`` rule would
-    run the model's new call without pausing, so nobody would check it carries the edited draft.
-    Raises :class:`Stopped` for edits while a sticky approval is in force, and for ``--always``
-    approve while a call approved with edits waits for the model's new call."""
+    """Edits and a sticky approval do not mix in one task: edits decide one call, whose channel
+    then expects the edited draft; ``--always`` decides the other pending calls of the tool
+    without the per-call check of :func:`check_pending`, so it could approve a model's call that
+    does not carry the edited draft. Raises :class:`Stopped` for edits in a task where a sticky
+    approval was given, and for ``--always`` approve while a call approved with edits waits for
+    the model's new call."""
     sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)
     if edit is not None and sticky:
-        raise Stopped(f"task {cp.task_id}: a sticky approval (--always) is in force, so the model's "
-                      "new call would run unchecked; approve or reject this call without edits")
+        raise Stopped(f"task {cp.task_id}: a sticky approval (--always) is in force in this task; "
+                      "approve or reject this call without edits")
     if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
         raise Stopped(f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
                       "which --always would approve unchecked; decide this call without --always")
@@ -144,20 +147,57 @@ def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -
 
 def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
     """Before a decision on the pending call ``call_id`` is written: every pending call must carry
-    the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except right
-    after an approval with edits on a channel whose model then asked for something else: that
-    call may be rejected or approved with edits again (a fresh human decision), never approved
-    as it is. Raises :class:`Stopped`."""
+    the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except a call
+    the model made in a later turn with other content, on one of the task's channels: it may be
+    rejected (a reject runs nothing), so the task never gets stuck on it; and right after an
+    approval with edits on a channel whose model then asked for something else: that call may
+    be rejected or approved with edits again (a fresh human decision), never approved as it is.
+    Raises :class:`Stopped`."""
     for call in cp.pending:
         if carries_its_draft(cp, call):
             continue
         channel = _channel(cp, call.arguments)
+        if (call.call_id == call_id and want == "rejected" and edit is None and call.tool == ACTION
+                and channel in cp.channels and cp.decisions):
+            continue  # a later turn's call (the first turn's calls carry the draft: guards.start)
         if (not isinstance(channel, str) or cp.edited_on(channel) is None or call.tool != ACTION
                 or set(call.arguments) - {"channel"} != {"title", "body"}):
             check_pending_is_the_draft(cp)  # raises: key/action mismatch
         if call.call_id == call_id and want == "approved" and edit is None:
             raise Stopped(f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
                           "approved with edits; reject it, or approve it with --edit-title/--edit-body")
+
+
+def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | None) -> None:
+    """For an approval the decision table says repeats one on record (verdict ``unchanged``):
+    it must be that approval, with the same edits or none. ``call_id`` None: the task's last
+    decided call. An approval with edits repeats if an approval with exactly these edits is on
+    record for that call's channel (on a one-channel task the last decision is the approval of
+    the model's call that carried them); a plain approval repeats only a plain one. Raises
+    :class:`Stopped` (nothing changed) for any other: a recorded decision is never changed."""
+    from workflow.calls import decision_of
+
+    last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
+    rec = decision_of(cp, call_id) if call_id else last
+    if want != "approved" or rec is None:
+        return
+    if edit is None:
+        same = rec.edits is None
+    else:
+        same = any(_same_edits(d.edits, edit) for d in cp.decisions if d.channel == rec.channel)
+    if not same:
+        how = "with edits" if rec.edits is not None else "as it was asked"
+        raise Stopped(f"task {cp.task_id}: call {rec.call_id} was approved {how} by {rec.by}; a "
+                      "decision on record is never changed (nothing was changed)")
+
+
+def _same_edits(recorded: Edits | None, edit: Edit) -> bool:
+    """True if ``edit``, applied to the draft ``recorded`` edited, gives exactly its edited draft."""
+    if recorded is None:
+        return False
+    title = recorded.original_title if edit.title is None else edit.title
+    body = recorded.original_body if edit.body is None else edit.body
+    return (title, body) == (recorded.title, recorded.body)
 
 
 def diff_lines(edits: dict[str, Any]) -> list[str]:

@@ -31,7 +31,7 @@ from state.settings import settings
 from state.storage import Store
 from state.terminal import one_line
 from workflow import calls
-from workflow.reconcile import refusal
+from workflow.reconcile import ran_before, refusal
 from workflow.store import as_task_store
 from workflow.trust import ONLY_ACTION, carries_the_draft, check_approvals
 
@@ -305,7 +305,9 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
 
     Each reject first creates its call's rejection record (which no restored checkpoint can
     undo), then checks that call's ledger entry again: an approval that ran meanwhile (a lost
-    lock) wins, since an executed action is never cancelled. If this decision cannot be recorded
+    lock) wins, since an executed action is never cancelled. A reject of a call on a channel an
+    earlier approved call already published (:func:`workflow.reconcile.ran_before`: the model
+    asked again) makes no rejection record: the entry is that call's, nothing is undone. If this decision cannot be recorded
     (the ledger has the entry, or another process wrote the checkpoint first), the records this
     call created are removed again, so a refused command leaves nothing behind. Raises
     :class:`Stopped`.
@@ -316,7 +318,7 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
     try:
         for r in recs:
             key, scope = calls.keys(cp, r.channel)
-            if r.decision == "rejected":
+            if r.decision == "rejected" and not ran_before(cp, r.call_id, r.channel):
                 made = (evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope) if scope
                         else evidence.rejection_record(cp.task_id, cp.content_sha256, r))[1]
                 if made:
@@ -406,7 +408,8 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
     """The changes that end ``cp`` after its run finished: ``completed`` if at least one call
     executed (its ledger entry exists), ``cancelled`` only if none did (an executed action is
     never marked cancelled). Every call decided ``approved`` must have its ledger entry and every
-    call decided ``rejected`` none. Raises :class:`Stopped` if the ledger disagrees (a human must
+    call decided ``rejected`` none, unless that entry is an earlier approved call's on the same
+    channel (:func:`workflow.reconcile.ran_before`). Raises :class:`Stopped` if the ledger disagrees (a human must
     check)."""
     evidence = as_task_store(store)
     entries = {c: evidence.ledger_get(calls.keys(cp, c)[0]) for c in cp.channels}
@@ -415,7 +418,7 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
         decided = rec.decision if rec else None
         if decided == "approved" and entries[channel] is None:
             raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
-        if decided == "rejected" and entries[channel] is not None:
+        if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel):
             raise Stopped(f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
     done = [e for e in entries.values() if e is not None]
     status = "completed" if done else "cancelled"

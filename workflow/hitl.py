@@ -11,8 +11,8 @@ step  SDK (docs: "Human-in-the-loop")                here
 5     ``result.to_state().to_string()``              :func:`_saved_text`, then ``store.save``
 6     ``RunState.from_string(agent, text)``          :func:`_from_string`
 7     ``state.get_interruptions()``                  :func:`resume`
-8     ``state.approve(item, always_approve=)`` /     :func:`resume` (per call: ``--call``)
-      ``state.reject(item, rejection_message=)``
+8     ``state.approve(item)`` /                      :func:`resume` (per call: ``--call``;
+      ``state.reject(item, rejection_message=)``     ``--always``: each pending call, recorded)
 9     ``Runner.run(agent, state)``                   :func:`resume`, then :func:`_finish`
 ====  =============================================  =========================================
 
@@ -113,7 +113,9 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                  on_event: streaming.OnEvent | None = None,
                  edit: edits.Edit | None = None) -> Checkpoint:
     """Apply a human's decision on one pending call (``call_id``; None: the only one) to a waiting
-    task and resume the run from disk; ``always`` also gives the SDK's sticky rule for the tool.
+    task and resume the run from disk; ``always`` also decides the other pending calls of the
+    tool the same way (recorded as ``source: sticky``; a call the model makes later waits for a
+    human: :func:`workflow.calls.to_apply`).
 
     Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (the
     run stopped at a new interruption), or ``budget_exceeded`` (the next call cannot be paid; a
@@ -129,13 +131,13 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     want = "approved" if decision == "approve" else "rejected"
     secrets.check_input("the reviewer name (--by)", by)  # before any file is written
     secrets.check_input("the reason", reason)
-    cp, verdict = reconcile.preflight(store, task_id, decision, call_id)  # before the lock: no file
+    cp, verdict = reconcile.preflight(store, task_id, decision, call_id, edit=edit)  # before the lock: no file
     code_agent = build_agent(build_offline_model())  # today's code, checked before a lock file is made
     check_agent(code_agent)
     if verdict.kind != "unchanged":
         guards.check_saved_against_code(cp, code_agent)
     with store.task_lock(task_id):
-        cp, verdict = reconcile.preflight(store, task_id, decision, call_id)  # verified, under the lock
+        cp, verdict = reconcile.preflight(store, task_id, decision, call_id, edit=edit)  # verified, under the lock
         guards.check_revision(cp, expect_revision)  # the reviewer decided on what is still there
         if verdict.kind == "unchanged":
             return cp
@@ -153,16 +155,16 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
             return guards.budget_stop(store, cp, budget, spend, why)
         items = guards.bind(cp, state.get_interruptions())  # exactly the calls the reviewer saw
         edits.check_pending(cp, call_id, want, edit)  # the draft started with, or approved with edits
-        edits.check_sticky(cp, want, edit, always)  # a sticky approval would skip the check of edits
+        edits.check_sticky(cp, want, edit, always)  # sticky calls skip the check of edits
         rec = edits.with_edits(guards.decision_for(store, cp, items[call_id], want, by, reason, always),
                                edit, items[call_id].arguments)  # one on record wins
         try:  # in memory first, so the SDK's own checks run before anything is written
-            for d in calls.to_apply(cp, rec):  # replayed ones too; sticky rules before per-call ones
+            for d in calls.to_apply(cp, rec):  # replayed ones too; one per call, never a sticky rule
                 item = items[d.call_id]
                 if d.decision == "approved" and d.edits is None:
-                    state.approve(item, always_approve=d.always)
+                    state.approve(item)
                 else:  # a reject, or edits: the message says exactly what the reviewer approved
-                    state.reject(item, always_reject=d.always, rejection_message=edits.rejection_message(d, cp))
+                    state.reject(item, rejection_message=edits.rejection_message(d, cp))
         except Exception as exc:
             raise Stopped(f"task {task_id}: the SDK refused the decision: {exc}") from None
         if calls.decision_of(cp, rec.call_id) is None:  # the human's decision, before any effect

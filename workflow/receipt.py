@@ -19,7 +19,7 @@ Shape (``--json``)::
                  # several channels only ("ledger" is then null: the task key has no entry):
                  "channels": [{"channel", "executed": bool, "ledger": entry | null}, …]},
      "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
-                  "decision": null | {"decision", "by", "at", "reason"},   (the last one)
+                  "decision": null | {"decision", "by", "at", "reason"},   (of the call shown)
                   "decisions": [{"call_id", "channel", "decision", "by", "at", "reason", "source"}]},
      "checkpoint": {"path", "revision", "schema_version", "sdk_version", "run_state_schema_version",
                     "created_at", "updated_at"},
@@ -273,10 +273,11 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
         errors.append(f"{invalid} trace record(s) of an unexpected shape skipped")
 
     request = next((s for s in reversed(steps) if s["step"] == "approval_requested"), None)
-    decision = None
-    if cp.decisions:
-        d = cp.decisions[-1]
-        decision = {"decision": d.decision, "by": d.by, "at": d.at, "reason": d.reason}
+    decision = None  # the decision of the call the request shows, if one was made
+    asked = request.get("call_id") if request else None
+    for d in cp.decisions:
+        if d.call_id == asked or (asked is None and d is cp.decisions[-1]):
+            decision = {"decision": d.decision, "by": d.by, "at": d.at, "reason": d.reason}
     times = [t for t in (_ts(s.get("at")) for s in steps) if t] + [
         t for t in (_ts(cp.created_at), _ts(cp.updated_at)) if t]
     model_calls = sum(1 for s in steps if s["step"] == "model_call")
@@ -300,7 +301,7 @@ def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
             "call_id": request.get("call_id") if request else None,
             "tool": request.get("tool") if request else None,
             "arguments": _arguments(request.get("arguments") if request else None),
-            "decision": decision,  # the last one; every one (a task with several calls) below
+            "decision": decision,  # of the call shown (none: not decided); every one below
             "decisions": [{"call_id": d.call_id, "channel": d.channel, "decision": d.decision,
                            "by": d.by, "at": d.at, "reason": d.reason, "source": d.source}
                           for d in cp.decisions],
@@ -390,11 +391,14 @@ def receipt_text(r: dict[str, Any]) -> str:
     lines.append(f"approval: {_v(a['tool'])}({_fmt_args(a['arguments'])}) call_id={_v(a['call_id'])}")
     lines.append(f"  requested {a['requested_at']}, expires {a['expires_at'] or 'never'}")
     d = a["decision"]
-    if len(a["decisions"]) > 1:  # several calls: each decision, with its channel
+    if len(a["decisions"]) > 1 or any(e["call_id"] != a["call_id"] for e in a["decisions"]):
+        # several calls, or the one decided is not the one shown: each decision, with its call
         for each in a["decisions"]:
             why = f", reason {each['reason']!r}" if each["reason"] else ""
             lines.append(f"  decided: {_v(each['channel'])} ({_v(each['call_id'])}): {each['decision']} "
                          f"by {_v(each['by'])} at {_v(each['at'])}{why}")
+        if d is None and a["call_id"]:
+            lines.append(f"  decided: {_v(a['call_id'])}: not yet")
     elif d:
         why = f", reason {d['reason']!r}" if d["reason"] else ""
         lines.append(f"  decided: {d['decision']} by {_v(d['by'])} at {_v(d['at'])}{why}")

@@ -29,9 +29,13 @@ decision, ledger entry and rejection record (:mod:`workflow.calls`), and ``statu
 the task's, except that in a ``completed`` task a call decided ``rejected`` is ``cancelled`` (a
 task completes when at least one call executed; it is cancelled only when none did), and in a
 task still waiting a call already answered by the run (:func:`answered`) is ``completed`` if
-approved, ``cancelled`` if rejected: its decision repeated is a no-op, never "not pending". A decision
-is checked against the call it is for; ``expire`` and ``doctor`` check every call of the task. A
-task with one call is judged exactly as before.
+approved, ``cancelled`` if rejected: its decision repeated is a no-op, never "not pending". A call
+approved with edits and answered is over whatever its channel's ledger says
+(:func:`answered_with_edits`), and a call the model makes after an earlier call on its channel
+was decided and answered is judged on its own, the channel's evidence being the earlier call's
+(:func:`decided_before`). A decision is checked against the call it is for; ``expire`` and
+``doctor`` check every call of the task, with one channel or several. A task with one call is
+judged exactly as before.
 
 The full table, every cell, is in docs/decision-table.md and is compared cell by cell with this
 function by ``tests/test_reconcile.py``. Never imports the SDK.
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
     from state.rejections import RejectionRecord
     from state.schema import Checkpoint
     from state.storage import Store
+    from workflow.edits import Edit
 
 Action = Literal["approve", "reject", "expire", "doctor"]
 ACTIONS: tuple[Action, ...] = ("approve", "reject", "expire", "doctor")
@@ -179,12 +184,48 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
 def answered(cp: "Checkpoint", call_id: str) -> bool:
     """True if ``call_id`` of an open task (:data:`OPEN`) was decided and the run gave it its answer
     (it executed, or the model got its rejection text): its decision is on record and it is no
-    longer pending, while other calls of the same turn still wait. Such a call is judged as ended
-    (``completed`` if approved, ``cancelled`` if rejected): repeating its decision returns the task
-    unchanged, another decision is refused. A decision on record for a call still pending is one
-    a crash, a budget stop or a failed run left unfinished: not answered. A one-channel task is
-    judged as before channels: never."""
-    return (len(cp.channels) > 1 and cp.status in OPEN and decision_of(cp, call_id) is not None
+    longer pending, while other calls still wait (of the same turn, or the model's new calls of a
+    later turn). Such a call is judged as ended (``completed`` if approved, ``cancelled`` if
+    rejected): repeating its decision returns the task unchanged, another decision is refused. A
+    decision on record for a call still pending is one a crash, a budget stop or a failed run left
+    unfinished: not answered."""
+    return (cp.status in OPEN and decision_of(cp, call_id) is not None
+            and all(p.call_id != call_id for p in cp.pending))
+
+
+def ran_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
+    """True if another call on ``channel`` was approved as it was asked (a person's or a sticky
+    rule's decision) and is no longer pending: the run executed it, so the channel's ledger entry
+    is that call's effect. For ``call_id`` rejected or undecided, the entry is then no evidence
+    against it: such a call may be rejected (the model is told no; nothing is undone, and the task
+    still completes, since an executed action is never cancelled) and is judged ``cancelled``
+    once the task completed."""
+    pending = {p.call_id for p in cp.pending}
+    return any(d.call_id != call_id and d.channel == channel and d.decision == "approved"
+               and d.edits is None and d.call_id not in pending for d in cp.decisions)
+
+
+def decided_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
+    """True if ``call_id`` is a pending call with no decision of its own on a ``channel`` where an
+    earlier call, decided as it was asked (approved or rejected, a person's or a sticky rule's
+    decision), was answered by the run: the channel's ledger entry or rejection record is that
+    call's evidence and proves nothing about this one. This call waits for a human like any other
+    (the table still applies to it: on a published channel approving it publishes nothing new,
+    the ledger keeps one entry per idempotency key, and rejecting it is allowed, :func:`ran_before`;
+    on a rejected channel approving it is refused); ``doctor`` finds nothing to report."""
+    if decision_of(cp, call_id) is not None or all(p.call_id != call_id for p in cp.pending):
+        return False
+    return any(d.channel == channel and d.edits is None and answered(cp, d.call_id)
+               for d in cp.decisions)
+
+
+def answered_with_edits(cp: "Checkpoint", call_id: Optional[str]) -> bool:
+    """True if ``call_id`` was approved with edits and the run answered it (the message naming the
+    edited draft reached the model; the call itself never runs, :mod:`workflow.edits`): its
+    decision is over whatever its channel's ledger says. Repeating it (the same edits) returns the
+    task unchanged; any other decision of it is refused."""
+    recorded = decision_of(cp, call_id) if call_id else None
+    return (recorded is not None and recorded.edits is not None
             and all(p.call_id != call_id for p in cp.pending))
 
 
@@ -201,7 +242,9 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     if call_id is None:
         last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
         call_id = last.call_id if last is not None else (calls[0][0] if calls else None)
-    channel = dict(calls).get(call_id, cp.channels[0]) if call_id else cp.channels[0]
+    recorded = decision_of(cp, call_id) if call_id else cp.decision
+    channel = (recorded.channel if recorded is not None and recorded.call_id == call_id
+               else dict(calls).get(call_id, cp.channels[0]) if call_id else cp.channels[0])
     key, scope = keys(cp, channel)
     evidence = as_task_store(store)
     entry = evidence.ledger_get(key)
@@ -212,13 +255,13 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
                       "human must check (python run.py doctor)")
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
-    recorded = decision_of(cp, call_id) if call_id else cp.decision
     decided = recorded.decision if recorded else None
-    several = len(cp.channels) > 1  # a one-channel task is judged exactly as before channels
+    other = bool(call_id) and decided != "approved" and ran_before(cp, call_id, channel)
+    several = len(cp.channels) > 1 or other  # a one-call task is judged exactly as before channels
     status = "cancelled" if several and cp.status == "completed" and decided == "rejected" else cp.status
     if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
-    ev = Evidence(status=status, decided=decided, entry=entry is not None,
+    ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
                   rejection=rejected is not None, overdue=overdue)
     return ev, entry, rejected
 
@@ -232,9 +275,13 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         return EXPIRE if verdicts == {"expire"} else SKIP
     ev, _, rejected = gather(store, cp, call_id)
     verdict = reconcile(ev, action)
+    if answered_with_edits(cp, call_id) and action in ("approve", "reject"):
+        verdict = UNCHANGED if action == "approve" else _refuse("decided")
     if verdict.kind == "refuse":
         recorded = decision_of(cp, call_id) if call_id else cp.decision
-        where = cp.task_id if len(cp.channels) == 1 or call_id is None else f"{cp.task_id} (call {call_id})"
+        shown = call_id or (recorded.call_id if recorded else None)  # the call judged (gather)
+        one = len(cp.channels) == 1 and len(calls_of(cp)) <= 1
+        where = cp.task_id if one or shown is None else f"{cp.task_id} (call {shown})"
         raise Stopped(refusal(
             verdict.code or "", task_id=where,
             status=ev.status if verdict.code == "executed" else cp.status,  # an answered call: ended
@@ -246,13 +293,16 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
 
 
 def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
-              by: Optional[str] = None, reason: Optional[str] = None) -> tuple["Checkpoint", Verdict]:
+              by: Optional[str] = None, reason: Optional[str] = None,
+              edit: Optional["Edit"] = None) -> tuple["Checkpoint", Verdict]:
     """The checks before a decision takes the task's lock, none of which needs the SDK: the
     checkpoint loads and verifies, no hostile file sits where the task's files go
     (``Store.check_writable``), the call is named when several are pending
     (:func:`workflow.calls.pick_call`), the table allows ``decision`` for that call, and the
     reviewer name ``by`` and the ``reason`` hold no secret value
-    (:func:`state.secrets.check_input`). Returns
+    (:func:`state.secrets.check_input`); an ``unchanged`` verdict must repeat the recorded
+    decision, edits included (``edit``: the approval's edits, or None;
+    :func:`workflow.edits.check_repeat`). Returns
     ``(checkpoint, verdict)``; raises :class:`Stopped` otherwise. Reads only, so a refusal leaves
     the state dir as it was."""
     cp = store.load(task_id)
@@ -260,6 +310,10 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
     if cp.pending and cp.status in OPEN and not (call_id and answered(cp, call_id)):
         call_id = pick_call(cp, call_id).call_id
     verdict = check(store, cp, decision, call_id)
+    if verdict.kind == "unchanged":
+        from workflow.edits import check_repeat
+
+        check_repeat(cp, call_id, "approved" if decision == "approve" else "rejected", edit)
     secrets.check_input("the reviewer name (--by)", by)
     secrets.check_input("the reason", reason)
     return cp, verdict

@@ -58,19 +58,17 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
 
     ``run_state`` is the parsed ``RunState.to_string()``. The top-level ``context.approvals`` and
     ``context.function_tool_approvals`` may hold only the call_ids in ``cp.decisions``, each with
-    its recorded kind, as lists. A blanket ``True`` (the SDK's sticky rule, ``always_approve`` /
-    ``always_reject``) and its ``sticky_scope`` / ``sticky_rejection_message`` only where a human
-    decision of that kind with ``always`` is recorded; any other sticky setting is refused. Then
-    :func:`check_no_hidden_approvals`. Raises :class:`Stopped`.
+    its recorded kind, as lists. A blanket ``True``/``False`` (the SDK's sticky rule,
+    ``always_approve`` / ``always_reject``) and ``sticky_scope`` / ``sticky_rejection_message`` are
+    refused even where a human decided with ``always``: our decision path gives the SDK one
+    decision per call (:func:`workflow.calls.to_apply`), because a sticky rule in the RunState
+    would run a later call no human has seen. Then :func:`check_no_hidden_approvals`. Raises
+    :class:`Stopped`.
     """
     # an approval with edits answers its call with a rejection message (workflow/edits.py)
     recorded = {(d.call_id, "rejected" if d.edits else d.decision) for d in cp.decisions}
-    sticky = {d.decision for d in cp.decisions if d.always and d.source == "human"}
     for record in _top_level_records(run_state, cp):
-        allowed = {"approved", "rejected", "rejection_messages"}
-        allowed |= {"sticky_scope"} if sticky else set()
-        allowed |= {"sticky_rejection_message"} if "rejected" in sticky else set()
-        extra = set(record) - allowed
+        extra = set(record) - {"approved", "rejected", "rejection_messages"}
         if extra:
             raise Stopped(
                 f"task {cp.task_id}: RunState holds approval settings no human recorded "
@@ -78,12 +76,10 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
             )
         for field, kind in (("approved", "approved"), ("rejected", "rejected")):
             ids = record.get(field, [])
-            if (ids is True and kind in sticky) or (ids is False and sticky):
-                continue  # a sticky rule a human gave through our decision path (always)
             if not isinstance(ids, list):
                 raise Stopped(
-                    f"task {cp.task_id}: RunState holds a blanket '{field}' decision that no "
-                    "human recorded"
+                    f"task {cp.task_id}: RunState holds a blanket '{field}' decision (a sticky "
+                    "rule) that our decision path never gives"
                 )
             for call_id in ids:
                 if (call_id, kind) not in recorded:
