@@ -341,3 +341,30 @@ def test_a_wrong_password_is_one_line_that_never_shows_it(pg_url, tmp_path):
     assert r.code == 1 and "password authentication failed" in r.err
     assert password[:8] not in r.err and "wrong" not in r.err
     assert not (tmp_path / "s").exists()  # nothing created on disk either
+
+
+def test_the_longest_lock_timeout_works_on_postgresql(pg_url, tmp_path):
+    """``HITL_LOCK_TIMEOUT`` at its maximum becomes a ``lock_timeout`` the server takes."""
+    from state.settings import MAX_LOCK_TIMEOUT_S
+
+    env = {"HITL_LOCK_TIMEOUT": str(MAX_LOCK_TIMEOUT_S)}
+    state = tmp_path / "a"
+    assert _cli(state, pg_url, "start", "--key", "lt-1", "--draft", "x", env=env).code == 0
+    r = _cli(state, pg_url, "resume", "--task", "lt-1", "--decision", "approve", env=env)
+    assert r.code == 0, r.err
+    assert _rows(pg_url, "SELECT idempotency_key FROM ledger") == [("lt-1",)]
+
+
+@pytest.mark.parametrize("value", ["3000000", "1e308"])
+def test_a_lock_timeout_postgresql_cannot_take_is_refused_before_the_database(pg_url, tmp_path, value):
+    """``3000000`` s is beyond ``lock_timeout``'s 32-bit milliseconds ("exceeds integer range"),
+    ``1e308`` overflowed in the conversion: both are refused by name, nothing written anywhere."""
+    state = tmp_path / "a"
+    assert _cli(state, pg_url, "start", "--key", "lt-1", "--draft", "x").code == 0
+    before = _rows(pg_url, "SELECT task_id, revision FROM checkpoints")
+    r = _cli(state, pg_url, "resume", "--task", "lt-1", "--decision", "approve",
+             env={"HITL_LOCK_TIMEOUT": value})
+    _assert_clear(r)
+    assert r.code == 1 and f"HITL_LOCK_TIMEOUT={value!r} is not a number of seconds" in r.err
+    assert _rows(pg_url, "SELECT task_id, revision FROM checkpoints") == before
+    assert _rows(pg_url, "SELECT count(*) FROM ledger") == [(0,)]
