@@ -42,9 +42,9 @@ DEFAULT_LOCK_TIMEOUT_S = 10.0
 #: that long, and PostgreSQL's ``lock_timeout`` takes it in milliseconds as a 32-bit integer
 #: (at most 2,147,483,647 ms, about 24.8 days).
 MAX_LOCK_TIMEOUT_S = 86400
-#: The inbox server (``run.py serve``): seconds a connection may take to send a request's headers.
-DEFAULT_HEADER_TIMEOUT_S = 10.0
-MIN_HEADER_TIMEOUT_S, MAX_HEADER_TIMEOUT_S = 0.1, 300
+#: The inbox server (``run.py serve``): seconds a connection may take to send a whole request.
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+MIN_REQUEST_TIMEOUT_S, MAX_REQUEST_TIMEOUT_S = 0.1, 300
 #: The inbox server: connections open at once; one more is answered 503 and closed.
 DEFAULT_MAX_CONNECTIONS = 100
 MAX_MAX_CONNECTIONS = 1000  # below the usual limit of 1,024 open files per process
@@ -209,12 +209,12 @@ class Settings(BaseSettings):
         "`STOPPED:` line.",
         "nothing (any non-empty value, even `0`, turns it on)"))
 
-    header_timeout: float = Field(DEFAULT_HEADER_TIMEOUT_S, alias="HITL_INBOX_HEADER_TIMEOUT",
-                                  ge=MIN_HEADER_TIMEOUT_S, le=MAX_HEADER_TIMEOUT_S, **_doc(
+    request_timeout: float = Field(DEFAULT_REQUEST_TIMEOUT_S, alias="HITL_INBOX_REQUEST_TIMEOUT",
+                                   ge=MIN_REQUEST_TIMEOUT_S, le=MAX_REQUEST_TIMEOUT_S, **_doc(
         "number", "seconds", "10",
-        "The inbox server (`serve`) closes a connection that has not sent a request's headers "
-        "this long after it opened (or after its last response).",
-        f"anything but a number from {MIN_HEADER_TIMEOUT_S} to {MAX_HEADER_TIMEOUT_S}"))
+        "The inbox server (`serve`) closes a connection that has not sent a whole request (its "
+        "head, and its body if any) this long after it opened or after its last response.",
+        f"anything but a number from {MIN_REQUEST_TIMEOUT_S} to {MAX_REQUEST_TIMEOUT_S}"))
     max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, alias="HITL_INBOX_MAX_CONNECTIONS",
                                  ge=1, le=MAX_MAX_CONNECTIONS, **_doc(
         "whole number", "connections", str(DEFAULT_MAX_CONNECTIONS),
@@ -222,7 +222,7 @@ class Settings(BaseSettings):
         "answered `503` and closed at once.",
         f"anything but a whole number from 1 to {MAX_MAX_CONNECTIONS}"))
 
-    @field_validator("lock_timeout", "header_timeout", "max_connections", mode="plain")
+    @field_validator("lock_timeout", "request_timeout", "max_connections", mode="plain")
     @classmethod
     def _number(cls, raw: Any, info: ValidationInfo) -> float | int:
         field = cls.model_fields[info.field_name or ""]

@@ -133,7 +133,7 @@ OUT_OF_RANGE = ["nan", "inf", "-inf", "1e308", "-1", "3000000", "abc", "", "0x10
 
 
 def test_every_numeric_setting_has_a_range():
-    assert set(NUMERIC) == {"lock_timeout", "header_timeout", "max_connections"}
+    assert set(NUMERIC) == {"lock_timeout", "request_timeout", "max_connections"}
     for name, field in NUMERIC.items():
         lo, hi = settings_mod._bounds(field)
         assert lo <= field.default <= hi, name
@@ -192,8 +192,8 @@ def test_a_lock_timeout_no_store_can_honour_is_one_line_touching_nothing(cli, st
 
 
 def test_a_bad_inbox_setting_stops_serve_before_it_listens(cli, state_dir, monkeypatch):
-    monkeypatch.setenv("HITL_INBOX_HEADER_TIMEOUT", "0")
+    monkeypatch.setenv("HITL_INBOX_REQUEST_TIMEOUT", "0")
     r = cli("serve", "--port", "0")
     r.assert_stopped()
-    assert "HITL_INBOX_HEADER_TIMEOUT='0' is not a number of seconds from 0.1 to 300" in r.err
+    assert "HITL_INBOX_REQUEST_TIMEOUT='0' is not a number of seconds from 0.1 to 300" in r.err
     assert not state_dir.exists()

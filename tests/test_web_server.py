@@ -1,5 +1,5 @@
 """The inbox server's own limits (``workflow.web.server_config``): a connection that never finishes
-its request head is closed after ``HITL_INBOX_HEADER_TIMEOUT``, and no more than
+its request (head or body) is closed after ``HITL_INBOX_REQUEST_TIMEOUT``, and no more than
 ``HITL_INBOX_MAX_CONNECTIONS`` are open at once. A real uvicorn server on a loopback port, in a
 thread of this process; bounded numbers of sockets, each with a timeout."""
 
@@ -81,10 +81,10 @@ def _open_connections(server: object) -> int:
     return len(server.server_state.connections)  # type: ignore[attr-defined]
 
 
-def test_half_open_connections_are_closed_after_the_header_timeout(state_dir, monkeypatch):
+def test_half_open_connections_are_closed_after_the_request_timeout(state_dir, monkeypatch):
     """50 loopback connections that never finish their request head are all closed by the server
-    once the (shortened) header timeout has passed; a normal request works throughout."""
-    monkeypatch.setenv("HITL_INBOX_HEADER_TIMEOUT", "0.5")
+    once the (shortened) request timeout has passed; a normal request works throughout."""
+    monkeypatch.setenv("HITL_INBOX_REQUEST_TIMEOUT", "0.5")
     monkeypatch.setenv("HITL_INBOX_MAX_CONNECTIONS", "100")
     with _server(state_dir) as (port, server):
         slow = [_connect(port) for _ in range(50)]
@@ -110,7 +110,7 @@ def test_half_open_connections_are_closed_after_the_header_timeout(state_dir, mo
 def test_a_keep_alive_connection_must_send_its_next_head_in_time_too(state_dir, monkeypatch):
     """After one full request and response, half a second request head is closed on time (uvicorn's
     keep-alive timer alone stops at the first byte received)."""
-    monkeypatch.setenv("HITL_INBOX_HEADER_TIMEOUT", "0.5")
+    monkeypatch.setenv("HITL_INBOX_REQUEST_TIMEOUT", "0.5")
     with _server(state_dir) as (port, _server_):
         with _connect(port) as s:
             s.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
@@ -126,7 +126,7 @@ def test_a_keep_alive_connection_must_send_its_next_head_in_time_too(state_dir, 
 def test_connections_beyond_the_cap_get_503_and_are_closed_at_once(state_dir, monkeypatch):
     """With the cap at 5 and 5 connections held open, each further one is answered 503 and closed
     at once (no file descriptor kept for it); with one slot free a normal request works."""
-    monkeypatch.setenv("HITL_INBOX_HEADER_TIMEOUT", "30")  # the cap alone is under test here
+    monkeypatch.setenv("HITL_INBOX_REQUEST_TIMEOUT", "30")  # the cap alone is under test here
     monkeypatch.setenv("HITL_INBOX_MAX_CONNECTIONS", "5")
     with _server(state_dir) as (port, server):
         held = [_connect(port) for _ in range(4)]
@@ -151,7 +151,29 @@ def test_connections_beyond_the_cap_get_503_and_are_closed_at_once(state_dir, mo
         assert _normal_request(port).startswith(b"HTTP/1.1 303 ")
 
 
-@pytest.mark.parametrize("name, value", [("HITL_INBOX_HEADER_TIMEOUT", "1e308"),
+def test_a_body_trickled_after_a_refusal_is_closed_on_time(state_dir, monkeypatch):
+    """A POST refused by the gate (403, its announced body unread) whose client then sends the body
+    a byte at a time: closed once the request timeout has passed, not kept as long as bytes come."""
+    monkeypatch.setenv("HITL_INBOX_REQUEST_TIMEOUT", "0.5")
+    with _server(state_dir) as (port, server):
+        with _connect(port) as s:
+            s.sendall(f"POST /task/x/decide HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                      f"Origin: http://127.0.0.1:{port}\r\nContent-Length: 100000\r\n\r\nab".encode())
+            got, closed = b"", False
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not closed:
+                try:
+                    s.sendall(b"x")
+                except OSError:
+                    closed = True
+                    break
+                shut, more = _closed_by_server(s, 0.2)
+                got += more
+                closed = shut
+            assert got.startswith(b"HTTP/1.1 403 ") and closed, got
+
+
+@pytest.mark.parametrize("name, value", [("HITL_INBOX_REQUEST_TIMEOUT", "1e308"),
                                          ("HITL_INBOX_MAX_CONNECTIONS", "0")])
 def test_the_limits_come_from_the_settings(monkeypatch, name, value):
     from state.errors import Stopped

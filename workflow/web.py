@@ -404,23 +404,25 @@ BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain;
                  b"content-length: %d\r\n\r\n%s" % (len(_BUSY), _BUSY))
 
 
-def inbox_protocol(header_timeout: float, max_connections: int) -> type:
+def inbox_protocol(request_timeout: float, max_connections: int) -> type:
     """uvicorn's h11 protocol class with two limits it lacks: a connection that has not sent a
-    whole request head ``header_timeout`` seconds after it opened (or after its last response) is
-    closed, and a connection that would make more than ``max_connections`` open at once gets
-    :data:`BUSY_RESPONSE` and is closed at once (seconds; a whole number).
+    whole request (head, and body if any) ``request_timeout`` seconds after it opened or after its
+    last response is closed, and a connection that would make more than ``max_connections`` open
+    at once gets :data:`BUSY_RESPONSE` and is closed at once (seconds; a whole number). Time the
+    page code takes after the request has arrived does not count.
 
     Why our own: uvicorn's ``timeout_keep_alive`` starts only after a response, and any byte
-    received stops it, so a connection that never finishes its headers is kept forever; its
-    ``limit_concurrency`` answers 503 only once a whole request head has arrived, so it holds the
-    connection (and its file descriptor) until then. The size of a request head is already
-    bounded by h11 (``h11_max_incomplete_event_size``, 16 KiB by default)."""
+    received stops it, so a connection that never finishes its headers (or, after a 403, trickles
+    the body it announced) is kept forever; its ``limit_concurrency`` answers 503 only once a
+    whole request head has arrived, so it holds the connection (and its file descriptor) until
+    then. The size of a request head is already bounded by h11 (``h11_max_incomplete_event_size``,
+    16 KiB by default), that of a form by :data:`MAX_FORM_BYTES`."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class InboxProtocol(H11Protocol):  # type: ignore[misc]
         _refused = False
-        _header_timer: Optional[asyncio.TimerHandle] = None
+        _timer: Optional[asyncio.TimerHandle] = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             if len(self.connections) >= max_connections:  # never counted, never read
@@ -432,14 +434,14 @@ def inbox_protocol(header_timeout: float, max_connections: int) -> type:
             self._arm()
 
         def _arm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-            self._header_timer = self.loop.call_later(header_timeout, self._headers_overdue)
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_later(request_timeout, self._request_overdue)
 
-        def _headers_overdue(self) -> None:
-            self._header_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                self.transport.close()  # no request head yet in this cycle: the client is too slow
+        def _request_overdue(self) -> None:
+            self._timer = None
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+                self.transport.close()  # this cycle's request has not arrived whole: too slow
 
         def data_received(self, data: bytes) -> None:
             if not self._refused:
@@ -451,9 +453,9 @@ def inbox_protocol(header_timeout: float, max_connections: int) -> type:
                 self._arm()  # the next request's head must come in time too
 
         def connection_lost(self, exc: Optional[Exception]) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if not self._refused:
                 super().connection_lost(exc)
 
@@ -462,14 +464,14 @@ def inbox_protocol(header_timeout: float, max_connections: int) -> type:
 
 def server_config(app: Any) -> Any:
     """The ``uvicorn.Config`` that :func:`serve` runs ``app`` with: quiet, no ``Server`` header, no
-    proxy headers, and the limits of :func:`inbox_protocol` from ``HITL_INBOX_HEADER_TIMEOUT`` and
+    proxy headers, and the limits of :func:`inbox_protocol` from ``HITL_INBOX_REQUEST_TIMEOUT`` and
     ``HITL_INBOX_MAX_CONNECTIONS`` (docs/settings.md)."""
     import uvicorn
 
     from state.settings import settings
 
     found = settings()
-    return uvicorn.Config(app, http=inbox_protocol(found.header_timeout, found.max_connections),
+    return uvicorn.Config(app, http=inbox_protocol(found.request_timeout, found.max_connections),
                           log_level="warning", access_log=False, lifespan="off",
                           server_header=False, proxy_headers=False)
 
