@@ -176,3 +176,19 @@ def test_the_own_key_starts_tasks_as_before(cli, state_dir, monkeypatch, env):
     for key in ("o-1", "o-2"):
         assert cli("start", "--key", key, "--draft", "x").code == 0
     assert cli("list").code == 0
+
+
+def test_review_walks_what_verifies_and_says_what_it_could_not(cli, state_dir):
+    from workflow.inbox import review
+    from workflow.store import FileStore
+
+    for key in ("r-1", "r-2"):
+        assert cli("start", "--key", key, "--draft", "x").code == 0
+    path = checkpoint_file(state_dir, "r-2")
+    path.write_text(path.read_text(encoding="utf-8").replace('"title": "Untitled draft"',
+                                                             '"title": "Edited"'), encoding="utf-8")
+    said: list[str] = []
+    done = review(FileStore(state_dir), ask=lambda prompt: "s", say=said.append,
+                  decide=lambda *a: pytest.fail("nothing is decided"))
+    assert said[0].startswith("NOTE: 1 checkpoint is not listed") and path.name in said[0]
+    assert [r["task_id"] for r in done["reviewed"]] == ["r-1"]

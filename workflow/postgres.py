@@ -7,7 +7,8 @@ never pay for it. What lives where:
 
 - in the database: checkpoints (the signed envelope, as the exact JSON text that was signed, with
   its revision, status and MAC as columns), ``history`` (one row per revision written), the
-  ``ledger`` (one row per idempotency key) and ``rejections``; the tables are created and upgraded
+  ``ledger`` (one row per idempotency key), ``rejections`` and ``key_fingerprint`` (which key signs
+  the checkpoints: :meth:`PostgresStore.check_key`); the tables are created and upgraded
   by the plain SQL files in ``workflow/migrations/`` (:func:`migrate`);
 - on this machine, in the state dir (``--state-dir``): the signing key (``HITL_SIGNING_KEY`` or
   ``signing.key``, never the database: a row can be edited by whoever can write the database, and
