@@ -192,3 +192,21 @@ def test_review_walks_what_verifies_and_says_what_it_could_not(cli, state_dir):
                   decide=lambda *a: pytest.fail("nothing is decided"))
     assert said[0].startswith("NOTE: 1 checkpoint is not listed") and path.name in said[0]
     assert [r["task_id"] for r in done["reviewed"]] == ["r-1"]
+
+
+def test_the_browser_inbox_lists_what_verifies_and_says_what_it_could_not(cli, state_dir):
+    """The inbox page, like ``list``: a checkpoint that does not verify no longer turns the whole
+    page into an error; the others are listed under one STOPPED line naming it."""
+    from tests.test_web import _client, _login
+
+    for key in ("w-1", "w-2"):
+        assert cli("start", "--key", key, "--draft", "x").code == 0
+    client = _client(state_dir)
+    _login(client)
+    assert 'data-task="w-2"' in client.get("/").text
+    path = checkpoint_file(state_dir, "w-2")
+    path.write_text(path.read_text(encoding="utf-8").replace('"title": "Untitled draft"',
+                                                             '"title": "Edited"'), encoding="utf-8")
+    r = client.get("/")
+    assert r.status_code == 200 and 'data-task="w-1"' in r.text and 'data-task="w-2"' not in r.text
+    assert "STOPPED: 1 checkpoint is not listed" in r.text and path.name in r.text

@@ -214,15 +214,16 @@ class Inbox:
         if status not in FILTERS:
             return self._error(request, 400, f"status must be one of {', '.join(FILTERS)}")
         try:
-            rows = self.index.rows()
+            rows, unverified = self.index.listing()  # what verifies, and a line about the rest
         except Stopped as exc:
             return self._error(request, 500, str(exc))
         shown = inbox_index.page(rows, status, number)
         now = clock.now()
         items = [(r, timing(r, now)) for r in shown.rows]
         version = hashlib.sha256(repr([(r.task_id, r.revision, t["age"], t["left"])
-                                       for r, t in items] + [shown.total]).encode()).hexdigest()[:16]
+                                       for r, t in items] + [shown.total, unverified]).encode()).hexdigest()[:16]
         response = self._render(request, "inbox.html", page=shown, items=items, status=status,
+                                unverified=unverified,
                                 filters=FILTERS, version=version,
                                 link=lambda n: "/?" + urlencode({"status": status, "page": n}))
         response.headers["server-timing"] = f"render;dur={(time.perf_counter() - started) * 1000:.1f}"
