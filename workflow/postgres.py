@@ -265,7 +265,8 @@ class PostgresStore:
         ``record``, nothing to compare: each checkpoint's MAC stays the judge. Raises
         :class:`Stopped` naming the cause (another deployment, another ``HITL_SIGNING_KEY``)."""
         mine = key_fingerprint(key)
-        if self._fingerprint_ok == mine or (self._target or KEY_FINGERPRINT_VERSION) < KEY_FINGERPRINT_VERSION:
+        older = (self._target or KEY_FINGERPRINT_VERSION) < KEY_FINGERPRINT_VERSION  # no such table
+        if self._fingerprint_ok == mine or older:
             return
         with self._db() as conn:
             row = conn.execute("SELECT fingerprint FROM key_fingerprint").fetchone()
