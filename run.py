@@ -210,10 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:  # stdout is full, gone or read-only (``>/dev/full``)
             output.output_failed(args.command, result, exc)
             return 1
-    if args.command == "doctor" and not result["consistent"]:  # type: ignore[index]
-        from workflow.doctor import summary
-
-        print(f"STOPPED: {summary(result)}", file=sys.stderr)  # type: ignore[arg-type]
+    problem = output.problem_after(args.command, result)  # doctor: inconsistent; list: unverified
+    if problem:
+        print(f"STOPPED: {problem}", file=sys.stderr)
         return 1
     return 0
 

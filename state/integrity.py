@@ -55,6 +55,18 @@ def env_key() -> bytes | None:
     return settings().signing_key_bytes
 
 
+#: What :func:`key_fingerprint` signs: not a JSON object, so never the canonical JSON of an envelope.
+FINGERPRINT_LABEL = b"hitl-publish signing key fingerprint v1"
+
+
+def key_fingerprint(key: bytes) -> str:
+    """Hex HMAC-SHA256 of :data:`FINGERPRINT_LABEL` under ``key``: names the signing key (two
+    deployments with different keys get different fingerprints) without revealing it, and forges
+    nothing (no checkpoint's MAC is over this label). Stored where a shared store records which
+    key signs its checkpoints (``key_fingerprint`` in PostgreSQL)."""
+    return hmac.new(key, FINGERPRINT_LABEL, "sha256").hexdigest()
+
+
 def compute_mac(body: dict[str, Any], key: bytes) -> str:
     """Hex HMAC-SHA256 of the canonical JSON of ``body`` (the envelope without ``mac``)."""
     return hmac.new(key, canonical_json(body), "sha256").hexdigest()

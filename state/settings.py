@@ -26,7 +26,7 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import Stopped
@@ -38,6 +38,16 @@ MIN_KEY_BYTES = 16
 KEY_HINT = "e.g. 64 hex characters from python -c \"import secrets; print(secrets.token_hex(32))\""
 #: Seconds to wait for a task's lock when ``HITL_LOCK_TIMEOUT`` is unset.
 DEFAULT_LOCK_TIMEOUT_S = 10.0
+#: The longest ``HITL_LOCK_TIMEOUT`` (seconds: one day). Both stores honour it: ``filelock`` waits
+#: that long, and PostgreSQL's ``lock_timeout`` takes it in milliseconds as a 32-bit integer
+#: (at most 2,147,483,647 ms, about 24.8 days).
+MAX_LOCK_TIMEOUT_S = 86400
+#: The inbox server (``run.py serve``): seconds a connection may take to send a whole request.
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+MIN_REQUEST_TIMEOUT_S, MAX_REQUEST_TIMEOUT_S = 0.1, 300
+#: The inbox server: connections open at once; one more is answered 503 and closed.
+DEFAULT_MAX_CONNECTIONS = 100
+MAX_MAX_CONNECTIONS = 1000  # below the usual limit of 1,024 open files per process
 #: ``HITL_TRACE_CONTENT`` values that turn it on (anything else leaves it off).
 TRUE_WORDS = ("1", "true", "yes")
 
@@ -93,6 +103,33 @@ def url_password(url: str | None) -> str | None:
     return unquote(password) if password else None
 
 
+def _bounds(field: Any) -> tuple[float, float]:
+    """``(ge, le)`` of a numeric field: its ``Field(ge=…, le=…)``, the one place a range is written
+    (the plain validators bypass pydantic's own checks, so :func:`bounded_number` applies them)."""
+    lo = next(m.ge for m in field.metadata if hasattr(m, "ge"))
+    hi = next(m.le for m in field.metadata if hasattr(m, "le"))
+    return lo, hi
+
+
+def bounded_number(raw: str, name: str, bounds: tuple[float, float], *, whole: bool, unit: str,
+                   example: Any) -> float | int:
+    """``raw`` (an environment value) as a number within ``bounds`` (inclusive; a whole number if
+    ``whole``). Raises :class:`Stopped` naming ``name`` and the range, e.g. ``HITL_LOCK_TIMEOUT='1e308'
+    is not a number of seconds from 0 to 86400 (e.g. 10)``, for anything else: not a number, ``nan``,
+    ``inf``, out of range, a fraction where a whole number is needed, not UTF-8."""
+    lo, hi = bounds
+    try:
+        value = float(raw) if _is_text(raw) else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and lo <= value <= hi) or (whole and not value.is_integer()):
+        shown = raw[:40] if _is_text(raw) else raw[:40].encode("utf-8", "replace").decode()
+        kind = "whole number" if whole else "number"
+        raise Stopped(f"{name}={shown!r} is not a {kind} of {unit} from {lo:g} to {hi:g} "
+                      f"(e.g. {example:g})")
+    return int(value) if whole else value
+
+
 def _doc(type_: str, unit: str, default: str, does: str, refused: str) -> dict[str, Any]:
     """The documentation of one variable, kept on its field (read by :func:`markdown_table`)."""
     return {"description": does, "json_schema_extra": {"type": type_, "unit": unit, "default": default,
@@ -111,11 +148,13 @@ class Settings(BaseSettings):
                                       env_parse_none_str=None, validate_default=False)
 
     # The order of the fields is the order of validation: the first bad variable is the one named.
-    lock_timeout: float = Field(DEFAULT_LOCK_TIMEOUT_S, alias="HITL_LOCK_TIMEOUT", **_doc(
+    lock_timeout: float = Field(DEFAULT_LOCK_TIMEOUT_S, alias="HITL_LOCK_TIMEOUT", ge=0,
+                                le=MAX_LOCK_TIMEOUT_S, **_doc(
         "number", "seconds", "10",
-        "How long a command waits for a task's lock (`locks/<name>.lock`) held by another process "
-        "before it stops.",
-        "anything but a finite number >= 0 (empty, `abc`, `nan`, `inf`, `-1`)"))
+        "How long a command waits for a task's lock (`locks/<name>.lock`, or PostgreSQL's "
+        "advisory lock) held by another process before it stops.",
+        f"anything but a number from 0 to {MAX_LOCK_TIMEOUT_S} (one day; empty, `abc`, `nan`, "
+        "`inf`, `-1`, `1e308`)"))
     now: Optional[datetime] = Field(None, alias="HITL_NOW", **_doc(
         "ISO-8601 timestamp", "UTC unless an offset is given", "unset (the wall clock)",
         "Moves the clock that judges deadlines and ages forward (tests, demos): a deadline passes "
@@ -170,17 +209,26 @@ class Settings(BaseSettings):
         "`STOPPED:` line.",
         "nothing (any non-empty value, even `0`, turns it on)"))
 
-    @field_validator("lock_timeout", mode="plain")
+    request_timeout: float = Field(DEFAULT_REQUEST_TIMEOUT_S, alias="HITL_INBOX_REQUEST_TIMEOUT",
+                                   ge=MIN_REQUEST_TIMEOUT_S, le=MAX_REQUEST_TIMEOUT_S, **_doc(
+        "number", "seconds", "10",
+        "The inbox server (`serve`) closes a connection that has not sent a whole request (its "
+        "head, and its body if any) this long after it opened or after its last response.",
+        f"anything but a number from {MIN_REQUEST_TIMEOUT_S} to {MAX_REQUEST_TIMEOUT_S}"))
+    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, alias="HITL_INBOX_MAX_CONNECTIONS",
+                                 ge=1, le=MAX_MAX_CONNECTIONS, **_doc(
+        "whole number", "connections", str(DEFAULT_MAX_CONNECTIONS),
+        "The inbox server (`serve`) keeps at most this many connections open; one more is "
+        "answered `503` and closed at once.",
+        f"anything but a whole number from 1 to {MAX_MAX_CONNECTIONS}"))
+
+    @field_validator("lock_timeout", "request_timeout", "max_connections", mode="plain")
     @classmethod
-    def _lock_timeout(cls, raw: Any) -> float:
-        try:
-            value = float(raw) if _is_text(raw) else math.nan
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and value >= 0):
-            shown = raw[:40] if _is_text(raw) else raw[:40].encode("utf-8", "replace").decode()
-            raise Stopped(f"HITL_LOCK_TIMEOUT={shown!r} is not a number of seconds >= 0 (e.g. 10)")
-        return value
+    def _number(cls, raw: Any, info: ValidationInfo) -> float | int:
+        field = cls.model_fields[info.field_name or ""]
+        return bounded_number(raw, field.alias or "", _bounds(field), whole=field.annotation is int,
+                              unit=field.json_schema_extra["unit"],  # type: ignore[index]
+                              example=field.default)
 
     @field_validator("now", mode="plain")
     @classmethod

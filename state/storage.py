@@ -198,10 +198,14 @@ class Store:
         key or ``state.id`` is missing while checkpoints need it (creating a new one would orphan
         them), or if the task's ledger entry or trace file exists but is not a regular file (a
         symlink would be written through; a FIFO would block), or if the signing key file exists
-        but is not a usable key (checked by reading it, as the first write would). Touches nothing."""
+        but is not a usable key (checked by reading it, as the first write would), or if a new
+        task would be signed with a key that signed none of the checkpoints here
+        (:func:`check_signs_here`). Touches nothing."""
         check_key_creatable(self.root)
         if os.path.lexists(self.root / KEY_FILE):
             load_key(self.root, create=False)
+        if settings().signing_key is not None and not self.exists(task_id):
+            check_signs_here(self.tasks_dir, load_key(self.root, create=False))
         if self.identity() is None:
             state_id.check_creatable(self.root)
         stem = file_name(task_id)
@@ -273,6 +277,33 @@ class Store:
         _verified.wrote(path, data, cp)
         effects.note(cp.task_id, f"checkpoint saved at revision {cp.revision} ({cp.status})")
         return cp
+
+
+def check_signs_here(tasks_dir: Path, key: bytes) -> None:
+    """Raise :class:`Stopped` if ``tasks_dir`` holds checkpoints but ``key`` signed none of them:
+    another deployment with another ``HITL_SIGNING_KEY`` on this state dir, whose first task would
+    make every listing of the other's stop. Reads checkpoint files until one verifies (the first,
+    as a rule); files that cannot be read or parsed count, but never verify. Touches nothing."""
+    if not tasks_dir.is_dir():
+        return
+    seen = 0
+    for path in sorted(tasks_dir.glob("*.json")):
+        seen += 1
+        try:
+            data = parse_json_object(read_regular(path, f"checkpoint {path.name}",
+                                                  limit=MAX_CHECKPOINT_BYTES) or b"",
+                                     f"checkpoint {path.name}")
+            mac = data.get("mac")
+            if isinstance(mac, str) and verify_mac({k: v for k, v in data.items() if k != "mac"},
+                                                   mac, key):
+                return
+        except (Stopped, ValueError, RecursionError):
+            continue
+    if seen:
+        raise Stopped(f"none of the {seen} checkpoints in {tasks_dir} is signed with this "
+                      "HITL_SIGNING_KEY: another deployment with another key shares this state "
+                      "dir? Use the key they were signed with, or another state dir; nothing was "
+                      "written")
 
 
 def seal(body: dict[str, Any], key: bytes) -> Checkpoint:

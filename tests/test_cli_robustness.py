@@ -241,9 +241,9 @@ def test_non_utf8_bytes_on_a_real_command_line(state_dir):
 
 
 @pytest.mark.parametrize("name, value, message", [
-    ("HITL_LOCK_TIMEOUT", "abc", "HITL_LOCK_TIMEOUT='abc' is not a number of seconds >= 0"),
-    ("HITL_LOCK_TIMEOUT", "nan", "HITL_LOCK_TIMEOUT='nan' is not a number of seconds >= 0"),
-    ("HITL_LOCK_TIMEOUT", "-1", "HITL_LOCK_TIMEOUT='-1' is not a number of seconds >= 0"),
+    ("HITL_LOCK_TIMEOUT", "abc", "HITL_LOCK_TIMEOUT='abc' is not a number of seconds from 0 to 86400"),
+    ("HITL_LOCK_TIMEOUT", "nan", "HITL_LOCK_TIMEOUT='nan' is not a number of seconds from 0 to 86400"),
+    ("HITL_LOCK_TIMEOUT", "-1", "HITL_LOCK_TIMEOUT='-1' is not a number of seconds from 0 to 86400"),
     ("HITL_LOCK_TIMEOUT", "inf", "HITL_LOCK_TIMEOUT='inf' is not a number"),
     ("HITL_LOCK_TIMEOUT", "", "HITL_LOCK_TIMEOUT='' is not a number"),
     ("HITL_NOW", "garbage", "HITL_NOW='garbage' is not an ISO-8601 timestamp"),

@@ -309,9 +309,14 @@ def test_checkpoint_under_another_tasks_name_stops(cli, state_dir):
     _start(cli, key="fc-b", draft="Draft B")
     shutil.copyfile(checkpoint_file(state_dir, "fc-a"), checkpoint_file(state_dir, "fc-b"))
     name = checkpoint_file(state_dir, "fc-b").name
-    for args in (("resume", "--task", "fc-b", "--decision", "approve"), ("status", "--task", "fc-b"),
-                 ("list",)):
-        _refused(cli, state_dir, *args, says=f"checkpoint {name} holds task 'fc-a', whose file name would differ")
+    says = f"checkpoint {name} holds task 'fc-a', whose file name would differ"
+    for args in (("resume", "--task", "fc-b", "--decision", "approve"), ("status", "--task", "fc-b")):
+        _refused(cli, state_dir, *args, says=says)
+    before = snapshot(state_dir)
+    r = cli("list")  # what verifies is listed; what does not is the one STOPPED line, exit 1
+    assert r.code == 1 and "fc-a" in r.out and "fc-b" not in r.out
+    assert r.err.count("STOPPED: ") == 1 and "1 checkpoint is not listed" in r.err and says in r.err
+    assert snapshot(state_dir) == before
 
 
 def test_envelope_key_differs_from_task_stops(cli, state_dir):

@@ -139,7 +139,12 @@ def _check(base: Base, state: Path, args: tuple[str, ...], harmless: bool | str)
     assert code == 1, (code, out, err)
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("STOPPED: "), err
-    assert out == ""
+    if args == ("list",) and out:  # list shows what verifies: never the mutated task, named below
+        listed = json.loads(out)
+        assert listed["unverified"] and all(t["task_id"] != WAIT for t in listed["tasks"]), out
+        assert "is not listed" in err, err
+    else:
+        assert out == ""
     assert snapshot(state) == before  # nothing written: the tool never ran, no checkpoint changed
 
 

@@ -523,14 +523,17 @@ def test_read_only_command_never_imports_the_sdk(cli, state_dir, argv):
 
 
 def test_list_with_an_unreadable_checkpoint_names_it_and_points_to_doctor(cli, state_dir):
-    """Fail closed, but not a dead end: the STOPPED line names the bad file and the way on."""
+    """Fail closed, but not a dead end: the good task is listed, the STOPPED line names the bad
+    file and the way on (exit 1)."""
     _start(cli, "good-1", "D1", "T")
     _start(cli, "bad-1", "D2", "T")
     path = checkpoint_file(state_dir, "bad-1")
     path.write_bytes(path.read_bytes().replace(b'"revision": 1', b'"revision": 7'))
     before = snapshot(state_dir)
     r = cli("list")
-    r.assert_stopped()
+    assert r.code == 1 and "good-1" in r.out and "bad-1" not in r.out and "Traceback" not in r.err
+    assert [line for line in r.err.splitlines() if line.strip()] == [r.err.strip()]
+    assert r.err.startswith("STOPPED: 1 checkpoint is not listed")
     assert f"integrity check failed for {path.name}" in r.err and "python run.py doctor" in r.err
     assert cli("status", "--task", "good-1").code == 0
     assert snapshot(state_dir) == before

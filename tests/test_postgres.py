@@ -245,7 +245,8 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     assert {cp.status for cp in before.values()} == {"waiting_for_approval", "completed",
                                                      "cancelled", "budget_exceeded", "expired"}
     old.close()
-    for sql in ("DROP INDEX rejections_by_task_channel", "ALTER TABLE rejections DROP COLUMN channel",
+    for sql in ("DROP TABLE key_fingerprint",
+                "DROP INDEX rejections_by_task_channel", "ALTER TABLE rejections DROP COLUMN channel",
                 "ALTER TABLE rejections ADD PRIMARY KEY (task_id)",
                 "ALTER TABLE ledger DROP COLUMN approval", "ALTER TABLE ledger DROP COLUMN channel",
                 "DROP INDEX checkpoints_by_status", "DELETE FROM schema_migrations WHERE version > 1"):
@@ -263,6 +264,7 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     # and the upgraded database goes on working: the waiting task is approved exactly once
     done = asyncio.run(hitl.resume(new, task_id="v1-waiting", decision="approve", by="ops"))
     assert done.status == "completed" and new.ledger_get("v1-waiting") is not None
+    assert len(_rows(pg_url, "SELECT fingerprint FROM key_fingerprint")) == 1  # adopted by its key
     from workflow.doctor import doctor
 
     assert doctor(new)["consistent"]
@@ -341,3 +343,30 @@ def test_a_wrong_password_is_one_line_that_never_shows_it(pg_url, tmp_path):
     assert r.code == 1 and "password authentication failed" in r.err
     assert password[:8] not in r.err and "wrong" not in r.err
     assert not (tmp_path / "s").exists()  # nothing created on disk either
+
+
+def test_the_longest_lock_timeout_works_on_postgresql(pg_url, tmp_path):
+    """``HITL_LOCK_TIMEOUT`` at its maximum becomes a ``lock_timeout`` the server takes."""
+    from state.settings import MAX_LOCK_TIMEOUT_S
+
+    env = {"HITL_LOCK_TIMEOUT": str(MAX_LOCK_TIMEOUT_S)}
+    state = tmp_path / "a"
+    assert _cli(state, pg_url, "start", "--key", "lt-1", "--draft", "x", env=env).code == 0
+    r = _cli(state, pg_url, "resume", "--task", "lt-1", "--decision", "approve", env=env)
+    assert r.code == 0, r.err
+    assert _rows(pg_url, "SELECT idempotency_key FROM ledger") == [("lt-1",)]
+
+
+@pytest.mark.parametrize("value", ["3000000", "1e308"])
+def test_a_lock_timeout_postgresql_cannot_take_is_refused_before_the_database(pg_url, tmp_path, value):
+    """``3000000`` s is beyond ``lock_timeout``'s 32-bit milliseconds ("exceeds integer range"),
+    ``1e308`` overflowed in the conversion: both are refused by name, nothing written anywhere."""
+    state = tmp_path / "a"
+    assert _cli(state, pg_url, "start", "--key", "lt-1", "--draft", "x").code == 0
+    before = _rows(pg_url, "SELECT task_id, revision FROM checkpoints")
+    r = _cli(state, pg_url, "resume", "--task", "lt-1", "--decision", "approve",
+             env={"HITL_LOCK_TIMEOUT": value})
+    _assert_clear(r)
+    assert r.code == 1 and f"HITL_LOCK_TIMEOUT={value!r} is not a number of seconds" in r.err
+    assert _rows(pg_url, "SELECT task_id, revision FROM checkpoints") == before
+    assert _rows(pg_url, "SELECT count(*) FROM ledger") == [(0,)]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from state import clock
 from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
-from state.storage import Store
+from state.storage import Store, every_or_stop
 from workflow import reconcile
 from workflow.views import one_line, task_view
 
@@ -88,17 +88,38 @@ def inbox_entry(store: Store, cp: Checkpoint, now: datetime) -> dict[str, Any]:
 
 
 def inbox_view(store: Store, status: Optional[str] = None) -> dict[str, Any]:
-    """``{"tasks": [...]}``: waiting tasks first (oldest request first), then the rest by task ID.
+    """``{"tasks": [...]}``: waiting tasks first (oldest request first), then the rest by task ID;
+    plus ``"unverified": [{"file", "error"}]``, one per checkpoint that cannot be read or verified
+    (signed with another key, edited, damaged), when there is any.
 
-    ``status`` keeps only tasks with that stored status. Fail closed: raises :class:`Stopped`
-    naming the first checkpoint that cannot be read or verified (``doctor`` lists them all).
+    ``status`` keeps only tasks with that stored status. What verifies is listed, and what does
+    not is never left out silently: ``run.py list`` prints the tasks and then one ``STOPPED:``
+    line (:func:`unverified_summary`, exit 1). If nothing verifies, raises :class:`Stopped` naming
+    the first failure (``doctor`` lists them all). Raises :class:`Stopped` if the store refuses
+    this machine's signing key outright (another deployment's key: ``PostgresStore.check_key``).
     """
     now = clock.now()
-    tasks = [inbox_entry(store, cp, now) for cp in store.checkpoints()]
+    good, bad = store.scan()
+    if bad and not good:
+        every_or_stop(good, bad)
+    tasks = [inbox_entry(store, cp, now) for cp in good]
     if status:
         tasks = [t for t in tasks if t["status"] == status]
     tasks.sort(key=lambda t: (t["status"] != WAITING, t["waiting_since"] or "", t["task_id"]))
-    return {"tasks": tasks}
+    return {"tasks": tasks, **({"unverified": bad} if bad else {})}
+
+
+def unverified_summary(view: dict[str, Any]) -> Optional[str]:
+    """One line for the checkpoints :func:`inbox_view` could not list (None if there are none):
+    how many, why they can fail, the first one's error, and where to see them all."""
+    bad = view.get("unverified") or []
+    if not bad:
+        return None
+    n = len(bad)
+    what = "1 checkpoint is" if n == 1 else f"{n} checkpoints are"
+    return (f"{what} not listed: not verified with this machine's signing key (signed with "
+            f"another key, edited or damaged); first: {bad[0]['error']} (python run.py doctor "
+            "lists every problem)")
 
 
 def inbox_text(view: dict[str, Any]) -> str:
@@ -188,6 +209,8 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any
     """
     view = inbox_view(store, WAITING)
     tasks = view["tasks"]
+    if unverified_summary(view):
+        say(f"NOTE: {unverified_summary(view)}")
     if not tasks:
         say("Nothing waits for review.")
         return {"reviewed": [], "remaining": 0}

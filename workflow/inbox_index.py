@@ -7,7 +7,9 @@ checkpoint file, the summary row of the checkpoint that verified (MAC, schema, s
 ``Store.load_path``) together with the file's identity when it was read: inode, device, size,
 modification and change times in nanoseconds. The next listing only ``stat``\\ s each file; a file
 whose identity differs, or a new file, is read and verified again before its row is shown. A
-checkpoint that does not verify stops the whole listing (fail closed, like ``list``). Every write
+checkpoint that does not verify is never shown, nor left out silently: like ``list``, the page
+lists what verifies and says how many could not be verified and why the first failed
+(:meth:`InboxIndex.listing`); if nothing verifies, the listing stops. Every write
 of a checkpoint replaces the file (``os.replace``: a new inode and change time), and on POSIX the
 change time cannot be set by a user, so an edited file is read again (on Windows, where Python's
 ``st_ctime`` is the settable creation time, an edit that restores size and times keeps the file's
@@ -16,7 +18,7 @@ the task page and every decision load and verify the checkpoint again (``Store.l
 ``workflow.hitl.resume`` under the task lock).
 
 A store that is not files on disk (any other ``TaskStore``) is listed through its own
-``checkpoints()`` every time.
+``scan()`` every time.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from state.integrity import KEY_FILE
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
 from state.storage import Store
-from workflow.inbox import WAITING, overdue, waiting_since
+from workflow.inbox import WAITING, overdue, unverified_summary, waiting_since
 
 #: Tasks per inbox page.
 PAGE_SIZE = 50
@@ -98,18 +100,36 @@ class InboxIndex:
 
     def rows(self) -> list[Row]:
         """Every task's row, in no particular order. Raises :class:`Stopped` naming the first
-        checkpoint that cannot be read and verified (``doctor`` lists them all), as ``list`` does."""
-        if not isinstance(self.store, Store):  # another TaskStore: its own verified listing
-            return [row_of(cp) for cp in self.store.checkpoints()]
+        checkpoint that cannot be read and verified (``doctor`` lists them all)."""
+        rows, bad = self._scan()
+        if bad:
+            more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
+            raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem)")
+        return rows
+
+    def listing(self) -> tuple[list[Row], Optional[str]]:
+        """``(the row of every task that verifies, None or one line saying how many checkpoints
+        could not be verified and why the first failed)``: what ``list`` shows. Raises
+        :class:`Stopped` as :meth:`rows` does if none verifies (fail closed, never an empty page
+        that hides them), or if the store refuses this machine's key outright."""
+        rows, bad = self._scan()
+        if bad and not rows:
+            return self.rows(), None
+        return rows, unverified_summary({"unverified": bad})
+
+    def _scan(self) -> tuple[list[Row], list[dict[str, str]]]:
+        if not isinstance(self.store, Store):  # another TaskStore: its own verified scan
+            good, bad = self.store.scan()
+            return [row_of(cp) for cp in good], bad
         with self._lock:
             return self._file_rows(self.store)
 
-    def _file_rows(self, store: Store) -> list[Row]:
+    def _file_rows(self, store: Store) -> tuple[list[Row], list[dict[str, str]]]:
         keys = (_identity(store.root / KEY_FILE), _identity(store.root / STATE_ID_FILE))
         if keys != self._keys:  # a new signing key or state dir ID: verify everything again
             self._rows, self._keys = {}, keys
         fresh: dict[str, tuple[tuple[int, ...], Row]] = {}
-        bad: list[str] = []
+        bad: list[dict[str, str]] = []
         try:
             entries = list(os.scandir(store.tasks_dir))  # what Store.scan globs: tasks/*.json
         except FileNotFoundError:
@@ -129,13 +149,9 @@ class InboxIndex:
             try:  # identity first, then the read: a file replaced in between is read again next time
                 fresh[entry.name] = (ident, row_of(store.load_path(Path(entry.path))))
             except Stopped as exc:
-                bad.append(str(exc))
+                bad.append({"file": entry.name, "error": str(exc)})
         self._rows = fresh
-        if bad:
-            bad.sort()
-            more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-            raise Stopped(f"{bad[0]}{more} (python run.py doctor lists every problem)")
-        return [row for _, row in fresh.values()]
+        return [row for _, row in fresh.values()], sorted(bad, key=lambda b: b["error"])
 
 
 @dataclass(frozen=True)

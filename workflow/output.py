@@ -93,6 +93,19 @@ def _event_text(event: dict[str, Any]) -> str:
     return one_line(json.dumps(event, ensure_ascii=False))
 
 
+def problem_after(command: str, result: Any) -> str | None:
+    """What ``command``, having printed ``result``, still reports as one ``STOPPED:`` line (exit
+    1), or None: ``doctor`` that found the store inconsistent; ``list`` with checkpoints it could not
+    verify (:func:`workflow.inbox.unverified_summary`)."""
+    if command == "doctor" and result is not None and not result["consistent"]:
+        from workflow.doctor import summary
+
+        return summary(result)
+    if command == "list" and result is not None:
+        return inbox.unverified_summary(result)
+    return None
+
+
 def print_result(command: str, result: dict[str, Any], as_json: bool,
                  extra: list[str] | None = None, printer: EventPrinter | None = None) -> None:
     """Print ``result`` of ``command``: one JSON object (``as_json``), else its text; ``extra``

@@ -7,7 +7,8 @@ never pay for it. What lives where:
 
 - in the database: checkpoints (the signed envelope, as the exact JSON text that was signed, with
   its revision, status and MAC as columns), ``history`` (one row per revision written), the
-  ``ledger`` (one row per idempotency key) and ``rejections``; the tables are created and upgraded
+  ``ledger`` (one row per idempotency key), ``rejections`` and ``key_fingerprint`` (which key signs
+  the checkpoints: :meth:`PostgresStore.check_key`); the tables are created and upgraded
   by the plain SQL files in ``workflow/migrations/`` (:func:`migrate`);
 - on this machine, in the state dir (``--state-dir``): the signing key (``HITL_SIGNING_KEY`` or
   ``signing.key``, never the database: a row can be edited by whoever can write the database, and
@@ -30,6 +31,7 @@ SDK.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import threading
 from contextlib import contextmanager
@@ -41,7 +43,7 @@ import psycopg
 
 from state import effects, failpoints, secrets
 from state.errors import Stopped
-from state.integrity import KEY_FILE, load_key
+from state.integrity import KEY_FILE, key_fingerprint, load_key, verify_mac
 from state.paths import check_regular
 from state.rejections import RECORDED, RejectionRecord
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
@@ -55,6 +57,8 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: The advisory lock (transaction-level) that serialises migrations across processes.
 MIGRATION_LOCK = 0x6869746C  # "hitl"
 _migrated: set[str] = set()  # URLs this process has seen at the latest schema version
+#: The schema version that added ``key_fingerprint`` (an older one, in tests, has no such table).
+KEY_FINGERPRINT_VERSION = 4
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -141,6 +145,7 @@ class PostgresStore:
         self._conn: Optional[psycopg.Connection[Any]] = None
         self._mutex = threading.RLock()
         self._store_id: Optional[str] = None
+        self._fingerprint_ok: Optional[str] = None  # the key fingerprint last found recorded here
         self._lock_sessions: list[psycopg.Connection[Any]] = []  # idle lock sessions
         self.root = root
         self.location = location(url)
@@ -244,7 +249,64 @@ class PostgresStore:
 
     def _key(self, *, create: bool = False) -> bytes:
         """The signing key from this machine's settings (``HITL_SIGNING_KEY`` or ``signing.key``
-        in ``root``); a new ``signing.key`` only while the database holds no checkpoint."""
+        in ``root``); a new ``signing.key`` only while the database holds no checkpoint. Raises
+        :class:`Stopped` if the database records another key's fingerprint
+        (:meth:`check_key`)."""
+        key = self._local_key(create=create)
+        self.check_key(key)
+        return key
+
+    def check_key(self, key: bytes, *, record: bool = False) -> None:
+        """Refuse ``key`` unless it is the key this database's checkpoints are signed with: the
+        ``key_fingerprint`` row (:func:`state.integrity.key_fingerprint`), checked on first
+        contact, before a row is trusted or anything is written. ``record`` (every save): write
+        the fingerprint if there is none yet, which only a key that signed one of the checkpoints
+        already here may do (a database from before fingerprints is adopted by its own key);
+        the first of two racing writers wins, the other is refused. Without a row and without
+        ``record``, nothing to compare: each checkpoint's MAC stays the judge. Raises
+        :class:`Stopped` naming the cause (another deployment, another ``HITL_SIGNING_KEY``)."""
+        mine = key_fingerprint(key)
+        older = (self._target or KEY_FINGERPRINT_VERSION) < KEY_FINGERPRINT_VERSION  # no such table
+        if self._fingerprint_ok == mine or older:
+            return
+        with self._db() as conn:
+            row = conn.execute("SELECT fingerprint FROM key_fingerprint").fetchone()
+            if row is None and record:
+                self._check_adoptable(conn, key)
+                conn.execute("INSERT INTO key_fingerprint (fingerprint) VALUES (%s) "
+                             "ON CONFLICT DO NOTHING", (mine,))
+                row = conn.execute("SELECT fingerprint FROM key_fingerprint").fetchone()
+        if row is None:
+            return
+        if not hmac.compare_digest(str(row[0]), mine):
+            raise Stopped(f"the PostgreSQL store {self.location} is signed with another signing "
+                          f"key (key fingerprint {str(row[0])[:8]}…, this machine's is {mine[:8]}…): "
+                          "another deployment with another HITL_SIGNING_KEY shares this database? "
+                          "Every machine on one database needs the same key: use that key, or "
+                          "another database; nothing was written")
+        self._fingerprint_ok = mine
+
+    def _check_adoptable(self, conn: "psycopg.Connection[Any]", key: bytes) -> None:
+        """Raise :class:`Stopped` if the database holds checkpoints but none is signed with
+        ``key`` (its fingerprint must not be recorded: it would lock out the key that wrote them)."""
+        rows = conn.execute("SELECT envelope FROM checkpoints ORDER BY written_at").fetchall()
+        for (envelope,) in rows:
+            try:
+                data = json.loads(envelope)
+                body = {k: v for k, v in data.items() if k != "mac"}
+                if isinstance(data.get("mac"), str) and verify_mac(body, data["mac"], key):
+                    return
+            except (ValueError, AttributeError, RecursionError):
+                continue
+        if rows:
+            raise Stopped(f"none of the {len(rows)} checkpoints in the PostgreSQL store "
+                          f"{self.location} is signed with this machine's signing key: another "
+                          "deployment with another HITL_SIGNING_KEY uses this database? Every "
+                          "machine on one database needs the same key: use that key, or another "
+                          "database; nothing was written")
+
+    def _local_key(self, *, create: bool = False) -> bytes:
+        """The signing key of this machine (:meth:`_key` without the fingerprint check)."""
         if create:
             with self._db() as conn:
                 n = conn.execute("SELECT count(*) FROM checkpoints").fetchone()
@@ -299,10 +361,9 @@ class PostgresStore:
                                 "ORDER BY task_id COLLATE \"C\"").fetchall()
         good: list[Checkpoint] = []
         bad: list[dict[str, str]] = []
-        key: Optional[bytes] = None
+        key = self._key() if rows else b""  # another deployment's key: refused, naming why
         for task_id, *row in rows:
             try:
-                key = key or self._key()
                 good.append(self._verify(task_id, tuple(row), key))
             except Stopped as exc:
                 bad.append({"file": self.checkpoint_path(task_id), "error": str(exc)})
@@ -317,7 +378,7 @@ class PostgresStore:
         the signing key is usable (or may be created), and the task's trace file, if it exists,
         is a regular file. Touches nothing."""
         if settings().signing_key is not None or (self.root / KEY_FILE).exists():
-            load_key(self.root, create=False)
+            self.check_key(load_key(self.root, create=False))  # another deployment's key: refused
         else:
             with self._db() as conn:
                 n = conn.execute("SELECT count(*) FROM checkpoints").fetchone()
@@ -334,6 +395,7 @@ class PostgresStore:
         ``history`` row; failpoints ``<failpoint>:before``, ``:uncommitted`` (between the two
         statements) and ``:after`` (committed)."""
         key = self._key(create=expect is None)
+        self.check_key(key, record=True)  # before the first write: this database's key from now on
         sid = self.store_id()
         if body.get("state_id") not in (None, sid):
             raise Stopped(f"checkpoint of task {body.get('task_id')!r} belongs to another store")

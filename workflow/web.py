@@ -260,15 +260,16 @@ class Inbox:
         if status not in FILTERS:
             return self._error(request, 400, f"status must be one of {', '.join(FILTERS)}")
         try:
-            rows = self.index.rows()
+            rows, unverified = self.index.listing()  # what verifies, and a line about the rest
         except Stopped as exc:
             return self._error(request, 500, str(exc))
         shown = inbox_index.page(rows, status, number)
         now = clock.now()
         items = [(r, timing(r, now)) for r in shown.rows]
         version = hashlib.sha256(repr([(r.task_id, r.revision, t["age"], t["left"])
-                                       for r, t in items] + [shown.total]).encode()).hexdigest()[:16]
+                                       for r, t in items] + [shown.total, unverified]).encode()).hexdigest()[:16]
         response = self._render(request, "inbox.html", page=shown, items=items, status=status,
+                                unverified=unverified,
                                 filters=FILTERS, version=version,
                                 link=lambda n: "/?" + urlencode({"status": status, "page": n}))
         response.headers["server-timing"] = f"render;dur={(time.perf_counter() - started) * 1000:.1f}"
@@ -478,6 +479,85 @@ def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str
     return sock, f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
 
 
+_BUSY = b"STOPPED: the inbox has too many open connections; try again shortly\n"
+#: What a connection beyond ``HITL_INBOX_MAX_CONNECTIONS`` gets before it is closed.
+BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                 b"x-content-type-options: nosniff\r\nretry-after: 5\r\nconnection: close\r\n"
+                 b"content-length: %d\r\n\r\n%s" % (len(_BUSY), _BUSY))
+
+
+def inbox_protocol(request_timeout: float, max_connections: int) -> type:
+    """uvicorn's h11 protocol class with two limits it lacks: a connection that has not sent a
+    whole request (head, and body if any) ``request_timeout`` seconds after it opened or after its
+    last response is closed, and a connection that would make more than ``max_connections`` open
+    at once gets :data:`BUSY_RESPONSE` and is closed at once (seconds; a whole number). Time the
+    page code takes after the request has arrived does not count.
+
+    Why our own: uvicorn's ``timeout_keep_alive`` starts only after a response, and any byte
+    received stops it, so a connection that never finishes its headers (or, after a 403, trickles
+    the body it announced) is kept forever; its ``limit_concurrency`` answers 503 only once a
+    whole request head has arrived, so it holds the connection (and its file descriptor) until
+    then. The size of a request head is already bounded by h11 (``h11_max_incomplete_event_size``,
+    16 KiB by default), that of a form by :data:`MAX_FORM_BYTES`."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class InboxProtocol(H11Protocol):  # type: ignore[misc]
+        _refused = False
+        _timer: Optional[asyncio.TimerHandle] = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            if len(self.connections) >= max_connections:  # never counted, never read
+                self._refused = True
+                transport.write(BUSY_RESPONSE)
+                transport.close()
+                return
+            super().connection_made(transport)
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_later(request_timeout, self._request_overdue)
+
+        def _request_overdue(self) -> None:
+            self._timer = None
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+                self.transport.close()  # this cycle's request has not arrived whole: too slow
+
+        def data_received(self, data: bytes) -> None:
+            if not self._refused:
+                super().data_received(data)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request's head must come in time too
+
+        def connection_lost(self, exc: Optional[Exception]) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if not self._refused:
+                super().connection_lost(exc)
+
+    return InboxProtocol
+
+
+def server_config(app: Any) -> Any:
+    """The ``uvicorn.Config`` that :func:`serve` runs ``app`` with: quiet, no ``Server`` header, no
+    proxy headers, and the limits of :func:`inbox_protocol` from ``HITL_INBOX_REQUEST_TIMEOUT`` and
+    ``HITL_INBOX_MAX_CONNECTIONS`` (docs/settings.md)."""
+    import uvicorn
+
+    from state.settings import settings
+
+    found = settings()
+    return uvicorn.Config(app, http=inbox_protocol(found.request_timeout, found.max_connections),
+                          log_level="warning", access_log=False, lifespan="off",
+                          server_header=False, proxy_headers=False)
+
+
 def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -> None:
     """``python run.py serve``: import the SDK once, listen, print ``inbox: http://HOST:PORT/?token=…``
     as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM. Raises
@@ -499,10 +579,8 @@ def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -
     print(f"inbox: http://{authority}/?token={token}", flush=True)
     where = getattr(store, "location", None) or f"state dir {store.root}"  # a database: its URL, no password
     print(f"reviewer: {reviewer}; store: {where}; Ctrl-C stops", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            server_header=False, proxy_headers=False)
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(server_config(app)).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
