@@ -152,8 +152,8 @@ def _console_blocks() -> list[list[tuple[str, str]]]:
 def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):
     """Step 7: with the page's code change, a model that asks for ``send_summary`` gets exactly
     the outputs shown: ``start`` refuses it in the first turn (nothing saved), and after an
-    approved ``publish_draft`` both approve and reject are refused with nothing changed, the one
-    publication in the ledger, ``send_summary`` never run."""
+    approved ``publish_draft`` the run ends there, ``completed`` (never a task left waiting at a
+    call no decision can finish), the one publication in the ledger, ``send_summary`` never run."""
     import agent.models
     from workflow import hitl
 
@@ -166,7 +166,7 @@ def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):
             publisher = _apply_diff(publisher, body)
     monkeypatch.setattr(hitl, "build_agent", _load("agent.publisher", publisher, tmp_path).build_agent)
     consoles = _console_blocks()
-    assert len(consoles) == 2 and [len(c) for c in consoles] == [1, 4]
+    assert len(consoles) == 2 and [len(c) for c in consoles] == [1, 2]
     for n, (block, first_turn) in enumerate(zip(consoles, (True, False))):
         monkeypatch.setattr(agent.models, "offline_responder", _asks_for_summary(first_turn))
         state_dir = tmp_path / f"state-{n}"

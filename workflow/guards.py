@@ -428,6 +428,21 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
                                [e.published_at for e in done] or None})}
 
 
+def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],
+              final_output: Any) -> dict[str, Any]:
+    """The changes a finished resumed run makes to ``cp`` (``requests``: its
+    ``result.interruptions``; ``final_output``: its ``result.final_output``): waiting again at
+    them (:func:`interrupted`), or its outcome (:func:`outcome`). A run that paused only at calls
+    of tools other than ``publish_draft`` ends there, judged as a finished run: this flow never
+    runs such a call (:data:`workflow.trust.ONLY_ACTION`), and waiting for a human on it would
+    leave a task that no decision can finish. Raises :class:`Stopped` as those do."""
+    if requests and all(i.name != ACTION for i in requests):
+        tools = ", ".join(sorted({one_line(str(i.name))[:40] for i in requests}))
+        return outcome(store, cp, f"the run ended at the model's call of {tools}, which was not run: "
+                                  f"{ONLY_ACTION}")
+    return interrupted(cp, requests) if requests else outcome(store, cp, final_output)
+
+
 def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, Any]:
     """The changes that leave ``cp`` waiting again at ``interruptions``: the pending calls, no
     current decision, and the deadline: unchanged when they are calls that were already pending

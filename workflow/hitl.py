@@ -207,9 +207,7 @@ async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult,
     RunState."""
     run_state, rs_version = await _saved_text(store, agent, result, cp.task_id, cp.content_sha256,
                                               cp.channels)
-    new_requests = result.interruptions  # undecided calls of the turn, or a new approval request
-    changes = (guards.interrupted(cp, new_requests) if new_requests
-               else guards.outcome(store, cp, result.final_output))
+    changes = guards.after_run(store, cp, result.interruptions, result.final_output)  # or waiting again
     return store.save_revision(cp, failpoint="checkpoint:outcome", run_state=run_state,
                                run_state_schema_version=rs_version, budget=budget,
                                spend=spend_from_run_state(run_state, pricing), **changes)
