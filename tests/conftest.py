@@ -132,10 +132,27 @@ def ledger_entries(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def checkpoint_file(state_dir: Path, task_id: str) -> Path:
-    """The checkpoint path of ``task_id``."""
-    from state.storage import file_name
+    """The file holding the checkpoint of ``task_id`` now: its newest revision file
+    ``tasks/<name>.r<N>.json`` (the name revision 1 will have if there is none yet)."""
+    from state.storage import Store
 
-    return state_dir / "tasks" / (file_name(task_id) + ".json")
+    return Store(state_dir).checkpoint_path(task_id)
+
+
+def restore_checkpoint(state_dir: Path, task_id: str, data: bytes) -> Path:
+    """Put ``data`` (a checkpoint's bytes, saved earlier) back as the checkpoint of ``task_id``, as
+    a restore of the task's files from a backup would: every newer revision file is removed and
+    ``data`` goes back under the name of its own revision. Returns that path."""
+    from state.storage import Store, file_name, revision_file_name
+
+    store = Store(state_dir)
+    revision = json.loads(data)["revision"]
+    for number, name in store._revisions(file_name(task_id)):
+        if number > revision:
+            (store.tasks_dir / name).unlink()
+    path = store.tasks_dir / revision_file_name(file_name(task_id), revision)
+    path.write_bytes(data)
+    return path
 
 
 def resign(state_dir: Path, path: Path, mutate) -> None:
