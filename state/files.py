@@ -155,8 +155,8 @@ def link_new(path: Path, data: bytes, *, owner: str,
 def probe_links(folder: Path) -> None:
     """Check that ``folder`` (created ``0o700`` if missing) is on a file system that can make hard
     links, which :func:`link_new` needs: a probe temp file is linked to a second temp name, and
-    both are removed. Raises :class:`Stopped` (:func:`no_links`) if it cannot; then the probe
-    files and every folder this call created are removed again (nothing is left on disk).
+    both are removed, and so is every folder this call created: nothing is left on disk, so a
+    pre-flight check may call it. Raises :class:`Stopped` (:func:`no_links`) if it cannot.
     Called once per state dir, before its first checkpoint (``state.storage.Store.save``)."""
     import secrets
 
@@ -175,13 +175,12 @@ def probe_links(folder: Path) -> None:
         finally:
             for leftover in (twin, tmp):
                 remove_temp(leftover)
-    except BaseException:
+    finally:
         for created in missing:  # deepest first; only folders this call made, only if empty
             try:
                 created.rmdir()
             except OSError:
                 break
-        raise
 
 
 def lock_path(root: Path, owner: str) -> Path:

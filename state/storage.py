@@ -317,16 +317,25 @@ class Store:
         key or ``state.id`` is missing while checkpoints need it (creating a new one would orphan
         them), or if the task's ledger entry or trace file exists but is not a regular file (a
         symlink would be written through; a FIFO would block), or if the signing key file exists
-        but is not a usable key (checked by reading it, as the first write would). Touches nothing."""
+        but is not a usable key (checked by reading it, as the first write would), or if the state
+        dir has no ``state.id`` yet and its file system cannot make hard links (a probe file is
+        linked and both names removed: :func:`state.durable.check_links`). Leaves nothing on disk."""
         check_key_creatable(self.root)
         if os.path.lexists(self.root / KEY_FILE):
             load_key(self.root, create=False)
         if self.identity() is None:
             state_id.check_creatable(self.root)
+            self._check_links()
         stem = file_name(task_id)
         check_regular(self.ledger_dir / (stem + ".json"), f"ledger entry {stem}.json")
         check_regular(self.traces_dir / (stem + ".jsonl"), f"trace file traces/{stem}.jsonl",
                       writing=True)
+
+    def _check_links(self) -> None:
+        """:func:`state.durable.check_links` of the state dir, once per :class:`Store`."""
+        if not getattr(self, "_links_ok", False):
+            check_links(self.root)
+            self._links_ok = True
 
     def save_revision(self, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
                       **changes: Any) -> Checkpoint:
@@ -383,7 +392,7 @@ class Store:
             self.check_unchanged(expect)  # a stale ``expect`` is a conflict, as in every store
             raise ValueError(f"revision {body.get('revision')!r} does not follow {expect.revision}")
         if self.identity() is None:
-            check_links(self.root)  # once per state dir, before its first file
+            self._check_links()  # before the state dir's first file
         key = load_key(self.root, create=True)
         ident = self._ident = state_id.ensure(self.root)
         if body.get("state_id") not in (None, ident.state_id):
