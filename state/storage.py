@@ -161,7 +161,13 @@ class Store:
         """``[(revision, file name)]`` of ``stem``'s checkpoint files, lowest first; a file of the
         older layout (``<stem>.json``) counts as revision 0."""
         found = []
-        for name in self._names() if names is None else names:
+        prefix = stem + "."
+        if names is None:
+            try:
+                names = [n for n in os.listdir(self.tasks_dir) if n.startswith(prefix)]
+            except (FileNotFoundError, NotADirectoryError):
+                names = []
+        for name in names:
             if name == stem + ".json":
                 found.append((0, name))
             elif name.startswith(stem + ".r"):
