@@ -139,6 +139,28 @@ def checkpoint_file(state_dir: Path, task_id: str) -> Path:
     return Store(state_dir).checkpoint_path(task_id)
 
 
+def remove_checkpoint(state_dir: Path, task_id: str) -> None:
+    """Remove every revision file of ``task_id``: the task has no checkpoint any more."""
+    from state.storage import Store, file_name
+
+    store = Store(state_dir)
+    for _, name in store._revisions(file_name(task_id)):
+        (store.tasks_dir / name).unlink()
+
+
+def next_revision_file(state_dir: Path, task_id: str, mutate) -> Path:
+    """Write the task's next revision file as another writer would, by hand: a copy of the newest
+    with ``mutate(dict)`` applied, ``revision`` raised by one, re-signed (see :func:`resign`)."""
+    from state.storage import Store, file_name, revision_file_name
+
+    newest = checkpoint_file(state_dir, task_id)
+    data = json.loads(newest.read_text(encoding="utf-8"))
+    nxt = Store(state_dir).tasks_dir / revision_file_name(file_name(task_id), data["revision"] + 1)
+    nxt.write_bytes(newest.read_bytes())
+    resign(state_dir, nxt, lambda d: (mutate(d), d.update(revision=d["revision"] + 1)))
+    return nxt
+
+
 def restore_checkpoint(state_dir: Path, task_id: str, data: bytes) -> Path:
     """Put ``data`` (a checkpoint's bytes, saved earlier) back as the checkpoint of ``task_id``, as
     a restore of the task's files from a backup would: every newer revision file is removed and
