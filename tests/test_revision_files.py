@@ -175,3 +175,22 @@ def test_a_state_dir_without_hard_links_is_refused_up_front_leaving_nothing(cli,
     r.assert_stopped()
     assert "does not support hard links" in r.err and "PostgreSQL" in r.err
     assert snapshot(tmp_path) == before
+
+
+def test_a_checkpoint_of_the_layout_before_revision_files_is_read_and_continued(cli, state_dir):
+    """A state dir written before revision files holds ``tasks/<name>.json``: it is the task's
+    checkpoint until its first revision file exists, and the next write continues from it."""
+    from state.storage import file_name
+
+    assert cli("start", "--key", KEY, "--title", "T", "--draft", "Older layout.").code == 0
+    first = checkpoint_file(state_dir, KEY)
+    legacy = first.with_name(file_name(KEY) + ".json")
+    first.rename(legacy)
+    assert cli("status", "--task", KEY, "--json").json()["checkpoint_path"] == str(legacy)
+    r = cli("resume", "--task", KEY, "--decision", "approve", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
+    sizes = _sizes(state_dir)
+    assert list(sizes) == [legacy.name, f"{file_name(KEY)}.r000002.json", f"{file_name(KEY)}.r000003.json"]
+    assert sizes[legacy.name] == 0  # cleared once two revisions follow it
+    assert cli("doctor", "--json").json()["consistent"]
