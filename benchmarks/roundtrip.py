@@ -281,7 +281,7 @@ STEP_TABLE: list[tuple[str, str, str]] = [
     ("agent.budget:BudgetedModel", "get_response", "budget (make, spend, cap)"),
     ("state.paths", "read_regular", "file reads (no-follow open, read)"),
     ("state.files", "write_temp", "file writes (temp, rename, link, dir fsync call)"),
-    ("state.files", "replace_atomically", "file writes (temp, rename, link, dir fsync call)"),
+    ("state.storage:Store", "clear_older", "file writes (temp, rename, link, dir fsync call)"),
     ("state.files", "link_new", "file writes (temp, rename, link, dir fsync call)"),
     ("state.files", "fsync_dir", "file writes (temp, rename, link, dir fsync call)"),
     ("state.integrity", "load_key", "signing key, state.id, pre-flight file checks"),

@@ -8,8 +8,8 @@ reached, so a test can enumerate every boundary of a flow without a hand-written
 ``HITL_FAILPOINT_ACTION=hang`` makes the armed failpoint sleep instead of exiting (the process keeps
 whatever lock it holds), so a test can ``kill -9`` a process caught mid-write.
 
-Names (each with ``:before`` and ``:after``): ``signing_key`` and ``state_id`` (first checkpoint of a
-state dir),
+Names (each with ``:before`` and ``:after``): ``links_probe``, ``signing_key`` and ``state_id`` (first
+checkpoint of a state dir),
 ``checkpoint:start``, ``checkpoint:decision``, ``ledger:record``, ``checkpoint:outcome``.
 """
 

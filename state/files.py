@@ -6,9 +6,10 @@ integrity, state ID, rejections, ledger, doctor) can use it without an import cy
 
 - :func:`make_dirs`: owner-only folders (``0o700``);
 - :func:`write_temp`: a fsynced temp file named for the file it will become (:data:`TEMP_NAME`);
-- :func:`replace_atomically` and :func:`link_new`: the two durable writes (replace a file whole;
-  create one that must not exist yet), each ending with :func:`fsync_dir`. The named crash points
-  around them are added by :mod:`state.durable`, which is what callers use;
+- :func:`link_new`: the one durable write (create a file that must not exist yet: temp file, then
+  ``os.link``), ending with :func:`fsync_dir`; no file is ever replaced in place. The named crash
+  points around it are added by :mod:`state.durable`, which is what callers use;
+- :func:`probe_links`: the check, once per state dir, that its file system can make hard links;
 - :func:`owner_lock`: the per-file lock ``locks/<owner>.lock``;
 - :func:`parse_json_object`: strict JSON (no duplicate keys, no ``NaN``, UTF-8 only).
 
@@ -86,42 +87,100 @@ def write_temp(folder: Path, data: bytes, *, owner: str) -> Path:
     return Path(tmp)
 
 
-def replace_atomically(path: Path, data: bytes, *,
-                       precondition: Callable[[], None] | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically: :func:`write_temp` (owner: ``path``'s stem) →
-    ``os.replace`` → :func:`fsync_dir`. A reader sees the old file or the new one, never half.
-
-    ``precondition`` (if given) runs after the temp file is written and immediately before
-    ``os.replace``, so a compare-and-swap check sits as close to the swap as the file system
-    allows; if it raises, the temp file is removed and nothing is replaced.
-    """
-    tmp = write_temp(path.parent, data, owner=path.stem)
-    try:
-        if precondition is not None:
-            precondition()
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+#: How often :func:`remove_temp` tries again when the OS says a file is in use, and the first wait
+#: (seconds; doubled each time): on Windows a file that another process has open (the inbox reads
+#: checkpoints every 2 s) cannot be removed for a moment; 5 tries wait 0.15 s in all.
+SHARING_RETRIES = 5
+SHARING_WAIT_S = 0.01
 
 
-def link_new(path: Path, data: bytes, *, owner: str) -> bool:
+def remove_temp(tmp: Path) -> None:
+    """Remove the temp file ``tmp`` (no error if it is gone). On ``PermissionError`` (Windows: the
+    file is open in another process, e.g. a reader of the name it was just linked to) wait and try
+    again, :data:`SHARING_RETRIES` times in all; if it still fails the temp is left where it is
+    (it is never read as data, and ``doctor --repair`` removes it once its owner's lock is free).
+    Any other ``OSError`` is raised."""
+    import time
+
+    wait = SHARING_WAIT_S
+    for attempt in range(SHARING_RETRIES):
+        try:
+            tmp.unlink(missing_ok=True)
+            return
+        except PermissionError:
+            if attempt == SHARING_RETRIES - 1:
+                return
+            time.sleep(wait)
+            wait *= 2
+
+
+def no_links(folder: Path, exc: BaseException) -> Stopped:
+    """The one refusal for a folder whose file system cannot make hard links (FAT, exFAT, some
+    synced or network folders): the file store creates every file with ``os.link`` so that two
+    processes can never both create it."""
+    why = getattr(exc, "strerror", None) or type(exc).__name__
+    return Stopped(f"the state dir's file system does not support hard links ({folder}: {why}); "
+                   "the file store needs them to create each file exclusively: use a folder on a "
+                   "local disk (NTFS, ext4, APFS), or a PostgreSQL store (--store)")
+
+
+def link_new(path: Path, data: bytes, *, owner: str,
+             precondition: Callable[[], None] | None = None) -> bool:
     """Create ``path`` with ``data`` unless it exists; True if this call created it.
 
-    :func:`write_temp` (named for ``owner``) → ``os.link`` to ``path``, which fails if the name
-    exists (another process won: keep theirs) → unlink the temp → :func:`fsync_dir`. A reader sees
-    no file or the whole file, never half, and two processes can never both create it.
+    :func:`write_temp` (named for ``owner``) → ``precondition()`` (if given; if it raises, nothing
+    is created) → ``os.link`` to ``path``, which fails if the name exists (another process won:
+    keep theirs) → unlink the temp (:func:`remove_temp`) → :func:`fsync_dir`. A reader sees no file
+    or the whole file, never half, and two processes can never both create it: the link is one
+    system call, so a check in ``precondition`` followed by the link is a compare-and-swap when
+    every writer creates the next name (see ``state.storage``). Raises :class:`Stopped`
+    (:func:`no_links`) if the file system cannot make hard links; ``OSError`` otherwise.
     """
     tmp = write_temp(path.parent, data, owner=owner)
     try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
+        if precondition is not None:
+            precondition()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except (OSError, NotImplementedError) as exc:  # EPERM on FAT/exFAT: the temp was written
+            raise no_links(path.parent, exc) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        remove_temp(tmp)
     fsync_dir(path.parent)
     return True
+
+
+def probe_links(folder: Path) -> None:
+    """Check that ``folder`` (created ``0o700`` if missing) is on a file system that can make hard
+    links, which :func:`link_new` needs: a probe temp file is linked to a second temp name, and
+    both are removed, and so is every folder this call created: nothing is left on disk, so a
+    pre-flight check may call it. Raises :class:`Stopped` (:func:`no_links`) if it cannot.
+    Called once per state dir, before its first checkpoint (``state.storage.Store.save``)."""
+    import secrets
+
+    missing = []
+    probe = folder
+    while not probe.is_dir() and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    try:
+        tmp = write_temp(folder, b"", owner="links")
+        twin = tmp.with_name(f".tmp-links.{secrets.token_hex(4)}.part")  # a TEMP_NAME too
+        try:
+            os.link(tmp, twin)
+        except (OSError, NotImplementedError) as exc:
+            raise no_links(folder, exc) from None
+        finally:
+            for leftover in (twin, tmp):
+                remove_temp(leftover)
+    finally:
+        for created in missing:  # deepest first; only folders this call made, only if empty
+            try:
+                created.rmdir()
+            except OSError:
+                break
 
 
 def lock_path(root: Path, owner: str) -> Path:

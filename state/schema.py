@@ -380,7 +380,8 @@ class Spend(_Strict):
 
 
 class Checkpoint(_Strict):
-    """The checkpoint envelope, one JSON file per task (``tasks/<name>.json`` in the state dir).
+    """The checkpoint envelope, one JSON file per revision of a task (``tasks/<name>.r<N>.json`` in
+    the state dir; the highest N is the checkpoint, ``state.storage``).
 
     Fields: our ``schema_version``; ``task_id`` (== ``idempotency_key``); ``action`` (tool name);
     ``title`` and ``content_sha256`` of the draft; ``channels``; ``status``; the current ``decision`` (or null);

@@ -3,7 +3,8 @@
 Layout of a state dir (default ``.cache/`` under the current directory, or ``--state-dir`` /
 ``HITL_STATE_DIR``)::
 
-    tasks/<name>.json     one checkpoint envelope per task (state.schema.Checkpoint)
+    tasks/<name>.r<N>.json  revision N of a task's checkpoint envelope (state.schema.Checkpoint);
+                          N has 6 digits or more (r000001, r000002 …); the highest N is the checkpoint
     ledger/<name>.json    one ledger entry per idempotency key (tools.ledger)
     locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
     traces/<name>.jsonl   the local trace of each task (workflow.trace_log)
@@ -12,8 +13,20 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
 
 ``<name>`` is the key made safe for every file system (see :func:`file_name`).
 
-Every write is atomic: temp file in the same folder → write → flush → fsync → ``os.replace`` → fsync
-of the folder where the OS allows it. A reader therefore sees the old file or the new one, never half.
+Every write creates a new file and never changes one in place: temp file in the same folder →
+write → flush → fsync → ``os.link`` to the final name (fails if that name exists) → fsync of the
+folder where the OS allows it. A reader therefore sees no file or the whole file, never half.
+
+A checkpoint's compare-and-swap is that exclusive create: revision N+1 is written only by the
+process whose ``os.link`` created ``<name>.r<N+1>.json``, one system call, after it checked that
+the highest revision on disk is still exactly the N it read. Every writer names its file after the
+revision it read plus one, so two writers that read the same N race for the same name and exactly
+one wins; the other is refused (nothing written), however the two are interleaved. The content of
+revisions older than the newest two is cleared (the file becomes 0 bytes, :data:`KEPT_REVISIONS`),
+but the names stay: a removed name could be created again by a writer that read an old revision
+long ago. A crash before the clearing leaves an older revision whole, which nobody reads;
+``doctor --repair`` clears it. A checkpoint file ``<name>.json`` (the layout before revision files)
+is read as the task's checkpoint while it has no revision file.
 Every read goes through :func:`state.paths.read_regular`: a symlink, FIFO or device where a file
 should be is refused by name instead of followed or blocked on.
 This module never imports the SDK, so read-only commands stay fast.
@@ -25,6 +38,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,16 +50,42 @@ from . import effects, files, secrets, state_id
 from .clock import now_iso
 from .errors import Stopped
 from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
-from .paths import check_regular, check_state_dir, inside, read_regular
+from .paths import check_regular, check_state_dir, inside, open_regular, read_regular
 from .terminal import command
 from .schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
                      valid_effect_key, validation_message)
 # The file helpers live in leaf modules (no import cycle); their names stay importable from here.
-from .durable import atomic_write, create_exclusive  # noqa: F401
+from .durable import check_links, create_exclusive  # noqa: F401
 from .files import TEMP_NAME, fsync_dir, parse_json_object, write_temp  # noqa: F401
 from .settings import DEFAULT_LOCK_TIMEOUT_S, settings  # noqa: F401  (the default, for callers)
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
+
+#: Revisions of a task whose content is kept: the newest (the checkpoint) and the one before it (a
+#: reader that listed the folder just before a write still reads a whole file). Older ones are
+#: cleared to 0 bytes; their names are never removed (module docstring).
+KEPT_REVISIONS = 2
+#: How often a reader lists a task's revisions again when the one it chose could not be read
+#: because a newer one was written meanwhile.
+_READ_TRIES = 3
+
+#: ``<stem>.r<N>.json``: a stem is ``file_name(key)`` (it ends in ``--`` and 12 hex characters).
+_REVISION_NAME = re.compile(r"^(?P<stem>.+--[0-9a-f]{12})\.r(?P<rev>[0-9]{6,})\.json\Z")
+
+
+def revision_file_name(stem: str, revision: int) -> str:
+    """``<stem>.r<revision, 6 digits or more>.json``, e.g. ``demo-001--0b1e2a3c4d5e.r000003.json``."""
+    return f"{stem}.r{revision:06d}.json"
+
+
+def parse_revision_name(name: str) -> tuple[str, int] | None:
+    """``(stem, revision)`` of a revision file name written by :func:`revision_file_name`, or None
+    (any other name, a non-canonical spelling such as ``r0000003`` included: one revision, one name)."""
+    found = _REVISION_NAME.match(name)
+    if found is None:
+        return None
+    stem, revision = found["stem"], int(found["rev"])
+    return (stem, revision) if revision_file_name(stem, revision) == name else None
 
 
 def file_name(key: str) -> str:
@@ -98,9 +138,82 @@ class Store:
 
     # -- paths -------------------------------------------------------------------------------
     def checkpoint_path(self, task_id: str) -> Path:
-        """``tasks/<file_name(task_id)>.json``; guaranteed to be inside ``root``."""
-        path = self.tasks_dir / (file_name(task_id) + ".json")
+        """The file holding the checkpoint of ``task_id`` now: its newest revision file
+        ``tasks/<file_name(task_id)>.r<N>.json`` (or a ``<name>.json`` of the older layout);
+        for a task with no file yet, the name its first revision will have. Guaranteed to be
+        inside ``root``."""
+        stem = file_name(task_id)
+        path = self._newest(stem) or self.tasks_dir / revision_file_name(stem, 1)
         return inside(self.root, path, f"checkpoint of task {task_id!r}")
+
+    def revision_path(self, task_id: str, revision: int) -> Path:
+        """``tasks/<file_name(task_id)>.r<revision>.json``, inside ``root``."""
+        path = self.tasks_dir / revision_file_name(file_name(task_id), revision)
+        return inside(self.root, path, f"checkpoint of task {task_id!r}")
+
+    def _names(self) -> list[str]:
+        """The names in ``tasks/`` (none if it does not exist), hidden temp files left out."""
+        try:
+            return [n for n in os.listdir(self.tasks_dir) if not n.startswith(".")]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def _revisions(self, stem: str, names: list[str] | None = None) -> list[tuple[int, str]]:
+        """``[(revision, file name)]`` of ``stem``'s checkpoint files, lowest first; a file of the
+        older layout (``<stem>.json``) counts as revision 0."""
+        found = []
+        prefix = stem + "."
+        if names is None:
+            try:
+                names = [n for n in os.listdir(self.tasks_dir) if n.startswith(prefix)]
+            except (FileNotFoundError, NotADirectoryError):
+                names = []
+        for name in names:
+            if name == stem + ".json":
+                found.append((0, name))
+            elif name.startswith(stem + ".r"):
+                parsed = parse_revision_name(name)
+                if parsed is not None and parsed[0] == stem:
+                    found.append((parsed[1], name))
+        return sorted(found)
+
+    def _newest(self, stem: str) -> Path | None:
+        """The newest checkpoint file of ``stem`` (see :meth:`_revisions`), or None."""
+        found = self._revisions(stem)
+        return self.tasks_dir / found[-1][1] if found else None
+
+    def task_files(self) -> list[tuple[str, Path]]:
+        """``[(stem, newest checkpoint file)]`` for every task in ``tasks/``, by stem: each
+        ``*.json`` that is not a revision file counts as a task of the older layout (so a stray
+        file is read, and refused, rather than ignored). Lists the folder once."""
+        newest: dict[str, tuple[int, str]] = {}
+        for name in self._names():
+            if not name.endswith(".json"):
+                continue
+            parsed = parse_revision_name(name)
+            stem, revision = parsed if parsed is not None else (name[:-len(".json")], 0)
+            if stem not in newest or newest[stem] < (revision, name):
+                newest[stem] = (revision, name)
+        return [(stem, self.tasks_dir / newest[stem][1]) for stem in sorted(newest)]
+
+    def load_newest(self, stem: str, path: Path | None = None) -> tuple[Path, Checkpoint] | None:
+        """``(file, checkpoint)`` of the newest revision of ``stem`` (verified as
+        :meth:`load_path`), or None if it has no file. ``path``: the newest file as a listing just
+        found it (saves listing the folder again). If the file cannot be read and a newer revision
+        was written meanwhile (an older one's content is cleared), the newer one is read instead;
+        otherwise the refusal is raised (fail closed: never an older revision instead)."""
+        path = path or self._newest(stem)
+        for attempt in range(_READ_TRIES):
+            if path is None:
+                return None
+            try:
+                return path, self.load_path(path)
+            except Stopped:
+                newer = self._newest(stem)
+                if attempt == _READ_TRIES - 1 or newer == path:
+                    raise
+                path = newer
+        return None
 
     # -- locking -----------------------------------------------------------------------------
     @contextmanager
@@ -130,19 +243,21 @@ class Store:
     def exists(self, task_id: str) -> bool:
         """True if a checkpoint file exists for ``task_id`` (as a name: a dangling symlink counts,
         and :meth:`load` then refuses it)."""
-        return os.path.lexists(self.checkpoint_path(task_id))
+        return self._newest(file_name(task_id)) is not None
 
     def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
-        """Read every checkpoint file once: ``(checkpoints that verify, sorted by task ID,
-        [{"file", "error"} for each that does not])``. Never raises for a bad file."""
+        """Read every task's newest checkpoint file once: ``(checkpoints that verify, sorted by
+        task ID, [{"file", "error"} for each that does not])``. Never raises for a bad file."""
         good: list[Checkpoint] = []
         bad: list[dict[str, str]] = []
-        if self.tasks_dir.is_dir():
-            for path in sorted(self.tasks_dir.glob("*.json")):
-                try:
-                    good.append(self.load_path(path))
-                except Stopped as exc:
-                    bad.append({"file": path.name, "error": str(exc)})
+        for stem, path in self.task_files():
+            try:
+                found = self.load_newest(stem, path)
+            except Stopped as exc:
+                bad.append({"file": path.name, "error": str(exc)})
+                continue
+            if found is not None:
+                good.append(found[1])
         return sorted(good, key=lambda cp: cp.task_id), bad
 
     def checkpoints(self) -> list[Checkpoint]:
@@ -155,15 +270,17 @@ class Store:
         return [cp.task_id for cp in self.checkpoints()]
 
     def load(self, task_id: str) -> Checkpoint:
-        """Read, validate and verify the checkpoint of ``task_id``.
+        """Read, validate and verify the checkpoint of ``task_id``: its newest revision file.
 
         Raises :class:`Stopped` if it is missing, not JSON, not a valid envelope of our schema
-        version, fails the MAC, or names another task than its file.
+        version, fails the MAC, or names another task or revision than its file. A newest file that
+        does not verify stops (fail closed): an older revision is never read instead.
         """
-        path = self.checkpoint_path(task_id)
-        if not os.path.lexists(path):
+        inside(self.root, self.tasks_dir, f"checkpoint of task {task_id!r}")
+        found = self.load_newest(file_name(task_id))
+        if found is None:
             raise Stopped(f"no task {task_id!r} in {self.root}")
-        cp = self.load_path(path)
+        path, cp = found
         if cp.task_id != task_id:
             raise Stopped(f"checkpoint {path.name} names task {cp.task_id!r}, not {task_id!r}")
         return cp
@@ -174,14 +291,23 @@ class Store:
         raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
         if raw is None:
             raise Stopped(f"{where} cannot be read (No such file or directory)")
+        if not raw:
+            raise Stopped(f"{where} is empty: the content of an older revision is cleared once a "
+                          "newer one is written, and no newer revision file is there (removed by "
+                          "hand?); a human must check")
         cp = _verified.get(path, raw, load_key, self.root)
         if cp is None:
             data = parse_json_object(raw, where)
             key = load_key(self.root, create=False)
             cp = verify_envelope(data, key, where=where, name=path.name)
             _verified.put(path, raw, key, cp)
-        if path.stem != file_name(cp.task_id):
+        parsed = parse_revision_name(path.name)
+        stem = parsed[0] if parsed is not None else path.name[:-len(".json")]
+        if stem != file_name(cp.task_id):
             raise Stopped(f"{where} holds task {cp.task_id!r}, whose file name would differ")
+        if parsed is not None and parsed[1] != cp.revision:
+            raise Stopped(f"{where} holds revision {cp.revision}, not the revision its name says "
+                          f"({parsed[1]}); a human must check (a backup goes back under its own name)")
         state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)
         return cp
 
@@ -198,9 +324,11 @@ class Store:
         key or ``state.id`` is missing while checkpoints need it (creating a new one would orphan
         them), or if the task's ledger entry or trace file exists but is not a regular file (a
         symlink would be written through; a FIFO would block), or if the signing key file exists
-        but is not a usable key (checked by reading it, as the first write would), or if a new
-        task would be signed with a key that signed none of the checkpoints here
-        (:func:`check_signs_here`). Touches nothing."""
+        but is not a usable key (checked by reading it, as the first write would), if a new task
+        would be signed with a key that signed none of the checkpoints here
+        (:func:`check_signs_here`), or if the state dir has no ``state.id`` yet and its file system
+        cannot make hard links (a probe file is linked and both names removed:
+        :func:`state.durable.check_links`). Leaves nothing on disk."""
         check_key_creatable(self.root)
         if os.path.lexists(self.root / KEY_FILE):
             load_key(self.root, create=False)
@@ -208,10 +336,17 @@ class Store:
             check_signs_here(self.tasks_dir, load_key(self.root, create=False))
         if self.identity() is None:
             state_id.check_creatable(self.root)
+            self._check_links()
         stem = file_name(task_id)
         check_regular(self.ledger_dir / (stem + ".json"), f"ledger entry {stem}.json")
         check_regular(self.traces_dir / (stem + ".jsonl"), f"trace file traces/{stem}.jsonl",
                       writing=True)
+
+    def _check_links(self) -> None:
+        """:func:`state.durable.check_links` of the state dir, once per :class:`Store`."""
+        if not getattr(self, "_links_ok", False):
+            check_links(self.root)
+            self._links_ok = True
 
     def save_revision(self, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
                       **changes: Any) -> Checkpoint:
@@ -229,34 +364,46 @@ class Store:
         return self.save(body, failpoint=failpoint, expect=cp)
 
     def check_unchanged(self, cp: Checkpoint) -> None:
-        """Raise :class:`Stopped` unless the checkpoint file of ``cp.task_id`` on disk still holds
-        revision ``cp.revision`` with MAC ``cp.mac`` (what this process read and verified). Reads
-        the file; writes nothing."""
-        path = self.checkpoint_path(cp.task_id)
-        raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
+        """Raise :class:`Stopped` unless the newest checkpoint file of ``cp.task_id`` on disk is
+        still revision ``cp.revision`` with MAC ``cp.mac`` (what this process read and verified).
+        Reads the file; writes nothing."""
+        found = self._revisions(file_name(cp.task_id))
+        if not found:
+            raise _changed(cp.task_id, cp.revision, "no file")
+        named, name = found[-1]
+        if named not in (0, cp.revision):  # 0: a file of the older layout, judged by its content
+            raise _changed(cp.task_id, cp.revision, named)
+        path = self.tasks_dir / name
+        raw = read_regular(path, f"checkpoint {name}", limit=MAX_CHECKPOINT_BYTES)
         if raw is not None and _verified.holds(path, raw, cp):
             return  # exactly the bytes this process verified or wrote for cp
-        data = parse_json_object(raw, f"checkpoint {path.name}") if raw is not None else {}
+        data = parse_json_object(raw, f"checkpoint {name}") if raw else {}
         if data.get("revision") != cp.revision or data.get("mac") != cp.mac:
-            now = data.get("revision", "no file")
-            raise Stopped(
-                f"task {cp.task_id} changed on disk since it was read (revision {cp.revision} -> "
-                f"{now}): another process wrote it; nothing was written by this one; run "
-                f"{command('status', '--task', cp.task_id)} to see where it stands")
+            raise _changed(cp.task_id, cp.revision, data.get("revision", "no file"))
 
     def save(self, body: dict[str, Any], *, failpoint: str, expect: Checkpoint | None = None) -> Checkpoint:
-        """Sign ``body`` (an envelope without ``mac``), validate it, and write it atomically.
+        """Sign ``body`` (an envelope without ``mac``), validate it, and write it as a new file.
 
-        ``expect`` is the checkpoint this write replaces (compare-and-swap, see
-        :meth:`save_revision`); None means a new task: the file is created exclusively, and
-        :class:`Stopped` is raised if another process created it first. The state dir's ID
-        (``state.id``, created with the first checkpoint) goes into the envelope's ``state_id``;
-        every value is passed through :func:`state.secrets.redact_checkpoint` first (a free-text
-        field holding the value of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY``, 8+ characters, becomes
-        ``[redacted]`` whole; one in a structural field raises :class:`Stopped` before anything is
-        written). Returns the saved :class:`Checkpoint`. ``failpoint`` names this write for crash
-        tests.
+        ``expect`` is the checkpoint this write follows (compare-and-swap, see
+        :meth:`save_revision`): the new revision must be ``expect.revision + 1``, and its file
+        ``<name>.r<revision>.json`` is created only if the newest revision on disk is still exactly
+        ``expect`` and no other process created that name first (``os.link``: one system call
+        decides; module docstring). None means a new task: its first revision is created
+        exclusively, and :class:`Stopped` is raised if the task has any file already. The state
+        dir's ID (``state.id``, created with the first checkpoint, after a check that the file
+        system can make hard links: :func:`state.durable.check_links`) goes into the envelope's
+        ``state_id``; every value is passed through :func:`state.secrets.redact_checkpoint` first
+        (a free-text field holding the value of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY``, 8+
+        characters, becomes ``[redacted]`` whole; one in a structural field raises
+        :class:`Stopped` before anything is written). Returns the saved :class:`Checkpoint`.
+        ``failpoint`` names this write for crash tests. Raises ``ValueError`` if ``body``'s
+        revision does not follow ``expect``'s (after :class:`Stopped` if ``expect`` is stale).
         """
+        if expect is not None and body.get("revision") != expect.revision + 1:
+            self.check_unchanged(expect)  # a stale ``expect`` is a conflict, as in every store
+            raise ValueError(f"revision {body.get('revision')!r} does not follow {expect.revision}")
+        if self.identity() is None:
+            self._check_links()  # before the state dir's first file
         key = load_key(self.root, create=True)
         ident = self._ident = state_id.ensure(self.root)
         if body.get("state_id") not in (None, ident.state_id):
@@ -267,16 +414,55 @@ class Store:
         # free text holding a secret is replaced whole (state.secrets).
         cp = seal(body, key)
         data = (json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        path = self.checkpoint_path(cp.task_id)
+        stem = file_name(cp.task_id)
+        path = self.revision_path(cp.task_id, cp.revision)
         if expect is None:
-            if not create_exclusive(path, data, owner=path.stem, failpoint=failpoint):
+            if self.exists(cp.task_id) or not create_exclusive(
+                    path, data, owner=stem, failpoint=failpoint):
                 raise Stopped(f"task {cp.task_id} was created by another process at the same time; "
                               f"nothing was written by this one ({command('status', '--task', cp.task_id)})")
-        else:
-            atomic_write(path, data, failpoint=failpoint, precondition=lambda: self.check_unchanged(expect))
+        elif not create_exclusive(path, data, owner=stem, failpoint=failpoint,
+                                  precondition=lambda: self.check_unchanged(expect),
+                                  then=lambda: self.clear_older(cp.task_id)):
+            raise _changed(cp.task_id, expect.revision, expect.revision + 1)
         _verified.wrote(path, data, cp)
         effects.note(cp.task_id, f"checkpoint saved at revision {cp.revision} ({cp.status})")
         return cp
+
+    def clear_older(self, task_id: str) -> int:
+        """Clear the content (truncate to 0 bytes) of every revision file of ``task_id`` older
+        than the newest :data:`KEPT_REVISIONS`, and of a file of the older layout once two
+        revisions exist; the names stay (module docstring). Returns how many files it cleared.
+        Best effort: a file it cannot clear (gone, not a regular file, in use) is left for
+        ``doctor --repair``; never raises for one."""
+        found = self._revisions(file_name(task_id))
+        if len(found) < KEPT_REVISIONS:
+            return 0
+        cleared = 0
+        for _, name in found[:-KEPT_REVISIONS]:
+            path = self.tasks_dir / name
+            try:
+                if os.lstat(path).st_size == 0:
+                    continue
+                fd = open_regular(path, f"checkpoint {name}", os.O_WRONLY)  # never through a link
+            except (OSError, Stopped):
+                continue
+            try:
+                os.ftruncate(fd, 0)
+                cleared += 1
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        return cleared
+
+
+def _changed(task_id: str, revision: int, now: Any) -> Stopped:
+    """The refusal of a write whose compare-and-swap failed: the task is no longer at ``revision``."""
+    return Stopped(
+        f"task {task_id} changed on disk since it was read (revision {revision} -> "
+        f"{now}): another process wrote it; nothing was written by this one; run "
+        f"{command('status', '--task', task_id)} to see where it stands")
 
 
 def check_signs_here(tasks_dir: Path, key: bytes) -> None:

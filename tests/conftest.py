@@ -132,10 +132,49 @@ def ledger_entries(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def checkpoint_file(state_dir: Path, task_id: str) -> Path:
-    """The checkpoint path of ``task_id``."""
-    from state.storage import file_name
+    """The file holding the checkpoint of ``task_id`` now: its newest revision file
+    ``tasks/<name>.r<N>.json`` (the name revision 1 will have if there is none yet)."""
+    from state.storage import Store
 
-    return state_dir / "tasks" / (file_name(task_id) + ".json")
+    return Store(state_dir).checkpoint_path(task_id)
+
+
+def remove_checkpoint(state_dir: Path, task_id: str) -> None:
+    """Remove every revision file of ``task_id``: the task has no checkpoint any more."""
+    from state.storage import Store, file_name
+
+    store = Store(state_dir)
+    for _, name in store._revisions(file_name(task_id)):
+        (store.tasks_dir / name).unlink()
+
+
+def next_revision_file(state_dir: Path, task_id: str, mutate) -> Path:
+    """Write the task's next revision file as another writer would, by hand: a copy of the newest
+    with ``mutate(dict)`` applied, ``revision`` raised by one, re-signed (see :func:`resign`)."""
+    from state.storage import Store, file_name, revision_file_name
+
+    newest = checkpoint_file(state_dir, task_id)
+    data = json.loads(newest.read_text(encoding="utf-8"))
+    nxt = Store(state_dir).tasks_dir / revision_file_name(file_name(task_id), data["revision"] + 1)
+    nxt.write_bytes(newest.read_bytes())
+    resign(state_dir, nxt, lambda d: (mutate(d), d.update(revision=d["revision"] + 1)))
+    return nxt
+
+
+def restore_checkpoint(state_dir: Path, task_id: str, data: bytes) -> Path:
+    """Put ``data`` (a checkpoint's bytes, saved earlier) back as the checkpoint of ``task_id``, as
+    a restore of the task's files from a backup would: every newer revision file is removed and
+    ``data`` goes back under the name of its own revision. Returns that path."""
+    from state.storage import Store, file_name, revision_file_name
+
+    store = Store(state_dir)
+    revision = json.loads(data)["revision"]
+    for number, name in store._revisions(file_name(task_id)):
+        if number > revision:
+            (store.tasks_dir / name).unlink()
+    path = store.tasks_dir / revision_file_name(file_name(task_id), revision)
+    path.write_bytes(data)
+    return path
 
 
 def resign(state_dir: Path, path: Path, mutate) -> None:

@@ -223,7 +223,8 @@ def test_every_durable_write_is_inside_a_failpoint_pair(cli, state_dir, monkeypa
     assert cli("resume", "--task", "w-2", "--decision", "reject").code == 0
     assert cli("doctor", "--repair").code == 0
     writes = [e for e in events if e[0] != "failpoint"]
-    # the audit saw real writes: key, state.id, 2 starts, 1 rejection record, 2 decisions,
-    # 1 ledger entry, 2 outcomes
-    assert sum(1 for kind, _ in writes if kind in ("replace", "link")) == 10, writes
+    # the audit saw real writes: the hard-link probe, key, state.id, 2 starts, 1 rejection record,
+    # 2 decisions, 1 ledger entry, 2 outcomes (every one a link: no file is replaced in place)
+    assert sum(1 for kind, _ in writes if kind == "link") == 11, writes
+    assert not any(kind == "replace" for kind, _ in writes), writes
     assert not open_points

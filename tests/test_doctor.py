@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT, checkpoint_file, snapshot
+from conftest import ROOT, checkpoint_file, remove_checkpoint, snapshot
 from forking import in_process, run_cli, spawn, step
 
 
@@ -63,7 +63,7 @@ def test_doctor_reports_completed_without_entry(cli, state_dir):
 def test_doctor_reports_entry_without_task(cli, state_dir):
     _start(cli)
     cli("resume", "--task", "doc-1", "--decision", "approve")
-    checkpoint_file(state_dir, "doc-1").unlink()
+    remove_checkpoint(state_dir, "doc-1")
     assert _kinds(_doctor(cli)) == ["entry_without_task"]
 
 

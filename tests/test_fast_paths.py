@@ -223,7 +223,7 @@ def test_compare_and_swap_refuses_a_file_changed_after_this_process_wrote_it(sta
     path.write_text(json.dumps(data, indent=4), encoding="utf-8")  # same revision and MAC, other bytes
     second = store.save_revision(first, failpoint="test", event=("resumed", {}))  # accepted, as before
     assert second.revision == 2
-    resign(state_dir, path, lambda d: d.update(revision=7))  # another process wrote it
+    resign(state_dir, checkpoint_file(state_dir, "t-1"), lambda d: d.update(revision=7))  # another process wrote it
     with pytest.raises(Stopped, match="changed on disk"):
         store.save_revision(second, failpoint="test", event=("resumed", {}))
 

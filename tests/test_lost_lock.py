@@ -181,3 +181,150 @@ def test_two_starts_of_one_key_create_the_checkpoint_once(cli, state_dir):
     body = store.load(KEY).body()
     with pytest.raises(Stopped, match="was created by another process at the same time"):
         store.save({**body, "revision": 1}, failpoint="t")
+
+
+def _pause_after_compare(monkeypatch, write: str, action) -> dict[str, bool]:
+    """Run ``action()`` once, in this process, right after the compare-and-swap check of the
+    durable write named ``write`` passed and before that write is committed: the window in which a
+    check followed by a separate replace used to let another process's outcome be overwritten."""
+    from state.storage import Store
+
+    real_hit, real_check = failpoints.hit, Store.check_unchanged
+    state = {"inside": False, "paused": False}
+
+    def hit(point: str) -> None:
+        if point == write + ":before":
+            state["inside"] = True
+        elif point == write + ":after":
+            state["inside"] = False
+        real_hit(point)
+
+    def check_unchanged(self, cp) -> None:
+        real_check(self, cp)
+        if state["inside"] and not state["paused"]:
+            state["paused"] = True
+            action()
+
+    monkeypatch.setattr(failpoints, "hit", hit)
+    monkeypatch.setattr(Store, "check_unchanged", check_unchanged)
+    return state
+
+
+def _reported_is_on_disk(state_dir: Path, result, decision: str) -> None:
+    """A command that exited 0 printed the status the files hold (and a completed task has its
+    one ledger entry, a cancelled one none); one that exited 1 said so in one STOPPED line."""
+    if result.code == 0:
+        printed = json.loads(result.out)["status"]
+        assert printed == _status(state_dir), (decision, printed, _status(state_dir))
+        assert printed == ("completed" if decision == "approve" else "cancelled")
+    else:
+        result.assert_stopped()
+
+
+@pytest.mark.parametrize("write", ["checkpoint:decision", "checkpoint:outcome"])
+@pytest.mark.parametrize("paused,rival", [("approve", "reject"), ("reject", "approve")])
+def test_no_interleaving_contradicts_a_reported_outcome(cli, state_dir, monkeypatch, write, paused,
+                                                        rival):
+    """One command is paused between its compare and its commit, its lock file is deleted, and a
+    rival decision on the same task runs to the end as another process. Whatever the order, the
+    outcome each command reported is what the files say: the one that lost exits 1 and changed
+    nothing (the decision on record is the other one's)."""
+    _start(cli)
+    box: list = []
+    seen = _pause_after_compare(monkeypatch, write, _rival(state_dir, rival, box))
+    r = cli("resume", "--task", KEY, "--decision", paused, "--json")
+    assert seen["paused"] and box
+    other = box[0]
+    _reported_is_on_disk(state_dir, r, paused)
+    _reported_is_on_disk(state_dir, other, rival)
+    assert (r.code, other.code).count(0) == 1, (r, other)  # exactly one decision stands
+    winner = paused if r.code == 0 else rival
+    on_disk = json.loads(checkpoint_file(state_dir, KEY).read_text(encoding="utf-8"))
+    assert on_disk["decision"]["decision"] == ("approved" if winner == "approve" else "rejected")
+    _assert_one_truth(state_dir, cli)
+
+
+def test_the_paused_approve_loses_to_a_reject_that_ran_to_the_end(cli, state_dir, monkeypatch):
+    """The case as found: lock files deleted, an approve paused between its compare and its commit,
+    a reject that runs to the end and prints ``cancelled``. The approve's commit (creating
+    revision 2, which the reject created first) fails: it exits 1, and the task stays cancelled."""
+    _start(cli)
+    box: list = []
+    _pause_after_compare(monkeypatch, "checkpoint:decision", _rival(state_dir, "reject", box))
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    assert box[0].code == 0 and json.loads(box[0].out)["status"] == "cancelled"
+    r.assert_stopped()
+    assert "changed on disk since it was read (revision 1 -> 2)" in r.err
+    assert _status(state_dir) == "cancelled" and ledger_entries(state_dir) == []
+    _assert_one_truth(state_dir, cli)
+
+
+def test_many_writers_of_the_same_revision_exactly_one_wins(cli, state_dir, monkeypatch):
+    """Eight writers read revision 1 and all pass the compare before any of them commits (a barrier
+    right after the check): exactly one creates revision 2; the seven others are refused, and the
+    checkpoint is the winner's."""
+    import threading
+
+    from state.errors import Stopped
+    from state.storage import Store
+
+    _start(cli)
+    writers = 8
+    barrier = threading.Barrier(writers, timeout=60)
+    real_check = Store.check_unchanged
+
+    def check_unchanged(self, cp) -> None:
+        real_check(self, cp)
+        barrier.wait()  # every writer has compared; now all commit at once
+
+    monkeypatch.setattr(Store, "check_unchanged", check_unchanged)
+    stale = Store(state_dir).load(KEY)
+    won: list = []
+    lost: list = []
+
+    def write(n: int) -> None:
+        try:
+            won.append(Store(state_dir).save_revision(stale, failpoint="t", event=("resumed", {"n": n}),
+                                                      title=f"writer {n}"))
+        except Stopped as exc:
+            lost.append(str(exc))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(won) == 1 and len(lost) == writers - 1, (won, lost)
+    assert all("changed on disk since it was read (revision 1 -> 2)" in m for m in lost)
+    assert Store(state_dir).load(KEY) == won[0]
+    assert not list((state_dir / "tasks").glob(".tmp-*"))
+
+
+def test_a_writer_that_read_long_ago_cannot_recreate_a_cleared_revision(cli, state_dir, monkeypatch):
+    """Revisions older than the newest two are cleared (0 bytes) but their names stay. A writer that
+    passed its compare on revision 1 and then waited while another wrote revisions 2, 3 and 4
+    (clearing 1 and 2) still finds the name of revision 2 taken: refused, nothing changed. (Had the
+    cleanup removed the names, its link would succeed and a stale revision 2 would sit beside 4.)"""
+    from state.errors import Stopped
+    from state.storage import KEPT_REVISIONS, Store
+
+    _start(cli)
+    other = Store(state_dir)
+    stale = other.load(KEY)
+    real_check = Store.check_unchanged
+
+    def check_unchanged(self, cp) -> None:
+        real_check(self, cp)
+        if self is not other:  # the stale writer has compared: now the other writes three times
+            cp = other.load(KEY)
+            for _ in range(3):
+                cp = other.save_revision(cp, failpoint="t", event=("resumed", {}))
+
+    monkeypatch.setattr(Store, "check_unchanged", check_unchanged)
+    with pytest.raises(Stopped, match=r"changed on disk since it was read \(revision 1 -> 2\)"):
+        Store(state_dir).save_revision(stale, failpoint="t", event=("resumed", {}), title="stale")
+    monkeypatch.undo()
+    sizes = {p.name: p.stat().st_size for p in (state_dir / "tasks").glob("*.json")}
+    assert len(sizes) == 4 and sorted(sizes.values()).count(0) == 4 - KEPT_REVISIONS
+    cp = Store(state_dir).load(KEY)
+    assert cp.revision == 4 and cp.title == "T"

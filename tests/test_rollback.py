@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import checkpoint_file, ledger_entries, snapshot
+from conftest import checkpoint_file, ledger_entries, restore_checkpoint, snapshot
 
 
 @pytest.fixture
@@ -17,8 +17,7 @@ def rejected_then_restored(cli, state_dir):
     revision_1 = path.read_bytes()
     r = cli("resume", "--task", "rb-1", "--decision", "reject", "--by", "bob", "--reason", "do not publish")
     assert r.code == 0, r.err
-    path.write_bytes(revision_1)
-    return path
+    return restore_checkpoint(state_dir, "rb-1", revision_1)  # the task's files from a backup
 
 
 def test_restored_checkpoint_cannot_reopen_a_rejected_task(cli, state_dir, rejected_then_restored):

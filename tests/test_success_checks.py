@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from conftest import checkpoint_file, ledger_entries, resign, snapshot
+from conftest import checkpoint_file, ledger_entries, resign, restore_checkpoint, snapshot
 
 
 def _start(cli, key="check-1", draft="Body text", title="T"):
@@ -73,7 +73,7 @@ def test_check_same_saved_state_replayed_publishes_once(cli, state_dir):
     path = checkpoint_file(state_dir, "check-1")
     saved = path.read_bytes()
     cli("resume", "--task", "check-1", "--decision", "approve")
-    path.write_bytes(saved)
+    restore_checkpoint(state_dir, "check-1", saved)
     again = cli("resume", "--task", "check-1", "--decision", "approve", "--json")
     assert again.code == 0, again.err
     assert again.json()["status"] == "completed"

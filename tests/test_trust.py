@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import checkpoint_file, resign
+from state.storage import file_name
 
 
 # -- keys that are Windows device names ---------------------------------------------------------
@@ -443,7 +444,7 @@ def test_doctor_on_a_read_only_state_dir_still_reports_damage(read_only_state, t
     raw = path.read_bytes()
     path.write_bytes(raw.replace(b'"revision": 1', b'"revision": 7'))  # tampered, not re-signed
     # a leftover temp: --repair must say it did not delete it
-    (state / "tasks" / f".tmp-{path.stem}.abcdefgh.part").write_bytes(b"half")
+    (state / "tasks" / f".tmp-{file_name('k-1')}.abcdefgh.part").write_bytes(b"half")
     make_read_only()
     r = _doctor_as(NOBODY, state, tmp_path, "--json", "--repair")
     assert r.code == 1

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from state import clock
 from state.errors import Stopped
-from tests.conftest import ROOT, RUN_PY, checkpoint_file, resign, snapshot
+from tests.conftest import ROOT, RUN_PY, checkpoint_file, next_revision_file, resign, snapshot
 from workflow.store import FileStore
 from workflow.web import create_app
 
@@ -291,7 +291,7 @@ def test_hitl_resume_checks_the_expected_revision_under_the_lock(task, state_dir
     class RacingStore(FileStore):
         @contextmanager
         def task_lock(self, task_id):
-            resign(state_dir, path, lambda d: d.update(revision=d["revision"] + 1))  # the other writer
+            next_revision_file(state_dir, task, lambda d: None)  # the other writer
             with super().task_lock(task_id):
                 yield
 

@@ -1,6 +1,6 @@
 """``run.py doctor``: check every task against the ledger; repair only what is provable. No SDK.
 
-What it reads: every checkpoint (``tasks/*.json``), every ledger entry (``ledger/*.json``), the lock
+What it reads: every checkpoint (the newest revision file of each task in ``tasks/``), every ledger entry (``ledger/*.json``), the lock
 files (``locks/*.lock``) and temp files (``.tmp-*.part``) of the state dir. Each task is checked
 under its own lock (taken without waiting), so a task a live process is working on is reported as
 ``busy`` instead of as a half-finished write.
@@ -37,7 +37,9 @@ half-finished; on a state dir nobody can write, nobody is writing. ``--repair`` 
 there: a ``leftover_temp`` is reported with "not repaired". A lock file that is a symlink or a
 folder is still ``unusable_lock``.
 
-Repairs (``--repair``): only deleting ``leftover_temp`` files. Every write of a task's files
+Repairs (``--repair``): deleting ``leftover_temp`` files, and clearing (to 0 bytes, under the task's
+lock) older revision files that a crash left whole between a write and its cleanup (nobody reads
+them: ``state.storage``). Every write of a task's files
 happens under that task's lock (``locks/<owner>.lock``; the signing key under
 ``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose owner's lock doctor holds belongs to no live
 process: deleting it is provably safe. Nothing else is repaired: marking a task completed needs a
@@ -315,9 +317,8 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
     unlocked: list[str] = []  # the OS's reasons, when a lock could not be taken (read-only)
 
     if store.tasks_dir.is_dir():
-        for path in sorted(store.tasks_dir.glob("*.json")):
+        for stem, path in store.task_files():  # each task's newest revision file
             report.tasks += 1
-            stem = path.stem
             seen_stems.add(stem)
             probe = _Probe(store, stem, create=False)
             with probe as held:
@@ -331,12 +332,17 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                                 "run doctor again when it finishes"))
                     continue
                 try:
-                    cp = store.load_path(path)
+                    path, cp = store.load_newest(stem) or (path, store.load_path(path))
                 except Stopped as exc:
                     report.findings.append(Finding(
                         "unreadable_checkpoint", None, str(path), str(exc),
                         HUMAN + " (restore the file from a backup, or move it away)"))
                     continue
+                if repair and not probe.read_only:  # a crash between a write and its cleanup
+                    cleared = store.clear_older(cp.task_id)
+                    if cleared:
+                        report.repairs.append({"kind": "older_revision", "path": str(path),
+                                               "result": f"cleared {cleared} older revision file(s)"})
                 if per_call(cp):  # each channel's entry is this task's (judged per call)
                     seen_stems.update(file_name(keys(cp, c)[0]) for c in cp.channels)
                     _check_calls(store, cp, path, report)

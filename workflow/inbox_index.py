@@ -3,14 +3,15 @@ imports the SDK.
 
 ``python run.py list`` reads and verifies every checkpoint each time it runs (one process, one
 look). A server answers the same question every few seconds, so :class:`InboxIndex` keeps, per
-checkpoint file, the summary row of the checkpoint that verified (MAC, schema, state dir: exactly
-``Store.load_path``) together with the file's identity when it was read: inode, device, size,
-modification and change times in nanoseconds. The next listing only ``stat``\\ s each file; a file
-whose identity differs, or a new file, is read and verified again before its row is shown. A
-checkpoint that does not verify is never shown, nor left out silently: like ``list``, the page
-lists what verifies and says how many could not be verified and why the first failed
-(:meth:`InboxIndex.listing`); if nothing verifies, the listing stops. Every write
-of a checkpoint replaces the file (``os.replace``: a new inode and change time), and on POSIX the
+task, the summary row of the checkpoint that verified (MAC, schema, state dir: exactly
+``Store.load_path``) together with the name and identity of its newest revision file when it was
+read: inode, device, size, modification and change times in nanoseconds. The next listing reads
+the folder once and only ``stat``\\ s each newest file; a file whose name or identity differs, or a
+new task, is read and verified again before its row is shown. A checkpoint that does not verify
+is never shown, nor left out silently: like ``list``, the page lists what verifies and says how
+many could not be verified and why the first failed (:meth:`InboxIndex.listing`); if nothing
+verifies, the listing stops. Every write of a checkpoint creates a new
+revision file (a new name and inode, ``state.storage``), and on POSIX the
 change time cannot be set by a user, so an edited file is read again (on Windows, where Python's
 ``st_ctime`` is the settable creation time, an edit that restores size and times keeps the file's
 old, verified row: never unverified content). The cache only ever decides what the inbox *shows*:
@@ -94,7 +95,7 @@ class InboxIndex:
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self._rows: dict[str, tuple[tuple[int, ...], Row]] = {}  # file name -> (identity, row)
+        self._rows: dict[str, tuple[tuple[Any, ...], Row]] = {}  # stem -> ((file, identity), row)
         self._keys: Any = None  # the identity of signing.key and state.id the rows were verified with
         self._lock = threading.Lock()
 
@@ -128,28 +129,23 @@ class InboxIndex:
         keys = (_identity(store.root / KEY_FILE), _identity(store.root / STATE_ID_FILE))
         if keys != self._keys:  # a new signing key or state dir ID: verify everything again
             self._rows, self._keys = {}, keys
-        fresh: dict[str, tuple[tuple[int, ...], Row]] = {}
+        fresh: dict[str, tuple[tuple[Any, ...], Row]] = {}
         bad: list[dict[str, str]] = []
-        try:
-            entries = list(os.scandir(store.tasks_dir))  # what Store.scan globs: tasks/*.json
-        except FileNotFoundError:
-            entries = []
-        for entry in entries:
-            if not entry.name.endswith(".json"):
+        for stem, path in store.task_files():  # what Store.scan reads: each task's newest file
+            ident = _identity(path)
+            if ident is None:  # removed since the folder was read
                 continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:  # removed since the folder was read
+            known = self._rows.get(stem)
+            if known is not None and known[0] == (path.name, *ident):
+                fresh[stem] = known
                 continue
-            ident = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            known = self._rows.get(entry.name)
-            if known is not None and known[0] == ident:
-                fresh[entry.name] = known
-                continue
-            try:  # identity first, then the read: a file replaced in between is read again next time
-                fresh[entry.name] = (ident, row_of(store.load_path(Path(entry.path))))
+            try:  # identity first, then the read: a file changed in between is read again next time
+                found = store.load_newest(stem, path)
             except Stopped as exc:
-                bad.append({"file": entry.name, "error": str(exc)})
+                bad.append({"file": path.name, "error": str(exc)})
+                continue
+            if found is not None:  # a newer revision read instead: its identity is taken next time
+                fresh[stem] = ((path.name, *ident) if found[0] == path else (), row_of(found[1]))
         self._rows = fresh
         return [row for _, row in fresh.values()], sorted(bad, key=lambda b: b["error"])
 
