@@ -187,6 +187,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "jinja2": ("web", "the browser inbox (serve)"),
     "markupsafe": ("web", "the browser inbox (serve)"),
     "uvicorn": ("web", "the browser inbox (serve)"),
+    "h11": ("web", "the browser inbox (serve)"),
     "psycopg": ("postgres", "the PostgreSQL store (--store postgresql://...)"),
     "psycopg_pool": ("postgres", "the PostgreSQL store (--store postgresql://...)"),
 }
