@@ -410,11 +410,10 @@ def test_ledger_listing_refuses_a_file_named_for_another_key(tmp_path):
         ledger.entries()
 
 
-def test_doctor_evidence_refuses_a_ledger_entry_of_another_task(state_dir):
-    """Why: ``gather`` checks the entry under the task's key is the task's own before the table
-    judges it (else another task's effect would read as this one's execution)."""
+def test_decision_table_evidence_refuses_an_entry_for_other_content(state_dir):
+    """Why: ``gather`` checks that the entry under the task's key is for the task's own draft
+    before the table judges it (else another draft's effect would read as this one's execution)."""
     from state.errors import Stopped
-    from state.storage import file_name
     from tools.ledger import Ledger
     from workflow import reconcile
 
@@ -423,7 +422,6 @@ def test_doctor_evidence_refuses_a_ledger_entry_of_another_task(state_dir):
     Ledger(state_dir / "ledger").record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha(TITLE, "x"))
     with pytest.raises(Stopped, match="different content"):
         reconcile.gather(store, cp)
-    assert file_name(KEY)  # the entry sits under the task's own key
 
 
 # -- rejection records (state/rejections.py, workflow/reconcile.py) --------------------------------
