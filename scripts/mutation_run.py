@@ -1,0 +1,426 @@
+"""Mutation run over the safety core: weaken one check at a time and see that a test catches it.
+
+Each entry of :data:`MUTANTS` names one check that exists for a reason, as ``(id, file, the exact
+source snippet, its weakened replacement, the test files that must catch it)``. For each mutant,
+one at a time, the script copies nothing back into the checkout: it works in a throwaway copy of
+the repo (a temp dir, made once), writes the weakened file there, runs
+``pytest -x -q -p no:cacheprovider`` on the named test files only (with a per-mutant timeout),
+restores the file, and prints ``caught`` or ``MISSED``. The last line is::
+
+    mutation score: N/M caught (P %)
+
+Exit code 0 when the score is at least ``--min-score`` (default 95), 1 below it, 2 when the list
+does not match the code: a snippet that is not found exactly once (the code moved), a replacement
+that does not compile, a named test file that does not exist. The list therefore cannot rot
+silently; ``tests/test_mutation_list.py`` checks the same in the normal suite (without running a
+mutant). Before the mutants, the named test files run once unmutated in the copy: a failing
+baseline stops the run (a mutant "caught" by an already failing test proves nothing).
+
+Why a listed set and not ``mutmut``: mutmut (3.x, the maintained one) generates every syntactic
+mutant of every function (operators, constants, strings: hundreds in these files, many of them
+equivalent or about messages), runs them against the tests it maps by coverage, and needs
+``fork`` (not Windows). Here the question is narrower and must be answered the same way on every
+run: does each safety check named in docs/threat-model.md have a test that fails without it? A
+semantic weakening ("accept another call's approval on the same channel") is one line of this list
+and often not one of mutmut's operators; its run takes minutes on 2 cores instead of hours; and the
+list says which test should catch each mutant, so a miss points at the missing test. mutmut is not
+installed in this project's environment, and nothing here needs it.
+
+Usage::
+
+    python scripts/mutation_run.py                 # every mutant
+    python scripts/mutation_run.py --only mac-prefix approval-other-call
+    python scripts/mutation_run.py --list          # the list, nothing run
+    python scripts/mutation_run.py --check         # only check the snippets (as the test does)
+
+Never part of ``python -m pytest``: a full run takes several minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DIRECT = "tests/test_second_defences.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One weakening: in ``file`` (relative to the repo), ``snippet`` (exact text, found exactly
+    once) becomes ``replacement``; ``tests`` (relative paths) must then fail."""
+
+    id: str
+    file: str
+    snippet: str
+    replacement: str
+    tests: tuple[str, ...]
+
+
+def m(id: str, file: str, snippet: str, replacement: str, *tests: str) -> Mutant:
+    """A :class:`Mutant` whose tests are :data:`DIRECT` first, then ``tests``."""
+    return Mutant(id, file, snippet, replacement, (DIRECT, *tests))
+
+
+INTEGRITY, STORAGE, REJ, SECRETS = ("state/integrity.py", "state/storage.py", "state/rejections.py",
+                                    "state/secrets.py")
+PUBLISH, LEDGER = "tools/publish.py", "tools/ledger.py"
+GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconcile.py",
+                                          "workflow/trust.py", "workflow/calls.py", "workflow/edits.py")
+FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
+                                       "tests/test_reconcile.py")
+
+#: The weakenings. Grouped as the threat model groups the checks.
+MUTANTS: list[Mutant] = [
+    # -- the MAC and the envelope --------------------------------------------------------------
+    m("mac-prefix", INTEGRITY, "return hmac.compare_digest(compute_mac(body, key), mac)",
+      "return hmac.compare_digest(compute_mac(body, key)[:8], mac[:8])", FAIL_CLOSED),
+    m("mac-not-compared", INTEGRITY, "return hmac.compare_digest(compute_mac(body, key), mac)",
+      "return isinstance(mac, str)", FAIL_CLOSED),
+    m("key-replaced-next-to-checkpoints", INTEGRITY, "    if n:\n        raise Stopped(",
+      "    if False:\n        raise Stopped(", FAIL_CLOSED),
+    m("mac-skipped-for-v1", STORAGE, "valid = isinstance(mac, str) and verify_mac(body, mac, key)",
+      "valid = version == 1 or (isinstance(mac, str) and verify_mac(body, mac, key))", FAIL_CLOSED),
+    m("mac-failure-ignored", STORAGE, "    if not valid:\n        raise Stopped(f\"checkpoint integrity",
+      "    if False:\n        raise Stopped(f\"checkpoint integrity", FAIL_CLOSED),
+    m("checkpoint-of-another-task", STORAGE,
+      "        if cp.task_id != task_id:\n            raise Stopped(f\"checkpoint {path.name} names task",
+      "        if False:\n            raise Stopped(f\"checkpoint {path.name} names task", FAIL_CLOSED),
+    m("checkpoint-under-another-name", STORAGE, "if path.stem != file_name(cp.task_id):", "if False:",
+      FAIL_CLOSED),
+    m("envelope-key-not-task", STORAGE, "if cp.idempotency_key != cp.task_id:", "if False:", FAIL_CLOSED),
+    m("missing-field-defaulted", STORAGE,
+      "    if missing is not None:  # our writer", "    if False:  # our writer", FAIL_CLOSED),
+    m("state-id-not-bound", STORAGE,
+      "state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)", "pass",
+      "tests/test_hostile_files.py", "tests/test_crash_recovery.py"),
+    m("cache-ignores-key", STORAGE,
+      "return known[3] if hmac.compare_digest(load_key(root, create=False), known[1]) else None",
+      "return known[3]", FAIL_CLOSED),
+    m("compare-and-swap-dropped", STORAGE,
+      'if data.get("revision") != cp.revision or data.get("mac") != cp.mac:', "if False:",
+      "tests/test_lost_lock.py"),
+    m("checkpoint-not-redacted", STORAGE, "    body = secrets.redact_checkpoint(body)\n", "", REDACTION),
+    # -- rejection records ---------------------------------------------------------------------
+    m("rejection-of-another-channel", REJ, "if rec.task_id != task_id or rec.channel != channel:",
+      "if rec.task_id != task_id:", "tests/test_several_calls.py"),
+    m("rejection-of-another-task", REJ, "if rec.task_id != task_id or rec.channel != channel:",
+      "if rec.channel != channel:", FAIL_CLOSED),
+    m("rejection-for-other-content", REJ, "    if existing.content_sha256 != content_sha256:",
+      "    if False:", RECONCILE_T),
+    m("rejection-not-redacted", REJ,
+      "body = secrets.redact(rec.model_dump(exclude_unset=True), secrets.REJECTION,",
+      "body = (lambda v, *a, **k: v)(rec.model_dump(exclude_unset=True), secrets.REJECTION,", REDACTION),
+    # -- secrets -------------------------------------------------------------------------------
+    m("secret-escaped-once-only", SECRETS, "    for _ in range(2):", "    for _ in range(1):", REDACTION),
+    m("secret-no-unicode-escapes", SECRETS, "for s in level for a in (False, True)}",
+      "for s in level for a in (False,)}", REDACTION),
+    m("free-text-kept", SECRETS, "            return REDACTED\n        if isinstance(v, bool)",
+      "            return v\n        if isinstance(v, bool)", REDACTION),
+    m("open-field-altered", SECRETS,
+      "            if mode == \"open\":\n                refuse(path, name)\n            return REDACTED",
+      "            return REDACTED", REDACTION),
+    m("input-not-checked", SECRETS, "    if name is not None:\n        raise Stopped(f\"{what} contains",
+      "    if False:\n        raise Stopped(f\"{what} contains", REDACTION),
+    m("long-secrets-only", SECRETS, "MIN_CHARS = 8\n", "MIN_CHARS = 64\n", REDACTION),
+    m("run-state-not-redacted", SECRETS,
+      "    if not finder or finder.find(text) is None:\n        return text",
+      "    if True:\n        return text", REDACTION),
+    # -- the tool, right before its effect -----------------------------------------------------
+    m("tool-content-hash-dropped", PUBLISH, "    if sha != expected:\n        raise Stopped(",
+      "    if False:\n        raise Stopped(", FAIL_CLOSED),
+    m("approval-of-another-call", PUBLISH, "and d.channel == channel and d.call_id == call_id",
+      "and d.channel == channel", "tests/test_several_calls.py"),
+    m("approval-on-another-channel", PUBLISH, "and d.channel == channel and d.call_id == call_id",
+      "and d.call_id == call_id", "tests/test_several_calls.py"),
+    m("approval-with-edits-runs-original", PUBLISH, 'd.decision == "approved" and d.edits is None and',
+      'd.decision == "approved" and', "tests/test_edits.py"),
+    m("any-decision-is-approval", PUBLISH, 'd.decision == "approved" and d.edits is None and',
+      "d.edits is None and", FAIL_CLOSED),
+    m("rejection-record-ignored-by-tool", PUBLISH,
+      "    if rejected is not None:\n        raise Stopped(\n            f\"publish_draft for task",
+      "    if False:\n        raise Stopped(\n            f\"publish_draft for task", "tests/test_lost_lock.py"),
+    m("approval-not-checked", PUBLISH, "    if gated:\n        _check_approved(",
+      "    if False:\n        _check_approved(", FAIL_CLOSED),
+    m("channel-not-the-tasks", PUBLISH, "if not valid_channel(channel) or channel not in channels:",
+      "if not valid_channel(channel):", "tests/test_several_calls.py"),
+    m("unnamed-channel-of-several", PUBLISH, "if channel is None and len(channels) == 1:",
+      "if channel is None:", "tests/test_several_calls.py"),
+    m("public-channel-ungated", PUBLISH,
+      'return not (well_formed and params["channel"] == PREVIEW_CHANNEL)', "return not well_formed",
+      "tests/test_several_calls.py"),
+    # -- the ledger ----------------------------------------------------------------------------
+    m("check-same-ignores-task", LEDGER,
+      "        if entry.task_id != task_id:\n            raise Stopped(",
+      "        if False:\n            raise Stopped(", "tests/test_hostile_files.py"),
+    m("check-same-ignores-content", LEDGER,
+      "        if entry.content_sha256 != content_sha256:\n            raise Stopped(",
+      "        if False:\n            raise Stopped(", FAIL_CLOSED),
+    m("ledger-key-of-another-channel", LEDGER, 'if key not in (task_id, f"{task_id}#{channel}"):',
+      "if False:", "tests/test_several_calls.py"),
+    m("ledger-entry-of-another-key", LEDGER, "        if entry.idempotency_key != key:",
+      "        if False:", FAIL_CLOSED),
+    m("ledger-file-of-another-key", LEDGER, "if path.stem != file_name(entry.idempotency_key):",
+      "if False:", "tests/test_hostile_files.py", "tests/test_doctor.py"),
+    m("ledger-existing-not-compared", LEDGER,
+      "        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)\n"
+      "        return existing, False",
+      "        return existing, False", "tests/test_success_checks.py"),
+    m("ledger-not-redacted", LEDGER,
+      "record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER,",
+      "record = (lambda v, *a, **k: v)(entry.model_dump(exclude_unset=True), secrets.LEDGER,", REDACTION),
+    # -- the guards of the human-in-the-loop story ---------------------------------------------
+    m("bind-ignores-tool", GUARDS, "item is None or rec.tool != item.name or (", "item is None or (",
+      FAIL_CLOSED),
+    m("bind-ignores-arguments", GUARDS,
+      '            rec.arguments_sha256 != arguments_sha256(json.loads(item.arguments or "{}"))\n',
+      "            False\n", FAIL_CLOSED),
+    m("bind-ignores-call-id", GUARDS, "        item = items.get(rec.call_id)\n",
+      "        item = next(iter(items.values()))\n", FAIL_CLOSED),
+    m("bind-ignores-pending", GUARDS,
+      "if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:", "if False:", FAIL_CLOSED),
+    m("other-tool-saved", GUARDS, "        if call[\"tool\"] != ACTION:", "        if False:", FAIL_CLOSED),
+    m("other-draft-saved", GUARDS, 'if not carries_the_draft(call["arguments"], sha, channels):',
+      "if False:", FAIL_CLOSED),
+    m("channel-asked-twice", GUARDS, "        if channel in seen:", "        if False:",
+      "tests/test_several_calls.py"),
+    m("run-state-version-unchecked", GUARDS, "    if version != cp.run_state_schema_version:",
+      "    if False:", FAIL_CLOSED),
+    m("run-state-approvals-unchecked", GUARDS, "    check_approvals(data, cp)\n", "", FAIL_CLOSED),
+    m("agent-drift-ignored", GUARDS, "    if changes:\n        raise Stopped(f\"task {cp.task_id}: the agent changed",
+      "    if False:\n        raise Stopped(f\"task {cp.task_id}: the agent changed", FAIL_CLOSED),
+    m("sdk-minor-ignored", GUARDS, 'if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:',
+      "if False:", FAIL_CLOSED),
+    m("reject-after-effect", GUARDS,
+      "                if evidence.ledger_get(key) is not None:\n                    raise Stopped(refusal(\"executed\"",
+      "                if False:\n                    raise Stopped(refusal(\"executed\"", "tests/test_lost_lock.py"),
+    m("reject-without-record", GUARDS, '            if r.decision == "rejected":\n                made =',
+      '            if False:\n                made =', "tests/test_rollback.py"),
+    m("refused-reject-keeps-record", GUARDS,
+      "            evidence.rejection_remove(cp.task_id, scope) if scope else evidence.rejection_remove(cp.task_id)",
+      "            pass", "tests/test_refusals_leave_nothing.py", "tests/test_lost_lock.py"),
+    m("approved-without-entry", GUARDS, 'if decided == "approved" and entries[channel] is None:',
+      "if False:", "tests/test_success_checks.py"),
+    m("rejected-with-entry", GUARDS, 'if decided == "rejected" and entries[channel] is not None:',
+      "if False:", "tests/test_success_checks.py"),
+    m("refused-start-leaves-files", GUARDS, "                    path.unlink(missing_ok=True)",
+      "                    pass", "tests/test_refusals_leave_nothing.py"),
+    m("stale-page-decides", GUARDS, "if expected is not None and cp.revision != expected:", "if False:",
+      "tests/test_web.py"),
+    m("start-over-ledger-entry", GUARDS,
+      "if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):", "if False:",
+      "tests/test_rollback.py", "tests/test_success_checks.py"),
+    m("start-over-rejection", GUARDS,
+      "if any(evidence.rejection_get(task_id, c) is not None for c in scopes):", "if False:",
+      "tests/test_rollback.py"),
+    m("preview-only-task", GUARDS, "    if channels == [PREVIEW_CHANNEL]:", "    if False:",
+      "tests/test_several_calls.py"),
+    # -- what a stored RunState may claim --------------------------------------------------------
+    m("approval-kind-ignored", TRUST, "if (call_id, kind) not in recorded:",
+      "if call_id not in {c for c, _ in recorded}:", FAIL_CLOSED),
+    m("edits-as-approval-in-run-state", TRUST,
+      'recorded = {(d.call_id, "rejected" if d.edits else d.decision) for d in cp.decisions}',
+      'recorded = {(d.call_id, k) for d in cp.decisions for k in ({d.decision, "rejected"} if d.edits else {d.decision})}',
+      "tests/test_edits.py"),
+    m("blanket-approval-accepted", TRUST, "if (ids is True and kind in sticky) or (ids is False and sticky):",
+      "if ids is True or ids is False:", FAIL_CLOSED),
+    m("sticky-without-a-human", TRUST,
+      'sticky = {d.decision for d in cp.decisions if d.always and d.source == "human"}',
+      'sticky = {"approved", "rejected"}', FAIL_CLOSED),
+    m("unknown-approval-settings", TRUST, "        if extra:\n            raise Stopped(",
+      "        if False:\n            raise Stopped(", FAIL_CLOSED),
+    m("hidden-approvals-allowed", TRUST,
+      "    if hidden:\n        raise Stopped(", "    if False:\n        raise Stopped(", FAIL_CLOSED),
+    m("hosted-mcp-approvals-allowed", TRUST,
+      'if isinstance(top, dict) and top.get("hosted_mcp_approvals"):', "if False:", FAIL_CLOSED),
+    m("rejection-messages-unchecked", TRUST,
+      "if not isinstance(messages, dict) or set(messages) - rejected:",
+      "if not isinstance(messages, dict):", FAIL_CLOSED),
+    m("draft-content-unchecked", TRUST,
+      'and content_sha256(arguments["title"], arguments["body"]) == sha', "and True", FAIL_CLOSED),
+    m("draft-channel-unchecked", TRUST,
+      'channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (',
+      "channel_ok = True or (", "tests/test_several_calls.py"),
+    m("pending-not-the-draft", TRUST,
+      "        if not carries_its_draft(cp, call):\n            raise Stopped(",
+      "        if False:\n            raise Stopped(", FAIL_CLOSED),
+    # -- the decision table ----------------------------------------------------------------------
+    m("table-entry-and-rejection", RECONCILE,
+      '    if ev.entry and (ev.rejection or ev.decided == "rejected" or ev.status in ("cancelled", "expired")):',
+      "    if False:", RECONCILE_T),
+    m("table-approve-after-deadline", RECONCILE, 'return _refuse("expired") if ev.overdue else RUN',
+      "return RUN", RECONCILE_T),
+    m("table-never-decision", RECONCILE,
+      "if ev.decided is not None and NEVER.get(ev.status) == ev.decided:", "if False:", RECONCILE_T),
+    m("table-completed-without-entry", RECONCILE, 'if ev.status == "completed" and not ev.entry:',
+      "if False:", RECONCILE_T),
+    m("table-approve-a-rejected-task", RECONCILE, 'return _refuse("rejected" if ev.rejection else "decided")',
+      "return RUN", RECONCILE_T),
+    m("evidence-rejection-other-content", RECONCILE,
+      "if rejected is not None and rejected.content_sha256 != cp.content_sha256:", "if False:",
+      RECONCILE_T),
+    m("evidence-entry-unchecked", RECONCILE,
+      "        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))\n",
+      "        pass\n", FAIL_CLOSED),
+    m("reviewer-name-secret", RECONCILE, '    secrets.check_input("the reviewer name (--by)", by)\n',
+      "", REDACTION),
+    # -- several calls -----------------------------------------------------------------------------
+    m("sticky-overrides-decided", CALLS,
+      "if p.call_id == rec.call_id or p.tool != rec.tool or decision_of(cp, p.call_id) is not None:",
+      "if p.call_id == rec.call_id:", "tests/test_several_calls.py"),
+    m("replay-sticky-made", CALLS,
+      'found = [d for d in cp.decisions if d.call_id in pending and d.source == "human"]',
+      "found = [d for d in cp.decisions if d.call_id in pending]", "tests/test_several_calls.py"),
+    m("replay-order", CALLS, "    return sorted(found, key=lambda d: not d.always)\n",
+      "    return found\n", "tests/test_several_calls.py"),
+    m("unnamed-call-of-several", CALLS, "        if len(cp.pending) == 1:\n            return cp.pending[0]",
+      "        if cp.pending:\n            return cp.pending[0]", "tests/test_several_calls.py"),
+    m("edited-call-judged", CALLS, "        if d.edits is None:\n            out.setdefault(d.call_id, d.channel)",
+      "        if True:\n            out.setdefault(d.call_id, d.channel)", "tests/test_edits.py"),
+    # -- approve with edits --------------------------------------------------------------------
+    m("complying-any-content", EDITS,
+      "and carries_the_draft(call.arguments, rec.edits.edited_sha256, cp.channels)):", "and True):",
+      "tests/test_edits.py"),
+    m("edits-with-sticky", EDITS, "    if edit is not None and sticky:", "    if False:", "tests/test_edits.py"),
+    m("always-while-edits-wait", EDITS,
+      'if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):', "if False:",
+      "tests/test_edits.py"),
+    m("plain-approve-of-unseen-content", EDITS,
+      'if call.call_id == call_id and want == "approved" and edit is None:', "if False:",
+      "tests/test_edits.py"),
+    m("edits-with-always", EDITS, "    if edit is not None and rec.always:", "    if False:",
+      "tests/test_edits.py"),
+]
+
+
+def problems(root: Path = ROOT, mutants: list[Mutant] = MUTANTS) -> list[str]:
+    """What is wrong with the list against the code in ``root``: ids repeated, a snippet found
+    other than exactly once, a replacement equal to its snippet or that does not compile, a test
+    file missing. Empty: the list matches the code."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for mu in mutants:
+        if mu.id in seen:
+            out.append(f"{mu.id}: id used twice")
+        seen.add(mu.id)
+        path = root / mu.file
+        if not path.is_file():
+            out.append(f"{mu.id}: {mu.file} does not exist")
+            continue
+        text = path.read_text(encoding="utf-8")
+        n = text.count(mu.snippet)
+        if n != 1:
+            out.append(f"{mu.id}: snippet found {n} times in {mu.file} (the code moved?): {mu.snippet!r}")
+            continue
+        if mu.replacement == mu.snippet:
+            out.append(f"{mu.id}: the replacement is the snippet")
+        try:
+            compile(text.replace(mu.snippet, mu.replacement), mu.file, "exec")
+        except SyntaxError as exc:
+            out.append(f"{mu.id}: the mutated {mu.file} does not compile ({exc.msg}, line {exc.lineno})")
+        for test in mu.tests:
+            if not (root / test).is_file():
+                out.append(f"{mu.id}: test file {test} does not exist")
+    return out
+
+
+def _copy(dest: Path) -> Path:
+    """A throwaway copy of the repo (no .git, caches, venvs or state dirs) below ``dest``."""
+    target = dest / "repo"
+    shutil.copytree(ROOT, target, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "venv", ".cache", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis",
+        "node_modules", "mutants"))
+    return target
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HITL_", "OPENAI_"))}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no .pyc: a mutated file of the same size and second
+    return env
+
+
+def _pytest(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
+    """Run the tests in ``copy``: ``("passed" | "failed" | "error" | "timeout", seconds, the first
+    failing test's node id or "")``."""
+    start = time.monotonic()
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    try:
+        proc = subprocess.run(cmd, cwd=copy, env=_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.monotonic() - start, ""
+    took = time.monotonic() - start
+    first = next((line.split()[1] for line in proc.stdout.splitlines()
+                  if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1), "")
+    return {0: "passed", 1: "failed"}.get(proc.returncode, "error"), took, first
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the mutants (see the module doc); returns the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="ID", help="run only these mutants")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant (default 300)")
+    parser.add_argument("--min-score", type=float, default=95.0, help="percent caught to exit 0")
+    parser.add_argument("--list", action="store_true", help="print the list and exit")
+    parser.add_argument("--check", action="store_true", help="only check the list against the code")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
+    args = parser.parse_args(argv)
+
+    bad = problems()
+    if bad:
+        print("mutation list does not match the code:", *bad, sep="\n  ", file=sys.stderr)
+        return 2
+    chosen = [mu for mu in MUTANTS if not args.only or mu.id in args.only]
+    unknown = set(args.only or ()) - {mu.id for mu in MUTANTS}
+    if unknown:
+        print(f"unknown mutant ids: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    if args.list or args.check:
+        if args.list:
+            for mu in chosen:
+                print(f"{mu.id:36} {mu.file:24} {' '.join(mu.tests)}")
+        print(f"{len(MUTANTS)} mutants, every snippet found exactly once")
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="hitl-mutation-") as tmp:
+        copy = _copy(Path(tmp))
+        if not args.no_baseline:
+            files = tuple(dict.fromkeys(t for mu in chosen for t in mu.tests))
+            outcome, took, _ = _pytest(copy, files, args.timeout * 4)
+            print(f"baseline ({len(files)} test files, unmutated): {outcome} in {took:.0f} s", flush=True)
+            if outcome != "passed":
+                print("the baseline does not pass: fix the tests before judging mutants", file=sys.stderr)
+                return 2
+        caught, missed = 0, []
+        for i, mu in enumerate(chosen, 1):
+            path = copy / mu.file
+            original = path.read_text(encoding="utf-8")
+            path.write_text(original.replace(mu.snippet, mu.replacement), encoding="utf-8")
+            try:
+                outcome, took, by = _pytest(copy, mu.tests, args.timeout)
+            finally:
+                path.write_text(original, encoding="utf-8")
+            ok = outcome != "passed"
+            caught += ok
+            if not ok:
+                missed.append(mu.id)
+            verdict = "caught" if ok else "MISSED"
+            extra = "" if outcome in ("passed", "failed") else f" ({outcome})"
+            print(f"[{i:2}/{len(chosen)}] {verdict:6} {mu.id:36} {mu.file}{extra}  {took:.0f} s"
+                  + (f"  by {by}" if by else ""), flush=True)
+    total = len(chosen)
+    pct = 100.0 * caught / total if total else 100.0
+    if missed:
+        print(f"missed: {', '.join(missed)}")
+    print(f"mutation score: {caught}/{total} caught ({pct:.1f} %)")
+    return 0 if pct >= args.min_score else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
