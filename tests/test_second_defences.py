@@ -788,18 +788,20 @@ def test_sticky_decisions_cover_only_undecided_calls_of_the_same_tool(state_dir)
     assert calls.sticky_decisions(cp, _decision(blog, "blog")) == []  # not sticky: nothing more
 
 
-def test_unapplied_replays_only_human_decisions_sticky_first(state_dir):
-    """Why: a recorded per-call decision must be applied after a sticky rule so it wins, as in the SDK."""
+def test_unapplied_replays_every_recorded_decision_of_a_pending_call(state_dir):
+    """Why: a decision recorded before a crash (a person's, or one that ``--always`` made for
+    another call pending then) must be given to the SDK again on the next resume, each for its own
+    call, or the recorded decision and the run would disagree; a call no longer pending gets none."""
     from workflow import calls
 
     _, cp = _task(state_dir, ["blog", "news"])
     blog, news = _call(cp, "blog"), _call(cp, "news")
-    sticky = _decision(news, "news").model_copy(update={"always": True})
-    one = _decision(blog, "blog", "rejected")
-    cp2 = cp.model_copy(update={"decisions": [one, sticky]})
-    assert [d.call_id for d in calls.unapplied(cp2)] == [news.call_id, blog.call_id]
+    one = _decision(news, "news", "rejected")
     by_rule = _decision(blog, "blog").model_copy(update={"source": "sticky"})
-    assert calls.unapplied(cp.model_copy(update={"decisions": [by_rule]})) == []
+    both = cp.model_copy(update={"decisions": [one, by_rule]})
+    assert [d.call_id for d in calls.unapplied(both)] == [news.call_id, blog.call_id]
+    left = both.model_copy(update={"pending": [p for p in cp.pending if p.call_id == news.call_id]})
+    assert [d.call_id for d in calls.unapplied(left)] == [news.call_id]
 
 
 def test_complying_call_must_carry_exactly_the_edited_draft(state_dir):
