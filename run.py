@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", type=A.key)
     p.add_argument("--call", type=A.call_id, help="the pending call to decide (when several)")
     p.add_argument("--decision", required=True, choices=["approve", "reject"])
-    p.add_argument("--always", action="store_true", help="sticky: decide the tool's other calls so")
+    p.add_argument("--always", action="store_true", help="decide the tool's other pending calls so too")
     p.add_argument("--by", type=A.text("--by", MAX_NAME_CHARS, True), help="reviewer name")
     p.add_argument("--reason", type=A.text("reason", MAX_REASON_CHARS, False),
                    help="reason; on reject it is sent to the model verbatim")
