@@ -106,7 +106,7 @@ MUTANTS: list[Mutant] = [
       "return known[3]", FAIL_CLOSED),
     m("compare-and-swap-dropped", STORAGE,
       'if data.get("revision") != cp.revision or data.get("mac") != cp.mac:', "if False:",
-      "tests/test_lost_lock.py"),
+      "tests/test_lost_lock.py", "tests/test_second_defences.py"),
     m("checkpoint-not-redacted", STORAGE, "    body = secrets.redact_checkpoint(body)\n", "", REDACTION),
     # -- rejection records ---------------------------------------------------------------------
     m("rejection-of-another-channel", REJ, "if rec.task_id != task_id or rec.channel != channel:",
@@ -282,7 +282,8 @@ MUTANTS: list[Mutant] = [
       '    return [d for d in cp.decisions if d.call_id in pending and d.source == "human"]\n',
       "tests/test_second_defences.py", "tests/test_several_calls.py"),
     m("sticky-covers-other-tools", CALLS, "if p.call_id == rec.call_id or p.tool != rec.tool or",
-      "if p.call_id == rec.call_id or", "tests/test_several_calls.py", "tests/test_sticky_new_calls.py"),
+      "if p.call_id == rec.call_id or", "tests/test_several_calls.py", "tests/test_sticky_new_calls.py",
+      "tests/test_second_defences.py"),
     m("sticky-overrides-a-decision", CALLS,
       "or decision_of(cp, p.call_id) is not None:\n            continue",
       "or False:\n            continue", "tests/test_several_calls.py", "tests/test_sticky_new_calls.py"),

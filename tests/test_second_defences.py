@@ -836,3 +836,43 @@ def test_edits_do_not_go_with_a_sticky_approval(state_dir):
         ed.check_sticky(cp.model_copy(update={"decisions": [sticky]}), "approved", ed.Edit(body="x"), False)
     with pytest.raises(Stopped, match="do not go with --always"):
         ed.with_edits(sticky, ed.Edit(body="x"), json.dumps(call.arguments))
+
+
+def test_a_writer_that_read_before_a_restore_cannot_write_over_it(state_dir):
+    """Why: the compare of the newest revision (its number and its MAC) before the exclusive
+    create. Restoring a task from a backup removes the newer revision files (docs/checkpoint.md),
+    so their names are free again: a writer that read the task before the restore must not put its
+    stale view on top of the restored one, nor on top of a new revision with the same number that
+    another writer made since (only the MAC tells those apart)."""
+    from conftest import restore_checkpoint
+    from state.errors import Stopped
+
+    store, cp1 = _task(state_dir)
+    backup = checkpoint_file(state_dir, KEY).read_bytes()  # revision 1
+    call = cp1.pending[0]
+    cp2 = _record(store, cp1, _decision(call, "blog", "rejected"))  # revision 2
+    stale = store.load(KEY)  # a writer reads revision 2, then waits
+    assert stale.revision == cp2.revision == 2
+    restore_checkpoint(state_dir, KEY, backup)  # an operator puts revision 1 back
+    with pytest.raises(Stopped, match="changed on disk since it was read"):
+        _record(store, stale, _decision(call, "blog"))
+    assert store.load(KEY).revision == 1 and store.load(KEY).decisions == []
+    again = _record(store, store.load(KEY), _decision(call, "blog"))  # a new revision 2: approved
+    assert again.revision == stale.revision and again.mac != stale.mac
+    with pytest.raises(Stopped, match="changed on disk since it was read"):  # same number, other content
+        _record(store, stale, _decision(call, "blog", "rejected"))
+    assert store.load(KEY).mac == again.mac
+
+
+def test_a_sticky_decision_covers_only_calls_of_the_same_tool(state_dir):
+    """Why: ``--always`` answers the other pending calls of the tool the reviewer decided; a call
+    of another tool pending in the same turn was never shown under that decision."""
+    from state.schema import PendingCall
+    from workflow import calls
+
+    _, cp = _task(state_dir, ["blog", "news"])
+    blog, news = _call(cp, "blog"), _call(cp, "news")
+    other = PendingCall(call_id="call_other", tool="send_summary", arguments={"to": "team"})
+    cp2 = cp.model_copy(update={"pending": [blog, news, other]})
+    rule = _decision(blog, "blog").model_copy(update={"always": True})
+    assert [d.call_id for d in calls.sticky_decisions(cp2, rule)] == [news.call_id]
