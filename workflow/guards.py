@@ -325,14 +325,44 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
                     created.append(scope)
                 if evidence.ledger_get(key) is not None:
                     raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
-        return store.save_revision(
+        saved = store.save_revision(
             cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, *recs],
             event=("decision_recorded", {**rec.model_dump(exclude={"arguments_sha256"}),
                                          "sticky": [r.call_id for r in recs[1:]]}))
     except Stopped:
         for scope in created:
             evidence.rejection_remove(cp.task_id, scope) if scope else evidence.rejection_remove(cp.task_id)
+        _restore_relied_on(store, cp.task_id, created)
         raise
+    _restore_relied_on(store, cp.task_id, [calls.keys(cp, r.channel)[1] for r in recs if
+                                           r.decision == "rejected" and not ran_before(cp, r.call_id, r.channel)])
+    return saved
+
+
+def _restore_relied_on(store: Store, task_id: str, scopes: list[str | None]) -> None:
+    """Create again each rejection record of ``scopes`` that the newest checkpoint of ``task_id``
+    relies on (a reject recorded on that channel), if it is missing.
+
+    Two rejects of one call whose lock was lost: the first creates the record, the second finds it
+    and wins the compare-and-swap, and the first, refused, removes the record it created. The
+    record is what keeps an older copy of the checkpoint from being approved after the task was
+    cancelled, so each writer checks after its own step (a refused one after removing, a saved
+    one after saving): whichever runs last sees the saved reject and the record is there. Never
+    raises: a checkpoint that cannot be read now is left for the next command to refuse."""
+    if not scopes:
+        return
+    evidence = as_task_store(store)
+    try:
+        newest = store.load(task_id)
+        for d in newest.decisions:
+            scope = calls.keys(newest, d.channel)[1]
+            if (d.decision == "rejected" and scope in scopes and d.edits is None
+                    and not ran_before(newest, d.call_id, d.channel)
+                    and evidence.rejection_get(task_id, scope) is None):
+                (evidence.rejection_record(task_id, newest.content_sha256, d, scope) if scope
+                 else evidence.rejection_record(task_id, newest.content_sha256, d))
+    except Stopped:
+        pass
 
 
 def nothing_executed(store: Store, cp: Checkpoint) -> bool:
