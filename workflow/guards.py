@@ -462,13 +462,17 @@ def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],
               final_output: Any) -> dict[str, Any]:
     """The changes a finished resumed run makes to ``cp`` (``requests``: its
     ``result.interruptions``; ``final_output``: its ``result.final_output``): waiting again at
-    them (:func:`interrupted`), or its outcome (:func:`outcome`). A run that paused only at calls
-    of tools other than ``publish_draft`` ends there, judged as a finished run: this flow never
-    runs such a call (:data:`workflow.trust.ONLY_ACTION`), and waiting for a human on it would
-    leave a task that no decision can finish. Raises :class:`Stopped` as those do."""
-    if requests and all(i.name != ACTION for i in requests):
-        tools = ", ".join(sorted({one_line(str(i.name))[:40] for i in requests}))
-        return outcome(store, cp, f"the run ended at the model's call of {tools}, which was not run: "
+    them (:func:`interrupted`), or its outcome (:func:`outcome`). A run that paused at a call of a
+    tool other than ``publish_draft`` ends there, judged as a finished run, with the
+    ``publish_draft`` calls of the same turn not run either: this flow never runs such a call
+    (:data:`workflow.trust.ONLY_ACTION`), every decision on a task waiting at one is refused, and
+    waiting for a human on it would leave a task that no decision can finish. Raises
+    :class:`Stopped` as those do."""
+    others = [i for i in requests if i.name != ACTION]
+    if others:
+        tools = ", ".join(sorted({one_line(str(i.name))[:40] for i in others}))
+        also = f" (nor its {ACTION} call of the same turn)" if len(others) < len(requests) else ""
+        return outcome(store, cp, f"the run ended at the model's call of {tools}, which was not run{also}: "
                                   f"{ONLY_ACTION}")
     return interrupted(cp, requests) if requests else outcome(store, cp, final_output)
 
