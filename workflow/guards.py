@@ -466,14 +466,22 @@ def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],
     tool other than ``publish_draft`` ends there, judged as a finished run, with the
     ``publish_draft`` calls of the same turn not run either: this flow never runs such a call
     (:data:`workflow.trust.ONLY_ACTION`), every decision on a task waiting at one is refused, and
-    waiting for a human on it would leave a task that no decision can finish. Raises
-    :class:`Stopped` as those do."""
+    waiting for a human on it would leave a task that no decision can finish. So does a run that
+    paused at a ``publish_draft`` call naming a channel that is not one of the task's (no ledger
+    key, no rejection record: it can be neither approved nor rejected). Raises :class:`Stopped`
+    as those do."""
     others = [i for i in requests if i.name != ACTION]
     if others:
         tools = ", ".join(sorted({one_line(str(i.name))[:40] for i in others}))
         also = f" (nor its {ACTION} call of the same turn)" if len(others) < len(requests) else ""
         return outcome(store, cp, f"the run ended at the model's call of {tools}, which was not run{also}: "
                                   f"{ONLY_ACTION}")
+    astray = [calls.channel_of(cp, p["arguments"]) for p in pending_calls(requests)]
+    astray = [c for c in astray if c not in cp.channels]
+    if astray:
+        named = ", ".join(one_line(repr(c))[:40] for c in astray)
+        return outcome(store, cp, f"the run ended at the model's {ACTION} call on {named}, which was "
+                                  f"not run: this task publishes only on {', '.join(cp.channels)}")
     return interrupted(cp, requests) if requests else outcome(store, cp, final_output)
 
 
