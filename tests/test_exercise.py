@@ -26,6 +26,8 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
+
 from agent.models import offline_responder as OFFLINE  # kept before a test replaces it
 from conftest import ROOT, CliResult, checkpoint_file, ledger_entries, run_in_process, snapshot
 
@@ -198,3 +200,45 @@ def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):
     answered = list(outputs(run_state))
     assert answered and SUMMARY_CALL[2] not in answered  # publish_draft answered; send_summary never ran
     assert not (tmp_path / "state-0").exists() or not list((tmp_path / "state-0").rglob("*.json"))
+
+
+@pytest.mark.parametrize("first", ["approve", "reject"])
+def test_a_turn_with_publish_draft_and_send_summary_ends_there(tmp_path, monkeypatch, first):
+    """After the first call was decided, the model's next turn asks for ``publish_draft`` again and
+    for ``send_summary``. Waiting there would be a dead end (every decision on a task waiting at a
+    ``send_summary`` call is refused): the run ends there, judged as finished, neither call run,
+    one publication at most, and doctor agrees."""
+    import agent.models
+    from agents.testing import ModelStep, function_call
+    from workflow import hitl
+
+    blocks = {lang: body for lang, body in _blocks() if lang in ("python", "diff")}
+    monkeypatch.setitem(sys.modules, "tools.summary", _load("tools.summary", blocks["python"], tmp_path))
+    publisher = (ROOT / "agent" / "publisher.py").read_text(encoding="utf-8")
+    for lang, body in _blocks():
+        if lang == "diff":
+            publisher = _apply_diff(publisher, body)
+    monkeypatch.setattr(hitl, "build_agent", _load("agent.publisher", publisher, tmp_path).build_agent)
+
+    def respond(call):
+        items = call.input if isinstance(call.input, list) else []
+        answered = any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items)
+        asked = any(isinstance(i, dict) and i.get("name") == "send_summary" for i in items)
+        if answered and not asked:
+            name, args, call_id = SUMMARY_CALL
+            return ModelStep(output=[function_call("publish_draft", {"title": "T", "body": "D"},
+                                                   call_id="call_again"),
+                                     function_call(name, args, call_id=call_id)])
+        return OFFLINE(call)
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    state_dir = tmp_path / "state"
+    assert run_in_process(state_dir, "start", "--key", "mixed-1", "--title", "T", "--draft", "D").code == 0
+    r = run_in_process(state_dir, "resume", "--task", "mixed-1", "--decision", first, "--json")
+    assert r.code == 0, r.err
+    task = json.loads(r.out)
+    assert task["status"] == ("completed" if first == "approve" else "cancelled")
+    assert task["pending"] == [] and "send_summary, which was not run" in task["final_output"]
+    assert len(ledger_entries(state_dir)) == (1 if first == "approve" else 0)
+    doctor = run_in_process(state_dir, "doctor", "--json")
+    assert doctor.code == 0 and json.loads(doctor.out)["consistent"], doctor.out

@@ -478,3 +478,25 @@ def test_blank_state_dir_env_and_overlong_state_dir_are_clean_stops(cli, tmp_pat
     r = run_in_process(tmp_path / ("x" * 5000), "status")
     r.assert_stopped()
     assert "cannot be used" in r.err
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_pending_call_on_a_channel_the_task_does_not_have_is_one_stopped_line(cli, state_dir, decision):
+    """A signed checkpoint (an older version, or someone with the key) holds a pending call naming
+    a channel that is not the task's: such a call has no ledger key. A decision stops with one line
+    naming the channel, not an unexpected error, and changes nothing; doctor still judges the
+    other tasks."""
+    from conftest import checkpoint_file, resign, snapshot
+
+    assert cli("start", "--key", "ok-1", "--draft", "D").code == 0
+    assert cli("start", "--key", "a-1", "--draft", "D").code == 0
+    resign(state_dir, checkpoint_file(state_dir, "a-1"),
+           lambda d: d["pending"][0]["arguments"].update(channel="nope"))
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "a-1", "--decision", decision)
+    r.assert_stopped()
+    assert "names channel 'nope', not one of the task's channels (blog)" in r.err
+    assert "unexpected error" not in r.err
+    assert snapshot(state_dir) == before
+    doctor = cli("doctor", "--json")
+    assert "unexpected error" not in doctor.err and doctor.json()["checked"]["tasks"] == 2

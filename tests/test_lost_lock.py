@@ -120,6 +120,54 @@ def test_approval_after_the_rejection_record_is_refused(cli, state_dir, monkeypa
     _assert_one_truth(state_dir, cli)
 
 
+def test_a_refused_reject_leaves_the_record_the_winning_reject_relies_on(cli, state_dir, monkeypatch):
+    """Two rejects, the lock lost: the paused one created the rejection record, the rival found it,
+    recorded its reject and ended the task cancelled; the paused one, refused by the
+    compare-and-swap, removes the record it created. The record must be there again (it is what
+    keeps an older copy of the checkpoint from being approved), so a backup put back cannot
+    publish the cancelled task."""
+    from conftest import restore_checkpoint
+
+    _start(cli)
+    backup = checkpoint_file(state_dir, KEY).read_bytes()
+    rival: list = []
+    seen = _pause_at(monkeypatch, "rejection:record:after", _rival(state_dir, "reject", rival))
+    r = cli("resume", "--task", KEY, "--decision", "reject")
+    assert seen and rival[0].code == 0 and json.loads(rival[0].out)["status"] == "cancelled"
+    r.assert_stopped()
+    assert _status(state_dir) == "cancelled" and _rejection(state_dir)
+    _assert_one_truth(state_dir, cli)
+    monkeypatch.undo()
+    restore_checkpoint(state_dir, KEY, backup)
+    again = cli("resume", "--task", KEY, "--decision", "approve")
+    again.assert_stopped()
+    assert "can never be approved" in again.err and ledger_entries(state_dir) == []
+
+
+def test_on_postgresql_a_refused_reject_leaves_the_record_the_winning_reject_relies_on(
+        pg_url, tmp_path, monkeypatch):
+    """The same two rejects on PostgreSQL, the paused one holding no lock (as if its session's
+    advisory lock were lost): the winning reject's record is still there, and its task cancelled."""
+    import contextlib
+
+    from conftest import run_in_process
+    from workflow.postgres import PostgresStore
+    from workflow.store import open_store
+
+    state_dir = tmp_path / "state"
+    store = ["--store", pg_url]
+    assert run_in_process(state_dir, *store, "start", "--key", KEY, "--title", "T", "--draft", "D").code == 0
+    monkeypatch.setattr(PostgresStore, "task_lock", lambda self, *a, **k: contextlib.nullcontext())
+    rival: list = []
+    seen = _pause_at(monkeypatch, "rejection:record:after", lambda: rival.append(run_subprocess(
+        state_dir, *store, "resume", "--task", KEY, "--decision", "reject", "--json")))
+    r = run_in_process(state_dir, *store, "resume", "--task", KEY, "--decision", "reject")
+    assert seen and rival[0].code == 0 and json.loads(rival[0].out)["status"] == "cancelled"
+    r.assert_stopped()
+    found = open_store(pg_url, str(state_dir))
+    assert found.load(KEY).status == "cancelled" and found.rejection_get(KEY) is not None
+
+
 def test_reject_paused_before_its_outcome_cannot_be_overtaken(cli, state_dir, monkeypatch):
     _start(cli)
     rival: list = []

@@ -149,10 +149,53 @@ def test_a_task_with_only_the_preview_channel_is_refused_before_anything(cli, st
     {"title": "t", "body": "b", "channel": None}, {"title": 1, "body": "b", "channel": "preview"},
     {"title": "t", "body": "b", "channel": "preview", "x": 1}])
 def test_the_approval_rule_gates_public_channels_and_fails_closed(params):
+    from types import SimpleNamespace
+
     from tools.publish import needs_publish_approval
 
-    assert needs_publish_approval(None, params, "c") is True
-    assert needs_publish_approval(None, {"title": "t", "body": "b", "channel": "preview"}, "c") is False
+    ctx = SimpleNamespace(context={"channels": ["blog", "preview"]})
+    assert needs_publish_approval(ctx, params, "c") is True
+    assert needs_publish_approval(ctx, {"title": "t", "body": "b", "channel": "preview"}, "c") is False
+
+
+@pytest.mark.parametrize("ctx", [None, {"channels": ["blog"]}, {"channels": "preview"}, {}])
+def test_the_approval_rule_gates_preview_in_a_task_without_it(ctx):
+    """``preview`` runs without a human only in a task that has that channel; without context or
+    in a task without it, the call asks a human (fail closed)."""
+    from types import SimpleNamespace
+
+    from tools.publish import needs_publish_approval
+
+    wrapper = None if ctx is None else SimpleNamespace(context=ctx)
+    assert needs_publish_approval(wrapper, {"title": "t", "body": "b", "channel": "preview"}, "c") is True
+
+
+def test_a_later_call_to_preview_in_a_task_without_it_ends_the_run_there(cli, state_dir, monkeypatch):
+    """After the approved call ran, the model asks for ``preview`` on a task without that channel.
+    It used to run without a pause and be refused by the tool, failing every resume (a model that
+    asks so each time left a task no decision could finish, doctor calling it a crash); now it
+    pauses and the run ends there, completed, nothing published on preview."""
+    import agent.models
+    from agents.testing import ModelStep, function_call
+
+    offline = agent.models.offline_responder
+
+    def respond(call):
+        items = call.input if isinstance(call.input, list) else []
+        outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if outputs and items[-1] is outputs[-1] and all(o["call_id"] != "call_p" for o in outputs):
+            return ModelStep(output=[function_call(
+                "publish_draft", {"title": "T", "body": "D", "channel": "preview"}, call_id="call_p")])
+        return offline(call)
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    assert cli("start", "--key", KEY, "--title", "T", "--draft", "D").code == 0
+    r = cli("resume", "--task", KEY, "--decision", "approve", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "completed" and "which was not run" in r.json()["final_output"]
+    assert [e["channel"] for e in ledger_entries(state_dir)] == ["blog"]
+    doctor = cli("doctor", "--json")
+    assert doctor.code == 0 and doctor.json()["consistent"], doctor.out
 
 
 def test_rejection_text_run_wide_formatter_and_per_call_reason_wins(cli, state_dir):

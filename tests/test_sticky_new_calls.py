@@ -229,3 +229,33 @@ def test_on_postgresql_a_new_call_after_always_waits_and_doctor_agrees(pg_url, t
     assert r.json()["status"] == "completed"
     assert len(cli("ledger", "--json").json()["entries"]) == 1
     assert cli("doctor", "--json").json()["findings"] == []
+
+
+@pytest.mark.parametrize("channel,channels", [("nope", ()), (123, ()), (["blog"], ()),
+                                              ("blog\n  pending: x\u202e", ()), (None, ("blog", "news"))])
+def test_a_new_call_on_a_channel_the_task_does_not_have_ends_the_run_there(cli, state_dir, channel,
+                                                                            channels):
+    """After the first calls ran, the model asks to publish on a channel that is not one of the
+    task's (or names none on a task with several). Such a call has no ledger key and no rejection
+    record: waiting at it left a task every decision and doctor stopped on with an unexpected
+    error. The run ends there instead, judged as finished, the call not run."""
+    calls = _start(cli, *channels)
+
+    def respond(call: ModelCall) -> ModelStep:
+        items = call.input if isinstance(call.input, list) else []
+        outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if outputs and items[-1] is outputs[-1] and all(o["call_id"] != "call_again" for o in outputs):
+            return ModelStep(output=[function_call("publish_draft", {"title": TITLE, "body": BODY,
+                                                                     "channel": channel},
+                                                   call_id="call_again")])
+        return offline_responder(call)
+
+    cp = _decide(state_dir, ScriptedModel([ModelStep.respond(respond) for _ in range(8)]),
+                 decision="approve", call_id=next(iter(calls.values())), always=True)
+    assert cp.status == "completed" and cp.pending == [] and "which was not run" in cp.final_output
+    assert len(ledger_entries(state_dir)) == len(channels or ["blog"])
+    assert _doctor_findings(cli) == []
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    assert r.code == 0, r.err
+    assert snapshot(state_dir) == before

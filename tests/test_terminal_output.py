@@ -359,3 +359,31 @@ def test_a_streamed_start_prints_the_events_of_such_a_call_escaped(cli, state_di
     _no_raw(r.out + r.err)
     assert not any(line.lstrip().startswith("pending:") for line in r.out.splitlines())
     assert snapshot(state_dir) == {}
+
+
+#: Not printable, outside the characters ``--json`` output used to list: zero-width characters,
+#: bidi marks (U+200E/U+200F, U+061C), a byte-order mark, a tag character beyond U+FFFF.
+INVISIBLE = "x\u200b\u200c\u200d\u200e\u200f\u061c\u2060\ufeff\U000e0041y"
+
+
+@pytest.mark.parametrize("command", [("status", "--task", "j-1"), ("show", "--task", "j-1"), ("list",)])
+def test_json_output_escapes_every_character_the_terminal_rule_escapes(cli, monkeypatch, command):
+    """A model's closing message with invisible characters: ``--json`` output holds each escaped
+    (``\\u200b``), like the text output, and reads back as the same value."""
+    import agent.models
+    from agent.models import offline_responder
+    from agents.testing import ModelStep, assistant_message
+
+    def respond(call):
+        items = call.input if isinstance(call.input, list) else []
+        if items and isinstance(items[-1], dict) and items[-1].get("type") == "function_call_output":
+            return ModelStep(output=[assistant_message(INVISIBLE)])
+        return offline_responder(call)
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    assert cli("start", "--key", "j-1", "--title", "T", "--draft", "D").code == 0
+    assert cli("resume", "--task", "j-1", "--decision", "approve").code == 0
+    r = cli(*command, "--json")
+    assert r.code == 0, r.err
+    assert all(c.isprintable() for c in r.out.rstrip("\n")), ascii(r.out)
+    assert INVISIBLE in json.dumps(r.json(), ensure_ascii=False)

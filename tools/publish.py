@@ -34,16 +34,22 @@ from .effects import effectful
 TOOL_NAME = "publish_draft"
 
 
-def needs_publish_approval(_ctx: Any, params: Any, _call_id: str) -> bool:
+def needs_publish_approval(ctx: Any, params: Any, _call_id: str) -> bool:
     """The approval rule (the SDK calls it as ``needs_approval(ctx, params, call_id)`` with the
     call's parsed arguments): False only for a well-formed call to the private ``preview``
-    channel (``title``/``body`` strings, ``channel == "preview"``); True for every public channel
-    and for anything malformed, so a call that cannot be read asks a human (fail closed). The SDK
-    itself asks for approval, without calling this, when the arguments are not a JSON object."""
+    channel (``title``/``body`` strings, ``channel == "preview"``) of a task that has that channel
+    (``ctx.context["channels"]``); True for every public channel, for ``preview`` in a task without
+    it (the call then pauses, and the run ends there: ``workflow.guards.after_run``, instead of
+    the tool refusing it mid-run, again with each resume) and for anything malformed, so a call
+    that cannot be read asks a human (fail closed). The SDK itself asks for approval, without
+    calling this, when the arguments are not a JSON object."""
     if not isinstance(params, dict) or set(params) != {"title", "body", "channel"}:
         return True
     well_formed = all(isinstance(params[k], str) for k in ("title", "body", "channel"))
-    return not (well_formed and params["channel"] == PREVIEW_CHANNEL)
+    task = getattr(ctx, "context", None)
+    channels = task.get("channels") if isinstance(task, dict) else None
+    return not (well_formed and params["channel"] == PREVIEW_CHANNEL
+                and isinstance(channels, list) and PREVIEW_CHANNEL in channels)
 
 
 def call_channel(task: dict[str, Any], channel: Any) -> str:

@@ -75,7 +75,12 @@ def calls_of(cp: "Checkpoint") -> list[tuple[str, str]]:
 
 
 def keys(cp: "Checkpoint", channel: str) -> tuple[str, Optional[str]]:
-    """``(ledger key, rejection-record channel)`` of ``channel`` in ``cp``."""
+    """``(ledger key, rejection-record channel)`` of ``channel`` in ``cp``. Raises
+    :class:`Stopped` if ``channel`` is not one of the task's (a call in a checkpoint this version
+    did not write: such a call has no ledger key)."""
+    if channel not in cp.channels:
+        raise Stopped(f"task {cp.task_id}: a call names channel {one_line(repr(channel))[:60]}, not one "
+                      f"of the task's channels ({', '.join(cp.channels)}); a human must check")
     return effect_key(cp.task_id, channel, cp.channels), channel_scope(channel, cp.channels)
 
 

@@ -325,14 +325,44 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
                     created.append(scope)
                 if evidence.ledger_get(key) is not None:
                     raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
-        return store.save_revision(
+        saved = store.save_revision(
             cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, *recs],
             event=("decision_recorded", {**rec.model_dump(exclude={"arguments_sha256"}),
                                          "sticky": [r.call_id for r in recs[1:]]}))
     except Stopped:
         for scope in created:
             evidence.rejection_remove(cp.task_id, scope) if scope else evidence.rejection_remove(cp.task_id)
+        _restore_relied_on(store, cp.task_id, created)
         raise
+    _restore_relied_on(store, cp.task_id, [calls.keys(cp, r.channel)[1] for r in recs if
+                                           r.decision == "rejected" and not ran_before(cp, r.call_id, r.channel)])
+    return saved
+
+
+def _restore_relied_on(store: Store, task_id: str, scopes: list[str | None]) -> None:
+    """Create again each rejection record of ``scopes`` that the newest checkpoint of ``task_id``
+    relies on (a reject recorded on that channel), if it is missing.
+
+    Two rejects of one call whose lock was lost: the first creates the record, the second finds it
+    and wins the compare-and-swap, and the first, refused, removes the record it created. The
+    record is what keeps an older copy of the checkpoint from being approved after the task was
+    cancelled, so each writer checks after its own step (a refused one after removing, a saved
+    one after saving): whichever runs last sees the saved reject and the record is there. Never
+    raises: a checkpoint that cannot be read now is left for the next command to refuse."""
+    if not scopes:
+        return
+    evidence = as_task_store(store)
+    try:
+        newest = store.load(task_id)
+        for d in newest.decisions:
+            scope = calls.keys(newest, d.channel)[1]
+            if (d.decision == "rejected" and scope in scopes and d.edits is None
+                    and not ran_before(newest, d.call_id, d.channel)
+                    and evidence.rejection_get(task_id, scope) is None):
+                (evidence.rejection_record(task_id, newest.content_sha256, d, scope) if scope
+                 else evidence.rejection_record(task_id, newest.content_sha256, d))
+    except Stopped:
+        pass
 
 
 def nothing_executed(store: Store, cp: Checkpoint) -> bool:
@@ -432,14 +462,26 @@ def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],
               final_output: Any) -> dict[str, Any]:
     """The changes a finished resumed run makes to ``cp`` (``requests``: its
     ``result.interruptions``; ``final_output``: its ``result.final_output``): waiting again at
-    them (:func:`interrupted`), or its outcome (:func:`outcome`). A run that paused only at calls
-    of tools other than ``publish_draft`` ends there, judged as a finished run: this flow never
-    runs such a call (:data:`workflow.trust.ONLY_ACTION`), and waiting for a human on it would
-    leave a task that no decision can finish. Raises :class:`Stopped` as those do."""
-    if requests and all(i.name != ACTION for i in requests):
-        tools = ", ".join(sorted({one_line(str(i.name))[:40] for i in requests}))
-        return outcome(store, cp, f"the run ended at the model's call of {tools}, which was not run: "
+    them (:func:`interrupted`), or its outcome (:func:`outcome`). A run that paused at a call of a
+    tool other than ``publish_draft`` ends there, judged as a finished run, with the
+    ``publish_draft`` calls of the same turn not run either: this flow never runs such a call
+    (:data:`workflow.trust.ONLY_ACTION`), every decision on a task waiting at one is refused, and
+    waiting for a human on it would leave a task that no decision can finish. So does a run that
+    paused at a ``publish_draft`` call naming a channel that is not one of the task's (no ledger
+    key, no rejection record: it can be neither approved nor rejected). Raises :class:`Stopped`
+    as those do."""
+    others = [i for i in requests if i.name != ACTION]
+    if others:
+        tools = ", ".join(sorted({one_line(str(i.name))[:40] for i in others}))
+        also = f" (nor its {ACTION} call of the same turn)" if len(others) < len(requests) else ""
+        return outcome(store, cp, f"the run ended at the model's call of {tools}, which was not run{also}: "
                                   f"{ONLY_ACTION}")
+    astray = [calls.channel_of(cp, p["arguments"]) for p in pending_calls(requests)]
+    astray = [c for c in astray if c not in cp.channels]
+    if astray:
+        named = ", ".join(one_line(repr(c))[:40] for c in astray)
+        return outcome(store, cp, f"the run ended at the model's {ACTION} call on {named}, which was "
+                                  f"not run: this task publishes only on {', '.join(cp.channels)}")
     return interrupted(cp, requests) if requests else outcome(store, cp, final_output)
 
 

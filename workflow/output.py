@@ -15,14 +15,27 @@ from workflow import inbox
 from workflow.views import one_line, several_lines, task_text
 
 
-#: Escaped in ``--json`` output (valid JSON either way): C1 controls and U+2028/U+2029 (line breaks
-#: to ``str.splitlines``, so the one object stays on one line), bidi controls, lone surrogates.
-_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+#: Escaped in ``--json`` output (valid JSON either way): every character the terminal rule escapes
+#: (:func:`workflow.views.one_line`: not printable), e.g. C1 controls, U+2028/U+2029 (line breaks to
+#: ``str.splitlines``, so the one object stays on one line), bidi controls and marks (U+202E,
+#: U+200F, U+061C), zero-width characters, lone surrogates. ``json.dumps`` escapes the ASCII ones.
+_JSON_UNSAFE = re.compile(r"[^\x00-\x7e]")
+
+
+def _json_escape(found: re.Match[str]) -> str:
+    char = found.group()
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code > 0xFFFF:  # JSON spells it as a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
 
 
 def json_line(value: Any) -> str:
-    """``value`` as one line of JSON (non-ASCII kept, the characters above escaped)."""
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
+    """``value`` as one line of JSON (printable non-ASCII kept, the characters above escaped)."""
+    return _JSON_UNSAFE.sub(_json_escape, json.dumps(value, ensure_ascii=False))
 
 
 class EventPrinter:
