@@ -295,16 +295,20 @@ def test_tool_refuses_when_a_rejection_record_exists_whatever_the_checkpoint_say
 
 def test_tool_asks_for_a_human_on_every_public_channel(state_dir):
     """Why: the approval rule decides whether the SDK pauses at all; it says "no approval needed"
-    only for a well-formed call to the private preview channel."""
+    only for a well-formed call to the private preview channel of a task that has it."""
+    from types import SimpleNamespace
+
     from tools.publish import needs_publish_approval
 
+    ctx = SimpleNamespace(context={"channels": ["blog", "preview"]})
     ok = {"title": TITLE, "body": DRAFT}
-    assert needs_publish_approval(None, {**ok, "channel": "blog"}, "c") is True
-    assert needs_publish_approval(None, {**ok, "channel": "preview"}, "c") is False
-    assert needs_publish_approval(None, {**ok, "channel": None}, "c") is True
-    assert needs_publish_approval(None, {"title": TITLE, "body": 1, "channel": "preview"}, "c") is True
-    assert needs_publish_approval(None, {**ok, "channel": "preview", "x": 1}, "c") is True
-    assert needs_publish_approval(None, "not a dict", "c") is True
+    assert needs_publish_approval(ctx, {**ok, "channel": "blog"}, "c") is True
+    assert needs_publish_approval(ctx, {**ok, "channel": "preview"}, "c") is False
+    assert needs_publish_approval(None, {**ok, "channel": "preview"}, "c") is True
+    assert needs_publish_approval(ctx, {**ok, "channel": None}, "c") is True
+    assert needs_publish_approval(ctx, {"title": TITLE, "body": 1, "channel": "preview"}, "c") is True
+    assert needs_publish_approval(ctx, {**ok, "channel": "preview", "x": 1}, "c") is True
+    assert needs_publish_approval(ctx, "not a dict", "c") is True
 
 
 def test_call_channel_refuses_a_channel_that_is_not_the_tasks():
