@@ -420,7 +420,7 @@ class Store:
             if self.exists(cp.task_id) or not create_exclusive(
                     path, data, owner=stem, failpoint=failpoint):
                 raise Stopped(f"task {cp.task_id} was created by another process at the same time; "
-                              f"nothing was written by this one ({command('status', '--task', cp.task_id)})")
+                              f"this write was not made ({command('status', '--task', cp.task_id)})")
         elif not create_exclusive(path, data, owner=stem, failpoint=failpoint,
                                   precondition=lambda: self.check_unchanged(expect),
                                   then=lambda: self.clear_older(cp.task_id)):
@@ -461,7 +461,7 @@ def _changed(task_id: str, revision: int, now: Any) -> Stopped:
     """The refusal of a write whose compare-and-swap failed: the task is no longer at ``revision``."""
     return Stopped(
         f"task {task_id} changed on disk since it was read (revision {revision} -> "
-        f"{now}): another process wrote it; nothing was written by this one; run "
+        f"{now}): another process wrote it; this write was not made; run "
         f"{command('status', '--task', task_id)} to see where it stands")
 
 

@@ -376,3 +376,20 @@ def test_a_writer_that_read_long_ago_cannot_recreate_a_cleared_revision(cli, sta
     assert len(sizes) == 4 and sorted(sizes.values()).count(0) == 4 - KEPT_REVISIONS
     cp = Store(state_dir).load(KEY)
     assert cp.revision == 4 and cp.title == "T"
+
+
+def test_a_lost_outcome_write_does_not_claim_nothing_was_written(cli, state_dir, monkeypatch):
+    """An approve paused after recording its decision, its lock deleted, while a rival approve
+    finishes the task: the paused one's outcome write loses the compare-and-swap. Its one STOPPED
+    line says that write was not made and what this command did write before it (the decision),
+    never "nothing was written", which its own revision on disk would contradict."""
+    _start(cli)
+    box: list = []
+    _pause_at(monkeypatch, "checkpoint:decision:after", _rival(state_dir, "approve", box))
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    assert box and box[0].code == 0
+    r.assert_stopped()
+    assert "this write was not made" in r.err and "already done" in r.err, r.err
+    assert "nothing was written" not in r.err, r.err
+    assert _status(state_dir) == "completed" and len(ledger_entries(state_dir)) == 1
+    _assert_one_truth(state_dir, cli)

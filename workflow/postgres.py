@@ -411,7 +411,7 @@ class PostgresStore:
                     (cp.task_id, cp.revision, cp.status, cp.mac, envelope))
                 if cur.rowcount != 1:
                     raise Stopped(f"task {cp.task_id} was created by another process at the same "
-                                  f"time; nothing was written by this one "
+                                  f"time; this write was not made "
                                   f"({command('status', '--task', cp.task_id)})")
             else:
                 cur = conn.execute(
@@ -425,7 +425,7 @@ class PostgresStore:
                     raise Stopped(
                         f"task {cp.task_id} changed in the database since it was read (revision "
                         f"{expect.revision} -> {row[0] if row else 'no row'}): another process "
-                        f"wrote it; nothing was written by this one; run "
+                        f"wrote it; this write was not made; run "
                         f"{command('status', '--task', cp.task_id)} to see where it stands")
             failpoints.hit(failpoint + ":uncommitted")
             conn.execute("INSERT INTO history (task_id, revision, event, status, at) "
