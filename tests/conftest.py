@@ -105,6 +105,17 @@ def run_subprocess(state_dir: Path, *args: str, env: dict[str, str] | None = Non
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def start_calls(cli, key: str, title: str, draft: str, *channels: str) -> dict[str, str]:
+    """``run.py start`` of task ``key`` on ``channels`` (default: blog) through ``cli``; returns
+    each channel's pending call ID (channel → call_id). Fails the test if ``start`` fails."""
+    args = ["start", "--key", key, "--title", title, "--draft", draft]
+    for c in channels:
+        args += ["--channel", c]
+    r = cli(*args, "--json")
+    assert r.code == 0, r.err
+    return {p["arguments"].get("channel", "blog"): p["call_id"] for p in r.json()["pending"]}
+
+
 def snapshot(folder: Path) -> dict[str, bytes | str]:
     """Every path below ``folder`` → its bytes (a regular file), ``"<dir>"`` (a folder, empty or
     not) or ``"<link> TARGET"`` / ``"<other>"``, to prove nothing changed on disk: not a file, not

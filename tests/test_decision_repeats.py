@@ -7,19 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ledger_entries, snapshot
+from conftest import ledger_entries, snapshot, start_calls
 
 KEY = "rp-1"
 TITLE, BODY = "T", "A draft decided twice."
 
 
 def _start(cli, *channels: str) -> dict[str, str]:
-    args = ["start", "--key", KEY, "--title", TITLE, "--draft", BODY]
-    for c in channels:
-        args += ["--channel", c]
-    r = cli(*args, "--json")
-    assert r.code == 0, r.err
-    return {p["arguments"].get("channel", "blog"): p["call_id"] for p in r.json()["pending"]}
+    return start_calls(cli, KEY, TITLE, BODY, *channels)
 
 
 #: (channels, the channel whose call is decided (None: no --call), the decision's arguments)

@@ -151,12 +151,9 @@ def _console_blocks() -> list[list[tuple[str, str]]]:
     return out
 
 
-def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):
-    """Step 7: with the page's code change, a model that asks for ``send_summary`` gets exactly
-    the outputs shown: ``start`` refuses it in the first turn (nothing saved), and after an
-    approved ``publish_draft`` the run ends there, ``completed`` (never a task left waiting at a
-    call no decision can finish), the one publication in the ledger, ``send_summary`` never run."""
-    import agent.models
+def _apply_the_page_change(monkeypatch, tmp_path: Path) -> None:
+    """Step 2 of the page, in this process: its ``tools/summary.py`` loaded as ``tools.summary``
+    and ``agent/publisher.py`` with its diffs applied, used by ``workflow.hitl`` to build the agent."""
     from workflow import hitl
 
     blocks = {lang: body for lang, body in _blocks() if lang in ("python", "diff")}
@@ -167,6 +164,16 @@ def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):
         if lang == "diff":
             publisher = _apply_diff(publisher, body)
     monkeypatch.setattr(hitl, "build_agent", _load("agent.publisher", publisher, tmp_path).build_agent)
+
+
+def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):
+    """Step 7: with the page's code change, a model that asks for ``send_summary`` gets exactly
+    the outputs shown: ``start`` refuses it in the first turn (nothing saved), and after an
+    approved ``publish_draft`` the run ends there, ``completed`` (never a task left waiting at a
+    call no decision can finish), the one publication in the ledger, ``send_summary`` never run."""
+    import agent.models
+
+    _apply_the_page_change(monkeypatch, tmp_path)
     consoles = _console_blocks()
     assert len(consoles) == 2 and [len(c) for c in consoles] == [1, 2]
     for n, (block, first_turn) in enumerate(zip(consoles, (True, False))):
@@ -210,15 +217,8 @@ def test_a_turn_with_publish_draft_and_send_summary_ends_there(tmp_path, monkeyp
     one publication at most, and doctor agrees."""
     import agent.models
     from agents.testing import ModelStep, function_call
-    from workflow import hitl
 
-    blocks = {lang: body for lang, body in _blocks() if lang in ("python", "diff")}
-    monkeypatch.setitem(sys.modules, "tools.summary", _load("tools.summary", blocks["python"], tmp_path))
-    publisher = (ROOT / "agent" / "publisher.py").read_text(encoding="utf-8")
-    for lang, body in _blocks():
-        if lang == "diff":
-            publisher = _apply_diff(publisher, body)
-    monkeypatch.setattr(hitl, "build_agent", _load("agent.publisher", publisher, tmp_path).build_agent)
+    _apply_the_page_change(monkeypatch, tmp_path)
 
     def respond(call):
         items = call.input if isinstance(call.input, list) else []

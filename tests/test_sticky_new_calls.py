@@ -16,7 +16,7 @@ import pytest
 
 from agents.testing import ModelCall, ModelStep, ScriptedModel, function_call
 
-from conftest import checkpoint_file, ledger_entries, snapshot
+from conftest import checkpoint_file, ledger_entries, snapshot, start_calls
 from agent.models import offline_responder
 from state.schema import content_sha256
 
@@ -41,12 +41,7 @@ def _asks_again(channel: str | None) -> ScriptedModel:
 
 
 def _start(cli, *channels: str) -> dict[str, str]:
-    args = ["start", "--key", KEY, "--title", TITLE, "--draft", BODY]
-    for c in channels:
-        args += ["--channel", c]
-    r = cli(*args, "--json")
-    assert r.code == 0, r.err
-    return {p["arguments"].get("channel", "blog"): p["call_id"] for p in r.json()["pending"]}
+    return start_calls(cli, KEY, TITLE, BODY, *channels)
 
 
 def _decide(state_dir: Path, model: ScriptedModel, **kwargs: Any):
