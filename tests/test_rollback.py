@@ -137,3 +137,20 @@ def test_expire_never_overwrites_a_recorded_reject(cli, state_dir, monkeypatch):
     r = cli("resume", "--task", "rj-1", "--decision", "reject", "--reason", "no", "--json")
     assert r.code == 0 and r.json()["status"] == "cancelled"
     assert cli("doctor").code == 0 and ledger_entries(state_dir) == []
+
+
+def test_a_reject_that_crashed_right_after_its_decision_write_still_blocks_a_restored_backup(cli, state_dir):
+    """Why the rejection record is made *before* the decision is written: a reject whose process
+    dies right after writing its decision (before anything else) must already have left the
+    record, or a backup from before the reject, put back, could be approved and published."""
+    from conftest import run_subprocess
+
+    cli("start", "--key", "rb-1", "--title", "T", "--draft", "secret launch date")
+    revision_1 = checkpoint_file(state_dir, "rb-1").read_bytes()
+    r = run_subprocess(state_dir, "resume", "--task", "rb-1", "--decision", "reject", "--by", "bob",
+                       "--reason", "no", env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert r.code == 86, r  # the failpoint's exit: a crash right after the decision write
+    restore_checkpoint(state_dir, "rb-1", revision_1)
+    r = cli("resume", "--task", "rb-1", "--decision", "approve", "--by", "alice")
+    r.assert_stopped()
+    assert "can never be approved" in r.err and ledger_entries(state_dir) == []
