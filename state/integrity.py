@@ -77,6 +77,19 @@ def verify_mac(body: dict[str, Any], mac: str, key: bytes) -> bool:
     return hmac.compare_digest(compute_mac(body, key), mac)
 
 
+def envelope_signed(data: dict[str, Any], key: bytes) -> bool:
+    """True if ``data`` (a parsed envelope) holds a ``mac`` string that verifies, under ``key``,
+    over every other field as parsed (not a re-dump of a validated model, so a missing field can
+    never be hidden by a default). False for a missing or non-string ``mac`` and for fields that
+    cannot be canonicalised (a lone surrogate escape, nesting too deep)."""
+    mac = data.get("mac")
+    body = {k: v for k, v in data.items() if k != "mac"}
+    try:
+        return isinstance(mac, str) and verify_mac(body, mac, key)
+    except (ValueError, RecursionError):
+        return False
+
+
 def load_key(state_dir: Path, *, create: bool) -> bytes:
     """Return the signing key as bytes.
 

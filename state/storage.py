@@ -49,7 +49,7 @@ from pydantic import ValidationError
 from . import effects, files, secrets, state_id
 from .clock import now_iso
 from .errors import Stopped
-from .integrity import KEY_FILE, check_key_creatable, load_key, verify_mac, compute_mac
+from .integrity import KEY_FILE, check_key_creatable, envelope_signed, load_key, compute_mac
 from .paths import check_regular, check_state_dir, inside, open_regular, read_regular
 from .terminal import command
 from .schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
@@ -158,17 +158,11 @@ class Store:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def _revisions(self, stem: str, names: list[str] | None = None) -> list[tuple[int, str]]:
+    def _revisions(self, stem: str) -> list[tuple[int, str]]:
         """``[(revision, file name)]`` of ``stem``'s checkpoint files, lowest first; a file of the
         older layout (``<stem>.json``) counts as revision 0."""
         found = []
-        prefix = stem + "."
-        if names is None:
-            try:
-                names = [n for n in os.listdir(self.tasks_dir) if n.startswith(prefix)]
-            except (FileNotFoundError, NotADirectoryError):
-                names = []
-        for name in names:
+        for name in self._names():
             if name == stem + ".json":
                 found.append((0, name))
             elif name.startswith(stem + ".r"):
@@ -333,7 +327,8 @@ class Store:
         if os.path.lexists(self.root / KEY_FILE):
             load_key(self.root, create=False)
         if settings().signing_key is not None and not self.exists(task_id):
-            check_signs_here(self.tasks_dir, load_key(self.root, create=False))
+            check_signs_here(self.tasks_dir, [path for _, path in self.task_files()],
+                             load_key(self.root, create=False))
         if self.identity() is None:
             state_id.check_creatable(self.root)
             self._check_links()
@@ -465,28 +460,21 @@ def _changed(task_id: str, revision: int, now: Any) -> Stopped:
         f"{command('status', '--task', task_id)} to see where it stands")
 
 
-def check_signs_here(tasks_dir: Path, key: bytes) -> None:
-    """Raise :class:`Stopped` if ``tasks_dir`` holds checkpoints but ``key`` signed none of them:
-    another deployment with another ``HITL_SIGNING_KEY`` on this state dir, whose first task would
-    make every listing of the other's stop. Reads checkpoint files until one verifies (the first,
-    as a rule); files that cannot be read or parsed count, but never verify. Touches nothing."""
-    if not tasks_dir.is_dir():
-        return
-    seen = 0
-    for path in sorted(tasks_dir.glob("*.json")):
-        seen += 1
+def check_signs_here(tasks_dir: Path, files: list[Path], key: bytes) -> None:
+    """Raise :class:`Stopped` if ``files`` (the newest checkpoint file of each task in
+    ``tasks_dir``: ``Store.task_files``) are some but ``key`` signed none of them: another
+    deployment with another ``HITL_SIGNING_KEY`` on this state dir, whose first task would make
+    every listing of the other's stop. Reads files until one verifies (the first, as a rule);
+    files that cannot be read or parsed count, but never verify. Touches nothing."""
+    for path in files:
         try:
-            data = parse_json_object(read_regular(path, f"checkpoint {path.name}",
-                                                  limit=MAX_CHECKPOINT_BYTES) or b"",
-                                     f"checkpoint {path.name}")
-            mac = data.get("mac")
-            if isinstance(mac, str) and verify_mac({k: v for k, v in data.items() if k != "mac"},
-                                                   mac, key):
+            raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
+            if raw and envelope_signed(parse_json_object(raw, f"checkpoint {path.name}"), key):
                 return
-        except (Stopped, ValueError, RecursionError):
+        except Stopped:
             continue
-    if seen:
-        raise Stopped(f"none of the {seen} checkpoints in {tasks_dir} is signed with this "
+    if files:
+        raise Stopped(f"none of the {len(files)} checkpoints in {tasks_dir} is signed with this "
                       "HITL_SIGNING_KEY: another deployment with another key shares this state "
                       "dir? Use the key they were signed with, or another state dir; nothing was "
                       "written")
@@ -527,14 +515,7 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
             f"{where} has schema_version {version!r}; this program reads only "
             f"schema_version {_readable_versions()}"
         )
-    # The MAC covers the envelope's own fields as parsed (not a re-dump of the validated model), so
-    # a field missing from it can never be hidden by a default filled in by pydantic.
-    mac = data.get("mac")
-    body = {k: v for k, v in data.items() if k != "mac"}
-    try:
-        valid = isinstance(mac, str) and verify_mac(body, mac, key)
-    except (ValueError, RecursionError):  # e.g. a lone surrogate escape cannot be canonicalised
-        valid = False
+    valid = envelope_signed(data, key)  # over the envelope's own fields as parsed
     if not valid:
         raise Stopped(f"checkpoint integrity check failed for {name}")
     try:  # an older version is migrated after its MAC is verified over the envelope as written

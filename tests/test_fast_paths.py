@@ -179,15 +179,15 @@ def test_resume_verifies_each_checkpoint_file_once_per_distinct_bytes(state_dir,
     before the effect (by then revision 2, holding the decision): the pre-flight's bytes are read
     again under the lock but MAC-checked and validated once, so two verifications, not three.
     (Bytes this process wrote are never taken as verified: the tool's read is checked in full.)"""
-    from state import storage
+    from state import integrity
     from state.storage import Store
     from workflow import hitl
 
     store = Store(state_dir)
     asyncio.run(hitl.start(store, task_id="t-1", title="T", draft="Draft body."))
     calls = []
-    real = storage.verify_mac
-    monkeypatch.setattr(storage, "verify_mac", lambda *a: calls.append(1) or real(*a))
+    real = integrity.verify_mac  # what every envelope check calls (integrity.envelope_signed)
+    monkeypatch.setattr(integrity, "verify_mac", lambda *a: calls.append(1) or real(*a))
     cp = asyncio.run(hitl.resume(store, task_id="t-1", decision="approve", by="alice"))
     assert cp.status == "completed" and len(calls) == 2
 

@@ -43,7 +43,7 @@ import psycopg
 
 from state import effects, failpoints, secrets
 from state.errors import Stopped
-from state.integrity import KEY_FILE, key_fingerprint, load_key, verify_mac
+from state.integrity import KEY_FILE, envelope_signed, key_fingerprint, load_key
 from state.paths import check_regular
 from state.rejections import RECORDED, RejectionRecord
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
@@ -293,11 +293,10 @@ class PostgresStore:
         for (envelope,) in rows:
             try:
                 data = json.loads(envelope)
-                body = {k: v for k, v in data.items() if k != "mac"}
-                if isinstance(data.get("mac"), str) and verify_mac(body, data["mac"], key):
-                    return
-            except (ValueError, AttributeError, RecursionError):
+            except (ValueError, RecursionError):
                 continue
+            if isinstance(data, dict) and envelope_signed(data, key):
+                return
         if rows:
             raise Stopped(f"none of the {len(rows)} checkpoints in the PostgreSQL store "
                           f"{self.location} is signed with this machine's signing key: another "
