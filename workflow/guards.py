@@ -288,8 +288,7 @@ def decision_for(store: Store, cp: Checkpoint, item: ToolApprovalItem, decision:
     channel = calls.channel_of(cp, arguments)
     _, scope = calls.keys(cp, channel)
     evidence = as_task_store(store)
-    prior = (evidence.rejection_get(cp.task_id, scope) if scope else evidence.rejection_get(cp.task_id)
-             ) if decision == "rejected" else None
+    prior = evidence.rejection_get(cp.task_id, scope) if decision == "rejected" else None
     if prior is not None:
         by, reason = prior.by, prior.reason
     return Decision(decision=decision, by=by, at=prior.at if prior is not None else now_iso(),
@@ -318,10 +317,8 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
     try:
         for r in recs:
             key, scope = calls.keys(cp, r.channel)
-            if r.decision == "rejected" and not ran_before(cp, r.call_id, r.channel):
-                made = (evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope) if scope
-                        else evidence.rejection_record(cp.task_id, cp.content_sha256, r))[1]
-                if made:
+            if _makes_record(cp, r):
+                if evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope)[1]:
                     created.append(scope)
                 if evidence.ledger_get(key) is not None:
                     raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
@@ -331,12 +328,18 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
                                          "sticky": [r.call_id for r in recs[1:]]}))
     except Stopped:
         for scope in created:
-            evidence.rejection_remove(cp.task_id, scope) if scope else evidence.rejection_remove(cp.task_id)
+            evidence.rejection_remove(cp.task_id, scope)
         _restore_relied_on(store, cp.task_id, created)
         raise
-    _restore_relied_on(store, cp.task_id, [calls.keys(cp, r.channel)[1] for r in recs if
-                                           r.decision == "rejected" and not ran_before(cp, r.call_id, r.channel)])
+    _restore_relied_on(store, cp.task_id, [calls.keys(cp, r.channel)[1] for r in recs if _makes_record(cp, r)])
     return saved
+
+
+def _makes_record(cp: Checkpoint, d: Decision) -> bool:
+    """True if decision ``d`` of ``cp`` has a rejection record: a reject, unless its call is on a
+    channel an earlier approved call already published (:func:`workflow.reconcile.ran_before`:
+    the model asked again; the entry is that call's, nothing is undone)."""
+    return d.decision == "rejected" and not ran_before(cp, d.call_id, d.channel)
 
 
 def _restore_relied_on(store: Store, task_id: str, scopes: list[str | None]) -> None:
@@ -356,11 +359,9 @@ def _restore_relied_on(store: Store, task_id: str, scopes: list[str | None]) -> 
         newest = store.load(task_id)
         for d in newest.decisions:
             scope = calls.keys(newest, d.channel)[1]
-            if (d.decision == "rejected" and scope in scopes and d.edits is None
-                    and not ran_before(newest, d.call_id, d.channel)
+            if (scope in scopes and d.edits is None and _makes_record(newest, d)
                     and evidence.rejection_get(task_id, scope) is None):
-                (evidence.rejection_record(task_id, newest.content_sha256, d, scope) if scope
-                 else evidence.rejection_record(task_id, newest.content_sha256, d))
+                evidence.rejection_record(task_id, newest.content_sha256, d, scope)
     except Stopped:
         pass
 

@@ -250,7 +250,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     entry = evidence.ledger_get(key)
     if entry is not None:
         Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
-    rejected = evidence.rejection_get(cp.task_id, scope) if scope else evidence.rejection_get(cp.task_id)
+    rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
                       "human must check (python run.py doctor)")
