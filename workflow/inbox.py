@@ -209,8 +209,9 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any
     """
     view = inbox_view(store, WAITING)
     tasks = view["tasks"]
-    if unverified_summary(view):
-        say(f"NOTE: {unverified_summary(view)}")
+    note = unverified_summary(view)
+    if note:
+        say(f"NOTE: {note}")
     if not tasks:
         say("Nothing waits for review.")
         return {"reviewed": [], "remaining": 0}

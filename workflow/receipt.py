@@ -388,26 +388,26 @@ def receipt_text(r: dict[str, Any]) -> str:
     ]
     if o["final_output"]:
         lines.append(f"final output: {one_line(o['final_output'])}")
-    lines.append(f"approval: {_v(a['tool'])}({_fmt_args(a['arguments'])}) call_id={_v(a['call_id'])}")
+    lines.append(f"approval: {one_line(a['tool'])}({_fmt_args(a['arguments'])}) call_id={one_line(a['call_id'])}")
     lines.append(f"  requested {a['requested_at']}, expires {a['expires_at'] or 'never'}")
     d = a["decision"]
     if len(a["decisions"]) > 1 or any(e["call_id"] != a["call_id"] for e in a["decisions"]):
         # several calls, or the one decided is not the one shown: each decision, with its call
         for each in a["decisions"]:
             why = f", reason {each['reason']!r}" if each["reason"] else ""
-            lines.append(f"  decided: {_v(each['channel'])} ({_v(each['call_id'])}): {each['decision']} "
-                         f"by {_v(each['by'])} at {_v(each['at'])}{why}")
+            lines.append(f"  decided: {one_line(each['channel'])} ({one_line(each['call_id'])}): {each['decision']} "
+                         f"by {one_line(each['by'])} at {one_line(each['at'])}{why}")
         if d is None and a["call_id"]:
-            lines.append(f"  decided: {_v(a['call_id'])}: not yet")
+            lines.append(f"  decided: {one_line(a['call_id'])}: not yet")
     elif d:
         why = f", reason {d['reason']!r}" if d["reason"] else ""
-        lines.append(f"  decided: {d['decision']} by {_v(d['by'])} at {_v(d['at'])}{why}")
+        lines.append(f"  decided: {d['decision']} by {one_line(d['by'])} at {one_line(d['at'])}{why}")
     else:
         lines.append("  decided: not yet")
     for e in a.get("edits", []):
         from workflow.edits import diff_lines
 
-        lines.append(f"  approved with edits by {_v(e['by'])} at {_v(e['at'])} (call_id={_v(e['call_id'])}): "
+        lines.append(f"  approved with edits by {one_line(e['by'])} at {one_line(e['at'])} (call_id={one_line(e['call_id'])}): "
                      "original vs approved")
         lines.extend(f"    {line}" for line in diff_lines(e))
     lines.append(f"checkpoint: revision {c['revision']}, schema_version {c['schema_version']}, "
@@ -423,7 +423,7 @@ def receipt_text(r: dict[str, Any]) -> str:
         f"/ total {t['total_tokens']}"
     )
     lines.append("errors: " + ("; ".join(map(_v, r["errors"])) if r["errors"] else "none"))
-    lines.append(f"trace: {_v(r['trace']['path'])} ({r['trace']['records']} records)")
+    lines.append(f"trace: {one_line(r['trace']['path'])} ({r['trace']['records']} records)")
     return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], "\n".join(lines))
 
 
@@ -439,17 +439,17 @@ def _step_text(s: dict[str, Any]) -> str:
         if "schema_version" in s:
             v = (f" (schema {s['schema_version']}, RunState {s.get('run_state_schema_version')}, "
                  f"openai-agents {s.get('sdk_version')})")
-        return f"checkpoint revision {s['revision']}: {_v(s['event'])}{v}"
+        return f"checkpoint revision {s['revision']}: {one_line(s['event'])}{v}"
     if step == "approval_requested":
-        return (f"approval requested: {_v(s.get('tool'))}({_fmt_args(_arguments(s.get('arguments')))}) "
-                f"call_id={_v(s.get('call_id'))}")
+        return (f"approval requested: {one_line(s.get('tool'))}({_fmt_args(_arguments(s.get('arguments')))}) "
+                f"call_id={one_line(s.get('call_id'))}")
     if step == "decision":
         why = f", reason {s['reason']!r}" if s.get("reason") else ""
-        return f"human decision: {_v(s.get('decision'))} by {_v(s.get('by'))}{why}"
+        return f"human decision: {one_line(s.get('decision'))} by {one_line(s.get('by'))}{why}"
     if step == "run":
         return f"{'start' if s.get('phase') == 'start' else 'resume'} run (pid {s.get('pid')})"
     if step == "run_failed":
-        return f"{_v(s.get('phase'))} run failed: {_v(s.get('error'))}"
+        return f"{one_line(s.get('phase'))} run failed: {one_line(s.get('error'))}"
     if step == "model_call":
         return (f"model call (turn {s.get('turn')}): {s.get('latency_ms')} ms, tokens in "
                 f"{s.get('input_tokens')} / out {s.get('output_tokens')}")
@@ -457,12 +457,7 @@ def _step_text(s: dict[str, Any]) -> str:
         state = "ran" if s.get("ran") else "paused for approval (not run)"
         out = s.get("output")
         out_txt = f" -> {_fmt_args({'output': out})[7:]}" if out is not None else ""
-        return f"tool call {_v(s.get('tool'))}({_fmt_args(s.get('arguments'))}): {state}{out_txt}"
+        return f"tool call {one_line(s.get('tool'))}({_fmt_args(s.get('arguments'))}): {state}{out_txt}"
     if step == "ledger_entry":
-        return f"ledger entry written for key {_v(s.get('idempotency_key'))}"
-    return _v(f"{step}: {s}")
-
-
-def _v(value: Any) -> str:
-    """A value from the checkpoint or the trace (unsigned) on one line: :func:`one_line`."""
-    return one_line(str(value))
+        return f"ledger entry written for key {one_line(s.get('idempotency_key'))}"
+    return one_line(f"{step}: {s}")
