@@ -54,7 +54,7 @@ KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z")
 #: printed and pasted into commands (``resume --call``), so one that is not plain (a space, a ``$``,
 #: a newline, an escape sequence) is refused where it enters: :func:`call_id_problem`.
 MAX_CALL_ID_CHARS = 200
-CALL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,200}\Z")
+CALL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_CALL_ID_CHARS}}}\Z")
 
 #: Bounds on what a user may submit (characters).
 MAX_TITLE_CHARS = 200

@@ -422,7 +422,7 @@ def receipt_text(r: dict[str, Any]) -> str:
         f"{t['tool_calls']} tool call(s); tokens in {t['input_tokens']} / out {t['output_tokens']} "
         f"/ total {t['total_tokens']}"
     )
-    lines.append("errors: " + ("; ".join(map(_v, r["errors"])) if r["errors"] else "none"))
+    lines.append("errors: " + ("; ".join(map(one_line, r["errors"])) if r["errors"] else "none"))
     lines.append(f"trace: {one_line(r['trace']['path'])} ({r['trace']['records']} records)")
     return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], "\n".join(lines))
 
