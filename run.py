@@ -18,11 +18,11 @@ from state import clock, effects
 from state.settings import check_environment, settings
 from state.errors import Stopped
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
-from agent.budget_view import budget_lines
-from workflow import arguments as A
-from workflow import inbox, output
-from workflow.store import open_store
-from workflow.views import ledger_view, task_view
+from workflow.observe.budget_view import budget_lines
+from workflow.cli import arguments as A, output
+from workflow.review import inbox
+from state.store import open_store
+from workflow.observe.views import ledger_view, task_view
 
 DEFAULT_TITLE = "Untitled draft"
 
@@ -101,15 +101,15 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "start":
         import asyncio  # with the SDK (~2 s): only commands that run the agent
         import uuid
-        from agent.budget import make_budget
+        from workflow.budget import make_budget
         from agent.models import model_spec
-        from workflow import hitl, tracing
+        from workflow import hitl
         key = args.key or f"task-{uuid.uuid4().hex[:12]}"
         spec = model_spec(args.model, args.api, args.base_url)
         budget = make_budget(spec, **A.budget_changes(args))
         cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft,
                                     spec=spec, budget=budget, expires_in_s=args.expires_in, channels=args.channels,
-                                    trace_content=tracing.content_wanted(args.trace_content),
+                                    trace_content=bool(args.trace_content) or settings().trace_content,
                                     on_event=output.printer_for(args)))
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
@@ -129,7 +129,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "ledger":
         return ledger_view(store)
     if args.command == "show":
-        from workflow.receipt import build_receipt
+        from workflow.observe.receipt import build_receipt
         return build_receipt(store, inbox.pick_task(store, args.task, waiting_only=False))
     if args.command == "expire":
         expired, busy = inbox.expire_overdue(store, args.task)
@@ -146,15 +146,15 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         print(f"reviewed: {decided} decided, {done['remaining']} still waiting")
         return None
     if args.command == "doctor":
-        from workflow.doctor import doctor  # SDK-free
+        from workflow.ops.doctor import doctor  # SDK-free
         return doctor(store, repair=args.repair)
     if args.command == "traps":
-        from workflow.traps import run_traps  # runs the SDK, in a temp dir of its own
+        from workflow.ops.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()
     if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
-        from workflow.web import serve
+        from workflow.review.web import serve
         return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote)
-    from workflow.demo import demo
+    from workflow.ops.demo import demo
     return demo(store, as_json=args.json)
 
 
@@ -164,9 +164,9 @@ def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: 
     from workflow import reconcile
     reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason, edit=kwargs.get("edit"))  # no SDK yet
     import asyncio  # with the SDK: only when a human actually decides
-    from workflow import hitl, tracing
+    from workflow import hitl
     return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
-                                   call_id=call_id, trace_content=tracing.content_wanted(trace_content), **kwargs))
+                                   call_id=call_id, trace_content=bool(trace_content) or settings().trace_content, **kwargs))
 
 
 def main(argv: list[str] | None = None) -> int:

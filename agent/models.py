@@ -204,7 +204,7 @@ def model_spec(name: str | None, api: str | None, base_url: str | None) -> Model
 
 class MalformedResponse(Exception):
     """The provider answered, but the SDK could not read the answer (e.g. not JSON, wrong shape).
-    Raised by ``agent.budget.BudgetedModel`` around each model call."""
+    Raised by ``workflow.budget.BudgetedModel`` around each model call."""
 
 
 def provider_error(exc: BaseException, *, secret: str | None = None) -> str | None:

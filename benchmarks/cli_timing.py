@@ -36,7 +36,7 @@ COMMANDS: list[tuple[str, list[str]]] = [
 
 
 def _setup(state: Path, tasks: int) -> None:
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     store = Store(state)

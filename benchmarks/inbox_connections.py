@@ -2,7 +2,7 @@
 
     python benchmarks/inbox_connections.py [--connections 2000] [--timeout 2] [--cap 100]
 
-Starts the real inbox server (``workflow.web.server_config``, uvicorn) on a loopback port in this
+Starts the real inbox server (``workflow.review.web.server_config``, uvicorn) on a loopback port in this
 process, with ``HITL_INBOX_REQUEST_TIMEOUT`` and ``HITL_INBOX_MAX_CONNECTIONS`` set from the flags,
 in a temporary state dir. Opens ``--connections`` sockets to it (loopback only, bounded), each
 sending half a request head and nothing more, and prints: how many the server answered at once
@@ -65,8 +65,8 @@ def main() -> int:
 
     import uvicorn
 
-    from workflow.store import FileStore
-    from workflow.web import create_app, listen, server_config
+    from state.store import FileStore
+    from workflow.review.web import create_app, listen, server_config
 
     with tempfile.TemporaryDirectory() as tmp:
         sock, authority = listen("127.0.0.1", 0, False)

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from state.schema import content_sha256  # noqa: E402
 from state.clock import now_iso  # noqa: E402
-from state.storage import file_name  # noqa: E402
-from tools.ledger import Ledger  # noqa: E402
+from state.files.store import file_name  # noqa: E402
+from state.files.ledger import Ledger  # noqa: E402
 
 SHA = content_sha256("T", "benchmark body")
 WARMUP = 20

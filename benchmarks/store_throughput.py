@@ -37,10 +37,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 def _make_store(kind: str, url: str | None, state_dir: Path):
     if kind == "file":
-        from workflow.store import FileStore
+        from state.store import FileStore
 
         return FileStore(state_dir)
-    from workflow.postgres import PostgresStore
+    from state.postgres.store import PostgresStore
 
     return PostgresStore(url or "", state_dir)
 

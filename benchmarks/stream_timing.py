@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from workflow import hitl  # noqa: E402
 from workflow.edits import Edit  # noqa: E402
-from workflow.store import FileStore  # noqa: E402
+from state.store import FileStore  # noqa: E402
 
 
 async def one(store: FileStore, key: str, mode: str, firsts: list[float], counts: list[int]) -> float:

@@ -18,7 +18,7 @@ render with many waiting tasks.
 2. **Inbox render.** ``--inbox-tasks`` more tasks are started (waiting), then ``GET /`` (page 1 of
    the waiting tasks, 50 rows) is timed over the socket, together with the server's own
    ``Server-Timing: render`` figure: the first render (every checkpoint read and verified) and the
-   following ones (only files that changed are read again, workflow/inbox_index.py). For scale,
+   following ones (only files that changed are read again, workflow/review/inbox_index.py). For scale,
    ``python run.py list``'s in-process listing of the same tasks (every checkpoint verified) is
    timed too. Goal: <= 100 ms.
 
@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from workflow import hitl  # noqa: E402
-from workflow.inbox import inbox_view  # noqa: E402
-from workflow.store import FileStore  # noqa: E402
+from workflow.review.inbox import inbox_view  # noqa: E402
+from state.store import FileStore  # noqa: E402
 
 GOAL_RATIO = 1.3
 GOAL_RENDER_MS = 100

@@ -21,7 +21,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from state.errors import Stopped
 from state.schema import content_sha256
-from tools.ledger import Ledger
+from state.files.ledger import Ledger
 from workflow.trust import hidden_approvals
 
 set_tracing_disabled(True)  # offline: no hosted trace export

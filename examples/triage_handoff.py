@@ -3,7 +3,7 @@ run is resumed from the file with the *top-level* agent (the one ``Runner.run`` 
 
 SDK: ``Agent(handoffs=[publisher])``; the interruption's ``agent`` is the publisher, and
 ``RunState.from_string(triage, text)`` restores the publisher as the current agent. Offline
-(scripted models); the tool's effect is an entry in this project's ledger (``tools/ledger.py``).
+(scripted models); the tool's effect is an entry in this project's ledger (``state/files/ledger.py``).
 
     python examples/triage_handoff.py [STATE_DIR]
 """
@@ -20,7 +20,7 @@ from agents import Agent, RunContextWrapper, Runner, RunState, function_tool, se
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from state.schema import content_sha256
-from tools.ledger import Ledger
+from state.files.ledger import Ledger
 
 set_tracing_disabled(True)  # offline: no hosted trace export
 

@@ -69,9 +69,9 @@ def m(id: str, file: str, snippet: str, replacement: str, *tests: str) -> Mutant
     return Mutant(id, file, snippet, replacement, (DIRECT, *tests))
 
 
-INTEGRITY, STORAGE, REJ, SECRETS = ("state/integrity.py", "state/storage.py", "state/rejections.py",
+INTEGRITY, STORAGE, REJ, SECRETS = ("state/integrity.py", "state/files/store.py", "state/files/rejections.py",
                                     "state/secrets.py")
-PUBLISH, LEDGER = "tools/publish.py", "tools/ledger.py"
+PUBLISH, LEDGER = "tools/publish.py", "state/files/ledger.py"
 GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconcile.py",
                                           "workflow/trust.py", "workflow/calls.py", "workflow/edits.py")
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
@@ -302,15 +302,15 @@ MUTANTS: list[Mutant] = [
       "tests/test_terminal_output.py"),
     m("command-unquoted", "state/terminal.py", "return shlex.quote(str(value))", "return str(value)",
       "tests/test_terminal_output.py"),
-    m("revision-file-overwritten", "state/files.py", "            os.link(tmp, path)\n        except FileExistsError:",
+    m("revision-file-overwritten", "state/fileio.py", "            os.link(tmp, path)\n        except FileExistsError:",
       "            os.replace(tmp, path)\n        except FileExistsError:", "tests/test_lost_lock.py"),
     m("another-tool-call-waits", GUARDS, "    if others:\n        tools =", "    if False:\n        tools =",
       "tests/test_exercise.py"),
     m("foreign-channel-call-waits", GUARDS, "    if astray:\n", "    if False:\n",
       "tests/test_sticky_new_calls.py"),
-    m("foreign-key-on-the-state-dir", "state/storage.py", "    if files:\n        raise Stopped(f\"none of the",
+    m("foreign-key-on-the-state-dir", "state/files/store.py", "    if files:\n        raise Stopped(f\"none of the",
       "    if False:\n        raise Stopped(f\"none of the", "tests/test_two_deployments.py"),
-    m("foreign-key-in-the-database", "workflow/postgres.py",
+    m("foreign-key-in-the-database", "state/postgres/store.py",
       "        if not hmac.compare_digest(str(row[0]), mine):", "        if False:",
       "tests/test_two_deployments.py"),
     # -- approve with edits --------------------------------------------------------------------

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from .settings import settings
-from .timestamps import parse_iso  # noqa: F401  (clock.parse_iso: one timestamp format everywhere)
+from state.settings import settings
+from state.timestamps import parse_iso  # noqa: F401  (clock.parse_iso: one timestamp format everywhere)
 
 NOW_ENV = "HITL_NOW"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 
-from .settings import settings
+from state.settings import settings
 
 FAILPOINT_ENV = "HITL_FAILPOINT"
 FAILPOINT_LOG_ENV = "HITL_FAILPOINT_LOG"

@@ -35,12 +35,12 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from .durable import create_exclusive
-from .errors import Stopped
-from .files import owner_lock
-from .paths import check_key_file, read_regular
-from .schema import canonical_json
-from .settings import MIN_KEY_BYTES, check_key_bytes, settings  # noqa: F401  (the one key rule)
+from state.durable import create_exclusive
+from state.errors import Stopped
+from state.fileio import owner_lock
+from state.paths import check_key_file, read_regular
+from state.schema import canonical_json
+from state.settings import MIN_KEY_BYTES, check_key_bytes, settings  # noqa: F401  (the one key rule)
 
 KEY_ENV = "HITL_SIGNING_KEY"
 KEY_FILE = "signing.key"

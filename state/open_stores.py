@@ -16,7 +16,7 @@ import secrets
 import weakref
 from typing import Any
 
-from .errors import Stopped
+from state.errors import Stopped
 
 #: token → live store object (weak: a store nobody uses any more is not kept open by this table).
 _OPEN: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()

@@ -34,10 +34,10 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import Stopped
-from .files import make_dirs  # noqa: F401  (paths.make_dirs: owner-only folders, state.files)
+from state.errors import Stopped
+from state.fileio import make_dirs  # noqa: F401  (paths.make_dirs: owner-only folders, state.fileio)
 
-#: The folders a state dir may hold (see ``state.storage``); each must be a plain folder inside it.
+#: The folders a state dir may hold (see ``state.files.store``); each must be a plain folder inside it.
 SUBDIRS = ("tasks", "ledger", "locks", "traces", "rejections")
 #: Single files at the top of a state dir; each must be a regular file (not a symlink) if present.
 TOP_FILES = ("signing.key", "state.id")

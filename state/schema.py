@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Our envelope's schema version. Bump it whenever a field changes meaning or is added/removed, and
 #: either migrate older files explicitly (:data:`MIGRATIONS`) or refuse them by name (see
-#: ``state.storage``). What each version added: 1, the envelope; 2, ``channels`` and, in every
+#: ``state.files.store``). What each version added: 1, the envelope; 2, ``channels`` and, in every
 #: decision, ``channel``, ``always``, ``source`` (several calls per task, sticky decisions) and
 #: ``edits`` (approve with edits).
 SCHEMA_VERSION = 2
@@ -269,7 +269,7 @@ class Decision(_Strict):
     #: ``always`` decision (``by`` is the person who gave that one).
     source: Literal["human", "sticky"]
     #: An approval with edits: what the reviewer approved instead (None: as the call asked). The
-    #: default serves code that builds a decision; :mod:`state.storage` requires it in a file.
+    #: default serves code that builds a decision; :mod:`state.files.store` requires it in a file.
     edits: Optional[Edits] = None
 
     @field_validator("arguments_sha256")
@@ -381,7 +381,7 @@ class Spend(_Strict):
 
 class Checkpoint(_Strict):
     """The checkpoint envelope, one JSON file per revision of a task (``tasks/<name>.r<N>.json`` in
-    the state dir; the highest N is the checkpoint, ``state.storage``).
+    the state dir; the highest N is the checkpoint, ``state.files.store``).
 
     Fields: our ``schema_version``; ``task_id`` (== ``idempotency_key``); ``action`` (tool name);
     ``title`` and ``content_sha256`` of the draft; ``channels``; ``status``; the current ``decision`` (or null);
@@ -499,7 +499,7 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 
 #: Older envelope versions this program reads: version → the function turning a parsed file of
-#: that version into the next one. ``state.storage`` verifies the MAC over the file as written,
+#: that version into the next one. ``state.files.store`` verifies the MAC over the file as written,
 #: then applies these in order, then validates; the next write saves the current version.
 MIGRATIONS = {1: _v1_to_v2}
 

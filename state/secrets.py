@@ -1,6 +1,6 @@
 """The secret values this program knows (``OPENAI_API_KEY``, ``HITL_SIGNING_KEY``) and how to keep
-them out of every record it writes: checkpoints (:mod:`state.storage`), ledger entries
-(``tools.ledger``), rejection records (:mod:`state.rejections`) and traces (``workflow.trace_log``).
+them out of every record it writes: checkpoints (:mod:`state.files.store`), ledger entries
+(``state.files.ledger``), rejection records (:mod:`state.files.rejections`) and traces (``workflow.observe.trace_log``).
 
 A model or a proxy can echo the API key back, and the SDK then keeps that text in the RunState,
 the final output and the history. Nothing of the kind may be saved. The rule, applied by one walker
@@ -36,8 +36,8 @@ import functools
 import json
 from typing import Any, Callable, Iterable, Literal
 
-from .errors import Stopped
-from .settings import SECRET_ENVS, settings  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
+from state.errors import Stopped
+from state.settings import SECRET_ENVS, settings  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
 
 REDACTED = "[redacted]"
 #: Secrets shorter than this are not searched for in stored records and input (see module doc).
@@ -262,11 +262,11 @@ CHECKPOINT = by_path(
                          _HD + ("calls", "*", "call_id"), _HD + ("calls", "*", "arguments")],
 )
 
-#: A ledger entry (``tools.ledger.LedgerEntry``): only ``title`` is free text.
+#: A ledger entry (``state.files.ledger.LedgerEntry``): only ``title`` is free text.
 LEDGER = by_path(closed=[(k,) for k in ("idempotency_key", "task_id", "action", "content_sha256",
                                         "published_at", "channel", "approval")], open_=[])
 
-#: A rejection record (``state.rejections.RejectionRecord``): only ``reason`` is free text.
+#: A rejection record (``state.files.rejections.RejectionRecord``): only ``reason`` is free text.
 REJECTION = by_path(closed=[("task_id",), ("content_sha256",), ("at",), ("channel",)],
                     open_=[("call_id",), ("by",)])
 
@@ -286,7 +286,7 @@ RUN_STATE = by_key(
            "previous_response_id", "conversation_id", "tracing_api_key"),
 )
 
-#: A trace record (``workflow.trace_log``): its envelope fields and span type/name are closed.
+#: A trace record (``workflow.observe.trace_log``): its envelope fields and span type/name are closed.
 TRACE = by_path(
     closed=[(k,) for k in ("kind", "at", "pid", "phase", "content", "outcome", "trace_id", "span_id",
                            "parent_id", "started_at", "ended_at", "type", "name", "group_id",

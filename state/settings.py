@@ -29,8 +29,8 @@ from typing import Any, Optional
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .errors import Stopped
-from .timestamps import parse_iso
+from state.errors import Stopped
+from state.timestamps import parse_iso
 
 #: The shortest signing key accepted, in bytes, from either source (see :func:`check_key_bytes`).
 MIN_KEY_BYTES = 16

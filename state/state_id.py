@@ -34,12 +34,12 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .clock import now_iso
-from .durable import create_exclusive
-from .errors import Stopped
-from .files import owner_lock, parse_json_object
-from .paths import read_regular
-from .schema import MAX_CHECKPOINT_BYTES
+from state.clock import now_iso
+from state.durable import create_exclusive
+from state.errors import Stopped
+from state.fileio import owner_lock, parse_json_object
+from state.paths import read_regular
+from state.schema import MAX_CHECKPOINT_BYTES
 
 STATE_ID_FILE = "state.id"
 STATE_ID_PATTERN = re.compile(r"^[0-9a-f]{32}\Z")

@@ -57,8 +57,7 @@ def tracing_on():
     """
     from agents.tracing import get_trace_provider
 
-    from workflow import tracing
-
+    from workflow.observe import tracing
     provider = get_trace_provider()
     was = getattr(provider, "_manual_disabled", None)
     tracing.install()
@@ -145,14 +144,14 @@ def ledger_entries(state_dir: Path) -> list[dict[str, Any]]:
 def checkpoint_file(state_dir: Path, task_id: str) -> Path:
     """The file holding the checkpoint of ``task_id`` now: its newest revision file
     ``tasks/<name>.r<N>.json`` (the name revision 1 will have if there is none yet)."""
-    from state.storage import Store
+    from state.files.store import Store
 
     return Store(state_dir).checkpoint_path(task_id)
 
 
 def remove_checkpoint(state_dir: Path, task_id: str) -> None:
     """Remove every revision file of ``task_id``: the task has no checkpoint any more."""
-    from state.storage import Store, file_name
+    from state.files.store import Store, file_name
 
     store = Store(state_dir)
     for _, name in store._revisions(file_name(task_id)):
@@ -162,7 +161,7 @@ def remove_checkpoint(state_dir: Path, task_id: str) -> None:
 def next_revision_file(state_dir: Path, task_id: str, mutate) -> Path:
     """Write the task's next revision file as another writer would, by hand: a copy of the newest
     with ``mutate(dict)`` applied, ``revision`` raised by one, re-signed (see :func:`resign`)."""
-    from state.storage import Store, file_name, revision_file_name
+    from state.files.store import Store, file_name, revision_file_name
 
     newest = checkpoint_file(state_dir, task_id)
     data = json.loads(newest.read_text(encoding="utf-8"))
@@ -176,7 +175,7 @@ def restore_checkpoint(state_dir: Path, task_id: str, data: bytes) -> Path:
     """Put ``data`` (a checkpoint's bytes, saved earlier) back as the checkpoint of ``task_id``, as
     a restore of the task's files from a backup would: every newer revision file is removed and
     ``data`` goes back under the name of its own revision. Returns that path."""
-    from state.storage import Store, file_name, revision_file_name
+    from state.files.store import Store, file_name, revision_file_name
 
     store = Store(state_dir)
     revision = json.loads(data)["revision"]

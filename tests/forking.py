@@ -34,7 +34,7 @@ def warm() -> None:
     global _warmed
     if not _warmed:
         import run  # noqa: F401
-        import workflow.doctor  # noqa: F401
+        import workflow.ops.doctor  # noqa: F401
         import workflow.hitl  # noqa: F401  (the ~1.5 s SDK import, paid once)
 
         _warmed = True

@@ -1,4 +1,4 @@
-"""The conformance suite every :class:`workflow.store.TaskStore` must pass (docs/stores.md).
+"""The conformance suite every :class:`state.store.TaskStore` must pass (docs/stores.md).
 
 Not collected by itself (no ``test_`` prefix): a ``tests/test_*.py`` file imports these tests with
 ``from store_contract import *`` and defines a ``store_factory`` fixture returning a
@@ -38,7 +38,7 @@ __all__ = [
 @dataclass(frozen=True)
 class StoreFactory:
     """How the suite gets a store. ``make(tmp_path)`` returns a fresh, empty
-    :class:`workflow.store.TaskStore`; ``damage(store, task_id)``, if given, corrupts the stored
+    :class:`state.store.TaskStore`; ``damage(store, task_id)``, if given, corrupts the stored
     checkpoint of ``task_id`` behind the store's back (so that it no longer verifies); stores
     without such a hook skip the fail-closed test."""
 
@@ -57,7 +57,7 @@ def template_body(task_id: str) -> dict[str, Any]:
         import tempfile
 
         from workflow import hitl
-        from workflow.store import FileStore
+        from state.store import FileStore
 
         with tempfile.TemporaryDirectory() as tmp:
             cp = asyncio.run(hitl.start(FileStore(Path(tmp) / "state"), task_id="template-1",
@@ -81,7 +81,7 @@ def store(store_factory: StoreFactory, tmp_path: Path) -> Any:
 
 
 def test_it_is_a_task_store(store):
-    from workflow.store import TaskStore
+    from state.store import TaskStore
 
     assert isinstance(store, TaskStore)
 

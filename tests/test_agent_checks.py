@@ -181,9 +181,9 @@ def test_old_fingerprint_shape_is_refused_as_drift_not_a_crash(cli, state_dir):
 
 
 def test_sdk_warnings_during_a_run_go_to_the_task_trace_not_stderr(state_dir, tracing_on, capsys):
-    from state.storage import Store
-    from workflow import trace_log, tracing
-
+    from state.files.store import Store
+    from workflow.observe import trace_log
+    from workflow.observe import tracing
     store = Store(state_dir)
     with tracing.recording(store, KEY, "start"):
         logging.getLogger("openai.agents").warning("Tool name collision detected: %s", "publish_draft")
@@ -198,9 +198,9 @@ def test_sdk_warnings_during_a_run_go_to_the_task_trace_not_stderr(state_dir, tr
 
 
 def test_sdk_warning_holding_a_secret_is_redacted_in_the_trace(state_dir, tracing_on, monkeypatch):
-    from state.storage import Store
-    from workflow import trace_log, tracing
-
+    from state.files.store import Store
+    from workflow.observe import trace_log
+    from workflow.observe import tracing
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdef0123456789")
     store = Store(state_dir)
     with tracing.recording(store, KEY, "start"):

@@ -56,7 +56,7 @@ def test_start_without_key_generates_one(cli):
 def test_start_same_key_same_draft_is_unchanged_without_model_call(state_dir, cli):
     from agents.testing import ScriptedModel
 
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     _start(cli)
@@ -108,7 +108,7 @@ def test_reject_on_cancelled_is_unchanged(cli, state_dir):
 
 def test_reject_reason_reaches_model_verbatim(state_dir):
     from agent.models import build_offline_model
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     store = Store(state_dir)
@@ -128,7 +128,7 @@ def test_new_interruption_after_resume_waits_again(state_dir):
     from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
     from agent.models import offline_responder
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     store = Store(state_dir)

@@ -124,7 +124,7 @@ def _facts(receipt: dict) -> dict:
 
 
 def _trace_file(state_dir: Path, task_id: str) -> Path:
-    from state.storage import file_name
+    from state.files.store import file_name
 
     return state_dir / "traces" / (file_name(task_id) + ".jsonl")
 
@@ -283,8 +283,7 @@ def test_good_lock_timeout_and_now_still_work(cli, monkeypatch):
 
 @pytest.mark.parametrize("secret", ["sk-a1b2", "Q", "#7", 'q"\\', "ключ"])
 def test_trace_line_redacts_a_secret_of_any_length(monkeypatch, secret):
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     record = {"kind": "span", "type": "generation",
               "error": {"message": f"Error code: 401 - bad key {secret} given", "data": {secret: 1}}}
@@ -295,8 +294,7 @@ def test_trace_line_redacts_a_secret_of_any_length(monkeypatch, secret):
 
 
 def test_trace_line_redacts_a_short_signing_key_and_a_stripped_api_key(monkeypatch):
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     monkeypatch.setenv("HITL_SIGNING_KEY", "s3cr")
     monkeypatch.setenv("OPENAI_API_KEY", "  sk-ab12  ")  # agent.models sends it stripped
     line = trace_log._line({"kind": "run_end", "error": "echo sk-ab12 / s3cr"}).decode()
@@ -305,8 +303,7 @@ def test_trace_line_redacts_a_short_signing_key_and_a_stripped_api_key(monkeypat
 
 
 def test_trace_line_redacts_the_key_an_api_echoes(monkeypatch):
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     line = trace_log._line({"kind": "span", "error": {"message": (
         "Error code: 401 - Incorrect API key provided: sk-proj-ab12****cd34. You can find your "
         "API key at https://platform.openai.com/account/api-keys.")}}).decode()
@@ -315,19 +312,17 @@ def test_trace_line_redacts_the_key_an_api_echoes(monkeypatch):
 
 
 def test_a_secret_outside_any_string_drops_the_record(monkeypatch):
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     monkeypatch.setenv("HITL_SIGNING_KEY", "4242")
     line = trace_log._line({"kind": "run", "pid": 942421}).decode()
     assert "4242" not in line and json.loads(line) == {"kind": "redacted"}
 
 
 def test_short_api_key_echoed_by_the_provider_stays_out_of_the_trace(cli, state_dir, monkeypatch):
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     monkeypatch.setenv("OPENAI_API_KEY", "sk-a1b2")
     _start(cli, "t-1", "The key sk-a1b2 in the draft.", "--trace-content")
-    text = trace_log.trace_path(__import__("state.storage").storage.Store(state_dir), "t-1") \
+    text = trace_log.trace_path(__import__("state.files.store").files.store.Store(state_dir), "t-1") \
         .read_text(encoding="utf-8")
     assert "sk-a1b2" not in text and "[redacted]" in text
 
@@ -397,8 +392,7 @@ def test_model_output_and_reasons_cannot_forge_terminal_lines(cli, state_dir):
 def test_disk_full_during_resume_is_one_clear_line_and_the_next_resume_finishes(cli, state_dir, monkeypatch):
     import errno
 
-    from state import files
-
+    from state import fileio as files
     _start(cli, "df-1")
     real = files.write_temp
     calls = {"n": 0}

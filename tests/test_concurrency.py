@@ -42,8 +42,8 @@ def _assert_clear(result, status: str | None) -> None:
 
 def _assert_sound(state_dir: Path) -> None:
     """Every file parses and verifies, nothing half-written is left, doctor agrees."""
-    from state.storage import Store
-    from tools.ledger import Ledger
+    from state.files.store import Store
+    from state.files.ledger import Ledger
 
     store = Store(state_dir)
     for task_id in store.task_ids():  # raises on any corrupted or unverifiable checkpoint

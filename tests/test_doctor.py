@@ -31,7 +31,7 @@ def _kinds(report):
 
 
 def _ledger_file(state_dir, key):
-    from state.storage import file_name
+    from state.files.store import file_name
 
     return state_dir / "ledger" / (file_name(key) + ".json")
 
@@ -68,8 +68,8 @@ def test_doctor_reports_entry_without_task(cli, state_dir):
 
 
 def test_doctor_reports_cancelled_with_entry(cli, state_dir):
-    from state.storage import Store
-    from tools.ledger import Ledger
+    from state.files.store import Store
+    from state.files.ledger import Ledger
 
     _start(cli)
     cli("resume", "--task", "doc-1", "--decision", "reject")
@@ -80,7 +80,7 @@ def test_doctor_reports_cancelled_with_entry(cli, state_dir):
 
 
 def test_doctor_reports_entry_for_other_content(cli, state_dir):
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
 
     _start(cli)
     Ledger(state_dir / "ledger").record(key="doc-1", task_id="doc-1", title="T",
@@ -123,7 +123,7 @@ def test_doctor_reports_unreadable_files(cli, state_dir):
 
 
 def _plant_temps(state_dir):
-    from state.storage import file_name
+    from state.files.store import file_name
 
     stem = file_name("doc-1")
     ours = [state_dir / "tasks" / f".tmp-{stem}.abcd1234.part",
@@ -169,7 +169,7 @@ def test_doctor_repair_deletes_only_provable_leftovers(cli, state_dir):
 def test_doctor_repair_leaves_a_busy_tasks_temp_alone(state_dir, tmp_path):
     """A live resume holds the task lock (hung at a failpoint): its temp file may be in use, so
     --repair must not delete it and reports the task busy; after the holder is killed it does."""
-    from state.storage import file_name
+    from state.files.store import file_name
 
     assert step(state_dir, "start", "--key", "doc-1", "--draft", "x").code == 0
     log = tmp_path / "fp.log"

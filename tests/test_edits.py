@@ -80,7 +80,7 @@ def _ignores_edits(call: ModelCall) -> ModelStep:
 
 def test_edit_then_a_model_that_does_not_comply_pauses_and_publishes_nothing(cli, state_dir):
     from workflow import edits, hitl
-    from workflow.store import FileStore
+    from state.store import FileStore
 
     _start(cli)
     model = ScriptedModel([ModelStep.respond(_ignores_edits) for _ in range(8)])

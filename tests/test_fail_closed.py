@@ -289,7 +289,7 @@ def test_interrupted_state_without_interruption_stops(cli, state_dir):
 def test_no_interruption_to_answer_is_refused(state_dir):
     """``guards.bind`` directly: an empty interruption list is never answered."""
     from state.errors import Stopped
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     import asyncio
@@ -534,7 +534,7 @@ def test_corrupt_ledger_entry_of_completed_task_stops(cli, state_dir, how):
 
 @pytest.mark.parametrize("how", sorted(CORRUPT))
 def test_corrupt_ledger_entry_never_lets_a_waiting_task_run(cli, state_dir, how):
-    from state.storage import file_name
+    from state.files.store import file_name
 
     _start(cli)
     cli("status", "--task", KEY)
@@ -574,7 +574,7 @@ def test_unserializable_context_is_stopped_not_a_traceback(state_dir):
 
     result = asyncio.run(Runner.run(build_agent(build_offline_model()), user_message("T", "D"),
                                     context={"obj": Obj()}))
-    from state.storage import Store
+    from state.files.store import Store
 
     with pytest.raises(Stopped, match="the run state cannot be saved"):
         asyncio.run(hitl._saved_text(Store(state_dir), None, result, KEY, "0" * 64, ["blog"]))
@@ -585,8 +585,8 @@ def test_a_field_added_later_needs_a_schema_bump(cli, state_dir, v1_state, monke
     default for an older file (a key holder could otherwise drop a field to get the default).
     Adding a field means a new schema_version, with an explicit migration or a refusal by name
     (state/schema.py, SCHEMA_VERSION)."""
-    from state import schema, storage
-
+    from state import schema
+    from state.files import store as storage
     class Later(schema.Checkpoint):
         note: str = "added later"
 

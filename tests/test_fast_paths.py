@@ -68,8 +68,7 @@ def test_the_checkpoint_and_trace_allow_lists_answer_as_before():
 
 def _line_full_walk(record):
     """The trace line as written before the fast path: always parsed back and walked."""
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     data = json.loads(json.dumps(record, ensure_ascii=False, default=str))
     try:
         data = secrets.redact(trace_log._redact_echo(data), secrets.TRACE, what="trace record",
@@ -94,8 +93,7 @@ _RECORD = st.fixed_dictionaries({"kind": st.sampled_from(["span", "log"])},
 
 @pytest.mark.parametrize("secret", [None, SECRET, "12"])
 def test_trace_line_is_what_the_full_redaction_walk_writes(monkeypatch, secret):
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     if secret is not None:
         monkeypatch.setenv("OPENAI_API_KEY", secret)
 
@@ -108,8 +106,7 @@ def test_trace_line_is_what_the_full_redaction_walk_writes(monkeypatch, secret):
 
 
 def test_trace_line_with_a_secret_in_a_number_or_an_echoed_key_still_takes_the_walk(monkeypatch):
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     monkeypatch.setenv("OPENAI_API_KEY", "4242")
     assert trace_log._line({"kind": "span", "data": {"n": 1424242}}) == b'{"kind":"redacted"}\n'
     monkeypatch.delenv("OPENAI_API_KEY")
@@ -166,7 +163,7 @@ def _rmtree(folder: Path) -> None:
 # -- Store: verified bytes, compare-and-swap, one validation per save -----------------------------
 
 def _round_trip(state_dir: Path, key: str = "t-1"):
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     store = Store(state_dir)
@@ -180,7 +177,7 @@ def test_resume_verifies_each_checkpoint_file_once_per_distinct_bytes(state_dir,
     again under the lock but MAC-checked and validated once, so two verifications, not three.
     (Bytes this process wrote are never taken as verified: the tool's read is checked in full.)"""
     from state import integrity
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     store = Store(state_dir)
@@ -193,7 +190,7 @@ def test_resume_verifies_each_checkpoint_file_once_per_distinct_bytes(state_dir,
 
 
 def test_bytes_changed_or_read_with_another_key_are_verified_again(state_dir, monkeypatch):
-    from state.storage import Store
+    from state.files.store import Store
 
     store, _ = _round_trip(state_dir)
     path = checkpoint_file(state_dir, "t-1")
@@ -213,7 +210,7 @@ def test_bytes_changed_or_read_with_another_key_are_verified_again(state_dir, mo
 
 
 def test_compare_and_swap_refuses_a_file_changed_after_this_process_wrote_it(state_dir):
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     store = Store(state_dir)
@@ -229,7 +226,7 @@ def test_compare_and_swap_refuses_a_file_changed_after_this_process_wrote_it(sta
 
 
 def test_saved_file_is_the_json_of_the_checkpoint_save_returns(state_dir):
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     store = Store(state_dir)
@@ -272,7 +269,7 @@ def test_more_refusals_that_need_no_sdk_answer_before_it_is_imported(cli, state_
     from agents.testing import ScriptedModel
 
     from state import clock
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     assert cli("start", "--key", "gone", "--draft", "D").code == 0

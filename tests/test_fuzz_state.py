@@ -186,7 +186,7 @@ def _apply_raw(raw: bytes, m: tuple) -> bytes:
 def _strict(raw: bytes) -> Any:
     """Parse like the product does (no duplicate keys, no NaN); None if it refuses."""
     from state.errors import Stopped
-    from state.storage import parse_json_object
+    from state.files.store import parse_json_object
 
     try:
         return parse_json_object(raw, "x")
@@ -402,11 +402,11 @@ def _ledger_harmless(mutated: bytes, original: dict) -> bool:
 
 
 def _ledger_valid(mutated: bytes, file_stem: str) -> bool:
-    """An entry of the documented shape whose file name is its key's (independent of tools.ledger)."""
+    """An entry of the documented shape whose file name is its key's (independent of state.files.ledger)."""
     import re
 
     from state.schema import valid_key
-    from state.storage import file_name
+    from state.files.store import file_name
 
     e = _strict(mutated)
     old = {"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at"}
@@ -467,7 +467,7 @@ LEDGER_COMMANDS = [("resume", "--task", DONE, "--decision", "approve"), ("ledger
 @FUZZ
 @given(data=st.data())
 def test_fuzz_ledger_entries(base, data):
-    from state.storage import file_name
+    from state.files.store import file_name
 
     state = base.copy()
     folder = state / "ledger"

@@ -32,7 +32,7 @@ SHARED_KEY = "a-shared-signing-key-for-two-state-dirs"
 
 
 def _stem(task_id: str) -> str:
-    from state.storage import file_name
+    from state.files.store import file_name
 
     return file_name(task_id)
 
@@ -117,8 +117,7 @@ def test_trace_file_symlink_is_not_written_through_on_start(cli, state_dir, tmp_
 def test_trace_open_refuses_a_symlink_even_past_the_preflight(state_dir, tmp_path):
     """The open itself never follows a symlink (the file may change after the pre-flight)."""
     from state.errors import Stopped
-    from workflow import trace_log
-
+    from workflow.observe import trace_log
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     path = state_dir / "traces" / "x.jsonl"
@@ -388,8 +387,7 @@ def test_ledger_record_race_lost_and_entry_gone_is_a_clear_stop(tmp_path, monkey
     """os.link says the entry exists, but reading it finds nothing: a named STOPPED, never a bare
     AssertionError (which reached the user as an empty message)."""
     from state.errors import Stopped
-    from tools import ledger as ledger_mod
-
+    from state.files import ledger as ledger_mod
     def link_lost(src, dst, *a, **k):
         raise FileExistsError(dst)
 
@@ -444,7 +442,7 @@ def test_rejections_folder_symlinked_outside_is_refused(cli, state_dir, tmp_path
 
 @POSIX_ONLY
 def test_lock_file_that_is_a_folder_or_symlink_is_a_clean_stop(cli, state_dir, tmp_path):
-    from state.storage import file_name
+    from state.files.store import file_name
 
     _start(cli)
     lock = state_dir / "locks" / (file_name(KEY) + ".lock")

@@ -1,6 +1,6 @@
 """The product modules (``run.py``, ``agent/``, ``tools/``, ``state/``, ``workflow/``) import each
 other as a DAG: no cycle, counting imports inside functions too (an import hidden in a function is
-still a cycle, only a deferred one). ``state/`` is the bottom layer, ``state/files.py`` a leaf."""
+still a cycle, only a deferred one). ``state/`` is the bottom layer, ``state/fileio.py`` a leaf."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _imports(name: str, path: Path) -> dict[str, int]:
 
 def _graph() -> dict[str, set[str]]:
     """Product module → the product modules it imports (a package's ``__init__`` counted as the
-    package: importing ``state.files`` runs ``state/__init__.py`` too)."""
+    package: importing ``state.fileio`` runs ``state/__init__.py`` too)."""
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         deps = set()
@@ -103,8 +103,8 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_scan_sees_imports_inside_functions_and_relative_ones():
     """The parser the DAG test relies on: a function-level and a relative import are edges."""
     graph = _graph()
-    assert "state.errors" in graph["state.files"]  # ``from .errors import Stopped``
-    assert "workflow.doctor" in graph["run"]  # imported inside ``run.main``
+    assert "state.errors" in graph["state.fileio"]  # ``from .errors import Stopped``
+    assert "workflow.ops.doctor" in graph["run"]  # imported inside ``run.main``
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
@@ -137,7 +137,7 @@ def test_state_never_imports_the_sdk_or_the_layers_above_it():
 
 
 def test_state_files_is_a_leaf():
-    """``state/files.py`` imports nothing of ours except ``state.errors`` (and its package)."""
-    ours = {m for m in _imports("state.files", MODULES["state.files"])
+    """``state/fileio.py`` imports nothing of ours except ``state.errors`` (and its package)."""
+    ours = {m for m in _imports("state.fileio", MODULES["state.fileio"])
             if m.split(".")[0] in (*PACKAGES, "run")}
     assert ours <= {"state.errors", "state"}, ours

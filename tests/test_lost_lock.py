@@ -26,7 +26,7 @@ def _start(cli) -> None:
 
 
 def _lock(state_dir: Path) -> Path:
-    from state.storage import file_name
+    from state.files.store import file_name
 
     return state_dir / "locks" / (file_name(KEY) + ".lock")
 
@@ -151,8 +151,8 @@ def test_on_postgresql_a_refused_reject_leaves_the_record_the_winning_reject_rel
     import contextlib
 
     from conftest import run_in_process
-    from workflow.postgres import PostgresStore
-    from workflow.store import open_store
+    from state.postgres.store import PostgresStore
+    from state.store import open_store
 
     state_dir = tmp_path / "state"
     store = ["--store", pg_url]
@@ -182,9 +182,9 @@ def test_the_tool_rechecks_the_rejection_record_right_before_its_effect(cli, sta
     """The last line of defence: both writers passed their compare-and-swap in the same instant
     (the only window left), so the approver runs with a reject on record. The tool reads the
     rejection record right before the ledger entry and publishes nothing."""
-    from state import rejections
+    from state.files import rejections
     from state.schema import Decision
-    from state.storage import Store
+    from state.files.store import Store
 
     _start(cli)
 
@@ -205,7 +205,7 @@ def test_the_tool_rechecks_the_rejection_record_right_before_its_effect(cli, sta
 
 def test_a_checkpoint_write_is_a_compare_and_swap_on_the_revision(cli, state_dir):
     from state.errors import Stopped
-    from state.storage import Store
+    from state.files.store import Store
 
     _start(cli)
     store = Store(state_dir)
@@ -222,7 +222,7 @@ def test_two_starts_of_one_key_create_the_checkpoint_once(cli, state_dir):
     """``start`` creates the first revision exclusively: a second writer that lost the lock never
     overwrites it."""
     from state.errors import Stopped
-    from state.storage import Store
+    from state.files.store import Store
 
     _start(cli)
     store = Store(state_dir)
@@ -235,7 +235,7 @@ def _pause_after_compare(monkeypatch, write: str, action) -> dict[str, bool]:
     """Run ``action()`` once, in this process, right after the compare-and-swap check of the
     durable write named ``write`` passed and before that write is committed: the window in which a
     check followed by a separate replace used to let another process's outcome be overwritten."""
-    from state.storage import Store
+    from state.files.store import Store
 
     real_hit, real_check = failpoints.hit, Store.check_unchanged
     state = {"inside": False, "paused": False}
@@ -314,7 +314,7 @@ def test_many_writers_of_the_same_revision_exactly_one_wins(cli, state_dir, monk
     import threading
 
     from state.errors import Stopped
-    from state.storage import Store
+    from state.files.store import Store
 
     _start(cli)
     writers = 8
@@ -354,7 +354,7 @@ def test_a_writer_that_read_long_ago_cannot_recreate_a_cleared_revision(cli, sta
     (clearing 1 and 2) still finds the name of revision 2 taken: refused, nothing changed. (Had the
     cleanup removed the names, its link would succeed and a stale revision 2 would sit beside 4.)"""
     from state.errors import Stopped
-    from state.storage import KEPT_REVISIONS, Store
+    from state.files.store import KEPT_REVISIONS, Store
 
     _start(cli)
     other = Store(state_dir)

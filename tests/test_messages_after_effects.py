@@ -66,8 +66,8 @@ def test_a_reject_that_undoes_its_own_record_does_not_claim_it(cli, state_dir, m
     real = failpoints.hit
 
     # the approval cannot run while we hold the lock; write the ledger entry as it would have
-    from state.storage import Store
-    from tools.ledger import Ledger
+    from state.files.store import Store
+    from state.files.ledger import Ledger
 
     def approve_lands(point: str) -> None:
         if point == "rejection:record:after":

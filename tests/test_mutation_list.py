@@ -34,8 +34,8 @@ def test_the_list_covers_the_safety_core():
     run = _script()
     assert len(run.MUTANTS) >= 45
     files = {mu.file for mu in run.MUTANTS}
-    assert files >= {"state/integrity.py", "state/storage.py", "state/rejections.py", "state/secrets.py",
-                     "tools/publish.py", "tools/ledger.py", "workflow/guards.py", "workflow/reconcile.py",
+    assert files >= {"state/integrity.py", "state/files/store.py", "state/files/rejections.py", "state/secrets.py",
+                     "tools/publish.py", "state/files/ledger.py", "workflow/guards.py", "workflow/reconcile.py",
                      "workflow/trust.py", "workflow/calls.py", "workflow/edits.py"}
     assert all(mu.tests[0] == "tests/test_second_defences.py" for mu in run.MUTANTS)
 

@@ -28,9 +28,8 @@ def _start(cli, key="t-1", draft=LONG_DRAFT, title="Release notes", *extra):
 
 
 def _trace(state_dir, task_id):
-    from state.storage import Store
-    from workflow import trace_log
-
+    from state.files.store import Store
+    from workflow.observe import trace_log
     path = trace_log.trace_path(Store(state_dir), task_id)
     return path, [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
@@ -124,7 +123,8 @@ def test_trace_never_holds_secret_values(cli, state_dir, monkeypatch):
 def test_local_processor_replaces_the_hosted_exporter():
     from agents.tracing import get_trace_provider
 
-    from workflow import hitl, tracing  # noqa: F401  (importing hitl installs the processor)
+    from workflow import hitl  # noqa: F401  (importing hitl installs the processor)
+    from workflow.observe import tracing
 
     processors = get_trace_provider()._multi_processor._processors
     assert len(processors) == 1 and isinstance(processors[0], tracing.LocalTraceProcessor)
@@ -191,9 +191,9 @@ def test_show_counts_tokens_and_latency_of_each_model_call(state_dir):
     from agents.usage import Usage
 
     from agent.models import offline_responder
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
-    from workflow.receipt import build_receipt
+    from workflow.observe.receipt import build_receipt
 
     def model():
         return ScriptedModel([ModelStep.respond(offline_responder) for _ in range(3)], emit_traces=True,
@@ -236,7 +236,7 @@ def test_show_reports_a_cut_trace_line_as_an_error(cli, state_dir):
 def test_show_reports_a_failed_run(cli, state_dir, monkeypatch):
     """A resume whose run fails (here: the tool refuses) leaves a run_failed step and an error."""
     _start(cli)
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
 
     def refuse(self, **kwargs):
         from state.errors import Stopped
@@ -295,15 +295,15 @@ def _scripted(answers):
 
 def _decide(state_dir, by="rita"):
     import run
-    from state.storage import Store
+    from state.files.store import Store
 
     store = Store(state_dir)
     return lambda t, d, r: run.task_view(store, run._decide(store, t, d, r, by=by, trace_content=False))
 
 
 def test_review_walks_waiting_tasks_approve_reject_skip(cli, state_dir):
-    from state.storage import Store
-    from workflow.inbox import review
+    from state.files.store import Store
+    from workflow.review.inbox import review
 
     _start(cli, key="r-1", draft="First draft")
     _start(cli, key="r-2", draft="Second draft")
@@ -326,8 +326,8 @@ def test_review_walks_waiting_tasks_approve_reject_skip(cli, state_dir):
 
 
 def test_review_reject_needs_a_reason_and_bad_answers_are_asked_again(cli, state_dir):
-    from state.storage import Store
-    from workflow.inbox import review
+    from state.files.store import Store
+    from workflow.review.inbox import review
 
     _start(cli, key="r-1")
     # an empty reason asks for the reason again (not the a/r/s/q question)
@@ -345,8 +345,8 @@ def test_review_reject_needs_a_reason_and_bad_answers_are_asked_again(cli, state
 
 
 def test_review_end_of_input_stops_without_deciding(cli, state_dir):
-    from state.storage import Store
-    from workflow.inbox import review
+    from state.files.store import Store
+    from workflow.review.inbox import review
 
     _start(cli, key="r-1")
     before = snapshot(state_dir)
@@ -355,8 +355,8 @@ def test_review_end_of_input_stops_without_deciding(cli, state_dir):
 
 
 def test_review_refuses_approve_of_an_expired_request(cli, state_dir, monkeypatch):
-    from state.storage import Store
-    from workflow.inbox import review
+    from state.files.store import Store
+    from workflow.review.inbox import review
 
     _start(cli, "r-1", LONG_DRAFT, "T", "--expires-in", "90s")
     monkeypatch.setenv("HITL_NOW", _at(state_dir, "r-1", timedelta(minutes=2)))
@@ -540,7 +540,7 @@ def test_list_with_an_unreadable_checkpoint_names_it_and_points_to_doctor(cli, s
 
 
 def test_expire_sweep_skips_a_busy_task_instead_of_stopping_half_way(cli, state_dir, monkeypatch):
-    from state.storage import Store
+    from state.files.store import Store
 
     _start(cli, "a-1", "D1", "T", "--expires-in", "90s")
     _start(cli, "b-1", "D2", "T", "--expires-in", "90s")

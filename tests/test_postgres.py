@@ -217,8 +217,9 @@ def test_kill_9_between_every_pair_of_statements_then_resume_ends_exactly_once(p
 def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current(pg_url, tmp_path,
                                                                                  monkeypatch):
     from state import clock
-    from workflow import hitl, inbox
-    from workflow.postgres import PostgresStore, latest_version
+    from workflow import hitl
+    from workflow.review import inbox
+    from state.postgres.store import PostgresStore, latest_version
 
     for name, value in SIGNING.items():
         monkeypatch.setenv(name, value)
@@ -252,7 +253,7 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
                 "DROP INDEX checkpoints_by_status", "DELETE FROM schema_migrations WHERE version > 1"):
         _rows(pg_url, sql)
     assert _rows(pg_url, "SELECT version FROM schema_migrations") == [(1,)]
-    from workflow import postgres
+    from state.postgres import store as postgres
     postgres._migrated.clear()  # a new program starts: it has not looked at this database yet
 
     new = PostgresStore(pg_url, tmp_path / "new")
@@ -265,14 +266,14 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     done = asyncio.run(hitl.resume(new, task_id="v1-waiting", decision="approve", by="ops"))
     assert done.status == "completed" and new.ledger_get("v1-waiting") is not None
     assert len(_rows(pg_url, "SELECT fingerprint FROM key_fingerprint")) == 1  # adopted by its key
-    from workflow.doctor import doctor
+    from workflow.ops.doctor import doctor
 
     assert doctor(new)["consistent"]
 
 
 def test_a_database_newer_than_the_program_is_refused(pg_url, tmp_path):
     from state.errors import Stopped
-    from workflow.postgres import PostgresStore, latest_version
+    from state.postgres.store import PostgresStore, latest_version
 
     store = PostgresStore(pg_url, tmp_path / "s")
     assert store.exists("x") is False  # migrates

@@ -71,10 +71,10 @@ def test_the_rules_hold_in_every_cell():
 def _build(cli, state_dir: Path, ev: Evidence) -> None:
     """A task whose checkpoint says ``ev.status`` / ``ev.decided`` (re-signed, as after a crash, a
     restore or a hand edit by someone with the key) with the evidence files ``ev`` names."""
-    from state import rejections
+    from state.files import rejections
     from state.schema import Decision
-    from state.storage import Store
-    from tools.ledger import Ledger
+    from state.files.store import Store
+    from state.files.ledger import Ledger
 
     assert cli("start", "--key", KEY, "--title", "T", "--draft", "Row draft.").code == 0
     path = checkpoint_file(state_dir, KEY)

@@ -204,7 +204,7 @@ def test_secret_in_a_pending_call_id_refuses_the_checkpoint(monkeypatch):
 
 
 def test_ledger_title_holding_a_secret_is_stored_redacted(tmp_path, monkeypatch):
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdef0123456789")
     entry, created = Ledger(tmp_path / "ledger").record(

@@ -1,6 +1,6 @@
 """The file store's revision files, and what a file system may refuse them.
 
-Each write of a checkpoint creates ``tasks/<name>.r<N>.json`` with ``os.link`` (``state.storage``):
+Each write of a checkpoint creates ``tasks/<name>.r<N>.json`` with ``os.link`` (``state.files.store``):
 the newest revision is the checkpoint, older ones are cleared but keep their names. Here: a reader
 never falls back to an older revision, a reader that picked a revision cleared meanwhile reads the
 newer one, a crash between a write and its cleanup is harmless and ``doctor --repair`` finishes it,
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import checkpoint_file, ledger_entries, snapshot
-from state import files
-from state.storage import KEPT_REVISIONS, Store
+from state import fileio as files
+from state.files.store import KEPT_REVISIONS, Store
 
 KEY = "rv-1"
 
@@ -101,7 +101,7 @@ def test_a_crash_between_a_write_and_its_cleanup_is_harmless_and_doctor_repair_c
 
 
 def test_the_inbox_lists_one_row_per_task_at_its_newest_revision(cli, state_dir):
-    from workflow.inbox_index import InboxIndex
+    from workflow.review.inbox_index import InboxIndex
 
     _approved(cli)
     assert cli("start", "--key", "rv-2", "--draft", "Waiting.").code == 0
@@ -180,7 +180,7 @@ def test_a_state_dir_without_hard_links_is_refused_up_front_leaving_nothing(cli,
 def test_a_checkpoint_of_the_layout_before_revision_files_is_read_and_continued(cli, state_dir):
     """A state dir written before revision files holds ``tasks/<name>.json``: it is the task's
     checkpoint until its first revision file exists, and the next write continues from it."""
-    from state.storage import file_name
+    from state.files.store import file_name
 
     assert cli("start", "--key", KEY, "--title", "T", "--draft", "Older layout.").code == 0
     first = checkpoint_file(state_dir, KEY)

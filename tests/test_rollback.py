@@ -1,6 +1,6 @@
 """An older, genuinely signed checkpoint put back in place (a backup restore, or someone who can
 write the state dir but has no key) must not reopen a decided task. Approved tasks are guarded by
-the ledger; rejected ones by the rejection record (state/rejections.py)."""
+the ledger; rejected ones by the rejection record (state/files/rejections.py)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def test_restored_rejected_task_can_be_rejected_again(cli, state_dir, rejected_t
 def test_finishing_a_restored_reject_keeps_the_reviewer_on_record(cli, state_dir, rejected_then_restored):
     """Whoever runs doctor's advice, the decision recorded is the one the rejection record proves:
     rejected by bob, with bob's reason, at bob's time."""
-    from state.rejections import get
-    from state.storage import Store
+    from state.files.rejections import get
+    from state.files.store import Store
 
     record = get(Store(state_dir), "rb-1")
     r = cli("resume", "--task", "rb-1", "--decision", "reject", "--by", "carol", "--json")
@@ -64,8 +64,8 @@ def test_key_of_a_rejected_task_cannot_start_again(cli, state_dir, rejected_then
 
 
 def test_reject_writes_the_rejection_record_before_the_decision(cli, state_dir):
-    from state import rejections
-    from state.storage import Store
+    from state.files import rejections
+    from state.files.store import Store
 
     cli("start", "--key", "rb-2", "--title", "T", "--draft", "D")
     cli("resume", "--task", "rb-2", "--decision", "reject", "--by", "bob", "--reason", "no")
@@ -80,7 +80,7 @@ def test_reject_writes_the_rejection_record_before_the_decision(cli, state_dir):
 def test_doctor_flags_a_forged_entry_on_an_expired_task(cli, state_dir, monkeypatch):
     import json
 
-    from state.storage import file_name
+    from state.files.store import file_name
 
     cli("start", "--key", "ex-1", "--title", "T", "--draft", "D", "--expires-in", "90s")
     monkeypatch.setenv("HITL_NOW", "2999-01-01T00:00:00Z")
@@ -98,8 +98,8 @@ def test_doctor_flags_a_forged_entry_on_an_expired_task(cli, state_dir, monkeypa
 def test_rejection_record_that_is_a_fifo_stops_without_hanging(cli, state_dir):
     import os
 
-    from state import rejections
-    from state.storage import Store
+    from state.files import rejections
+    from state.files.store import Store
 
     if not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs on this OS")

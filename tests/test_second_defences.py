@@ -39,7 +39,7 @@ def _sha(title: str = TITLE, body: str = DRAFT) -> str:
 def _task(state_dir: Path, channels: Optional[list[str]] = None):
     """A real task started through the workflow (offline model): ``(FileStore, checkpoint)``."""
     from workflow import hitl
-    from workflow.store import FileStore
+    from state.store import FileStore
 
     store = FileStore(state_dir)
     cp = asyncio.run(hitl.start(store, task_id=KEY, title=TITLE, draft=DRAFT, channels=channels))
@@ -92,7 +92,7 @@ def _refused_by_tool(state_dir: Path, store: Any, cp: Any, call_id: str, says: s
     assert ledger_entries(state_dir) == []
 
 
-# -- the MAC (state/integrity.py, state/storage.py) ----------------------------------------------------
+# -- the MAC (state/integrity.py, state/files/store.py) ----------------------------------------------------
 
 def test_mac_is_compared_in_full_so_a_forgery_matching_its_first_characters_fails():
     """Why: a MAC checked on a prefix can be forged by trying values until the prefix matches
@@ -113,7 +113,7 @@ def test_mac_of_the_envelope_is_checked_in_full_by_every_reader(state_dir):
     only in its first characters must be refused there too (a prefix compare anywhere is a forgery)."""
     from state.errors import Stopped
     from state.integrity import load_key
-    from state.storage import verify_envelope
+    from state.files.store import verify_envelope
 
     _task(state_dir)
     path = checkpoint_file(state_dir, KEY)
@@ -146,7 +146,7 @@ def test_load_refuses_a_checkpoint_that_names_another_task(state_dir, monkeypatc
     returned (a store whose file-name check is weakened, a row under another key), a checkpoint of
     another task is refused, never acted on under this task's name."""
     from state.errors import Stopped
-    from state.storage import Store
+    from state.files.store import Store
 
     store, cp = _task(state_dir)
     other = cp.model_copy(update={"task_id": "sd-2", "idempotency_key": "sd-2"})
@@ -160,7 +160,7 @@ def test_a_checkpoint_verified_once_is_verified_again_under_another_key(state_di
     for the key it verified with. A key changed meanwhile (the variable set, another deployment)
     must verify the file again, and refuse it."""
     from state.errors import Stopped
-    from state.storage import Store
+    from state.files.store import Store
 
     _task(state_dir)
     assert Store(state_dir).load(KEY).task_id == KEY  # verified and remembered
@@ -175,7 +175,7 @@ def test_every_checkpoint_write_is_redacted_whatever_the_caller_did(state_dir, m
     redacted it first, and a secret in a structural field refuses the write."""
     from state.errors import Stopped
     from state.integrity import load_key
-    from state.storage import seal
+    from state.files.store import seal
 
     _, cp = _task(state_dir)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
@@ -200,7 +200,7 @@ def test_mac_is_checked_for_schema_version_1_envelopes_too(v1_envelope):
     """Why: an older envelope is migrated after its MAC check; skipping the MAC for old versions
     would let anyone write ``schema_version: 1`` into a hand-edited file and have it trusted."""
     from state.errors import Stopped
-    from state.storage import verify_envelope
+    from state.files.store import verify_envelope
 
     data, key = v1_envelope
     assert data["schema_version"] == 1
@@ -217,7 +217,7 @@ def test_a_copied_v1_checkpoint_edited_by_hand_is_refused_by_the_store(state_dir
     import make_checkpoint_v1 as fx
 
     from state.errors import Stopped
-    from state.storage import Store
+    from state.files.store import Store
 
     data, _ = v1_envelope
     (state_dir / "tasks").mkdir(parents=True)
@@ -329,10 +329,10 @@ def test_call_channel_refuses_a_channel_that_is_not_the_tasks():
         call_channel({"task_id": KEY, "channels": ["blog"]}, "news")
 
 
-# -- the ledger (tools/ledger.py) --------------------------------------------------------------------
+# -- the ledger (state/files/ledger.py) --------------------------------------------------------------------
 
 def _entry(task_id: str = KEY, key: Optional[str] = None, sha: Optional[str] = None) -> Any:
-    from tools.ledger import LedgerEntry
+    from state.records import LedgerEntry
 
     return LedgerEntry(idempotency_key=key or task_id, task_id=task_id, action="publish_draft",
                        title=TITLE, content_sha256=sha or _sha(), published_at=AT)
@@ -342,7 +342,7 @@ def test_check_same_compares_the_task_id():
     """Why: an entry under a key proves an effect only for the task that wrote it; an entry of
     another task (a reused key, a copied file) must never count as this task's execution."""
     from state.errors import Stopped
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
 
     Ledger.check_same(_entry(), key=KEY, task_id=KEY, content_sha256=_sha())
     with pytest.raises(Stopped, match="for task 'sd-1', not 'sd-2'"):
@@ -352,7 +352,7 @@ def test_check_same_compares_the_task_id():
 def test_check_same_compares_the_content():
     """Why: the same key with other content is not the same effect (fail closed)."""
     from state.errors import Stopped
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
 
     with pytest.raises(Stopped, match="different content"):
         Ledger.check_same(_entry(), key=KEY, task_id=KEY, content_sha256=_sha(TITLE, "other"))
@@ -361,7 +361,7 @@ def test_check_same_compares_the_content():
 def test_ledger_record_refuses_a_key_that_names_another_channel(tmp_path):
     """Why: ``check_key`` binds the key to the task and its channel before anything is read."""
     from state.errors import Stopped
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
     with pytest.raises(Stopped, match="names neither task"):
@@ -374,7 +374,7 @@ def test_ledger_record_with_other_content_under_a_taken_key_is_refused(tmp_path)
     """Why: the idempotency rule: same key and same content → the first entry; other content
     under the key → refuse, never a second entry nor a silent success."""
     from state.errors import Stopped
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
     first, created = ledger.record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha())
@@ -387,8 +387,8 @@ def test_ledger_record_with_other_content_under_a_taken_key_is_refused(tmp_path)
 def test_ledger_entry_file_naming_another_key_is_refused(tmp_path):
     """Why: a file copied under another key's name must not prove that key's effect."""
     from state.errors import Stopped
-    from state.storage import file_name
-    from tools.ledger import Ledger
+    from state.files.store import file_name
+    from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
     ledger.record(key="sd-2", task_id="sd-2", title=TITLE, content_sha256=_sha())
@@ -402,8 +402,8 @@ def test_ledger_listing_refuses_a_file_named_for_another_key(tmp_path):
     """Why: ``ledger`` and ``doctor`` read every file of the folder; an entry copied under another
     key's file name would be listed (and judged) as that key's effect."""
     from state.errors import Stopped
-    from state.storage import file_name
-    from tools.ledger import Ledger
+    from state.files.store import file_name
+    from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
     ledger.record(key="sd-2", task_id="sd-2", title=TITLE, content_sha256=_sha())
@@ -418,7 +418,7 @@ def test_decision_table_evidence_refuses_an_entry_for_other_content(state_dir):
     """Why: ``gather`` checks that the entry under the task's key is for the task's own draft
     before the table judges it (else another draft's effect would read as this one's execution)."""
     from state.errors import Stopped
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
     from workflow import reconcile
 
     store, cp = _task(state_dir)
@@ -428,7 +428,7 @@ def test_decision_table_evidence_refuses_an_entry_for_other_content(state_dir):
         reconcile.gather(store, cp)
 
 
-# -- rejection records (state/rejections.py, workflow/reconcile.py) --------------------------------
+# -- rejection records (state/files/rejections.py, workflow/reconcile.py) --------------------------------
 
 def test_rejection_record_for_other_content_is_refused(state_dir):
     """Why: a rejection is of one draft; a record for other content under this key is evidence no
@@ -456,7 +456,7 @@ def test_rejection_record_for_other_content_stops_the_decision_table(state_dir):
 def test_rejection_record_of_another_channel_is_refused(state_dir):
     """Why: each (task, channel) has its own record; a reject of ``news`` copied to where
     ``blog``'s record goes must not block (or be read as a reject of) ``blog``."""
-    from state import rejections
+    from state.files import rejections
     from state.errors import Stopped
 
     store, cp = _task(state_dir, ["blog", "news"])
@@ -471,7 +471,7 @@ def test_rejection_record_of_another_channel_is_refused(state_dir):
 
 def test_rejection_record_of_another_task_is_refused(state_dir):
     """Why: a record copied from another task under this task's name is not this task's reject."""
-    from state import rejections
+    from state.files import rejections
     from state.errors import Stopped
 
     store, cp = _task(state_dir)
@@ -601,9 +601,9 @@ def test_start_refuses_a_key_whose_effect_is_already_in_the_ledger(state_dir, ch
     channel's key) the ledger already holds would look unpublished, and its approve would be
     judged against another draft's entry."""
     from state.errors import Stopped
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
     from workflow import guards
-    from workflow.store import FileStore
+    from state.store import FileStore
 
     store = FileStore(state_dir)
     assert guards.existing_task(store, KEY, TITLE, _sha(), channels) is None
@@ -676,7 +676,7 @@ def test_rejection_record_never_holds_a_secret(state_dir, monkeypatch):
     """Why: a reviewer's reason may quote the API key; the record lives outside the checkpoint,
     so it is redacted on its own way to disk: a reason holding it is stored ``[redacted]``, a
     reviewer name holding it refuses before the file exists."""
-    from state import rejections
+    from state.files import rejections
     from state.errors import Stopped
 
     store, cp = _task(state_dir)

@@ -46,7 +46,7 @@ def _start(cli, *channels: str) -> dict[str, str]:
 
 def _decide(state_dir: Path, model: ScriptedModel, **kwargs: Any):
     from workflow import hitl
-    from workflow.store import FileStore
+    from state.store import FileStore
 
     return asyncio.run(hitl.decide(FileStore(state_dir), task_id=KEY, by="alice", model=model, **kwargs))
 
@@ -206,7 +206,7 @@ def test_on_postgresql_a_new_call_after_always_waits_and_doctor_agrees(pg_url, t
     nothing, and a reject ends the task completed with one ledger entry."""
     from conftest import run_in_process
     from workflow import hitl
-    from workflow.store import open_store
+    from state.store import open_store
 
     monkeypatch.setenv("HITL_SIGNING_KEY", "pg-tests-signing-key-0123456789abcdef")
     state_dir = tmp_path / "state"

@@ -11,7 +11,7 @@ import pytest
 
 from store_contract import *  # noqa: F401,F403  (the contract's tests, collected here)
 from store_contract import StoreFactory
-from workflow.store import FileStore, TaskStore, as_task_store
+from state.store import FileStore, TaskStore, as_task_store
 
 
 def _damage_file(store: FileStore, task_id: str) -> None:
@@ -36,7 +36,7 @@ def store_factory(request: pytest.FixtureRequest):
     if request.param == "file":
         yield StoreFactory("file", make=lambda tmp: FileStore(tmp / "state"), damage=_damage_file)
         return
-    from workflow.postgres import PostgresStore
+    from state.postgres.store import PostgresStore
 
     url = request.getfixturevalue("pg_url")
     if request.param == "postgres":
@@ -55,7 +55,7 @@ def store_factory(request: pytest.FixtureRequest):
 
 
 def test_file_store_is_a_task_store_and_a_plain_store_is_wrapped(tmp_path: Path):
-    from state.storage import Store
+    from state.files.store import Store
 
     fs = FileStore(tmp_path)
     assert isinstance(fs, TaskStore) and as_task_store(fs) is fs

@@ -142,7 +142,7 @@ def test_stream_cut_by_the_budget_leaves_the_run_state_as_before(state_dir, monk
     import asyncio
 
     from workflow import hitl
-    from workflow.store import FileStore
+    from state.store import FileStore
 
     store = FileStore(state_dir)
     asyncio.run(hitl.start(store, task_id="t-1", title="T", draft="D",

@@ -170,7 +170,7 @@ def test_check_key_mismatch_stops(cli, state_dir):
     _start(cli)
     ledger = state_dir / "ledger"
     ledger.mkdir()
-    from state.storage import file_name
+    from state.files.store import file_name
 
     (ledger / (file_name("check-1") + ".json")).write_text(json.dumps({
         "idempotency_key": "check-1", "task_id": "check-1", "action": "publish_draft", "title": "T",

@@ -198,9 +198,8 @@ def test_list_show_and_review_print_saved_call_ids_escaped(cli, state_dir, monke
     _no_raw(shown.out)
     assert not any(line.lstrip().startswith("pending:") for line in shown.out.splitlines())
     assert "call_id=ok" not in [line.strip() for line in shown.out.splitlines()]
-    from state.storage import Store
-    from workflow import inbox
-
+    from state.files.store import Store
+    from workflow.review import inbox
     said: list[str] = []
     inbox.review(Store(state_dir), ask=lambda _: "q", say=said.append, decide=lambda *a: {})
     text = "\n".join(said)
@@ -232,7 +231,7 @@ def test_doctor_prints_saved_call_ids_escaped_and_its_actions_quoted(cli, state_
     assert cli("start", "--key", "h-2", "--title", "T", "--draft", "D", "--channel", "blog",
                "--channel", "news").code == 0
     from state import failpoints
-    from state.storage import Store
+    from state.files.store import Store
     from workflow import hitl
 
     real = failpoints.hit
@@ -313,7 +312,7 @@ def test_a_one_channel_entry_names_its_channel_on_postgresql(pg_url, tmp_path):
 
 
 def test_an_entry_written_before_channels_reads_as_before(cli, state_dir):
-    from tools.ledger import Ledger
+    from state.files.ledger import Ledger
 
     from state.schema import content_sha256
 

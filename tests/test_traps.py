@@ -10,9 +10,8 @@ import asyncio
 import json
 
 from conftest import snapshot
-from state.storage import Store
-from workflow import traps
-
+from state.files.store import Store
+from workflow.ops import traps
 INTEGRITY = "STOPPED: checkpoint integrity check failed for trap-b--"
 UNRECORDED = "STOPPED: task trap-b: RunState holds an approval decision (approved '"
 DRIFT = ("STOPPED: task trap-c: the agent changed since it was saved: tool 'publish_draft' removed; "

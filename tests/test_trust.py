@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import checkpoint_file, resign
-from state.storage import file_name
+from state.files.store import file_name
 
 
 # -- keys that are Windows device names ---------------------------------------------------------
@@ -71,8 +71,8 @@ def test_record_naming_a_device_name_key_is_refused(cli, state_dir):
 def test_ledger_and_rejection_records_use_the_same_key_rule():
     from pydantic import ValidationError
 
-    from state.rejections import RejectionRecord
-    from tools.ledger import LedgerEntry
+    from state.records import RejectionRecord
+    from state.records import LedgerEntry
 
     entry = {"idempotency_key": "aux.md", "task_id": "aux.md", "action": "publish_draft",
              "title": "t", "content_sha256": "0" * 64, "published_at": "2030-01-01T00:00:00Z"}
@@ -460,7 +460,7 @@ def test_doctor_checks_unlocked_when_the_lock_cannot_be_opened_for_writing(cli, 
                                                                              err):
     """The same without root: the OS's answer to opening a lock file in a read-only state dir
     (a permission error, or EROFS on a read-only mount) is simulated at the lock."""
-    import workflow.doctor as doctor
+    import workflow.ops.doctor as doctor
 
     class ReadOnlyLock(doctor.FileLock):
         def acquire(self, *a, **k):

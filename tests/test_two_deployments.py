@@ -99,8 +99,7 @@ def test_a_database_from_before_fingerprints_is_adopted_only_by_its_own_key(pg_u
     a, b = tmp_path / "a", tmp_path / "b"
     assert _pg(a, pg_url, KEY_A, "start", "--key", "a-1", "--draft", "x").code == 0
     _rows(pg_url, "DELETE FROM key_fingerprint")  # as a database left by the program before
-    from workflow import postgres
-
+    from state.postgres import store as postgres
     postgres._migrated.clear()
     line = _one_stopped_line(_pg(b, pg_url, KEY_B, "start", "--key", "b-1", "--draft", "x"))
     assert "none of the 1 checkpoints" in line and "HITL_SIGNING_KEY" in line
@@ -179,8 +178,8 @@ def test_the_own_key_starts_tasks_as_before(cli, state_dir, monkeypatch, env):
 
 
 def test_review_walks_what_verifies_and_says_what_it_could_not(cli, state_dir):
-    from workflow.inbox import review
-    from workflow.store import FileStore
+    from workflow.review.inbox import review
+    from state.store import FileStore
 
     for key in ("r-1", "r-2"):
         assert cli("start", "--key", key, "--draft", "x").code == 0

@@ -1,4 +1,4 @@
-"""The browser inbox (``python run.py serve``, workflow/web.py) over HTTP, without a browser: the
+"""The browser inbox (``python run.py serve``, workflow/review/web.py) over HTTP, without a browser: the
 gate (Host, Origin, token, session cookie, CSRF), the decision path through ``hitl.resume`` and its
 revision check under the task lock, the form's input rules, the inbox listing and its cache.
 The same pages in a real browser: tests/test_web_browser.py."""
@@ -23,8 +23,8 @@ from starlette.testclient import TestClient
 from state import clock
 from state.errors import Stopped
 from tests.conftest import ROOT, RUN_PY, checkpoint_file, next_revision_file, resign, snapshot
-from workflow.store import FileStore
-from workflow.web import create_app
+from state.store import FileStore
+from workflow.review.web import create_app
 
 TOKEN = "k" * 43
 HOST = "127.0.0.1:8765"
@@ -354,7 +354,7 @@ def test_the_form_of_a_call_decided_meanwhile_is_stale(two_channels, state_dir):
 
 
 def test_the_adapter_refuses_a_call_that_is_not_pending(task, state_dir):
-    from workflow.web import decide_call
+    from workflow.review.web import decide_call
 
     before = snapshot(state_dir)
     with pytest.raises(Stopped, match="has no pending call 'call_nope'"):
@@ -365,7 +365,7 @@ def test_the_adapter_refuses_a_call_that_is_not_pending(task, state_dir):
 
 def _clone(state_dir: Path, source: str, new_id: str, at: str) -> None:
     """A signed copy of ``source``'s checkpoint under ``new_id``, its request made ``at``."""
-    from state.storage import file_name
+    from state.files.store import file_name
 
     src = checkpoint_file(state_dir, source)
     dst = src.with_name(file_name(new_id) + ".json")
@@ -410,7 +410,7 @@ def test_the_inbox_rereads_a_changed_checkpoint_and_fails_closed(task, cli, stat
 
 
 def test_serve_refuses_a_remote_host_without_the_flag_and_a_wildcard_address(state_dir):
-    from workflow.web import listen
+    from workflow.review.web import listen
 
     with pytest.raises(Stopped, match="add --allow-remote"):
         listen("192.0.2.10", 0, allow_remote=False)
@@ -444,7 +444,7 @@ def test_the_listening_socket_says_tcp_so_asyncio_turns_off_nagle():
     on a keep-alive connection waited ~40 ms (measured by benchmarks/web_decision.py)."""
     import socket
 
-    from workflow.web import listen
+    from workflow.review.web import listen
 
     sock, authority = listen("127.0.0.1", 0, allow_remote=False)
     try:
@@ -528,7 +528,7 @@ def test_a_decision_on_record_for_a_call_still_pending_is_named_on_it(two_channe
 
 
 def test_readable_time_is_utc_to_the_minute():
-    from workflow.web import readable_time
+    from workflow.review.web import readable_time
 
     assert readable_time("2026-12-01T22:13:05.123456Z") == "2026-12-01 22:13 UTC"
     assert readable_time("2031-02-03T01:30:59+02:00") == "2031-02-02 23:30 UTC"
@@ -584,7 +584,7 @@ def test_a_new_call_in_the_next_turn_is_a_new_request():
     """The model's next turn asks about a call nobody saw: its age starts there."""
     from types import SimpleNamespace as NS
 
-    from workflow.inbox import waiting_since
+    from workflow.review.inbox import waiting_since
 
     def ask(at, event, *ids):
         return NS(at=at, event=event, detail={"pending": list(ids)})
@@ -603,7 +603,7 @@ HOSTILE_SHOWN = "A\\u202eB\\x1b[31mC\\nD\\u200bE"
 def test_control_and_bidi_characters_from_a_model_or_a_file_are_shown_escaped(two_channels, cli,
                                                                                 state_dir):
     """Jinja2 escapes HTML, not U+202E: a title, body, call ID and reason holding bidi, ESC and
-    newline characters are shown the way the terminal shows them (workflow.views.one_line); the
+    newline characters are shown the way the terminal shows them (workflow.observe.views.one_line); the
     body keeps its line breaks; the hidden call ID still carries the exact value back."""
     task = two_channels
     cp = FileStore(state_dir).load(task)

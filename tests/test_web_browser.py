@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, RUN_PY, CliResult, run_in_process
-from workflow.store import FileStore
+from state.store import FileStore
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -1,4 +1,4 @@
-"""The inbox server's own limits (``workflow.web.server_config``): a connection that never finishes
+"""The inbox server's own limits (``workflow.review.web.server_config``): a connection that never finishes
 its request (head or body) is closed after ``HITL_INBOX_REQUEST_TIMEOUT``, and no more than
 ``HITL_INBOX_MAX_CONNECTIONS`` are open at once. A real uvicorn server on a loopback port, in a
 thread of this process; bounded numbers of sockets, each with a timeout."""
@@ -14,8 +14,8 @@ from typing import Iterator
 
 import pytest
 
-from workflow.store import FileStore
-from workflow.web import create_app, listen, server_config
+from state.store import FileStore
+from workflow.review.web import create_app, listen, server_config
 
 TOKEN = "t" * 43
 PARTIAL = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slow"  # a request head never finished

@@ -1,1 +1,1 @@
-"""The agent's tools and the ledger they write. ``tools.ledger`` never imports the SDK."""
+"""The agent's tools and the ledger they write. ``state.files.ledger`` never imports the SDK."""

@@ -29,7 +29,7 @@ from state.errors import Stopped
 from state.schema import (PREVIEW_CHANNEL, channel_scope, content_sha256, effect_key,
                           valid_channel)
 
-from .effects import effectful
+from tools.effects import effectful
 
 TOOL_NAME = "publish_draft"
 
@@ -78,7 +78,7 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
     task = ctx.context
     channel = call_channel(task, channel)
     sha = content_sha256(title, body)
-    store = open_stores.lookup(task.get("store"))  # a TaskStore (workflow.store)
+    store = open_stores.lookup(task.get("store"))  # a TaskStore (state.store)
     gated = needs_publish_approval(ctx, {"title": title, "body": body, "channel": channel}, "")
     scope = channel_scope(channel, task["channels"])
     expected = task["content_sha256"]

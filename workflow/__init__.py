@@ -1,5 +1,5 @@
 """The flow that ties agent, tools and state together.
 
 ``workflow.hitl`` holds every SDK human-in-the-loop call (imports the SDK, about 2 s);
-``workflow.views`` renders tasks and the ledger for the read-only commands (never imports the SDK).
+``workflow.observe.views`` renders tasks and the ledger for the read-only commands (never imports the SDK).
 """

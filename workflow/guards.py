@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from agents import MaxTurnsExceeded, ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 
-from agent.budget import BudgetExceeded
+from workflow.budget import BudgetExceeded
 from agent.models import provider_error
 from agent.publisher import describe, drift
 from state import clock, open_stores
@@ -26,13 +26,13 @@ from state.errors import Stopped
 from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           valid_channel)
-from state.files import parse_object_shared, parse_shared
+from state.fileio import parse_object_shared, parse_shared
 from state.settings import settings
-from state.storage import Store
+from state.files.store import Store
 from state.terminal import one_line
 from workflow import calls
 from workflow.reconcile import ran_before, refusal
-from workflow.store import as_task_store
+from state.store import as_task_store
 from workflow.trust import ONLY_ACTION, carries_the_draft, check_approvals
 
 
@@ -510,8 +510,8 @@ def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
     that cannot be saved, Ctrl-C during a stream). Paths that existed before are
     never touched; removing a lock file is safe because no write depends on the lock (every
     checkpoint write is a compare-and-swap)."""
-    from state.storage import file_name
-    from workflow.trace_log import trace_path
+    from state.files.store import file_name
+    from workflow.observe.trace_log import trace_path
 
     stem = file_name(task_id)
     files = [trace_path(store, task_id), store.lock_path(stem)]

@@ -33,19 +33,19 @@ from agents import Runner, RunState
 from agents.models.interface import Model
 from agents.result import RunResult
 
-from agent.budget import (BudgetGuard, BudgetedModel, Pricing, apply_max_turns, blocked,
+from workflow.budget import (BudgetGuard, BudgetedModel, Pricing, apply_max_turns, blocked,
                           make_budget, spend_from_run_state)
 from agent.models import build_model, build_offline_model
 from agent.publisher import build_agent, check_agent, describe, user_message
 from state import secrets
 from state.errors import Stopped
 from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
-from state.storage import Store
-from workflow import calls, edits, guards, reconcile, streaming, tracing
-
+from state.files.store import Store
+from workflow import calls, edits, guards, reconcile, streaming
+from workflow.observe import tracing
 DecisionWord = Literal["approve", "reject"]
 
-# No hosted trace export: traces go to the state dir (workflow/tracing.py); nothing leaves the machine.
+# No hosted trace export: traces go to the state dir (workflow/observe/tracing.py); nothing leaves the machine.
 tracing.install()
 # The SDK logs a failed model call before raising it; without a handler Python would print that to
 # stderr next to our one STOPPED line. During each run, tracing.recording attaches a handler that
@@ -61,7 +61,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     """Run the agent until it asks to publish, then save the checkpoint (``waiting_for_approval``).
 
     ``spec`` names the model (default offline; ``model`` overrides the instance, for tests),
-    ``budget`` the task's budget (default :func:`agent.budget.make_budget`); the approval request
+    ``budget`` the task's budget (default :func:`workflow.budget.make_budget`); the approval request
     is valid for ``expires_in_s`` seconds; traces go to the task's trace file (``trace_content``:
     unredacted bodies; ``on_event``: stream the run, :mod:`workflow.streaming`); ``channels``
     (default ``["blog"]``) are where the draft goes, one call and one effect each. The same key with the same title, draft and channels returns the saved task without
@@ -119,7 +119,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
 
     Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (the
     run stopped at a new interruption), or ``budget_exceeded`` (the next call cannot be paid; a
-    later resume with a larger budget, ``budget_changes`` as :func:`agent.budget.make_budget`
+    later resume with a larger budget, ``budget_changes`` as :func:`workflow.budget.make_budget`
     keywords, goes on). What a decision may do given the task's status, ledger entry and rejection
     record is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended
     a task returns it unchanged, a reject of an executed task or a new approval after the deadline

@@ -49,14 +49,14 @@ from typing import TYPE_CHECKING, Literal, Optional
 from state import clock, secrets
 from state.errors import Stopped
 from state.terminal import command
-from tools.ledger import Ledger, LedgerEntry
+from state.files.ledger import Ledger, LedgerEntry
 from workflow.calls import calls_of, decision_of, keys, pick_call
-from workflow.store import as_task_store
+from state.store import as_task_store
 
 if TYPE_CHECKING:
-    from state.rejections import RejectionRecord
+    from state.records import RejectionRecord
     from state.schema import Checkpoint
-    from state.storage import Store
+    from state.files.store import Store
     from workflow.edits import Edit
 
 Action = Literal["approve", "reject", "expire", "doctor"]
@@ -232,8 +232,8 @@ def answered_with_edits(cp: "Checkpoint", call_id: Optional[str]) -> bool:
 def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> tuple[
         Evidence, Optional[LedgerEntry], Optional["RejectionRecord"]]:
     """Read the evidence about one call of ``cp`` from ``store`` (a
-    :class:`workflow.store.TaskStore`, or a plain ``Store`` read through
-    :func:`workflow.store.as_task_store`): ``(Evidence, ledger entry or None, rejection record or
+    :class:`state.store.TaskStore`, or a plain ``Store`` read through
+    :func:`state.store.as_task_store`): ``(Evidence, ledger entry or None, rejection record or
     None)``, ``overdue`` on :func:`state.clock.now`. ``call_id`` None: the task's only call, or its
     last decided one. Reads only. Raises :class:`Stopped` if either piece of evidence is for
     another task or other content (no table cell applies: a human must check), or a file is

@@ -22,7 +22,7 @@ No secret value is ever handed on: events are redacted like stored free text
 held back by one secret's length so no part of one is emitted before it can be recognised.
 
 Failures are the SDK's: ``stream_events()`` raises at its end what the run raised (the budget's
-:class:`agent.budget.BudgetExceeded`, a provider error), so the caller handles a streamed run's
+:class:`workflow.budget.BudgetExceeded`, a provider error), so the caller handles a streamed run's
 failure exactly like ``Runner.run``'s. A cancelled stream (Ctrl-C) cancels the run
 (``RunResultStreaming.cancel``) and re-raises: nothing is saved by this module.
 """

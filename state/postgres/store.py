@@ -1,15 +1,15 @@
-"""The PostgreSQL store: the :class:`workflow.store.TaskStore` contract on a shared database.
+"""The PostgreSQL store: the :class:`state.store.TaskStore` contract on a shared database.
 
 For several workers and reviewers on several machines (the SDK's docs say to keep long-running
 approvals "in a database or queue"). Selected by ``--store postgresql://…`` or ``HITL_STORE_URL``
-(``workflow.store.open_store``); psycopg 3 is imported only then, so the file store's commands
+(``state.store.open_store``); psycopg 3 is imported only then, so the file store's commands
 never pay for it. What lives where:
 
 - in the database: checkpoints (the signed envelope, as the exact JSON text that was signed, with
   its revision, status and MAC as columns), ``history`` (one row per revision written), the
   ``ledger`` (one row per idempotency key), ``rejections`` and ``key_fingerprint`` (which key signs
   the checkpoints: :meth:`PostgresStore.check_key`); the tables are created and upgraded
-  by the plain SQL files in ``workflow/migrations/`` (:func:`migrate`);
+  by the plain SQL files in ``state/postgres/migrations/`` (:func:`migrate`);
 - on this machine, in the state dir (``--state-dir``): the signing key (``HITL_SIGNING_KEY`` or
   ``signing.key``, never the database: a row can be edited by whoever can write the database, and
   the MAC is what catches it) and the traces.
@@ -45,13 +45,13 @@ from state import effects, failpoints, secrets
 from state.errors import Stopped
 from state.integrity import KEY_FILE, envelope_signed, key_fingerprint, load_key
 from state.paths import check_regular
-from state.rejections import RECORDED, RejectionRecord
+from state.records import RECORDED, RejectionRecord
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.settings import settings, url_password
-from state.storage import every_or_stop, file_name, next_revision, seal, verify_envelope
+from state.files.store import every_or_stop, file_name, next_revision, seal, verify_envelope
 from state.clock import now_iso
 from state.terminal import command
-from tools.ledger import Ledger, LedgerEntry
+from state.files.ledger import Ledger, LedgerEntry
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: The advisory lock (transaction-level) that serialises migrations across processes.
@@ -62,7 +62,7 @@ KEY_FINGERPRINT_VERSION = 4
 
 
 def migrations() -> list[tuple[int, str, str]]:
-    """``[(version, file name, SQL)]`` of ``workflow/migrations/NNNN_*.sql``, by version."""
+    """``[(version, file name, SQL)]`` of ``state/postgres/migrations/NNNN_*.sql``, by version."""
     out = []
     for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
         out.append((int(path.name[:4]), path.name, path.read_text(encoding="utf-8")))
@@ -128,7 +128,7 @@ def lock_key(task_id: str) -> int:
 
 
 class PostgresStore:
-    """A :class:`workflow.store.TaskStore` on the database at ``url``; ``root`` is this machine's
+    """A :class:`state.store.TaskStore` on the database at ``url``; ``root`` is this machine's
     state dir (signing key, traces). ``pool`` (a ``psycopg_pool.ConnectionPool``, for a
     long-running server) lends the data connections; without one the store opens one connection on
     first use. ``target_version`` (tests only) stops the migrations at that schema version.
@@ -242,7 +242,7 @@ class PostgresStore:
 
     # -- checkpoints -------------------------------------------------------------------------
     def exists(self, task_id: str) -> bool:
-        """See :meth:`workflow.store.TaskStore.exists`."""
+        """See :meth:`state.store.TaskStore.exists`."""
         with self._db() as conn:
             return conn.execute("SELECT 1 FROM checkpoints WHERE task_id = %s",
                                 (task_id,)).fetchone() is not None
@@ -343,7 +343,7 @@ class PostgresStore:
         return cp
 
     def load(self, task_id: str) -> Checkpoint:
-        """See :meth:`workflow.store.TaskStore.load`."""
+        """See :meth:`state.store.TaskStore.load`."""
         with self._db() as conn:
             row = conn.execute("SELECT envelope, revision, status, mac FROM checkpoints "
                                "WHERE task_id = %s", (task_id,)).fetchone()
@@ -369,11 +369,11 @@ class PostgresStore:
         return sorted(good, key=lambda cp: cp.task_id), bad
 
     def checkpoints(self) -> list[Checkpoint]:
-        """See :meth:`workflow.store.TaskStore.checkpoints`."""
+        """See :meth:`state.store.TaskStore.checkpoints`."""
         return every_or_stop(*self.scan())
 
     def check_writable(self, task_id: str) -> None:
-        """Pre-flight for ``start`` and ``resume`` (see ``state.storage.Store.check_writable``):
+        """Pre-flight for ``start`` and ``resume`` (see ``state.files.store.Store.check_writable``):
         the signing key is usable (or may be created), and the task's trace file, if it exists,
         is a regular file. Touches nothing."""
         if settings().signing_key is not None or (self.root / KEY_FILE).exists():
@@ -389,7 +389,7 @@ class PostgresStore:
 
     def save(self, body: dict[str, Any], *, failpoint: str,
              expect: Optional[Checkpoint] = None) -> Checkpoint:
-        """See :meth:`workflow.store.TaskStore.save`. One transaction: the ``INSERT … ON CONFLICT
+        """See :meth:`state.store.TaskStore.save`. One transaction: the ``INSERT … ON CONFLICT
         DO NOTHING`` (new task) or ``UPDATE … WHERE revision = <read> AND mac = <read>`` and the
         ``history`` row; failpoints ``<failpoint>:before``, ``:uncommitted`` (between the two
         statements) and ``:after`` (committed)."""
@@ -437,12 +437,12 @@ class PostgresStore:
 
     def save_revision(self, cp: Checkpoint, *, failpoint: str, event: tuple[str, dict[str, Any]],
                       **changes: Any) -> Checkpoint:
-        """See :meth:`workflow.store.TaskStore.save_revision`."""
+        """See :meth:`state.store.TaskStore.save_revision`."""
         return self.save(next_revision(cp, event, changes), failpoint=failpoint, expect=cp)
 
     @contextmanager
     def task_lock(self, task_id: str, *, timeout: Optional[float] = None) -> Iterator[None]:
-        """See :meth:`workflow.store.TaskStore.task_lock`: ``pg_advisory_lock`` on a session of
+        """See :meth:`state.store.TaskStore.task_lock`: ``pg_advisory_lock`` on a session of
         its own, never the data connection's (released with ``pg_advisory_unlock`` at the end of
         the block, and by the server when the holder dies). The session is kept for this store's
         next lock (opening one costs a server process and a password exchange); one that fails to
@@ -504,7 +504,7 @@ class PostgresStore:
                           f"({self._scrub(str(exc).splitlines()[0])})") from None
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
-        """See :meth:`workflow.store.TaskStore.ledger_get`."""
+        """See :meth:`state.store.TaskStore.ledger_get`."""
         with self._db() as conn:
             row = conn.execute(f"SELECT {self._LEDGER_COLUMNS} FROM ledger "
                                "WHERE idempotency_key = %s", (key,)).fetchone()
@@ -516,7 +516,7 @@ class PostgresStore:
         return entry
 
     def ledger_entries(self) -> list[LedgerEntry]:
-        """See :meth:`workflow.store.TaskStore.ledger_entries`."""
+        """See :meth:`state.store.TaskStore.ledger_entries`."""
         return sorted(self.ledger_scan()[0], key=lambda e: (e.published_at, e.idempotency_key))
 
     def ledger_scan(self) -> tuple[list[LedgerEntry], list[dict[str, str]]]:
@@ -535,7 +535,7 @@ class PostgresStore:
     def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
                       channel: Optional[str] = None,
                       approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
-        """See :meth:`workflow.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
+        """See :meth:`state.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
         NOTHING``, then read back and compared (failpoints ``ledger:record:before`` /
         ``:after``)."""
         Ledger.check_key(key, task_id, channel)
@@ -569,7 +569,7 @@ class PostgresStore:
     _REJECTION_COLUMNS = "task_id, content_sha256, call_id, by_name, at, reason, channel"
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
-        """See :meth:`workflow.store.TaskStore.rejection_get`."""
+        """See :meth:`state.store.TaskStore.rejection_get`."""
         with self._db() as conn:
             row = conn.execute(f"SELECT {self._REJECTION_COLUMNS} FROM rejections WHERE task_id = %s "
                                "AND coalesce(channel, '') = %s", (task_id, channel or "")).fetchone()
@@ -590,7 +590,7 @@ class PostgresStore:
 
     def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
                          channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
-        """See :meth:`workflow.store.TaskStore.rejection_record` (``INSERT … ON CONFLICT DO
+        """See :meth:`state.store.TaskStore.rejection_record` (``INSERT … ON CONFLICT DO
         NOTHING``, read back; failpoints ``rejection:record:before`` / ``:after``)."""
         existing = self.rejection_get(task_id, channel)
         created = False
@@ -620,7 +620,7 @@ class PostgresStore:
         return existing, created
 
     def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
-        """See :meth:`workflow.store.TaskStore.rejection_remove`."""
+        """See :meth:`state.store.TaskStore.rejection_remove`."""
         with self._db() as conn:
             conn.execute("DELETE FROM rejections WHERE task_id = %s AND coalesce(channel, '') = %s",
                          (task_id, channel or ""))

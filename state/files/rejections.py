@@ -21,41 +21,18 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from . import effects, secrets
-from .errors import Stopped
-from .schema import (CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, Decision, valid_key,
-                     validation_message)
-from .durable import create_exclusive
-from .files import fsync_dir, parse_json_object
-from .paths import read_regular
-from .storage import Store, file_name
+from state import effects, secrets
+from state.errors import Stopped
+from state.schema import (Decision, validation_message)
+from state.durable import create_exclusive
+from state.fileio import fsync_dir, parse_json_object
+from state.paths import read_regular
+from state.files.store import Store, file_name
+from state.records import RECORDED, RejectionRecord
 
 MAX_RECORD_BYTES = 64 * 1024
-#: How :mod:`state.effects` names the creation of a record.
-RECORDED = "rejection record written"
-
-
-class RejectionRecord(BaseModel):
-    """One human reject, bound to the task and the draft it rejected."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    task_id: str
-    content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    call_id: str = Field(min_length=1, max_length=200)
-    by: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    at: str = Field(min_length=1, max_length=40)
-    reason: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
-    channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
-
-    @field_validator("task_id")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        if not valid_key(v):
-            raise ValueError("not an allowed key")
-        return v
 
 
 def folder(store: Store) -> Path:

@@ -41,14 +41,14 @@ from agents.models.interface import Model
 
 from agent.models import MalformedResponse
 from state.errors import Stopped
-from state.files import parse_shared
+from state.fileio import parse_shared
 from state.schema import (
     MIN_OUTPUT_TOKENS,
     Budget,
     ModelSpec,
     Spend,
 )
-from agent.budget_view import spent_line
+from workflow.observe.budget_view import spent_line
 
 
 class BudgetExceeded(Exception):

@@ -5,9 +5,9 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
 
     tasks/<name>.r<N>.json  revision N of a task's checkpoint envelope (state.schema.Checkpoint);
                           N has 6 digits or more (r000001, r000002 …); the highest N is the checkpoint
-    ledger/<name>.json    one ledger entry per idempotency key (tools.ledger)
+    ledger/<name>.json    one ledger entry per idempotency key (state.files.ledger)
     locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
-    traces/<name>.jsonl   the local trace of each task (workflow.trace_log)
+    traces/<name>.jsonl   the local trace of each task (workflow.observe.trace_log)
     signing.key           the MAC key, unless HITL_SIGNING_KEY is set
     state.id              the state dir's random ID, carried by every checkpoint (state.state_id)
 
@@ -46,18 +46,20 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from . import effects, files, secrets, state_id
-from .clock import now_iso
-from .errors import Stopped
-from .integrity import KEY_FILE, check_key_creatable, envelope_signed, load_key, compute_mac
-from .paths import check_regular, check_state_dir, inside, open_regular, read_regular
-from .terminal import command
-from .schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
+from state import effects, secrets, state_id
+
+from state import fileio as files
+from state.clock import now_iso
+from state.errors import Stopped
+from state.integrity import KEY_FILE, check_key_creatable, envelope_signed, load_key, compute_mac
+from state.paths import check_regular, check_state_dir, inside, open_regular, read_regular
+from state.terminal import command
+from state.schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
                      valid_effect_key, validation_message)
 # The file helpers live in leaf modules (no import cycle); their names stay importable from here.
-from .durable import check_links, create_exclusive  # noqa: F401
-from .files import TEMP_NAME, fsync_dir, parse_json_object, write_temp  # noqa: F401
-from .settings import DEFAULT_LOCK_TIMEOUT_S, settings  # noqa: F401  (the default, for callers)
+from state.durable import check_links, create_exclusive  # noqa: F401
+from state.fileio import TEMP_NAME, fsync_dir, parse_json_object, write_temp  # noqa: F401
+from state.settings import DEFAULT_LOCK_TIMEOUT_S, settings  # noqa: F401  (the default, for callers)
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
 

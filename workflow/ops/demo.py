@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from state.errors import Stopped
-from state.storage import Store
-from workflow.store import as_task_store
-from workflow.views import ledger_view, task_view
+from state.files.store import Store
+from state.store import as_task_store
+from workflow.observe.views import ledger_view, task_view
 
-RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
+RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 
 
 def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
--- Version 1: the store's tables. Applied once, in one transaction, by workflow/postgres.py.
+-- Version 1: the store's tables. Applied once, in one transaction, by state/postgres/store.py.
 
 -- The database's identity: every checkpoint written here carries it in its signed envelope
 -- (state_id), so a row copied from another database is refused, as state.id does for a state dir.

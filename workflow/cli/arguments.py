@@ -136,7 +136,7 @@ def budget_flags(p: argparse.ArgumentParser) -> None:
 
 
 def budget_changes(args: argparse.Namespace) -> dict[str, Any]:
-    """The budget flags of ``args`` as :func:`agent.budget.make_budget` keywords (None: unchanged)."""
+    """The budget flags of ``args`` as :func:`workflow.budget.make_budget` keywords (None: unchanged)."""
     return {"max_turns": args.max_turns, "max_tokens": args.max_tokens,
             "max_cost_usd": args.max_cost_usd, "price_per_mtok": args.price_per_mtok}
 
@@ -162,7 +162,7 @@ def port(value: str) -> int:
 
 
 def serve_parser(sub: Any) -> None:
-    """The ``serve`` subcommand and its flags (the browser inbox, ``workflow/web.py``)."""
+    """The ``serve`` subcommand and its flags (the browser inbox, ``workflow/review/web.py``)."""
     p = sub.add_parser("serve", help="the approval inbox in the browser (prints the URL to open)")
     p.add_argument("--host", default="127.0.0.1", type=nonempty(text("--host", 200, True)),
                    help="address to listen on (default 127.0.0.1; another needs --allow-remote)")

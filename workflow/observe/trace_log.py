@@ -1,7 +1,7 @@
 """The local trace file of a task: where it is, how a line is appended, how it is read back.
 
 Never imports the SDK (``show`` reads traces without paying for ``import agents``); the SDK side,
-the :class:`~workflow.tracing.LocalTraceProcessor`, writes through :func:`append`.
+the :class:`~workflow.observe.tracing.LocalTraceProcessor`, writes through :func:`append`.
 
 File: ``<state dir>/traces/<file_name(task_id)>.jsonl``, one JSON object per line, appended across
 ``start`` and every ``resume`` of the task. Records (``kind``):
@@ -15,7 +15,7 @@ File: ``<state dir>/traces/<file_name(task_id)>.jsonl``, one JSON object per lin
   ``task``/``turn`` with usage …);
 - ``run_end``: ``{"kind": "run_end", "phase", "at", "outcome": "ok"|"error", "error": str|None}``;
 - ``log``: ``{"kind": "log", "at", "level", "logger", "message"}`` — a warning (or worse) the SDK
-  logged during the run (``workflow.tracing.recording``).
+  logged during the run (``workflow.observe.tracing.recording``).
 
 Traces are diagnostics, not the record: they are not signed, and a crash may cut the last line
 (reading skips lines that do not parse and counts them). The signed checkpoint stays the source of
@@ -44,7 +44,7 @@ from typing import Any
 from state import failpoints, secrets
 from state.settings import SECRET_ENVS  # noqa: F401  (the variables whose values are scrubbed)
 from state.paths import inside, make_dirs, open_regular, read_regular
-from state.storage import Store, file_name
+from state.files.store import Store, file_name
 
 TRACES_DIR = "traces"
 PREVIEW_CHARS = 24

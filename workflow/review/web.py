@@ -29,7 +29,7 @@ is in :class:`Gate`):
 - the reviewer is the server's ``--reviewer``, never a form field.
 
 What a page shows: Jinja2 escapes HTML, and every value printed goes through :func:`shown` first,
-the terminal's rule (:func:`workflow.views.one_line`): a control, bidi or zero-width character from
+the terminal's rule (:func:`workflow.observe.views.one_line`): a control, bidi or zero-width character from
 a model or a file (U+202E, ESC, a newline in a call ID) is shown escaped (``\u202e``), never raw.
 """
 
@@ -59,14 +59,15 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from agent.budget_view import model_line, spent_line
+from workflow.observe.budget_view import model_line, spent_line
 from state import clock
 from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, valid_key
-from workflow import calls, inbox_index
-from workflow.inbox import WAITING
-from workflow.inbox_index import FILTERS, InboxIndex, timing
-from workflow.views import one_line, task_view
+from workflow import calls
+from workflow.review import inbox_index
+from workflow.review.inbox import WAITING
+from workflow.review.inbox_index import FILTERS, InboxIndex, timing
+from workflow.observe.views import one_line, task_view
 
 ASSETS = Path(__file__).resolve().parent / "web_assets"
 #: Every response's Content-Security-Policy: scripts and styles only from this origin (no inline
@@ -100,7 +101,7 @@ class Lines(str):
 
 def shown(value: Any) -> Any:
     """Every value a template prints, before Jinja2's HTML escaping (the environment's
-    ``finalize``): :func:`workflow.views.one_line` of its text, so control, bidi and zero-width
+    ``finalize``): :func:`workflow.observe.views.one_line` of its text, so control, bidi and zero-width
     characters appear escaped (``\x1b``, ``\u202e``, ``\n``); a :class:`Lines` value keeps its
     line breaks, a :class:`FormValue` is left as it is (it goes back in a form, never read as
     text); Jinja2's own output (a rendered block, already shown) passes through."""
@@ -400,7 +401,7 @@ def _decision_fields(form: dict[str, str]) -> tuple[str, str, int, Optional[str]
 def _decisions_so_far(store: Any, cp: Checkpoint) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """``(decided, recorded)`` for the task page: ``decided`` is the latest decision of each call
     that is no longer pending, in the order made (the ``decisions`` entries of
-    :func:`workflow.views.task_view`: call_id, tool, channel, decision, by, at, reason, always,
+    :func:`workflow.observe.views.task_view`: call_id, tool, channel, decision, by, at, reason, always,
     source); ``recorded`` maps a call still pending to the decision already on record for it (made
     before a crash or a failed run; the next resume carries it out)."""
     pending = {p.call_id for p in cp.pending}
@@ -414,7 +415,7 @@ def _decisions_so_far(store: Any, cp: Checkpoint) -> tuple[list[dict[str, Any]],
 
 def _receipt_text(store: Any, task_id: str) -> str:
     """The receipt exactly as ``python run.py show`` prints it."""
-    from workflow.receipt import build_receipt, receipt_text
+    from workflow.observe.receipt import build_receipt, receipt_text
 
     return receipt_text(build_receipt(store, task_id))
 

@@ -8,15 +8,15 @@ import json
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Any
 
 from state.terminal import command as shell_command
-from workflow import inbox
-from workflow.views import one_line, several_lines, task_text
+from workflow.review import inbox
+from workflow.observe.views import one_line, several_lines, task_text
 
 
 #: Escaped in ``--json`` output (valid JSON either way): every character the terminal rule escapes
-#: (:func:`workflow.views.one_line`: not printable), e.g. C1 controls, U+2028/U+2029 (line breaks to
+#: (:func:`workflow.observe.views.one_line`: not printable), e.g. C1 controls, U+2028/U+2029 (line breaks to
 #: ``str.splitlines``, so the one object stays on one line), bidi controls and marks (U+202E,
 #: U+200F, U+061C), zero-width characters, lone surrogates. ``json.dumps`` escapes the ASCII ones.
 _JSON_UNSAFE = re.compile(r"[^\x00-\x7e]")
@@ -109,9 +109,9 @@ def _event_text(event: dict[str, Any]) -> str:
 def problem_after(command: str, result: Any) -> str | None:
     """What ``command``, having printed ``result``, still reports as one ``STOPPED:`` line (exit
     1), or None: ``doctor`` that found the store inconsistent; ``list`` with checkpoints it could not
-    verify (:func:`workflow.inbox.unverified_summary`)."""
+    verify (:func:`workflow.review.inbox.unverified_summary`)."""
     if command == "doctor" and result is not None and not result["consistent"]:
-        from workflow.doctor import summary
+        from workflow.ops.doctor import summary
 
         return summary(result)
     if command == "list" and result is not None:
@@ -129,7 +129,7 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
     elif command == "list":
         print(inbox.inbox_text(result))
     elif command == "show":
-        from workflow.receipt import receipt_text
+        from workflow.observe.receipt import receipt_text
 
         print(receipt_text(result))
     elif command == "expire":
@@ -145,11 +145,11 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
                   f"{one_line(e['channel'] or '(no channel)')}  {e['title']!r}  "
                   f"sha256(title+body)={e['content_sha256'][:12]}…")
     elif command == "traps":
-        from workflow.traps import traps_text
+        from workflow.ops.traps import traps_text
 
         print(traps_text(result))
     elif command == "doctor":
-        from workflow.doctor import doctor_text
+        from workflow.ops.doctor import doctor_text
 
         print(doctor_text(result))
     else:

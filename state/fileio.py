@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .errors import Stopped
+from state.errors import Stopped
 
 #: Folder of a state dir holding one lock file per owner (see :func:`owner_lock`).
 LOCKS_DIR = "locks"
@@ -133,7 +133,7 @@ def link_new(path: Path, data: bytes, *, owner: str,
     keep theirs) → unlink the temp (:func:`remove_temp`) → :func:`fsync_dir`. A reader sees no file
     or the whole file, never half, and two processes can never both create it: the link is one
     system call, so a check in ``precondition`` followed by the link is a compare-and-swap when
-    every writer creates the next name (see ``state.storage``). Raises :class:`Stopped`
+    every writer creates the next name (see ``state.files.store``). Raises :class:`Stopped`
     (:func:`no_links`) if the file system cannot make hard links; ``OSError`` otherwise.
     """
     tmp = write_temp(path.parent, data, owner=owner)
@@ -157,7 +157,7 @@ def probe_links(folder: Path) -> None:
     links, which :func:`link_new` needs: a probe temp file is linked to a second temp name, and
     both are removed, and so is every folder this call created: nothing is left on disk, so a
     pre-flight check may call it. Raises :class:`Stopped` (:func:`no_links`) if it cannot.
-    Called once per state dir, before its first checkpoint (``state.storage.Store.save``)."""
+    Called once per state dir, before its first checkpoint (``state.files.store.Store.save``)."""
     import secrets
 
     missing = []

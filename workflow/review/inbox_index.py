@@ -11,7 +11,7 @@ new task, is read and verified again before its row is shown. A checkpoint that 
 is never shown, nor left out silently: like ``list``, the page lists what verifies and says how
 many could not be verified and why the first failed (:meth:`InboxIndex.listing`); if nothing
 verifies, the listing stops. Every write of a checkpoint creates a new
-revision file (a new name and inode, ``state.storage``), and on POSIX the
+revision file (a new name and inode, ``state.files.store``), and on POSIX the
 change time cannot be set by a user, so an edited file is read again (on Windows, where Python's
 ``st_ctime`` is the settable creation time, an edit that restores size and times keeps the file's
 old, verified row: never unverified content). The cache only ever decides what the inbox *shows*:
@@ -36,8 +36,8 @@ from state.errors import Stopped
 from state.integrity import KEY_FILE
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
-from state.storage import Store
-from workflow.inbox import WAITING, overdue, unverified_summary, waiting_since
+from state.files.store import Store
+from workflow.review.inbox import WAITING, overdue, unverified_summary, waiting_since
 
 #: Tasks per inbox page.
 PAGE_SIZE = 50
@@ -177,7 +177,7 @@ def page(rows: list[Row], status: str, number: int) -> Page:
 def timing(row: Row, now: datetime) -> dict[str, Any]:
     """What the inbox says about time for ``row`` at ``now``: ``age`` (since the request or last
     update, e.g. ``12m``), ``left`` (time before the approval request expires, ``expired``, or
-    ``no expiry``; empty unless the task waits), ``overdue`` (bool, :func:`workflow.inbox.overdue`)."""
+    ``no expiry``; empty unless the task waits), ``overdue`` (bool, :func:`workflow.review.inbox.overdue`)."""
     age = clock.human_age((now - row.since_at).total_seconds())
     late = overdue(row.checkpoint, now)
     if row.status != WAITING:

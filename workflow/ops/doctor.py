@@ -39,7 +39,7 @@ folder is still ``unusable_lock``.
 
 Repairs (``--repair``): deleting ``leftover_temp`` files, and clearing (to 0 bytes, under the task's
 lock) older revision files that a crash left whole between a write and its cleanup (nobody reads
-them: ``state.storage``). Every write of a task's files
+them: ``state.files.store``). Every write of a task's files
 happens under that task's lock (``locks/<owner>.lock``; the signing key under
 ``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose owner's lock doctor holds belongs to no live
 process: deleting it is provably safe. Nothing else is repaired: marking a task completed needs a
@@ -66,16 +66,16 @@ from typing import Any, Iterator
 
 from filelock import FileLock, Timeout
 
-from state import rejections
+from state.files import rejections
 from state.errors import Stopped
 from state.integrity import KEY_FILE
-from state.files import TEMP_NAME, make_dirs
-from state.rejections import RejectionRecord
+from state.fileio import TEMP_NAME, make_dirs
+from state.records import RejectionRecord
 from state.state_id import STATE_ID_FILE
 from state.schema import Checkpoint
-from state.storage import Store, file_name
+from state.files.store import Store, file_name
 from state.terminal import command, one_line
-from tools.ledger import Ledger, LedgerEntry
+from state.files.ledger import Ledger, LedgerEntry
 from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, reconcile
 
@@ -418,7 +418,7 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
 
 
 def _doctor_database(store: Any, repair: bool) -> dict[str, Any]:
-    """:func:`doctor` for a database store (``workflow.postgres.PostgresStore``): the same findings
+    """:func:`doctor` for a database store (``state.postgres.store.PostgresStore``): the same findings
     from the same decision table, each task checked under its lock taken without waiting (a busy
     task is a ``busy`` note). There are no temp files or lock files to find, so ``--repair`` has
     nothing to repair. ``state_dir`` and each finding's ``path`` name the database (never its

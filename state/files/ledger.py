@@ -21,63 +21,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
 from state import effects, secrets
 from state.errors import Stopped
-from state.schema import CHANNEL_FIELD, valid_key, validation_message
+from state.schema import validation_message
 from state.paths import inside, read_regular
 from state.clock import now_iso
 from state.durable import create_exclusive
-from state.files import parse_json_object
-from state.storage import file_name
+from state.fileio import parse_json_object
+from state.files.store import file_name
+from state.records import LedgerEntry
 
 
 #: A ledger entry is a few hundred bytes; anything far larger is not one of ours.
 MAX_ENTRY_BYTES = 64 * 1024
-
-
-class LedgerEntry(BaseModel):
-    """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
-    "published_at", "channel", "approval"}`` (``published_at`` ISO-8601 UTC).
-
-    ``idempotency_key`` is ``task_id`` (a one-channel task) or ``<task_id>#<channel>``
-    (:func:`state.schema.effect_key`). ``channel`` and ``approval`` (``"human"``: a person's
-    approval was on record; ``"not_needed"``: the approval rule let the call run without one, e.g.
-    the private ``preview`` channel) are optional: entries written before they existed lack them.
-    """
-
-    # defer_build: the validator is built on first use, so commands that never read the ledger
-    # (status, list) do not pay for it at startup (read-only commands stay fast).
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
-
-    idempotency_key: str
-    task_id: str
-    action: Literal["publish_draft"]
-    title: str = Field(max_length=200)
-    content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    published_at: str = Field(min_length=1, max_length=40)
-    channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
-    approval: Optional[Literal["human", "not_needed"]] = None
-
-    @field_validator("task_id")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        if not valid_key(v):
-            raise ValueError("not an allowed key")
-        return v
-
-    @model_validator(mode="after")
-    def _key_is_task(self) -> "LedgerEntry":
-        # The key is the task ID, or the task ID and the channel (docs/several-calls.md): any other pairing was not ours.
-        if self.idempotency_key not in (self.task_id, f"{self.task_id}#{self.channel}"):
-            raise ValueError("idempotency_key and task_id differ (nor is it task_id#channel)")
-        # Entries written before channels existed have neither field; every later one has both.
-        if (self.channel is None) != (self.approval is None):
-            raise ValueError("channel and approval come together (or, in an older entry, neither)")
-        return self
 
 
 class Ledger:

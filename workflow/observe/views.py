@@ -6,7 +6,7 @@
   "final_output", "schema_version", "revision", "checkpoint_path"}``. ``decision`` is the latest
   decision of the current round (a one-call task's only one); ``decisions`` lists every call's.
   Each ``decision`` is ``approved``, ``rejected`` or ``approved_with_edits`` (workflow/edits.py).
-- list: ``{"tasks": [task, …]}`` (built by ``workflow.inbox.inbox_view``) · ledger: ``{"path",
+- list: ``{"tasks": [task, …]}`` (built by ``workflow.review.inbox.inbox_view``) · ledger: ``{"path",
   "entries": [entry, …]}``
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from state.schema import Checkpoint
-from state.storage import Store
+from state.files.store import Store
 from state.terminal import command, one_line
-from workflow.store import as_task_store
+from state.store import as_task_store
 
 __all__ = ["one_line", "task_view", "ledger_view", "task_text", "resume_hint", "DECISION_FIELDS"]
 

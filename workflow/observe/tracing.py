@@ -13,7 +13,7 @@ run keeps the saved run's ``trace_id`` (the SDK reattaches it from the RunState)
 with the resume's metadata, so start and every resume of a task land in one file and one trace
 group (``group_id`` = task ID). Spans of runs that are not ours (no sink) are dropped.
 
-File format and redaction: :mod:`workflow.trace_log`.
+File format and redaction: :mod:`workflow.observe.trace_log`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,8 @@ from agents import RunConfig
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 
 from state.clock import now_iso
-from state.settings import settings
-from state.storage import Store
-from workflow import trace_log
-
+from state.files.store import Store
+from workflow.observe import trace_log
 Phase = Literal["start", "resume"]
 WORKFLOW_NAME = "publish_draft approval"
 TRACE_CONTENT_ENV = "HITL_TRACE_CONTENT"
@@ -164,11 +162,6 @@ def run_config(task_id: str, phase: Phase) -> RunConfig:
                      tool_error_formatter=rejection_text)
 
 
-def content_wanted(flag: bool | None) -> bool:
-    """``--trace-content`` given, or env ``HITL_TRACE_CONTENT=1``."""
-    return bool(flag) or settings().trace_content
-
-
 #: The SDK's logger. Its warnings (e.g. "Tool name collision detected") go to the task's trace
 #: during a run (:func:`recording`); stderr keeps only our one ``STOPPED:`` line.
 SDK_LOGGER = "openai.agents"
@@ -176,7 +169,7 @@ SDK_LOGGER = "openai.agents"
 
 class _TraceLogHandler(logging.Handler):
     """Writes each SDK log record of WARNING and above to one run's trace as ``{"kind": "log",
-    "at", "level", "logger", "message"}`` (redacted like every trace record, ``workflow.trace_log``)."""
+    "at", "level", "logger", "message"}`` (redacted like every trace record, ``workflow.observe.trace_log``)."""
 
     def __init__(self, sink: _Sink) -> None:
         super().__init__(level=logging.WARNING)

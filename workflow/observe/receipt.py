@@ -8,7 +8,7 @@ trajectory, tools, time, tokens, errors, checkpoint version and the human approv
   decision (who, when, why), ``expires_at``;
 - the ledger: the entry for the idempotency key, or its absence (the proof of the effect); for a
   task with several channels, the entry of each channel's key (``<task key>#<channel>``);
-- the local trace (``workflow.trace_log``; diagnostics, unsigned): each run (start / resume), each
+- the local trace (``workflow.observe.trace_log``; diagnostics, unsigned): each run (start / resume), each
   model call (latency; tokens from the SDK's turn span), each tool call with its arguments (redacted
   unless ``--trace-content``), and errors.
 
@@ -48,10 +48,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from state import clock
 from state.schema import Checkpoint, effect_key
-from state.storage import Store
-from workflow import trace_log
-from workflow.store import as_task_store
-from workflow.views import one_line
+from state.files.store import Store
+from workflow.observe import trace_log
+from state.store import as_task_store
+from workflow.observe.views import one_line
 
 
 def _ts(text: Any) -> datetime | None:
@@ -136,7 +136,7 @@ def _plain(value: Any) -> bool:
 def valid_records(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """``(records the receipt can use, number skipped)``.
 
-    A ``run``, ``run_end`` or ``span`` record must have the types in :mod:`workflow.trace_log`'s
+    A ``run``, ``run_end`` or ``span`` record must have the types in :mod:`workflow.observe.trace_log`'s
     docstring (strings or null for times, names and ids; an int ``pid``; for a span, an object or
     null ``data``, and in a ``turn`` span, integer token counts 0 … 10**15); every record must nest
     at most :data:`MAX_DEPTH` deep and hold no NaN/Infinity. Other kinds (``trace_start``, …) are
@@ -360,7 +360,7 @@ def _fmt_args(args: Any) -> str:
 
 
 def _is_redacted(v: Any) -> bool:
-    """True if ``v`` is :func:`workflow.trace_log.redact`'s ``{"sha256", "preview", "chars"}``."""
+    """True if ``v`` is :func:`workflow.observe.trace_log.redact`'s ``{"sha256", "preview", "chars"}``."""
     return (isinstance(v, dict) and isinstance(v.get("sha256"), str)
             and isinstance(v.get("preview"), str) and isinstance(v.get("chars"), int))
 

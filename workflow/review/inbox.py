@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional
 from state import clock
 from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
-from state.storage import Store, every_or_stop
+from state.files.store import Store, every_or_stop
 from workflow import reconcile
-from workflow.views import one_line, task_view
+from workflow.observe.views import one_line, task_view
 
 WAITING = "waiting_for_approval"
 STATUSES = (WAITING, "completed", "cancelled", "expired", "budget_exceeded")
@@ -71,7 +71,7 @@ def summary(pending: list[dict[str, Any]]) -> str:
 
 
 def inbox_entry(store: Store, cp: Checkpoint, now: datetime) -> dict[str, Any]:
-    """A task (``workflow.views.task_view`` shape) plus the inbox keys ``waiting_since``,
+    """A task (``workflow.observe.views.task_view`` shape) plus the inbox keys ``waiting_since``,
     ``age_s`` (seconds since the request, int; null unless waiting), ``expires_at``, ``overdue``
     (bool) and ``summary`` (one line)."""
     task = task_view(store, cp)

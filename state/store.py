@@ -2,15 +2,15 @@
 
 :class:`TaskStore` is the whole contract between the workflow (``workflow.hitl``, ``guards``,
 ``reconcile``) and wherever state lives: checkpoints with compare-and-swap, a per-task lock, the
-ledger and rejection records. :class:`FileStore` is the state dir on disk (:class:`state.storage.Store`
-plus the ledger of :mod:`tools.ledger` and the records of :mod:`state.rejections`);
-:class:`workflow.postgres.PostgresStore` is the shared database. Both pass the conformance suite in
+ledger and rejection records. :class:`FileStore` is the state dir on disk (:class:`state.files.store.Store`
+plus the ledger of :mod:`state.files.ledger` and the records of :mod:`state.files.rejections`);
+:class:`state.postgres.store.PostgresStore` is the shared database. Both pass the conformance suite in
 ``tests/store_contract.py``; docs/stores.md says what a store must guarantee. :func:`open_store`
 picks one for the command line.
 
 This module never imports the SDK (read-only commands stay fast), nor psycopg unless a
 ``postgresql://`` URL asks for it. It imports ``state`` and ``tools`` only (and
-``workflow.postgres`` on demand), so ``state`` (the bottom layer) stays free of both.
+``state.postgres.store`` on demand), so ``state`` (the bottom layer) stays free of both.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Optional, Protocol, runtime_checkable
 
-from state import rejections
+from state.files import rejections
 from state.errors import Stopped
-from state.rejections import RejectionRecord
+from state.records import RejectionRecord
 from state.schema import Checkpoint, Decision
 from state.settings import settings
-from state.storage import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
-from tools.ledger import Ledger, LedgerEntry
+from state.files.store import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
+from state.files.ledger import Ledger, LedgerEntry
 
 
 @runtime_checkable
@@ -130,38 +130,38 @@ class FileStore(Store):
         return []
 
     def ledger_entries(self) -> list[LedgerEntry]:
-        """See :meth:`TaskStore.ledger_entries` (:meth:`tools.ledger.Ledger.entries`)."""
+        """See :meth:`TaskStore.ledger_entries` (:meth:`state.files.ledger.Ledger.entries`)."""
         return Ledger(self.ledger_dir).entries()
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
-        """See :meth:`TaskStore.ledger_get` (:meth:`tools.ledger.Ledger.get`)."""
+        """See :meth:`TaskStore.ledger_get` (:meth:`state.files.ledger.Ledger.get`)."""
         return Ledger(self.ledger_dir).get(key)
 
     def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
                       channel: Optional[str] = None,
                       approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
-        """See :meth:`TaskStore.ledger_record` (:meth:`tools.ledger.Ledger.record`)."""
+        """See :meth:`TaskStore.ledger_record` (:meth:`state.files.ledger.Ledger.record`)."""
         return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
                                               content_sha256=content_sha256, channel=channel,
                                               approval=approval)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
-        """See :meth:`TaskStore.rejection_get` (:func:`state.rejections.get`)."""
+        """See :meth:`TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""
         return rejections.get(self, task_id, channel)
 
     def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
                          channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
-        """See :meth:`TaskStore.rejection_record` (:func:`state.rejections.record`)."""
+        """See :meth:`TaskStore.rejection_record` (:func:`state.files.rejections.record`)."""
         return rejections.record(self, task_id, content_sha256, decision, channel)
 
     def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
-        """See :meth:`TaskStore.rejection_remove` (:func:`state.rejections.remove`)."""
+        """See :meth:`TaskStore.rejection_remove` (:func:`state.files.rejections.remove`)."""
         rejections.remove(self, task_id, channel)
 
 
 def as_task_store(store: Any) -> TaskStore:
     """``store`` as a :class:`TaskStore`: itself if it already is one, a :class:`FileStore` over
-    the same root if it is a plain :class:`state.storage.Store` (callers and tests that build
+    the same root if it is a plain :class:`state.files.store.Store` (callers and tests that build
     ``Store(path)`` keep working; both read and write the same files). Raises ``TypeError``
     for anything else."""
     if isinstance(store, TaskStore):
@@ -191,6 +191,6 @@ def open_store(url: Optional[str], state_dir: Optional[str]) -> Any:
     problem = store_url_problem(url)
     if problem is not None:
         raise Stopped(f"the store URL {problem}")
-    from workflow.postgres import PostgresStore  # psycopg: only when a URL asks for it
+    from state.postgres.store import PostgresStore  # psycopg: only when a URL asks for it
 
     return PostgresStore(url, root)

@@ -17,7 +17,7 @@ c. **a tool renamed in code after the save**: ``from_string`` accepts the state 
    (:func:`agent.publisher.drift`).
 
 The product side goes only through public functions: :func:`workflow.hitl.start`,
-:func:`workflow.hitl.resume` and :class:`state.storage.Store`. Its refusals are shown as the
+:func:`workflow.hitl.resume` and :class:`state.files.store.Store`. Its refusals are shown as the
 command line prints them (``STOPPED: …``, see ``run.py``). Imports the SDK (it runs it).
 """
 
@@ -39,8 +39,8 @@ from agent.publisher import AGENT_NAME, INSTRUCTIONS, build_agent, user_message
 from state import effects
 from state.errors import Stopped
 from state.integrity import compute_mac, load_key
-from state.storage import Store
-from tools.ledger import Ledger
+from state.files.store import Store
+from state.files.ledger import Ledger
 from tools.publish import TOOL_NAME, publish_draft
 from workflow import guards, hitl
 

@@ -1,0 +1,78 @@
+"""The records both stores keep beside the checkpoint: ledger entries and rejection records.
+
+One model each, shared by the file store (``state/files/``) and PostgreSQL (``state/postgres/``), so a
+record means the same wherever it is kept; each store decides only how it is written exclusively.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from state.schema import CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
+
+#: How :mod:`state.effects` names the creation of a rejection record.
+RECORDED = "rejection record written"
+
+
+class LedgerEntry(BaseModel):
+    """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
+    "published_at", "channel", "approval"}`` (``published_at`` ISO-8601 UTC).
+
+    ``idempotency_key`` is ``task_id`` (a one-channel task) or ``<task_id>#<channel>``
+    (:func:`state.schema.effect_key`). ``channel`` and ``approval`` (``"human"``: a person's
+    approval was on record; ``"not_needed"``: the approval rule let the call run without one, e.g.
+    the private ``preview`` channel) are optional: entries written before they existed lack them.
+    """
+
+    # defer_build: the validator is built on first use, so commands that never read the ledger
+    # (status, list) do not pay for it at startup (read-only commands stay fast).
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+
+    idempotency_key: str
+    task_id: str
+    action: Literal["publish_draft"]
+    title: str = Field(max_length=200)
+    content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    published_at: str = Field(min_length=1, max_length=40)
+    channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
+    approval: Optional[Literal["human", "not_needed"]] = None
+
+    @field_validator("task_id")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not valid_key(v):
+            raise ValueError("not an allowed key")
+        return v
+
+    @model_validator(mode="after")
+    def _key_is_task(self) -> "LedgerEntry":
+        # The key is the task ID, or the task ID and the channel (docs/several-calls.md): any other pairing was not ours.
+        if self.idempotency_key not in (self.task_id, f"{self.task_id}#{self.channel}"):
+            raise ValueError("idempotency_key and task_id differ (nor is it task_id#channel)")
+        # Entries written before channels existed have neither field; every later one has both.
+        if (self.channel is None) != (self.approval is None):
+            raise ValueError("channel and approval come together (or, in an older entry, neither)")
+        return self
+
+
+class RejectionRecord(BaseModel):
+    """One human reject, bound to the task and the draft it rejected."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    task_id: str
+    content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    call_id: str = Field(min_length=1, max_length=200)
+    by: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    at: str = Field(min_length=1, max_length=40)
+    reason: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
+    channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
+
+    @field_validator("task_id")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not valid_key(v):
+            raise ValueError("not an allowed key")
+        return v
