@@ -165,8 +165,8 @@ def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: 
     reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason, edit=kwargs.get("edit"))  # no SDK yet
     import asyncio  # with the SDK: only when a human actually decides
     from workflow import hitl
-    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
-                                   call_id=call_id, trace_content=bool(trace_content) or settings().trace_content, **kwargs))
+    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason, call_id=call_id,
+                                   trace_content=bool(trace_content) or settings().trace_content, **kwargs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         return _stopped(output.unexpected(exc))
     if result is not None:
         try:
-            output.print_result(args.command, result, args.json, getattr(args, "text_extra", None), vars(args).get("printer"))
+            output.print_result(args.command, result, args.json, getattr(args, "text_extra", None),
+                                vars(args).get("printer"))
             sys.stdout.flush()
         except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
             raise

@@ -5,7 +5,8 @@
 Builds a throw-away state dir with ``--tasks`` tasks (some completed, some cancelled, some
 waiting; started in-process so the setup is quick), then runs each read-only command ``--runs``
 times as a subprocess and prints the median, min and max wall time in ms next to the goal
-(goal <= 150 ms), and the median CPU time of the child (less sensitive to other load). Also prints ``python -c pass`` as the floor of any Python process here.
+(goal <= 150 ms), and the median CPU time of the child (less sensitive to other load).
+Also prints ``python -c pass`` as the floor of any Python process here.
 Numbers only; nothing is asserted (tests pin behaviour, not timing).
 """
 

@@ -58,20 +58,27 @@ def show(title: str, state: Path, *args: str) -> None:
     print(f"{title}\n  exit {code}: {line}\n")
 
 
-s = fresh(); p = checkpoint_file(s, "demo-001"); raw = p.read_bytes()
-i = raw.index(b'"title": "') + 10; p.write_bytes(raw[:i] + b"r" + raw[i + 1:])
+s = fresh()
+p = checkpoint_file(s, "demo-001")
+raw = p.read_bytes()
+i = raw.index(b'"title": "') + 10
+p.write_bytes(raw[:i] + b"r" + raw[i + 1:])
 show("one byte of the checkpoint edited", s, *APPROVE)
-s = fresh(); (s / "signing.key").unlink()
+s = fresh()
+(s / "signing.key").unlink()
 show("signing key missing", s, *APPROVE)
-s = fresh(); os.environ["HITL_SIGNING_KEY"] = "another-key-from-a-secret-store"
+s = fresh()
+os.environ["HITL_SIGNING_KEY"] = "another-key-from-a-secret-store"
 show("HITL_SIGNING_KEY differs from the key that signed", s, *APPROVE)
 del os.environ["HITL_SIGNING_KEY"]
-s = fresh(); cid = json.loads(checkpoint_file(s, "demo-001").read_text())["pending"][0]["call_id"]
+s = fresh()
+cid = json.loads(checkpoint_file(s, "demo-001").read_text())["pending"][0]["call_id"]
 resign(s, checkpoint_file(s, "demo-001"), rs(lambda r: r["context"].update(function_tool_approvals=[
     {"agent": {"name": "Publisher"}, "tool_key": "publish_draft", "decision": {"approved": [cid], "rejected": []}}])))
 show("approval injected into the RunState (re-signed)", s, *APPROVE)
 s = fresh()
-resign(s, checkpoint_file(s, "demo-001"), rs(lambda r: r["context"].update(approvals={"publish_draft": {"approved": True}})))
+resign(s, checkpoint_file(s, "demo-001"),
+       rs(lambda r: r["context"].update(approvals={"publish_draft": {"approved": True}})))
 show("blanket approval injected (re-signed)", s, *APPROVE)
 s = fresh()
 resign(s, checkpoint_file(s, "demo-001"), rs(lambda r: r["context"].update(
@@ -88,17 +95,23 @@ from workflow import hitl  # noqa: E402
 from agent import publisher  # noqa: E402
 
 real = hitl.build_agent
-for label, change in [("tool renamed in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], name="publish_post")])),
+for label, change in [("tool renamed in code",
+                       lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], name="publish_post")])),
                       ("agent renamed in code", lambda a: a.clone(name="Publisher2")),
-                      ("needs_approval dropped in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=False)])),
-                      ("a second tool named publish_draft", lambda a: a.clone(tools=[*a.tools, dataclasses.replace(a.tools[0], description="x")])),
-                      ("tool description changed in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], description="Publish anything.")]))]:
+                      ("needs_approval dropped in code",
+                       lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=False)])),
+                      ("a second tool named publish_draft",
+                       lambda a: a.clone(tools=[*a.tools, dataclasses.replace(a.tools[0], description="x")])),
+                      ("tool description changed in code",
+                       lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], description="Publish anything.")]))]:
     s = fresh()
     hitl.build_agent = lambda m, change=change: change(publisher.build_agent(m))
     show(label, s, *APPROVE)
     hitl.build_agent = real
-s = fresh(); os.environ["OPENAI_API_KEY"] = "sk-proj-abcdef0123456789"
-show("--by holding the API key", s, "resume", "--task", "demo-001", "--decision", "reject", "--by", "sk-proj-abcdef0123456789")
+s = fresh()
+os.environ["OPENAI_API_KEY"] = "sk-proj-abcdef0123456789"
+show("--by holding the API key", s,
+     "resume", "--task", "demo-001", "--decision", "reject", "--by", "sk-proj-abcdef0123456789")
 del os.environ["OPENAI_API_KEY"]
 s = fresh()
 resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(sdk_version="0.25.0"))
@@ -124,53 +137,90 @@ show("checkpoint copied under another task's name", s, "status", "--task", "demo
 s = fresh()
 resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(idempotency_key="demo-009"))
 show("envelope key differs from task_id (re-signed)", s, *APPROVE)
-s = fresh(approve=True); e = next((s / "ledger").glob("*.json"))
+s = fresh(approve=True)
+e = next((s / "ledger").glob("*.json"))
 e.write_text('{"idempotency_key": "demo-001", ', encoding="utf-8")
 show("ledger entry is not JSON", s, "ledger")
-s = fresh(approve=True); e = next((s / "ledger").glob("*.json"))
+s = fresh(approve=True)
+e = next((s / "ledger").glob("*.json"))
 e.write_text(e.read_text()[:-2] + ', "title": "x"}', encoding="utf-8")
 show("ledger entry with a duplicate key", s, *APPROVE)
-s = fresh(approve=True); e = next((s / "ledger").glob("*.json")); d = json.loads(e.read_text()); d["title"] = 7
+s = fresh(approve=True)
+e = next((s / "ledger").glob("*.json"))
+d = json.loads(e.read_text())
+d["title"] = 7
 e.write_text(json.dumps(d), encoding="utf-8")
 show("ledger entry of the wrong shape", s, "ledger")
-s = fresh(approve=True); e = next((s / "ledger").glob("*.json")); d = json.loads(e.read_text())
-d["content_sha256"] = "0" * 64; e.write_text(json.dumps(d), encoding="utf-8")
+s = fresh(approve=True)
+e = next((s / "ledger").glob("*.json"))
+d = json.loads(e.read_text())
+d["content_sha256"] = "0" * 64
+e.write_text(json.dumps(d), encoding="utf-8")
 show("ledger entry for other content", s, *APPROVE)
-s = fresh(approve=True); e = next((s / "ledger").glob("*.json")); e.rename(e.with_name("other--0123456789ab.json"))
+s = fresh(approve=True)
+e = next((s / "ledger").glob("*.json"))
+e.rename(e.with_name("other--0123456789ab.json"))
 show("ledger entry under another key's file name", s, "ledger")
-f = TMP / "a-file"; f.write_text("x")
+f = TMP / "a-file"
+f.write_text("x")
 show("state dir is a file", f, "list")
-s = TMP / "symlinked"; s.mkdir(); (TMP / "elsewhere").mkdir(); (s / "tasks").symlink_to(TMP / "elsewhere")
+s = TMP / "symlinked"
+s.mkdir()
+(TMP / "elsewhere").mkdir()
+(s / "tasks").symlink_to(TMP / "elsewhere")
 show("tasks/ is a symlink to a folder outside the state dir", s, "start", "--draft", "x")
-s = TMP / "trace-out"; s.mkdir(); (TMP / "elsewhere2").mkdir(); (s / "traces").symlink_to(TMP / "elsewhere2")
+s = TMP / "trace-out"
+s.mkdir()
+(TMP / "elsewhere2").mkdir()
+(s / "traces").symlink_to(TMP / "elsewhere2")
 show("traces/ is a symlink to a folder outside the state dir", s, "start", "--draft", "x")
 STEM = "demo-001--fd0d4cd12e2a"
-s = fresh(); t = s / "traces" / f"{STEM}.jsonl"; t.unlink(); t.symlink_to(TMP / "victim.txt")
+s = fresh()
+t = s / "traces" / f"{STEM}.jsonl"
+t.unlink()
+t.symlink_to(TMP / "victim.txt")
 show("trace file is a symlink (e.g. to a victim file)", s, *APPROVE)
-s = fresh(); os.mkfifo(s / "tasks" / "evil.json")
+s = fresh()
+os.mkfifo(s / "tasks" / "evil.json")
 show("a FIFO among the checkpoints", s, "list")
-s = fresh(); (s / "ledger").mkdir(); os.mkfifo(s / "ledger" / f"{STEM}.json")
+s = fresh()
+(s / "ledger").mkdir()
+os.mkfifo(s / "ledger" / f"{STEM}.json")
 show("a FIFO as the task's ledger entry", s, *APPROVE)
-s = fresh(); t = s / "traces" / f"{STEM}.jsonl"; t.unlink(); os.mkfifo(t)
+s = fresh()
+t = s / "traces" / f"{STEM}.jsonl"
+t.unlink()
+os.mkfifo(t)
 show("a FIFO as the task's trace file (show)", s, "show", "--task", "demo-001")
-s = fresh(); (s / "ledger").mkdir(); (s / "ledger" / f"{STEM}.json").symlink_to(TMP / "nowhere.json")
+s = fresh()
+(s / "ledger").mkdir()
+(s / "ledger" / f"{STEM}.json").symlink_to(TMP / "nowhere.json")
 show("a dangling symlink as the task's ledger entry", s, *APPROVE)
-s = fresh(); (s / "signing.key").unlink()
+s = fresh()
+(s / "signing.key").unlink()
 show("signing key missing while checkpoints exist (start)", s, "start", "--key", "demo-002", "--draft", "x")
 if hasattr(os, "geteuid"):  # POSIX ownership and modes (docs/threat-model.md)
-    s = fresh(); (s / "tasks").chmod(0o777)
+    s = fresh()
+    (s / "tasks").chmod(0o777)
     show("tasks/ writable by group or others", s, *APPROVE)
-    s = fresh(); (s / "signing.key").chmod(0o644)
+    s = fresh()
+    (s / "signing.key").chmod(0o644)
     show("signing.key readable by group or others", s, "status", "--task", "demo-001")
-    s = fresh(); (s / "state.id").chmod(0o666)
+    s = fresh()
+    (s / "state.id").chmod(0o666)
     show("state.id writable by group or others", s, "status", "--task", "demo-001")
     if os.geteuid() == 0:
-        s = fresh(); os.chown(s / "signing.key", 12345, -1)
+        s = fresh()
+        os.chown(s / "signing.key", 12345, -1)
         show("signing.key owned by another user", s, *APPROVE)
-    shared = TMP / "shared"; shared.mkdir(); shared.chmod(0o777)
+    shared = TMP / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
     show("the state dir's parent is world-writable without the sticky bit", shared / "state", "list")
 os.environ["HITL_SIGNING_KEY"] = "a-key-shared-by-two-state-dirs"
-a = fresh(); b = fresh(); shutil.copyfile(checkpoint_file(a, "demo-001"), checkpoint_file(b, "demo-002"))
+a = fresh()
+b = fresh()
+shutil.copyfile(checkpoint_file(a, "demo-001"), checkpoint_file(b, "demo-002"))
 shutil.copyfile(checkpoint_file(a, "demo-001"), checkpoint_file(b, "demo-001"))
 show("checkpoint copied from another state dir (shared HITL_SIGNING_KEY)", b, *APPROVE)
 (a / "state.id").unlink()

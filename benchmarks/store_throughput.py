@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count()
     print(f"{args.tasks} tasks started and approved (offline model), {cores} cores, "
           f"database server on this machine")
-    head = f"| workers | " + " | ".join(f"{k} tasks/s | {k} CPU ms/task | {k} cores busy"
+    head = "| workers | " + " | ".join(f"{k} tasks/s | {k} CPU ms/task | {k} cores busy"
                                         for k in kinds) + " |"
     print(head)
     print("|---:|" + "---:|---:|---:|" * len(kinds))

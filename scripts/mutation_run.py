@@ -202,7 +202,8 @@ MUTANTS: list[Mutant] = [
     m("sdk-minor-ignored", GUARDS, 'if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:',
       "if False:", FAIL_CLOSED),
     m("reject-after-effect", GUARDS,
-      "                if evidence.ledger_get(key) is not None:\n                    raise Stopped(refusal(\"executed\"",
+      "                if evidence.ledger_get(key) is not None:\n"
+      "                    raise Stopped(refusal(\"executed\"",
       "                if False:\n                    raise Stopped(refusal(\"executed\"", "tests/test_lost_lock.py"),
     m("reject-without-record", GUARDS,
       '            if _makes_record(cp, r):\n                if evidence.rejection_record(',
@@ -232,7 +233,8 @@ MUTANTS: list[Mutant] = [
       "if call_id not in {c for c, _ in recorded}:", FAIL_CLOSED),
     m("edits-as-approval-in-run-state", TRUST,
       'recorded = {(d.call_id, "rejected" if d.edits else d.decision) for d in cp.decisions}',
-      'recorded = {(d.call_id, k) for d in cp.decisions for k in ({d.decision, "rejected"} if d.edits else {d.decision})}',
+      'recorded = {(d.call_id, k) for d in cp.decisions'
+      ' for k in ({d.decision, "rejected"} if d.edits else {d.decision})}',
       "tests/test_edits.py"),
     m("blanket-approval-accepted", TRUST,
       "            if not isinstance(ids, list):\n                raise Stopped(",

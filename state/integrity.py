@@ -8,7 +8,8 @@ match (fail closed).
 Key: env ``HITL_SIGNING_KEY`` (its UTF-8 bytes exactly as given) if set; otherwise a random
 32-byte key created on first use at ``<state dir>/signing.key`` with owner-only permissions where the
 OS supports them. "First use" means the state dir holds no checkpoint yet: a missing key next to
-existing checkpoints is refused, never replaced (every checkpoint would become unreadable). The key is never written into a checkpoint, the ledger, a trace or a log.
+existing checkpoints is refused, never replaced (every checkpoint would become unreadable).
+The key is never written into a checkpoint, the ledger, a trace or a log.
 
 Strength: one rule for both sources (:func:`check_key_bytes`): at least :data:`MIN_KEY_BYTES` bytes
 and not only whitespace. For the env var the bytes are the UTF-8 encoding of the value exactly as

@@ -257,7 +257,7 @@ def open_regular(path: Path, what: str, flags: int = os.O_RDONLY, mode: int = 0o
         fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | getattr(os, "O_BINARY", 0), mode)
     except FileNotFoundError:
         raise
-    except OSError as exc:
+    except OSError:
         try:  # ELOOP (Linux, macOS) / EMLINK (FreeBSD) from O_NOFOLLOW, ENXIO from a FIFO, EISDIR …
             st_mode = os.lstat(path).st_mode
         except OSError:

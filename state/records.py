@@ -48,7 +48,8 @@ class LedgerEntry(BaseModel):
 
     @model_validator(mode="after")
     def _key_is_task(self) -> "LedgerEntry":
-        # The key is the task ID, or the task ID and the channel (docs/several-calls.md): any other pairing was not ours.
+        # The key is the task ID, or the task ID and the channel (docs/several-calls.md):
+        # any other pairing was not ours.
         if self.idempotency_key not in (self.task_id, f"{self.task_id}#{self.channel}"):
             raise ValueError("idempotency_key and task_id differ (nor is it task_id#channel)")
         # Entries written before channels existed have neither field; every later one has both.

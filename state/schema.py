@@ -392,7 +392,8 @@ class Checkpoint(_Strict):
     verbatim); ``history``; ``created_at``/``updated_at`` (ISO-8601 UTC); ``model``
     (:class:`ModelSpec`), ``budget`` (:class:`Budget`) and ``spend`` (:class:`Spend`);
     ``expires_at`` (null when nothing is pending) and ``approval_ttl_s`` (approval expiry). All of
-    these are required: a file missing one is refused, never filled in with a default. ``state_id`` (the state dir it belongs to, see :mod:`state.state_id`; null in
+    these are required: a file missing one is refused, never filled in with a default.
+    ``state_id`` (the state dir it belongs to, see :mod:`state.state_id`; null in
     files written before it); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
     """
 

@@ -171,7 +171,8 @@ def redact(value: Any, classify: Callable[[Path_], Kind | None], *, what: str,
     searched). ``closed_keys``: object keys are never altered outside open fields (the keys of our
     records are their schema's field names; the RunState's are the SDK's field names, agent names
     from our code, and call IDs that also appear as open ``call_id`` values); a key in an open field
-    holding a secret raises, and a closed field's own key is never altered. Returns ``value`` itself (same object) when nothing needed redacting.
+    holding a secret raises, and a closed field's own key is never altered. Returns ``value``
+    itself (same object) when nothing needed redacting.
 
     Raises :class:`SecretInStructure` (a :class:`Stopped`) naming ``what``, the field and the
     variable, never the value.

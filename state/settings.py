@@ -352,7 +352,8 @@ def check_environment() -> Settings:
     """Validate every variable the commands read (:func:`settings`), that ``HITL_NOW`` is not
     before the wall clock (a test seam may only make checks stricter: a deadline passes sooner,
     never later) and that ``HITL_SIGNING_KEY`` is strong enough to sign with
-    (:attr:`Settings.signing_key_bytes`). Raises :class:`Stopped` naming the first bad one; returns the settings. Touches
+    (:attr:`Settings.signing_key_bytes`). Raises :class:`Stopped` naming the first bad one;
+    returns the settings. Touches
     no file. ``run.py`` calls it before every command."""
     found = settings()
     if found.now is not None and found.now < datetime.now(timezone.utc):

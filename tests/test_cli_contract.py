@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 
 import pytest
@@ -125,7 +124,7 @@ def test_reject_reason_reaches_model_verbatim(state_dir):
 
 def test_new_interruption_after_resume_waits_again(state_dir):
     """If the resumed run stops at a new approval request, the task waits again with that call."""
-    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+    from agents.testing import ModelStep, ScriptedModel, function_call
 
     from agent.models import offline_responder
     from state.files.store import Store

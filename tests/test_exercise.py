@@ -41,8 +41,8 @@ def _blocks() -> list[tuple[str, str]]:
 
 def _apply_diff(text: str, diff: str) -> str:
     lines = diff.rstrip("\n").split("\n")
-    old = "\n".join(l[1:] for l in lines if l[:1] in (" ", "-"))
-    new = "\n".join(l[1:] for l in lines if l[:1] in (" ", "+"))
+    old = "\n".join(line[1:] for line in lines if line[:1] in (" ", "-"))
+    new = "\n".join(line[1:] for line in lines if line[:1] in (" ", "+"))
     assert text.count(old) == 1, f"the page's diff does not apply to agent/publisher.py:\n{old}"
     return text.replace(old, new)
 

@@ -227,8 +227,11 @@ def test_fuzz_raw_checkpoint_bytes(base, data):
 # -- structured, re-signed checkpoint mutations --------------------------------------------------
 
 _TEXT = st.text(min_size=1, max_size=12)
-_JSON_SCALAR = st.one_of(st.integers(-3, 3), st.booleans(), st.text(max_size=6), st.floats(allow_nan=False, allow_infinity=False))
-_JSON = st.recursive(_JSON_SCALAR | st.none(), lambda c: st.lists(c, max_size=2) | st.dictionaries(st.text(max_size=4), c, max_size=2), max_leaves=4)
+_JSON_SCALAR = st.one_of(st.integers(-3, 3), st.booleans(), st.text(max_size=6),
+                         st.floats(allow_nan=False, allow_infinity=False))
+_JSON = st.recursive(_JSON_SCALAR | st.none(),
+                     lambda c: st.lists(c, max_size=2) | st.dictionaries(st.text(max_size=4), c, max_size=2),
+                     max_leaves=4)
 
 
 def _rs(mutate: Callable[[dict], None]) -> Callable[[dict], None]:
@@ -247,7 +250,6 @@ def _json_type(v: Any) -> str:
 @st.composite
 def resigned(draw, cp: dict) -> tuple[str, Callable[[dict], None], bool]:
     """(description, mutate(envelope dict), harmless_for_reject_on_cancelled)."""
-    rs = json.loads(cp["run_state"])
     call_id = cp["pending"][0]["call_id"]
     kind = draw(st.sampled_from([
         "inject_approval", "swap_call_id", "swap_arguments", "schema_version", "rs_schema_version",
@@ -281,7 +283,8 @@ def resigned(draw, cp: dict) -> tuple[str, Callable[[dict], None], bool]:
         if kind == "swap_call_id":
             new = "call_" + draw(st.text(alphabet="abcdef0123456789", min_size=1, max_size=16))
             if where == "pending":
-                m = lambda d: d["pending"][0].update(call_id=new)
+                def m(d):
+                    d["pending"][0].update(call_id=new)
             elif where == "interruption":
                 m = _rs(lambda r: r["current_step"]["data"]["interruptions"][0]["raw_item"].update(call_id=new))
             else:
@@ -290,12 +293,14 @@ def resigned(draw, cp: dict) -> tuple[str, Callable[[dict], None], bool]:
         field = draw(st.sampled_from(["title", "body"]))
         new = draw(_TEXT.filter(lambda t: t != cp["pending"][0]["arguments"][field]))
         if where == "pending":
-            m = lambda d: d["pending"][0]["arguments"].update({field: new})
+            def m(d):
+                d["pending"][0]["arguments"].update({field: new})
         else:
             def m(d, where=where):
                 def edit(r):
                     items = [r["current_step"]["data"]["interruptions"][0]] if where == "interruption" else [
-                        i for i in r["generated_items"] + r["session_items"] + r["current_step"]["data"]["interruptions"]]
+                        i for i in r["generated_items"] + r["session_items"]
+                        + r["current_step"]["data"]["interruptions"]]
                     for item in items:
                         args = json.loads(item["raw_item"]["arguments"])
                         args[field] = new

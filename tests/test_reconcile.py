@@ -84,7 +84,8 @@ def _build(cli, state_dir: Path, ev: Evidence) -> None:
 
     decision = None if ev.decided is None else Decision(
         decision=ev.decided, by="tester", at=clock.now_iso(), reason=None, call_id=call["call_id"],
-        tool=call["tool"], arguments_sha256=arguments_sha256(call["arguments"]), channel="blog", always=False, source="human")
+        tool=call["tool"], arguments_sha256=arguments_sha256(call["arguments"]), channel="blog", always=False,
+        source="human")
     rec = decision.model_dump(mode="json") if decision else None
     resign(state_dir, path, lambda d: d.update(status=ev.status, decision=rec,
                                                decisions=[rec] if rec else []))
@@ -94,10 +95,13 @@ def _build(cli, state_dir: Path, ev: Evidence) -> None:
     if ev.rejection:
         rejections.record(store, KEY, cp["content_sha256"], decision if ev.decided == "rejected" else Decision(
             decision="rejected", by="tester", at=clock.now_iso(), reason=None, call_id=call["call_id"],
-            tool=call["tool"], arguments_sha256=arguments_sha256(call["arguments"]), channel="blog", always=False, source="human"))
+            tool=call["tool"], arguments_sha256=arguments_sha256(call["arguments"]), channel="blog", always=False,
+            source="human"))
 
 
-PHRASES = {"conflict": "disagree", "inconsistent": "but records the decision", "contradiction": "evidence says otherwise", "no_entry": "has no entry",
+PHRASES = {"conflict": "disagree", "inconsistent": "but records the decision",
+           "contradiction": "evidence says otherwise",
+           "no_entry": "has no entry",
            "executed": "executed", "rejected": "rejected", "decided": "already recorded",
            "expired": "expired"}
 

@@ -13,7 +13,6 @@ exFAT, some synced folders), refused up front with one line and nothing left on 
 from __future__ import annotations
 
 import errno
-import json
 import os
 from pathlib import Path
 

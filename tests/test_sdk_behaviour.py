@@ -53,7 +53,8 @@ def test_sdk_from_string_rebuilds_interruptions_and_context_override_wins():
     text = result.to_state().to_string()
     state = asyncio.run(RunState.from_string(agent, text, context_override={"who": "override"}))
     items = state.get_interruptions()
-    assert [(i.name, i.call_id, json.loads(i.arguments)) for i in items] == [("probe_tool", "c1", {"title": "T", "body": "B"})]
+    assert [(i.name, i.call_id, json.loads(i.arguments)) for i in items] == [
+        ("probe_tool", "c1", {"title": "T", "body": "B"})]
     state.approve(items[0])
     asyncio.run(Runner.run(agent, state))
     assert CALLS == ["override"]

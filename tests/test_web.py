@@ -286,8 +286,6 @@ def test_hitl_resume_checks_the_expected_revision_under_the_lock(task, state_dir
     after the load under the lock refuses, and nothing is decided."""
     from workflow import hitl
 
-    path = checkpoint_file(state_dir, task)
-
     class RacingStore(FileStore):
         @contextmanager
         def task_lock(self, task_id):

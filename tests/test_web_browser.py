@@ -114,7 +114,7 @@ def page(browser, server):
 
 def _task_page(page, server, key):
     page.goto(f"{server.base}/task/{key}")
-    return page.locator(f'section.call').first
+    return page.locator('section.call').first
 
 
 def _press(call, page, button: str) -> None:

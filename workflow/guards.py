@@ -118,7 +118,8 @@ def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str
     seen: set[Any] = set()
     for call in pending:
         if call["tool"] != ACTION:
-            raise Stopped(f"the agent asked for tool {str(call['tool'])[:40]!r}, not {ACTION}: {ONLY_ACTION}; nothing saved")
+            raise Stopped(f"the agent asked for tool {str(call['tool'])[:40]!r}, not {ACTION}: {ONLY_ACTION}; "
+                          "nothing saved")
         if not carries_the_draft(call["arguments"], sha, channels):
             raise Stopped(
                 f"the agent's {ACTION} call does not carry the draft as given on one of the task's "
@@ -306,8 +307,8 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
     undo), then checks that call's ledger entry again: an approval that ran meanwhile (a lost
     lock) wins, since an executed action is never cancelled. A reject of a call on a channel an
     earlier approved call already published (:func:`workflow.reconcile.ran_before`: the model
-    asked again) makes no rejection record: the entry is that call's, nothing is undone. If this decision cannot be recorded
-    (the ledger has the entry, or another process wrote the checkpoint first), the records this
+    asked again) makes no rejection record: the entry is that call's, nothing is undone. If this decision
+    cannot be recorded (the ledger has the entry, or another process wrote the checkpoint first), the records this
     call created are removed again, so a refused command leaves nothing behind. Raises
     :class:`Stopped`.
     """

@@ -17,10 +17,10 @@ step  SDK (docs: "Human-in-the-loop")                here
 ====  =============================================  =========================================
 
 Several calls in one turn (one per channel) pause together; each is decided on its own and the
-run pauses again on the rest (``workflow/calls.py``). Every other line is a guard, each one named call (``workflow/guards.py``, ``workflow/reconcile.py``,
-``state/``). Write order: the decision is recorded before any effect, the tool writes the ledger
-entry (the effect), the outcome is written last; each write is atomic and a compare-and-swap on the
-revision read. What a crash between any two writes leaves, and what the next command does:
+run pauses again on the rest (``workflow/calls.py``). Every other line is a guard, each one named call
+(``workflow/guards.py``, ``workflow/reconcile.py``, ``state/``). Write order: the decision is recorded before any
+effect, the tool writes the ledger entry (the effect), the outcome is written last; each write is atomic and a
+compare-and-swap on the revision read. What a crash between any two writes leaves, and what the next command does:
 docs/crash-safety.md. What each command may do with a task: docs/decision-table.md.
 """
 
@@ -64,10 +64,10 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     ``budget`` the task's budget (default :func:`workflow.budget.make_budget`); the approval request
     is valid for ``expires_in_s`` seconds; traces go to the task's trace file (``trace_content``:
     unredacted bodies; ``on_event``: stream the run, :mod:`workflow.streaming`); ``channels``
-    (default ``["blog"]``) are where the draft goes, one call and one effect each. The same key with the same title, draft and channels returns the saved task without
-    calling the model. Raises :class:`Stopped`, with nothing saved, if the key is taken (another
-    draft, a ledger entry, a rejection record), if the agent did not ask to publish exactly this
-    draft, if the API key is missing, if the budget cannot pay, or if the provider fails.
+    (default ``["blog"]``) are where the draft goes, one call and one effect each. The same key with the same title,
+    draft and channels returns the saved task without calling the model. Raises :class:`Stopped`, with nothing saved,
+    if the key is taken (another draft, a ledger entry, a rejection record), if the agent did not ask to publish
+    exactly this draft, if the API key is missing, if the budget cannot pay, or if the provider fails.
     """
     for what, value in (("the task ID", task_id), ("the title", title), ("the draft", draft)):
         secrets.check_input(what, value)  # before the model sees it, before any file is written

@@ -94,8 +94,8 @@ class Ledger:
                 **({"approval": approval} if approval is not None else {}),
             )
             # never a key on disk: a title holding one becomes "[redacted]" (state.secrets)
-            record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER, what=f"ledger entry of key {key!r}",
-                                closed_keys=True)
+            record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER,
+                                    what=f"ledger entry of key {key!r}", closed_keys=True)
             entry = LedgerEntry.model_validate(record)
             data = (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode()
             if create_exclusive(self.path_for(key), data, owner=file_name(key),

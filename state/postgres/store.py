@@ -19,7 +19,8 @@ Exactly once by transactions: a checkpoint write is ``UPDATE … WHERE task_id =
 with its ``history`` row in the same transaction; a ledger entry or rejection record is
 ``INSERT … ON CONFLICT DO NOTHING`` and then read back and compared. The per-task lock is a
 session-level ``pg_advisory_lock`` on a connection of its own (never the data connection), which
-the server releases when the holder's session ends (a killed process included). Write order and what a crash between any two
+the server releases when the holder's session ends (a killed process included).
+Write order and what a crash between any two
 statements leaves: docs/postgres.md.
 
 The URL (with its password) lives only in this object: never in a checkpoint, the run context

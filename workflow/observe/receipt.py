@@ -407,7 +407,8 @@ def receipt_text(r: dict[str, Any]) -> str:
     for e in a.get("edits", []):
         from workflow.edits import diff_lines
 
-        lines.append(f"  approved with edits by {one_line(e['by'])} at {one_line(e['at'])} (call_id={one_line(e['call_id'])}): "
+        lines.append(f"  approved with edits by {one_line(e['by'])} at {one_line(e['at'])} "
+                     f"(call_id={one_line(e['call_id'])}): "
                      "original vs approved")
         lines.extend(f"    {line}" for line in diff_lines(e))
     lines.append(f"checkpoint: revision {c['revision']}, schema_version {c['schema_version']}, "

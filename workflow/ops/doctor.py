@@ -1,6 +1,7 @@
 """``run.py doctor``: check every task against the ledger; repair only what is provable. No SDK.
 
-What it reads: every checkpoint (the newest revision file of each task in ``tasks/``), every ledger entry (``ledger/*.json``), the lock
+What it reads: every checkpoint (the newest revision file of each task in ``tasks/``), every ledger
+entry (``ledger/*.json``), the lock
 files (``locks/*.lock``) and temp files (``.tmp-*.part``) of the state dir. Each task is checked
 under its own lock (taken without waiting), so a task a live process is working on is reported as
 ``busy`` instead of as a half-finished write.
@@ -41,7 +42,8 @@ Repairs (``--repair``): deleting ``leftover_temp`` files, and clearing (to 0 byt
 lock) older revision files that a crash left whole between a write and its cleanup (nobody reads
 them: ``state.files.store``). Every write of a task's files
 happens under that task's lock (``locks/<owner>.lock``; the signing key under
-``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose owner's lock doctor holds belongs to no live
+``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose
+owner's lock doctor holds belongs to no live
 process: deleting it is provably safe. Nothing else is repaired: marking a task completed needs a
 new signed checkpoint carrying the finished RunState, which only ``resume`` (with the SDK) can
 produce from the ledger entry; everything else needs a human.
