@@ -11,10 +11,11 @@ as :class:`~state.errors.Stopped` by the field's validator when :func:`settings`
 ``run.py`` calls :func:`check_environment` first thing, before any file is touched; it adds the one
 rule that depends on the wall clock (``HITL_NOW`` only moves the clock forward).
 
-The object is a ``pydantic-settings`` ``BaseSettings``: the library reads ``os.environ`` (by each
-field's alias, case-sensitive, no ``.env`` file), our validators judge each raw value. Importing it
-costs every command some tens of milliseconds more than a plain pydantic model would; measured
-by ``benchmarks/cli_timing.py``.
+The object is a plain pydantic model: :func:`settings` hands it the raw value of each variable that
+is set (looked up by the field's alias, case-sensitive; no ``.env`` file) and our validators judge
+each one. That lookup is all ``pydantic-settings`` did here, and importing it cost every command
+about 60 ms of CPU (``asyncio``, ``dotenv`` and its cloud sources come with it), a third of a
+read-only command (``benchmarks/cli_timing.py``).
 
 Never imports the SDK; imports only :mod:`state.errors` and :mod:`state.timestamps` of ours.
 """
@@ -26,8 +27,7 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .errors import Stopped
 from .timestamps import parse_iso
@@ -136,16 +136,15 @@ def _doc(type_: str, unit: str, default: str, does: str, refused: str) -> dict[s
                                                        "refused": refused}}
 
 
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """The environment this program runs in, validated (one field per variable; the alias is the
     variable's name). Frozen. Secrets (``signing_key``, ``openai_api_key``) are left out of
     ``repr``. Build it with :func:`settings`, not directly."""
 
     # Each field is read from the variable named by its alias, exactly (case-sensitive); values are
     # handed raw (strings, empty included) to the validators below, which say what is refused.
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=True,
-                                      populate_by_name=False, env_file=None, env_ignore_empty=False,
-                                      env_parse_none_str=None, validate_default=False)
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=False,
+                              validate_default=False)
 
     # The order of the fields is the order of validation: the first bad variable is the one named.
     lock_timeout: float = Field(DEFAULT_LOCK_TIMEOUT_S, alias="HITL_LOCK_TIMEOUT", ge=0,
@@ -343,7 +342,8 @@ def settings() -> Settings:
     last = _last
     if last is not None and last[0] == raw:
         return last[1]
-    made = Settings()
+    made = Settings.model_validate({name: value for name, value in zip(VARIABLES, raw)
+                                    if value is not None})
     _last = (raw, made)
     return made
 

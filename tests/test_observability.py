@@ -522,6 +522,28 @@ def test_read_only_command_never_imports_the_sdk(cli, state_dir, argv):
     assert out.stdout.strip().splitlines()[-1] == "RESULT 0 []", out.stdout + out.stderr
 
 
+#: Packages a read-only command has no use for, each costing it tens of ms of CPU to import:
+#: the SDK's HTTP stack, asyncio, the web and PostgreSQL extras, and pydantic-settings (the
+#: settings are a plain pydantic model fed from ``os.environ``: ``state/settings.py``).
+HEAVY_FOR_READS = ("agents", "openai", "httpx", "asyncio", "pydantic_settings", "dotenv", "jinja2",
+                   "starlette", "psycopg")
+
+
+def test_read_only_commands_import_no_heavy_package(cli, state_dir):
+    """Every read-only command, run one after the other in one fresh Python, succeeds and leaves
+    none of :data:`HEAVY_FOR_READS` in ``sys.modules`` (what ``benchmarks/cli_timing.py`` times)."""
+    _start(cli, key="s-1")
+    cli("resume", "--task", "s-1", "--decision", "approve")
+    code = ("import contextlib, io, sys, run\n"
+            f"for argv in {READ_ONLY_COMMANDS!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"        rc = run.main(['--state-dir', {str(state_dir)!r}, *argv])\n"
+            f"    print('RESULT', rc, sorted(m for m in {HEAVY_FOR_READS!r} if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    assert out.stdout.splitlines() == ["RESULT 0 []"] * len(READ_ONLY_COMMANDS), out.stdout + out.stderr
+
+
 def test_list_with_an_unreadable_checkpoint_names_it_and_points_to_doctor(cli, state_dir):
     """Fail closed, but not a dead end: the good task is listed, the STOPPED line names the bad
     file and the way on (exit 1)."""
