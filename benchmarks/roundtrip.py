@@ -193,6 +193,8 @@ class Steps:
         for target, attr, name in STEP_TABLE:
             mod_name, _, cls_name = target.partition(":")
             owner = importlib.import_module(mod_name)
+            if not hasattr(getattr(owner, cls_name) if cls_name else owner, attr):
+                continue  # a step this version of the code does not have
             if cls_name:
                 self.wrap_method(getattr(owner, cls_name), attr, name)
             else:
@@ -253,6 +255,7 @@ STEP_TABLE: list[tuple[str, str, str]] = [
     ("agent.publisher", "describe", "agent: check and fingerprint (describe, drift)"),
     ("agent.publisher", "drift", "agent: check and fingerprint (describe, drift)"),
     ("state.settings", "settings", "settings (the environment read again each call)"),
+    ("state.settings", "values", "settings (the environment read again each call)"),
     ("state.integrity", "compute_mac", "MAC (canonical JSON + HMAC-SHA256)"),
     ("state.schema:Checkpoint", "model_validate", "validation (pydantic, defaults check)"),
     ("state.storage", "_first_defaulted", "validation (pydantic, defaults check)"),
