@@ -363,7 +363,7 @@ def values(*names: str) -> tuple[Any, ...]:
     reading only their variables again: when each is as :func:`settings` last read it, the fields
     of that object (each field depends on its own variable only: every validator is per field);
     else :func:`settings` builds the object anew, raising :class:`Stopped` for the first bad
-    variable. For hot paths (a failpoint at every durable write, the secrets of every trace record):
+    variable (a variable it does not read is judged where it is read). For hot paths (a failpoint at every durable write, the secrets of every trace record):
     a lookup of a variable that is unset costs about 1 µs, and :func:`settings` makes 13."""
     last = _last
     if last is not None:
