@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 
-from state.settings import settings
+from state.settings import values
 
 FAILPOINT_ENV = "HITL_FAILPOINT"
 FAILPOINT_LOG_ENV = "HITL_FAILPOINT_LOG"
@@ -28,12 +28,12 @@ CRASH_EXIT_CODE = 86
 
 def hit(name: str) -> None:
     """Record ``name`` if logging is on; end the process if ``name`` is the armed failpoint."""
-    found = settings()
-    if found.failpoint_log:
-        with open(found.failpoint_log, "a", encoding="utf-8") as fh:
+    log, armed, action = values("failpoint_log", "failpoint", "failpoint_action")
+    if log:
+        with open(log, "a", encoding="utf-8") as fh:
             fh.write(name + "\n")
-    if found.failpoint == name:
-        if found.failpoint_action == "hang":
+    if armed == name:
+        if action == "hang":
             while True:  # until killed
                 time.sleep(3600)
         os._exit(CRASH_EXIT_CODE)

@@ -37,7 +37,7 @@ import json
 from typing import Any, Callable, Iterable, Literal
 
 from state.errors import Stopped
-from state.settings import SECRET_ENVS, settings  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
+from state.settings import SECRET_ENVS, secret_pairs  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
 
 REDACTED = "[redacted]"
 #: Secrets shorter than this are not searched for in stored records and input (see module doc).
@@ -52,7 +52,7 @@ def named(min_chars: int = 1) -> list[tuple[str, str]]:
     stripped, as ``agent.models`` sends the API key) of at least ``min_chars`` characters, longest
     first."""
     found: dict[str, str] = {}
-    for name, value in settings().secrets:
+    for name, value in secret_pairs():
         for v in (value, value.strip()):
             if len(v) >= max(min_chars, 1):
                 found.setdefault(v, name)

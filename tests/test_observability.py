@@ -522,6 +522,43 @@ def test_read_only_command_never_imports_the_sdk(cli, state_dir, argv):
     assert out.stdout.strip().splitlines()[-1] == "RESULT 0 []", out.stdout + out.stderr
 
 
+#: Packages a read-only command has no use for, each costing it tens of ms of CPU to import:
+#: the SDK's HTTP stack, the web and PostgreSQL extras. (pydantic-settings, which brings asyncio
+#: and dotenv, is paid on purpose: the settings are its ``BaseSettings``, ``state/settings.py``.)
+HEAVY_FOR_READS = ("agents", "openai", "httpx", "jinja2", "starlette", "psycopg")
+
+
+def test_read_only_commands_import_no_heavy_package(cli, state_dir):
+    """Every read-only command, run one after the other in one fresh Python, succeeds and leaves
+    none of :data:`HEAVY_FOR_READS` in ``sys.modules`` (what ``benchmarks/cli_timing.py`` times)."""
+    _start(cli, key="s-1")
+    cli("resume", "--task", "s-1", "--decision", "approve")
+    code = ("import contextlib, io, sys, run\n"
+            f"for argv in {READ_ONLY_COMMANDS!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"        rc = run.main(['--state-dir', {str(state_dir)!r}, *argv])\n"
+            f"    print('RESULT', rc, sorted(m for m in {HEAVY_FOR_READS!r} if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    assert out.stdout.splitlines() == ["RESULT 0 []"] * len(READ_ONLY_COMMANDS), out.stdout + out.stderr
+
+
+def test_a_command_process_freezes_what_is_alive_before_it_exits(cli, state_dir):
+    """``run.py``'s entry point, after a command that succeeded and printed, hands every live object
+    to ``gc.freeze`` (Python's collections at exit would walk them all: about a fifth of the CPU of
+    a read-only command); the output and the exit code are those of ``main``."""
+    _start(cli, key="s-1")
+    code = ("import gc, sys, run\n"
+            f"sys.argv = ['run.py', '--state-dir', {str(state_dir)!r}, 'status', '--task', 's-1']\n"
+            "rc = run._entry_point()\n"
+            "print('RESULT', rc, gc.get_freeze_count() > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "RESULT 0 True", out.stdout + out.stderr
+    assert any(line.startswith("task s-1: waiting_for_approval") for line in lines), out.stdout
+
+
 def test_list_with_an_unreadable_checkpoint_names_it_and_points_to_doctor(cli, state_dir):
     """Fail closed, but not a dead end: the good task is listed, the STOPPED line names the bad
     file and the way on (exit 1)."""

@@ -73,6 +73,57 @@ def test_settings_follow_the_environment_between_calls(monkeypatch):
     assert settings().lock_timeout == 10.0
 
 
+def test_values_follow_the_environment_at_once_and_refuse_a_bad_variable_they_read(monkeypatch):
+    """``values(*names)``: the fields of the one settings object, each variable read again on
+    every call; a changed one rebuilds the object (so a bad value among them is refused as
+    :func:`settings` refuses it, on every call)."""
+    from state.settings import secret_pairs, values
+
+    monkeypatch.delenv("HITL_FAILPOINT", raising=False)
+    assert values("failpoint", "lock_timeout") == (None, settings().lock_timeout)
+    monkeypatch.setenv("HITL_FAILPOINT", "ledger:record:before")
+    assert values("failpoint") == ("ledger:record:before",)
+    monkeypatch.setenv("HITL_STORE_URL", "postgresql://u:pw-123456@h/db")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-" + "k" * 20)
+    assert secret_pairs() == settings().secrets
+    assert ("HITL_STORE_URL", "pw-123456") in secret_pairs()
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "abc")
+    for _ in range(2):
+        with pytest.raises(Stopped, match="HITL_LOCK_TIMEOUT='abc' is not a number"):
+            values("lock_timeout")
+    monkeypatch.delenv("HITL_LOCK_TIMEOUT")
+    monkeypatch.setenv("HITL_STORE_URL", "mysql://x")
+    with pytest.raises(Stopped, match="HITL_STORE_URL is not a postgresql:// URL"):
+        secret_pairs()
+
+
+class _CountingEnviron(dict):
+    """A stand-in for ``os.environ`` that counts the lookups of ``HITL_*``/``OPENAI_*`` names."""
+
+    lookups = 0
+
+    def get(self, key, default=None):
+        if key.startswith(("HITL_", "OPENAI_")):
+            type(self).lookups += 1
+        return super().get(key, default)
+
+
+def test_a_failpoint_and_the_secrets_read_only_their_own_variables(monkeypatch):
+    """A failpoint is passed at every durable write and the secrets are read for every trace
+    record, about 80 times a round trip: each reads its three variables, not all 13 (every
+    lookup of an unset variable costs about 1 µs; ``benchmarks/roundtrip.py --profile``)."""
+    import os
+
+    from state import failpoints, secrets
+
+    monkeypatch.setattr(os, "environ", _CountingEnviron(os.environ))
+    settings()  # the object the calls below compare against
+    for read in (lambda: failpoints.hit("probe:before"), lambda: secrets.named(1)):
+        _CountingEnviron.lookups = 0
+        read()
+        assert _CountingEnviron.lookups == 3, read
+
+
 def test_a_bad_value_is_refused_on_every_call_not_cached(monkeypatch):
     monkeypatch.setenv("HITL_LOCK_TIMEOUT", "abc")
     for _ in range(2):
