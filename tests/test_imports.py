@@ -141,3 +141,16 @@ def test_state_files_is_a_leaf():
     ours = {m for m in _imports("state.fileio", MODULES["state.fileio"])
             if m.split(".")[0] in (*PACKAGES, "run")}
     assert ours <= {"state.errors", "state"}, ours
+
+
+def test_the_postgres_store_imports_nothing_of_the_file_store():
+    """Why: two stores side by side, neither built on the other: what both need (the record
+    models and rules, signing, the next revision, file stems for traces) lives in ``state/``, so
+    PostgreSQL works with ``state/files/`` gone and a change to the file store cannot reach it."""
+    bad = []
+    for name, path in MODULES.items():
+        if name == "state.postgres" or name.startswith("state.postgres."):
+            for module, line in _imports(name, path).items():
+                if module == "state.files" or module.startswith("state.files."):
+                    bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert bad == []

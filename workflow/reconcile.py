@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 from state import clock, secrets
 from state.errors import Stopped
 from state.terminal import command
-from state.files.ledger import Ledger, LedgerEntry
+from state.records import LedgerEntry, check_same_entry
 from workflow.calls import calls_of, decision_of, keys, pick_call
 from state.store import as_task_store
 
@@ -249,7 +249,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     evidence = as_task_store(store)
     entry = evidence.ledger_get(key)
     if entry is not None:
-        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
+        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "

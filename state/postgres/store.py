@@ -43,15 +43,16 @@ import psycopg
 
 from state import effects, failpoints, secrets
 from state.errors import Stopped
-from state.integrity import KEY_FILE, envelope_signed, key_fingerprint, load_key
-from state.paths import check_regular
-from state.records import RECORDED, RejectionRecord
+from state.integrity import KEY_FILE, key_fingerprint, load_key
+from state.paths import check_regular, file_name
+from state.records import (RECORDED, LedgerEntry, RejectionRecord, check_ledger_key,
+                           check_same_entry)
+from state.revisions import every_or_stop, next_revision
+from state.signing import seal, signed_by_any, verify_envelope
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.settings import settings, url_password
-from state.files.store import every_or_stop, file_name, next_revision, seal, verify_envelope
 from state.clock import now_iso
 from state.terminal import command
-from state.files.ledger import Ledger, LedgerEntry
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: The advisory lock (transaction-level) that serialises migrations across processes.
@@ -125,6 +126,15 @@ def lock_key(task_id: str) -> int:
     """The advisory lock key of ``task_id``: the first 8 bytes of its SHA-256 as a signed 64-bit
     integer (two tasks sharing one only wait for each other; correctness never rests on it)."""
     return int.from_bytes(hashlib.sha256(task_id.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+def _parsed(texts: Iterator[str]) -> Iterator[Any]:
+    """Each JSON text of ``texts`` parsed, in turn (one that is not JSON is skipped)."""
+    for text in texts:
+        try:
+            yield json.loads(text)
+        except (ValueError, RecursionError):
+            continue
 
 
 class PostgresStore:
@@ -290,13 +300,8 @@ class PostgresStore:
         """Raise :class:`Stopped` if the database holds checkpoints but none is signed with
         ``key`` (its fingerprint must not be recorded: it would lock out the key that wrote them)."""
         rows = conn.execute("SELECT envelope FROM checkpoints ORDER BY written_at").fetchall()
-        for (envelope,) in rows:
-            try:
-                data = json.loads(envelope)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(data, dict) and envelope_signed(data, key):
-                return
+        if signed_by_any(_parsed(envelope for (envelope,) in rows), key):
+            return
         if rows:
             raise Stopped(f"none of the {len(rows)} checkpoints in the PostgreSQL store "
                           f"{self.location} is signed with this machine's signing key: another "
@@ -538,7 +543,7 @@ class PostgresStore:
         """See :meth:`state.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
         NOTHING``, then read back and compared (failpoints ``ledger:record:before`` /
         ``:after``)."""
-        Ledger.check_key(key, task_id, channel)
+        check_ledger_key(key, task_id, channel)
         existing = self.ledger_get(key)
         if existing is None:
             entry = LedgerEntry(idempotency_key=key, task_id=task_id, action="publish_draft",
@@ -562,7 +567,7 @@ class PostgresStore:
             if existing is None:
                 raise Stopped(f"ledger entry {key!r} could not be created and is not there either "
                               "(deleted by someone else?); a human must check (python run.py doctor)")
-        Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
 
     # -- rejection records -------------------------------------------------------------------
