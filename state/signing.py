@@ -27,7 +27,8 @@ def seal(body: dict[str, Any], key: bytes) -> Checkpoint:
     """``body`` (an envelope without ``mac``, ``state_id`` set) redacted
     (:func:`state.secrets.redact_checkpoint`: a secret in free text becomes ``[redacted]``, one in
     a structural field raises :class:`Stopped`), validated, defaults filled in, and signed with
-    ``key``: the :class:`Checkpoint` every store writes (its ``model_dump(mode="json")`` is the envelope to store). Touches nothing."""
+    ``key``: the :class:`Checkpoint` every store writes (its ``model_dump(mode="json")`` is the
+    envelope to keep). Touches nothing."""
     body = secrets.redact_checkpoint(body)
     draft = Checkpoint.model_validate({**body, "mac": ""})  # validated once, defaults filled in
     clean = draft.body()

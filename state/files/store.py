@@ -51,6 +51,7 @@ from state.integrity import KEY_FILE, check_key_creatable, load_key
 from state.paths import check_regular, check_state_dir, inside, open_regular, read_regular
 from state.terminal import command
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
+from state.inspection import Inspected
 from state.records import LedgerEntry, RejectionRecord
 from state.files import rejections
 from state.files.ledger import Ledger
@@ -105,7 +106,11 @@ def resolve_state_dir(raw: str | None) -> Path:
 
 
 class Store:
-    """A state dir: checkpoints, locks and the signing key. Paths are all below ``root``.
+    """The file store: a state dir holding checkpoints, locks, the ledger, rejection records and
+    the signing key, all below ``root``. A :class:`state.store.TaskStore` itself (the ledger is
+    :class:`state.files.ledger.Ledger` over ``ledger/``, the records :mod:`state.files.rejections`),
+    with the capabilities :class:`state.store.FileBacked`, :class:`state.store.Inspectable` and
+    :class:`state.store.Relocatable`.
 
     ``Store(root)`` does not touch the disk; the first write creates the folders.
     """
@@ -190,6 +195,58 @@ class Store:
                     raise
                 path = newer
         return None
+
+    # -- what the commands print, and running in another state dir -------------------------
+    @property
+    def location(self) -> str:
+        """Where the tasks are, for messages: the state dir."""
+        return str(self.root)
+
+    def with_root(self, root: Path) -> "Store":
+        """A file store in another state dir (``demo`` runs in a state dir of its own)."""
+        return Store(root)
+
+    def cli_args(self) -> list[str]:
+        """The ``run.py`` arguments that select this kind of store in a child process (none: the
+        file store is the default)."""
+        return []
+
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """See :meth:`state.store.TaskStore.ledger_entries` (:meth:`state.files.ledger.Ledger.entries`)."""
+        return Ledger(self.ledger_dir).entries()
+
+    def ledger_get(self, key: str) -> Optional[LedgerEntry]:
+        """See :meth:`state.store.TaskStore.ledger_get` (:meth:`state.files.ledger.Ledger.get`)."""
+        return Ledger(self.ledger_dir).get(key)
+
+    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None,
+                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+        """See :meth:`state.store.TaskStore.ledger_record` (:meth:`state.files.ledger.Ledger.record`)."""
+        return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
+                                              content_sha256=content_sha256, channel=channel,
+                                              approval=approval)
+
+    def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
+        """See :meth:`state.store.TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""
+        return rejections.get(self, task_id, channel)
+
+    def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
+                         channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
+        """See :meth:`state.store.TaskStore.rejection_record` (:func:`state.files.rejections.record`)."""
+        return rejections.record(self, task_id, content_sha256, decision, channel)
+
+    def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
+        """See :meth:`state.store.TaskStore.rejection_remove` (:func:`state.files.rejections.remove`)."""
+        rejections.remove(self, task_id, channel)
+
+    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
+        """See :meth:`state.store.Inspectable.inspect` (:func:`state.files.inspect.inspect`: the
+        files, lock files and temp files of the state dir; ``repair`` deletes leftover temp files
+        and clears older revision files a crash left whole, each under its owner's lock)."""
+        from state.files.inspect import inspect  # only doctor needs it
+
+        return inspect(self, repair=repair)
 
     # -- locking -----------------------------------------------------------------------------
     @contextmanager

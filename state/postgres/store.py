@@ -44,6 +44,7 @@ import psycopg
 from state import effects, failpoints, secrets
 from state.errors import Stopped
 from state.integrity import KEY_FILE, key_fingerprint, load_key
+from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
 from state.records import (RECORDED, LedgerEntry, RejectionRecord, check_ledger_key,
                            check_same_entry)
@@ -160,7 +161,6 @@ class PostgresStore:
         self.root = root
         self.location = location(url)
         self.traces_dir = root / "traces"
-        self.locks_dir = root / "locks"  # never created: the task lock lives in the database
         self.ledger_dir = f"{self.location}/ledger"  # where ``run.py ledger`` says it read
 
     # -- what the commands print -------------------------------------------------------------
@@ -170,10 +170,6 @@ class PostgresStore:
     def checkpoint_path(self, task_id: str) -> str:
         """Where the checkpoint of ``task_id`` is, for people: ``<location>/tasks/<task_id>``."""
         return f"{self.location}/tasks/{task_id}"
-
-    def lock_path(self, owner: str) -> Path:
-        """``locks/<owner>.lock`` under ``root`` (never created here: see :meth:`task_lock`)."""
-        return self.locks_dir / f"{owner}.lock"
 
     def with_root(self, root: Path) -> "PostgresStore":
         """The same database with another state dir (``demo`` runs in a state dir of its own)."""
@@ -495,6 +491,53 @@ class PostgresStore:
             return
         with self._mutex:
             self._lock_sessions.append(conn)
+
+    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
+        """See :meth:`state.store.Inspectable.inspect`: every ledger row and checkpoint row, each
+        task read again under its lock taken without waiting (a task a live process holds is a
+        ``busy`` problem). There are no temp files or lock files, so ``repair`` has nothing to
+        repair. Every ``path`` names the database (never its password)."""
+        entries, bad_entries = self.ledger_scan()
+        for bad in bad_entries:
+            yield Problem("unreadable_ledger_entry", bad["file"], bad["error"])
+        by_key = {e.idempotency_key: e for e in entries}
+        good, bad_tasks = self.scan()
+        for bad in bad_tasks:
+            yield Problem("unreadable_checkpoint", bad["file"], bad["error"],
+                          remedy="restore the row from a backup, or delete it")
+        for cp in good:
+            where = self.checkpoint_path(cp.task_id)
+            try:
+                with self.task_lock(cp.task_id, timeout=0):
+                    cp = self.load(cp.task_id)  # as it is now, under the lock
+                    yield TaskCheck(cp, where, records=lambda cp=cp, where=where: self._records(
+                        cp, where, by_key), claim=lambda keys: None)  # entries match by task ID
+            except Stopped as exc:
+                if "being worked on" in str(exc):
+                    yield Problem("busy", where, "a live process holds this task's lock")
+                else:
+                    yield Problem("unreadable_checkpoint", where, str(exc), task_id=cp.task_id)
+        tasks = {cp.task_id for cp in good} | {b["file"].rsplit("/", 1)[-1] for b in bad_tasks}
+        for key, entry in sorted(by_key.items()):
+            if entry.task_id not in tasks:
+                yield Problem("entry_without_task", f"{self.ledger_dir}/{key}",
+                              f"the ledger shows key {key!r} executed, but no task checkpoint exists",
+                              task_id=entry.task_id)
+        yield Counted(tasks=len(good) + len(bad_tasks),
+                      ledger_entries=len(entries) + len(bad_entries), lock_files=0)
+
+    def _records(self, cp: Checkpoint, where: str,
+                 by_key: dict[str, LedgerEntry]) -> "Records | Problem":
+        """The ledger entry and rejection record of the one-call task ``cp`` as they are now."""
+        try:
+            entry = self.ledger_get(cp.idempotency_key)
+            rejected = self.rejection_get(cp.task_id)
+        except Stopped as exc:
+            return Problem("unreadable_checkpoint", where, str(exc), task_id=cp.task_id)
+        if entry is not None:
+            by_key[entry.idempotency_key] = entry
+        return Records(entry=entry, entry_name=entry.idempotency_key if entry is not None else "",
+                       rejection=rejected)
 
     # -- ledger ------------------------------------------------------------------------------
     _LEDGER_COLUMNS = ("idempotency_key, task_id, action, title, content_sha256, published_at, "
