@@ -154,3 +154,20 @@ def test_the_postgres_store_imports_nothing_of_the_file_store():
                 if module == "state.files" or module.startswith("state.files."):
                     bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
     assert bad == []
+
+
+def test_stores_sign_only_through_state_signing():
+    """Why: signing is one wrapper (``state.signing``: seal a body, verify an envelope), so no
+    store computes or checks a MAC itself; a store that did could sign or accept what the
+    wrapper would refuse."""
+    mac_primitives = {"compute_mac", "verify_mac", "envelope_signed"}
+    bad = []
+    for name, path in MODULES.items():
+        if not (name.startswith("state.files.") or name.startswith("state.postgres.")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "state.integrity":
+                used = mac_primitives & {alias.name for alias in node.names}
+                if used:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {sorted(used)}")
+    assert bad == []
