@@ -197,7 +197,7 @@ class Relocatable(Protocol):
         ...
 
 
-def open_store(url: Optional[str], state_dir: Optional[str]) -> Any:
+def open_store(url: Optional[str], state_dir: Optional[str]) -> TaskStore:
     """The store a command works on: PostgreSQL for a ``postgresql://`` ``url`` (``--store``),
     else for ``$HITL_STORE_URL``, else the file store. The state dir (``state_dir``, else
     ``$HITL_STATE_DIR``, else ``.cache``) holds the file store, or for PostgreSQL this machine's
