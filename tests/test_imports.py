@@ -171,3 +171,17 @@ def test_stores_sign_only_through_state_signing():
                 if used:
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {sorted(used)}")
     assert bad == []
+
+
+def test_the_workflow_knows_stores_only_through_the_protocol():
+    """Why: the engine, doctor and the reviewer surfaces work on any ``TaskStore`` (capabilities
+    detected with ``isinstance`` on ``state.store``'s Protocols), so none of them imports a
+    concrete store. (``workflow.ops.traps`` builds throwaway file stores of its own on purpose.)"""
+    bad = []
+    for name, path in MODULES.items():
+        if name.split(".")[0] != "workflow" or name == "workflow.ops.traps":
+            continue
+        for module, line in _imports(name, path).items():
+            if module.startswith(("state.files", "state.postgres")):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert bad == []
