@@ -47,6 +47,7 @@ __all__ = [
     "test_rejection_record_is_idempotent",
     "test_rejection_remove", "test_task_lock_excludes_a_second_holder",
     "test_ledger_keeps_each_channel_apart", "test_rejection_records_are_per_channel",
+    "test_inspect_lists_each_task_under_its_lock",
 ]
 
 
@@ -312,3 +313,51 @@ def test_task_lock_excludes_a_second_holder(store_factory: StoreFactory, tmp_pat
         with store.task_lock("t-2"):  # and per task: another task's lock is independent
             with store.task_lock("t-3"):
                 pass
+
+
+def test_inspect_lists_each_task_under_its_lock(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """For a store with the ``Inspectable`` capability (``doctor``): a consistent store lists each
+    checkpoint once as a ``TaskCheck``, held under its task lock while it is being judged (another
+    holder is refused meanwhile; the tasks are written under their lock, as the workflow writes
+    them), no problem, and ``Counted`` last. Skipped for other stores."""
+    from state.inspection import Counted, Problem, TaskCheck
+    from state.store import Inspectable
+
+    store = store_factory.make(tmp_path)
+    if not isinstance(store, Inspectable):
+        raise unittest.SkipTest(f"{store_factory.name}: not Inspectable")
+    for task_id in ("t-b", "t-a"):
+        with store.task_lock(task_id):  # as every write of the workflow is made
+            store.save(sample_body(task_id), failpoint="test")
+    seen: list[str] = []
+    refused: list[bool] = []
+    items = list(_each_held(store, seen, refused))
+    assert sorted(seen) == ["t-a", "t-b"] and refused == [True, True]
+    assert not any(isinstance(item, Problem) for item in items)
+    assert isinstance(items[-1], Counted) and (items[-1].tasks, items[-1].ledger_entries) == (2, 0)
+    assert sum(isinstance(item, TaskCheck) for item in items) == 2
+
+
+def _each_held(store: Any, seen: list[str], refused: list[bool]) -> Iterator[Any]:
+    """The records of ``store.inspect()``; for each task, whether another holder of its lock was
+    refused while the record was held (recorded in ``refused``)."""
+    from state.inspection import TaskCheck
+
+    with _environment("HITL_LOCK_TIMEOUT", "0.2"):
+        for item in store.inspect():
+            if isinstance(item, TaskCheck):
+                seen.append(item.checkpoint.task_id)
+                outcome: list[bool] = []
+
+                def second(task_id: str = item.checkpoint.task_id) -> None:
+                    try:
+                        with store.task_lock(task_id):
+                            outcome.append(False)
+                    except Stopped:
+                        outcome.append(True)
+
+                waiter = threading.Thread(target=second)
+                waiter.start()
+                waiter.join(timeout=30)
+                refused.append(outcome == [True])
+            yield item
