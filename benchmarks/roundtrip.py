@@ -254,7 +254,7 @@ STEP_TABLE: list[tuple[str, str, str]] = [
     ("agent.publisher", "drift", "agent: check and fingerprint (describe, drift)"),
     ("state.integrity", "compute_mac", "MAC (canonical JSON + HMAC-SHA256)"),
     ("state.schema:Checkpoint", "model_validate", "validation (pydantic, defaults check)"),
-    ("state.files.store", "_first_defaulted", "validation (pydantic, defaults check)"),
+    ("state.signing", "_first_defaulted", "validation (pydantic, defaults check)"),
     ("state.schema:Checkpoint", "body", "serialisation (checkpoint dump)"),
     ("state.fileio", "parse_json_object", "serialisation (strict JSON parse)"),
     ("state.secrets", "redact_checkpoint", "secrets: redaction of checkpoint and input"),
