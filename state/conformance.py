@@ -281,6 +281,8 @@ def test_ledger_keeps_each_channel_apart(store_factory: StoreFactory, tmp_path: 
 
 
 def test_rejection_records_are_per_channel(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A rejection record belongs to one (task, channel): another channel, or the task's
+    one-channel record, is not it; removing it removes only it."""
     store = store_factory.make(tmp_path)
     rec, created = store.rejection_record("t-1", "a" * 64, _decision("alice", "news"), channel="news")
     assert created and rec.channel == "news"
