@@ -18,15 +18,15 @@ Every test builds a fresh, empty store with ``store_factory.make(tmp_path)``. Th
 bodies are :func:`sample_body`: a complete envelope written in the oldest schema version this
 program reads and brought to the current one by :data:`state.schema.MIGRATIONS`, so they stay
 valid as the schema grows. No SDK, no network, no clock: deterministic. The lock test holds the
-lock in this thread and asks for it from another one with ``HITL_LOCK_TIMEOUT`` at 0.2 s (no
-timing race: the holder never lets go during the wait). A test that cannot apply to a store
+lock in this thread and asks for it from another one with a timeout of 0.2 s (no timing race: the
+holder never lets go during the wait). A test that cannot apply to a store
 raises :class:`unittest.SkipTest` (pytest reports it as skipped).
 """
 
 from __future__ import annotations
 
-import os
 import re
+import secrets
 import threading
 import unittest
 from contextlib import contextmanager
@@ -111,20 +111,6 @@ def _raises(kind: type[BaseException], match: Optional[str] = None) -> Iterator[
             raise AssertionError(f"{type(exc).__name__} {str(exc)!r} does not match {match!r}") from exc
         return
     raise AssertionError(f"{kind.__name__} was not raised")
-
-
-@contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    """The environment variable ``name`` set to ``value`` for the block, then as it was."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
 
 
 def test_it_is_a_task_store(store_factory: StoreFactory, tmp_path: Path) -> None:
@@ -293,28 +279,28 @@ def test_rejection_records_are_per_channel(store_factory: StoreFactory, tmp_path
 
 
 def test_task_lock_excludes_a_second_holder(store_factory: StoreFactory, tmp_path: Path) -> None:
-    """The task lock excludes a second holder (who waits ``HITL_LOCK_TIMEOUT``, then is refused), and is per task."""
+    """The task lock excludes a second holder (who waits its timeout, then is refused), is free
+    again once released, and is per task."""
     store = store_factory.make(tmp_path)
-    with _environment("HITL_LOCK_TIMEOUT", "0.2"):
-        outcome: list[str] = []
+    outcome: list[str] = []
 
-        def second() -> None:
-            try:
-                with store.task_lock("t-1"):
-                    outcome.append("acquired")
-            except Stopped as exc:
-                outcome.append(f"stopped: {exc}")
+    def second() -> None:
+        try:
+            with store.task_lock("t-1", timeout=0.2):
+                outcome.append("acquired")
+        except Stopped as exc:
+            outcome.append(f"stopped: {exc}")
 
-        with store.task_lock("t-1"):
-            waiter = threading.Thread(target=second)
-            waiter.start()
-            waiter.join(timeout=30)
-        assert len(outcome) == 1 and outcome[0].startswith("stopped: "), outcome
-        with store.task_lock("t-1"):  # released: free again
+    with store.task_lock("t-1"):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(timeout=30)
+    assert len(outcome) == 1 and outcome[0].startswith("stopped: "), outcome
+    with store.task_lock("t-1"):  # released: free again
+        pass
+    with store.task_lock("t-2"):  # and per task: another task's lock is independent
+        with store.task_lock("t-3"):
             pass
-        with store.task_lock("t-2"):  # and per task: another task's lock is independent
-            with store.task_lock("t-3"):
-                pass
 
 
 def test_inspect_lists_each_task_under_its_lock(store_factory: StoreFactory, tmp_path: Path) -> None:
@@ -328,13 +314,15 @@ def test_inspect_lists_each_task_under_its_lock(store_factory: StoreFactory, tmp
     store = store_factory.make(tmp_path)
     if not isinstance(store, Inspectable):
         raise unittest.SkipTest(f"{store_factory.name}: not Inspectable")
-    for task_id in ("t-b", "t-a"):
+    # Task IDs of this run only: a database's locks may be shared with other schemas, other runs.
+    tasks = [f"t-{secrets.token_hex(4)}-{n}" for n in ("b", "a")]
+    for task_id in tasks:
         with store.task_lock(task_id):  # as every write of the workflow is made
             store.save(sample_body(task_id), failpoint="test")
     seen: list[str] = []
     refused: list[bool] = []
     items = list(_each_held(store, seen, refused))
-    assert sorted(seen) == ["t-a", "t-b"] and refused == [True, True]
+    assert sorted(seen) == sorted(tasks) and refused == [True, True]
     assert not any(isinstance(item, Problem) for item in items)
     assert isinstance(items[-1], Counted) and (items[-1].tasks, items[-1].ledger_entries) == (2, 0)
     assert sum(isinstance(item, TaskCheck) for item in items) == 2
@@ -345,21 +333,20 @@ def _each_held(store: Any, seen: list[str], refused: list[bool]) -> Iterator[Any
     refused while the record was held (recorded in ``refused``)."""
     from state.inspection import TaskCheck
 
-    with _environment("HITL_LOCK_TIMEOUT", "0.2"):
-        for item in store.inspect():
-            if isinstance(item, TaskCheck):
-                seen.append(item.checkpoint.task_id)
-                outcome: list[bool] = []
+    for item in store.inspect():
+        if isinstance(item, TaskCheck):
+            seen.append(item.checkpoint.task_id)
+            outcome: list[bool] = []
 
-                def second(task_id: str = item.checkpoint.task_id) -> None:
-                    try:
-                        with store.task_lock(task_id):
-                            outcome.append(False)
-                    except Stopped:
-                        outcome.append(True)
+            def second(task_id: str = item.checkpoint.task_id) -> None:
+                try:
+                    with store.task_lock(task_id, timeout=0.2):
+                        outcome.append(False)
+                except Stopped:
+                    outcome.append(True)
 
-                waiter = threading.Thread(target=second)
-                waiter.start()
-                waiter.join(timeout=30)
-                refused.append(outcome == [True])
-            yield item
+            waiter = threading.Thread(target=second)
+            waiter.start()
+            waiter.join(timeout=30)
+            refused.append(outcome == [True])
+        yield item

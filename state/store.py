@@ -99,11 +99,11 @@ class TaskStore(Protocol):
         (``Stopped`` on a stale ``cp``, nothing changed). Returns the new checkpoint."""
         ...
 
-    def task_lock(self, task_id: str) -> AbstractContextManager[None]:
+    def task_lock(self, task_id: str, *, timeout: Optional[float] = None) -> AbstractContextManager[None]:
         """A context manager holding the per-task lock: excludes every other holder (other
-        processes too) and is released if the holder dies. Raises ``Stopped`` after
-        ``$HITL_LOCK_TIMEOUT`` seconds of waiting. Correctness never depends on it alone (every
-        write is a compare-and-swap); it makes conflicts rare."""
+        processes too) and is released if the holder dies. Raises ``Stopped`` after ``timeout``
+        seconds of waiting (default ``$HITL_LOCK_TIMEOUT``; 0: do not wait). Correctness never
+        depends on it alone (every write is a compare-and-swap); it makes conflicts rare."""
         ...
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:

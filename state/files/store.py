@@ -250,14 +250,14 @@ class Store:
 
     # -- locking -----------------------------------------------------------------------------
     @contextmanager
-    def task_lock(self, task_id: str) -> Iterator[None]:
+    def task_lock(self, task_id: str, *, timeout: Optional[float] = None) -> Iterator[None]:
         """Hold the per-task lock (``filelock``, cross-platform) for the duration of the block.
 
         The OS releases the lock if the holder dies, so a killed process never blocks forever;
-        waiting is bounded by ``$HITL_LOCK_TIMEOUT`` seconds (default 10). Raises :class:`Stopped`
-        on timeout.
+        waiting is bounded by ``timeout`` seconds (default ``$HITL_LOCK_TIMEOUT``, 10; 0: try
+        once). Raises :class:`Stopped` on timeout.
         """
-        timeout = settings().lock_timeout
+        timeout = settings().lock_timeout if timeout is None else timeout
         with self.owner_lock(file_name(task_id), timeout=timeout, what=f"task {task_id}"):
             yield
 
