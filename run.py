@@ -11,6 +11,7 @@ was already done); 2 usage error. Read-only commands never import the SDK; ``rev
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import sys
 from typing import Any
@@ -240,10 +241,8 @@ def _entry_point() -> int:
         return 1
     except OSError as exc:  # output written outside ``main`` (``review``, ``demo``) failed to flush
         output.silence_stdout()
-        try:
+        with contextlib.suppress(OSError):
             print(f"STOPPED: the output could not be written ({exc.strerror or type(exc).__name__})", file=sys.stderr)
-        except OSError:
-            pass
         return 1
 
 

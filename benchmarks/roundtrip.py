@@ -258,7 +258,7 @@ STEP_TABLE: list[tuple[str, str, str]] = [
     ("state.settings", "values", "settings (the environment read again each call)"),
     ("state.integrity", "compute_mac", "MAC (canonical JSON + HMAC-SHA256)"),
     ("state.schema:Checkpoint", "model_validate", "validation (pydantic, defaults check)"),
-    ("state.files.store", "_first_defaulted", "validation (pydantic, defaults check)"),
+    ("state.signing", "_first_defaulted", "validation (pydantic, defaults check)"),
     ("state.schema:Checkpoint", "body", "serialisation (checkpoint dump)"),
     ("state.fileio", "parse_json_object", "serialisation (strict JSON parse)"),
     ("state.secrets", "redact_checkpoint", "secrets: redaction of checkpoint and input"),

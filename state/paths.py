@@ -30,12 +30,14 @@ Never imports the SDK.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
 
 from state.errors import Stopped
 from state.fileio import make_dirs  # noqa: F401  (paths.make_dirs: owner-only folders, state.fileio)
+from state.schema import valid_effect_key
 
 #: The folders a state dir may hold (see ``state.files.store``); each must be a plain folder inside it.
 SUBDIRS = ("tasks", "ledger", "locks", "traces", "rejections")
@@ -46,6 +48,21 @@ TOP_FILES = ("signing.key", "state.id")
 #: (a FIFO with no writer, a device). Elsewhere (Windows) :func:`open_regular` checks with ``lstat``.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def file_name(key: str) -> str:
+    """File stem for ``key``, safe and distinct on Windows, macOS and Linux.
+
+    ``:`` is not allowed in Windows file names and those file systems ignore case, so the stem is
+    the key with ``:`` replaced by ``_`` plus 12 hex characters of SHA-256 of the exact key, e.g.
+    ``demo-001`` → ``demo-001--0b1e2a3c4d5e``; an effect key ``demo-001#news``
+    (:func:`state.schema.effect_key`) keeps its ``#``, allowed on all three. Raises ``ValueError``
+    for a key outside the pattern.
+    """
+    if not valid_effect_key(key):
+        raise ValueError(f"not an allowed key: {key!r}")
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+    return f"{key.replace(':', '_')}--{digest}"
 
 
 def check_state_dir(root: Path) -> Path:

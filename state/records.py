@@ -1,7 +1,9 @@
 """The records both stores keep beside the checkpoint: ledger entries and rejection records.
 
 One model each, shared by the file store (``state/files/``) and PostgreSQL (``state/postgres/``), so a
-record means the same wherever it is kept; each store decides only how it is written exclusively.
+record means the same wherever it is kept, and the rules every store applies before it records or
+accepts a ledger entry (:func:`check_ledger_key`, :func:`check_same_entry`); each store decides
+only how a record is written exclusively.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from state.errors import Stopped
 from state.schema import CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
 
 #: How :mod:`state.effects` names the creation of a rejection record.
@@ -77,3 +80,24 @@ class RejectionRecord(BaseModel):
         if not valid_key(v):
             raise ValueError("not an allowed key")
         return v
+
+
+def check_ledger_key(key: str, task_id: str, channel: Optional[str]) -> None:
+    """Raise :class:`Stopped` unless ``key`` is ``task_id`` or ``<task_id>#<channel>`` (checked
+    before any entry is read, so a key naming another channel is refused whatever is stored)."""
+    if key not in (task_id, f"{task_id}#{channel}"):
+        raise Stopped(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
+                      f"{channel!r}; refusing")
+
+
+def check_same_entry(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
+    """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
+    if entry.task_id != task_id:
+        raise Stopped(
+            f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
+        )
+    if entry.content_sha256 != content_sha256:
+        raise Stopped(
+            f"ledger already holds key {key!r} with different content "
+            f"(sha256 {entry.content_sha256[:12]}… vs {content_sha256[:12]}…); refusing"
+        )

@@ -1,37 +1,70 @@
-"""The store interface the workflow needs, and the file store that implements it.
+"""The store interface the workflow needs, its optional capabilities, and :func:`open_store`.
 
 :class:`TaskStore` is the whole contract between the workflow (``workflow.hitl``, ``guards``,
 ``reconcile``) and wherever state lives: checkpoints with compare-and-swap, a per-task lock, the
-ledger and rejection records. :class:`FileStore` is the state dir on disk (:class:`state.files.store.Store`
-plus the ledger of :mod:`state.files.ledger` and the records of :mod:`state.files.rejections`);
-:class:`state.postgres.store.PostgresStore` is the shared database. Both pass the conformance suite in
-``tests/store_contract.py``; docs/stores.md says what a store must guarantee. :func:`open_store`
-picks one for the command line.
+ledger and rejection records, and what the commands print. The file store
+(:class:`state.files.store.Store`, exported here as :data:`FileStore`: the state dir on disk) and
+:class:`state.postgres.store.PostgresStore` (a shared database) implement it directly; both pass the
+conformance suite :mod:`state.conformance`. docs/stores.md says what a store must guarantee.
+
+What only some stores can do is a *capability*: a small runtime-checkable Protocol a caller tests
+with ``isinstance`` before it uses it, never a member faked to look alike.
+
+- :class:`FileBacked`: the store keeps each task in files below ``root`` (lock files, revision
+  files): a refused ``start`` removes the lock file it created; the inbox caches rows by file.
+- :class:`Inspectable`: the store lists what ``doctor`` judges (:meth:`Inspectable.inspect`).
+- :class:`Relocatable`: the same kind of store in another state dir, and how a child process
+  selects it (``demo``).
 
 This module never imports the SDK (read-only commands stay fast), nor psycopg unless a
-``postgresql://`` URL asks for it. It imports ``state`` and ``tools`` only (and
-``state.postgres.store`` on demand), so ``state`` (the bottom layer) stays free of both.
+``postgresql://`` URL asks for it (``state.postgres.store``, imported in :func:`open_store`).
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Iterator, Optional, Protocol, Union, runtime_checkable
 
-from state.files import rejections
 from state.errors import Stopped
-from state.records import RejectionRecord
+from state.inspection import Inspected
+from state.records import LedgerEntry, RejectionRecord
 from state.schema import Checkpoint, Decision
 from state.settings import settings
 from state.files.store import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
-from state.files.ledger import Ledger, LedgerEntry
+
+#: The file store under the name the library gives it (:class:`state.files.store.Store`).
+FileStore = Store
 
 
 @runtime_checkable
 class TaskStore(Protocol):
     """What the workflow reads and writes. Every error is :class:`state.errors.Stopped` (one line,
     fail closed: nothing half-written); no method ever returns data it could not verify."""
+
+    #: This machine's state dir (the signing key and the traces live there, whatever the store).
+    root: Path
+
+    @property
+    def location(self) -> str:
+        """Where the tasks are, for messages (a folder, or a URL without user or password)."""
+        ...
+
+    def checkpoint_path(self, task_id: str) -> Union[Path, str]:
+        """Where the checkpoint of ``task_id`` is, for messages (for the file store: its file)."""
+        ...
+
+    def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
+        """Every checkpoint once: ``(those that verify, sorted by task ID, [{"file", "error"}] for
+        each that does not)``. Never raises for a damaged checkpoint (``list`` shows the others and
+        names it)."""
+        ...
+
+    def check_writable(self, task_id: str) -> None:
+        """Pre-flight for ``start`` and ``resume``: raise ``Stopped``, before anything is written,
+        for what would stop the command half-way (a signing key that cannot be used or created,
+        a hostile file where one will be written). Writes nothing."""
+        ...
 
     def exists(self, task_id: str) -> bool:
         """True if a checkpoint exists under ``task_id`` (even one :meth:`load` would refuse)."""
@@ -66,11 +99,11 @@ class TaskStore(Protocol):
         (``Stopped`` on a stale ``cp``, nothing changed). Returns the new checkpoint."""
         ...
 
-    def task_lock(self, task_id: str) -> AbstractContextManager[None]:
+    def task_lock(self, task_id: str, *, timeout: Optional[float] = None) -> AbstractContextManager[None]:
         """A context manager holding the per-task lock: excludes every other holder (other
-        processes too) and is released if the holder dies. Raises ``Stopped`` after
-        ``$HITL_LOCK_TIMEOUT`` seconds of waiting. Correctness never depends on it alone (every
-        write is a compare-and-swap); it makes conflicts rare."""
+        processes too) and is released if the holder dies. Raises ``Stopped`` after ``timeout``
+        seconds of waiting (default ``$HITL_LOCK_TIMEOUT``; 0: do not wait). Correctness never
+        depends on it alone (every write is a compare-and-swap); it makes conflicts rare."""
         ...
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
@@ -111,72 +144,60 @@ class TaskStore(Protocol):
         ...
 
 
-class FileStore(Store):
-    """The state dir on disk as a :class:`TaskStore`: checkpoints, locks, ``ledger/`` and
-    ``rejections/`` under ``root``. ``FileStore(root)`` does not touch the disk."""
+@runtime_checkable
+class FileBacked(Protocol):
+    """Capability: the store keeps each task in files below ``root`` (the file store)."""
 
-    @property
-    def location(self) -> str:
-        """Where the tasks are, for messages: the state dir."""
-        return str(self.root)
+    #: The state dir every file of the store is below.
+    root: Path
+    #: The folder of the per-task lock files.
+    locks_dir: Path
 
-    def with_root(self, root: Path) -> "FileStore":
-        """A file store in another state dir (``demo`` runs in a state dir of its own)."""
-        return FileStore(root)
+    def lock_path(self, owner: str) -> Path:
+        """The lock file guarding every file whose stem is ``owner``."""
+        ...
+
+    def task_files(self) -> list[tuple[str, Path]]:
+        """``[(stem, newest checkpoint file)]`` of every task, by stem."""
+        ...
+
+    def load_newest(self, stem: str, path: Optional[Path] = None) -> Optional[tuple[Path, Checkpoint]]:
+        """``(file, verified checkpoint)`` of the newest revision of ``stem``, or None."""
+        ...
+
+
+@runtime_checkable
+class Inspectable(Protocol):
+    """Capability: the store lists what ``doctor`` judges (``workflow.ops.doctor``), so doctor
+    needs no knowledge of how a store keeps its records."""
+
+    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
+        """The store's own findings and every task to judge, as :mod:`state.inspection` records,
+        in the order a report lists them: :class:`state.inspection.Problem` (something the store
+        found: an unreadable record, a busy task, a leftover temp file),
+        :class:`state.inspection.Repaired` (with ``repair``: what it repaired, only what is
+        provable), :class:`state.inspection.TaskCheck` (a verified checkpoint, held under its task
+        lock until the next record is asked for), and last one :class:`state.inspection.Counted`.
+        Never raises ``Stopped`` for a damaged record (it becomes a ``Problem``); without
+        ``repair`` it writes nothing but lock files of tasks that have one already."""
+        ...
+
+
+@runtime_checkable
+class Relocatable(Protocol):
+    """Capability: the same kind of store in another state dir, and how a child process selects
+    it (``demo`` runs in a state dir of its own)."""
+
+    def with_root(self, root: Path) -> TaskStore:
+        """The same store with ``root`` as its state dir."""
+        ...
 
     def cli_args(self) -> list[str]:
-        """The ``run.py`` arguments that select this kind of store in a child process (none: the
-        file store is the default)."""
-        return []
-
-    def ledger_entries(self) -> list[LedgerEntry]:
-        """See :meth:`TaskStore.ledger_entries` (:meth:`state.files.ledger.Ledger.entries`)."""
-        return Ledger(self.ledger_dir).entries()
-
-    def ledger_get(self, key: str) -> Optional[LedgerEntry]:
-        """See :meth:`TaskStore.ledger_get` (:meth:`state.files.ledger.Ledger.get`)."""
-        return Ledger(self.ledger_dir).get(key)
-
-    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
-                      channel: Optional[str] = None,
-                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
-        """See :meth:`TaskStore.ledger_record` (:meth:`state.files.ledger.Ledger.record`)."""
-        return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
-                                              content_sha256=content_sha256, channel=channel,
-                                              approval=approval)
-
-    def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
-        """See :meth:`TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""
-        return rejections.get(self, task_id, channel)
-
-    def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
-                         channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
-        """See :meth:`TaskStore.rejection_record` (:func:`state.files.rejections.record`)."""
-        return rejections.record(self, task_id, content_sha256, decision, channel)
-
-    def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
-        """See :meth:`TaskStore.rejection_remove` (:func:`state.files.rejections.remove`)."""
-        rejections.remove(self, task_id, channel)
+        """The command-line arguments that select this store in a child process."""
+        ...
 
 
-def as_task_store(store: Any) -> TaskStore:
-    """``store`` as a :class:`TaskStore`: itself if it already is one, a :class:`FileStore` over
-    the same root if it is a plain :class:`state.files.store.Store` (callers and tests that build
-    ``Store(path)`` keep working; both read and write the same files). Raises ``TypeError``
-    for anything else."""
-    if isinstance(store, TaskStore):
-        return store
-    if isinstance(store, Store):
-        wrapped = getattr(store, "_as_task_store", None)
-        if wrapped is None:  # one wrapper per Store, kept with it (the run context's token names it)
-            wrapped = FileStore(store.root)
-            wrapped._ident = store._ident  # the state.id already read (it never changes once made)
-            store._as_task_store = wrapped  # type: ignore[attr-defined]
-        return wrapped
-    raise TypeError(f"not a store: {type(store).__name__}")
-
-
-def open_store(url: Optional[str], state_dir: Optional[str]) -> Any:
+def open_store(url: Optional[str], state_dir: Optional[str]) -> TaskStore:
     """The store a command works on: PostgreSQL for a ``postgresql://`` ``url`` (``--store``),
     else for ``$HITL_STORE_URL``, else the file store. The state dir (``state_dir``, else
     ``$HITL_STATE_DIR``, else ``.cache``) holds the file store, or for PostgreSQL this machine's
@@ -185,7 +206,7 @@ def open_store(url: Optional[str], state_dir: Optional[str]) -> Any:
     url = url or settings().store_url
     root = resolve_state_dir(state_dir)
     if not url:
-        return FileStore(root)
+        return Store(root)
     from state.settings import store_url_problem
 
     problem = store_url_problem(url)

@@ -204,3 +204,51 @@ def test_doctor_does_not_import_the_sdk(cli, state_dir):
             "print(rc, 'agents' in sys.modules, 'openai' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip().splitlines()[-1] == "[0, 0] False False", out.stdout + out.stderr
+
+
+class _Wrapped:
+    """A store doctor has never heard of: the file store behind plain delegation (no subclass)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    @property
+    def location(self):
+        return self._inner.location
+
+    def inspect(self, *, repair=False):
+        return self._inner.inspect(repair=repair)
+
+
+def test_doctor_works_over_any_inspectable_store(cli, state_dir):
+    """Why: doctor judges what a store lists through its one capability (``Inspectable``), never
+    by asking which kind of store it has: a store of another class gets the same report."""
+    from state.files.store import Store
+    from workflow.ops.doctor import doctor
+
+    _start(cli, "any-1")
+    _start(cli, "any-2")
+    cli("resume", "--task", "any-1", "--decision", "approve")
+    _ledger_file(state_dir, "any-1").unlink()
+    (state_dir / "tasks" / ".tmp-stray").write_text("x")
+    expected = doctor(Store(state_dir))
+    assert sorted(f["kind"] for f in expected["findings"]) == ["completed_without_entry", "unknown_temp"]
+    assert doctor(_Wrapped(Store(state_dir))) == expected
+
+
+def test_doctor_refuses_a_store_it_cannot_inspect(tmp_path):
+    """Why: a store without the capability is refused by name, one line, nothing read (never a
+    guess at its internals, never a traceback)."""
+    import pytest
+
+    from state.errors import Stopped
+    from workflow.ops.doctor import doctor
+
+    class Bare:
+        location = "bare://nowhere"
+
+    with pytest.raises(Stopped, match="cannot be checked by doctor"):
+        doctor(Bare())

@@ -585,12 +585,11 @@ def test_a_field_added_later_needs_a_schema_bump(cli, state_dir, v1_state, monke
     default for an older file (a key holder could otherwise drop a field to get the default).
     Adding a field means a new schema_version, with an explicit migration or a refusal by name
     (state/schema.py, SCHEMA_VERSION)."""
-    from state import schema
-    from state.files import store as storage
+    from state import schema, signing
     class Later(schema.Checkpoint):
         note: str = "added later"
 
-    monkeypatch.setattr(storage, "Checkpoint", Later)
+    monkeypatch.setattr(signing, "Checkpoint", Later)  # what every store verifies an envelope as
     before = snapshot(state_dir)
     r = cli("status", "--task", v1_state.TASK_ID)
     r.assert_stopped()

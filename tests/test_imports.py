@@ -141,3 +141,47 @@ def test_state_files_is_a_leaf():
     ours = {m for m in _imports("state.fileio", MODULES["state.fileio"])
             if m.split(".")[0] in (*PACKAGES, "run")}
     assert ours <= {"state.errors", "state"}, ours
+
+
+def test_the_postgres_store_imports_nothing_of_the_file_store():
+    """Why: two stores side by side, neither built on the other: what both need (the record
+    models and rules, signing, the next revision, file stems for traces) lives in ``state/``, so
+    PostgreSQL works with ``state/files/`` gone and a change to the file store cannot reach it."""
+    bad = []
+    for name, path in MODULES.items():
+        if name == "state.postgres" or name.startswith("state.postgres."):
+            for module, line in _imports(name, path).items():
+                if module == "state.files" or module.startswith("state.files."):
+                    bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert bad == []
+
+
+def test_stores_sign_only_through_state_signing():
+    """Why: signing is one wrapper (``state.signing``: seal a body, verify an envelope), so no
+    store computes or checks a MAC itself; a store that did could sign or accept what the
+    wrapper would refuse."""
+    mac_primitives = {"compute_mac", "verify_mac", "envelope_signed"}
+    bad = []
+    for name, path in MODULES.items():
+        if not (name.startswith("state.files.") or name.startswith("state.postgres.")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "state.integrity":
+                used = mac_primitives & {alias.name for alias in node.names}
+                if used:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {sorted(used)}")
+    assert bad == []
+
+
+def test_the_workflow_knows_stores_only_through_the_protocol():
+    """Why: the engine, doctor and the reviewer surfaces work on any ``TaskStore`` (capabilities
+    detected with ``isinstance`` on ``state.store``'s Protocols), so none of them imports a
+    concrete store. (``workflow.ops.traps`` builds throwaway file stores of its own on purpose.)"""
+    bad = []
+    for name, path in MODULES.items():
+        if name.split(".")[0] != "workflow" or name == "workflow.ops.traps":
+            continue
+        for module, line in _imports(name, path).items():
+            if module.startswith(("state.files", "state.postgres")):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert bad == []

@@ -113,7 +113,7 @@ def test_mac_of_the_envelope_is_checked_in_full_by_every_reader(state_dir):
     only in its first characters must be refused there too (a prefix compare anywhere is a forgery)."""
     from state.errors import Stopped
     from state.integrity import load_key
-    from state.files.store import verify_envelope
+    from state.signing import verify_envelope
 
     _task(state_dir)
     path = checkpoint_file(state_dir, KEY)
@@ -175,7 +175,7 @@ def test_every_checkpoint_write_is_redacted_whatever_the_caller_did(state_dir, m
     redacted it first, and a secret in a structural field refuses the write."""
     from state.errors import Stopped
     from state.integrity import load_key
-    from state.files.store import seal
+    from state.signing import seal
 
     _, cp = _task(state_dir)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
@@ -200,7 +200,7 @@ def test_mac_is_checked_for_schema_version_1_envelopes_too(v1_envelope):
     """Why: an older envelope is migrated after its MAC check; skipping the MAC for old versions
     would let anyone write ``schema_version: 1`` into a hand-edited file and have it trusted."""
     from state.errors import Stopped
-    from state.files.store import verify_envelope
+    from state.signing import verify_envelope
 
     data, key = v1_envelope
     assert data["schema_version"] == 1
@@ -342,24 +342,24 @@ def test_check_same_compares_the_task_id():
     """Why: an entry under a key proves an effect only for the task that wrote it; an entry of
     another task (a reused key, a copied file) must never count as this task's execution."""
     from state.errors import Stopped
-    from state.files.ledger import Ledger
+    from state.records import check_same_entry
 
-    Ledger.check_same(_entry(), key=KEY, task_id=KEY, content_sha256=_sha())
+    check_same_entry(_entry(), key=KEY, task_id=KEY, content_sha256=_sha())
     with pytest.raises(Stopped, match="for task 'sd-1', not 'sd-2'"):
-        Ledger.check_same(_entry(), key=KEY, task_id="sd-2", content_sha256=_sha())
+        check_same_entry(_entry(), key=KEY, task_id="sd-2", content_sha256=_sha())
 
 
 def test_check_same_compares_the_content():
     """Why: the same key with other content is not the same effect (fail closed)."""
     from state.errors import Stopped
-    from state.files.ledger import Ledger
+    from state.records import check_same_entry
 
     with pytest.raises(Stopped, match="different content"):
-        Ledger.check_same(_entry(), key=KEY, task_id=KEY, content_sha256=_sha(TITLE, "other"))
+        check_same_entry(_entry(), key=KEY, task_id=KEY, content_sha256=_sha(TITLE, "other"))
 
 
 def test_ledger_record_refuses_a_key_that_names_another_channel(tmp_path):
-    """Why: ``check_key`` binds the key to the task and its channel before anything is read."""
+    """Why: ``check_ledger_key`` binds the key to the task and its channel before anything is read."""
     from state.errors import Stopped
     from state.files.ledger import Ledger
 

@@ -1,7 +1,9 @@
-"""The store conformance suite (tests/store_contract.py) run against every store we ship: the file
-store, PostgreSQL with one connection, and PostgreSQL through a connection pool (each on a fresh
-schema of the session's throwaway server, tests/conftest.py). A new store adds its factory to
-``FACTORIES`` and must pass unchanged."""
+"""The store conformance suite (``state.conformance``, in the library) run against every store we
+ship: the file store, PostgreSQL with one connection, and PostgreSQL through a connection pool
+(each on a fresh schema of the session's throwaway server, tests/conftest.py). A new store adds
+its factory to ``FACTORIES`` and must pass unchanged; another project's store runs the same suite
+from its own tests (docs/stores.md). Beside it: what each store is, and is not, beyond the
+contract (its capabilities, never faked)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from store_contract import *  # noqa: F401,F403  (the contract's tests, collected here)
-from store_contract import StoreFactory
-from state.store import FileStore, TaskStore, as_task_store
+from state.conformance import *  # noqa: F401,F403  (the contract's tests, collected here)
+from state.conformance import StoreFactory
+from state.store import FileBacked, FileStore, Inspectable, Relocatable, TaskStore
 
 
 def _damage_file(store: FileStore, task_id: str) -> None:
@@ -54,14 +56,56 @@ def store_factory(request: pytest.FixtureRequest):
         pool.close()
 
 
-def test_file_store_is_a_task_store_and_a_plain_store_is_wrapped(tmp_path: Path):
+def test_the_file_store_is_a_task_store_itself_with_every_capability(tmp_path: Path):
+    """Why: the workflow is typed against the Protocol; the file store implements it directly
+    (no adapter reaching into its private attributes), with the file-only members as a capability."""
     from state.files.store import Store
 
-    fs = FileStore(tmp_path)
-    assert isinstance(fs, TaskStore) and as_task_store(fs) is fs
-    plain = Store(tmp_path)
-    assert not isinstance(plain, TaskStore)
-    wrapped = as_task_store(plain)
-    assert isinstance(wrapped, FileStore) and wrapped.root == plain.root
-    with pytest.raises(TypeError):
-        as_task_store(object())
+    store = Store(tmp_path)
+    assert FileStore is Store
+    assert isinstance(store, TaskStore)
+    assert isinstance(store, FileBacked) and isinstance(store, Inspectable)
+    assert isinstance(store, Relocatable) and isinstance(store.with_root(tmp_path / "x"), Store)
+    import state.store
+
+    assert not hasattr(state.store, "as_task_store")
+    assert not isinstance(object(), TaskStore)
+
+
+def test_postgres_has_no_file_store_members(tmp_path: Path):
+    """Why: a capability is detected, never faked: PostgreSQL keeps its locks in the database,
+    so it has no lock files to name (a caller that needs them checks ``FileBacked``)."""
+    pytest.importorskip("psycopg")
+    from state.postgres.store import PostgresStore
+
+    store = PostgresStore("postgresql://localhost:1/none", tmp_path)  # contacts nothing
+    assert isinstance(store, TaskStore) and isinstance(store, Inspectable)
+    assert isinstance(store, Relocatable)
+    assert not isinstance(store, FileBacked)
+    assert not hasattr(store, "locks_dir") and not hasattr(store, "lock_path")
+
+
+def test_the_suite_imports_no_test_runner():
+    """Why: another store's tests import the suite from the library, whatever runs them: importing
+    it loads neither pytest nor the SDK."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import state.conformance; "
+            "print(sorted(m for m in ('pytest', 'agents') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_sample_body_is_a_current_checkpoint():
+    """Why: the suite's bodies are written in the oldest version and migrated, so they stay valid
+    when the schema moves on: sealed, they verify as the current version."""
+    from state.conformance import sample_body
+    from state.schema import SCHEMA_VERSION
+    from state.signing import seal, verify_envelope
+
+    key = b"k" * 32
+    cp = seal({**sample_body("t-1"), "state_id": "0" * 32}, key)
+    again = verify_envelope(cp.model_dump(mode="json"), key, where="sample", name="sample")
+    assert again == cp and cp.schema_version == SCHEMA_VERSION and cp.task_id == "t-1"

@@ -28,11 +28,10 @@ from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL
                           valid_channel)
 from state.fileio import parse_object_shared, parse_shared
 from state.settings import settings
-from state.files.store import Store
+from state.store import TaskStore as Store
 from state.terminal import one_line
 from workflow import calls
 from workflow.reconcile import ran_before, refusal
-from state.store import as_task_store
 from workflow.trust import ONLY_ACTION, carries_the_draft, check_approvals
 
 
@@ -60,7 +59,7 @@ def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str]) ->
         "idempotency_key": cp_task_id,
         "content_sha256": sha,
         "channels": list(channels),
-        "store": open_stores.token_for(as_task_store(store)),
+        "store": open_stores.token_for(store),
     }
 
 
@@ -157,7 +156,7 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
         if cp.title == title and cp.content_sha256 == sha and cp.channels == channels:
             return cp
         raise Stopped(f"task {task_id} already exists with a different draft or channels; use a new --key")
-    evidence = as_task_store(store)
+    evidence = store
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
     if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):
         raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
@@ -288,7 +287,7 @@ def decision_for(store: Store, cp: Checkpoint, item: ToolApprovalItem, decision:
     arguments = json.loads(item.arguments or "{}")
     channel = calls.channel_of(cp, arguments)
     _, scope = calls.keys(cp, channel)
-    evidence = as_task_store(store)
+    evidence = store
     prior = evidence.rejection_get(cp.task_id, scope) if decision == "rejected" else None
     if prior is not None:
         by, reason = prior.by, prior.reason
@@ -312,7 +311,7 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
     call created are removed again, so a refused command leaves nothing behind. Raises
     :class:`Stopped`.
     """
-    evidence = as_task_store(store)
+    evidence = store
     recs = [rec, *calls.sticky_decisions(cp, rec)]
     created: list[str | None] = []
     try:
@@ -355,7 +354,7 @@ def _restore_relied_on(store: Store, task_id: str, scopes: list[str | None]) -> 
     raises: a checkpoint that cannot be read now is left for the next command to refuse."""
     if not scopes:
         return
-    evidence = as_task_store(store)
+    evidence = store
     try:
         newest = store.load(task_id)
         for d in newest.decisions:
@@ -370,7 +369,7 @@ def _restore_relied_on(store: Store, task_id: str, scopes: list[str | None]) -> 
 def nothing_executed(store: Store, cp: Checkpoint) -> bool:
     """True if no channel of ``cp`` has a ledger entry and no call is still waiting for a decision
     or decided ``approved`` (so cancelling the task cancels nothing that ran or may run)."""
-    evidence = as_task_store(store)
+    evidence = store
     if any(evidence.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels):
         return False
     return all((rec := calls.decision_of(cp, c)) is not None and rec.decision == "rejected"
@@ -443,7 +442,7 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
     call decided ``rejected`` none, unless that entry is an earlier approved call's on the same
     channel (:func:`workflow.reconcile.ran_before`). Raises :class:`Stopped` if the ledger disagrees (a human must
     check)."""
-    evidence = as_task_store(store)
+    evidence = store
     entries = {c: evidence.ledger_get(calls.keys(cp, c)[0]) for c in cp.channels}
     for call_id, channel in calls.calls_of(cp):
         rec = calls.decision_of(cp, call_id)
@@ -511,12 +510,16 @@ def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
     that cannot be saved, Ctrl-C during a stream). Paths that existed before are
     never touched; removing a lock file is safe because no write depends on the lock (every
     checkpoint write is a compare-and-swap)."""
-    from state.files.store import file_name
+    from state.paths import file_name
+    from state.store import FileBacked
     from workflow.observe.trace_log import trace_path
 
-    stem = file_name(task_id)
-    files = [trace_path(store, task_id), store.lock_path(stem)]
-    folders = [store.traces_dir, store.locks_dir, store.root]
+    files = [trace_path(store, task_id)]
+    folders = [trace_path(store, task_id).parent]
+    if isinstance(store, FileBacked):  # the task's lock file, made by this block's first write
+        files.append(store.lock_path(file_name(task_id)))
+        folders.append(store.locks_dir)
+    folders.append(store.root)
     before = {p for p in [*files, *folders] if p.exists() or p.is_symlink()}
     try:
         yield

@@ -40,7 +40,7 @@ from agent.publisher import build_agent, check_agent, describe, user_message
 from state import secrets
 from state.errors import Stopped
 from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
-from state.files.store import Store
+from state.store import TaskStore as Store
 from workflow import calls, edits, guards, reconcile, streaming
 from workflow.observe import tracing
 DecisionWord = Literal["approve", "reject"]

@@ -49,14 +49,13 @@ from typing import TYPE_CHECKING, Literal, Optional
 from state import clock, secrets
 from state.errors import Stopped
 from state.terminal import command
-from state.files.ledger import Ledger, LedgerEntry
+from state.records import LedgerEntry, check_same_entry
 from workflow.calls import calls_of, decision_of, keys, pick_call
-from state.store import as_task_store
 
 if TYPE_CHECKING:
     from state.records import RejectionRecord
     from state.schema import Checkpoint
-    from state.files.store import Store
+    from state.store import TaskStore as Store
     from workflow.edits import Edit
 
 Action = Literal["approve", "reject", "expire", "doctor"]
@@ -232,8 +231,7 @@ def answered_with_edits(cp: "Checkpoint", call_id: Optional[str]) -> bool:
 def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> tuple[
         Evidence, Optional[LedgerEntry], Optional["RejectionRecord"]]:
     """Read the evidence about one call of ``cp`` from ``store`` (a
-    :class:`state.store.TaskStore`, or a plain ``Store`` read through
-    :func:`state.store.as_task_store`): ``(Evidence, ledger entry or None, rejection record or
+    :class:`state.store.TaskStore`): ``(Evidence, ledger entry or None, rejection record or
     None)``, ``overdue`` on :func:`state.clock.now`. ``call_id`` None: the task's only call, or its
     last decided one. Reads only. Raises :class:`Stopped` if either piece of evidence is for
     another task or other content (no table cell applies: a human must check), or a file is
@@ -246,10 +244,10 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     channel = (recorded.channel if recorded is not None and recorded.call_id == call_id
                else dict(calls).get(call_id, cp.channels[0]) if call_id else cp.channels[0])
     key, scope = keys(cp, channel)
-    evidence = as_task_store(store)
+    evidence = store
     entry = evidence.ledger_get(key)
     if entry is not None:
-        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
+        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "

@@ -32,8 +32,8 @@ from state.paths import inside, read_regular
 from state.clock import now_iso
 from state.durable import create_exclusive
 from state.fileio import parse_json_object
-from state.files.store import file_name
-from state.records import LedgerEntry
+from state.paths import file_name
+from state.records import LedgerEntry, check_ledger_key, check_same_entry
 
 
 #: A ledger entry is a few hundred bytes; anything far larger is not one of ours.
@@ -80,7 +80,7 @@ class Ledger:
         first entry is returned unchanged. Raises :class:`Stopped` when the key exists for another
         task or other content (fail closed), or the existing file is corrupt.
         """
-        self.check_key(key, task_id, channel)
+        check_ledger_key(key, task_id, channel)
         existing = self.get(key)
         if existing is None:
             entry = LedgerEntry(
@@ -108,29 +108,8 @@ class Ledger:
                     f"ledger entry {file_name(key)}.json could not be created and is not there "
                     "either (removed by someone else?); a human must check (python run.py doctor)"
                 )
-        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
-
-    @staticmethod
-    def check_key(key: str, task_id: str, channel: Optional[str]) -> None:
-        """Raise :class:`Stopped` unless ``key`` is ``task_id`` or ``<task_id>#<channel>`` (checked
-        before any entry is read, so a key naming another channel is refused whatever is stored)."""
-        if key not in (task_id, f"{task_id}#{channel}"):
-            raise Stopped(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
-                          f"{channel!r}; refusing")
-
-    @staticmethod
-    def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
-        """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
-        if entry.task_id != task_id:
-            raise Stopped(
-                f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
-            )
-        if entry.content_sha256 != content_sha256:
-            raise Stopped(
-                f"ledger already holds key {key!r} with different content "
-                f"(sha256 {entry.content_sha256[:12]}… vs {content_sha256[:12]}…); refusing"
-            )
 
     def entries(self) -> list[LedgerEntry]:
         """Every entry, oldest first. Raises :class:`Stopped` on any corrupt or misnamed file."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import ValidationError
 
@@ -29,13 +29,16 @@ from state.schema import (Decision, validation_message)
 from state.durable import create_exclusive
 from state.fileio import fsync_dir, parse_json_object
 from state.paths import read_regular
-from state.files.store import Store, file_name
+from state.paths import file_name
 from state.records import RECORDED, RejectionRecord
+
+if TYPE_CHECKING:  # the file store calls these with itself
+    from state.files.store import Store
 
 MAX_RECORD_BYTES = 64 * 1024
 
 
-def folder(store: Store) -> Path:
+def folder(store: "Store") -> Path:
     """``<state dir>/rejections``."""
     return store.root / "rejections"
 
@@ -44,13 +47,13 @@ def _key(task_id: str, channel: Optional[str]) -> str:
     return task_id if channel is None else f"{task_id}#{channel}"
 
 
-def path_for(store: Store, task_id: str, channel: Optional[str] = None) -> Path:
+def path_for(store: "Store", task_id: str, channel: Optional[str] = None) -> Path:
     """``rejections/<file_name(key)>.json``, ``key`` the task ID, or ``<task ID>#<channel>`` when
     ``channel`` is given (:func:`state.schema.channel_scope`)."""
     return folder(store) / (file_name(_key(task_id, channel)) + ".json")
 
 
-def get(store: Store, task_id: str, channel: Optional[str] = None) -> RejectionRecord | None:
+def get(store: "Store", task_id: str, channel: Optional[str] = None) -> RejectionRecord | None:
     """The rejection record of ``task_id`` (on ``channel``, for a task with several), or None.
     Raises :class:`Stopped` if the file exists but is not a valid record for this task and channel
     (never rewritten)."""
@@ -69,7 +72,7 @@ def get(store: Store, task_id: str, channel: Optional[str] = None) -> RejectionR
     return rec
 
 
-def record(store: Store, task_id: str, content_sha256: str, decision: Decision,
+def record(store: "Store", task_id: str, content_sha256: str, decision: Decision,
            channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
     """Create the record for ``decision`` (a reject) exactly once; return ``(the record on disk,
     created by this call)``.
@@ -103,7 +106,7 @@ def record(store: Store, task_id: str, content_sha256: str, decision: Decision,
     return existing, created
 
 
-def remove(store: Store, task_id: str, channel: Optional[str] = None) -> None:
+def remove(store: "Store", task_id: str, channel: Optional[str] = None) -> None:
     """Delete the rejection record of ``task_id`` (absent: nothing to do). Only for a record the
     calling process created moments ago and could not go on to record in the checkpoint, so that a
     refused reject leaves nothing behind; never for a record another process wrote."""

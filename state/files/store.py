@@ -34,7 +34,6 @@ This module never imports the SDK, so read-only commands stay fast.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import os
@@ -42,21 +41,24 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
-from pydantic import ValidationError
-
-from state import effects, secrets, state_id
+from state import effects, state_id
 
 from state import fileio as files
-from state.clock import now_iso
 from state.errors import Stopped
-from state.integrity import KEY_FILE, check_key_creatable, envelope_signed, load_key, compute_mac
+from state.integrity import KEY_FILE, check_key_creatable, load_key
 from state.paths import check_regular, check_state_dir, inside, open_regular, read_regular
 from state.terminal import command
-from state.schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
-                     valid_effect_key, validation_message)
-# The file helpers live in leaf modules (no import cycle); their names stay importable from here.
+from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
+from state.inspection import Inspected
+from state.records import LedgerEntry, RejectionRecord
+from state.files import rejections
+from state.files.ledger import Ledger
+# Helpers that live in other modules (no import cycle); their names stay importable from here.
+from state.paths import file_name  # noqa: F401
+from state.revisions import every_or_stop, next_revision  # noqa: F401
+from state.signing import seal, signed_by_any, verify_envelope  # noqa: F401
 from state.durable import check_links, create_exclusive  # noqa: F401
 from state.fileio import TEMP_NAME, fsync_dir, parse_json_object, write_temp  # noqa: F401
 from state.settings import DEFAULT_LOCK_TIMEOUT_S, settings  # noqa: F401  (the default, for callers)
@@ -90,27 +92,6 @@ def parse_revision_name(name: str) -> tuple[str, int] | None:
     return (stem, revision) if revision_file_name(stem, revision) == name else None
 
 
-def file_name(key: str) -> str:
-    """File stem for ``key``, safe and distinct on Windows, macOS and Linux.
-
-    ``:`` is not allowed in Windows file names and those file systems ignore case, so the stem is
-    the key with ``:`` replaced by ``_`` plus 12 hex characters of SHA-256 of the exact key, e.g.
-    ``demo-001`` → ``demo-001--0b1e2a3c4d5e``; an effect key ``demo-001#news``
-    (:func:`state.schema.effect_key`) keeps its ``#``, allowed on all three. Raises ``ValueError``
-    for a key outside the pattern.
-    """
-    if not valid_effect_key(key):
-        raise ValueError(f"not an allowed key: {key!r}")
-    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
-    return f"{key.replace(':', '_')}--{digest}"
-
-
-def _readable_versions() -> str:
-    """``"1 (migrated) and 2"``: the envelope versions :meth:`Store.load_path` reads."""
-    old = ", ".join(f"{v} (migrated)" for v in sorted(MIGRATIONS))
-    return f"{old} and {SCHEMA_VERSION}" if old else str(SCHEMA_VERSION)
-
-
 def resolve_state_dir(raw: str | None) -> Path:
     """The state dir as an absolute, resolved path: ``raw``, else ``$HITL_STATE_DIR``, else ``.cache``.
 
@@ -125,7 +106,11 @@ def resolve_state_dir(raw: str | None) -> Path:
 
 
 class Store:
-    """A state dir: checkpoints, locks and the signing key. Paths are all below ``root``.
+    """The file store: a state dir holding checkpoints, locks, the ledger, rejection records and
+    the signing key, all below ``root``. A :class:`state.store.TaskStore` itself (the ledger is
+    :class:`state.files.ledger.Ledger` over ``ledger/``, the records :mod:`state.files.rejections`),
+    with the capabilities :class:`state.store.FileBacked`, :class:`state.store.Inspectable` and
+    :class:`state.store.Relocatable`.
 
     ``Store(root)`` does not touch the disk; the first write creates the folders.
     """
@@ -211,16 +196,68 @@ class Store:
                 path = newer
         return None
 
+    # -- what the commands print, and running in another state dir -------------------------
+    @property
+    def location(self) -> str:
+        """Where the tasks are, for messages: the state dir."""
+        return str(self.root)
+
+    def with_root(self, root: Path) -> "Store":
+        """A file store in another state dir (``demo`` runs in a state dir of its own)."""
+        return Store(root)
+
+    def cli_args(self) -> list[str]:
+        """The ``run.py`` arguments that select this kind of store in a child process (none: the
+        file store is the default)."""
+        return []
+
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """See :meth:`state.store.TaskStore.ledger_entries` (:meth:`state.files.ledger.Ledger.entries`)."""
+        return Ledger(self.ledger_dir).entries()
+
+    def ledger_get(self, key: str) -> Optional[LedgerEntry]:
+        """See :meth:`state.store.TaskStore.ledger_get` (:meth:`state.files.ledger.Ledger.get`)."""
+        return Ledger(self.ledger_dir).get(key)
+
+    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None,
+                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+        """See :meth:`state.store.TaskStore.ledger_record` (:meth:`state.files.ledger.Ledger.record`)."""
+        return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
+                                              content_sha256=content_sha256, channel=channel,
+                                              approval=approval)
+
+    def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
+        """See :meth:`state.store.TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""
+        return rejections.get(self, task_id, channel)
+
+    def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
+                         channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
+        """See :meth:`state.store.TaskStore.rejection_record` (:func:`state.files.rejections.record`)."""
+        return rejections.record(self, task_id, content_sha256, decision, channel)
+
+    def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
+        """See :meth:`state.store.TaskStore.rejection_remove` (:func:`state.files.rejections.remove`)."""
+        rejections.remove(self, task_id, channel)
+
+    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
+        """See :meth:`state.store.Inspectable.inspect` (:func:`state.files.inspect.inspect`: the
+        files, lock files and temp files of the state dir; ``repair`` deletes leftover temp files
+        and clears older revision files a crash left whole, each under its owner's lock)."""
+        from state.files.inspect import inspect  # only doctor needs it
+
+        return inspect(self, repair=repair)
+
     # -- locking -----------------------------------------------------------------------------
     @contextmanager
-    def task_lock(self, task_id: str) -> Iterator[None]:
+    def task_lock(self, task_id: str, *, timeout: Optional[float] = None) -> Iterator[None]:
         """Hold the per-task lock (``filelock``, cross-platform) for the duration of the block.
 
         The OS releases the lock if the holder dies, so a killed process never blocks forever;
-        waiting is bounded by ``$HITL_LOCK_TIMEOUT`` seconds (default 10). Raises :class:`Stopped`
-        on timeout.
+        waiting is bounded by ``timeout`` seconds (default ``$HITL_LOCK_TIMEOUT``, 10; 0: try
+        once). Raises :class:`Stopped` on timeout.
         """
-        timeout = settings().lock_timeout
+        timeout = settings().lock_timeout if timeout is None else timeout
         with self.owner_lock(file_name(task_id), timeout=timeout, what=f"task {task_id}"):
             yield
 
@@ -454,6 +491,18 @@ class Store:
         return cleared
 
 
+def _envelopes(files: list[Path]) -> Iterator[Any]:
+    """The parsed envelope of each of ``files`` in turn (a file that cannot be read or parsed is
+    skipped: it never verifies)."""
+    for path in files:
+        try:
+            raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
+            if raw:
+                yield parse_json_object(raw, f"checkpoint {path.name}")
+        except Stopped:
+            continue
+
+
 def _changed(task_id: str, revision: int, now: Any) -> Stopped:
     """The refusal of a write whose compare-and-swap failed: the task is no longer at ``revision``."""
     return Stopped(
@@ -468,84 +517,13 @@ def check_signs_here(tasks_dir: Path, files: list[Path], key: bytes) -> None:
     deployment with another ``HITL_SIGNING_KEY`` on this state dir, whose first task would make
     every listing of the other's stop. Reads files until one verifies (the first, as a rule);
     files that cannot be read or parsed count, but never verify. Touches nothing."""
-    for path in files:
-        try:
-            raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
-            if raw and envelope_signed(parse_json_object(raw, f"checkpoint {path.name}"), key):
-                return
-        except Stopped:
-            continue
+    if signed_by_any(_envelopes(files), key):
+        return
     if files:
         raise Stopped(f"none of the {len(files)} checkpoints in {tasks_dir} is signed with this "
                       "HITL_SIGNING_KEY: another deployment with another key shares this state "
                       "dir? Use the key they were signed with, or another state dir; nothing was "
                       "written")
-
-
-def seal(body: dict[str, Any], key: bytes) -> Checkpoint:
-    """``body`` (an envelope without ``mac``, ``state_id`` set) redacted
-    (:func:`state.secrets.redact_checkpoint`: a secret in free text becomes ``[redacted]``, one in
-    a structural field raises :class:`Stopped`), validated, defaults filled in, and signed with
-    ``key``: the :class:`Checkpoint` every store writes. Touches nothing."""
-    body = secrets.redact_checkpoint(body)
-    draft = Checkpoint.model_validate({**body, "mac": ""})  # validated once, defaults filled in
-    clean = draft.body()
-    return draft.model_copy(update={"mac": compute_mac(clean, key)})
-
-
-def every_or_stop(good: list[Checkpoint], bad: list[dict[str, str]]) -> list[Checkpoint]:
-    """``good`` (every verified checkpoint of a scan) if ``bad`` (``[{"file", "error"}]``, one per
-    checkpoint that failed) is empty; else raise :class:`Stopped` naming the first failure and how
-    many there are (fail closed: never a silent partial list). Shared by every store."""
-    if bad:
-        more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-        raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
-                      "status --task ID still shows the others)")
-    return good
-
-
-def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) -> Checkpoint:
-    """The :class:`Checkpoint` in ``data`` (a parsed envelope) if it is of our schema version (or
-    an older one in :data:`state.schema.MIGRATIONS`, migrated after the MAC check),
-    its MAC verifies under ``key``, it validates with every field present, and its idempotency key
-    is its task ID. Raises :class:`Stopped` naming ``where`` (e.g. ``checkpoint <file>``) otherwise;
-    ``name`` names it in the MAC failure. Every store reads through this (the MAC stays the judge
-    whatever holds the bytes: a file or a database row can be edited alike)."""
-    version = data.get("schema_version")
-    if type(version) is not int or (version != SCHEMA_VERSION and version not in MIGRATIONS):
-        raise Stopped(
-            f"{where} has schema_version {version!r}; this program reads only "
-            f"schema_version {_readable_versions()}"
-        )
-    valid = envelope_signed(data, key)  # over the envelope's own fields as parsed
-    if not valid:
-        raise Stopped(f"checkpoint integrity check failed for {name}")
-    try:  # an older version is migrated after its MAC is verified over the envelope as written
-        cp = Checkpoint.model_validate(migrate(data))
-    except ValidationError as exc:
-        raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
-    missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
-    if missing is not None:  # our writer writes every field: one filled in by a default is gone
-        raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
-    if cp.idempotency_key != cp.task_id:
-        raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
-    return cp
-
-
-def next_revision(cp: Checkpoint, event: tuple[str, dict[str, Any]],
-                  changes: dict[str, Any]) -> dict[str, Any]:
-    """The body of revision ``cp.revision + 1``: ``changes`` (field → value; pydantic models are
-    dumped) applied, ``updated_at`` now, one ``history`` event ``(name, detail)`` appended whose
-    detail also records the schema versions it is written with (for the receipt)."""
-    body = cp.body()
-    for name, value in changes.items():
-        body[name] = _dump(value)
-    revision, at = cp.revision + 1, now_iso()
-    body["revision"], body["updated_at"] = revision, at
-    versions = {k: body[k] for k in ("schema_version", "sdk_version", "run_state_schema_version")}
-    body["history"] = [*body["history"], {"at": at, "event": event[0], "revision": revision,
-                                          "detail": {**event[1], **versions}}]
-    return body
 
 
 class _Verified:
@@ -608,31 +586,3 @@ class _Verified:
 
 #: The one :class:`_Verified` of this process.
 _verified = _Verified()
-
-
-def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[str] = frozenset()) -> str | None:
-    """The dotted path of the first field of ``model`` (or of a model nested in it, in lists too)
-    that was not in the data but filled in by its default; None if every field was there.
-    ``exempt``: top-level fields whose absence has a meaning of its own (``state_id``: a checkpoint
-    from before state dir IDs, accepted only as :mod:`state.state_id` rules)."""
-    for name in type(model).model_fields:
-        where = f"{path}.{name}" if path else name
-        if name not in model.model_fields_set and where not in exempt:
-            return where
-        value = getattr(model, name)
-        items = value if isinstance(value, list) else [value]
-        for i, item in enumerate(items):
-            if hasattr(type(item), "model_fields"):
-                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where)
-                if found is not None:
-                    return found
-    return None
-
-
-def _dump(value: Any) -> Any:
-    """A pydantic model (or a list of them) as JSON-ready data; anything else unchanged."""
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if isinstance(value, list):
-        return [_dump(v) for v in value]
-    return value

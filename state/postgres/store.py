@@ -44,15 +44,17 @@ import psycopg
 
 from state import effects, failpoints, secrets
 from state.errors import Stopped
-from state.integrity import KEY_FILE, envelope_signed, key_fingerprint, load_key
-from state.paths import check_regular
-from state.records import RECORDED, RejectionRecord
+from state.integrity import KEY_FILE, key_fingerprint, load_key
+from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
+from state.paths import check_regular, file_name
+from state.records import (RECORDED, LedgerEntry, RejectionRecord, check_ledger_key,
+                           check_same_entry)
+from state.revisions import every_or_stop, next_revision
+from state.signing import seal, signed_by_any, verify_envelope
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.settings import settings, url_password
-from state.files.store import every_or_stop, file_name, next_revision, seal, verify_envelope
 from state.clock import now_iso
 from state.terminal import command
-from state.files.ledger import Ledger, LedgerEntry
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: The advisory lock (transaction-level) that serialises migrations across processes.
@@ -128,6 +130,15 @@ def lock_key(task_id: str) -> int:
     return int.from_bytes(hashlib.sha256(task_id.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
+def _parsed(texts: Iterator[str]) -> Iterator[Any]:
+    """Each JSON text of ``texts`` parsed, in turn (one that is not JSON is skipped)."""
+    for text in texts:
+        try:
+            yield json.loads(text)
+        except (ValueError, RecursionError):
+            continue
+
+
 class PostgresStore:
     """A :class:`state.store.TaskStore` on the database at ``url``; ``root`` is this machine's
     state dir (signing key, traces). ``pool`` (a ``psycopg_pool.ConnectionPool``, for a
@@ -151,7 +162,6 @@ class PostgresStore:
         self.root = root
         self.location = location(url)
         self.traces_dir = root / "traces"
-        self.locks_dir = root / "locks"  # never created: the task lock lives in the database
         self.ledger_dir = f"{self.location}/ledger"  # where ``run.py ledger`` says it read
 
     # -- what the commands print -------------------------------------------------------------
@@ -161,10 +171,6 @@ class PostgresStore:
     def checkpoint_path(self, task_id: str) -> str:
         """Where the checkpoint of ``task_id`` is, for people: ``<location>/tasks/<task_id>``."""
         return f"{self.location}/tasks/{task_id}"
-
-    def lock_path(self, owner: str) -> Path:
-        """``locks/<owner>.lock`` under ``root`` (never created here: see :meth:`task_lock`)."""
-        return self.locks_dir / f"{owner}.lock"
 
     def with_root(self, root: Path) -> "PostgresStore":
         """The same database with another state dir (``demo`` runs in a state dir of its own)."""
@@ -291,13 +297,8 @@ class PostgresStore:
         """Raise :class:`Stopped` if the database holds checkpoints but none is signed with
         ``key`` (its fingerprint must not be recorded: it would lock out the key that wrote them)."""
         rows = conn.execute("SELECT envelope FROM checkpoints ORDER BY written_at").fetchall()
-        for (envelope,) in rows:
-            try:
-                data = json.loads(envelope)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(data, dict) and envelope_signed(data, key):
-                return
+        if signed_by_any(_parsed(envelope for (envelope,) in rows), key):
+            return
         if rows:
             raise Stopped(f"none of the {len(rows)} checkpoints in the PostgreSQL store "
                           f"{self.location} is signed with this machine's signing key: another "
@@ -492,6 +493,53 @@ class PostgresStore:
         with self._mutex:
             self._lock_sessions.append(conn)
 
+    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
+        """See :meth:`state.store.Inspectable.inspect`: every ledger row and checkpoint row, each
+        task read again under its lock taken without waiting (a task a live process holds is a
+        ``busy`` problem). There are no temp files or lock files, so ``repair`` has nothing to
+        repair. Every ``path`` names the database (never its password)."""
+        entries, bad_entries = self.ledger_scan()
+        for bad in bad_entries:
+            yield Problem("unreadable_ledger_entry", bad["file"], bad["error"])
+        by_key = {e.idempotency_key: e for e in entries}
+        good, bad_tasks = self.scan()
+        for bad in bad_tasks:
+            yield Problem("unreadable_checkpoint", bad["file"], bad["error"],
+                          remedy="restore the row from a backup, or delete it")
+        for cp in good:
+            where = self.checkpoint_path(cp.task_id)
+            try:
+                with self.task_lock(cp.task_id, timeout=0):
+                    cp = self.load(cp.task_id)  # as it is now, under the lock
+                    yield TaskCheck(cp, where, records=lambda cp=cp, where=where: self._records(
+                        cp, where, by_key), claim=lambda keys: None)  # entries match by task ID
+            except Stopped as exc:
+                if "being worked on" in str(exc):
+                    yield Problem("busy", where, "a live process holds this task's lock")
+                else:
+                    yield Problem("unreadable_checkpoint", where, str(exc), task_id=cp.task_id)
+        tasks = {cp.task_id for cp in good} | {b["file"].rsplit("/", 1)[-1] for b in bad_tasks}
+        for key, entry in sorted(by_key.items()):
+            if entry.task_id not in tasks:
+                yield Problem("entry_without_task", f"{self.ledger_dir}/{key}",
+                              f"the ledger shows key {key!r} executed, but no task checkpoint exists",
+                              task_id=entry.task_id)
+        yield Counted(tasks=len(good) + len(bad_tasks),
+                      ledger_entries=len(entries) + len(bad_entries), lock_files=0)
+
+    def _records(self, cp: Checkpoint, where: str,
+                 by_key: dict[str, LedgerEntry]) -> "Records | Problem":
+        """The ledger entry and rejection record of the one-call task ``cp`` as they are now."""
+        try:
+            entry = self.ledger_get(cp.idempotency_key)
+            rejected = self.rejection_get(cp.task_id)
+        except Stopped as exc:
+            return Problem("unreadable_checkpoint", where, str(exc), task_id=cp.task_id)
+        if entry is not None:
+            by_key[entry.idempotency_key] = entry
+        return Records(entry=entry, entry_name=entry.idempotency_key if entry is not None else "",
+                       rejection=rejected)
+
     # -- ledger ------------------------------------------------------------------------------
     _LEDGER_COLUMNS = ("idempotency_key, task_id, action, title, content_sha256, published_at, "
                        "channel, approval")
@@ -539,7 +587,7 @@ class PostgresStore:
         """See :meth:`state.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
         NOTHING``, then read back and compared (failpoints ``ledger:record:before`` /
         ``:after``)."""
-        Ledger.check_key(key, task_id, channel)
+        check_ledger_key(key, task_id, channel)
         existing = self.ledger_get(key)
         if existing is None:
             entry = LedgerEntry(idempotency_key=key, task_id=task_id, action="publish_draft",
@@ -563,7 +611,7 @@ class PostgresStore:
             if existing is None:
                 raise Stopped(f"ledger entry {key!r} could not be created and is not there either "
                               "(deleted by someone else?); a human must check (python run.py doctor)")
-        Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
 
     # -- rejection records -------------------------------------------------------------------

@@ -48,9 +48,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from state import clock
 from state.schema import Checkpoint, effect_key
-from state.files.store import Store
+from state.store import TaskStore
 from workflow.observe import trace_log
-from state.store import as_task_store
 from workflow.observe.views import one_line
 
 
@@ -239,17 +238,16 @@ def _trace_steps(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
     return steps, errors, sums
 
 
-def build_receipt(store: Store, task_id: str) -> dict[str, Any]:
+def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
     """The receipt of ``task_id`` (shape in the module docstring).
 
     Raises :class:`state.errors.Stopped` if the checkpoint or the ledger entry cannot be trusted
     (same checks as every command); a missing or damaged trace only thins the trajectory.
     """
     cp = store.load(task_id)
-    evidence = as_task_store(store)
-    entry = evidence.ledger_get(cp.idempotency_key)
+    entry = store.ledger_get(cp.idempotency_key)
     several = len(cp.channels) > 1
-    by_channel = {c: evidence.ledger_get(effect_key(cp.task_id, c, cp.channels))
+    by_channel = {c: store.ledger_get(effect_key(cp.task_id, c, cp.channels))
                   for c in cp.channels} if several else {}
     entries = [e for e in by_channel.values() if e is not None] if several else [entry] if entry else []
     path = trace_log.trace_path(store, task_id)

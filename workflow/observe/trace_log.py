@@ -44,14 +44,15 @@ from typing import Any
 from state import failpoints, secrets
 from state.settings import SECRET_ENVS  # noqa: F401  (the variables whose values are scrubbed)
 from state.paths import inside, make_dirs, open_regular, read_regular
-from state.files.store import Store, file_name
+from state.paths import file_name
+from state.store import TaskStore
 
 TRACES_DIR = "traces"
 PREVIEW_CHARS = 24
 OUTPUT_CHARS = 300
 
 
-def trace_path(store: Store, task_id: str) -> Path:
+def trace_path(store: TaskStore, task_id: str) -> Path:
     """``<state dir>/traces/<file_name(task_id)>.jsonl``; raises :class:`~state.errors.Stopped` if it
     resolves outside the state dir (``traces`` a symlink elsewhere)."""
     return inside(store.root, store.root / TRACES_DIR / (file_name(task_id) + ".jsonl"),

@@ -32,7 +32,7 @@ from agents import RunConfig
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 
 from state.clock import now_iso
-from state.files.store import Store
+from state.store import TaskStore
 from workflow.observe import trace_log
 Phase = Literal["start", "resume"]
 WORKFLOW_NAME = "publish_draft approval"
@@ -185,7 +185,7 @@ class _TraceLogHandler(logging.Handler):
 
 
 @contextmanager
-def recording(store: Store, task_id: str, phase: Phase, *, content: bool = False) -> Iterator[None]:
+def recording(store: TaskStore, task_id: str, phase: Phase, *, content: bool = False) -> Iterator[None]:
     """Route the traces of the ``Runner.run`` inside this block to the task's trace file.
 
     Writes a ``run`` record before and a ``run_end`` record after (``outcome`` ``ok`` or ``error``

@@ -15,9 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from state.schema import Checkpoint
-from state.files.store import Store
+from state.store import TaskStore
 from state.terminal import command, one_line
-from state.store import as_task_store
 
 __all__ = ["one_line", "task_view", "ledger_view", "task_text", "resume_hint", "DECISION_FIELDS"]
 
@@ -54,7 +53,7 @@ def _kind(d: Any) -> str:
     return "approved_with_edits" if d.edits is not None else d.decision
 
 
-def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
+def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
     """The task shape above for one checkpoint."""
     decision = None
     if cp.decision is not None:
@@ -76,9 +75,9 @@ def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
     }
 
 
-def ledger_view(store: Store) -> dict[str, Any]:
+def ledger_view(store: TaskStore) -> dict[str, Any]:
     """``{"path": <ledger folder, or the database's ledger>, "entries": [...]}``, oldest first."""
-    entries = as_task_store(store).ledger_entries()
+    entries = store.ledger_entries()
     return {"path": str(store.ledger_dir), "entries": [e.model_dump() for e in entries]}
 
 

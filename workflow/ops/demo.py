@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from state.errors import Stopped
-from state.files.store import Store
-from state.store import as_task_store
+from state.store import Relocatable, TaskStore
 from workflow.observe.views import ledger_view, task_view
 
 RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 
 
-def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
+def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
     """Tell the whole story with real subprocesses, so each resume provably comes from disk.
 
     Runs in a new state dir ``<state dir>/demo/<run id>``, so it never touches the user's tasks
@@ -41,7 +40,10 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
     call = "call_" + content_sha256("Launch post", "We launch on Monday.")[:16]
     # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 7 shows
     # the same entries however often the demo runs).
-    store = as_task_store(store).with_root(store.root / "demo" / run_id)
+    if not isinstance(store, Relocatable):
+        raise Stopped(f"the store {store.location} cannot be opened in another state dir, so the "
+                      "demo cannot run on it; nothing was written")
+    store = store.with_root(store.root / "demo" / run_id)
     base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root), *store.cli_args()]
     steps = [
         ("1. Start a task. The agent asks to call publish_draft; the run pauses and is saved.",

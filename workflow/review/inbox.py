@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional
 from state import clock
 from state.errors import Stopped
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
-from state.files.store import Store, every_or_stop
+from state.revisions import every_or_stop
+from state.store import TaskStore
 from workflow import reconcile
 from workflow.observe.views import one_line, task_view
 
@@ -70,7 +71,7 @@ def summary(pending: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def inbox_entry(store: Store, cp: Checkpoint, now: datetime) -> dict[str, Any]:
+def inbox_entry(store: TaskStore, cp: Checkpoint, now: datetime) -> dict[str, Any]:
     """A task (``workflow.observe.views.task_view`` shape) plus the inbox keys ``waiting_since``,
     ``age_s`` (seconds since the request, int; null unless waiting), ``expires_at``, ``overdue``
     (bool) and ``summary`` (one line)."""
@@ -87,7 +88,7 @@ def inbox_entry(store: Store, cp: Checkpoint, now: datetime) -> dict[str, Any]:
     return task
 
 
-def inbox_view(store: Store, status: Optional[str] = None) -> dict[str, Any]:
+def inbox_view(store: TaskStore, status: Optional[str] = None) -> dict[str, Any]:
     """``{"tasks": [...]}``: waiting tasks first (oldest request first), then the rest by task ID;
     plus ``"unverified": [{"file", "error"}]``, one per checkpoint that cannot be read or verified
     (signed with another key, edited, damaged), when there is any.
@@ -144,7 +145,7 @@ def inbox_text(view: dict[str, Any]) -> str:
     return "\n".join(lines) or "no tasks"
 
 
-def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[str], list[str]]:
+def expire_overdue(store: TaskStore, task_id: Optional[str] = None) -> tuple[list[str], list[str]]:
     """Mark every overdue waiting task (or just ``task_id``) ``expired``.
 
     Returns ``(IDs marked, IDs skipped because another process holds their lock)``. Under each
@@ -183,7 +184,7 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
     return done, busy
 
 
-def _check_expirable(store: Store, cp: Checkpoint) -> None:
+def _check_expirable(store: TaskStore, cp: Checkpoint) -> None:
     """Raise :class:`Stopped` unless the decision table lets ``expire`` mark ``cp`` expired."""
     if reconcile.check(store, cp, "expire").kind != "expire":
         raise Stopped(f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
@@ -195,7 +196,7 @@ Say = Callable[[str], None]
 Decide = Callable[[str, str, Optional[str]], dict[str, Any]]
 
 
-def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any]:
+def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any]:
     """Walk the waiting tasks: show tool, arguments and the draft; ask approve / reject / skip.
 
     ``ask(prompt) -> answer`` reads one line (``input`` in a terminal; scripted in tests);
@@ -287,7 +288,7 @@ def _ask_action(ask: Ask, say: Say, *, overdue_now: bool) -> tuple[str, Optional
         say("  please answer a, r, s or q")
 
 
-def pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
+def pick_task(store: TaskStore, task_id: str | None, *, waiting_only: bool) -> str:
     """``task_id`` if given, else the only task (``waiting_only``: the only one still waiting
     for a decision); raises :class:`Stopped` naming the candidates when there is not exactly one."""
     if task_id:

@@ -36,7 +36,7 @@ from state.errors import Stopped
 from state.integrity import KEY_FILE
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
-from state.files.store import Store
+from state.store import FileBacked
 from workflow.review.inbox import WAITING, overdue, unverified_summary, waiting_since
 
 #: Tasks per inbox page.
@@ -119,13 +119,13 @@ class InboxIndex:
         return rows, unverified_summary({"unverified": bad})
 
     def _scan(self) -> tuple[list[Row], list[dict[str, str]]]:
-        if not isinstance(self.store, Store):  # another TaskStore: its own verified scan
+        if not isinstance(self.store, FileBacked):  # a store without files: its own verified scan
             good, bad = self.store.scan()
             return [row_of(cp) for cp in good], bad
         with self._lock:
             return self._file_rows(self.store)
 
-    def _file_rows(self, store: Store) -> tuple[list[Row], list[dict[str, str]]]:
+    def _file_rows(self, store: FileBacked) -> tuple[list[Row], list[dict[str, str]]]:
         keys = (_identity(store.root / KEY_FILE), _identity(store.root / STATE_ID_FILE))
         if keys != self._keys:  # a new signing key or state dir ID: verify everything again
             self._rows, self._keys = {}, keys

@@ -1,0 +1,352 @@
+"""The conformance suite every :class:`state.store.TaskStore` must pass (docs/stores.md).
+
+A store conforms when it passes these tests unchanged. They are plain functions named ``test_*``
+taking ``store_factory`` (a :class:`StoreFactory`) and ``tmp_path`` (a fresh, empty folder), so
+pytest collects them from any test module that imports them and defines a ``store_factory``
+fixture; this module itself never imports pytest (any runner can call them)::
+
+    # tests/test_my_store.py
+    import pytest
+    from state.conformance import *  # noqa: F401,F403  (the suite's tests, collected here)
+    from state.conformance import StoreFactory
+
+    @pytest.fixture
+    def store_factory():
+        return StoreFactory("mine", make=lambda tmp: MyStore(tmp / "state"))
+
+Every test builds a fresh, empty store with ``store_factory.make(tmp_path)``. The checkpoint
+bodies are :func:`sample_body`: a complete envelope written in the oldest schema version this
+program reads and brought to the current one by :data:`state.schema.MIGRATIONS`, so they stay
+valid as the schema grows. No SDK, no network, no clock: deterministic. The lock test holds the
+lock in this thread and asks for it from another one with a timeout of 0.2 s (no timing race: the
+holder never lets go during the wait). A test that cannot apply to a store
+raises :class:`unittest.SkipTest` (pytest reports it as skipped).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import unittest
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from state.errors import Stopped
+from state.schema import Checkpoint, Decision, migrate
+
+__all__ = [
+    "StoreFactory", "sample_body",
+    "test_it_is_a_task_store", "test_load_of_a_missing_task_stops", "test_save_creates_exclusively",
+    "test_save_revision_bumps_the_revision_and_keeps_history",
+    "test_stale_checkpoint_is_refused_and_nothing_changes", "test_checkpoints_sorted_by_task_id",
+    "test_checkpoints_fail_closed_on_a_damaged_one", "test_ledger_records_once",
+    "test_ledger_refuses_other_content", "test_ledger_entries_oldest_first",
+    "test_rejection_record_is_idempotent",
+    "test_rejection_remove", "test_task_lock_excludes_a_second_holder",
+    "test_ledger_keeps_each_channel_apart", "test_rejection_records_are_per_channel",
+    "test_inspect_lists_each_task_under_its_lock",
+]
+
+
+@dataclass(frozen=True)
+class StoreFactory:
+    """How the suite gets a store. ``make(folder)`` returns a fresh, empty
+    :class:`state.store.TaskStore` whose state dir (signing key, traces) is below ``folder``;
+    ``damage(store, task_id)``, if given, corrupts the stored checkpoint of ``task_id`` behind
+    the store's back (so that it no longer verifies); a store without such a hook skips the
+    fail-closed test."""
+
+    name: str
+    make: Callable[[Path], Any]
+    damage: Optional[Callable[[Any, str], None]] = None
+
+
+_AT = "2100-01-01T00:00:00.000000Z"
+_SHA = "0" * 64
+#: A checkpoint of schema version 1 (one call waiting for approval), without ``mac`` and
+#: ``state_id``: what :func:`sample_body` migrates to the current version.
+_V1: dict[str, Any] = {
+    "schema_version": 1, "task_id": "", "idempotency_key": "", "action": "publish_draft",
+    "title": "Contract", "content_sha256": _SHA, "status": "waiting_for_approval",
+    "decision": None, "decisions": [],
+    "pending": [{"call_id": "call-1", "tool": "publish_draft",
+                 "arguments": {"title": "Contract", "body": "A draft for the store contract."}}],
+    "final_output": None, "revision": 1, "sdk_version": "0.24.0", "run_state_schema_version": "1.21",
+    "agent": {"name": "Contract", "instructions_sha256": _SHA,
+              "tools": {"publish_draft": {"position": 0, "schema_sha256": _SHA, "needs_approval": True}}},
+    "run_state": '{"$schemaVersion": "1.21"}',
+    "history": [{"at": _AT, "event": "started", "revision": 1, "detail": {}}],
+    "created_at": _AT, "updated_at": _AT, "expires_at": None, "approval_ttl_s": 3600,
+    "model": {"name": "offline", "api": "offline", "base_url": None},
+    "budget": {"max_turns": 6, "max_tokens": 20000, "max_cost_usd": 0.05,
+               "price_in_per_mtok": None, "price_out_per_mtok": None},
+    "spend": {"turns": 1, "requests": 1, "input_tokens": 0, "output_tokens": 0,
+              "total_tokens": 0, "cost_usd": 0.0},
+}
+
+
+def sample_body(task_id: str) -> dict[str, Any]:
+    """A complete revision-1 checkpoint body of the current schema version (no ``mac``, no
+    ``state_id``) for ``task_id``, ready for ``store.save``. The stores never run the RunState it
+    carries; they only sign, keep and verify it."""
+    return migrate({**_V1, "task_id": task_id, "idempotency_key": task_id})
+
+
+def _decision(by: str = "alice", channel: str = "blog") -> Decision:
+    return Decision(decision="rejected", by=by, at="2025-01-01T00:00:00Z", reason="no",
+                    call_id="call-1", tool="publish_draft", arguments_sha256="0" * 64,
+                    channel=channel, always=False, source="human")
+
+
+@contextmanager
+def _raises(kind: type[BaseException], match: Optional[str] = None) -> Iterator[None]:
+    """Fail unless the block raises ``kind`` (whose message matches the regex ``match``)."""
+    try:
+        yield
+    except kind as exc:
+        if match is not None and not re.search(match, str(exc)):
+            raise AssertionError(f"{type(exc).__name__} {str(exc)!r} does not match {match!r}") from exc
+        return
+    raise AssertionError(f"{kind.__name__} was not raised")
+
+
+def test_it_is_a_task_store(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """The store implements the whole :class:`state.store.TaskStore` Protocol itself."""
+    from state.store import TaskStore
+
+    assert isinstance(store_factory.make(tmp_path), TaskStore)
+
+
+def test_load_of_a_missing_task_stops(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A task that is not there: ``exists`` is False and ``load`` refuses."""
+    store = store_factory.make(tmp_path)
+    assert store.exists("t-missing") is False
+    with _raises(Stopped):
+        store.load("t-missing")
+
+
+def test_save_creates_exclusively(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """``save`` without ``expect`` creates a task once; a second create is refused."""
+    store = store_factory.make(tmp_path)
+    first = store.save(sample_body("t-1"), failpoint="test")
+    assert isinstance(first, Checkpoint) and first.revision == 1 and store.exists("t-1")
+    with _raises(Stopped, match="created by another process"):
+        store.save(sample_body("t-1"), failpoint="test")
+    assert store.load("t-1") == first
+
+
+def test_save_revision_bumps_the_revision_and_keeps_history(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """The next revision: one more, the change applied, one history event appended."""
+    store = store_factory.make(tmp_path)
+    cp = store.save(sample_body("t-1"), failpoint="test")
+    new = store.save_revision(cp, failpoint="test", event=("resumed", {"n": 1}), title="Renamed")
+    assert (new.revision, new.title) == (2, "Renamed")
+    assert [h.event for h in new.history] == [*(h.event for h in cp.history), "resumed"]
+    assert new.history[-1].revision == 2
+    assert store.load("t-1") == new
+
+
+def test_stale_checkpoint_is_refused_and_nothing_changes(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """Compare-and-swap: a write after a stale checkpoint is refused and changes nothing."""
+    store = store_factory.make(tmp_path)
+    cp = store.save(sample_body("t-1"), failpoint="test")
+    new = store.save_revision(cp, failpoint="test", event=("resumed", {}))
+    with _raises(Stopped, match="changed"):
+        store.save_revision(cp, failpoint="test", event=("interrupted", {}), title="lost update")
+    with _raises(Stopped):
+        store.save(sample_body("t-1"), failpoint="test", expect=cp)
+    assert store.load("t-1") == new
+
+
+def test_checkpoints_sorted_by_task_id(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """``checkpoints`` lists every task, sorted by task ID."""
+    store = store_factory.make(tmp_path)
+    assert store.checkpoints() == []
+    for task_id in ("t-b", "t-c", "t-a"):
+        store.save(sample_body(task_id), failpoint="test")
+    assert [cp.task_id for cp in store.checkpoints()] == ["t-a", "t-b", "t-c"]
+
+
+def test_checkpoints_fail_closed_on_a_damaged_one(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A checkpoint damaged behind the store's back stops the listing and its load, not the others."""
+    store = store_factory.make(tmp_path)
+    if store_factory.damage is None:
+        raise unittest.SkipTest(f"{store_factory.name}: no hook to damage a stored checkpoint")
+    store.save(sample_body("t-a"), failpoint="test")
+    store.save(sample_body("t-b"), failpoint="test")
+    store_factory.damage(store, "t-b")
+    with _raises(Stopped):
+        store.checkpoints()
+    with _raises(Stopped):
+        store.load("t-b")
+    assert store.load("t-a").task_id == "t-a"
+
+
+def test_ledger_records_once(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """The same key and content twice: one entry, the first returned."""
+    store = store_factory.make(tmp_path)
+    assert store.ledger_get("t-1") is None
+    entry, created = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    assert created is True and entry.idempotency_key == "t-1"
+    again, created = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    assert created is False and again == entry
+    assert store.ledger_get("t-1") == entry
+
+
+def test_ledger_refuses_other_content(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """The same key with other content is refused; the first entry stays."""
+    store = store_factory.make(tmp_path)
+    entry, _ = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    with _raises(Stopped):
+        store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="b" * 64)
+    assert store.ledger_get("t-1") == entry
+
+
+def test_ledger_entries_oldest_first(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """``ledger_entries`` is oldest first (by the time recorded), not by key."""
+    store = store_factory.make(tmp_path)
+    from datetime import datetime, timedelta, timezone
+
+    from state import clock
+
+    assert store.ledger_entries() == []
+    made = []
+    start = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    wall = clock.wall
+    try:
+        for n, key in enumerate(("t-b", "t-a", "t-c")):  # recorded a second apart, not in key order
+            clock.wall = lambda n=n: start + timedelta(seconds=n)  # type: ignore[assignment]
+            made.append(store.ledger_record(key=key, task_id=key, title="T", content_sha256="a" * 64)[0])
+    finally:
+        clock.wall = wall  # type: ignore[assignment]
+    assert [e.idempotency_key for e in store.ledger_entries()] == ["t-b", "t-a", "t-c"]
+    assert store.ledger_entries() == made
+
+
+def test_rejection_record_is_idempotent(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A rejection record is made once: the first reviewer stays on record; other content is refused."""
+    store = store_factory.make(tmp_path)
+    assert store.rejection_get("t-1") is None
+    rec, created = store.rejection_record("t-1", "a" * 64, _decision("alice"))
+    assert created is True and (rec.task_id, rec.by) == ("t-1", "alice")
+    again, created = store.rejection_record("t-1", "a" * 64, _decision("bob"))
+    assert created is False and again == rec  # the first reviewer stays on record
+    with _raises(Stopped):
+        store.rejection_record("t-1", "b" * 64, _decision("carol"))
+    assert store.rejection_get("t-1") == rec
+
+
+def test_rejection_remove(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """``rejection_remove`` deletes a record, and is a no-op without one."""
+    store = store_factory.make(tmp_path)
+    store.rejection_remove("t-1")  # none: nothing to do
+    store.rejection_record("t-1", "a" * 64, _decision())
+    store.rejection_remove("t-1")
+    assert store.rejection_get("t-1") is None
+
+
+def test_ledger_keeps_each_channel_apart(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A task with several channels: one entry per ``<task>#<channel>`` key, carrying task_id,
+    channel and approval; recording one channel never creates or blocks another."""
+    store = store_factory.make(tmp_path)
+    blog, created = store.ledger_record(key="t-1#blog", task_id="t-1", title="T",
+                                        content_sha256="a" * 64, channel="blog", approval="human")
+    assert created and (blog.task_id, blog.channel, blog.approval) == ("t-1", "blog", "human")
+    assert store.ledger_get("t-1#news") is None and store.ledger_get("t-1") is None
+    preview, created = store.ledger_record(key="t-1#preview", task_id="t-1", title="T",
+                                           content_sha256="a" * 64, channel="preview",
+                                           approval="not_needed")
+    assert created and preview.approval == "not_needed"
+    assert store.ledger_get("t-1#blog") == blog
+    with _raises(Stopped):  # a key naming another channel than the entry says
+        store.ledger_record(key="t-1#blog", task_id="t-1", title="T", content_sha256="a" * 64,
+                            channel="news")
+
+
+def test_rejection_records_are_per_channel(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A rejection record belongs to one (task, channel): another channel, or the task's
+    one-channel record, is not it; removing it removes only it."""
+    store = store_factory.make(tmp_path)
+    rec, created = store.rejection_record("t-1", "a" * 64, _decision("alice", "news"), channel="news")
+    assert created and rec.channel == "news"
+    assert store.rejection_get("t-1") is None and store.rejection_get("t-1", channel="blog") is None
+    assert store.rejection_get("t-1", channel="news") == rec
+    store.rejection_remove("t-1", channel="news")
+    assert store.rejection_get("t-1", channel="news") is None
+
+
+def test_task_lock_excludes_a_second_holder(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """The task lock excludes a second holder (who waits its timeout, then is refused), is free
+    again once released, and is per task."""
+    store = store_factory.make(tmp_path)
+    outcome: list[str] = []
+
+    def second() -> None:
+        try:
+            with store.task_lock("t-1", timeout=0.2):
+                outcome.append("acquired")
+        except Stopped as exc:
+            outcome.append(f"stopped: {exc}")
+
+    with store.task_lock("t-1"):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(timeout=30)
+    assert len(outcome) == 1 and outcome[0].startswith("stopped: "), outcome
+    with store.task_lock("t-1"):  # released: free again
+        pass
+    with store.task_lock("t-2"):  # and per task: another task's lock is independent
+        with store.task_lock("t-3"):
+            pass
+
+
+def test_inspect_lists_each_task_under_its_lock(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """For a store with the ``Inspectable`` capability (``doctor``): a consistent store lists each
+    checkpoint once as a ``TaskCheck``, held under its task lock while it is being judged (another
+    holder is refused meanwhile; the tasks are written under their lock, as the workflow writes
+    them), no problem, and ``Counted`` last. Skipped for other stores."""
+    from state.inspection import Counted, Problem, TaskCheck
+    from state.store import Inspectable
+
+    store = store_factory.make(tmp_path)
+    if not isinstance(store, Inspectable):
+        raise unittest.SkipTest(f"{store_factory.name}: not Inspectable")
+    # Task IDs of this run only: a database's locks may be shared with other schemas, other runs.
+    tasks = [f"t-{secrets.token_hex(4)}-{n}" for n in ("b", "a")]
+    for task_id in tasks:
+        with store.task_lock(task_id):  # as every write of the workflow is made
+            store.save(sample_body(task_id), failpoint="test")
+    seen: list[str] = []
+    refused: list[bool] = []
+    items = list(_each_held(store, seen, refused))
+    assert sorted(seen) == sorted(tasks) and refused == [True, True]
+    assert not any(isinstance(item, Problem) for item in items)
+    assert isinstance(items[-1], Counted) and (items[-1].tasks, items[-1].ledger_entries) == (2, 0)
+    assert sum(isinstance(item, TaskCheck) for item in items) == 2
+
+
+def _each_held(store: Any, seen: list[str], refused: list[bool]) -> Iterator[Any]:
+    """The records of ``store.inspect()``; for each task, whether another holder of its lock was
+    refused while the record was held (recorded in ``refused``)."""
+    from state.inspection import TaskCheck
+
+    for item in store.inspect():
+        if isinstance(item, TaskCheck):
+            seen.append(item.checkpoint.task_id)
+            outcome: list[bool] = []
+
+            def second(task_id: str = item.checkpoint.task_id) -> None:
+                try:
+                    with store.task_lock(task_id, timeout=0.2):
+                        outcome.append(False)
+                except Stopped:
+                    outcome.append(True)
+
+            waiter = threading.Thread(target=second)
+            waiter.start()
+            waiter.join(timeout=30)
+            refused.append(outcome == [True])
+        yield item

@@ -1,0 +1,242 @@
+"""What the file store hands ``doctor``: :meth:`state.files.store.Store.inspect`.
+
+It reads every checkpoint (the newest revision file of each task in ``tasks/``), every ledger
+entry (``ledger/*.json``), the lock files (``locks/*.lock``) and temp files (``.tmp-*.part``) of
+the state dir, and yields :mod:`state.inspection` records. Each task is read under its own lock,
+taken without waiting, so a task a live process is working on is a ``busy`` problem instead of a
+half-finished write; the lock is held while ``doctor`` judges the task.
+
+A read-only state dir (``chmod -R a-w``, a read-only mount, a backup) is read all the same:
+opening a lock file for writing fails with a permission error (``EACCES``/``EPERM``) or
+``EROFS``, and then every checkpoint, ledger entry and rejection record is read without its lock,
+and one ``not_locked`` problem says so. Without the lock a task a live process is writing could
+look half-finished; on a state dir nobody can write, nobody is writing. ``repair`` repairs
+nothing there. A lock file that is a symlink or a folder is an ``unusable_lock`` problem.
+
+Repairs (``repair``): deleting leftover temp files, and clearing (to 0 bytes, under the task's
+lock) older revision files that a crash left whole between a write and its cleanup. Every write
+of a task's files happens under that task's lock (``locks/<owner>.lock``; the signing key under
+``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose
+owner's lock is held here belongs to no live process: deleting it is provably safe. Lock files
+are never deleted (filelock's OS locks are dropped when the holder dies; deleting a file others
+may wait on is never safe).
+
+Never imports the SDK; imports ``state`` and filelock only.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from filelock import FileLock, Timeout
+
+from state.errors import Stopped
+from state.fileio import TEMP_NAME, make_dirs
+from state.files import rejections
+from state.files.ledger import Ledger
+from state.inspection import Counted, Inspected, Problem, Records, Repaired, TaskCheck
+from state.integrity import KEY_FILE
+from state.paths import file_name
+from state.records import LedgerEntry
+from state.schema import Checkpoint
+from state.state_id import STATE_ID_FILE
+
+if TYPE_CHECKING:  # the store calls this module with itself
+    from state.files.store import Store
+
+#: ``errno`` values meaning "this lock file cannot be opened for writing here" (a read-only state dir).
+_READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+#: How a person restores a checkpoint of this store that cannot be read.
+RESTORE = "restore the file from a backup, or move it away"
+
+
+class _Probe:
+    """Hold a task's lock without waiting, never creating or deleting a lock file in read-only mode.
+
+    After ``__enter__``: ``lock`` is set if the lock is held; ``error`` if the lock file itself is
+    unusable (a symlink, a folder); ``read_only`` (the OS's reason, e.g. ``Permission denied``) if
+    it could not be opened for writing because the state dir cannot be written.
+    """
+
+    def __init__(self, store: "Store", owner: str, *, create: bool) -> None:
+        self.path = store.lock_path(owner)
+        self.create = create
+        self.lock: FileLock | None = None
+        self.error: str | None = None  # set when the lock file itself is unusable
+        self.read_only: str | None = None  # set when the state dir cannot be written
+
+    def __enter__(self) -> bool:
+        """True if we hold the lock, or no lock file exists and we may not create one, or the lock
+        cannot be taken because the state dir is read-only (``read_only`` set: check unlocked)."""
+        if not os.path.lexists(self.path) and not self.create:
+            return True  # nobody holds a lock whose file does not exist
+        try:
+            make_dirs(self.path.parent)  # owner-only (0o700)
+            try:
+                lock = FileLock(str(self.path), timeout=0, mode=0o600, preserve_lock_file=True)
+            except TypeError:  # filelock < 4 has no preserve_lock_file
+                lock = FileLock(str(self.path), timeout=0, mode=0o600)
+            lock.acquire()
+        except Timeout:  # (a TimeoutError, so an OSError: caught first)
+            return False
+        except OSError as exc:  # read-only state dir; a lock file that is a symlink, a folder …
+            reason = exc.strerror or type(exc).__name__
+            if exc.errno in _READ_ONLY_ERRNOS and self._plain_or_missing():
+                self.read_only = reason
+                return True
+            self.error = f"lock file {self.path.name} cannot be used ({reason})"
+            return False
+        self.lock = lock
+        return True
+
+    def _plain_or_missing(self) -> bool:
+        """True if the lock file is a regular file or does not exist (so a permission error means
+        the state dir cannot be written, not that the lock file was replaced by something else)."""
+        try:
+            return stat.S_ISREG(os.lstat(self.path).st_mode)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
+    def __exit__(self, *exc: object) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def inspect(store: "Store", *, repair: bool = False) -> Iterator[Inspected]:
+    """The records of :meth:`state.store.Inspectable.inspect` for the file store ``store`` (module
+    docstring). Never raises :class:`Stopped` for a damaged file."""
+    entries: dict[str, tuple[LedgerEntry, Path]] = {}
+    ledger = Ledger(store.ledger_dir)
+    n_entries = 0
+    if ledger.folder.is_dir():
+        for path in sorted(ledger.folder.glob("*.json")):
+            n_entries += 1
+            try:
+                entry = ledger.read_path(path)  # a regular file only (a FIFO would block)
+            except Stopped as exc:
+                yield Problem("unreadable_ledger_entry", str(path), str(exc))
+                continue
+            entries[path.stem] = (entry, path)
+    seen_stems: set[str] = set()
+    unlocked: list[str] = []  # the OS's reasons, when a lock could not be taken (read-only)
+    n_tasks = 0
+
+    if store.tasks_dir.is_dir():
+        for stem, path in store.task_files():  # each task's newest revision file
+            n_tasks += 1
+            seen_stems.add(stem)
+            probe = _Probe(store, stem, create=False)
+            with probe as held:
+                if probe.read_only:
+                    unlocked.append(probe.read_only)
+                if not held:
+                    yield (Problem("unusable_lock", str(probe.path), probe.error) if probe.error else
+                           Problem("busy", str(path), "a live process holds this task's lock"))
+                    continue
+                try:
+                    path, cp = store.load_newest(stem) or (path, store.load_path(path))
+                except Stopped as exc:
+                    yield Problem("unreadable_checkpoint", str(path), str(exc), remedy=RESTORE)
+                    continue
+                if repair and not probe.read_only:  # a crash between a write and its cleanup
+                    cleared = store.clear_older(cp.task_id)
+                    if cleared:
+                        yield Repaired("older_revision", str(path),
+                                       f"cleared {cleared} older revision file(s)")
+                yield TaskCheck(cp, str(path), records=lambda cp=cp: _records(store, cp, entries),
+                                claim=lambda keys: seen_stems.update(file_name(k) for k in keys))
+
+    for stem, (entry, path) in sorted(entries.items()):
+        if stem not in seen_stems:
+            yield Problem("entry_without_task", str(path),
+                          f"the ledger shows key {entry.idempotency_key!r} executed, but no task "
+                          "checkpoint exists", task_id=entry.task_id)
+
+    lock_files = sum(1 for _ in store.locks_dir.glob("*.lock")) if store.locks_dir.is_dir() else 0
+
+    for tmp in _temp_files(store):
+        match = TEMP_NAME.match(tmp.name)
+        if match is None:
+            yield Problem("unknown_temp", str(tmp), "a temp file not named by this program's writer")
+            continue
+        owner = match["owner"]
+        if not (owner in (KEY_FILE, STATE_ID_FILE) or _is_stem(owner)):
+            yield Problem("unknown_temp", str(tmp), f"temp file for unknown owner {owner!r}")
+            continue
+        detail = f"left by a process that died while writing {owner}"
+        if not repair:
+            yield Problem("leftover_temp", str(tmp), detail)
+            continue
+        probe = _Probe(store, owner, create=True)
+        with probe as held:
+            if probe.read_only:
+                unlocked.append(probe.read_only)
+                yield Problem("leftover_temp", str(tmp), detail +
+                              f"; not repaired: its lock could not be taken ({probe.read_only})")
+                continue
+            if not held:
+                yield Problem("busy", str(tmp), f"a live process is writing {owner}")
+                continue
+            try:
+                tmp.unlink()
+                yield Repaired("leftover_temp", str(tmp), "deleted")
+            except FileNotFoundError:
+                yield Repaired("leftover_temp", str(tmp), "already gone")
+            except OSError as exc:
+                yield Problem("leftover_temp", str(tmp),
+                              detail + f"; delete failed: {exc.strerror or type(exc).__name__}")
+    if unlocked:
+        yield Problem("not_locked", str(store.locks_dir),
+                      f"the state dir cannot be written ({unlocked[0]}), so no lock could be taken: "
+                      "every task was checked read-only, without its lock, and nothing was repaired")
+    yield Counted(tasks=n_tasks, ledger_entries=n_entries, lock_files=lock_files)
+
+
+def _records(store: "Store", cp: Checkpoint, entries: dict[str, tuple[LedgerEntry, Path]]) -> Records | Problem:
+    """The one-call task ``cp``'s ledger entry (re-read under the lock: a resume may have finished
+    since the scan) and rejection record, or the problem that stops reading them."""
+    task_id = cp.task_id
+    found = _read_one(store, task_id, entries)
+    try:
+        rejected = rejections.get(store, task_id)
+    except Stopped as exc:
+        return Problem("unreadable_rejection_record", str(rejections.path_for(store, task_id)),
+                       str(exc), task_id=task_id)
+    entry, path = found if found is not None else (None, None)
+    return Records(entry=entry, entry_name=path.name if path is not None else "", rejection=rejected)
+
+
+def _temp_files(store: "Store") -> Iterator[Path]:
+    for folder in (store.root, store.tasks_dir, store.ledger_dir, rejections.folder(store)):
+        if folder.is_dir():
+            yield from sorted(folder.glob(".tmp-*"))
+
+
+def _is_stem(owner: str) -> bool:
+    head, sep, digest = owner.rpartition("--")
+    return bool(sep and head) and len(digest) == 12 and all(c in "0123456789abcdef" for c in digest)
+
+
+def _read_one(store: "Store", task_id: str,
+              entries: dict[str, tuple[LedgerEntry, Path]]) -> Optional[tuple[LedgerEntry, Path]]:
+    """The ledger entry for ``task_id`` as it is now (it may have appeared since the scan)."""
+    stem = file_name(task_id)
+    path = store.ledger_dir / (stem + ".json")
+    if stem in entries:
+        return entries[stem]
+    if not path.exists():
+        return None
+    try:
+        entry = Ledger(store.ledger_dir).get(task_id)
+    except Stopped:
+        return None  # reported when the ledger is scanned next time
+    if entry is None:
+        return None
+    entries[stem] = (entry, path)
+    return entries[stem]

@@ -1,0 +1,95 @@
+"""Signing a checkpoint: the one wrapper between a checkpoint body and the signed envelope a store keeps.
+
+Every store writes through :func:`seal` (a body in, a signed :class:`state.schema.Checkpoint` out)
+and reads through :func:`verify_envelope` (a parsed envelope in, a verified checkpoint out), so
+what makes a checkpoint trustworthy is decided here once, whatever holds the bytes: a file or a
+database row can be edited alike, and the MAC (:mod:`state.integrity`) is the judge.
+:func:`signed_by_any` answers "did this key sign any of these envelopes?" for a store's check that
+another deployment's key is not about to take over its checkpoints. What a store adds is only
+where the envelope lives and its own binding checks (its file name, its row, its state ID).
+
+Never imports the SDK; imports ``state`` only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pydantic import ValidationError
+
+from state import secrets
+from state.errors import Stopped
+from state.integrity import compute_mac, envelope_signed
+from state.schema import MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate, validation_message
+
+
+def seal(body: dict[str, Any], key: bytes) -> Checkpoint:
+    """``body`` (an envelope without ``mac``, ``state_id`` set) redacted
+    (:func:`state.secrets.redact_checkpoint`: a secret in free text becomes ``[redacted]``, one in
+    a structural field raises :class:`Stopped`), validated, defaults filled in, and signed with
+    ``key``: the :class:`Checkpoint` every store writes (its ``model_dump(mode="json")`` is the
+    envelope to keep). Touches nothing."""
+    body = secrets.redact_checkpoint(body)
+    draft = Checkpoint.model_validate({**body, "mac": ""})  # validated once, defaults filled in
+    clean = draft.body()
+    return draft.model_copy(update={"mac": compute_mac(clean, key)})
+
+
+def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) -> Checkpoint:
+    """The :class:`Checkpoint` in ``data`` (a parsed envelope) if it is of our schema version (or
+    an older one in :data:`state.schema.MIGRATIONS`, migrated after the MAC check),
+    its MAC verifies under ``key``, it validates with every field present, and its idempotency key
+    is its task ID. Raises :class:`Stopped` naming ``where`` (e.g. ``checkpoint <file>``) otherwise;
+    ``name`` names it in the MAC failure. Every store reads through this (the MAC stays the judge
+    whatever holds the bytes: a file or a database row can be edited alike)."""
+    version = data.get("schema_version")
+    if type(version) is not int or (version != SCHEMA_VERSION and version not in MIGRATIONS):
+        raise Stopped(
+            f"{where} has schema_version {version!r}; this program reads only "
+            f"schema_version {_readable_versions()}"
+        )
+    valid = envelope_signed(data, key)  # over the envelope's own fields as parsed
+    if not valid:
+        raise Stopped(f"checkpoint integrity check failed for {name}")
+    try:  # an older version is migrated after its MAC is verified over the envelope as written
+        cp = Checkpoint.model_validate(migrate(data))
+    except ValidationError as exc:
+        raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
+    missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
+    if missing is not None:  # our writer writes every field: one filled in by a default is gone
+        raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
+    if cp.idempotency_key != cp.task_id:
+        raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
+    return cp
+
+
+def signed_by_any(envelopes: Iterable[Any], key: bytes) -> bool:
+    """True if one of ``envelopes`` (parsed JSON values, as a store holds them) is a JSON object
+    whose MAC verifies under ``key`` (:func:`state.integrity.envelope_signed`); False for none,
+    and anything that is not an object never counts. Stops at the first that verifies."""
+    return any(isinstance(data, dict) and envelope_signed(data, key) for data in envelopes)
+
+
+def _readable_versions() -> str:
+    """``"1 (migrated) and 2"``: the envelope versions every store reads."""
+    old = ", ".join(f"{v} (migrated)" for v in sorted(MIGRATIONS))
+    return f"{old} and {SCHEMA_VERSION}" if old else str(SCHEMA_VERSION)
+
+
+def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """The dotted path of the first field of ``model`` (or of a model nested in it, in lists too)
+    that was not in the data but filled in by its default; None if every field was there.
+    ``exempt``: top-level fields whose absence has a meaning of its own (``state_id``: a checkpoint
+    from before state dir IDs, accepted only as :mod:`state.state_id` rules)."""
+    for name in type(model).model_fields:
+        where = f"{path}.{name}" if path else name
+        if name not in model.model_fields_set and where not in exempt:
+            return where
+        value = getattr(model, name)
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if hasattr(type(item), "model_fields"):
+                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where)
+                if found is not None:
+                    return found
+    return None
