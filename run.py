@@ -16,7 +16,7 @@ from typing import Any
 
 from state import clock, effects
 from state.settings import check_environment, settings
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
 from workflow.observe.budget_view import budget_lines
 from workflow.cli import arguments as A, output
@@ -136,7 +136,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return {"expired": expired, **({"busy": busy} if busy else {})}
     if args.command == "review":
         if not sys.stdin.isatty():
-            raise Stopped("review needs a terminal (stdin is not a tty); use: python run.py "
+            raise Refused("review needs a terminal (stdin is not a tty); use: python run.py "
                           "resume --task ID --decision approve|reject [--reason TEXT]")
         by = A.reviewer(args.by)
         done = inbox.review(store, ask=input, say=print,
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_environment()  # a bad HITL_* value: one line naming it, before any file is touched
         result = run_command(args)
-    except Stopped as exc:
+    except Refused as exc:
         return _stopped(str(exc))
     except KeyboardInterrupt:
         return _stopped("interrupted")

@@ -14,7 +14,7 @@ the final output and the history. Nothing of the kind may be saved. The rule, ap
     on the secret, so writing it reveals nothing: ``OPENAI_API_KEY=completed`` still lets a task be
     ``completed``;
   - *open* ones (identifiers and bound data that come from outside: a call ID or call arguments
-    from the model, a reviewer name, a model name) are refused with :class:`Stopped` when they hold
+    from the model, a reviewer name, a model name) are refused with :class:`Refused` when they hold
     a secret, before anything is written: altering them would break what they bind;
 
 - **free text** (title, reason, final output, model messages, tool output, trace bodies …): a
@@ -36,7 +36,7 @@ import functools
 import json
 from typing import Any, Callable, Iterable, Literal
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.settings import SECRET_ENVS, settings  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
 
 REDACTED = "[redacted]"
@@ -154,7 +154,7 @@ def by_key(closed: Iterable[str], open_: Iterable[str]) -> Callable[[Path_], Kin
     return classify
 
 
-class SecretInStructure(Stopped):
+class SecretInStructure(Refused):
     """A secret in a structural field that must not be altered (see module docstring)."""
 
 
@@ -173,7 +173,7 @@ def redact(value: Any, classify: Callable[[Path_], Kind | None], *, what: str,
     from our code, and call IDs that also appear as open ``call_id`` values); a key in an open field
     holding a secret raises, and a closed field's own key is never altered. Returns ``value`` itself (same object) when nothing needed redacting.
 
-    Raises :class:`SecretInStructure` (a :class:`Stopped`) naming ``what``, the field and the
+    Raises :class:`SecretInStructure` (a :class:`Refused`) naming ``what``, the field and the
     variable, never the value.
     """
     finder = _Finder(named(min_chars) if secrets is None else secrets)
@@ -326,7 +326,7 @@ def redact_checkpoint(body: dict[str, Any], *, min_chars: int = MIN_CHARS) -> di
 
 
 def check_input(what: str, value: str | None) -> None:
-    """Raise :class:`Stopped` if ``value`` (user input: task ID, title, draft, reason, reviewer
+    """Raise :class:`Refused` if ``value`` (user input: task ID, title, draft, reason, reviewer
     name) holds the value of a secret variable (:data:`MIN_CHARS`+ characters, any escaped form).
 
     Such input would be sent to the model and saved (or, for a bound field, could not be redacted);
@@ -336,5 +336,5 @@ def check_input(what: str, value: str | None) -> None:
         return
     name = _Finder(named(MIN_CHARS)).find(value)
     if name is not None:
-        raise Stopped(f"{what} contains the value of {name}; secrets are never sent to the model "
+        raise Refused(f"{what} contains the value of {name}; secrets are never sent to the model "
                       "or saved: remove it and run the command again")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import Checkpoint, Decision
 
 __all__ = [
@@ -88,14 +88,14 @@ def test_it_is_a_task_store(store):
 
 def test_load_of_a_missing_task_stops(store):
     assert store.exists("t-missing") is False
-    with pytest.raises(Stopped):
+    with pytest.raises(Refused):
         store.load("t-missing")
 
 
 def test_save_creates_exclusively(store):
     first = store.save(template_body("t-1"), failpoint="test")
     assert isinstance(first, Checkpoint) and first.revision == 1 and store.exists("t-1")
-    with pytest.raises(Stopped, match="created by another process"):
+    with pytest.raises(Refused, match="created by another process"):
         store.save(template_body("t-1"), failpoint="test")
     assert store.load("t-1") == first
 
@@ -112,9 +112,9 @@ def test_save_revision_bumps_the_revision_and_keeps_history(store):
 def test_stale_checkpoint_is_refused_and_nothing_changes(store):
     cp = store.save(template_body("t-1"), failpoint="test")
     new = store.save_revision(cp, failpoint="test", event=("resumed", {}))
-    with pytest.raises(Stopped, match="changed"):
+    with pytest.raises(Refused, match="changed"):
         store.save_revision(cp, failpoint="test", event=("interrupted", {}), title="lost update")
-    with pytest.raises(Stopped):
+    with pytest.raises(Refused):
         store.save(template_body("t-1"), failpoint="test", expect=cp)
     assert store.load("t-1") == new
 
@@ -132,9 +132,9 @@ def test_checkpoints_fail_closed_on_a_damaged_one(store, store_factory):
     store.save(template_body("t-a"), failpoint="test")
     store.save(template_body("t-b"), failpoint="test")
     store_factory.damage(store, "t-b")
-    with pytest.raises(Stopped):
+    with pytest.raises(Refused):
         store.checkpoints()
-    with pytest.raises(Stopped):
+    with pytest.raises(Refused):
         store.load("t-b")
     assert store.load("t-a").task_id == "t-a"
 
@@ -150,7 +150,7 @@ def test_ledger_records_once(store):
 
 def test_ledger_refuses_other_content(store):
     entry, _ = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
-    with pytest.raises(Stopped):
+    with pytest.raises(Refused):
         store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="b" * 64)
     assert store.ledger_get("t-1") == entry
 
@@ -176,7 +176,7 @@ def test_rejection_record_is_idempotent(store):
     assert created is True and (rec.task_id, rec.by) == ("t-1", "alice")
     again, created = store.rejection_record("t-1", "a" * 64, _decision("bob"))
     assert created is False and again == rec  # the first reviewer stays on record
-    with pytest.raises(Stopped):
+    with pytest.raises(Refused):
         store.rejection_record("t-1", "b" * 64, _decision("carol"))
     assert store.rejection_get("t-1") == rec
 
@@ -200,7 +200,7 @@ def test_ledger_keeps_each_channel_apart(store):
                                            approval="not_needed")
     assert created and preview.approval == "not_needed"
     assert store.ledger_get("t-1#blog") == blog
-    with pytest.raises(Stopped):  # a key naming another channel than the entry says
+    with pytest.raises(Refused):  # a key naming another channel than the entry says
         store.ledger_record(key="t-1#blog", task_id="t-1", title="T", content_sha256="a" * 64,
                             channel="news")
 
@@ -222,7 +222,7 @@ def test_task_lock_excludes_a_second_holder(store, monkeypatch):
         try:
             with store.task_lock("t-1"):
                 outcome.append("acquired")
-        except Stopped as exc:
+        except Refused as exc:
             outcome.append(f"stopped: {exc}")
 
     with store.task_lock("t-1"):

@@ -103,7 +103,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_scan_sees_imports_inside_functions_and_relative_ones():
     """The parser the DAG test relies on: a function-level and a relative import are edges."""
     graph = _graph()
-    assert "state.errors" in graph["state.fileio"]  # ``from .errors import Stopped``
+    assert "state.errors" in graph["state.fileio"]  # ``from .errors import Refused``
     assert "workflow.ops.doctor" in graph["run"]  # imported inside ``run.main``
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 

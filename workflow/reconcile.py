@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional
 
 from state import clock, secrets
-from state.errors import Stopped
+from state.errors import Refused
 from state.terminal import command
 from state.files.ledger import Ledger, LedgerEntry
 from workflow.calls import calls_of, decision_of, keys, pick_call
@@ -235,7 +235,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     :class:`state.store.TaskStore`, or a plain ``Store`` read through
     :func:`state.store.as_task_store`): ``(Evidence, ledger entry or None, rejection record or
     None)``, ``overdue`` on :func:`state.clock.now`. ``call_id`` None: the task's only call, or its
-    last decided one. Reads only. Raises :class:`Stopped` if either piece of evidence is for
+    last decided one. Reads only. Raises :class:`Refused` if either piece of evidence is for
     another task or other content (no table cell applies: a human must check), or a file is
     damaged."""
     calls = calls_of(cp)
@@ -252,7 +252,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
-        raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
+        raise Refused(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
                       "human must check (python run.py doctor)")
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
     decided = recorded.decision if recorded else None
@@ -268,7 +268,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
 
 def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[str] = None) -> Verdict:
     """:func:`gather` then :func:`reconcile` for the call ``call_id`` (None: see :func:`gather`);
-    a ``refuse`` verdict is raised as :class:`Stopped` with its one-line message. For ``expire``
+    a ``refuse`` verdict is raised as :class:`Refused` with its one-line message. For ``expire``
     with several calls: ``expire`` only if every call says so, else ``skip``. Reads only."""
     if action == "expire" and call_id is None and len(calls_of(cp)) > 1:
         verdicts = {check(store, cp, action, c).kind for c, _ in calls_of(cp)}
@@ -284,7 +284,7 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         where = cp.task_id if one or shown is None else f"{cp.task_id} (call {shown})"
         if rejected is not None and shown is not None and rejected.call_id != shown:  # an earlier call
             where = f"{cp.task_id} (call {shown}): its channel's draft, in call {rejected.call_id},"
-        raise Stopped(refusal(
+        raise Refused(refusal(
             verdict.code or "", task_id=where,
             status=ev.status if verdict.code == "executed" else cp.status,  # an answered call: ended
             decided=ev.decided,
@@ -305,7 +305,7 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
     (:func:`state.secrets.check_input`); an ``unchanged`` verdict must repeat the recorded
     decision, edits included (``edit``: the approval's edits, or None;
     :func:`workflow.edits.check_repeat`). Returns
-    ``(checkpoint, verdict)``; raises :class:`Stopped` otherwise. Reads only, so a refusal leaves
+    ``(checkpoint, verdict)``; raises :class:`Refused` otherwise. Reads only, so a refusal leaves
     the state dir as it was."""
     cp = store.load(task_id)
     store.check_writable(task_id)

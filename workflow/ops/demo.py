@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.files.store import Store
 from state.store import as_task_store
 from workflow.observe.views import ledger_view, task_view
@@ -85,7 +85,7 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
         out = (proc.stdout + proc.stderr).rstrip()
         print("\n".join("  " + line for line in out.splitlines()) + "\n", file=say)
         if proc.returncode != 0:
-            raise Stopped(f"demo step failed with exit code {proc.returncode}")
+            raise Refused(f"demo step failed with exit code {proc.returncode}")
     if not as_json:
         return None
     return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c, key_d)],

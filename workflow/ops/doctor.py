@@ -67,7 +67,7 @@ from typing import Any, Iterator
 from filelock import FileLock, Timeout
 
 from state.files import rejections
-from state.errors import Stopped
+from state.errors import Refused
 from state.integrity import KEY_FILE
 from state.fileio import TEMP_NAME, make_dirs
 from state.records import RejectionRecord
@@ -197,7 +197,7 @@ def _read_ledger(store: Store, report: Report) -> dict[str, tuple[LedgerEntry, P
         report.ledger_entries += 1
         try:
             entry = ledger.read_path(path)  # a regular file only (a FIFO would block)
-        except Stopped as exc:
+        except Refused as exc:
             report.findings.append(Finding("unreadable_ledger_entry", None, str(path), str(exc), HUMAN))
             continue
         entries[path.stem] = (entry, path)
@@ -273,7 +273,7 @@ def _check_calls(store: Any, cp: Checkpoint, path: Path | str, report: Report) -
             continue
         try:
             ev, _, rejected = gather(store, cp, call_id)
-        except Stopped as exc:
+        except Refused as exc:
             report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), HUMAN))
             continue
         verdict = reconcile(ev, "doctor")
@@ -305,7 +305,7 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
     """Check the state dir; with ``repair`` delete provably leftover temp files. See module doc.
 
     Returns :meth:`Report.as_dict`. Read-only unless ``repair`` (then it deletes only
-    ``leftover_temp`` files, each under its owner's lock). Never raises :class:`Stopped` for a
+    ``leftover_temp`` files, each under its owner's lock). Never raises :class:`Refused` for a
     damaged file: every problem becomes a finding. On a state dir that cannot be written, checks
     every task without its lock and adds one ``not_locked`` note (module docstring).
     """
@@ -333,7 +333,7 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                     continue
                 try:
                     path, cp = store.load_newest(stem) or (path, store.load_path(path))
-                except Stopped as exc:
+                except Refused as exc:
                     report.findings.append(Finding(
                         "unreadable_checkpoint", None, str(path), str(exc),
                         HUMAN + " (restore the file from a backup, or move it away)"))
@@ -351,7 +351,7 @@ def doctor(store: Store, *, repair: bool = False) -> dict[str, Any]:
                 entry = _read_one(store, cp.task_id, entries)
                 try:
                     rejected = rejections.get(store, cp.task_id)
-                except Stopped as exc:
+                except Refused as exc:
                     report.findings.append(Finding(
                         "unreadable_rejection_record", cp.task_id,
                         str(rejections.path_for(store, cp.task_id)), str(exc), HUMAN))
@@ -444,7 +444,7 @@ def _doctor_database(store: Any, repair: bool) -> dict[str, Any]:
                     continue
                 entry = store.ledger_get(cp.idempotency_key)
                 rejected = store.rejection_get(cp.task_id)
-        except Stopped as exc:
+        except Refused as exc:
             kind = "busy" if "being worked on" in str(exc) else "unreadable_checkpoint"
             report.findings.append(Finding(kind, None if kind == "busy" else cp.task_id, where,
                                            str(exc) if kind != "busy" else
@@ -481,7 +481,7 @@ def _read_one(store: Store, task_id: str,
         return None
     try:
         entry = Ledger(store.ledger_dir).get(task_id)
-    except Stopped:
+    except Refused:
         return None  # reported when the ledger is scanned next time
     if entry is None:
         return None

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Callable, Optional
 
 from state import clock
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
 from state.files.store import Store, every_or_stop
 from workflow import reconcile
@@ -94,8 +94,8 @@ def inbox_view(store: Store, status: Optional[str] = None) -> dict[str, Any]:
 
     ``status`` keeps only tasks with that stored status. What verifies is listed, and what does
     not is never left out silently: ``run.py list`` prints the tasks and then one ``STOPPED:``
-    line (:func:`unverified_summary`, exit 1). If nothing verifies, raises :class:`Stopped` naming
-    the first failure (``doctor`` lists them all). Raises :class:`Stopped` if the store refuses
+    line (:func:`unverified_summary`, exit 1). If nothing verifies, raises :class:`Refused` naming
+    the first failure (``doctor`` lists them all). Raises :class:`Refused` if the store refuses
     this machine's signing key outright (another deployment's key: ``PostgresStore.check_key``).
     """
     now = clock.now()
@@ -151,7 +151,7 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
     task's lock the checkpoint is reloaded and checked again: a task with a ledger entry (it
     executed in time) or a rejection record (a reject was decided) is never expired. The sweep
     only locks tasks that look overdue, and skips a busy one instead of stopping half-way. Raises
-    :class:`Stopped` if ``task_id`` is given and is not overdue or is busy.
+    :class:`Refused` if ``task_id`` is given and is not overdue or is busy.
     """
     done: list[str] = []
     busy: list[str] = []
@@ -165,7 +165,7 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
         with ExitStack() as stack:
             try:
                 stack.enter_context(store.task_lock(tid))
-            except Stopped:
+            except Refused:
                 if task_id:
                     raise
                 busy.append(tid)
@@ -184,9 +184,9 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
 
 
 def _check_expirable(store: Store, cp: Checkpoint) -> None:
-    """Raise :class:`Stopped` unless the decision table lets ``expire`` mark ``cp`` expired."""
+    """Raise :class:`Refused` unless the decision table lets ``expire`` mark ``cp`` expired."""
     if reconcile.check(store, cp, "expire").kind != "expire":
-        raise Stopped(f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
+        raise Refused(f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
                       f"expires_at {cp.expires_at})")
 
 
@@ -202,7 +202,7 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any
     ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason) -> task`` applies a decision
     (``workflow.hitl.resume``). Answers: ``a``/``approve``, ``r``/``reject`` (then a reason, required),
     ``s``/``skip``, ``q``/``quit``. An overdue request cannot be approved (the refusal is shown and the
-    question asked again). A ``Stopped`` from ``decide`` is shown and the walk goes on. End of input
+    question asked again). A ``Refused`` from ``decide`` is shown and the walk goes on. End of input
     (``EOFError``) stops the walk like ``quit``.
 
     Returns ``{"reviewed": [{"task_id", "action", "status"|"error"}], "remaining": int}``.
@@ -241,7 +241,7 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any
             continue
         try:
             result = decide(cp.task_id, action, reason)
-        except Stopped as exc:
+        except Refused as exc:
             say(f"  STOPPED: {one_line(str(exc))}")
             reviewed.append({"task_id": cp.task_id, "action": action, "error": str(exc)})
             continue
@@ -289,7 +289,7 @@ def _ask_action(ask: Ask, say: Say, *, overdue_now: bool) -> tuple[str, Optional
 
 def pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
     """``task_id`` if given, else the only task (``waiting_only``: the only one still waiting
-    for a decision); raises :class:`Stopped` naming the candidates when there is not exactly one."""
+    for a decision); raises :class:`Refused` naming the candidates when there is not exactly one."""
     if task_id:
         return task_id
     candidates = [cp.task_id for cp in store.checkpoints()
@@ -298,6 +298,6 @@ def pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
         return candidates[0]
     what = "waiting tasks" if waiting_only else "tasks"
     if not candidates:
-        raise Stopped(f"no {what} in {getattr(store, 'location', store.root)}; give --task ID")
+        raise Refused(f"no {what} in {getattr(store, 'location', store.root)}; give --task ID")
     names = ", ".join(candidates[:20])
-    raise Stopped(f"{len(candidates)} {what} ({names}); give --task ID")
+    raise Refused(f"{len(candidates)} {what} ({names}); give --task ID")

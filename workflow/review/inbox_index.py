@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from state import clock
-from state.errors import Stopped
+from state.errors import Refused
 from state.integrity import KEY_FILE
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
@@ -100,18 +100,18 @@ class InboxIndex:
         self._lock = threading.Lock()
 
     def rows(self) -> list[Row]:
-        """Every task's row, in no particular order. Raises :class:`Stopped` naming the first
+        """Every task's row, in no particular order. Raises :class:`Refused` naming the first
         checkpoint that cannot be read and verified (``doctor`` lists them all)."""
         rows, bad = self._scan()
         if bad:
             more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-            raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem)")
+            raise Refused(f"{bad[0]['error']}{more} (python run.py doctor lists every problem)")
         return rows
 
     def listing(self) -> tuple[list[Row], Optional[str]]:
         """``(the row of every task that verifies, None or one line saying how many checkpoints
         could not be verified and why the first failed)``: what ``list`` shows. Raises
-        :class:`Stopped` as :meth:`rows` does if none verifies (fail closed, never an empty page
+        :class:`Refused` as :meth:`rows` does if none verifies (fail closed, never an empty page
         that hides them), or if the store refuses this machine's key outright."""
         rows, bad = self._scan()
         if bad and not rows:
@@ -141,7 +141,7 @@ class InboxIndex:
                 continue
             try:  # identity first, then the read: a file changed in between is read again next time
                 found = store.load_newest(stem, path)
-            except Stopped as exc:
+            except Refused as exc:
                 bad.append({"file": path.name, "error": str(exc)})
                 continue
             if found is not None:  # a newer revision read instead: its identity is taken next time

@@ -61,7 +61,7 @@ from starlette.staticfiles import StaticFiles
 
 from workflow.observe.budget_view import model_line, spent_line
 from state import clock
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, valid_key
 from workflow import calls
 from workflow.review import inbox_index
@@ -219,7 +219,7 @@ def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason
     ``expect_revision`` is the revision the page was rendered from; it is checked here first
     (a quick answer for a stale page) and again by ``hitl.resume`` under the task lock (the check
     that counts). Returns the new checkpoint (still ``waiting_for_approval`` while other calls of the
-    task wait); raises :class:`Stopped` for every refusal (nothing decided), e.g. a call that is not
+    task wait); raises :class:`Refused` for every refusal (nothing decided), e.g. a call that is not
     pending."""
     from workflow import guards, hitl
 
@@ -262,7 +262,7 @@ class Inbox:
             return self._error(request, 400, f"status must be one of {', '.join(FILTERS)}")
         try:
             rows, unverified = self.index.listing()  # what verifies, and a line about the rest
-        except Stopped as exc:
+        except Refused as exc:
             return self._error(request, 500, str(exc))
         shown = inbox_index.page(rows, status, number)
         now = clock.now()
@@ -290,7 +290,7 @@ class Inbox:
         try:
             cp = self.store.load(task_id)
             receipt = None if cp.status == WAITING else _receipt_text(self.store, task_id)
-        except Stopped as exc:
+        except Refused as exc:
             return self._error(request, 404 if not self.store.exists(task_id) else 500, str(exc),
                                prior=error)
         if confirm is not None:  # the confirming step: only for a call that is still pending
@@ -299,7 +299,7 @@ class Inbox:
 
                 guards.check_revision(cp, confirm["revision"])
                 calls.pick_call(cp, confirm["call_id"])
-            except Stopped as exc:
+            except Refused as exc:
                 return self._task(request, task_id, error=str(exc), status=409)
         now = clock.now()
         t = timing(inbox_index.row_of(cp), now)
@@ -345,7 +345,7 @@ class Inbox:
             await run_in_threadpool(decide_call, self.store, task_id=task_id, call_id=call_id,
                                     decision=decision, reason=reason, by=self.reviewer,
                                     expect_revision=revision)
-        except Stopped as exc:
+        except Refused as exc:
             return await run_in_threadpool(self._task, request, task_id, error=str(exc), status=409)
         except Exception as exc:  # never a traceback in a page; the server's stderr has the log
             what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
@@ -442,7 +442,7 @@ def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie
 def _quietly(read: Any) -> None:
     try:
         read()
-    except Stopped:  # shown by the inbox page, which reads again
+    except Refused:  # shown by the inbox page, which reads again
         pass
 
 
@@ -451,15 +451,15 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str]:
     """A listening socket on ``host``:``port`` (0: a free port) and its ``host:port`` as a URL
-    authority. Raises :class:`Stopped` for a host beyond this machine without ``allow_remote``, a
+    authority. Raises :class:`Refused` for a host beyond this machine without ``allow_remote``, a
     wildcard address (the ``Host`` check needs the name reviewers use), or a port that cannot be
     bound."""
     if host not in LOOPBACK and not allow_remote:
-        raise Stopped(f"--host {host} would serve the inbox beyond this machine; add --allow-remote "
+        raise Refused(f"--host {host} would serve the inbox beyond this machine; add --allow-remote "
                       "to mean it (the token then travels unencrypted: http, not https)")
     try:
         if ipaddress.ip_address(host).is_unspecified:
-            raise Stopped(f"--host {host} listens on every address; give the one address reviewers "
+            raise Refused(f"--host {host} listens on every address; give the one address reviewers "
                           "open (the Host header is checked against it)")
     except ValueError:
         pass  # a name, not an address
@@ -475,7 +475,7 @@ def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise Stopped(f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})") from None
+        raise Refused(f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})") from None
     bound = sock.getsockname()[1]
     return sock, f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
 
@@ -562,7 +562,7 @@ def server_config(app: Any) -> Any:
 def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -> None:
     """``python run.py serve``: import the SDK once, listen, print ``inbox: http://HOST:PORT/?token=…``
     as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM. Raises
-    :class:`Stopped` before listening if the host or port cannot be used (see :func:`listen`)."""
+    :class:`Refused` before listening if the host or port cannot be used (see :func:`listen`)."""
     sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
 
