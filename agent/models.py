@@ -164,7 +164,7 @@ def build_model(spec: ModelSpec, http_client: Any | None = None) -> Model:
         return build_offline_model()
     key = settings().api_key
     if not key:
-        raise Refused(
+        raise Refused("settings",
             f"{API_KEY_ENV} is not set; the real model {spec.name!r} needs it "
             "(or leave out --model to use the offline model)"
         )
@@ -194,12 +194,12 @@ def model_spec(name: str | None, api: str | None, base_url: str | None) -> Model
 
         base_url = str(AsyncOpenAI(api_key="only-to-read-the-base-url").base_url)
     if any(secret in base_url for secret in secrets.values(min_chars=8)):
-        raise Refused("the base URL contains the API key; the base URL is saved in the checkpoint, "
+        raise Refused("secret", "the base URL contains the API key; the base URL is saved in the checkpoint, "
                       "the key never is: pass the key only in OPENAI_API_KEY")
     try:
         return ModelSpec(name=name, api=api or "responses", base_url=base_url)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise Refused(f"cannot use --model/--base-url: {validation_message(exc)}") from None
+        raise Refused("usage", f"cannot use --model/--base-url: {validation_message(exc)}") from None
 
 
 class MalformedResponse(Exception):

@@ -53,7 +53,7 @@ async def load(agent: Agent, text: str, context: dict) -> RunState:
     outside its top-level context: no human gave those (``workflow.trust.hidden_approvals``)."""
     hidden = hidden_approvals(json.loads(text))
     if hidden:
-        raise Refused(f"refused: approval records no human gave, at {hidden[0]}")
+        raise Refused("integrity", f"refused: approval records no human gave, at {hidden[0]}")
     return await RunState.from_string(agent, text, context_override=context)
 
 

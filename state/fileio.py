@@ -119,7 +119,7 @@ def no_links(folder: Path, exc: BaseException) -> Refused:
     synced or network folders): the file store creates every file with ``os.link`` so that two
     processes can never both create it."""
     why = getattr(exc, "strerror", None) or type(exc).__name__
-    return Refused(f"the state dir's file system does not support hard links ({folder}: {why}); "
+    return Refused("refused", f"the state dir's file system does not support hard links ({folder}: {why}); "
                    "the file store needs them to create each file exclusively: use a folder on a "
                    "local disk (NTFS, ext4, APFS), or a PostgreSQL store (--store)")
 
@@ -204,12 +204,12 @@ def owner_lock(root: Path, owner: str, *, timeout: float, what: str) -> Iterator
     try:
         lock.acquire()
     except Timeout:  # (a TimeoutError, so an OSError: caught first)
-        raise Refused(
+        raise Refused("locked",
             f"{what} is being worked on by another process (waited {timeout:g} s); "
             "try again when it finishes"
         ) from None
     except OSError as exc:  # a lock file that is a symlink (not followed), a folder, unreadable …
-        raise Refused(f"lock file {LOCKS_DIR}/{owner}.lock cannot be used "
+        raise Refused("locked", f"lock file {LOCKS_DIR}/{owner}.lock cannot be used "
                       f"({exc.strerror or type(exc).__name__}); a human must check it") from None
     try:
         yield
@@ -257,10 +257,10 @@ def parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
             text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant
         )
     except UnicodeDecodeError:
-        raise Refused(f"{where} is not valid UTF-8 (corrupted)") from None
+        raise Refused("integrity", f"{where} is not valid UTF-8 (corrupted)") from None
     except (ValueError, RecursionError) as exc:
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise Refused(f"{where} is not valid JSON (corrupted): {msg}") from None
+        raise Refused("integrity", f"{where} is not valid JSON (corrupted): {msg}") from None
     if not isinstance(data, dict):
-        raise Refused(f"{where} is not a JSON object (corrupted)")
+        raise Refused("integrity", f"{where} is not a JSON object (corrupted)")
     return data

@@ -110,7 +110,7 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
     raw = read_regular(path, f"signing key {KEY_FILE}", limit=4096)
     if raw is None:
         if not create:
-            raise Refused(
+            raise Refused("integrity",
                 f"checkpoint integrity check failed: no signing key ({KEY_ENV} unset and "
                 f"{path.name} missing in the state dir)"
             )
@@ -120,7 +120,7 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
     try:
         key = bytes.fromhex(raw.decode("ascii").strip())
     except (ValueError, UnicodeDecodeError) as exc:
-        raise Refused(f"signing key {path.name} is unreadable ({type(exc).__name__})") from None
+        raise Refused("integrity", f"signing key {path.name} is unreadable ({type(exc).__name__})") from None
     return check_key_bytes(key, f"signing key {path.name}")
 
 
@@ -133,7 +133,7 @@ def check_key_creatable(state_dir: Path) -> None:
     tasks = state_dir / "tasks"
     n = sum(1 for _ in tasks.glob("*.json")) if tasks.is_dir() else 0
     if n:
-        raise Refused(
+        raise Refused("integrity",
             f"signing key missing but {n} checkpoint{'s exist' if n != 1 else ' exists'} in "
             f"{tasks}; restore {KEY_FILE} or set {KEY_ENV}"
         )

@@ -61,8 +61,8 @@ def check_state_dir(root: Path) -> Path:
         probe = probe.parent
     if not probe.is_dir():
         if probe == root:
-            raise Refused(f"state dir {root} is not a directory")
-        raise Refused(f"state dir {root} cannot be used: {probe} is not a directory")
+            raise Refused("unsafe_state_dir", f"state dir {root} is not a directory")
+        raise Refused("unsafe_state_dir", f"state dir {root} cannot be used: {probe} is not a directory")
     if probe != root:
         check_owner_only(root, probe)  # nothing of it exists yet: only where it will be created
         return root  # the first write creates owner-only folders (make_dirs)
@@ -72,9 +72,9 @@ def check_state_dir(root: Path) -> Path:
         if not (sub.exists() or sub.is_symlink()):
             continue
         if not sub.is_dir():
-            raise Refused(f"state dir {root}: {name} is not a directory")
+            raise Refused("unsafe_state_dir", f"state dir {root}: {name} is not a directory")
         if not sub.resolve().is_relative_to(real_root):
-            raise Refused(
+            raise Refused("unsafe_state_dir",
                 f"state dir {root}: {name} points outside the state dir ({sub.resolve()}); "
                 "refusing to write there"
             )
@@ -103,19 +103,19 @@ def _check_entry(path: Path, what: str, uid: int, *, secret: bool, follow: bool)
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise Refused(f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_file", f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
     if not follow and not stat.S_ISREG(st.st_mode):
         return  # a symlink, FIFO …: refused by name by check_regular / open_regular instead
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid != uid:
-        raise Refused(f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid}); refusing "
+        raise Refused("unsafe_state_dir", f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid}); refusing "
                       "a state dir another user could have written (see docs/threat-model.md)")
     if secret and mode & _GROUP_OTHER_ANY:
-        raise Refused(f"{what} is readable or writable by group or others (mode {mode:04o}); "
+        raise Refused("unsafe_state_dir", f"{what} is readable or writable by group or others (mode {mode:04o}); "
                       f"a signing key must be 0600: chmod 600 {path}")
     if mode & _GROUP_OTHER_WRITE:
         harm = "plant files in it" if stat.S_ISDIR(st.st_mode) else "rewrite it"
-        raise Refused(f"{what} is writable by group or others (mode {mode:04o}); another user "
+        raise Refused("unsafe_state_dir", f"{what} is writable by group or others (mode {mode:04o}); another user "
                       f"could {harm}: chmod go-w {path}")
 
 
@@ -143,7 +143,7 @@ def check_owner_only(root: Path, probe: Path | None = None) -> None:
         pmode = 0
     if pmode & stat.S_IWOTH and not pmode & stat.S_ISVTX:
         where = "its parent" if parent == root.parent else "the nearest existing folder above it,"
-        raise Refused(f"state dir {root}: {where} {parent} is writable by every user without "
+        raise Refused("unsafe_state_dir", f"state dir {root}: {where} {parent} is writable by every user without "
                       f"the sticky bit (mode {stat.S_IMODE(pmode):04o}); another user could replace "
                       f"the state dir: chmod o-w {parent} (or +t), or choose another state dir")
     if probe is not None:
@@ -177,7 +177,7 @@ def inside(root: Path, path: Path, what: str) -> Path:
     if os.name != "nt" and _plainly_below(root, path):
         return path
     if not path.resolve().is_relative_to(root.resolve()):
-        raise Refused(f"refusing to use a path outside the state dir for the {what}")
+        raise Refused("unsafe_state_dir", f"refusing to use a path outside the state dir for the {what}")
     return path
 
 
@@ -221,7 +221,7 @@ def _kind(mode: int) -> str:
 def _refuse(what: str, kind: str, writing: bool) -> Refused:
     verb = "write through it" if writing and kind == "a symbolic link" else (
         "write to it" if writing else "read it")
-    return Refused(f"{what} is {kind}, not a regular file; refusing to {verb}")
+    return Refused("unsafe_file", f"{what} is {kind}, not a regular file; refusing to {verb}")
 
 
 def check_regular(path: Path, what: str, *, writing: bool = False) -> None:
@@ -233,11 +233,11 @@ def check_regular(path: Path, what: str, *, writing: bool = False) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise Refused(f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_file", f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(what, _kind(st.st_mode), writing)
     if writing and st.st_nlink > 1:
-        raise Refused(f"{what} has {st.st_nlink} hard links; refusing to write through it "
+        raise Refused("unsafe_file", f"{what} has {st.st_nlink} hard links; refusing to write through it "
                       "(it may be a file outside the state dir)")
 
 
@@ -275,7 +275,7 @@ def open_regular(path: Path, what: str, flags: int = os.O_RDONLY, mode: int = 0o
         raise _refuse(what, _kind(st_mode), writing)
     if writing and links > 1:  # a hard link to a file elsewhere: writing would change that file
         os.close(fd)
-        raise Refused(f"{what} has {links} hard links; refusing to write through it "
+        raise Refused("unsafe_file", f"{what} has {links} hard links; refusing to write through it "
                       "(it may be a file outside the state dir)")
     return fd
 
@@ -289,10 +289,10 @@ def read_regular(path: Path, what: str, *, limit: int | None = None) -> bytes | 
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise Refused(f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_file", f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
     try:
         if limit is not None and os.fstat(fd).st_size > limit:
-            raise Refused(f"{what} is larger than {limit} bytes")
+            raise Refused("integrity", f"{what} is larger than {limit} bytes")
         chunks = []
         while True:
             chunk = os.read(fd, 1 << 20)
@@ -300,9 +300,9 @@ def read_regular(path: Path, what: str, *, limit: int | None = None) -> bytes | 
                 break
             chunks.append(chunk)
             if limit is not None and sum(map(len, chunks)) > limit:
-                raise Refused(f"{what} is larger than {limit} bytes")
+                raise Refused("integrity", f"{what} is larger than {limit} bytes")
         return b"".join(chunks)
     except OSError as exc:
-        raise Refused(f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_file", f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
     finally:
         os.close(fd)

@@ -336,5 +336,5 @@ def check_input(what: str, value: str | None) -> None:
         return
     name = _Finder(named(MIN_CHARS)).find(value)
     if name is not None:
-        raise Refused(f"{what} contains the value of {name}; secrets are never sent to the model "
+        raise Refused("secret", f"{what} contains the value of {name}; secrets are never sent to the model "
                       "or saved: remove it and run the command again")

@@ -67,10 +67,10 @@ def check_key_bytes(key: bytes, what: str) -> bytes:
     showing the key. The one rule for both sources: at least :data:`MIN_KEY_BYTES` bytes, and not
     empty or only whitespace (any Unicode whitespace: a key of 16 no-break spaces is refused too)."""
     if not key.decode("utf-8", "replace").strip():
-        raise Refused(f"{what} is empty or only whitespace; a signing key needs at least "
+        raise Refused("settings", f"{what} is empty or only whitespace; a signing key needs at least "
                       f"{MIN_KEY_BYTES} bytes ({KEY_HINT})")
     if len(key) < MIN_KEY_BYTES:
-        raise Refused(f"{what} is too short: a signing key needs at least {MIN_KEY_BYTES} bytes "
+        raise Refused("settings", f"{what} is too short: a signing key needs at least {MIN_KEY_BYTES} bytes "
                       f"({KEY_HINT})")
     return key
 
@@ -125,7 +125,7 @@ def bounded_number(raw: str, name: str, bounds: tuple[float, float], *, whole: b
     if not (math.isfinite(value) and lo <= value <= hi) or (whole and not value.is_integer()):
         shown = raw[:40] if _is_text(raw) else raw[:40].encode("utf-8", "replace").decode()
         kind = "whole number" if whole else "number"
-        raise Refused(f"{name}={shown!r} is not a {kind} of {unit} from {lo:g} to {hi:g} "
+        raise Refused("settings", f"{name}={shown!r} is not a {kind} of {unit} from {lo:g} to {hi:g} "
                       f"(e.g. {example:g})")
     return int(value) if whole else value
 
@@ -234,38 +234,38 @@ class Settings(BaseSettings):
     @classmethod
     def _now(cls, raw: Any) -> datetime | None:
         if not _is_text(raw):
-            raise Refused("HITL_NOW is not valid UTF-8; give an ISO-8601 timestamp such as "
+            raise Refused("settings", "HITL_NOW is not valid UTF-8; give an ISO-8601 timestamp such as "
                           "2030-01-01T00:00:00Z")
         if not raw:
             return None
         try:
             fixed = parse_iso(raw)
         except (ValueError, OverflowError):
-            raise Refused(f"HITL_NOW={raw[:40]!r} is not an ISO-8601 timestamp "
+            raise Refused("settings", f"HITL_NOW={raw[:40]!r} is not an ISO-8601 timestamp "
                           "(e.g. 2100-01-01T00:00:00Z)") from None
         if not 2000 <= fixed.year <= 9000:  # keep deadlines far from datetime.max
-            raise Refused(f"HITL_NOW={raw!r} is outside the years 2000-9000 (e.g. 2100-01-01T00:00:00Z)")
+            raise Refused("settings", f"HITL_NOW={raw!r} is outside the years 2000-9000 (e.g. 2100-01-01T00:00:00Z)")
         return fixed
 
     @field_validator("signing_key", mode="plain")
     @classmethod
     def _signing_key(cls, raw: Any) -> str:
         if not _is_text(raw):
-            raise Refused("HITL_SIGNING_KEY is not valid UTF-8 text")
+            raise Refused("settings", "HITL_SIGNING_KEY is not valid UTF-8 text")
         return raw  # its strength is checked where it is used as a key: signing_key_bytes
 
     @field_validator("openai_api_key", mode="plain")
     @classmethod
     def _api_key(cls, raw: Any) -> str:
         if not _is_text(raw):
-            raise Refused("OPENAI_API_KEY is not valid UTF-8 text")
+            raise Refused("settings", "OPENAI_API_KEY is not valid UTF-8 text")
         return raw
 
     @field_validator("state_dir", mode="plain")
     @classmethod
     def _state_dir(cls, raw: Any) -> str:
         if not raw.strip():
-            raise Refused("HITL_STATE_DIR is set but blank; unset it for the default (.cache)")
+            raise Refused("settings", "HITL_STATE_DIR is set but blank; unset it for the default (.cache)")
         return raw
 
     @field_validator("store_url", mode="plain")
@@ -275,7 +275,7 @@ class Settings(BaseSettings):
             return None
         problem = store_url_problem(raw)
         if problem is not None:
-            raise Refused(f"HITL_STORE_URL {problem}; unset it for the file store")
+            raise Refused("settings", f"HITL_STORE_URL {problem}; unset it for the file store")
         return raw
 
     @field_validator("failpoint", "failpoint_log", "failpoint_action", mode="plain")
@@ -303,7 +303,7 @@ class Settings(BaseSettings):
         if self.signing_key is None:
             return None
         if not self.signing_key:
-            raise Refused(f"HITL_SIGNING_KEY is set but empty; unset it to use signing.key in the "
+            raise Refused("settings", f"HITL_SIGNING_KEY is set but empty; unset it to use signing.key in the "
                           f"state dir, or give a key of at least {MIN_KEY_BYTES} bytes")
         return check_key_bytes(self.signing_key.encode("utf-8"), "HITL_SIGNING_KEY")
 
@@ -357,7 +357,7 @@ def check_environment() -> Settings:
     found = settings()
     if found.now is not None and found.now < datetime.now(timezone.utc):
         raw = os.environ.get("HITL_NOW")
-        raise Refused(f"HITL_NOW={raw!r} is in the past; it can only move the clock forward "
+        raise Refused("settings", f"HITL_NOW={raw!r} is in the past; it can only move the clock forward "
                       "(a deadline passes sooner, never later)")
     found.signing_key_bytes  # noqa: B018  (a key too weak to sign with: refused before any file)
     return found

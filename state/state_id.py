@@ -68,7 +68,7 @@ def read(root: Path) -> StateIdentity | None:
     sid, adopted = data.get("state_id"), data.get("adopted", {})
     if not (isinstance(sid, str) and STATE_ID_PATTERN.match(sid)) or not isinstance(adopted, dict) \
             or not all(isinstance(v, str) for v in adopted.values()):
-        raise Refused(f"{STATE_ID_FILE} is not valid (corrupted); restore it from a backup")
+        raise Refused("integrity", f"{STATE_ID_FILE} is not valid (corrupted); restore it from a backup")
     return StateIdentity(sid, dict(adopted))
 
 
@@ -79,17 +79,17 @@ def check_bound(ident: StateIdentity | None, file: str, state_id: str | None, ma
     if state_id is None:
         if ident is None or ident.adopted.get(file) == mac:
             return
-        raise Refused(
+        raise Refused("foreign_state",
             f"checkpoint {file} belongs to another state dir (it carries no state ID and was not "
             f"here when this state dir got its {STATE_ID_FILE}); refusing a copied checkpoint"
         )
     if ident is None:
-        raise Refused(
+        raise Refused("foreign_state",
             f"checkpoint {file} belongs to another state dir (state ID {state_id[:8]}…; this state "
             f"dir has no {STATE_ID_FILE}: restore it if it was lost)"
         )
     if ident.state_id != state_id:
-        raise Refused(
+        raise Refused("foreign_state",
             f"checkpoint {file} belongs to another state dir (state ID {state_id[:8]}…, this "
             f"one is {ident.state_id[:8]}…); refusing a copied checkpoint"
         )
@@ -122,7 +122,7 @@ def check_creatable(root: Path) -> None:
         return
     _, bound = _scan(root / "tasks")
     if bound:
-        raise Refused(
+        raise Refused("foreign_state",
             f"{STATE_ID_FILE} missing but {bound} checkpoint{'s carry' if bound != 1 else ' carries'} "
             f"a state ID in {root / 'tasks'}; restore {STATE_ID_FILE} from a backup"
         )
@@ -151,5 +151,5 @@ def ensure(root: Path) -> StateIdentity:
                          owner=STATE_ID_FILE, failpoint="state_id")
     ident = read(root)
     if ident is None:
-        raise Refused(f"{STATE_ID_FILE} could not be created in {root}")
+        raise Refused("refused", f"{STATE_ID_FILE} could not be created in {root}")
     return ident

@@ -190,7 +190,7 @@ def open_store(url: Optional[str], state_dir: Optional[str]) -> Any:
 
     problem = store_url_problem(url)
     if problem is not None:
-        raise Refused(f"the store URL {problem}")
+        raise Refused("usage", f"the store URL {problem}")
     from state.postgres.store import PostgresStore  # psycopg: only when a URL asks for it
 
     return PostgresStore(url, root)

@@ -60,7 +60,7 @@ def call_channel(task: dict[str, Any], channel: Any) -> str:
     if channel is None and len(channels) == 1:
         return channels[0]
     if not valid_channel(channel) or channel not in channels:
-        raise Refused(f"publish_draft for task {task['task_id']} names channel {channel!r}, not one "
+        raise Refused("integrity", f"publish_draft for task {task['task_id']} names channel {channel!r}, not one "
                       f"of the task's channels ({', '.join(channels)}); nothing was published")
     return channel
 
@@ -86,7 +86,7 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
         cp = store.load(task["task_id"]) if store.exists(task["task_id"]) else None
         expected = expected if cp is None else cp.expected_sha256(channel)
     if sha != expected:
-        raise Refused(
+        raise Refused("integrity",
             f"publish_draft for task {task['task_id']} was called with content that differs from "
             "the draft that was started and approved; refusing"
         )
@@ -116,7 +116,7 @@ def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optio
     task_id = task["task_id"]
     rejected = store.rejection_get(task_id, scope)
     if rejected is not None:
-        raise Refused(
+        raise Refused("rejected",
             f"publish_draft for task {task_id} on {channel}: a reject by {rejected.by} at "
             f"{rejected.at} was being recorded while this approval ran; nothing was published "
             f"({terminal.command('status', '--task', task_id)} shows where the task stands)")
@@ -125,7 +125,7 @@ def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optio
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
         for d in cp.decisions)
     if not approved:
-        raise Refused(
+        raise Refused("integrity",
             f"publish_draft for task {task_id} on {channel} ran without a human approval on record "
             "for this call (an approval rule that returned False?); nothing was published")
 

@@ -131,7 +131,7 @@ def make_budget(
     priced = Pricing(spec, Budget.model_validate(data)).cost(1, 1) is not None
     if not priced:
         if max_cost_usd is not None:
-            raise Refused(
+            raise Refused("budget",
                 f"genai-prices has no price for model {spec.name!r}"
                 f"{' at ' + spec.base_url if spec.base_url else ''}; a cost budget needs "
                 "--price-per-mtok IN,OUT (USD per million input,output tokens)"

@@ -41,13 +41,13 @@ def pick_call(cp: "Checkpoint", call_id: Optional[str]) -> PendingCall:
         if len(cp.pending) == 1:
             return cp.pending[0]
         if not cp.pending:
-            raise Refused(f"task {cp.task_id} has no pending call")
-        raise Refused(f"task {cp.task_id} has {len(ids)} pending calls ({', '.join(map(one_line, ids))}); "
+            raise Refused("not_found", f"task {cp.task_id} has no pending call")
+        raise Refused("ambiguous", f"task {cp.task_id} has {len(ids)} pending calls ({', '.join(map(one_line, ids))}); "
                       f"name one with --call ({command('status', '--task', cp.task_id)} shows each)")
     for call in cp.pending:
         if call.call_id == call_id:
             return call
-    raise Refused(f"task {cp.task_id} has no pending call {call_id!r} (pending: "
+    raise Refused("not_found", f"task {cp.task_id} has no pending call {call_id!r} (pending: "
                   f"{', '.join(ids) or 'none'})")
 
 
@@ -79,7 +79,7 @@ def keys(cp: "Checkpoint", channel: str) -> tuple[str, Optional[str]]:
     :class:`Refused` if ``channel`` is not one of the task's (a call in a checkpoint this version
     did not write: such a call has no ledger key)."""
     if channel not in cp.channels:
-        raise Refused(f"task {cp.task_id}: a call names channel {one_line(repr(channel))[:60]}, not one "
+        raise Refused("integrity", f"task {cp.task_id}: a call names channel {one_line(repr(channel))[:60]}, not one "
                       f"of the task's channels ({', '.join(cp.channels)}); a human must check")
     return effect_key(cp.task_id, channel, cp.channels), channel_scope(channel, cp.channels)
 
@@ -120,7 +120,7 @@ def target(cp: "Checkpoint", call_id: Optional[str]) -> str:
         return pick_call(cp, call_id).call_id
     last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
     if call_id is None and last is None:
-        raise Refused(f"task {cp.task_id} has no pending call")
+        raise Refused("not_found", f"task {cp.task_id} has no pending call")
     return call_id or last.call_id  # type: ignore[union-attr]
 
 

@@ -57,14 +57,14 @@ class Edit:
 
     def __post_init__(self) -> None:
         if self.title is None and self.body is None:
-            raise Refused("an approval with edits needs --edit-title and/or --edit-body")
+            raise Refused("usage", "an approval with edits needs --edit-title and/or --edit-body")
         for what, value, limit, one_line in (("--edit-title", self.title, MAX_TITLE_CHARS, True),
                                               ("--edit-body", self.body, MAX_DRAFT_CHARS, False)):
             if value is not None:
                 try:
                     check_text(value, what=what, limit=limit, single_line=one_line)
                 except ValueError as exc:
-                    raise Refused(str(exc)) from None
+                    raise Refused("usage", str(exc)) from None
                 secrets.check_input(what, value)
 
 
@@ -76,7 +76,7 @@ def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
     new_title = title if edit.title is None else edit.title
     new_body = body if edit.body is None else edit.body
     if (new_title, new_body) == (title, body):
-        raise Refused("the edits change nothing: approve without --edit-title/--edit-body")
+        raise Refused("usage", "the edits change nothing: approve without --edit-title/--edit-body")
     return Edits(title=new_title, body=new_body, original_title=title, original_body=body,
                  original_sha256=content_sha256(title, body),
                  edited_sha256=content_sha256(new_title, new_body))
@@ -88,7 +88,7 @@ def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "De
     decision already on record (a replay after a crash) keeps its own edits, whatever ``edit``
     says now: the one on record wins. Raises :class:`Refused` for edits with ``--always``."""
     if edit is not None and rec.always:
-        raise Refused("--edit-title/--edit-body decide one call: they do not go with --always")
+        raise Refused("usage", "--edit-title/--edit-body decide one call: they do not go with --always")
     if edit is None or rec.decision != "approved" or rec.edits is not None:
         return rec
     return rec.model_copy(update={"edits": edits_for(edit, json.loads(arguments or "{}"))})
@@ -138,10 +138,10 @@ def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -
     the model's new call."""
     sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)
     if edit is not None and sticky:
-        raise Refused(f"task {cp.task_id}: a sticky approval (--always) is in force in this task; "
+        raise Refused("usage", f"task {cp.task_id}: a sticky approval (--always) is in force in this task; "
                       "approve or reject this call without edits")
     if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
-        raise Refused(f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
+        raise Refused("usage", f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
                       "which --always would approve unchecked; decide this call without --always")
 
 
@@ -164,7 +164,7 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
                 or set(call.arguments) - {"channel"} != {"title", "body"}):
             check_pending_is_the_draft(cp)  # raises: key/action mismatch
         if call.call_id == call_id and want == "approved" and edit is None:
-            raise Refused(f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
+            raise Refused("usage", f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
                           "approved with edits; reject it, or approve it with --edit-title/--edit-body")
 
 
@@ -187,7 +187,7 @@ def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | 
         same = any(_same_edits(d.edits, edit) for d in cp.decisions if d.channel == rec.channel)
     if not same:
         how = "with edits" if rec.edits is not None else "as it was asked"
-        raise Refused(f"task {cp.task_id}: call {rec.call_id} was approved {how} by {rec.by}; a "
+        raise Refused("decided", f"task {cp.task_id}: call {rec.call_id} was approved {how} by {rec.by}; a "
                       "decision on record is never changed (nothing was changed)")
 
 

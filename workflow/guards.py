@@ -72,11 +72,11 @@ def task_channels(channels: list[str] | None) -> list[str]:
     channels = list(channels or [DEFAULT_CHANNEL])
     bad = [c for c in channels if not valid_channel(c)]
     if bad:
-        raise Refused(f"channel {bad[0][:40]!r} is not allowed: use 1-32 of a-z0-9-")
+        raise Refused("unsafe_input", f"channel {bad[0][:40]!r} is not allowed: use 1-32 of a-z0-9-")
     if len(set(channels)) != len(channels) or len(channels) > MAX_CHANNELS:
-        raise Refused(f"channels must be distinct, at most {MAX_CHANNELS}: {', '.join(channels)}")
+        raise Refused("unsafe_input", f"channels must be distinct, at most {MAX_CHANNELS}: {', '.join(channels)}")
     if channels == [PREVIEW_CHANNEL]:
-        raise Refused(f"a task needs a public channel: {PREVIEW_CHANNEL} alone needs no human, so "
+        raise Refused("usage", f"a task needs a public channel: {PREVIEW_CHANNEL} alone needs no human, so "
                       "there would be nothing to approve; add e.g. --channel blog")
     return channels
 
@@ -89,9 +89,9 @@ def pending_calls(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]
         try:
             args = json.loads(item.arguments or "{}")
         except ValueError:
-            raise Refused(f"pending call {item.call_id!r} has arguments that are not JSON") from None
+            raise Refused("integrity", f"pending call {item.call_id!r} has arguments that are not JSON") from None
         if not isinstance(args, dict):
-            raise Refused(f"pending call {item.call_id!r} has arguments that are not a JSON object")
+            raise Refused("integrity", f"pending call {item.call_id!r} has arguments that are not a JSON object")
         out.append({"call_id": item.call_id, "tool": item.name, "arguments": args})
     return out
 
@@ -104,7 +104,7 @@ def check_call_ids(pending: list[dict[str, Any]], saved: str) -> None:
     for call in pending:
         problem = call_id_problem(call["call_id"])
         if problem is not None:
-            raise Refused(f"the agent's {one_line(str(call['tool']))[:60]} call: {problem}; {saved}")
+            raise Refused("agent", f"the agent's {one_line(str(call['tool']))[:60]} call: {problem}; {saved}")
 
 
 def schema_version_of(run_state: str) -> str:
@@ -118,15 +118,15 @@ def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str
     seen: set[Any] = set()
     for call in pending:
         if call["tool"] != ACTION:
-            raise Refused(f"the agent asked for tool {str(call['tool'])[:40]!r}, not {ACTION}: {ONLY_ACTION}; nothing saved")
+            raise Refused("agent", f"the agent asked for tool {str(call['tool'])[:40]!r}, not {ACTION}: {ONLY_ACTION}; nothing saved")
         if not carries_the_draft(call["arguments"], sha, channels):
-            raise Refused(
+            raise Refused("agent",
                 f"the agent's {ACTION} call does not carry the draft as given on one of the task's "
                 f"channels ({', '.join(channels)}) (key/action mismatch); nothing saved"
             )
         channel = call["arguments"].get("channel") or channels[0]
         if channel in seen:
-            raise Refused(f"the agent asked twice to publish on {channel}; nothing saved")
+            raise Refused("agent", f"the agent asked twice to publish on {channel}; nothing saved")
         seen.add(channel)
 
 
@@ -137,7 +137,7 @@ def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: 
     Raises :class:`Refused` (nothing saved) if the agent finished without asking, asked for
     another tool or channel, or changed the draft."""
     if not interruptions:
-        raise Refused("the agent finished without asking to publish; nothing saved "
+        raise Refused("agent", "the agent finished without asking to publish; nothing saved "
                       f"(it said: {str(final_output)[:200]!r})")
     pending = pending_calls(interruptions)
     check_call_ids(pending, "nothing saved")
@@ -155,14 +155,14 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
         cp = store.load(task_id)
         if cp.title == title and cp.content_sha256 == sha and cp.channels == channels:
             return cp
-        raise Refused(f"task {task_id} already exists with a different draft or channels; use a new --key")
+        raise Refused("usage", f"task {task_id} already exists with a different draft or channels; use a new --key")
     evidence = as_task_store(store)
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
     if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):
-        raise Refused(f"key {task_id} is already in the ledger; use a new --key")
+        raise Refused("executed", f"key {task_id} is already in the ledger; use a new --key")
     scopes = [None, *channels] if len(channels) > 1 else [None]
     if any(evidence.rejection_get(task_id, c) is not None for c in scopes):
-        raise Refused(f"key {task_id} was rejected before; use a new --key")
+        raise Refused("rejected", f"key {task_id} was rejected before; use a new --key")
     return None
 
 
@@ -205,12 +205,12 @@ def check_stored_run_state(cp: Checkpoint) -> None:
     data = parse_object_shared(cp.run_state, f"the RunState of task {cp.task_id}")  # read only
     version = data.get("$schemaVersion")
     if version != cp.run_state_schema_version:
-        raise Refused(
+        raise Refused("unsupported_version",
             f"task {cp.task_id}: RunState $schemaVersion {version!r} does not match the "
             f"checkpoint's {cp.run_state_schema_version!r}"
         )
     if version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise Refused(
+        raise Refused("unsupported_version",
             f"task {cp.task_id}: RunState $schemaVersion {version!r} is not supported by the "
             f"installed openai-agents {sdk_version()}, which reads $schemaVersion "
             f"{_version_range()} (saved by openai-agents {cp.sdk_version})"
@@ -235,9 +235,9 @@ def check_saved_against_code(cp: Checkpoint, agent: Any) -> None:
     check_stored_run_state(cp)
     changes = drift(cp.agent.model_dump(), describe(agent))
     if changes:
-        raise Refused(f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
+        raise Refused("drift", f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
     if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:
-        raise Refused(
+        raise Refused("unsupported_version",
             f"task {cp.task_id} was saved by openai-agents {cp.sdk_version}; installed is "
             f"{sdk_version()}; resume it with the version that saved it"
         )
@@ -249,7 +249,7 @@ def check_revision(cp: Checkpoint, expected: int | None) -> None:
     ``None``: the caller saw no particular revision (the CLI), nothing to check. Raises
     :class:`Refused`; called under the task lock, right after the load, so nothing was decided."""
     if expected is not None and cp.revision != expected:
-        raise Refused(f"task {cp.task_id}: the task changed since the page was rendered (revision "
+        raise Refused("stale_revision", f"task {cp.task_id}: the task changed since the page was rendered (revision "
                       f"{expected}, now {cp.revision}); nothing was decided: look again")
 
 
@@ -258,9 +258,9 @@ def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, Too
     pending calls the reviewer saw, and every decision recorded for a pending call must be for that
     very call (tool and arguments). Raises :class:`Refused`."""
     if not interruptions:
-        raise Refused(f"task {cp.task_id}: the saved run has no interruption to answer")
+        raise Refused("integrity", f"task {cp.task_id}: the saved run has no interruption to answer")
     if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:
-        raise Refused(
+        raise Refused("integrity",
             f"task {cp.task_id}: the pending call in the saved run differs from the one shown "
             "for review (call_id, tool or arguments)"
         )
@@ -270,7 +270,7 @@ def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, Too
         if item is None or rec.tool != item.name or (
             rec.arguments_sha256 != arguments_sha256(json.loads(item.arguments or "{}"))
         ):
-            raise Refused(f"task {cp.task_id}: the recorded decision is for another call")
+            raise Refused("integrity", f"task {cp.task_id}: the recorded decision is for another call")
     return items
 
 
@@ -321,7 +321,7 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
                 if evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope)[1]:
                     created.append(scope)
                 if evidence.ledger_get(key) is not None:
-                    raise Refused(refusal("executed", task_id=cp.task_id, status=cp.status))
+                    raise Refused("executed", refusal("executed", task_id=cp.task_id, status=cp.status))
         saved = store.save_revision(
             cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, *recs],
             event=("decision_recorded", {**rec.model_dump(exclude={"arguments_sha256"}),
@@ -413,11 +413,11 @@ def run_failure(exc: BaseException, task_id: str, saved: str) -> Refused:
         return stopped
     budget = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if budget is not None:
-        return Refused(f"task {task_id}: {budget}; {saved}")
+        return Refused("budget", f"task {task_id}: {budget}; {saved}")
     cause = provider_error(exc, secret=settings().api_key)
     if cause is None:
         cause = f"the run failed ({type(exc).__name__}: {exc})"
-    return Refused(f"task {task_id}: {cause}; {saved}")
+    return Refused("model", f"task {task_id}: {cause}; {saved}")
 
 
 def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision: str, *,
@@ -448,9 +448,9 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
         rec = calls.decision_of(cp, call_id)
         decided = rec.decision if rec else None
         if decided == "approved" and entries[channel] is None:
-            raise Refused(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
+            raise Refused("ledger_mismatch", f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
         if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel):
-            raise Refused(f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
+            raise Refused("ledger_mismatch", f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
     done = [e for e in entries.values() if e is not None]
     status = "completed" if done else "cancelled"
     final = final_output if isinstance(final_output, str) else json.dumps(final_output, default=str)

@@ -166,7 +166,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                 else:  # a reject, or edits: the message says exactly what the reviewer approved
                     state.reject(item, rejection_message=edits.rejection_message(d, cp))
         except Exception as exc:
-            raise Refused(f"task {task_id}: the SDK refused the decision: {exc}") from None
+            raise Refused("refused", f"task {task_id}: the SDK refused the decision: {exc}") from None
         if calls.decision_of(cp, rec.call_id) is None:  # the human's decision, before any effect
             cp = guards.record_decision(store, cp, rec)
         if why is not None and guards.nothing_executed(store, cp):  # a reject never waits for budget
@@ -187,7 +187,7 @@ async def decide(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     its channel (:func:`workflow.edits.complying`), one more :func:`resume` approves that call by
     the reviewer who gave the edits; anything else waits for a fresh human decision."""
     if edit is not None and decision != "approve":
-        raise Refused("--edit-title/--edit-body go with --decision approve")
+        raise Refused("usage", "--edit-title/--edit-body go with --decision approve")
     cp = await resume(store, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
     for _ in range(len(cp.channels)):  # at most one such call per channel
         found = edits.complying(cp)
@@ -224,14 +224,14 @@ async def _saved_text(store: Store, agent: Any, result: RunResult, task_id: str,
     try:
         text = result.to_state().to_string()
     except Exception as exc:  # e.g. a context that is not plain JSON
-        raise Refused(f"the run state cannot be saved ({type(exc).__name__}: {exc})") from None
+        raise Refused("refused", f"the run state cannot be saved ({type(exc).__name__}: {exc})") from None
     version = guards.schema_version_of(text)
     redacted = secrets.redact_run_state(text, what=f"task {task_id}")
     if redacted is not text:
         try:
             await _from_string(store, agent, task_id, sha, redacted, channels)
         except Refused as exc:
-            raise Refused(f"task {task_id}: the run state holds a secret value and the SDK cannot "
+            raise Refused("secret", f"task {task_id}: the run state holds a secret value and the SDK cannot "
                           f"load it redacted ({type(exc.__cause__).__name__}); nothing saved") from None
     return redacted, version
 
@@ -245,4 +245,4 @@ async def _from_string(store: Store, agent: Any, task_id: str, sha: str, text: s
         return await RunState.from_string(
             agent, text, context_override=guards.run_context(store, task_id, sha, channels))
     except Exception as exc:
-        raise Refused(f"task {task_id}: the SDK refused the saved RunState: {exc}") from exc
+        raise Refused("integrity", f"task {task_id}: the SDK refused the saved RunState: {exc}") from exc

@@ -252,7 +252,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
-        raise Refused(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
+        raise Refused("contradiction", f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
                       "human must check (python run.py doctor)")
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
     decided = recorded.decision if recorded else None
@@ -284,7 +284,7 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         where = cp.task_id if one or shown is None else f"{cp.task_id} (call {shown})"
         if rejected is not None and shown is not None and rejected.call_id != shown:  # an earlier call
             where = f"{cp.task_id} (call {shown}): its channel's draft, in call {rejected.call_id},"
-        raise Refused(refusal(
+        raise Refused(verdict.code or "refused", refusal(
             verdict.code or "", task_id=where,
             status=ev.status if verdict.code == "executed" else cp.status,  # an answered call: ended
             decided=ev.decided,

@@ -37,19 +37,19 @@ def _top_level_records(run_state: dict[str, Any], cp: Checkpoint) -> list[dict[s
     ``context.function_tool_approvals``; raises :class:`Refused` if their shape is not the SDK's."""
     context = run_state.get("context")
     if not isinstance(context, dict):
-        raise Refused(f"task {cp.task_id}: RunState has no context object")
+        raise Refused("integrity", f"task {cp.task_id}: RunState has no context object")
     records: list[Any] = []
     approvals = context.get("approvals", {})
     if not isinstance(approvals, dict):
-        raise Refused(f"task {cp.task_id}: RunState approvals are malformed")
+        raise Refused("integrity", f"task {cp.task_id}: RunState approvals are malformed")
     records.extend(approvals.values())
     fta = context.get("function_tool_approvals", [])
     if not isinstance(fta, list):
-        raise Refused(f"task {cp.task_id}: RunState function_tool_approvals are malformed")
+        raise Refused("integrity", f"task {cp.task_id}: RunState function_tool_approvals are malformed")
     records.extend(e.get("decision") if isinstance(e, dict) else e for e in fta)
     for record in records:
         if not isinstance(record, dict):
-            raise Refused(f"task {cp.task_id}: RunState holds a malformed approval record")
+            raise Refused("integrity", f"task {cp.task_id}: RunState holds a malformed approval record")
     return records
 
 
@@ -70,20 +70,20 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     for record in _top_level_records(run_state, cp):
         extra = set(record) - {"approved", "rejected", "rejection_messages"}
         if extra:
-            raise Refused(
+            raise Refused("integrity",
                 f"task {cp.task_id}: RunState holds approval settings no human recorded "
                 f"({', '.join(sorted(extra))})"
             )
         for field, kind in (("approved", "approved"), ("rejected", "rejected")):
             ids = record.get(field, [])
             if not isinstance(ids, list):
-                raise Refused(
+                raise Refused("integrity",
                     f"task {cp.task_id}: RunState holds a blanket '{field}' decision (a sticky "
                     "rule) that our decision path never gives"
                 )
             for call_id in ids:
                 if (call_id, kind) not in recorded:
-                    raise Refused(
+                    raise Refused("integrity",
                         f"task {cp.task_id}: RunState holds an approval decision ({kind} "
                         f"{call_id!r}) that was not recorded through our decision path"
                     )
@@ -119,17 +119,17 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
     top = run_state.get("context")
     hidden = hidden_approvals(run_state)
     if hidden:
-        raise Refused(f"task {cp.task_id}: RunState holds approval records at {hidden[0]} that "
+        raise Refused("integrity", f"task {cp.task_id}: RunState holds approval records at {hidden[0]} that "
                       "no human recorded")
     if isinstance(top, dict) and top.get("hosted_mcp_approvals"):
-        raise Refused(
+        raise Refused("integrity",
             f"task {cp.task_id}: RunState holds hosted MCP approvals that no human recorded"
         )
     rejected = {d.call_id for d in cp.decisions if d.decision == "rejected" or d.edits}
     for record in _top_level_records(run_state, cp):
         messages = record.get("rejection_messages", {})
         if not isinstance(messages, dict) or set(messages) - rejected:
-            raise Refused(
+            raise Refused("integrity",
                 f"task {cp.task_id}: RunState holds rejection messages for calls no human rejected"
             )
 
@@ -181,10 +181,10 @@ def check_pending_is_the_draft(cp: Checkpoint) -> None:
     """
     for call in cp.pending:
         if call.tool != ACTION:
-            raise Refused(f"task {cp.task_id}: the pending call {call.call_id} is {call.tool[:40]!r}, "
+            raise Refused("integrity", f"task {cp.task_id}: the pending call {call.call_id} is {call.tool[:40]!r}, "
                           f"not {ACTION}: {ONLY_ACTION}")
         if not carries_its_draft(cp, call):
-            raise Refused(
+            raise Refused("integrity",
                 f"task {cp.task_id}: the pending call {call.call_id} is not {ACTION} of the draft "
                 "the task was started with (key/action mismatch)"
             )

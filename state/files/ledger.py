@@ -62,7 +62,7 @@ class Ledger:
             return None
         entry = self._parse(raw, path)
         if entry.idempotency_key != key:
-            raise Refused(
+            raise Refused("ledger_mismatch",
                 f"ledger entry {path.name} names key {entry.idempotency_key!r}, not {key!r} "
                 "(key mismatch)"
             )
@@ -104,7 +104,7 @@ class Ledger:
                 return entry, True
             existing = self.get(key)  # raises Refused if what is there is not a readable entry
             if existing is None:
-                raise Refused(
+                raise Refused("ledger_mismatch",
                     f"ledger entry {file_name(key)}.json could not be created and is not there "
                     "either (removed by someone else?); a human must check (python run.py doctor)"
                 )
@@ -116,18 +116,18 @@ class Ledger:
         """Raise :class:`Refused` unless ``key`` is ``task_id`` or ``<task_id>#<channel>`` (checked
         before any entry is read, so a key naming another channel is refused whatever is stored)."""
         if key not in (task_id, f"{task_id}#{channel}"):
-            raise Refused(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
+            raise Refused("ledger_mismatch", f"ledger key {key!r} names neither task {task_id!r} nor its channel "
                           f"{channel!r}; refusing")
 
     @staticmethod
     def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
         """Raise :class:`Refused` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
         if entry.task_id != task_id:
-            raise Refused(
+            raise Refused("ledger_mismatch",
                 f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
             )
         if entry.content_sha256 != content_sha256:
-            raise Refused(
+            raise Refused("ledger_mismatch",
                 f"ledger already holds key {key!r} with different content "
                 f"(sha256 {entry.content_sha256[:12]}… vs {content_sha256[:12]}…); refusing"
             )
@@ -144,10 +144,10 @@ class Ledger:
         missing, unreadable, not a regular file, corrupt, or named for another key."""
         raw = read_regular(path, f"ledger entry {path.name}", limit=MAX_ENTRY_BYTES)
         if raw is None:
-            raise Refused(f"ledger entry {path.name} cannot be read (No such file or directory)")
+            raise Refused("ledger_mismatch", f"ledger entry {path.name} cannot be read (No such file or directory)")
         entry = self._parse(raw, path)
         if path.stem != file_name(entry.idempotency_key):
-            raise Refused(f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
+            raise Refused("ledger_mismatch", f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
         return entry
 
     @staticmethod
@@ -156,4 +156,4 @@ class Ledger:
         try:
             return LedgerEntry.model_validate(data)
         except ValidationError as exc:
-            raise Refused(f"ledger entry {path.name} is not valid: {validation_message(exc)}") from None
+            raise Refused("ledger_mismatch", f"ledger entry {path.name} is not valid: {validation_message(exc)}") from None

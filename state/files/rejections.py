@@ -62,9 +62,9 @@ def get(store: Store, task_id: str, channel: Optional[str] = None) -> RejectionR
     try:
         rec = RejectionRecord.model_validate(data)
     except ValidationError as exc:
-        raise Refused(f"rejection record {path.name} is not valid: {validation_message(exc)}") from None
+        raise Refused("integrity", f"rejection record {path.name} is not valid: {validation_message(exc)}") from None
     if rec.task_id != task_id or rec.channel != channel:
-        raise Refused(f"rejection record {path.name} names task {rec.task_id!r} channel "
+        raise Refused("integrity", f"rejection record {path.name} names task {rec.task_id!r} channel "
                       f"{rec.channel!r}, not {task_id!r} channel {channel!r}")
     return rec
 
@@ -97,9 +97,9 @@ def record(store: Store, task_id: str, content_sha256: str, decision: Decision,
             effects.note(task_id, RECORDED)
         existing = get(store, task_id, channel)
         if existing is None:
-            raise Refused(f"rejection record of task {task_id} cannot be read back")
+            raise Refused("integrity", f"rejection record of task {task_id} cannot be read back")
     if existing.content_sha256 != content_sha256:
-        raise Refused(f"rejection record of task {task_id} is for other content; a human must check")
+        raise Refused("integrity", f"rejection record of task {task_id} is for other content; a human must check")
     return existing, created
 
 

@@ -121,7 +121,7 @@ def resolve_state_dir(raw: str | None) -> Path:
     try:
         return check_state_dir(Path(chosen).expanduser().resolve())
     except OSError as exc:  # e.g. a path too long for the file system
-        raise Refused(f"state dir {chosen[:80]!r} cannot be used ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_state_dir", f"state dir {chosen[:80]!r} cannot be used ({exc.strerror or type(exc).__name__})") from None
 
 
 class Store:
@@ -275,10 +275,10 @@ class Store:
         inside(self.root, self.tasks_dir, f"checkpoint of task {task_id!r}")
         found = self.load_newest(file_name(task_id))
         if found is None:
-            raise Refused(f"no task {task_id!r} in {self.root}")
+            raise Refused("not_found", f"no task {task_id!r} in {self.root}")
         path, cp = found
         if cp.task_id != task_id:
-            raise Refused(f"checkpoint {path.name} names task {cp.task_id!r}, not {task_id!r}")
+            raise Refused("integrity", f"checkpoint {path.name} names task {cp.task_id!r}, not {task_id!r}")
         return cp
 
     def load_path(self, path: Path) -> Checkpoint:
@@ -286,9 +286,9 @@ class Store:
         where = f"checkpoint {path.name}"
         raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
         if raw is None:
-            raise Refused(f"{where} cannot be read (No such file or directory)")
+            raise Refused("integrity", f"{where} cannot be read (No such file or directory)")
         if not raw:
-            raise Refused(f"{where} is empty: the content of an older revision is cleared once a "
+            raise Refused("integrity", f"{where} is empty: the content of an older revision is cleared once a "
                           "newer one is written, and no newer revision file is there (removed by "
                           "hand?); a human must check")
         cp = _verified.get(path, raw, load_key, self.root)
@@ -300,9 +300,9 @@ class Store:
         parsed = parse_revision_name(path.name)
         stem = parsed[0] if parsed is not None else path.name[:-len(".json")]
         if stem != file_name(cp.task_id):
-            raise Refused(f"{where} holds task {cp.task_id!r}, whose file name would differ")
+            raise Refused("integrity", f"{where} holds task {cp.task_id!r}, whose file name would differ")
         if parsed is not None and parsed[1] != cp.revision:
-            raise Refused(f"{where} holds revision {cp.revision}, not the revision its name says "
+            raise Refused("integrity", f"{where} holds revision {cp.revision}, not the revision its name says "
                           f"({parsed[1]}); a human must check (a backup goes back under its own name)")
         state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)
         return cp
@@ -404,7 +404,7 @@ class Store:
         key = load_key(self.root, create=True)
         ident = self._ident = state_id.ensure(self.root)
         if body.get("state_id") not in (None, ident.state_id):
-            raise Refused(f"checkpoint of task {body.get('task_id')!r} belongs to another state dir")
+            raise Refused("foreign_state", f"checkpoint of task {body.get('task_id')!r} belongs to another state dir")
         body = {**body, "state_id": ident.state_id}  # binds a legacy checkpoint on its next write
         # A model or proxy can echo the API key (into the RunState, final output, history): never
         # saved. Structural fields are never altered (a secret in an open one refuses the write);
@@ -416,7 +416,7 @@ class Store:
         if expect is None:
             if self.exists(cp.task_id) or not create_exclusive(
                     path, data, owner=stem, failpoint=failpoint):
-                raise Refused(f"task {cp.task_id} was created by another process at the same time; "
+                raise Refused("stale_revision", f"task {cp.task_id} was created by another process at the same time; "
                               f"this write was not made ({command('status', '--task', cp.task_id)})")
         elif not create_exclusive(path, data, owner=stem, failpoint=failpoint,
                                   precondition=lambda: self.check_unchanged(expect),
@@ -456,7 +456,7 @@ class Store:
 
 def _changed(task_id: str, revision: int, now: Any) -> Refused:
     """The refusal of a write whose compare-and-swap failed: the task is no longer at ``revision``."""
-    return Refused(
+    return Refused("stale_revision",
         f"task {task_id} changed on disk since it was read (revision {revision} -> "
         f"{now}): another process wrote it; this write was not made; run "
         f"{command('status', '--task', task_id)} to see where it stands")
@@ -476,7 +476,7 @@ def check_signs_here(tasks_dir: Path, files: list[Path], key: bytes) -> None:
         except Refused:
             continue
     if files:
-        raise Refused(f"none of the {len(files)} checkpoints in {tasks_dir} is signed with this "
+        raise Refused("foreign_state", f"none of the {len(files)} checkpoints in {tasks_dir} is signed with this "
                       "HITL_SIGNING_KEY: another deployment with another key shares this state "
                       "dir? Use the key they were signed with, or another state dir; nothing was "
                       "written")
@@ -499,7 +499,7 @@ def every_or_stop(good: list[Checkpoint], bad: list[dict[str, str]]) -> list[Che
     many there are (fail closed: never a silent partial list). Shared by every store."""
     if bad:
         more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-        raise Refused(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
+        raise Refused("integrity", f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
                       "status --task ID still shows the others)")
     return good
 
@@ -513,22 +513,22 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
     whatever holds the bytes: a file or a database row can be edited alike)."""
     version = data.get("schema_version")
     if type(version) is not int or (version != SCHEMA_VERSION and version not in MIGRATIONS):
-        raise Refused(
+        raise Refused("unsupported_version",
             f"{where} has schema_version {version!r}; this program reads only "
             f"schema_version {_readable_versions()}"
         )
     valid = envelope_signed(data, key)  # over the envelope's own fields as parsed
     if not valid:
-        raise Refused(f"checkpoint integrity check failed for {name}")
+        raise Refused("integrity", f"checkpoint integrity check failed for {name}")
     try:  # an older version is migrated after its MAC is verified over the envelope as written
         cp = Checkpoint.model_validate(migrate(data))
     except ValidationError as exc:
-        raise Refused(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
+        raise Refused("integrity", f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
     missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
     if missing is not None:  # our writer writes every field: one filled in by a default is gone
-        raise Refused(f"{where} is not a valid checkpoint: {missing}: Field required")
+        raise Refused("integrity", f"{where} is not a valid checkpoint: {missing}: Field required")
     if cp.idempotency_key != cp.task_id:
-        raise Refused(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
+        raise Refused("integrity", f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
     return cp
 
 

@@ -88,7 +88,7 @@ def migrate(conn: "psycopg.Connection[Any]", *, target: Optional[int] = None) ->
         done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
         newest = max(done, default=0)
         if newest > latest_version():
-            raise Refused(f"the database's schema is at version {newest}; this program knows "
+            raise Refused("unsupported_version", f"the database's schema is at version {newest}; this program knows "
                           f"versions up to {latest_version()}: upgrade the program")
         applied = []
         for version, name, sql in migrations():
@@ -181,7 +181,7 @@ class PostgresStore:
         return text.replace(self._url, self.location)[:300]
 
     def _failure(self, exc: Exception, what: str) -> Refused:
-        return Refused(f"the PostgreSQL store {self.location} {what} "
+        return Refused("refused", f"the PostgreSQL store {self.location} {what} "
                        f"({type(exc).__name__}: {self._scrub(str(exc))})")
 
     def _connect(self) -> "psycopg.Connection[Any]":
@@ -235,7 +235,7 @@ class PostgresStore:
             with self._db() as conn:
                 row = conn.execute("SELECT store_id FROM store_identity").fetchone()
             if row is None:
-                raise Refused(f"the PostgreSQL store {self.location} has no store_identity row "
+                raise Refused("integrity", f"the PostgreSQL store {self.location} has no store_identity row "
                               "(restore it from a backup)")
             self._store_id = str(row[0])
         return self._store_id
@@ -279,7 +279,7 @@ class PostgresStore:
         if row is None:
             return
         if not hmac.compare_digest(str(row[0]), mine):
-            raise Refused(f"the PostgreSQL store {self.location} is signed with another signing "
+            raise Refused("foreign_state", f"the PostgreSQL store {self.location} is signed with another signing "
                           f"key (key fingerprint {str(row[0])[:8]}…, this machine's is {mine[:8]}…): "
                           "another deployment with another HITL_SIGNING_KEY shares this database? "
                           "Every machine on one database needs the same key: use that key, or "
@@ -298,7 +298,7 @@ class PostgresStore:
             if isinstance(data, dict) and envelope_signed(data, key):
                 return
         if rows:
-            raise Refused(f"none of the {len(rows)} checkpoints in the PostgreSQL store "
+            raise Refused("foreign_state", f"none of the {len(rows)} checkpoints in the PostgreSQL store "
                           f"{self.location} is signed with this machine's signing key: another "
                           "deployment with another HITL_SIGNING_KEY uses this database? Every "
                           "machine on one database needs the same key: use that key, or another "
@@ -313,7 +313,7 @@ class PostgresStore:
                 try:
                     return load_key(self.root, create=False)
                 except Refused:
-                    raise Refused(f"signing key missing on this machine but the PostgreSQL store "
+                    raise Refused("integrity", f"signing key missing on this machine but the PostgreSQL store "
                                   f"{self.location} holds {n[0]} checkpoints; set HITL_SIGNING_KEY "
                                   f"(the same on every machine) or copy {KEY_FILE} into "
                                   f"{self.root}") from None
@@ -324,21 +324,21 @@ class PostgresStore:
         where = f"checkpoint of task {task_id!r} in {self.location}"
         envelope, revision, status, mac = row
         if len(envelope.encode("utf-8")) > MAX_CHECKPOINT_BYTES:
-            raise Refused(f"{where} is larger than {MAX_CHECKPOINT_BYTES} bytes")
+            raise Refused("integrity", f"{where} is larger than {MAX_CHECKPOINT_BYTES} bytes")
         try:
             data = json.loads(envelope)
         except ValueError:
-            raise Refused(f"{where} is not JSON") from None
+            raise Refused("integrity", f"{where} is not JSON") from None
         if not isinstance(data, dict):
-            raise Refused(f"{where} is not a JSON object")
+            raise Refused("integrity", f"{where} is not a JSON object")
         cp = verify_envelope(data, key, where=where, name=f"task {task_id!r} in {self.location}")
         if cp.task_id != task_id:
-            raise Refused(f"{where} names task {cp.task_id!r}, not {task_id!r}")
+            raise Refused("integrity", f"{where} names task {cp.task_id!r}, not {task_id!r}")
         if (cp.revision, cp.status, cp.mac) != (revision, status, mac):
-            raise Refused(f"{where}: its row says revision {revision} ({status}) but its signed "
+            raise Refused("integrity", f"{where}: its row says revision {revision} ({status}) but its signed "
                           f"envelope says revision {cp.revision} ({cp.status}); a human must check")
         if cp.state_id != self.store_id():
-            raise Refused(f"{where} belongs to another store (state ID "
+            raise Refused("foreign_state", f"{where} belongs to another store (state ID "
                           f"{str(cp.state_id)[:8]}…); refusing a copied checkpoint")
         return cp
 
@@ -348,7 +348,7 @@ class PostgresStore:
             row = conn.execute("SELECT envelope, revision, status, mac FROM checkpoints "
                                "WHERE task_id = %s", (task_id,)).fetchone()
         if row is None:
-            raise Refused(f"no task {task_id!r} in {self.location}")
+            raise Refused("not_found", f"no task {task_id!r} in {self.location}")
         return self._verify(task_id, row, self._key())
 
     def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
@@ -397,7 +397,7 @@ class PostgresStore:
         self.check_key(key, record=True)  # before the first write: this database's key from now on
         sid = self.store_id()
         if body.get("state_id") not in (None, sid):
-            raise Refused(f"checkpoint of task {body.get('task_id')!r} belongs to another store")
+            raise Refused("foreign_state", f"checkpoint of task {body.get('task_id')!r} belongs to another store")
         cp = seal({**body, "state_id": sid}, key)
         envelope = json.dumps(cp.model_dump(mode="json"), ensure_ascii=False)
         last = cp.history[-1] if cp.history else None
@@ -409,7 +409,7 @@ class PostgresStore:
                     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (task_id) DO NOTHING",
                     (cp.task_id, cp.revision, cp.status, cp.mac, envelope))
                 if cur.rowcount != 1:
-                    raise Refused(f"task {cp.task_id} was created by another process at the same "
+                    raise Refused("stale_revision", f"task {cp.task_id} was created by another process at the same "
                                   f"time; this write was not made "
                                   f"({command('status', '--task', cp.task_id)})")
             else:
@@ -421,7 +421,7 @@ class PostgresStore:
                 if cur.rowcount != 1:
                     row = conn.execute("SELECT revision FROM checkpoints WHERE task_id = %s",
                                        (cp.task_id,)).fetchone()
-                    raise Refused(
+                    raise Refused("stale_revision",
                         f"task {cp.task_id} changed in the database since it was read (revision "
                         f"{expect.revision} -> {row[0] if row else 'no row'}): another process "
                         f"wrote it; this write was not made; run "
@@ -470,7 +470,7 @@ class PostgresStore:
                 conn.close()
                 raise self._failure(exc, "failed") from None
             if not held:
-                raise Refused(f"task {task_id} is being worked on by another process (waited "
+                raise Refused("locked", f"task {task_id} is being worked on by another process (waited "
                               f"{wait:g} s); try again when it finishes")
             yield
         finally:
@@ -500,7 +500,7 @@ class PostgresStore:
         try:
             return LedgerEntry.model_validate(dict(zip(names, row)))
         except ValueError as exc:
-            raise Refused(f"ledger entry {row[0]!r} in {self.location} is not valid "
+            raise Refused("ledger_mismatch", f"ledger entry {row[0]!r} in {self.location} is not valid "
                           f"({self._scrub(str(exc).splitlines()[0])})") from None
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
@@ -512,7 +512,7 @@ class PostgresStore:
             return None
         entry = self._entry(row)
         if entry.idempotency_key != key:
-            raise Refused(f"ledger entry {key!r} names key {entry.idempotency_key!r} (key mismatch)")
+            raise Refused("ledger_mismatch", f"ledger entry {key!r} names key {entry.idempotency_key!r} (key mismatch)")
         return entry
 
     def ledger_entries(self) -> list[LedgerEntry]:
@@ -560,7 +560,7 @@ class PostgresStore:
                 return entry, True
             existing = self.ledger_get(key)
             if existing is None:
-                raise Refused(f"ledger entry {key!r} could not be created and is not there either "
+                raise Refused("ledger_mismatch", f"ledger entry {key!r} could not be created and is not there either "
                               "(deleted by someone else?); a human must check (python run.py doctor)")
         Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
@@ -581,10 +581,10 @@ class PostgresStore:
         try:
             rec = RejectionRecord.model_validate(data)
         except ValueError as exc:
-            raise Refused(f"rejection record of task {task_id!r} in {self.location} is not valid "
+            raise Refused("integrity", f"rejection record of task {task_id!r} in {self.location} is not valid "
                           f"({self._scrub(str(exc).splitlines()[0])})") from None
         if rec.task_id != task_id or rec.channel != channel:
-            raise Refused(f"rejection record {task_id!r} names task {rec.task_id!r} "
+            raise Refused("integrity", f"rejection record {task_id!r} names task {rec.task_id!r} "
                           f"(channel {rec.channel!r})")
         return rec
 
@@ -614,9 +614,9 @@ class PostgresStore:
                 effects.note(task_id, RECORDED)
             existing = self.rejection_get(task_id, channel)
             if existing is None:
-                raise Refused(f"rejection record of task {task_id} cannot be read back")
+                raise Refused("integrity", f"rejection record of task {task_id} cannot be read back")
         if existing.content_sha256 != content_sha256:
-            raise Refused(f"rejection record of task {task_id} is for other content; a human must check")
+            raise Refused("integrity", f"rejection record of task {task_id} is for other content; a human must check")
         return existing, created
 
     def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:

@@ -85,7 +85,7 @@ def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
         out = (proc.stdout + proc.stderr).rstrip()
         print("\n".join("  " + line for line in out.splitlines()) + "\n", file=say)
         if proc.returncode != 0:
-            raise Refused(f"demo step failed with exit code {proc.returncode}")
+            raise Refused("refused", f"demo step failed with exit code {proc.returncode}")
     if not as_json:
         return None
     return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c, key_d)],

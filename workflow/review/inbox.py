@@ -186,7 +186,7 @@ def expire_overdue(store: Store, task_id: Optional[str] = None) -> tuple[list[st
 def _check_expirable(store: Store, cp: Checkpoint) -> None:
     """Raise :class:`Refused` unless the decision table lets ``expire`` mark ``cp`` expired."""
     if reconcile.check(store, cp, "expire").kind != "expire":
-        raise Refused(f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
+        raise Refused("usage", f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
                       f"expires_at {cp.expires_at})")
 
 
@@ -298,6 +298,6 @@ def pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
         return candidates[0]
     what = "waiting tasks" if waiting_only else "tasks"
     if not candidates:
-        raise Refused(f"no {what} in {getattr(store, 'location', store.root)}; give --task ID")
+        raise Refused("not_found", f"no {what} in {getattr(store, 'location', store.root)}; give --task ID")
     names = ", ".join(candidates[:20])
-    raise Refused(f"{len(candidates)} {what} ({names}); give --task ID")
+    raise Refused("ambiguous", f"{len(candidates)} {what} ({names}); give --task ID")

@@ -105,7 +105,7 @@ class InboxIndex:
         rows, bad = self._scan()
         if bad:
             more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-            raise Refused(f"{bad[0]['error']}{more} (python run.py doctor lists every problem)")
+            raise Refused("integrity", f"{bad[0]['error']}{more} (python run.py doctor lists every problem)")
         return rows
 
     def listing(self) -> tuple[list[Row], Optional[str]]:

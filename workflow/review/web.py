@@ -455,11 +455,11 @@ def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str
     wildcard address (the ``Host`` check needs the name reviewers use), or a port that cannot be
     bound."""
     if host not in LOOPBACK and not allow_remote:
-        raise Refused(f"--host {host} would serve the inbox beyond this machine; add --allow-remote "
+        raise Refused("usage", f"--host {host} would serve the inbox beyond this machine; add --allow-remote "
                       "to mean it (the token then travels unencrypted: http, not https)")
     try:
         if ipaddress.ip_address(host).is_unspecified:
-            raise Refused(f"--host {host} listens on every address; give the one address reviewers "
+            raise Refused("usage", f"--host {host} listens on every address; give the one address reviewers "
                           "open (the Host header is checked against it)")
     except ValueError:
         pass  # a name, not an address
@@ -475,7 +475,7 @@ def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise Refused(f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("usage", f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})") from None
     bound = sock.getsockname()[1]
     return sock, f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
 
