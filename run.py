@@ -136,7 +136,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return {"expired": expired, **({"busy": busy} if busy else {})}
     if args.command == "review":
         if not sys.stdin.isatty():
-            raise Refused("review needs a terminal (stdin is not a tty); use: python run.py "
+            raise Refused("usage", "review needs a terminal (stdin is not a tty); use: python run.py "
                           "resume --task ID --decision approve|reject [--reason TEXT]")
         by = A.reviewer(args.by)
         done = inbox.review(store, ask=input, say=print,

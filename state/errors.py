@@ -29,7 +29,7 @@ CODES = frozenset({
     # another process, a lock, a revision
     "stale_revision", "locked",
     # input refused before anything is written
-    "unsafe_input", "secret", "settings", "budget", "agent", "model", "missing_extra",
+    "unsafe_input", "secret", "settings", "budget", "agent", "model",
     # everything else (a refusal nobody needs to tell apart yet)
     "refused",
 })

@@ -155,7 +155,11 @@ def by_key(closed: Iterable[str], open_: Iterable[str]) -> Callable[[Path_], Kin
 
 
 class SecretInStructure(Refused):
-    """A secret in a structural field that must not be altered (see module docstring)."""
+    """A secret in a structural field that must not be altered (see module docstring); its code is
+    always ``secret``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("secret", message)
 
 
 def redact(value: Any, classify: Callable[[Path_], Kind | None], *, what: str,

@@ -88,15 +88,17 @@ def test_it_is_a_task_store(store):
 
 def test_load_of_a_missing_task_stops(store):
     assert store.exists("t-missing") is False
-    with pytest.raises(Refused):
+    with pytest.raises(Refused) as refused:
         store.load("t-missing")
+    assert refused.value.code == "not_found"
 
 
 def test_save_creates_exclusively(store):
     first = store.save(template_body("t-1"), failpoint="test")
     assert isinstance(first, Checkpoint) and first.revision == 1 and store.exists("t-1")
-    with pytest.raises(Refused, match="created by another process"):
+    with pytest.raises(Refused) as refused:
         store.save(template_body("t-1"), failpoint="test")
+    assert refused.value.code == "stale_revision"
     assert store.load("t-1") == first
 
 
@@ -112,8 +114,9 @@ def test_save_revision_bumps_the_revision_and_keeps_history(store):
 def test_stale_checkpoint_is_refused_and_nothing_changes(store):
     cp = store.save(template_body("t-1"), failpoint="test")
     new = store.save_revision(cp, failpoint="test", event=("resumed", {}))
-    with pytest.raises(Refused, match="changed"):
+    with pytest.raises(Refused) as refused:
         store.save_revision(cp, failpoint="test", event=("interrupted", {}), title="lost update")
+    assert refused.value.code == "stale_revision"
     with pytest.raises(Refused):
         store.save(template_body("t-1"), failpoint="test", expect=cp)
     assert store.load("t-1") == new

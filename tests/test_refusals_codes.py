@@ -1,0 +1,78 @@
+"""Refusal codes: ``Refused.code`` is one of a closed, documented set, so a caller tells refusals
+apart by their kind, never by their wording; ``str(exc)`` is the one-line message, and a next step
+(``Next``) is data the command line renders as its own hint."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from state.errors import CODES, DEFAULT_CODE, Next, Refused
+from workflow.reconcile import REFUSALS
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "refusals.md"
+
+
+def test_a_code_outside_the_closed_set_is_refused_at_construction():
+    with pytest.raises(ValueError, match="unknown refusal code 'no_such_code'"):
+        Refused("no_such_code", "a message")
+    assert Refused("integrity", "x").code == "integrity"
+    assert Refused("a message only").code == DEFAULT_CODE in CODES
+
+
+def test_the_message_is_one_line_and_next_steps_add_nothing_to_it():
+    exc = Refused("stale_revision", ["task k changed\n on disk;", Next("see_status", "k"), " nothing written"],
+                  task_id="k")
+    assert str(exc) == "task k changed on disk; nothing written"
+    assert exc.data == {"task_id": "k"}
+    assert exc.next_steps == (Next("see_status", "k"),)
+    assert exc.render(lambda step: f" [{step.action} {' '.join(step.args)}]") == (
+        "task k changed on disk; [see_status k] nothing written")
+
+
+def test_the_decision_tables_refusals_are_codes_under_their_own_names():
+    assert set(REFUSALS) <= CODES
+
+
+def test_docs_list_every_code_and_no_other():
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("### Codes", 1)[1].split("\n### ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M))
+    assert listed == set(CODES)
+
+
+def test_a_missing_task_and_a_tampered_checkpoint_are_told_apart_by_code(state_dir):
+    from conftest import checkpoint_file
+    from state.store import Store
+    from store_contract import template_body
+
+    store = Store(state_dir)
+    with pytest.raises(Refused) as missing:
+        store.load("nobody")
+    assert missing.value.code == "not_found"
+    store.save(template_body("t-1"), failpoint="test")
+    path = checkpoint_file(state_dir, "t-1")
+    path.write_text(path.read_text(encoding="utf-8").replace('"title": "', '"title": "X', 1), encoding="utf-8")
+    with pytest.raises(Refused) as tampered:
+        store.load("t-1")
+    assert tampered.value.code == "integrity"
+
+
+def test_an_unsafe_environment_value_has_the_settings_code(monkeypatch):
+    from state.settings import check_environment
+
+    monkeypatch.setenv("HITL_NOW", "garbage")
+    with pytest.raises(Refused) as info:
+        check_environment()
+    assert info.value.code == "settings"
+
+
+def test_a_secret_in_input_has_the_secret_code(monkeypatch):
+    from state import secrets
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789")
+    with pytest.raises(Refused) as info:
+        secrets.check_input("the reason", "my key is sk-test-0123456789")
+    assert info.value.code == "secret"
