@@ -18,8 +18,8 @@ from state import clock, effects
 from state.settings import check_environment, settings
 from state.errors import Refused
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
-from workflow.observe.budget_view import budget_lines
-from workflow.cli import arguments as A, output
+from cli import arguments as A, hints, output
+from cli.text import budget_lines
 from workflow.review import inbox
 from state.store import open_store
 from workflow.observe.views import ledger_view, task_view
@@ -139,7 +139,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
             raise Refused("usage", "review needs a terminal (stdin is not a tty); use: python run.py "
                           "resume --task ID --decision approve|reject [--reason TEXT]")
         by = A.reviewer(args.by)
-        done = inbox.review(store, ask=input, say=print,
+        done = inbox.review(store, ask=input, say=print, explain=hints.text,
                             decide=lambda t, d, r: task_view(store, _decide(
                                 store, t, d, r, by=by, trace_content=args.trace_content)))
         decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         check_environment()  # a bad HITL_* value: one line naming it, before any file is touched
         result = run_command(args)
     except Refused as exc:
-        return _stopped(str(exc))
+        return _stopped(hints.text(exc))
     except KeyboardInterrupt:
         return _stopped("interrupted")
     except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``

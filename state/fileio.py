@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from state.errors import Refused
+from state.errors import Next, Refused
 
 #: Folder of a state dir holding one lock file per owner (see :func:`owner_lock`).
 LOCKS_DIR = "locks"
@@ -119,9 +119,9 @@ def no_links(folder: Path, exc: BaseException) -> Refused:
     synced or network folders): the file store creates every file with ``os.link`` so that two
     processes can never both create it."""
     why = getattr(exc, "strerror", None) or type(exc).__name__
-    return Refused("refused", f"the state dir's file system does not support hard links ({folder}: {why}); "
+    return Refused("refused", [f"the state dir's file system does not support hard links ({folder}: {why}); "
                    "the file store needs them to create each file exclusively: use a folder on a "
-                   "local disk (NTFS, ext4, APFS), or a PostgreSQL store (--store)")
+                   "local disk (NTFS, ext4, APFS), or a PostgreSQL store", Next("choose_store")])
 
 
 def link_new(path: Path, data: bytes, *, owner: str,

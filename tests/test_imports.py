@@ -1,4 +1,4 @@
-"""The product modules (``run.py``, ``agent/``, ``tools/``, ``state/``, ``workflow/``) import each
+"""The product modules (``run.py``, ``agent/``, ``tools/``, ``cli/``, ``state/``, ``workflow/``) import each
 other as a DAG: no cycle, counting imports inside functions too (an import hidden in a function is
 still a cycle, only a deferred one). ``state/`` is the bottom layer, ``state/fileio.py`` a leaf."""
 
@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agent", "tools", "state", "workflow")
+PACKAGES = ("agent", "tools", "cli", "state", "workflow")
 
 
 def _modules() -> dict[str, Path]:

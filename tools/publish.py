@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 from agents import RunContextWrapper, function_tool
 
-from state import open_stores, terminal
-from state.errors import Refused
+from state import open_stores
+from state.errors import Next, Refused
 from state.schema import (PREVIEW_CHANNEL, channel_scope, content_sha256, effect_key,
                           valid_channel)
 
@@ -116,10 +116,10 @@ def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optio
     task_id = task["task_id"]
     rejected = store.rejection_get(task_id, scope)
     if rejected is not None:
-        raise Refused("rejected",
+        raise Refused("rejected", [
             f"publish_draft for task {task_id} on {channel}: a reject by {rejected.by} at "
-            f"{rejected.at} was being recorded while this approval ran; nothing was published "
-            f"({terminal.command('status', '--task', task_id)} shows where the task stands)")
+            f"{rejected.at} was being recorded while this approval ran; nothing was published",
+            Next("shows_status", task_id)], task_id=task_id)
     cp = store.load(task_id) if store.exists(task_id) else None
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from state.clock import now_iso
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.schema import Decision, PendingCall, channel_scope, effect_key
 from state.terminal import command, one_line
 
@@ -42,8 +42,8 @@ def pick_call(cp: "Checkpoint", call_id: Optional[str]) -> PendingCall:
             return cp.pending[0]
         if not cp.pending:
             raise Refused("not_found", f"task {cp.task_id} has no pending call")
-        raise Refused("ambiguous", f"task {cp.task_id} has {len(ids)} pending calls ({', '.join(map(one_line, ids))}); "
-                      f"name one with --call ({command('status', '--task', cp.task_id)} shows each)")
+        raise Refused("ambiguous", [f"task {cp.task_id} has {len(ids)} pending calls ({', '.join(map(one_line, ids))})",
+                               Next("name_call", cp.task_id)], task_id=cp.task_id)
     for call in cp.pending:
         if call.call_id == call_id:
             return call

@@ -22,7 +22,7 @@ from agent.models import provider_error
 from agent.publisher import describe, drift
 from state import clock, open_stores
 from state.clock import now_iso
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           valid_channel)
@@ -76,8 +76,8 @@ def task_channels(channels: list[str] | None) -> list[str]:
     if len(set(channels)) != len(channels) or len(channels) > MAX_CHANNELS:
         raise Refused("unsafe_input", f"channels must be distinct, at most {MAX_CHANNELS}: {', '.join(channels)}")
     if channels == [PREVIEW_CHANNEL]:
-        raise Refused("usage", f"a task needs a public channel: {PREVIEW_CHANNEL} alone needs no human, so "
-                      "there would be nothing to approve; add e.g. --channel blog")
+        raise Refused("usage", [f"a task needs a public channel: {PREVIEW_CHANNEL} alone needs no human, so "
+                               "there would be nothing to approve", Next("add_channel")])
     return channels
 
 
@@ -155,14 +155,14 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
         cp = store.load(task_id)
         if cp.title == title and cp.content_sha256 == sha and cp.channels == channels:
             return cp
-        raise Refused("usage", f"task {task_id} already exists with a different draft or channels; use a new --key")
+        raise Refused("usage", [f"task {task_id} already exists with a different draft or channels", Next("new_key")])
     evidence = as_task_store(store)
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
     if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):
-        raise Refused("executed", f"key {task_id} is already in the ledger; use a new --key")
+        raise Refused("executed", [f"key {task_id} is already in the ledger", Next("new_key")])
     scopes = [None, *channels] if len(channels) > 1 else [None]
     if any(evidence.rejection_get(task_id, c) is not None for c in scopes):
-        raise Refused("rejected", f"key {task_id} was rejected before; use a new --key")
+        raise Refused("rejected", [f"key {task_id} was rejected before", Next("new_key")])
     return None
 
 

@@ -47,8 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional
 
 from state import clock, secrets
-from state.errors import Refused
-from state.terminal import command
+from state.errors import Next, Part, Refused
 from state.files.ledger import Ledger, LedgerEntry
 from workflow.calls import calls_of, decision_of, keys, pick_call
 from state.store import as_task_store
@@ -252,8 +251,8 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
-        raise Refused("contradiction", f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
-                      "human must check (python run.py doctor)")
+        raise Refused("contradiction", [f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
+                                   "human must check", Next("doctor")], task_id=cp.task_id)
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
     decided = recorded.decision if recorded else None
     other = bool(call_id) and decided != "approved" and ran_before(cp, call_id, channel)
@@ -290,7 +289,7 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
             decided=ev.decided,
             decided_by=recorded.by if recorded else None,
             rejected_by=rejected.by if rejected else None,
-            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at))
+            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at), task_id=cp.task_id)
     return verdict
 
 
@@ -323,32 +322,32 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
 
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
             decided_by: Optional[str] = None, rejected_by: Optional[str] = None,
-            rejected_at: Optional[str] = None, expires_at: Optional[str] = None) -> str:
+            rejected_at: Optional[str] = None, expires_at: Optional[str] = None) -> list[Part]:
     """The one-line message (without ``STOPPED:``) for a ``refuse`` verdict's ``code``, naming what
-    was found and what may still be done. Raises ``KeyError`` for an unknown code."""
-    doctor = "a human must check (python run.py doctor)"
+    was found and what may still be done, as the parts of a :class:`Refused` message (strings and
+    :class:`~state.errors.Next` steps). Raises ``KeyError`` for an unknown code."""
+    doctor: list[Part] = ["a human must check", Next("doctor")]
     if code == "expired" and status != "expired":
-        return (f"approval expired: task {task_id} expired at {expires_at}; it can only be "
-                f"rejected ({command('resume', '--task', task_id, '--decision', 'reject')}) or marked "
-                "expired (python run.py expire)")
+        return [f"approval expired: task {task_id} expired at {expires_at}; it can only be "
+                "rejected", Next("reject", task_id), " or marked expired", Next("expire")]
     if code == "rejected" and rejected_by is not None and status != "cancelled":
-        return (f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
-                "approved (the rejection record outlives any older copy of the checkpoint)")
+        return [f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
+                "approved (the rejection record outlives any older copy of the checkpoint)"]
     if code == "executed" and status != "completed":
-        return (f"the ledger shows task {task_id} was already executed; it cannot be rejected "
-                "(resume with --decision approve to finish recording it)")
+        return [f"the ledger shows task {task_id} was already executed; it cannot be rejected",
+                Next("finish_approve")]
     return {
-        "conflict": f"task {task_id}: the rejection record and the ledger disagree; {doctor}",
-        "contradiction": f"task {task_id} is {status}, but its evidence says otherwise (ledger "
-                         f"entry or rejection record); {doctor}",
-        "inconsistent": f"task {task_id} is {status} but records the decision '{decided}'; {doctor}",
-        "no_entry": f"task {task_id} is completed but the ledger has no entry for it; {doctor}",
-        "executed": f"task {task_id} was already executed (completed); an executed action is "
-                    "never cancelled",
-        "rejected": f"task {task_id} was rejected (cancelled); start a new task with a new key",
-        "decided": f"task {task_id}: a decision '{decided}' by {decided_by} is already recorded; "
-                   "it cannot be changed",
-        "expired": f"approval expired: task {task_id} expired at {expires_at}; start a new task",
+        "conflict": [f"task {task_id}: the rejection record and the ledger disagree; ", *doctor],
+        "contradiction": [f"task {task_id} is {status}, but its evidence says otherwise (ledger "
+                          f"entry or rejection record); ", *doctor],
+        "inconsistent": [f"task {task_id} is {status} but records the decision '{decided}'; ", *doctor],
+        "no_entry": [f"task {task_id} is completed but the ledger has no entry for it; ", *doctor],
+        "executed": [f"task {task_id} was already executed (completed); an executed action is "
+                     "never cancelled"],
+        "rejected": [f"task {task_id} was rejected (cancelled); start a new task with a new key"],
+        "decided": [f"task {task_id}: a decision '{decided}' by {decided_by} is already recorded; "
+                    "it cannot be changed"],
+        "expired": [f"approval expired: task {task_id} expired at {expires_at}; start a new task"],
     }[code]
 
 

@@ -26,7 +26,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from state import effects, secrets
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.schema import validation_message
 from state.paths import inside, read_regular
 from state.clock import now_iso
@@ -104,10 +104,9 @@ class Ledger:
                 return entry, True
             existing = self.get(key)  # raises Refused if what is there is not a readable entry
             if existing is None:
-                raise Refused("ledger_mismatch",
+                raise Refused("ledger_mismatch", [
                     f"ledger entry {file_name(key)}.json could not be created and is not there "
-                    "either (removed by someone else?); a human must check (python run.py doctor)"
-                )
+                    "either (removed by someone else?); a human must check", Next("doctor")])
         self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
 

@@ -50,10 +50,9 @@ from state import effects, secrets, state_id
 
 from state import fileio as files
 from state.clock import now_iso
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.integrity import KEY_FILE, check_key_creatable, envelope_signed, load_key, compute_mac
 from state.paths import check_regular, check_state_dir, inside, open_regular, read_regular
-from state.terminal import command
 from state.schema import (MAX_CHECKPOINT_BYTES, MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate,
                      valid_effect_key, validation_message)
 # The file helpers live in leaf modules (no import cycle); their names stay importable from here.
@@ -416,8 +415,8 @@ class Store:
         if expect is None:
             if self.exists(cp.task_id) or not create_exclusive(
                     path, data, owner=stem, failpoint=failpoint):
-                raise Refused("stale_revision", f"task {cp.task_id} was created by another process at the same time; "
-                              f"this write was not made ({command('status', '--task', cp.task_id)})")
+                raise Refused("stale_revision", [f"task {cp.task_id} was created by another process at the same time; "
+                              "this write was not made", Next("status", cp.task_id)], task_id=cp.task_id)
         elif not create_exclusive(path, data, owner=stem, failpoint=failpoint,
                                   precondition=lambda: self.check_unchanged(expect),
                                   then=lambda: self.clear_older(cp.task_id)):
@@ -456,10 +455,10 @@ class Store:
 
 def _changed(task_id: str, revision: int, now: Any) -> Refused:
     """The refusal of a write whose compare-and-swap failed: the task is no longer at ``revision``."""
-    return Refused("stale_revision",
+    return Refused("stale_revision", [
         f"task {task_id} changed on disk since it was read (revision {revision} -> "
-        f"{now}): another process wrote it; this write was not made; run "
-        f"{command('status', '--task', task_id)} to see where it stands")
+        f"{now}): another process wrote it; this write was not made", Next("see_status", task_id)],
+        task_id=task_id)
 
 
 def check_signs_here(tasks_dir: Path, files: list[Path], key: bytes) -> None:
@@ -499,8 +498,7 @@ def every_or_stop(good: list[Checkpoint], bad: list[dict[str, str]]) -> list[Che
     many there are (fail closed: never a silent partial list). Shared by every store."""
     if bad:
         more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-        raise Refused("integrity", f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
-                      "status --task ID still shows the others)")
+        raise Refused("integrity", [f"{bad[0]['error']}{more}", Next("doctor_lists_others")])
     return good
 
 

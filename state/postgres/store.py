@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from state import effects, failpoints, secrets
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.integrity import KEY_FILE, envelope_signed, key_fingerprint, load_key
 from state.paths import check_regular
 from state.records import RECORDED, RejectionRecord
@@ -50,7 +50,6 @@ from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.settings import settings, url_password
 from state.files.store import every_or_stop, file_name, next_revision, seal, verify_envelope
 from state.clock import now_iso
-from state.terminal import command
 from state.files.ledger import Ledger, LedgerEntry
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -409,9 +408,9 @@ class PostgresStore:
                     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (task_id) DO NOTHING",
                     (cp.task_id, cp.revision, cp.status, cp.mac, envelope))
                 if cur.rowcount != 1:
-                    raise Refused("stale_revision", f"task {cp.task_id} was created by another process at the same "
-                                  f"time; this write was not made "
-                                  f"({command('status', '--task', cp.task_id)})")
+                    raise Refused("stale_revision", [f"task {cp.task_id} was created by another process at the same "
+                                  "time; this write was not made", Next("status", cp.task_id)],
+                                  task_id=cp.task_id)
             else:
                 cur = conn.execute(
                     "UPDATE checkpoints SET revision = %s, status = %s, mac = %s, envelope = %s, "
@@ -421,11 +420,11 @@ class PostgresStore:
                 if cur.rowcount != 1:
                     row = conn.execute("SELECT revision FROM checkpoints WHERE task_id = %s",
                                        (cp.task_id,)).fetchone()
-                    raise Refused("stale_revision",
+                    raise Refused("stale_revision", [
                         f"task {cp.task_id} changed in the database since it was read (revision "
                         f"{expect.revision} -> {row[0] if row else 'no row'}): another process "
-                        f"wrote it; this write was not made; run "
-                        f"{command('status', '--task', cp.task_id)} to see where it stands")
+                        f"wrote it; this write was not made", Next("see_status", cp.task_id)],
+                        task_id=cp.task_id)
             failpoints.hit(failpoint + ":uncommitted")
             conn.execute("INSERT INTO history (task_id, revision, event, status, at) "
                          "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
@@ -560,8 +559,8 @@ class PostgresStore:
                 return entry, True
             existing = self.ledger_get(key)
             if existing is None:
-                raise Refused("ledger_mismatch", f"ledger entry {key!r} could not be created and is not there either "
-                              "(deleted by someone else?); a human must check (python run.py doctor)")
+                raise Refused("ledger_mismatch", [f"ledger entry {key!r} could not be created and is not there either "
+                              "(deleted by someone else?); a human must check", Next("doctor")])
         Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Callable, Optional
 
 from state import clock
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
 from state.files.store import Store, every_or_stop
 from workflow import reconcile
@@ -195,15 +195,17 @@ Say = Callable[[str], None]
 Decide = Callable[[str, str, Optional[str]], dict[str, Any]]
 
 
-def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any]:
+def review(store: Store, *, ask: Ask, say: Say, decide: Decide,
+           explain: Callable[[Refused], str] = str) -> dict[str, Any]:
     """Walk the waiting tasks: show tool, arguments and the draft; ask approve / reject / skip.
 
     ``ask(prompt) -> answer`` reads one line (``input`` in a terminal; scripted in tests);
     ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason) -> task`` applies a decision
     (``workflow.hitl.resume``). Answers: ``a``/``approve``, ``r``/``reject`` (then a reason, required),
     ``s``/``skip``, ``q``/``quit``. An overdue request cannot be approved (the refusal is shown and the
-    question asked again). A ``Refused`` from ``decide`` is shown and the walk goes on. End of input
-    (``EOFError``) stops the walk like ``quit``.
+    question asked again). A ``Refused`` from ``decide`` is shown (as ``explain(exc)``: the caller's
+    words for its next steps, e.g. ``cli.hints.text``; default ``str``) and the walk goes on. End of
+    input (``EOFError``) stops the walk like ``quit``.
 
     Returns ``{"reviewed": [{"task_id", "action", "status"|"error"}], "remaining": int}``.
     """
@@ -242,8 +244,8 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any
         try:
             result = decide(cp.task_id, action, reason)
         except Refused as exc:
-            say(f"  STOPPED: {one_line(str(exc))}")
-            reviewed.append({"task_id": cp.task_id, "action": action, "error": str(exc)})
+            say(f"  STOPPED: {one_line(explain(exc))}")
+            reviewed.append({"task_id": cp.task_id, "action": action, "error": explain(exc)})
             continue
         say(f"  -> {result['status']} (revision {result['revision']})")
         reviewed.append({"task_id": cp.task_id, "action": action, "status": result["status"]})
@@ -298,6 +300,6 @@ def pick_task(store: Store, task_id: str | None, *, waiting_only: bool) -> str:
         return candidates[0]
     what = "waiting tasks" if waiting_only else "tasks"
     if not candidates:
-        raise Refused("not_found", f"no {what} in {getattr(store, 'location', store.root)}; give --task ID")
+        raise Refused("not_found", [f"no {what} in {getattr(store, 'location', store.root)}", Next("give_task")])
     names = ", ".join(candidates[:20])
-    raise Refused("ambiguous", f"{len(candidates)} {what} ({names}); give --task ID")
+    raise Refused("ambiguous", [f"{len(candidates)} {what} ({names})", Next("give_task")])

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from state import clock
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.integrity import KEY_FILE
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
@@ -105,7 +105,7 @@ class InboxIndex:
         rows, bad = self._scan()
         if bad:
             more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-            raise Refused("integrity", f"{bad[0]['error']}{more} (python run.py doctor lists every problem)")
+            raise Refused("integrity", [f"{bad[0]['error']}{more}", Next("doctor_lists")])
         return rows
 
     def listing(self) -> tuple[list[Row], Optional[str]]:
