@@ -209,7 +209,7 @@ def owner_lock(root: Path, owner: str, *, timeout: float, what: str) -> Iterator
             "try again when it finishes"
         ) from None
     except OSError as exc:  # a lock file that is a symlink (not followed), a folder, unreadable …
-        raise Refused("locked", f"lock file {LOCKS_DIR}/{owner}.lock cannot be used "
+        raise Refused("unsafe_file", f"lock file {LOCKS_DIR}/{owner}.lock cannot be used "
                       f"({exc.strerror or type(exc).__name__}); a human must check it") from None
     try:
         yield

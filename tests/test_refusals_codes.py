@@ -76,3 +76,17 @@ def test_a_secret_in_input_has_the_secret_code(monkeypatch):
     with pytest.raises(Refused) as info:
         secrets.check_input("the reason", "my key is sk-test-0123456789")
     assert info.value.code == "secret"
+
+
+def test_doctor_tells_a_busy_postgresql_task_by_the_locked_code(pg_url, tmp_path):
+    """``doctor`` on PostgreSQL reports a task whose lock another session holds as ``busy`` (a note)
+    because the refusal's code is ``locked``, not because of its wording."""
+    from state.postgres.store import PostgresStore
+    from store_contract import template_body
+    from workflow.ops.doctor import doctor
+
+    holder = PostgresStore(pg_url, tmp_path / "state")
+    holder.save(template_body("t-1"), failpoint="test")
+    with holder.task_lock("t-1"):
+        report = doctor(PostgresStore(pg_url, tmp_path / "state"))
+    assert [f["kind"] for f in report["findings"]] == ["busy"] and report["consistent"]

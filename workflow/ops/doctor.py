@@ -445,7 +445,7 @@ def _doctor_database(store: Any, repair: bool) -> dict[str, Any]:
                 entry = store.ledger_get(cp.idempotency_key)
                 rejected = store.rejection_get(cp.task_id)
         except Refused as exc:
-            kind = "busy" if "being worked on" in str(exc) else "unreadable_checkpoint"
+            kind = "busy" if exc.code == "locked" else "unreadable_checkpoint"
             report.findings.append(Finding(kind, None if kind == "busy" else cp.task_id, where,
                                            str(exc) if kind != "busy" else
                                            "a live process holds this task's lock",
