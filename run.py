@@ -153,7 +153,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return run_traps()
     if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
         from workflow.review.web import serve
-        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote)
+        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.text)
     from workflow.ops.demo import demo
     return demo(store, as_json=args.json)
 
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
 def _stopped(message: str) -> int:
     """Print the one ``STOPPED:`` line (with what this command already changed on disk, if
     anything: :mod:`state.effects`) and return exit code 1."""
-    done = effects.summary()
+    done = effects.summary(hints.hint)
     print(f"STOPPED: {output.one_line(message)}" + (f"; {done}" if done else ""), file=sys.stderr)
     return 1
 

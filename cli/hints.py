@@ -28,6 +28,7 @@ def _doctor(what: str) -> Callable[[Next], str]:
 HINTS: dict[str, Callable[[Next], str]] = {
     "doctor": _doctor(""),
     "doctor_lists": _doctor(" lists every problem"),
+    "doctor_explains": _doctor(" explains where each task stands"),
     "doctor_lists_others": _doctor(" lists every problem; status --task ID still shows the others"),
     "status": lambda step: f" ({command('status', '--task', *step.args)})",
     "see_status": lambda step: f"; run {command('status', '--task', *step.args)} to see where it stands",

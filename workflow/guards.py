@@ -448,9 +448,11 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
         rec = calls.decision_of(cp, call_id)
         decided = rec.decision if rec else None
         if decided == "approved" and entries[channel] is None:
-            raise Refused("ledger_mismatch", f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
+            raise Refused("ledger_mismatch",
+                          f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
         if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel):
-            raise Refused("ledger_mismatch", f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
+            raise Refused("ledger_mismatch",
+                          f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
     done = [e for e in entries.values() if e is not None]
     status = "completed" if done else "cancelled"
     final = final_output if isinstance(final_output, str) else json.dumps(final_output, default=str)

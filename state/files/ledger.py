@@ -146,7 +146,8 @@ class Ledger:
             raise Refused("ledger_mismatch", f"ledger entry {path.name} cannot be read (No such file or directory)")
         entry = self._parse(raw, path)
         if path.stem != file_name(entry.idempotency_key):
-            raise Refused("ledger_mismatch", f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
+            raise Refused("ledger_mismatch",
+                          f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
         return entry
 
     @staticmethod
@@ -155,4 +156,5 @@ class Ledger:
         try:
             return LedgerEntry.model_validate(data)
         except ValidationError as exc:
-            raise Refused("ledger_mismatch", f"ledger entry {path.name} is not valid: {validation_message(exc)}") from None
+            raise Refused("ledger_mismatch",
+                          f"ledger entry {path.name} is not valid: {validation_message(exc)}") from None

@@ -120,7 +120,8 @@ def resolve_state_dir(raw: str | None) -> Path:
     try:
         return check_state_dir(Path(chosen).expanduser().resolve())
     except OSError as exc:  # e.g. a path too long for the file system
-        raise Refused("unsafe_state_dir", f"state dir {chosen[:80]!r} cannot be used ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_state_dir",
+                      f"state dir {chosen[:80]!r} cannot be used ({exc.strerror or type(exc).__name__})") from None
 
 
 class Store:
