@@ -139,7 +139,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
             raise Refused("usage", "review needs a terminal (stdin is not a tty); use: python run.py "
                           "resume --task ID --decision approve|reject [--reason TEXT]")
         by = A.reviewer(args.by)
-        done = inbox.review(store, ask=input, say=print, explain=hints.text,
+        done = inbox.review(store, ask=input, say=print, hint=hints.hint,
                             decide=lambda t, d, r: task_view(store, _decide(
                                 store, t, d, r, by=by, trace_content=args.trace_content)))
         decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
@@ -153,7 +153,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return run_traps()
     if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
         from workflow.review.web import serve
-        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.text)
+        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.hint)
     from workflow.ops.demo import demo
     return demo(store, as_json=args.json)
 

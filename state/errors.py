@@ -55,6 +55,11 @@ class Next:
 Part = Union[str, Next]
 
 
+def no_hint(step: Next) -> str:
+    """The wording of a next step when the caller gives none: nothing (``str(exc)``)."""
+    return ""
+
+
 class Refused(Exception):
     """Fail closed: the state cannot prove what to do next, or the input is unsafe.
 
@@ -78,7 +83,7 @@ class Refused(Exception):
         self.code = code
         self.parts = (message,) if isinstance(message, str) else tuple(message)
         self.data = data
-        super().__init__(self.render(lambda step: ""))
+        super().__init__(self.render(no_hint))
 
     @property
     def next_steps(self) -> tuple[Next, ...]:

@@ -34,10 +34,10 @@ COOKIE = "hitl_inbox_8765"
 
 def _app(state_dir: Path, reviewer: str = "ann"):
     """The app as ``run.py serve`` builds it (the publisher's words for a refusal's next steps)."""
-    from cli.hints import text
+    from cli.hints import hint
 
     return create_app(FileStore(state_dir), reviewer=reviewer, token=TOKEN, hosts={HOST}, cookie=COOKIE,
-                      explain=text)
+                      hint=hint)
 
 
 def _client(state_dir: Path, reviewer: str = "ann", app=None) -> TestClient:

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Callable, Optional
 
 from state import clock
-from state.errors import Next, Refused
+from state.errors import Next, Refused, no_hint
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
 from state.files.store import Store, every_or_stop
 from workflow import reconcile
@@ -109,17 +109,17 @@ def inbox_view(store: Store, status: Optional[str] = None) -> dict[str, Any]:
     return {"tasks": tasks, **({"unverified": bad} if bad else {})}
 
 
-def unverified_summary(view: dict[str, Any]) -> Optional[str]:
+def unverified_summary(view: dict[str, Any], hint: Callable[[Next], str] = no_hint) -> Optional[str]:
     """One line for the checkpoints :func:`inbox_view` could not list (None if there are none):
-    how many, why they can fail, the first one's error, and where to see them all."""
+    how many, why they can fail, the first one's error, and (``hint`` of ``Next("doctor_lists")``,
+    the caller's words) where to see them all."""
     bad = view.get("unverified") or []
     if not bad:
         return None
     n = len(bad)
     what = "1 checkpoint is" if n == 1 else f"{n} checkpoints are"
     return (f"{what} not listed: not verified with this machine's signing key (signed with "
-            f"another key, edited or damaged); first: {bad[0]['error']} (python run.py doctor "
-            "lists every problem)")
+            f"another key, edited or damaged); first: {bad[0]['error']}" + hint(Next("doctor_lists")))
 
 
 def inbox_text(view: dict[str, Any]) -> str:
@@ -196,15 +196,15 @@ Decide = Callable[[str, str, Optional[str]], dict[str, Any]]
 
 
 def review(store: Store, *, ask: Ask, say: Say, decide: Decide,
-           explain: Callable[[Refused], str] = str) -> dict[str, Any]:
+           hint: Callable[[Next], str] = no_hint) -> dict[str, Any]:
     """Walk the waiting tasks: show tool, arguments and the draft; ask approve / reject / skip.
 
     ``ask(prompt) -> answer`` reads one line (``input`` in a terminal; scripted in tests);
     ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason) -> task`` applies a decision
     (``workflow.hitl.resume``). Answers: ``a``/``approve``, ``r``/``reject`` (then a reason, required),
     ``s``/``skip``, ``q``/``quit``. An overdue request cannot be approved (the refusal is shown and the
-    question asked again). A ``Refused`` from ``decide`` is shown (as ``explain(exc)``: the caller's
-    words for its next steps, e.g. ``cli.hints.text``; default ``str``) and the walk goes on. End of
+    question asked again). A ``Refused`` from ``decide`` is shown (its next steps worded by ``hint``,
+    the caller's words for them, e.g. ``cli.hints.hint``; default none) and the walk goes on. End of
     input (``EOFError``) stops the walk like ``quit``.
 
     Returns ``{"reviewed": [{"task_id", "action", "status"|"error"}], "remaining": int}``.
@@ -244,8 +244,8 @@ def review(store: Store, *, ask: Ask, say: Say, decide: Decide,
         try:
             result = decide(cp.task_id, action, reason)
         except Refused as exc:
-            say(f"  STOPPED: {one_line(explain(exc))}")
-            reviewed.append({"task_id": cp.task_id, "action": action, "error": explain(exc)})
+            say(f"  STOPPED: {one_line(exc.render(hint))}")
+            reviewed.append({"task_id": cp.task_id, "action": action, "error": exc.render(hint)})
             continue
         say(f"  -> {result['status']} (revision {result['revision']})")
         reviewed.append({"task_id": cp.task_id, "action": action, "status": result["status"]})

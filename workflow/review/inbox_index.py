@@ -29,10 +29,10 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from state import clock
-from state.errors import Next, Refused
+from state.errors import Next, Refused, no_hint
 from state.integrity import KEY_FILE
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
@@ -93,8 +93,9 @@ class InboxIndex:
     Safe to call from several threads (the server's worker threads): one listing at a time.
     """
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, hint: Callable[[Next], str] = no_hint) -> None:
         self.store = store
+        self.hint = hint  # the caller's words for a next step (state.errors.Next)
         self._rows: dict[str, tuple[tuple[Any, ...], Row]] = {}  # stem -> ((file, identity), row)
         self._keys: Any = None  # the identity of signing.key and state.id the rows were verified with
         self._lock = threading.Lock()
@@ -116,7 +117,7 @@ class InboxIndex:
         rows, bad = self._scan()
         if bad and not rows:
             return self.rows(), None
-        return rows, unverified_summary({"unverified": bad})
+        return rows, unverified_summary({"unverified": bad}, self.hint)
 
     def _scan(self) -> tuple[list[Row], list[dict[str, str]]]:
         if not isinstance(self.store, Store):  # another TaskStore: its own verified scan

@@ -61,7 +61,7 @@ from starlette.staticfiles import StaticFiles
 
 from workflow.observe.budget_view import model_line, spent_line
 from state import clock
-from state.errors import Refused
+from state.errors import Next, Refused, no_hint
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, valid_key
 from workflow import calls
 from workflow.review import inbox_index
@@ -229,14 +229,14 @@ def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason
 
 
 class Inbox:
-    """The pages (module docstring) over ``store``, deciding as ``reviewer``; a refusal is shown as
-    ``explain(exc)`` (the application's words for its next steps, e.g. ``cli.hints.text``)."""
+    """The pages (module docstring) over ``store``, deciding as ``reviewer``; a refusal's next steps
+    are worded by ``hint`` (the application's words for them, e.g. ``cli.hints.hint``; default none)."""
 
-    def __init__(self, store: Any, *, reviewer: str, explain: Callable[[Refused], str] = str) -> None:
+    def __init__(self, store: Any, *, reviewer: str, hint: Callable[[Next], str] = no_hint) -> None:
         self.store = store
         self.reviewer = reviewer
-        self.explain = explain
-        self.index = InboxIndex(store)
+        self.hint = hint
+        self.index = InboxIndex(store, hint)
         self.env = Environment(loader=FileSystemLoader(ASSETS / "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True),
                                finalize=shown)
@@ -265,7 +265,7 @@ class Inbox:
         try:
             rows, unverified = self.index.listing()  # what verifies, and a line about the rest
         except Refused as exc:
-            return self._error(request, 500, self.explain(exc))
+            return self._error(request, 500, exc.render(self.hint))
         shown = inbox_index.page(rows, status, number)
         now = clock.now()
         items = [(r, timing(r, now)) for r in shown.rows]
@@ -293,7 +293,7 @@ class Inbox:
             cp = self.store.load(task_id)
             receipt = None if cp.status == WAITING else _receipt_text(self.store, task_id)
         except Refused as exc:
-            return self._error(request, 404 if not self.store.exists(task_id) else 500, self.explain(exc),
+            return self._error(request, 404 if not self.store.exists(task_id) else 500, exc.render(self.hint),
                                prior=error)
         if confirm is not None:  # the confirming step: only for a call that is still pending
             try:
@@ -302,7 +302,7 @@ class Inbox:
                 guards.check_revision(cp, confirm["revision"])
                 calls.pick_call(cp, confirm["call_id"])
             except Refused as exc:
-                return self._task(request, task_id, error=self.explain(exc), status=409)
+                return self._task(request, task_id, error=exc.render(self.hint), status=409)
         now = clock.now()
         t = timing(inbox_index.row_of(cp), now)
         decided, recorded = _decisions_so_far(self.store, cp)
@@ -348,7 +348,7 @@ class Inbox:
                                     decision=decision, reason=reason, by=self.reviewer,
                                     expect_revision=revision)
         except Refused as exc:
-            return await run_in_threadpool(self._task, request, task_id, error=self.explain(exc), status=409)
+            return await run_in_threadpool(self._task, request, task_id, error=exc.render(self.hint), status=409)
         except Exception as exc:  # never a traceback in a page; the server's stderr has the log
             what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             return await run_in_threadpool(self._task, request, task_id,
@@ -423,13 +423,13 @@ def _receipt_text(store: Any, task_id: str) -> str:
 
 
 def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie: str,
-               warm: bool = False, explain: Callable[[Refused], str] = str) -> Any:
+               warm: bool = False, hint: Callable[[Next], str] = no_hint) -> Any:
     """The ASGI app: the pages of :class:`Inbox` behind :class:`Gate`. ``hosts``: accepted
     ``Host`` header values; ``cookie``: the session cookie's name; ``warm``: read and verify every
     checkpoint once now, in a background thread, so the first inbox page is as fast as the next
     (a checkpoint that does not verify is reported by the page that lists it, not here);
-    ``explain``: how a refusal is worded (:class:`Inbox`)."""
-    pages = Inbox(store, reviewer=reviewer, explain=explain)
+    ``hint``: how a refusal's next steps are worded (:class:`Inbox`)."""
+    pages = Inbox(store, reviewer=reviewer, hint=hint)
     if warm:
         threading.Thread(target=_quietly, args=(pages.index.rows,), daemon=True).start()
     app = Starlette(routes=[
@@ -563,7 +563,7 @@ def server_config(app: Any) -> Any:
 
 
 def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool,
-          explain: Callable[[Refused], str] = str) -> None:
+          hint: Callable[[Next], str] = no_hint) -> None:
     """``python run.py serve``: import the SDK once, listen, print ``inbox: http://HOST:PORT/?token=…``
     as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM. Raises
     :class:`Refused` before listening if the host or port cannot be used (see :func:`listen`)."""
@@ -580,7 +580,7 @@ def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool,
               "it and sees the URL can decide; the token travels unencrypted", file=sys.stderr)
     token = secrets.token_urlsafe(32)
     app = create_app(store, reviewer=reviewer, token=token, hosts=hosts,
-                     cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True, explain=explain)
+                     cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True, hint=hint)
     print(f"inbox: http://{authority}/?token={token}", flush=True)
     where = getattr(store, "location", None) or f"state dir {store.root}"  # a database: its URL, no password
     print(f"reviewer: {reviewer}; store: {where}; Ctrl-C stops", file=sys.stderr, flush=True)
