@@ -154,7 +154,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
         from workflow.review.web import serve
         return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.hint)
-    from workflow.ops.demo import demo
+    from cli.demo import demo
     return demo(store, as_json=args.json)
 
 
