@@ -32,6 +32,14 @@ def test_the_message_is_one_line_and_next_steps_add_nothing_to_it():
         "task k changed on disk; [see_status k] nothing written")
 
 
+def test_a_refusal_keeps_its_code_parts_and_data_across_a_pickle():
+    import pickle
+
+    exc = Refused("locked", ["task k is busy", Next("see_status", "k")], task_id="k")
+    back = pickle.loads(pickle.dumps(exc))
+    assert (back.code, back.parts, back.data, str(back)) == (exc.code, exc.parts, exc.data, str(exc))
+
+
 def test_the_decision_tables_refusals_are_codes_under_their_own_names():
     assert set(REFUSALS) <= CODES
 
