@@ -41,6 +41,7 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "give_task": lambda step: "; give --task ID",
     "add_channel": lambda step: "; add e.g. --channel blog",
     "choose_store": lambda step: " (--store)",
+    "input_by": lambda step: " (--by)",
 }
 
 

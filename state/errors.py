@@ -41,7 +41,8 @@ DEFAULT_CODE = "refused"
 @dataclass(frozen=True)
 class Next:
     """A next step a person may take, as data: ``action`` (a short word the application maps to its
-    own hint, e.g. ``"doctor"``, ``"status"``) and its ``args`` (e.g. the task ID). Placed inside a
+    own hint, e.g. ``"doctor"``, ``"status"``; or, ``input_…``, where the application adds its own
+    name for an input, e.g. its flag) and its ``args`` (e.g. the task ID). Placed inside a
     :class:`Refused` message where the hint belongs; it adds nothing to ``str(exc)``."""
 
     action: str

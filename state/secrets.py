@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, Sequence
 
-from state.errors import Refused
+from state.errors import Part, Refused
 from state.settings import SECRET_ENVS, settings  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
 
 REDACTED = "[redacted]"
@@ -329,9 +329,11 @@ def redact_checkpoint(body: dict[str, Any], *, min_chars: int = MIN_CHARS) -> di
     return out
 
 
-def check_input(what: str, value: str | None) -> None:
+def check_input(what: str | Sequence[Part], value: str | None) -> None:
     """Raise :class:`Refused` if ``value`` (user input: task ID, title, draft, reason, reviewer
     name) holds the value of a secret variable (:data:`MIN_CHARS`+ characters, any escaped form).
+    ``what`` names the input: text, or text and :class:`~state.errors.Next` parts (e.g. where the
+    application adds its own name for it).
 
     Such input would be sent to the model and saved (or, for a bound field, could not be redacted);
     it is refused before anything is written. The message names the variable, never the value.
@@ -340,5 +342,6 @@ def check_input(what: str, value: str | None) -> None:
         return
     name = _Finder(named(MIN_CHARS)).find(value)
     if name is not None:
-        raise Refused("secret", f"{what} contains the value of {name}; secrets are never sent to the model "
-                      "or saved: remove it and run the command again")
+        named_as = [what] if isinstance(what, str) else list(what)
+        raise Refused("secret", [*named_as, f" contains the value of {name}; secrets are never sent to the "
+                                 "model or saved: remove it and run the command again"])

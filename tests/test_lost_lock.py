@@ -229,9 +229,9 @@ def test_two_starts_of_one_key_create_the_checkpoint_once(cli, state_dir):
     body = store.load(KEY).body()
     with pytest.raises(Refused) as refused:
         store.save({**body, "revision": 1}, failpoint="t")
-
-
     assert refused.value.code == "stale_revision"
+
+
 def _pause_after_compare(monkeypatch, write: str, action) -> dict[str, bool]:
     """Run ``action()`` once, in this process, right after the compare-and-swap check of the
     durable write named ``write`` passed and before that write is committed: the window in which a

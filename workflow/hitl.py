@@ -38,7 +38,7 @@ from workflow.budget import (BudgetGuard, BudgetedModel, Pricing, apply_max_turn
 from agent.models import build_model, build_offline_model
 from agent.publisher import build_agent, check_agent, describe, user_message
 from state import secrets
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
 from state.files.store import Store
 from workflow import calls, edits, guards, reconcile, streaming
@@ -129,7 +129,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     integrity, drift or ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
-    secrets.check_input("the reviewer name (--by)", by)  # before any file is written
+    secrets.check_input(["the reviewer name", Next("input_by")], by)  # before any file is written
     secrets.check_input("the reason", reason)
     cp, verdict = reconcile.preflight(store, task_id, decision, call_id, edit=edit)  # before the lock: no file
     code_agent = build_agent(build_offline_model())  # today's code, checked before a lock file is made

@@ -315,7 +315,7 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
         from workflow.edits import check_repeat
 
         check_repeat(cp, call_id, "approved" if decision == "approve" else "rejected", edit)
-    secrets.check_input("the reviewer name (--by)", by)
+    secrets.check_input(["the reviewer name", Next("input_by")], by)
     secrets.check_input("the reason", reason)
     return cp, verdict
 
