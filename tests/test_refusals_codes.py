@@ -98,3 +98,20 @@ def test_doctor_tells_a_busy_postgresql_task_by_the_locked_code(pg_url, tmp_path
     with holder.task_lock("t-1"):
         report = doctor(PostgresStore(pg_url, tmp_path / "state"))
     assert [f["kind"] for f in report["findings"]] == ["busy"] and report["consistent"]
+
+
+def test_every_refusal_the_product_raises_names_its_code():
+    """``Refused(message)`` alone (the default code) is for code still moving; every refusal of
+    the library and the publisher passes its code first (a literal one of :data:`CODES`)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    files = [p for d in ("state", "workflow", "tools", "agent", "cli") for p in sorted((root / d).rglob("*.py"))]
+    bad = []
+    for path in [*files, root / "run.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Refused":
+                first = node.args[0] if node.args else None  # a computed code is checked when raised
+                if len(node.args) < 2 or (isinstance(first, ast.Constant) and first.value not in CODES):
+                    bad.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert bad == []
