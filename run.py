@@ -18,10 +18,10 @@ from typing import Any
 
 from state import clock, effects
 from state.settings import check_environment, settings
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
-from workflow.observe.budget_view import budget_lines
-from workflow.cli import arguments as A, output
+from cli import arguments as A, hints, output
+from cli.text import budget_lines
 from workflow.review import inbox
 from state.store import open_store
 from workflow.observe.views import ledger_view, task_view
@@ -138,10 +138,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return {"expired": expired, **({"busy": busy} if busy else {})}
     if args.command == "review":
         if not sys.stdin.isatty():
-            raise Stopped("review needs a terminal (stdin is not a tty); use: python run.py "
+            raise Refused("usage", "review needs a terminal (stdin is not a tty); use: python run.py "
                           "resume --task ID --decision approve|reject [--reason TEXT]")
         by = A.reviewer(args.by)
-        done = inbox.review(store, ask=input, say=print,
+        done = inbox.review(store, ask=input, say=print, hint=hints.hint,
                             decide=lambda t, d, r: task_view(store, _decide(
                                 store, t, d, r, by=by, trace_content=args.trace_content)))
         decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
@@ -155,8 +155,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return run_traps()
     if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
         from workflow.review.web import serve
-        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote)
-    from workflow.ops.demo import demo
+        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.hint)
+    from cli.demo import demo
     return demo(store, as_json=args.json)
 
 
@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_environment()  # a bad HITL_* value: one line naming it, before any file is touched
         result = run_command(args)
-    except Stopped as exc:
-        return _stopped(str(exc))
+    except Refused as exc:
+        return _stopped(hints.text(exc))
     except KeyboardInterrupt:
         return _stopped("interrupted")
     except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 def _stopped(message: str) -> int:
     """Print the one ``STOPPED:`` line (with what this command already changed on disk, if
     anything: :mod:`state.effects`) and return exit code 1."""
-    done = effects.summary()
+    done = effects.summary(hints.hint)
     print(f"STOPPED: {output.one_line(message)}" + (f"; {done}" if done else ""), file=sys.stderr)
     return 1
 

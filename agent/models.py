@@ -33,7 +33,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 from pydantic import ValidationError
 
 from agent.publisher import EDIT_HEADER
-from state.errors import Stopped
+from state.errors import Refused
 from state import secrets
 from state.settings import settings
 from state.schema import ModelSpec, content_sha256, validation_message
@@ -158,13 +158,13 @@ def build_model(spec: ModelSpec, http_client: Any | None = None) -> Model:
       ``$OPENAI_BASE_URL`` / default. Retries and timeouts are the client's own.
 
     ``http_client`` (or :data:`HTTP_CLIENT_FACTORY`) is passed through as ``http_client=``.
-    Raises :class:`Stopped` if the key is missing (callers build the model before touching disk).
+    Raises :class:`Refused` if the key is missing (callers build the model before touching disk).
     """
     if spec.api == "offline":
         return build_offline_model()
     key = settings().api_key
     if not key:
-        raise Stopped(
+        raise Refused("settings",
             f"{API_KEY_ENV} is not set; the real model {spec.name!r} needs it "
             "(or leave out --model to use the offline model)"
         )
@@ -185,7 +185,7 @@ def model_spec(name: str | None, api: str | None, base_url: str | None) -> Model
     No name → the offline model. Otherwise ``api`` defaults to ``responses`` and the base URL is
     the effective one: ``base_url``, else what the openai client itself picks (``$OPENAI_BASE_URL``
     or its default), so the checkpoint says which server the task talks to. Raises
-    :class:`Stopped` if that URL carries credentials or a query (never stored).
+    :class:`Refused` if that URL carries credentials or a query (never stored).
     """
     if name is None:
         return ModelSpec()
@@ -194,12 +194,12 @@ def model_spec(name: str | None, api: str | None, base_url: str | None) -> Model
 
         base_url = str(AsyncOpenAI(api_key="only-to-read-the-base-url").base_url)
     if any(secret in base_url for secret in secrets.values(min_chars=8)):
-        raise Stopped("the base URL contains the API key; the base URL is saved in the checkpoint, "
+        raise Refused("secret", "the base URL contains the API key; the base URL is saved in the checkpoint, "
                       "the key never is: pass the key only in OPENAI_API_KEY")
     try:
         return ModelSpec(name=name, api=api or "responses", base_url=base_url)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise Stopped(f"cannot use --model/--base-url: {validation_message(exc)}") from None
+        raise Refused("usage", f"cannot use --model/--base-url: {validation_message(exc)}") from None
 
 
 class MalformedResponse(Exception):

@@ -14,7 +14,7 @@ from typing import Any
 from agents import Agent, FunctionTool
 from agents.models.interface import Model
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import canonical_json, sha256_hex
 from tools.effects import function_identity, is_effectful
 from tools.publish import publish_draft
@@ -85,7 +85,7 @@ def build_agent(model: Model) -> Agent[Any]:
 def check_agent(agent: Agent[Any]) -> None:
     """Refuse an agent that must not run, before any run and before any file is written.
 
-    Raises :class:`Stopped`:
+    Raises :class:`Refused`:
 
     - two tools with one name: the SDK keeps only the last one registered (``tool name collision``,
       SDK ``_tool_identity.resolve_tool_name_collisions``, default policy ``warn``), so an approval
@@ -100,15 +100,15 @@ def check_agent(agent: Agent[Any]) -> None:
     for tool in agent.tools:
         name = getattr(tool, "name", type(tool).__name__)
         if name in seen:
-            raise Stopped(f"the agent has two tools named {name!r}; the SDK would run only the last "
+            raise Refused("agent", f"the agent has two tools named {name!r}; the SDK would run only the last "
                           "one registered: give each tool its own name (nothing run, nothing saved)")
         seen.add(name)
         rule = getattr(tool, "needs_approval", False)
         if is_effectful(tool) and rule is False:
-            raise Stopped(f"tool {name!r} has an effect but needs_approval is False, so it would run "
+            raise Refused("agent", f"tool {name!r} has an effect but needs_approval is False, so it would run "
                           "without a human: set needs_approval=True (nothing run, nothing saved)")
         if is_effectful(tool) and not (rule is True or callable(rule)):
-            raise Stopped(f"tool {name!r} has an effect but needs_approval is {rule!r}, neither True "
+            raise Refused("agent", f"tool {name!r} has an effect but needs_approval is {rule!r}, neither True "
                           "nor an approval rule (a function): set needs_approval=True (nothing run, "
                           "nothing saved)")
         if is_effectful(tool) and callable(rule):
@@ -139,7 +139,7 @@ def _check_rule(name: str, rule: Any) -> None:
         except Exception:  # a rule that cannot answer fails closed in the SDK too: it raises
             answer = True
         if answer is not True:
-            raise Stopped(f"tool {name!r}: its approval rule answers {answer!r} for the call "
+            raise Refused("agent", f"tool {name!r}: its approval rule answers {answer!r} for the call "
                           f"{probe!r}, which must need a human (a public channel or malformed "
                           "arguments); nothing run, nothing saved")
 

@@ -37,13 +37,13 @@ def wall() -> datetime:
 
 def seam() -> datetime | None:
     """``$HITL_NOW`` parsed (:attr:`state.settings.Settings.now`), or None if unset or empty.
-    Raises :class:`~state.errors.Stopped` if it (or another variable) is malformed."""
+    Raises :class:`~state.errors.Refused` if it (or another variable) is malformed."""
     return settings().now
 
 
 def now() -> datetime:
     """The clock that judges deadlines and ages: current UTC time, moved forward to ``$HITL_NOW``
-    if that is later; never earlier than the wall clock. Raises :class:`~state.errors.Stopped` if
+    if that is later; never earlier than the wall clock. Raises :class:`~state.errors.Refused` if
     ``HITL_NOW`` is malformed (see :mod:`state.settings`)."""
     real, fixed = wall(), seam()
     return fixed if fixed is not None and fixed > real else real

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import Checkpoint, Decision, migrate
 
 __all__ = [
@@ -102,13 +102,18 @@ def _decision(by: str = "alice", channel: str = "blog") -> Decision:
 
 
 @contextmanager
-def _raises(kind: type[BaseException], match: Optional[str] = None) -> Iterator[None]:
-    """Fail unless the block raises ``kind`` (whose message matches the regex ``match``)."""
+def _raises(kind: type[BaseException], match: Optional[str] = None, *,
+            code: Optional[str] = None) -> Iterator[None]:
+    """Fail unless the block raises ``kind`` (whose message matches the regex ``match``, and whose
+    :attr:`state.errors.Refused.code` is ``code``)."""
     try:
         yield
     except kind as exc:
         if match is not None and not re.search(match, str(exc)):
             raise AssertionError(f"{type(exc).__name__} {str(exc)!r} does not match {match!r}") from exc
+        if code is not None and getattr(exc, "code", None) != code:
+            raise AssertionError(f"{type(exc).__name__} has code {getattr(exc, 'code', None)!r}, "
+                                 f"not {code!r}") from exc
         return
     raise AssertionError(f"{kind.__name__} was not raised")
 
@@ -124,7 +129,7 @@ def test_load_of_a_missing_task_stops(store_factory: StoreFactory, tmp_path: Pat
     """A task that is not there: ``exists`` is False and ``load`` refuses."""
     store = store_factory.make(tmp_path)
     assert store.exists("t-missing") is False
-    with _raises(Stopped):
+    with _raises(Refused, code="not_found"):
         store.load("t-missing")
 
 
@@ -133,7 +138,7 @@ def test_save_creates_exclusively(store_factory: StoreFactory, tmp_path: Path) -
     store = store_factory.make(tmp_path)
     first = store.save(sample_body("t-1"), failpoint="test")
     assert isinstance(first, Checkpoint) and first.revision == 1 and store.exists("t-1")
-    with _raises(Stopped, match="created by another process"):
+    with _raises(Refused, match="created by another process", code="stale_revision"):
         store.save(sample_body("t-1"), failpoint="test")
     assert store.load("t-1") == first
 
@@ -154,9 +159,9 @@ def test_stale_checkpoint_is_refused_and_nothing_changes(store_factory: StoreFac
     store = store_factory.make(tmp_path)
     cp = store.save(sample_body("t-1"), failpoint="test")
     new = store.save_revision(cp, failpoint="test", event=("resumed", {}))
-    with _raises(Stopped, match="changed"):
+    with _raises(Refused, match="changed", code="stale_revision"):
         store.save_revision(cp, failpoint="test", event=("interrupted", {}), title="lost update")
-    with _raises(Stopped):
+    with _raises(Refused):
         store.save(sample_body("t-1"), failpoint="test", expect=cp)
     assert store.load("t-1") == new
 
@@ -178,9 +183,9 @@ def test_checkpoints_fail_closed_on_a_damaged_one(store_factory: StoreFactory, t
     store.save(sample_body("t-a"), failpoint="test")
     store.save(sample_body("t-b"), failpoint="test")
     store_factory.damage(store, "t-b")
-    with _raises(Stopped):
+    with _raises(Refused):
         store.checkpoints()
-    with _raises(Stopped):
+    with _raises(Refused):
         store.load("t-b")
     assert store.load("t-a").task_id == "t-a"
 
@@ -200,7 +205,7 @@ def test_ledger_refuses_other_content(store_factory: StoreFactory, tmp_path: Pat
     """The same key with other content is refused; the first entry stays."""
     store = store_factory.make(tmp_path)
     entry, _ = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
-    with _raises(Stopped):
+    with _raises(Refused):
         store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="b" * 64)
     assert store.ledger_get("t-1") == entry
 
@@ -234,7 +239,7 @@ def test_rejection_record_is_idempotent(store_factory: StoreFactory, tmp_path: P
     assert created is True and (rec.task_id, rec.by) == ("t-1", "alice")
     again, created = store.rejection_record("t-1", "a" * 64, _decision("bob"))
     assert created is False and again == rec  # the first reviewer stays on record
-    with _raises(Stopped):
+    with _raises(Refused):
         store.rejection_record("t-1", "b" * 64, _decision("carol"))
     assert store.rejection_get("t-1") == rec
 
@@ -261,7 +266,7 @@ def test_ledger_keeps_each_channel_apart(store_factory: StoreFactory, tmp_path: 
                                            approval="not_needed")
     assert created and preview.approval == "not_needed"
     assert store.ledger_get("t-1#blog") == blog
-    with _raises(Stopped):  # a key naming another channel than the entry says
+    with _raises(Refused):  # a key naming another channel than the entry says
         store.ledger_record(key="t-1#blog", task_id="t-1", title="T", content_sha256="a" * 64,
                             channel="news")
 
@@ -288,7 +293,7 @@ def test_task_lock_excludes_a_second_holder(store_factory: StoreFactory, tmp_pat
         try:
             with store.task_lock("t-1", timeout=0.2):
                 outcome.append("acquired")
-        except Stopped as exc:
+        except Refused as exc:
             outcome.append(f"stopped: {exc}")
 
     with store.task_lock("t-1"):
@@ -342,7 +347,7 @@ def _each_held(store: Any, seen: list[str], refused: list[bool]) -> Iterator[Any
                 try:
                     with store.task_lock(task_id, timeout=0.2):
                         outcome.append(False)
-                except Stopped:
+                except Refused:
                     outcome.append(True)
 
             waiter = threading.Thread(target=second)

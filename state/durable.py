@@ -28,7 +28,7 @@ def create_exclusive(path: Path, data: bytes, *, owner: str, failpoint: str,
     it). A reader sees no file or the whole file, never half, and two processes can never both
     create it. ``failpoint`` names this durable write for crash tests (``:after`` is reached only
     when the file was created). Used for checkpoint revisions, ledger entries, rejection records,
-    ``signing.key`` and ``state.id``. Raises ``OSError`` as the file system does, :class:`Stopped`
+    ``signing.key`` and ``state.id``. Raises ``OSError`` as the file system does, :class:`Refused`
     if it cannot make hard links (:func:`state.fileio.no_links`), and whatever ``precondition``
     raises.
     """
@@ -44,7 +44,7 @@ def create_exclusive(path: Path, data: bytes, *, owner: str, failpoint: str,
 def check_links(folder: Path) -> None:
     """:func:`state.fileio.probe_links` of ``folder`` between the crash points ``links_probe:before``
     and ``links_probe:after`` (its probe files are writes too; ``doctor --repair`` removes one a
-    crash left). Raises :class:`Stopped` if the file system cannot make hard links."""
+    crash left). Raises :class:`Refused` if the file system cannot make hard links."""
     failpoints.hit("links_probe:before")
     files.probe_links(folder)
     failpoints.hit("links_probe:after")

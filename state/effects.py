@@ -8,6 +8,10 @@ appends :func:`summary` to any ``STOPPED:`` line printed after a change. Never i
 
 from __future__ import annotations
 
+from typing import Callable
+
+from state.errors import Next
+
 _done: list[tuple[str, str]] = []
 
 
@@ -28,12 +32,12 @@ def forget(task_id: str, what: str) -> None:
         _done.remove((task_id, what))
 
 
-def summary() -> str | None:
+def summary(hint: Callable[[Next], str] = lambda step: "") -> str | None:
     """``already done: task t-1: published it (ledger entry written), …; to finish, run the same
-    command again (python run.py doctor explains where each task stands)``, or None if this
-    command changed nothing."""
+    command again``, or None if this command changed nothing. ``hint`` words the next step where
+    each task stands is explained (``Next("doctor_explains")``; the command line's
+    ``cli.hints.hint`` adds `` (python run.py doctor explains where each task stands)``)."""
     if not _done:
         return None
     parts = ", ".join(f"task {tid}: {what}" for tid, what in _done)
-    return (f"already done: {parts}; to finish, run the same command again "
-            "(python run.py doctor explains where each task stands)")
+    return f"already done: {parts}; to finish, run the same command again" + hint(Next("doctor_explains"))

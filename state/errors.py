@@ -1,19 +1,102 @@
-"""The one exception that means "fail closed".
+"""The one exception that means "fail closed": :class:`Refused`, with a code that says what kind.
 
-Every refusal in this project is a :class:`Stopped`. ``run.py`` turns it into one line on stderr,
-``STOPPED: <message>``, and exit code 1, with no traceback (design card: bad input gets one clear
-line and nothing changes on disk).
+Every refusal in this library is a :class:`Refused`. ``str(exc)`` is its one-line message, which
+states the facts (what was found, what was not done); ``exc.code`` is one of :data:`CODES`, so a
+caller tells refusals apart without reading text; ``exc.data`` holds the values a caller may need
+(task ID, call ID …). Where a person has a next step, the message carries it as a :class:`Next`
+(an action code and its arguments), never as a command line: a command line (the application's)
+renders each :class:`Next` as its own hint text (:meth:`Refused.render`). The publisher's
+``run.py`` prints ``STOPPED: <rendered message>`` on stderr and exits 1, with no traceback (bad
+input gets one clear line and nothing changes on disk). docs/refusals.md lists the codes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Union
 
-class Stopped(Exception):
-    """Fail closed: the files cannot prove what to do next, or the input is unsafe.
+#: Every value of :attr:`Refused.code` (docs/refusals.md, "Codes", says what each means). The
+#: decision table's refusals (``workflow.reconcile.REFUSALS``) are codes under their own names.
+CODES = frozenset({
+    # the decision table (workflow/reconcile.py)
+    "conflict", "contradiction", "inconsistent", "no_entry", "executed", "rejected", "decided",
+    "expired",
+    # a task, a call or a file that is not there, or not the one asked for
+    "not_found", "ambiguous", "usage",
+    # what was read cannot be trusted
+    "integrity", "foreign_state", "unsupported_version", "ledger_mismatch", "drift",
+    "unsafe_state_dir", "unsafe_file",
+    # another process, a lock, a revision
+    "stale_revision", "locked",
+    # input refused before anything is written
+    "unsafe_input", "secret", "settings", "budget", "agent", "model",
+    # everything else (a refusal nobody needs to tell apart yet)
+    "refused",
+})
 
-    ``str(exc)`` is the single line shown to the user after ``STOPPED: ``.
-    Raised by state, ledger and workflow code; never caught and guessed around.
+#: The code of a refusal raised with a message only (``Refused("…")``).
+DEFAULT_CODE = "refused"
+
+
+@dataclass(frozen=True)
+class Next:
+    """A next step a person may take, as data: ``action`` (a short word the application maps to its
+    own hint, e.g. ``"doctor"``, ``"status"``; or, ``input_…``, where the application adds its own
+    name for an input, e.g. its flag) and its ``args`` (e.g. the task ID). Placed inside a
+    :class:`Refused` message where the hint belongs; it adds nothing to ``str(exc)``."""
+
+    action: str
+    args: tuple[str, ...] = ()
+
+    def __init__(self, action: str, *args: str) -> None:
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "args", tuple(str(a) for a in args))
+
+
+Part = Union[str, Next]
+
+
+def no_hint(step: Next) -> str:
+    """The wording of a next step when the caller gives none: nothing (``str(exc)``)."""
+    return ""
+
+
+class Refused(Exception):
+    """Fail closed: the state cannot prove what to do next, or the input is unsafe.
+
+    ``Refused(code, message, **data)``: ``code`` is one of :data:`CODES` (``ValueError`` otherwise,
+    so the set stays closed); ``message`` is a string or a sequence of strings and :class:`Next`
+    steps; ``data`` are named values for callers (e.g. ``task_id=``). ``Refused(message)`` alone has
+    the code :data:`DEFAULT_CODE`. ``str(exc)`` is the message on one line, without hints. Raised by
+    state and workflow code; never caught and guessed around.
     """
 
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))  # one line, always
+    code: str
+    parts: tuple[Part, ...]
+    data: dict[str, Any]
+
+    def __init__(self, code: str, message: Optional[Union[str, Sequence[Part]]] = None,
+                 **data: Any) -> None:
+        if message is None:
+            code, message = DEFAULT_CODE, code
+        if code not in CODES:
+            raise ValueError(f"unknown refusal code {code!r}; the codes are state.errors.CODES")
+        self.code = code
+        self.parts = (message,) if isinstance(message, str) else tuple(message)
+        self.data = data
+        super().__init__(self.render(no_hint))
+
+    @property
+    def next_steps(self) -> tuple[Next, ...]:
+        """The :class:`Next` steps the message carries, in order."""
+        return tuple(p for p in self.parts if isinstance(p, Next))
+
+    def render(self, hint: Callable[[Next], str]) -> str:
+        """The message on one line with each :class:`Next` replaced by ``hint(step)`` (the
+        application's text for it, e.g. ``" (python run.py doctor)"``; ``""`` leaves it out)."""
+        text = "".join(p if isinstance(p, str) else hint(p) for p in self.parts)
+        return " ".join(text.split())  # one line, always
+
+
+#: The name this exception had before refusals carried a code; the same class.
+Stopped = Refused

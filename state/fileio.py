@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from state.errors import Stopped
+from state.errors import Next, Refused
 
 #: Folder of a state dir holding one lock file per owner (see :func:`owner_lock`).
 LOCKS_DIR = "locks"
@@ -114,14 +114,14 @@ def remove_temp(tmp: Path) -> None:
             wait *= 2
 
 
-def no_links(folder: Path, exc: BaseException) -> Stopped:
+def no_links(folder: Path, exc: BaseException) -> Refused:
     """The one refusal for a folder whose file system cannot make hard links (FAT, exFAT, some
     synced or network folders): the file store creates every file with ``os.link`` so that two
     processes can never both create it."""
     why = getattr(exc, "strerror", None) or type(exc).__name__
-    return Stopped(f"the state dir's file system does not support hard links ({folder}: {why}); "
+    return Refused("refused", [f"the state dir's file system does not support hard links ({folder}: {why}); "
                    "the file store needs them to create each file exclusively: use a folder on a "
-                   "local disk (NTFS, ext4, APFS), or a PostgreSQL store (--store)")
+                   "local disk (NTFS, ext4, APFS), or a PostgreSQL store", Next("choose_store")])
 
 
 def link_new(path: Path, data: bytes, *, owner: str,
@@ -133,7 +133,7 @@ def link_new(path: Path, data: bytes, *, owner: str,
     keep theirs) → unlink the temp (:func:`remove_temp`) → :func:`fsync_dir`. A reader sees no file
     or the whole file, never half, and two processes can never both create it: the link is one
     system call, so a check in ``precondition`` followed by the link is a compare-and-swap when
-    every writer creates the next name (see ``state.files.store``). Raises :class:`Stopped`
+    every writer creates the next name (see ``state.files.store``). Raises :class:`Refused`
     (:func:`no_links`) if the file system cannot make hard links; ``OSError`` otherwise.
     """
     tmp = write_temp(path.parent, data, owner=owner)
@@ -156,7 +156,7 @@ def probe_links(folder: Path) -> None:
     """Check that ``folder`` (created ``0o700`` if missing) is on a file system that can make hard
     links, which :func:`link_new` needs: a probe temp file is linked to a second temp name, and
     both are removed, and so is every folder this call created: nothing is left on disk, so a
-    pre-flight check may call it. Raises :class:`Stopped` (:func:`no_links`) if it cannot.
+    pre-flight check may call it. Raises :class:`Refused` (:func:`no_links`) if it cannot.
     Called once per state dir, before its first checkpoint (``state.files.store.Store.save``)."""
     import secrets
 
@@ -193,7 +193,7 @@ def owner_lock(root: Path, owner: str, *, timeout: float, what: str) -> Iterator
     """Hold ``<root>/locks/<owner>.lock`` (``filelock``, cross-platform; the OS releases it if the
     holder dies) for the duration of the block, waiting at most ``timeout`` seconds.
 
-    Raises :class:`Stopped` naming ``what`` (e.g. ``"task t-1"``) on timeout, and naming the lock
+    Raises :class:`Refused` naming ``what`` (e.g. ``"task t-1"``) on timeout, and naming the lock
     file if it cannot be used (a symlink, a folder, unreadable …).
     """
     from filelock import FileLock, Timeout  # ~10 ms: only commands that lock pay it
@@ -204,12 +204,12 @@ def owner_lock(root: Path, owner: str, *, timeout: float, what: str) -> Iterator
     try:
         lock.acquire()
     except Timeout:  # (a TimeoutError, so an OSError: caught first)
-        raise Stopped(
+        raise Refused("locked",
             f"{what} is being worked on by another process (waited {timeout:g} s); "
             "try again when it finishes"
         ) from None
     except OSError as exc:  # a lock file that is a symlink (not followed), a folder, unreadable …
-        raise Stopped(f"lock file {LOCKS_DIR}/{owner}.lock cannot be used "
+        raise Refused("unsafe_file", f"lock file {LOCKS_DIR}/{owner}.lock cannot be used "
                       f"({exc.strerror or type(exc).__name__}); a human must check it") from None
     try:
         yield
@@ -249,7 +249,7 @@ def parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
     """Parse ``raw`` as strict UTF-8 JSON whose top level is an object.
 
     Duplicate keys, ``NaN``/``Infinity``, bad UTF-8 and non-objects are refused with
-    :class:`Stopped` naming ``where`` (corrupted JSON → stop, never guess).
+    :class:`Refused` naming ``where`` (corrupted JSON → stop, never guess).
     """
     try:
         text = raw.decode("utf-8")
@@ -257,10 +257,10 @@ def parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
             text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant
         )
     except UnicodeDecodeError:
-        raise Stopped(f"{where} is not valid UTF-8 (corrupted)") from None
+        raise Refused("integrity", f"{where} is not valid UTF-8 (corrupted)") from None
     except (ValueError, RecursionError) as exc:
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise Stopped(f"{where} is not valid JSON (corrupted): {msg}") from None
+        raise Refused("integrity", f"{where} is not valid JSON (corrupted): {msg}") from None
     if not isinstance(data, dict):
-        raise Stopped(f"{where} is not a JSON object (corrupted)")
+        raise Refused("integrity", f"{where} is not a JSON object (corrupted)")
     return data

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from state.durable import create_exclusive
-from state.errors import Stopped
+from state.errors import Refused
 from state.fileio import owner_lock
 from state.paths import check_key_file, read_regular
 from state.schema import canonical_json
@@ -50,7 +50,7 @@ DEFAULT_KEY_LOCK_TIMEOUT_S = 10.0
 
 def env_key() -> bytes | None:
     """The key given in ``HITL_SIGNING_KEY`` as bytes (UTF-8 of the value as given), or None if the
-    variable is unset. Raises :class:`Stopped` naming the variable (never its value) if it is not
+    variable is unset. Raises :class:`Refused` naming the variable (never its value) if it is not
     valid UTF-8 text or fails :func:`check_key_bytes` (an empty value included: unset it to use
     ``signing.key``). Touches no file. The rules live in :mod:`state.settings`."""
     return settings().signing_key_bytes
@@ -98,7 +98,7 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
     :func:`state.paths.read_regular`); if it is missing and ``create`` is True, create it
     exclusively (mode 0o600 on POSIX), so two processes racing on first use agree on one key, but
     only while the state dir holds no checkpoint (:func:`check_key_creatable`). Raises
-    :class:`Stopped` if the key (from either source) is weak (:func:`check_key_bytes`), or if the
+    :class:`Refused` if the key (from either source) is weak (:func:`check_key_bytes`), or if the
     key file is missing (and not to be created), unreadable, not a regular file, missing while
     checkpoints exist, or (POSIX) owned by another user or accessible to group or others
     (:func:`state.paths.check_key_file`).
@@ -111,7 +111,7 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
     raw = read_regular(path, f"signing key {KEY_FILE}", limit=4096)
     if raw is None:
         if not create:
-            raise Stopped(
+            raise Refused("integrity",
                 f"checkpoint integrity check failed: no signing key ({KEY_ENV} unset and "
                 f"{path.name} missing in the state dir)"
             )
@@ -121,12 +121,12 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
     try:
         key = bytes.fromhex(raw.decode("ascii").strip())
     except (ValueError, UnicodeDecodeError) as exc:
-        raise Stopped(f"signing key {path.name} is unreadable ({type(exc).__name__})") from None
+        raise Refused("integrity", f"signing key {path.name} is unreadable ({type(exc).__name__})") from None
     return check_key_bytes(key, f"signing key {path.name}")
 
 
 def check_key_creatable(state_dir: Path) -> None:
-    """Raise :class:`Stopped` if a new ``signing.key`` would have to be created (``HITL_SIGNING_KEY``
+    """Raise :class:`Refused` if a new ``signing.key`` would have to be created (``HITL_SIGNING_KEY``
     unset, no key file) although ``<state_dir>/tasks`` holds checkpoints: each was signed with the
     lost key, and a new one would make all of them unreadable. Touches nothing on disk."""
     if settings().signing_key is not None or os.path.lexists(state_dir / KEY_FILE):
@@ -134,7 +134,7 @@ def check_key_creatable(state_dir: Path) -> None:
     tasks = state_dir / "tasks"
     n = sum(1 for _ in tasks.glob("*.json")) if tasks.is_dir() else 0
     if n:
-        raise Stopped(
+        raise Refused("integrity",
             f"signing key missing but {n} checkpoint{'s exist' if n != 1 else ' exists'} in "
             f"{tasks}; restore {KEY_FILE} or set {KEY_ENV}"
         )

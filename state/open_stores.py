@@ -16,7 +16,7 @@ import secrets
 import weakref
 from typing import Any
 
-from state.errors import Stopped
+from state.errors import Refused
 
 #: token → live store object (weak: a store nobody uses any more is not kept open by this table).
 _OPEN: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
@@ -35,9 +35,9 @@ def token_for(store: Any) -> str:
 
 
 def lookup(token: Any) -> Any:
-    """The store behind ``token``. Raises :class:`Stopped` if it is not a token of a store open in
+    """The store behind ``token``. Raises :class:`Refused` if it is not a token of a store open in
     this process (e.g. one read back from a saved RunState)."""
     store = _OPEN.get(token) if isinstance(token, str) else None
     if store is None:
-        raise Stopped("the run context names no store open in this process; nothing was published")
+        raise Refused("refused", "the run context names no store open in this process; nothing was published")
     return store

@@ -35,7 +35,7 @@ import os
 import stat
 from pathlib import Path
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.fileio import make_dirs  # noqa: F401  (paths.make_dirs: owner-only folders, state.fileio)
 from state.schema import valid_effect_key
 
@@ -68,7 +68,7 @@ def file_name(key: str) -> str:
 def check_state_dir(root: Path) -> Path:
     """Check the resolved state dir ``root`` and return it unchanged.
 
-    Raises :class:`Stopped` if ``root`` (or the nearest part of it that exists) is not a folder,
+    Raises :class:`Refused` if ``root`` (or the nearest part of it that exists) is not a folder,
     if one of :data:`SUBDIRS` exists but is not a folder or resolves outside ``root`` (a symlink
     elsewhere), or if ``signing.key`` or ``state.id`` exists but is not a regular file (a symlink
     included: see :func:`check_regular`). Touches nothing on disk.
@@ -78,8 +78,8 @@ def check_state_dir(root: Path) -> Path:
         probe = probe.parent
     if not probe.is_dir():
         if probe == root:
-            raise Stopped(f"state dir {root} is not a directory")
-        raise Stopped(f"state dir {root} cannot be used: {probe} is not a directory")
+            raise Refused("unsafe_state_dir", f"state dir {root} is not a directory")
+        raise Refused("unsafe_state_dir", f"state dir {root} cannot be used: {probe} is not a directory")
     if probe != root:
         check_owner_only(root, probe)  # nothing of it exists yet: only where it will be created
         return root  # the first write creates owner-only folders (make_dirs)
@@ -89,9 +89,9 @@ def check_state_dir(root: Path) -> Path:
         if not (sub.exists() or sub.is_symlink()):
             continue
         if not sub.is_dir():
-            raise Stopped(f"state dir {root}: {name} is not a directory")
+            raise Refused("unsafe_state_dir", f"state dir {root}: {name} is not a directory")
         if not sub.resolve().is_relative_to(real_root):
-            raise Stopped(
+            raise Refused("unsafe_state_dir",
                 f"state dir {root}: {name} points outside the state dir ({sub.resolve()}); "
                 "refusing to write there"
             )
@@ -113,32 +113,32 @@ def _owner_uid() -> int | None:
 
 
 def _check_entry(path: Path, what: str, uid: int, *, secret: bool, follow: bool) -> None:
-    """Raise :class:`Stopped` if ``path`` (if it exists) is owned by another uid than ``uid``, is
+    """Raise :class:`Refused` if ``path`` (if it exists) is owned by another uid than ``uid``, is
     writable by group or others, or (``secret``) grants group or others any access at all."""
     try:
         st = os.stat(path) if follow else os.lstat(path)
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise Stopped(f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_file", f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
     if not follow and not stat.S_ISREG(st.st_mode):
         return  # a symlink, FIFO …: refused by name by check_regular / open_regular instead
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid != uid:
-        raise Stopped(f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid}); refusing "
+        raise Refused("unsafe_state_dir", f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid}); refusing "
                       "a state dir another user could have written (see docs/threat-model.md)")
     if secret and mode & _GROUP_OTHER_ANY:
-        raise Stopped(f"{what} is readable or writable by group or others (mode {mode:04o}); "
+        raise Refused("unsafe_state_dir", f"{what} is readable or writable by group or others (mode {mode:04o}); "
                       f"a signing key must be 0600: chmod 600 {path}")
     if mode & _GROUP_OTHER_WRITE:
         harm = "plant files in it" if stat.S_ISDIR(st.st_mode) else "rewrite it"
-        raise Stopped(f"{what} is writable by group or others (mode {mode:04o}); another user "
+        raise Refused("unsafe_state_dir", f"{what} is writable by group or others (mode {mode:04o}); another user "
                       f"could {harm}: chmod go-w {path}")
 
 
 def check_owner_only(root: Path, probe: Path | None = None) -> None:
     """POSIX ``StrictModes`` check of the resolved state dir ``root`` (module docstring); a no-op
-    where the OS has no uids (Windows). Raises :class:`Stopped` naming the entry if:
+    where the OS has no uids (Windows). Raises :class:`Refused` naming the entry if:
 
     - the folder ``root`` will be created in (its parent; if that does not exist either, ``probe``,
       the nearest part of the path that does) is writable by every user and lacks the sticky bit;
@@ -160,7 +160,7 @@ def check_owner_only(root: Path, probe: Path | None = None) -> None:
         pmode = 0
     if pmode & stat.S_IWOTH and not pmode & stat.S_ISVTX:
         where = "its parent" if parent == root.parent else "the nearest existing folder above it,"
-        raise Stopped(f"state dir {root}: {where} {parent} is writable by every user without "
+        raise Refused("unsafe_state_dir", f"state dir {root}: {where} {parent} is writable by every user without "
                       f"the sticky bit (mode {stat.S_IMODE(pmode):04o}); another user could replace "
                       f"the state dir: chmod o-w {parent} (or +t), or choose another state dir")
     if probe is not None:
@@ -177,14 +177,14 @@ def check_key_file(path: Path, what: str) -> None:
     """The ``signing.key`` part of :func:`check_owner_only` for ``path`` alone (owned by the
     effective uid, mode 0600 or stricter), for callers that load the key without resolving the
     state dir through :func:`check_state_dir`. A no-op where the OS has no uids, or if ``path``
-    does not exist. Raises :class:`Stopped` naming ``what``."""
+    does not exist. Raises :class:`Refused` naming ``what``."""
     uid = _owner_uid()
     if uid is not None:
         _check_entry(path, what, uid, secret=True, follow=False)
 
 
 def inside(root: Path, path: Path, what: str) -> Path:
-    """Return ``path`` if it resolves to a location inside ``root``; else raise :class:`Stopped`.
+    """Return ``path`` if it resolves to a location inside ``root``; else raise :class:`Refused`.
 
     ``what`` names the file in the message (e.g. ``"checkpoint for task 'k-1'"``). On POSIX a
     ``path`` that is ``root`` joined with plain names none of which is a symlink now
@@ -194,7 +194,7 @@ def inside(root: Path, path: Path, what: str) -> Path:
     if os.name != "nt" and _plainly_below(root, path):
         return path
     if not path.resolve().is_relative_to(root.resolve()):
-        raise Stopped(f"refusing to use a path outside the state dir for the {what}")
+        raise Refused("unsafe_state_dir", f"refusing to use a path outside the state dir for the {what}")
     return path
 
 
@@ -235,14 +235,14 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _refuse(what: str, kind: str, writing: bool) -> Stopped:
+def _refuse(what: str, kind: str, writing: bool) -> Refused:
     verb = "write through it" if writing and kind == "a symbolic link" else (
         "write to it" if writing else "read it")
-    return Stopped(f"{what} is {kind}, not a regular file; refusing to {verb}")
+    return Refused("unsafe_file", f"{what} is {kind}, not a regular file; refusing to {verb}")
 
 
 def check_regular(path: Path, what: str, *, writing: bool = False) -> None:
-    """Raise :class:`Stopped` naming ``what`` if ``path`` exists (as a name: a dangling symlink
+    """Raise :class:`Refused` naming ``what`` if ``path`` exists (as a name: a dangling symlink
     counts) but is not a regular file. ``lstat`` only: never opens, follows or blocks. A pre-flight
     check; the open itself goes through :func:`open_regular` (the file may change in between)."""
     try:
@@ -250,11 +250,11 @@ def check_regular(path: Path, what: str, *, writing: bool = False) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise Stopped(f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_file", f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(what, _kind(st.st_mode), writing)
     if writing and st.st_nlink > 1:
-        raise Stopped(f"{what} has {st.st_nlink} hard links; refusing to write through it "
+        raise Refused("unsafe_file", f"{what} has {st.st_nlink} hard links; refusing to write through it "
                       "(it may be a file outside the state dir)")
 
 
@@ -263,7 +263,7 @@ def open_regular(path: Path, what: str, flags: int = os.O_RDONLY, mode: int = 0o
 
     Never follows a symlink at ``path`` (``O_NOFOLLOW``; where the OS lacks it, ``lstat`` first)
     and never blocks (``O_NONBLOCK``: a FIFO or device opens at once, or fails), then ``fstat``
-    must show a regular file. Raises :class:`Stopped` naming ``what`` for a symlink (dangling or
+    must show a regular file. Raises :class:`Refused` naming ``what`` for a symlink (dangling or
     not), a FIFO, a device, a folder; any other ``OSError`` (``FileNotFoundError`` if ``path`` does
     not exist, a permission error …) is raised as is, for the caller to decide.
     """
@@ -292,24 +292,24 @@ def open_regular(path: Path, what: str, flags: int = os.O_RDONLY, mode: int = 0o
         raise _refuse(what, _kind(st_mode), writing)
     if writing and links > 1:  # a hard link to a file elsewhere: writing would change that file
         os.close(fd)
-        raise Stopped(f"{what} has {links} hard links; refusing to write through it "
+        raise Refused("unsafe_file", f"{what} has {links} hard links; refusing to write through it "
                       "(it may be a file outside the state dir)")
     return fd
 
 
 def read_regular(path: Path, what: str, *, limit: int | None = None) -> bytes | None:
     """The bytes of regular file ``path`` (opened with :func:`open_regular`), or None if it does
-    not exist. Raises :class:`Stopped` naming ``what`` as :func:`open_regular` does, and if the
+    not exist. Raises :class:`Refused` naming ``what`` as :func:`open_regular` does, and if the
     file is larger than ``limit`` bytes (checked before reading)."""
     try:
         fd = open_regular(path, what)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise Stopped(f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_file", f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
     try:
         if limit is not None and os.fstat(fd).st_size > limit:
-            raise Stopped(f"{what} is larger than {limit} bytes")
+            raise Refused("integrity", f"{what} is larger than {limit} bytes")
         chunks = []
         while True:
             chunk = os.read(fd, 1 << 20)
@@ -317,9 +317,9 @@ def read_regular(path: Path, what: str, *, limit: int | None = None) -> bytes | 
                 break
             chunks.append(chunk)
             if limit is not None and sum(map(len, chunks)) > limit:
-                raise Stopped(f"{what} is larger than {limit} bytes")
+                raise Refused("integrity", f"{what} is larger than {limit} bytes")
         return b"".join(chunks)
     except OSError as exc:
-        raise Stopped(f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_file", f"{what} cannot be read ({exc.strerror or type(exc).__name__})") from None
     finally:
         os.close(fd)

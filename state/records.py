@@ -12,7 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
 
 #: How :mod:`state.effects` names the creation of a rejection record.
@@ -83,21 +83,21 @@ class RejectionRecord(BaseModel):
 
 
 def check_ledger_key(key: str, task_id: str, channel: Optional[str]) -> None:
-    """Raise :class:`Stopped` unless ``key`` is ``task_id`` or ``<task_id>#<channel>`` (checked
+    """Raise :class:`Refused` unless ``key`` is ``task_id`` or ``<task_id>#<channel>`` (checked
     before any entry is read, so a key naming another channel is refused whatever is stored)."""
     if key not in (task_id, f"{task_id}#{channel}"):
-        raise Stopped(f"ledger key {key!r} names neither task {task_id!r} nor its channel "
+        raise Refused("ledger_mismatch", f"ledger key {key!r} names neither task {task_id!r} nor its channel "
                       f"{channel!r}; refusing")
 
 
 def check_same_entry(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
-    """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
+    """Raise :class:`Refused` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
     if entry.task_id != task_id:
-        raise Stopped(
-            f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
+        raise Refused(
+            "ledger_mismatch", f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
         )
     if entry.content_sha256 != content_sha256:
-        raise Stopped(
-            f"ledger already holds key {key!r} with different content "
+        raise Refused(
+            "ledger_mismatch", f"ledger already holds key {key!r} with different content "
             f"(sha256 {entry.content_sha256[:12]}… vs {content_sha256[:12]}…); refusing"
         )

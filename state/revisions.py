@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from state.clock import now_iso
-from state.errors import Stopped
+from state.errors import Next, Refused
 from state.schema import Checkpoint
 
 
@@ -31,12 +31,11 @@ def next_revision(cp: Checkpoint, event: tuple[str, dict[str, Any]],
 
 def every_or_stop(good: list[Checkpoint], bad: list[dict[str, str]]) -> list[Checkpoint]:
     """``good`` (every verified checkpoint of a scan) if ``bad`` (``[{"file", "error"}]``, one per
-    checkpoint that failed) is empty; else raise :class:`Stopped` naming the first failure and how
+    checkpoint that failed) is empty; else raise :class:`Refused` naming the first failure and how
     many there are (fail closed: never a silent partial list). Shared by every store."""
     if bad:
         more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-        raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem; "
-                      "status --task ID still shows the others)")
+        raise Refused("integrity", [f"{bad[0]['error']}{more}", Next("doctor_lists_others")])
     return good
 
 

@@ -14,7 +14,7 @@ the final output and the history. Nothing of the kind may be saved. The rule, ap
     on the secret, so writing it reveals nothing: ``OPENAI_API_KEY=completed`` still lets a task be
     ``completed``;
   - *open* ones (identifiers and bound data that come from outside: a call ID or call arguments
-    from the model, a reviewer name, a model name) are refused with :class:`Stopped` when they hold
+    from the model, a reviewer name, a model name) are refused with :class:`Refused` when they hold
     a secret, before anything is written: altering them would break what they bind;
 
 - **free text** (title, reason, final output, model messages, tool output, trace bodies …): a
@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, Sequence
 
-from state.errors import Stopped
+from state.errors import Part, Refused
 from state.settings import SECRET_ENVS, secret_pairs  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
 
 REDACTED = "[redacted]"
@@ -154,8 +154,12 @@ def by_key(closed: Iterable[str], open_: Iterable[str]) -> Callable[[Path_], Kin
     return classify
 
 
-class SecretInStructure(Stopped):
-    """A secret in a structural field that must not be altered (see module docstring)."""
+class SecretInStructure(Refused):
+    """A secret in a structural field that must not be altered (see module docstring); its code is
+    always ``secret``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("secret", message)
 
 
 def redact(value: Any, classify: Callable[[Path_], Kind | None], *, what: str,
@@ -174,7 +178,7 @@ def redact(value: Any, classify: Callable[[Path_], Kind | None], *, what: str,
     holding a secret raises, and a closed field's own key is never altered. Returns ``value``
     itself (same object) when nothing needed redacting.
 
-    Raises :class:`SecretInStructure` (a :class:`Stopped`) naming ``what``, the field and the
+    Raises :class:`SecretInStructure` (a :class:`Refused`) naming ``what``, the field and the
     variable, never the value.
     """
     finder = _Finder(named(min_chars) if secrets is None else secrets)
@@ -326,9 +330,11 @@ def redact_checkpoint(body: dict[str, Any], *, min_chars: int = MIN_CHARS) -> di
     return out
 
 
-def check_input(what: str, value: str | None) -> None:
-    """Raise :class:`Stopped` if ``value`` (user input: task ID, title, draft, reason, reviewer
+def check_input(what: str | Sequence[Part], value: str | None) -> None:
+    """Raise :class:`Refused` if ``value`` (user input: task ID, title, draft, reason, reviewer
     name) holds the value of a secret variable (:data:`MIN_CHARS`+ characters, any escaped form).
+    ``what`` names the input: text, or text and :class:`~state.errors.Next` parts (e.g. where the
+    application adds its own name for it).
 
     Such input would be sent to the model and saved (or, for a bound field, could not be redacted);
     it is refused before anything is written. The message names the variable, never the value.
@@ -337,5 +343,6 @@ def check_input(what: str, value: str | None) -> None:
         return
     name = _Finder(named(MIN_CHARS)).find(value)
     if name is not None:
-        raise Stopped(f"{what} contains the value of {name}; secrets are never sent to the model "
-                      "or saved: remove it and run the command again")
+        named_as = [what] if isinstance(what, str) else list(what)
+        raise Refused("secret", [*named_as, f" contains the value of {name}; secrets are never sent to the "
+                                 "model or saved: remove it and run the command again"])

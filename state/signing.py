@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from pydantic import ValidationError
 
 from state import secrets
-from state.errors import Stopped
+from state.errors import Refused
 from state.integrity import compute_mac, envelope_signed
 from state.schema import MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate, validation_message
 
@@ -26,7 +26,7 @@ from state.schema import MIGRATIONS, SCHEMA_VERSION, Checkpoint, migrate, valida
 def seal(body: dict[str, Any], key: bytes) -> Checkpoint:
     """``body`` (an envelope without ``mac``, ``state_id`` set) redacted
     (:func:`state.secrets.redact_checkpoint`: a secret in free text becomes ``[redacted]``, one in
-    a structural field raises :class:`Stopped`), validated, defaults filled in, and signed with
+    a structural field raises :class:`Refused`), validated, defaults filled in, and signed with
     ``key``: the :class:`Checkpoint` every store writes (its ``model_dump(mode="json")`` is the
     envelope to keep). Touches nothing."""
     body = secrets.redact_checkpoint(body)
@@ -39,27 +39,27 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
     """The :class:`Checkpoint` in ``data`` (a parsed envelope) if it is of our schema version (or
     an older one in :data:`state.schema.MIGRATIONS`, migrated after the MAC check),
     its MAC verifies under ``key``, it validates with every field present, and its idempotency key
-    is its task ID. Raises :class:`Stopped` naming ``where`` (e.g. ``checkpoint <file>``) otherwise;
+    is its task ID. Raises :class:`Refused` naming ``where`` (e.g. ``checkpoint <file>``) otherwise;
     ``name`` names it in the MAC failure. Every store reads through this (the MAC stays the judge
     whatever holds the bytes: a file or a database row can be edited alike)."""
     version = data.get("schema_version")
     if type(version) is not int or (version != SCHEMA_VERSION and version not in MIGRATIONS):
-        raise Stopped(
-            f"{where} has schema_version {version!r}; this program reads only "
+        raise Refused(
+            "unsupported_version", f"{where} has schema_version {version!r}; this program reads only "
             f"schema_version {_readable_versions()}"
         )
     valid = envelope_signed(data, key)  # over the envelope's own fields as parsed
     if not valid:
-        raise Stopped(f"checkpoint integrity check failed for {name}")
+        raise Refused("integrity", f"checkpoint integrity check failed for {name}")
     try:  # an older version is migrated after its MAC is verified over the envelope as written
         cp = Checkpoint.model_validate(migrate(data))
     except ValidationError as exc:
-        raise Stopped(f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
+        raise Refused("integrity", f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
     missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
     if missing is not None:  # our writer writes every field: one filled in by a default is gone
-        raise Stopped(f"{where} is not a valid checkpoint: {missing}: Field required")
+        raise Refused("integrity", f"{where} is not a valid checkpoint: {missing}: Field required")
     if cp.idempotency_key != cp.task_id:
-        raise Stopped(f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
+        raise Refused("integrity", f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
     return cp
 
 

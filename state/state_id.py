@@ -36,7 +36,7 @@ from pathlib import Path
 
 from state.clock import now_iso
 from state.durable import create_exclusive
-from state.errors import Stopped
+from state.errors import Refused
 from state.fileio import owner_lock, parse_json_object
 from state.paths import read_regular
 from state.schema import MAX_CHECKPOINT_BYTES
@@ -59,7 +59,7 @@ class StateIdentity:
 def read(root: Path) -> StateIdentity | None:
     """The identity of state dir ``root``, or None if ``state.id`` does not exist.
 
-    Raises :class:`Stopped` if it is not a regular file or not of the shape above.
+    Raises :class:`Refused` if it is not a regular file or not of the shape above.
     """
     raw = read_regular(root / STATE_ID_FILE, STATE_ID_FILE, limit=_MAX_BYTES)
     if raw is None:
@@ -68,28 +68,28 @@ def read(root: Path) -> StateIdentity | None:
     sid, adopted = data.get("state_id"), data.get("adopted", {})
     if not (isinstance(sid, str) and STATE_ID_PATTERN.match(sid)) or not isinstance(adopted, dict) \
             or not all(isinstance(v, str) for v in adopted.values()):
-        raise Stopped(f"{STATE_ID_FILE} is not valid (corrupted); restore it from a backup")
+        raise Refused("integrity", f"{STATE_ID_FILE} is not valid (corrupted); restore it from a backup")
     return StateIdentity(sid, dict(adopted))
 
 
 def check_bound(ident: StateIdentity | None, file: str, state_id: str | None, mac: str) -> None:
-    """Raise :class:`Stopped` unless checkpoint ``file`` (its envelope's ``state_id`` and ``mac``)
+    """Raise :class:`Refused` unless checkpoint ``file`` (its envelope's ``state_id`` and ``mac``)
     belongs to the state dir whose identity is ``ident`` (None: no ``state.id`` yet). Rules: module
     docstring."""
     if state_id is None:
         if ident is None or ident.adopted.get(file) == mac:
             return
-        raise Stopped(
+        raise Refused("foreign_state",
             f"checkpoint {file} belongs to another state dir (it carries no state ID and was not "
             f"here when this state dir got its {STATE_ID_FILE}); refusing a copied checkpoint"
         )
     if ident is None:
-        raise Stopped(
+        raise Refused("foreign_state",
             f"checkpoint {file} belongs to another state dir (state ID {state_id[:8]}…; this state "
             f"dir has no {STATE_ID_FILE}: restore it if it was lost)"
         )
     if ident.state_id != state_id:
-        raise Stopped(
+        raise Refused("foreign_state",
             f"checkpoint {file} belongs to another state dir (state ID {state_id[:8]}…, this "
             f"one is {ident.state_id[:8]}…); refusing a copied checkpoint"
         )
@@ -106,7 +106,7 @@ def _scan(tasks_dir: Path) -> tuple[dict[str, str], int]:
         try:
             raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
             data = parse_json_object(raw or b"", f"checkpoint {path.name}")
-        except Stopped:
+        except Refused:
             continue
         if data.get("state_id") is not None:
             bound += 1
@@ -116,13 +116,13 @@ def _scan(tasks_dir: Path) -> tuple[dict[str, str], int]:
 
 
 def check_creatable(root: Path) -> None:
-    """Raise :class:`Stopped` if ``state.id`` is missing but a checkpoint carrying a state ID exists
+    """Raise :class:`Refused` if ``state.id`` is missing but a checkpoint carrying a state ID exists
     (creating a new ID would make each of them unreadable). Touches nothing on disk."""
     if os.path.lexists(root / STATE_ID_FILE):
         return
     _, bound = _scan(root / "tasks")
     if bound:
-        raise Stopped(
+        raise Refused("foreign_state",
             f"{STATE_ID_FILE} missing but {bound} checkpoint{'s carry' if bound != 1 else ' carries'} "
             f"a state ID in {root / 'tasks'}; restore {STATE_ID_FILE} from a backup"
         )
@@ -131,7 +131,7 @@ def check_creatable(root: Path) -> None:
 def ensure(root: Path) -> StateIdentity:
     """The identity of ``root``, creating ``state.id`` if it does not exist (see module docstring).
 
-    Raises :class:`Stopped` as :func:`read` and :func:`check_creatable` do.
+    Raises :class:`Refused` as :func:`read` and :func:`check_creatable` do.
     """
     ident = read(root)
     if ident is not None:
@@ -151,5 +151,5 @@ def ensure(root: Path) -> StateIdentity:
                          owner=STATE_ID_FILE, failpoint="state_id")
     ident = read(root)
     if ident is None:
-        raise Stopped(f"{STATE_ID_FILE} could not be created in {root}")
+        raise Refused("refused", f"{STATE_ID_FILE} could not be created in {root}")
     return ident

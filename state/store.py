@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Iterator, Optional, Protocol, Union, runtime_checkable
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.inspection import Inspected
 from state.records import LedgerEntry, RejectionRecord
 from state.schema import Checkpoint, Decision
@@ -39,7 +39,7 @@ FileStore = Store
 
 @runtime_checkable
 class TaskStore(Protocol):
-    """What the workflow reads and writes. Every error is :class:`state.errors.Stopped` (one line,
+    """What the workflow reads and writes. Every error is :class:`state.errors.Refused` (one line,
     fail closed: nothing half-written); no method ever returns data it could not verify."""
 
     #: This machine's state dir (the signing key and the traces live there, whatever the store).
@@ -61,7 +61,7 @@ class TaskStore(Protocol):
         ...
 
     def check_writable(self, task_id: str) -> None:
-        """Pre-flight for ``start`` and ``resume``: raise ``Stopped``, before anything is written,
+        """Pre-flight for ``start`` and ``resume``: raise ``Refused``, before anything is written,
         for what would stop the command half-way (a signing key that cannot be used or created,
         a hostile file where one will be written). Writes nothing."""
         ...
@@ -71,12 +71,12 @@ class TaskStore(Protocol):
         ...
 
     def load(self, task_id: str) -> Checkpoint:
-        """The verified latest checkpoint of ``task_id``. Raises ``Stopped`` if there is none, or it
+        """The verified latest checkpoint of ``task_id``. Raises ``Refused`` if there is none, or it
         fails its MAC, schema, or names another task."""
         ...
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Every checkpoint, sorted by task ID. Fail closed: raises ``Stopped`` naming the first
+        """Every checkpoint, sorted by task ID. Fail closed: raises ``Refused`` naming the first
         one that cannot be read and verified (never a silent partial list)."""
         ...
 
@@ -85,10 +85,10 @@ class TaskStore(Protocol):
         """Sign, validate and write ``body`` (a checkpoint envelope without ``mac``) atomically;
         return the saved :class:`Checkpoint`.
 
-        Compare-and-swap: ``expect=None`` creates the task exclusively (``Stopped`` "created by
+        Compare-and-swap: ``expect=None`` creates the task exclusively (``Refused`` "created by
         another process" if it exists already); otherwise the write happens only if the stored
         checkpoint still has ``expect.revision`` and ``expect.mac``, checked atomically with the
-        write (``Stopped``, nothing written, on a conflict). ``failpoint`` names the write for
+        write (``Refused``, nothing written, on a conflict). ``failpoint`` names the write for
         crash tests."""
         ...
 
@@ -96,24 +96,24 @@ class TaskStore(Protocol):
                       **changes: Any) -> Checkpoint:
         """Write revision ``cp.revision + 1`` with ``changes`` (field → value) and one ``history``
         event ``(name, detail)`` appended; compare-and-swap against ``cp`` as :meth:`save`
-        (``Stopped`` on a stale ``cp``, nothing changed). Returns the new checkpoint."""
+        (``Refused`` on a stale ``cp``, nothing changed). Returns the new checkpoint."""
         ...
 
     def task_lock(self, task_id: str, *, timeout: Optional[float] = None) -> AbstractContextManager[None]:
         """A context manager holding the per-task lock: excludes every other holder (other
-        processes too) and is released if the holder dies. Raises ``Stopped`` after ``timeout``
+        processes too) and is released if the holder dies. Raises ``Refused`` after ``timeout``
         seconds of waiting (default ``$HITL_LOCK_TIMEOUT``; 0: do not wait). Correctness never
         depends on it alone (every write is a compare-and-swap); it makes conflicts rare."""
         ...
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
-        """The ledger entry for ``key`` (the proof the action ran), or None. Raises ``Stopped`` if
+        """The ledger entry for ``key`` (the proof the action ran), or None. Raises ``Refused`` if
         what is stored is damaged or names another key."""
         ...
 
     def ledger_entries(self) -> list[LedgerEntry]:
         """Every ledger entry, oldest first (by ``published_at``, then key). Fail closed: raises
-        ``Stopped`` on the first one that is damaged (never a silent partial list)."""
+        ``Refused`` on the first one that is damaged (never a silent partial list)."""
         ...
 
     def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
@@ -123,19 +123,19 @@ class TaskStore(Protocol):
         several channels) exactly once: ``(entry, created)``; ``created`` is False when the same
         task and content was recorded before (that first entry is returned). ``channel`` and
         ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when given. Raises
-        ``Stopped`` if ``key`` is recorded for another task or other content. Never overwrites."""
+        ``Refused`` if ``key`` is recorded for another task or other content. Never overwrites."""
         ...
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """The rejection record of ``task_id`` (of its ``channel``, for a task with several:
-        :func:`state.schema.channel_scope`), or None. Raises ``Stopped`` if it is damaged."""
+        :func:`state.schema.channel_scope`), or None. Raises ``Refused`` if it is damaged."""
         ...
 
     def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
                          channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
         """Create the rejection record of ``task_id`` (and ``channel``) exactly once: ``(record,
         created)``; a second call returns the first record with ``created`` False. Raises
-        ``Stopped`` if a record for other content exists."""
+        ``Refused`` if a record for other content exists."""
         ...
 
     def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
@@ -178,7 +178,7 @@ class Inspectable(Protocol):
         :class:`state.inspection.Repaired` (with ``repair``: what it repaired, only what is
         provable), :class:`state.inspection.TaskCheck` (a verified checkpoint, held under its task
         lock until the next record is asked for), and last one :class:`state.inspection.Counted`.
-        Never raises ``Stopped`` for a damaged record (it becomes a ``Problem``); without
+        Never raises ``Refused`` for a damaged record (it becomes a ``Problem``); without
         ``repair`` it writes nothing but lock files of tasks that have one already."""
         ...
 
@@ -201,7 +201,7 @@ def open_store(url: Optional[str], state_dir: Optional[str]) -> TaskStore:
     """The store a command works on: PostgreSQL for a ``postgresql://`` ``url`` (``--store``),
     else for ``$HITL_STORE_URL``, else the file store. The state dir (``state_dir``, else
     ``$HITL_STATE_DIR``, else ``.cache``) holds the file store, or for PostgreSQL this machine's
-    signing key and traces. Raises ``Stopped`` for an unusable state dir or URL (a URL is never
+    signing key and traces. Raises ``Refused`` for an unusable state dir or URL (a URL is never
     repeated: it may hold a password). Contacts no server: the first method call does."""
     url = url or settings().store_url
     root = resolve_state_dir(state_dir)
@@ -211,7 +211,7 @@ def open_store(url: Optional[str], state_dir: Optional[str]) -> TaskStore:
 
     problem = store_url_problem(url)
     if problem is not None:
-        raise Stopped(f"the store URL {problem}")
+        raise Refused("usage", f"the store URL {problem}")
     from state.postgres.store import PostgresStore  # psycopg: only when a URL asks for it
 
     return PostgresStore(url, root)

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import shlex
 
-#: How a printed command starts (the README's commands are run from the project folder).
+#: How a printed command starts (the README's commands are run from the project folder). The
+#: publisher's command line (``cli.hints``) builds its hints with it; in the library only
+#: ``workflow/ops/doctor.py`` still does (its actions are text; tests/test_layers.py counts it).
 PROGRAM = "python run.py"
 
 

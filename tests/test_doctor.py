@@ -244,11 +244,11 @@ def test_doctor_refuses_a_store_it_cannot_inspect(tmp_path):
     guess at its internals, never a traceback)."""
     import pytest
 
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow.ops.doctor import doctor
 
     class Bare:
         location = "bare://nowhere"
 
-    with pytest.raises(Stopped, match="cannot be checked by doctor"):
+    with pytest.raises(Refused, match="cannot be checked by doctor"):
         doctor(Bare())

@@ -235,7 +235,7 @@ def test_edits_and_a_sticky_approval_do_not_mix(cli, state_dir):
     try:  # the other way round: edits while a sticky approval is in force
         edits.check_sticky(cp.model_copy(update={"decisions": [*cp.decisions, sticky]}), "approved",
                            edits.Edit(title="X"), False)
-    except edits.Stopped as exc:
+    except edits.Refused as exc:
         assert "a sticky approval (--always) is in force" in str(exc)
     else:
         raise AssertionError("edits were accepted while a sticky approval is in force")

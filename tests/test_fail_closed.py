@@ -288,7 +288,7 @@ def test_interrupted_state_without_interruption_stops(cli, state_dir):
 
 def test_no_interruption_to_answer_is_refused(state_dir):
     """``guards.bind`` directly: an empty interruption list is never answered."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import Store
     from workflow import hitl
 
@@ -297,7 +297,7 @@ def test_no_interruption_to_answer_is_refused(state_dir):
     from workflow import guards
 
     cp = asyncio.run(hitl.start(Store(state_dir), task_id=KEY, title=TITLE, draft=DRAFT))
-    with pytest.raises(Stopped, match="the saved run has no interruption to answer"):
+    with pytest.raises(Refused, match="the saved run has no interruption to answer"):
         guards.bind(cp, [])
 
 
@@ -566,7 +566,7 @@ def test_unserializable_context_is_stopped_not_a_traceback(state_dir):
 
     from agent.models import build_offline_model
     from agent.publisher import build_agent, user_message
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow import hitl
 
     class Obj(BaseModel):
@@ -576,7 +576,7 @@ def test_unserializable_context_is_stopped_not_a_traceback(state_dir):
                                     context={"obj": Obj()}))
     from state.files.store import Store
 
-    with pytest.raises(Stopped, match="the run state cannot be saved"):
+    with pytest.raises(Refused, match="the run state cannot be saved"):
         asyncio.run(hitl._saved_text(Store(state_dir), None, result, KEY, "0" * 64, ["blog"]))
 
 

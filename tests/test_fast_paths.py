@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, checkpoint_file, resign
 from state import secrets
-from state.errors import Stopped
+from state.errors import Refused
 
 POSIX = os.name != "nt"
 
@@ -149,7 +149,7 @@ def test_inside_agrees_with_resolving_both_paths(tmp_path):
                 try:
                     inside(root, path, "test")
                     got = True
-                except Stopped:
+                except Refused:
                     got = False
                 assert got == expected, (root, name, path)
 
@@ -197,7 +197,7 @@ def test_bytes_changed_or_read_with_another_key_are_verified_again(state_dir, mo
     good = path.read_bytes()
     assert store.load("t-1").title == "T"  # remembered as verified
     path.write_bytes(good.replace(b'"title": "T"', b'"title": "X"'))  # hand edit, not re-signed
-    with pytest.raises(Stopped, match="integrity check failed"):
+    with pytest.raises(Refused, match="integrity check failed"):
         store.load("t-1")
     path.write_bytes(good)
     assert Store(state_dir).load("t-1").title == "T"
@@ -205,7 +205,7 @@ def test_bytes_changed_or_read_with_another_key_are_verified_again(state_dir, mo
     assert store.load("t-1").title == "Re-signed"
     path.write_bytes(good)
     monkeypatch.setenv("HITL_SIGNING_KEY", "another key of enough bytes")
-    with pytest.raises(Stopped, match="integrity check failed"):
+    with pytest.raises(Refused, match="integrity check failed"):
         store.load("t-1")
 
 
@@ -221,7 +221,7 @@ def test_compare_and_swap_refuses_a_file_changed_after_this_process_wrote_it(sta
     second = store.save_revision(first, failpoint="test", event=("resumed", {}))  # accepted, as before
     assert second.revision == 2
     resign(state_dir, checkpoint_file(state_dir, "t-1"), lambda d: d.update(revision=7))  # another process wrote it
-    with pytest.raises(Stopped, match="changed on disk"):
+    with pytest.raises(Refused, match="changed on disk"):
         store.save_revision(second, failpoint="test", event=("resumed", {}))
 
 
@@ -276,7 +276,7 @@ def test_more_refusals_that_need_no_sdk_answer_before_it_is_imported(cli, state_
     assert cli("resume", "--task", "gone", "--decision", "reject").code == 0
     assert cli("start", "--key", "late", "--draft", "D", "--expires-in", "90s").code == 0
     assert cli("start", "--key", "half", "--draft", "D").code == 0
-    with pytest.raises(Stopped, match="the decision is recorded"):  # the tool ran, then the model failed
+    with pytest.raises(Refused, match="the decision is recorded"):  # the tool ran, then the model failed
         asyncio.run(hitl.resume(Store(state_dir), task_id="half", decision="approve", by="alice",
                                 model=ScriptedModel([])))
     later = {"HITL_NOW": clock.iso(clock.wall() + timedelta(hours=1))}

@@ -185,12 +185,12 @@ def _apply_raw(raw: bytes, m: tuple) -> bytes:
 
 def _strict(raw: bytes) -> Any:
     """Parse like the product does (no duplicate keys, no NaN); None if it refuses."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import parse_json_object
 
     try:
         return parse_json_object(raw, "x")
-    except Stopped:
+    except Refused:
         return None
 
 

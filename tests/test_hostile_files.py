@@ -116,14 +116,14 @@ def test_trace_file_symlink_is_not_written_through_on_start(cli, state_dir, tmp_
 @POSIX_ONLY
 def test_trace_open_refuses_a_symlink_even_past_the_preflight(state_dir, tmp_path):
     """The open itself never follows a symlink (the file may change after the pre-flight)."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow.observe import trace_log
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     path = state_dir / "traces" / "x.jsonl"
     path.parent.mkdir(parents=True)
     path.symlink_to(victim)
-    with pytest.raises(Stopped, match="trace file traces/x.jsonl is a symbolic link"):
+    with pytest.raises(Refused, match="trace file traces/x.jsonl is a symbolic link"):
         trace_log.append(path, {"kind": "run"})
     assert victim.read_text() == "precious\n"
 
@@ -145,14 +145,14 @@ def test_traces_folder_symlinked_outside_the_state_dir_stops(cli, state_dir, tmp
 def test_open_regular_without_o_nofollow_checks_with_lstat(state_dir, tmp_path, monkeypatch):
     """Where the OS has no O_NOFOLLOW (Windows), an lstat before the open refuses the symlink."""
     from state import paths
-    from state.errors import Stopped
+    from state.errors import Refused
 
     monkeypatch.setattr(paths, "_NOFOLLOW", 0)
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     link = tmp_path / "link"
     link.symlink_to(victim)
-    with pytest.raises(Stopped, match="link is a symbolic link"):
+    with pytest.raises(Refused, match="link is a symbolic link"):
         paths.open_regular(link, "link", os.O_WRONLY | os.O_APPEND)
     assert victim.read_text() == "precious\n"
 
@@ -208,12 +208,12 @@ def test_fifo_trace_file_does_not_hang(cli, state_dir, command):
 
 @HAS_FIFO
 def test_fifo_signing_key_does_not_hang(state_dir):
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.integrity import load_key
 
     state_dir.mkdir()
     os.mkfifo(state_dir / "signing.key")
-    with unblocked(state_dir / "signing.key"), pytest.raises(Stopped, match="signing.key is a FIFO"):
+    with unblocked(state_dir / "signing.key"), pytest.raises(Refused, match="signing.key is a FIFO"):
         load_key(state_dir, create=False)
 
 
@@ -245,12 +245,12 @@ def test_missing_signing_key_with_checkpoints_stops_start(cli, state_dir):
 
 def test_missing_signing_key_is_never_created_by_a_save(cli, state_dir):
     """The rule sits in the key code itself, not only in start's pre-flight."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.integrity import load_key
 
     _start(cli)
     (state_dir / "signing.key").unlink()
-    with pytest.raises(Stopped, match="signing key missing but 1 checkpoint exists"):
+    with pytest.raises(Refused, match="signing key missing but 1 checkpoint exists"):
         load_key(state_dir, create=True)
     assert not (state_dir / "signing.key").exists()
 
@@ -386,14 +386,14 @@ def test_dangling_ledger_symlink_stops_before_the_decision(cli, state_dir, tmp_p
 def test_ledger_record_race_lost_and_entry_gone_is_a_clear_stop(tmp_path, monkeypatch):
     """os.link says the entry exists, but reading it finds nothing: a named STOPPED, never a bare
     AssertionError (which reached the user as an empty message)."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files import ledger as ledger_mod
     def link_lost(src, dst, *a, **k):
         raise FileExistsError(dst)
 
     monkeypatch.setattr(os, "link", link_lost)  # the link every exclusive create goes through
     ledger = ledger_mod.Ledger(tmp_path / "ledger")
-    with pytest.raises(Stopped, match=r"ledger entry k-1--[0-9a-f]{12}\.json could not be created"):
+    with pytest.raises(Refused, match=r"ledger entry k-1--[0-9a-f]{12}\.json could not be created"):
         ledger.record(key=KEY, task_id=KEY, title="T", content_sha256="0" * 64)
 
 

@@ -1,4 +1,4 @@
-"""The product modules (``run.py``, ``agent/``, ``tools/``, ``state/``, ``workflow/``) import each
+"""The product modules (``run.py``, ``agent/``, ``tools/``, ``cli/``, ``state/``, ``workflow/``) import each
 other as a DAG: no cycle, counting imports inside functions too (an import hidden in a function is
 still a cycle, only a deferred one). ``state/`` is the bottom layer, ``state/fileio.py`` a leaf."""
 
@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agent", "tools", "state", "workflow")
+PACKAGES = ("agent", "tools", "cli", "state", "workflow")
 
 
 def _modules() -> dict[str, Path]:
@@ -103,7 +103,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_scan_sees_imports_inside_functions_and_relative_ones():
     """The parser the DAG test relies on: a function-level and a relative import are edges."""
     graph = _graph()
-    assert "state.errors" in graph["state.fileio"]  # ``from .errors import Stopped``
+    assert "state.errors" in graph["state.fileio"]  # ``from .errors import Refused``
     assert "workflow.ops.doctor" in graph["run"]  # imported inside ``run.main``
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow.cli.output import EXTRAS
+from cli.output import EXTRAS
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "hitl-publish"
@@ -116,7 +116,7 @@ def test_the_file_store_commands_run_without_the_extras(tmp_path):
 def test_a_missing_package_of_the_base_install_says_pip_install_dot():
     """A package outside every extra (the SDK's, when the venv is not active): the line says to
     activate the venv or ``python -m pip install .``, never an extra."""
-    from workflow.cli.output import unexpected
+    from cli.output import unexpected
 
     exc = ModuleNotFoundError("No module named 'agents'", name="agents")
     line = unexpected(exc)
@@ -133,7 +133,7 @@ def _requirement_name(requirement: str) -> str:
 
 def test_pyproject_extras_match_what_the_product_imports():
     """pyproject.toml: the base dependencies hold none of the extras' packages; every package that
-    :data:`workflow.cli.output.EXTRAS` names is in the extra it names; ``[test]`` pulls every extra;
+    :data:`cli.output.EXTRAS` names is in the extra it names; ``[test]`` pulls every extra;
     every third-party package a product module imports is in the base install or in EXTRAS."""
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]

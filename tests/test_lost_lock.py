@@ -204,7 +204,7 @@ def test_the_tool_rechecks_the_rejection_record_right_before_its_effect(cli, sta
 
 
 def test_a_checkpoint_write_is_a_compare_and_swap_on_the_revision(cli, state_dir):
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import Store
 
     _start(cli)
@@ -212,7 +212,7 @@ def test_a_checkpoint_write_is_a_compare_and_swap_on_the_revision(cli, state_dir
     stale = store.load(KEY)
     store.save_revision(stale, failpoint="t", event=("resumed", {}))  # someone else writes rev 2
     on_disk = checkpoint_file(state_dir, KEY).read_bytes()
-    with pytest.raises(Stopped, match=r"changed on disk since it was read \(revision 1 -> 2\)"):
+    with pytest.raises(Refused, match=r"changed on disk since it was read \(revision 1 -> 2\)"):
         store.save_revision(stale, failpoint="t", event=("resumed", {}))
     assert checkpoint_file(state_dir, KEY).read_bytes() == on_disk
     assert not list((state_dir / "tasks").glob(".tmp-*"))  # no temp file left behind
@@ -221,14 +221,15 @@ def test_a_checkpoint_write_is_a_compare_and_swap_on_the_revision(cli, state_dir
 def test_two_starts_of_one_key_create_the_checkpoint_once(cli, state_dir):
     """``start`` creates the first revision exclusively: a second writer that lost the lock never
     overwrites it."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import Store
 
     _start(cli)
     store = Store(state_dir)
     body = store.load(KEY).body()
-    with pytest.raises(Stopped, match="was created by another process at the same time"):
+    with pytest.raises(Refused) as refused:
         store.save({**body, "revision": 1}, failpoint="t")
+    assert refused.value.code == "stale_revision"
 
 
 def _pause_after_compare(monkeypatch, write: str, action) -> dict[str, bool]:
@@ -313,7 +314,7 @@ def test_many_writers_of_the_same_revision_exactly_one_wins(cli, state_dir, monk
     checkpoint is the winner's."""
     import threading
 
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import Store
 
     _start(cli)
@@ -334,7 +335,7 @@ def test_many_writers_of_the_same_revision_exactly_one_wins(cli, state_dir, monk
         try:
             won.append(Store(state_dir).save_revision(stale, failpoint="t", event=("resumed", {"n": n}),
                                                       title=f"writer {n}"))
-        except Stopped as exc:
+        except Refused as exc:
             lost.append(str(exc))
 
     threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
@@ -353,7 +354,7 @@ def test_a_writer_that_read_long_ago_cannot_recreate_a_cleared_revision(cli, sta
     passed its compare on revision 1 and then waited while another wrote revisions 2, 3 and 4
     (clearing 1 and 2) still finds the name of revision 2 taken: refused, nothing changed. (Had the
     cleanup removed the names, its link would succeed and a stale revision 2 would sit beside 4.)"""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import KEPT_REVISIONS, Store
 
     _start(cli)
@@ -369,7 +370,7 @@ def test_a_writer_that_read_long_ago_cannot_recreate_a_cleared_revision(cli, sta
                 cp = other.save_revision(cp, failpoint="t", event=("resumed", {}))
 
     monkeypatch.setattr(Store, "check_unchanged", check_unchanged)
-    with pytest.raises(Stopped, match=r"changed on disk since it was read \(revision 1 -> 2\)"):
+    with pytest.raises(Refused, match=r"changed on disk since it was read \(revision 1 -> 2\)"):
         Store(state_dir).save_revision(stale, failpoint="t", event=("resumed", {}), title="stale")
     monkeypatch.undo()
     sizes = {p.name: p.stat().st_size for p in (state_dir / "tasks").glob("*.json")}

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ledger_entries
 from state import effects, failpoints
-from state.errors import Stopped
+from state.errors import Refused
 
 KEY = "m-1"
 
@@ -27,7 +27,7 @@ def _fail_at(monkeypatch, name: str, exc: BaseException) -> None:
 
 
 @pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device"),
-                                 Stopped("a check failed")], ids=["disk-full", "stopped"])
+                                 Refused("a check failed")], ids=["disk-full", "stopped"])
 def test_a_failure_after_the_ledger_entry_says_it_was_published(cli, state_dir, monkeypatch, exc):
     assert cli("start", "--key", KEY, "--title", "T", "--draft", "D").code == 0
     _fail_at(monkeypatch, "checkpoint:outcome:before", exc)
@@ -35,7 +35,8 @@ def test_a_failure_after_the_ledger_entry_says_it_was_published(cli, state_dir, 
     r.assert_stopped()
     assert f"already done: task {KEY}: checkpoint saved at revision 2 (waiting_for_approval), " \
            f"task {KEY}: published it (ledger entry written)" in r.err, r.err
-    assert "run the same command again" in r.err and "nothing is half-written" not in r.err
+    assert r.err.rstrip().endswith("; to finish, run the same command again (python run.py doctor explains "
+                                   "where each task stands)") and "nothing is half-written" not in r.err
     assert len(ledger_entries(state_dir)) == 1
     monkeypatch.undo()
     r = cli("resume", "--task", KEY, "--decision", "approve", "--json")  # what the message says

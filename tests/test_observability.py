@@ -239,9 +239,9 @@ def test_show_reports_a_failed_run(cli, state_dir, monkeypatch):
     from state.files.ledger import Ledger
 
     def refuse(self, **kwargs):
-        from state.errors import Stopped
+        from state.errors import Refused
 
-        raise Stopped("ledger disk full (simulated)")
+        raise Refused("ledger disk full (simulated)")
 
     monkeypatch.setattr(Ledger, "record", refuse)
     cli("resume", "--task", "t-1", "--decision", "approve").assert_stopped()

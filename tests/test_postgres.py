@@ -272,13 +272,13 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
 
 
 def test_a_database_newer_than_the_program_is_refused(pg_url, tmp_path):
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.postgres.store import PostgresStore, latest_version
 
     store = PostgresStore(pg_url, tmp_path / "s")
     assert store.exists("x") is False  # migrates
     _rows(pg_url, f"INSERT INTO schema_migrations (version, name) VALUES ({latest_version() + 1}, 'future')")
-    with pytest.raises(Stopped, match="upgrade the program"):
+    with pytest.raises(Refused, match="upgrade the program"):
         PostgresStore(pg_url, tmp_path / "s", target_version=latest_version()).exists("x")
 
 

@@ -178,28 +178,28 @@ def test_free_text_holding_a_secret_is_replaced_whole_not_edited(monkeypatch):
 @pytest.mark.parametrize("field", ["call_id", "by"])
 def test_secret_in_an_open_structural_field_is_refused_not_altered(monkeypatch, field):
     from state import secrets
-    from state.errors import Stopped
+    from state.errors import Refused
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdef0123456789")
     record = {"task_id": "t-1", "content_sha256": "a" * 64, "call_id": "call_1", "by": "alice",
               "at": "2030-01-01T00:00:00Z", "reason": None}
     record[field] = "x-sk-proj-abcdef0123456789"
-    with pytest.raises(Stopped, match=f"field {field} holds the value of OPENAI_API_KEY"):
+    with pytest.raises(Refused, match=f"field {field} holds the value of OPENAI_API_KEY"):
         secrets.redact(record, secrets.REJECTION, what="rejection record of task t-1")
 
 
 def test_secret_in_a_pending_call_id_refuses_the_checkpoint(monkeypatch):
     from state import secrets
-    from state.errors import Stopped
+    from state.errors import Refused
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdef0123456789")
     body = {"task_id": "t-1", "status": "waiting_for_approval",
             "pending": [{"call_id": "sk-proj-abcdef0123456789", "tool": "publish_draft", "arguments": {}}],
             "run_state": json.dumps({"generated_items": [{"call_id": "sk-proj-abcdef0123456789"}]})}
-    with pytest.raises(Stopped, match="field pending.0.call_id holds the value of OPENAI_API_KEY"):
+    with pytest.raises(Refused, match="field pending.0.call_id holds the value of OPENAI_API_KEY"):
         secrets.redact_checkpoint(body)
     body["pending"] = []
-    with pytest.raises(Stopped, match=r"\(RunState\): field generated_items.0.call_id"):
+    with pytest.raises(Refused, match=r"\(RunState\): field generated_items.0.call_id"):
         secrets.redact_checkpoint(body)
 
 

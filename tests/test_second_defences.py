@@ -85,9 +85,9 @@ def _invoke(store: Any, cp: Any, call_id: str, title: str = TITLE, body: str = D
 
 
 def _refused_by_tool(state_dir: Path, store: Any, cp: Any, call_id: str, says: str, **kw: Any) -> None:
-    from state.errors import Stopped
+    from state.errors import Refused
 
-    with pytest.raises(Stopped, match=says):
+    with pytest.raises(Refused, match=says):
         _invoke(store, cp, call_id, **kw)
     assert ledger_entries(state_dir) == []
 
@@ -111,7 +111,7 @@ def test_mac_is_compared_in_full_so_a_forgery_matching_its_first_characters_fail
 def test_mac_of_the_envelope_is_checked_in_full_by_every_reader(state_dir):
     """Why: every store reads through ``verify_envelope``; a MAC that agrees with the envelope's
     only in its first characters must be refused there too (a prefix compare anywhere is a forgery)."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.integrity import load_key
     from state.signing import verify_envelope
 
@@ -122,21 +122,22 @@ def test_mac_of_the_envelope_is_checked_in_full_by_every_reader(state_dir):
     assert verify_envelope(data, key, where="checkpoint", name=path.name).task_id == KEY
     last = "0" if data["mac"][-1] != "0" else "1"
     forged = {**data, "mac": data["mac"][:-1] + last}
-    with pytest.raises(Stopped, match="checkpoint integrity check failed"):
+    with pytest.raises(Refused) as refused:
         verify_envelope(forged, key, where="checkpoint", name=path.name)
+    assert refused.value.code == "integrity"
 
 
 def test_a_lost_signing_key_is_never_replaced_while_checkpoints_exist(state_dir):
     """Why: every checkpoint was signed with the lost key; a new key made on the next write would
     leave all of them unreadable for ever. Refused with nothing created."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.integrity import KEY_FILE, check_key_creatable, load_key
 
     _task(state_dir)
     (state_dir / KEY_FILE).unlink()
-    with pytest.raises(Stopped, match="signing key missing but 1 checkpoint exists"):
+    with pytest.raises(Refused, match="signing key missing but 1 checkpoint exists"):
         check_key_creatable(state_dir)
-    with pytest.raises(Stopped, match="signing key missing but 1 checkpoint exists"):
+    with pytest.raises(Refused, match="signing key missing but 1 checkpoint exists"):
         load_key(state_dir, create=True)
     assert not (state_dir / KEY_FILE).exists()
 
@@ -145,13 +146,13 @@ def test_load_refuses_a_checkpoint_that_names_another_task(state_dir, monkeypatc
     """Why: ``Store.load(task_id)`` is how every command gets *its* task; whatever the file layer
     returned (a store whose file-name check is weakened, a row under another key), a checkpoint of
     another task is refused, never acted on under this task's name."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import Store
 
     store, cp = _task(state_dir)
     other = cp.model_copy(update={"task_id": "sd-2", "idempotency_key": "sd-2"})
     monkeypatch.setattr(Store, "load_path", lambda self, path: other)
-    with pytest.raises(Stopped, match="names task 'sd-2', not 'sd-1'"):
+    with pytest.raises(Refused, match="names task 'sd-2', not 'sd-1'"):
         store.load(KEY)
 
 
@@ -159,21 +160,22 @@ def test_a_checkpoint_verified_once_is_verified_again_under_another_key(state_di
     """Why: this process remembers files it verified (to skip re-parsing); that memory holds only
     for the key it verified with. A key changed meanwhile (the variable set, another deployment)
     must verify the file again, and refuse it."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import Store
 
     _task(state_dir)
     assert Store(state_dir).load(KEY).task_id == KEY  # verified and remembered
     monkeypatch.setenv("HITL_SIGNING_KEY", "another-key-of-32-bytes-0123456789")
-    with pytest.raises(Stopped, match="checkpoint integrity check failed"):
+    with pytest.raises(Refused) as refused:
         Store(state_dir).load(KEY)
+    assert refused.value.code == "integrity"
 
 
 def test_every_checkpoint_write_is_redacted_whatever_the_caller_did(state_dir, monkeypatch):
     """Why: ``seal`` is the one place every store signs a checkpoint; free text holding a secret
     (a model echoing the API key into its final output) is replaced there even when no caller
     redacted it first, and a secret in a structural field refuses the write."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.integrity import load_key
     from state.signing import seal
 
@@ -182,7 +184,7 @@ def test_every_checkpoint_write_is_redacted_whatever_the_caller_did(state_dir, m
     key = load_key(state_dir, create=False)
     sealed = seal({**cp.body(), "final_output": f"the key is {SECRET}"}, key)
     assert sealed.final_output == "[redacted]"
-    with pytest.raises(Stopped, match="holds the value of OPENAI_API_KEY"):
+    with pytest.raises(Refused, match="holds the value of OPENAI_API_KEY"):
         seal({**cp.body(), "model": {**cp.model.model_dump(), "name": SECRET}}, key)
 
 
@@ -199,16 +201,16 @@ def v1_envelope(monkeypatch):
 def test_mac_is_checked_for_schema_version_1_envelopes_too(v1_envelope):
     """Why: an older envelope is migrated after its MAC check; skipping the MAC for old versions
     would let anyone write ``schema_version: 1`` into a hand-edited file and have it trusted."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.signing import verify_envelope
 
     data, key = v1_envelope
     assert data["schema_version"] == 1
     assert verify_envelope(data, key, where="checkpoint", name="v1").schema_version == 2  # migrated
     edited = {**data, "title": data["title"] + " (edited)"}
-    with pytest.raises(Stopped, match="checkpoint integrity check failed for v1"):
+    with pytest.raises(Refused, match="checkpoint integrity check failed for v1"):
         verify_envelope(edited, key, where="checkpoint", name="v1")
-    with pytest.raises(Stopped, match="checkpoint integrity check failed for v1"):
+    with pytest.raises(Refused, match="checkpoint integrity check failed for v1"):
         verify_envelope({k: v for k, v in data.items() if k != "mac"}, key, where="checkpoint", name="v1")
 
 
@@ -216,7 +218,7 @@ def test_a_copied_v1_checkpoint_edited_by_hand_is_refused_by_the_store(state_dir
     """Why: the same rule through ``Store.load``: a hand-edited v1 file never reaches migration."""
     import make_checkpoint_v1 as fx
 
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import Store
 
     data, _ = v1_envelope
@@ -224,8 +226,9 @@ def test_a_copied_v1_checkpoint_edited_by_hand_is_refused_by_the_store(state_dir
     shutil.copyfile(FIXTURES / "checkpoint_v1.state.id", state_dir / "state.id")
     data["status"] = "completed"
     checkpoint_file(state_dir, fx.TASK_ID).write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(Stopped, match="checkpoint integrity check failed"):
+    with pytest.raises(Refused) as refused:
         Store(state_dir).load(fx.TASK_ID)
+    assert refused.value.code == "integrity"
 
 
 # -- the tool (tools/publish.py) -------------------------------------------------------------------
@@ -314,18 +317,18 @@ def test_tool_asks_for_a_human_on_every_public_channel(state_dir):
 def test_call_channel_refuses_a_channel_that_is_not_the_tasks():
     """Why: the channel comes from the model; a channel the task never named (even a valid name,
     even the private preview channel) would be an effect nobody asked for."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from tools.publish import call_channel
 
     task = {"task_id": KEY, "channels": ["blog", "news"]}
     assert call_channel(task, "news") == "news"
     for bad in ("preview", "other", "BLOG", 7):
-        with pytest.raises(Stopped, match="not one of the task's channels"):
+        with pytest.raises(Refused, match="not one of the task's channels"):
             call_channel(task, bad)
-    with pytest.raises(Stopped, match="not one of the task's channels"):
+    with pytest.raises(Refused, match="not one of the task's channels"):
         call_channel(task, None)  # several channels: the call must name one
     assert call_channel({"task_id": KEY, "channels": ["blog"]}, None) == "blog"
-    with pytest.raises(Stopped, match="not one of the task's channels"):
+    with pytest.raises(Refused, match="not one of the task's channels"):
         call_channel({"task_id": KEY, "channels": ["blog"]}, "news")
 
 
@@ -341,30 +344,30 @@ def _entry(task_id: str = KEY, key: Optional[str] = None, sha: Optional[str] = N
 def test_check_same_compares_the_task_id():
     """Why: an entry under a key proves an effect only for the task that wrote it; an entry of
     another task (a reused key, a copied file) must never count as this task's execution."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.records import check_same_entry
 
     check_same_entry(_entry(), key=KEY, task_id=KEY, content_sha256=_sha())
-    with pytest.raises(Stopped, match="for task 'sd-1', not 'sd-2'"):
+    with pytest.raises(Refused, match="for task 'sd-1', not 'sd-2'"):
         check_same_entry(_entry(), key=KEY, task_id="sd-2", content_sha256=_sha())
 
 
 def test_check_same_compares_the_content():
     """Why: the same key with other content is not the same effect (fail closed)."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.records import check_same_entry
 
-    with pytest.raises(Stopped, match="different content"):
+    with pytest.raises(Refused, match="different content"):
         check_same_entry(_entry(), key=KEY, task_id=KEY, content_sha256=_sha(TITLE, "other"))
 
 
 def test_ledger_record_refuses_a_key_that_names_another_channel(tmp_path):
     """Why: ``check_ledger_key`` binds the key to the task and its channel before anything is read."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
-    with pytest.raises(Stopped, match="names neither task"):
+    with pytest.raises(Refused, match="names neither task"):
         ledger.record(key=f"{KEY}#news", task_id=KEY, title=TITLE, content_sha256=_sha(),
                       channel="blog", approval="human")
     assert not (tmp_path / "ledger").exists() or not list((tmp_path / "ledger").iterdir())
@@ -373,20 +376,21 @@ def test_ledger_record_refuses_a_key_that_names_another_channel(tmp_path):
 def test_ledger_record_with_other_content_under_a_taken_key_is_refused(tmp_path):
     """Why: the idempotency rule: same key and same content → the first entry; other content
     under the key → refuse, never a second entry nor a silent success."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
     first, created = ledger.record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha())
     again, created_again = ledger.record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha())
     assert created and not created_again and again == first
-    with pytest.raises(Stopped, match="different content"):
+    with pytest.raises(Refused) as refused:
         ledger.record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha(TITLE, "other"))
+    assert refused.value.code == "ledger_mismatch"
 
 
 def test_ledger_entry_file_naming_another_key_is_refused(tmp_path):
     """Why: a file copied under another key's name must not prove that key's effect."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import file_name
     from state.files.ledger import Ledger
 
@@ -394,14 +398,14 @@ def test_ledger_entry_file_naming_another_key_is_refused(tmp_path):
     ledger.record(key="sd-2", task_id="sd-2", title=TITLE, content_sha256=_sha())
     src = tmp_path / "ledger" / (file_name("sd-2") + ".json")
     shutil.copyfile(src, tmp_path / "ledger" / (file_name(KEY) + ".json"))
-    with pytest.raises(Stopped, match="key mismatch"):
+    with pytest.raises(Refused, match="key mismatch"):
         ledger.get(KEY)
 
 
 def test_ledger_listing_refuses_a_file_named_for_another_key(tmp_path):
     """Why: ``ledger`` and ``doctor`` read every file of the folder; an entry copied under another
     key's file name would be listed (and judged) as that key's effect."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.store import file_name
     from state.files.ledger import Ledger
 
@@ -410,22 +414,23 @@ def test_ledger_listing_refuses_a_file_named_for_another_key(tmp_path):
     assert [e.idempotency_key for e in ledger.entries()] == ["sd-2"]
     src = tmp_path / "ledger" / (file_name("sd-2") + ".json")
     shutil.copyfile(src, tmp_path / "ledger" / (file_name(KEY) + ".json"))
-    with pytest.raises(Stopped, match="names key 'sd-2' \\(key mismatch\\)"):
+    with pytest.raises(Refused, match="names key 'sd-2' \\(key mismatch\\)"):
         ledger.entries()
 
 
 def test_decision_table_evidence_refuses_an_entry_for_other_content(state_dir):
     """Why: ``gather`` checks that the entry under the task's key is for the task's own draft
     before the table judges it (else another draft's effect would read as this one's execution)."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.ledger import Ledger
     from workflow import reconcile
 
     store, cp = _task(state_dir)
     assert reconcile.gather(store, cp)[0].entry is False
     Ledger(state_dir / "ledger").record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha(TITLE, "x"))
-    with pytest.raises(Stopped, match="different content"):
+    with pytest.raises(Refused) as refused:
         reconcile.gather(store, cp)
+    assert refused.value.code == "ledger_mismatch"
 
 
 # -- rejection records (state/files/rejections.py, workflow/reconcile.py) --------------------------------
@@ -433,23 +438,23 @@ def test_decision_table_evidence_refuses_an_entry_for_other_content(state_dir):
 def test_rejection_record_for_other_content_is_refused(state_dir):
     """Why: a rejection is of one draft; a record for other content under this key is evidence no
     table cell can judge (a human must check), never a reject of this draft."""
-    from state.errors import Stopped
+    from state.errors import Refused
 
     store, cp = _task(state_dir)
     rec = _decision(cp.pending[0], "blog", "rejected")
     store.rejection_record(KEY, _sha(TITLE, "another draft"), rec)
-    with pytest.raises(Stopped, match="is for other content"):
+    with pytest.raises(Refused, match="is for other content"):
         store.rejection_record(KEY, cp.content_sha256, rec)
 
 
 def test_rejection_record_for_other_content_stops_the_decision_table(state_dir):
     """Why: ``gather`` compares the record's content with the checkpoint's before judging."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow import reconcile
 
     store, cp = _task(state_dir)
     store.rejection_record(KEY, _sha(TITLE, "another draft"), _decision(cp.pending[0], "blog", "rejected"))
-    with pytest.raises(Stopped, match="the rejection record and the checkpoint disagree"):
+    with pytest.raises(Refused, match="the rejection record and the checkpoint disagree"):
         reconcile.gather(store, cp)
 
 
@@ -457,7 +462,7 @@ def test_rejection_record_of_another_channel_is_refused(state_dir):
     """Why: each (task, channel) has its own record; a reject of ``news`` copied to where
     ``blog``'s record goes must not block (or be read as a reject of) ``blog``."""
     from state.files import rejections
-    from state.errors import Stopped
+    from state.errors import Refused
 
     store, cp = _task(state_dir, ["blog", "news"])
     news = _call(cp, "news")
@@ -465,19 +470,19 @@ def test_rejection_record_of_another_channel_is_refused(state_dir):
     assert store.rejection_get(KEY, "news").channel == "news"
     assert store.rejection_get(KEY, "blog") is None
     shutil.copyfile(rejections.path_for(store, KEY, "news"), rejections.path_for(store, KEY, "blog"))
-    with pytest.raises(Stopped, match="channel 'news', not 'sd-1' channel 'blog'"):
+    with pytest.raises(Refused, match="channel 'news', not 'sd-1' channel 'blog'"):
         store.rejection_get(KEY, "blog")
 
 
 def test_rejection_record_of_another_task_is_refused(state_dir):
     """Why: a record copied from another task under this task's name is not this task's reject."""
     from state.files import rejections
-    from state.errors import Stopped
+    from state.errors import Refused
 
     store, cp = _task(state_dir)
     store.rejection_record("sd-2", cp.content_sha256, _decision(cp.pending[0], "blog", "rejected"))
     shutil.copyfile(rejections.path_for(store, "sd-2"), rejections.path_for(store, KEY))
-    with pytest.raises(Stopped, match="names task 'sd-2'"):
+    with pytest.raises(Refused, match="names task 'sd-2'"):
         store.rejection_get(KEY)
 
 
@@ -498,7 +503,7 @@ def test_bind_refuses_a_recorded_decision_for_another_tool_or_other_arguments(st
     """Why: a decision binds the exact call the reviewer saw (call_id, tool, arguments hash); a
     record whose tool or arguments differ from the interruption's is a decision about another call
     and must never answer this one."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow import guards
 
     _, cp = _task(state_dir)
@@ -509,16 +514,16 @@ def test_bind_refuses_a_recorded_decision_for_another_tool_or_other_arguments(st
     other = ({"tool": "send_summary"} if what == "tool"
              else {"arguments": {**call.arguments, "body": "other"}})
     bad = cp.model_copy(update={"decision": _decision(call, "blog", **other)})
-    with pytest.raises(Stopped, match="the recorded decision is for another call"):
+    with pytest.raises(Refused, match="the recorded decision is for another call"):
         guards.bind(bad, items)
     unapplied = cp.model_copy(update={"decisions": [_decision(call, "blog", **other)]})
-    with pytest.raises(Stopped, match="the recorded decision is for another call"):
+    with pytest.raises(Refused, match="the recorded decision is for another call"):
         guards.bind(unapplied, items)
 
 
 def test_bind_refuses_interruptions_that_differ_from_the_calls_shown_for_review(state_dir):
     """Why: what the SDK will run must be exactly what the reviewer saw."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.schema import PendingCall
     from workflow import guards
 
@@ -526,14 +531,14 @@ def test_bind_refuses_interruptions_that_differ_from_the_calls_shown_for_review(
     call = cp.pending[0]
     changed = PendingCall(call_id=call.call_id, tool=call.tool,
                           arguments={**call.arguments, "body": "other"})
-    with pytest.raises(Stopped, match="differs from the one shown"):
+    with pytest.raises(Refused, match="differs from the one shown"):
         guards.bind(cp, [_item(changed)])
 
 
 def test_bind_refuses_a_decision_whose_call_id_is_not_an_interruption(state_dir):
     """Why: the call_id is what ties a decision to one call; a decision for a call id the run does
     not hold must not answer another call, even one with the same tool and arguments."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow import guards
 
     _, cp = _task(state_dir, ["blog", "news"])
@@ -541,7 +546,7 @@ def test_bind_refuses_a_decision_whose_call_id_is_not_an_interruption(state_dir)
     first = cp.pending[0]
     channel = first.arguments["channel"]
     ghost = cp.model_copy(update={"decision": _decision(first, channel, call_id="call_ghost")})
-    with pytest.raises(Stopped, match="the recorded decision is for another call"):
+    with pytest.raises(Refused, match="the recorded decision is for another call"):
         guards.bind(ghost, items)
 
 
@@ -553,43 +558,46 @@ def _pending(call_id: str, **arguments: Any) -> dict[str, Any]:
 def test_first_run_saves_only_calls_of_publish_draft_with_the_draft_on_distinct_channels():
     """Why: what ``start`` saves is what a reviewer will be asked about; another tool, other text,
     another channel or one channel asked twice is not the task that was started (nothing saved)."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow.guards import check_draft_call
 
     sha, channels = _sha(), ["blog", "news"]
     check_draft_call([_pending("a", channel="blog"), _pending("b", channel="news")], sha, channels)
-    with pytest.raises(Stopped, match="asked for tool 'send_summary'"):
+    with pytest.raises(Refused) as refused:
         check_draft_call([{**_pending("a", channel="blog"), "tool": "send_summary"}], sha, channels)
-    with pytest.raises(Stopped, match="does not carry the draft as given"):
+    assert refused.value.code == "agent"
+    with pytest.raises(Refused) as refused:
         check_draft_call([_pending("a", channel="blog", body="other")], sha, channels)
-    with pytest.raises(Stopped, match="does not carry the draft as given"):
+    assert refused.value.code == "agent"
+    with pytest.raises(Refused, match="does not carry the draft as given"):
         check_draft_call([_pending("a", channel="preview")], sha, channels)
-    with pytest.raises(Stopped, match="asked twice to publish on blog"):
+    with pytest.raises(Refused) as refused:
         check_draft_call([_pending("a", channel="blog"), _pending("b", channel="blog")], sha, channels)
+    assert refused.value.code == "agent"
 
 
 def test_outcome_refuses_an_approved_call_without_its_ledger_entry(state_dir):
     """Why: an approved call whose tool left no entry did not execute as recorded; calling the
     task ``completed`` (or ``cancelled``) would report an outcome the ledger contradicts."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow import guards
 
     store, cp = _task(state_dir)
     approved = cp.model_copy(update={"decisions": [_decision(cp.pending[0], "blog")]})
-    with pytest.raises(Stopped, match="approved, but the tool left no ledger entry"):
+    with pytest.raises(Refused, match="approved, but the tool left no ledger entry"):
         guards.outcome(store, approved, "done")
 
 
 def test_outcome_refuses_a_rejected_call_that_has_a_ledger_entry(state_dir):
     """Why: an executed action is never cancelled: a rejected call with an entry is a
     contradiction a human must check."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow import guards
 
     store, cp = _task(state_dir)
     store.ledger_record(key=KEY, task_id=KEY, title=TITLE, content_sha256=cp.content_sha256)
     rejected = cp.model_copy(update={"decisions": [_decision(cp.pending[0], "blog", "rejected")]})
-    with pytest.raises(Stopped, match="rejected, but the ledger shows it executed"):
+    with pytest.raises(Refused, match="rejected, but the ledger shows it executed"):
         guards.outcome(store, rejected, "done")
     approved = cp.model_copy(update={"decisions": [_decision(cp.pending[0], "blog")]})
     assert guards.outcome(store, approved, "done")["status"] == "completed"
@@ -600,7 +608,7 @@ def test_start_refuses_a_key_whose_effect_is_already_in_the_ledger(state_dir, ch
     """Why: a checkpoint lost or deleted does not undo an effect; a new task under a key (or a
     channel's key) the ledger already holds would look unpublished, and its approve would be
     judged against another draft's entry."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.files.ledger import Ledger
     from workflow import guards
     from state.store import FileStore
@@ -609,22 +617,24 @@ def test_start_refuses_a_key_whose_effect_is_already_in_the_ledger(state_dir, ch
     assert guards.existing_task(store, KEY, TITLE, _sha(), channels) is None
     Ledger(state_dir / "ledger").record(key=key, task_id=KEY, title=TITLE, content_sha256=_sha(),
                                         **({"channel": "news", "approval": "human"} if "#" in key else {}))
-    with pytest.raises(Stopped, match=f"key {KEY} is already in the ledger"):
+    with pytest.raises(Refused) as refused:
         guards.existing_task(store, KEY, TITLE, _sha(), channels)
+    assert refused.value.code == "executed"
 
 
 def test_preflight_refuses_a_reviewer_name_or_reason_holding_a_secret(state_dir, monkeypatch):
     """Why: the preflight is every decision path's first step (the command line and the inbox);
     a reviewer name is an open field (it cannot be redacted) and is refused there, before the lock."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow import reconcile
 
     store, _ = _task(state_dir)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     assert reconcile.preflight(store, KEY, "approve", by="alice")[1].kind == "run"
-    with pytest.raises(Stopped, match="the reviewer name \\(--by\\) contains the value of OPENAI_API_KEY"):
+    with pytest.raises(Refused, match="the reviewer name contains the value of OPENAI_API_KEY") as refused:
         reconcile.preflight(store, KEY, "approve", by=f"x{SECRET}")
-    with pytest.raises(Stopped, match="the reason contains the value of OPENAI_API_KEY"):
+    assert refused.value.code == "secret"
+    with pytest.raises(Refused, match="the reason contains the value of OPENAI_API_KEY"):
         reconcile.preflight(store, KEY, "reject", by="alice", reason=SECRET)
 
 
@@ -661,14 +671,14 @@ def test_a_secret_escaped_with_unicode_escapes_is_found(monkeypatch):
 def test_a_secret_in_an_open_field_refuses_and_in_free_text_is_replaced(monkeypatch):
     """Why: open fields bind data (a call id) and cannot be altered; free text is replaced whole."""
     from state import secrets
-    from state.errors import Stopped
+    from state.errors import Refused
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    with pytest.raises(Stopped, match="field call_id holds the value of OPENAI_API_KEY"):
+    with pytest.raises(Refused, match="field call_id holds the value of OPENAI_API_KEY"):
         secrets.redact({"call_id": f"c-{SECRET}"}, secrets.REJECTION, what="record")
     assert secrets.redact({"reason": f"r {SECRET}"}, secrets.REJECTION, what="record") == {
         "reason": "[redacted]"}
-    with pytest.raises(Stopped, match="contains the value of OPENAI_API_KEY"):
+    with pytest.raises(Refused, match="contains the value of OPENAI_API_KEY"):
         secrets.check_input("the reason", f"see {SECRET}")
 
 
@@ -677,7 +687,7 @@ def test_rejection_record_never_holds_a_secret(state_dir, monkeypatch):
     so it is redacted on its own way to disk: a reason holding it is stored ``[redacted]``, a
     reviewer name holding it refuses before the file exists."""
     from state.files import rejections
-    from state.errors import Stopped
+    from state.errors import Refused
 
     store, cp = _task(state_dir)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
@@ -687,7 +697,7 @@ def test_rejection_record_never_holds_a_secret(state_dir, monkeypatch):
     assert created and stored.reason == "[redacted]"
     assert b"st-" not in rejections.path_for(store, KEY).read_bytes()  # no part of the secret
     rejections.remove(store, KEY)
-    with pytest.raises(Stopped, match="field by holds the value of OPENAI_API_KEY"):
+    with pytest.raises(Refused, match="field by holds the value of OPENAI_API_KEY"):
         store.rejection_record(KEY, cp.content_sha256, rec.model_copy(update={"by": SECRET}))
     assert not rejections.path_for(store, KEY).exists()
 
@@ -702,7 +712,7 @@ def _approvals(call_id: str, kind: str = "approved") -> dict[str, Any]:
 def test_run_state_approval_must_match_the_recorded_kind(state_dir):
     """Why: a RunState may carry only approvals our decision path recorded, with their kind: an
     approval where a reject is recorded (or none) is a hand edit the SDK would run."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow.trust import check_approvals
 
     _, cp = _task(state_dir)
@@ -710,30 +720,30 @@ def test_run_state_approval_must_match_the_recorded_kind(state_dir):
     approved = cp.model_copy(update={"decisions": [_decision(call, "blog")]})
     check_approvals(_approvals(call.call_id), approved)
     rejected = cp.model_copy(update={"decisions": [_decision(call, "blog", "rejected")]})
-    with pytest.raises(Stopped, match="not recorded through our decision path"):
+    with pytest.raises(Refused, match="not recorded through our decision path"):
         check_approvals(_approvals(call.call_id), rejected)
-    with pytest.raises(Stopped, match="not recorded through our decision path"):
+    with pytest.raises(Refused, match="not recorded through our decision path"):
         check_approvals(_approvals(call.call_id), cp)
 
 
 def test_run_state_blanket_approval_needs_a_recorded_sticky_decision(state_dir):
     """Why: ``approved: true`` is the SDK's sticky rule: every later call runs without a pause; only
     a human's recorded ``--always`` may put it there."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow.trust import check_approvals
 
     _, cp = _task(state_dir)
     call = cp.pending[0]
     once = cp.model_copy(update={"decisions": [_decision(call, "blog")]})
     blanket = {"context": {"approvals": {"publish_draft": {"approved": True, "rejected": []}}}}
-    with pytest.raises(Stopped, match="blanket 'approved' decision"):
+    with pytest.raises(Refused, match="blanket 'approved' decision"):
         check_approvals(blanket, once)
 
 
 def test_run_state_approval_with_edits_is_a_rejection_in_the_run_state(state_dir):
     """Why: an approval with edits answers its call with a rejection message; the RunState may
     therefore hold that call only as rejected, never approved."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.schema import Edits
     from workflow.trust import check_approvals
 
@@ -743,7 +753,7 @@ def test_run_state_approval_with_edits_is_a_rejection_in_the_run_state(state_dir
                   original_sha256=_sha(), edited_sha256=_sha(TITLE, "Edited."))
     edited = cp.model_copy(update={"decisions": [_decision(call, "blog", edits=edits)]})
     check_approvals(_approvals(call.call_id, "rejected"), edited)
-    with pytest.raises(Stopped, match="not recorded through our decision path"):
+    with pytest.raises(Refused, match="not recorded through our decision path"):
         check_approvals(_approvals(call.call_id), edited)
 
 
@@ -830,15 +840,15 @@ def test_complying_call_must_carry_exactly_the_edited_draft(state_dir):
 def test_edits_do_not_go_with_a_sticky_approval(state_dir):
     """Why: a sticky approval runs the model's new call unpaused, so nobody would check it carries
     the edited draft."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from workflow import edits as ed
 
     _, cp = _task(state_dir)
     call = cp.pending[0]
     sticky = _decision(call, "blog").model_copy(update={"always": True})
-    with pytest.raises(Stopped, match="sticky approval"):
+    with pytest.raises(Refused, match="sticky approval"):
         ed.check_sticky(cp.model_copy(update={"decisions": [sticky]}), "approved", ed.Edit(body="x"), False)
-    with pytest.raises(Stopped, match="do not go with --always"):
+    with pytest.raises(Refused, match="do not go with --always"):
         ed.with_edits(sticky, ed.Edit(body="x"), json.dumps(call.arguments))
 
 
@@ -849,7 +859,7 @@ def test_a_writer_that_read_before_a_restore_cannot_write_over_it(state_dir):
     stale view on top of the restored one, nor on top of a new revision with the same number that
     another writer made since (only the MAC tells those apart)."""
     from conftest import restore_checkpoint
-    from state.errors import Stopped
+    from state.errors import Refused
 
     store, cp1 = _task(state_dir)
     backup = checkpoint_file(state_dir, KEY).read_bytes()  # revision 1
@@ -858,12 +868,12 @@ def test_a_writer_that_read_before_a_restore_cannot_write_over_it(state_dir):
     stale = store.load(KEY)  # a writer reads revision 2, then waits
     assert stale.revision == cp2.revision == 2
     restore_checkpoint(state_dir, KEY, backup)  # an operator puts revision 1 back
-    with pytest.raises(Stopped, match="changed on disk since it was read"):
+    with pytest.raises(Refused, match="changed on disk since it was read"):
         _record(store, stale, _decision(call, "blog"))
     assert store.load(KEY).revision == 1 and store.load(KEY).decisions == []
     again = _record(store, store.load(KEY), _decision(call, "blog"))  # a new revision 2: approved
     assert again.revision == stale.revision and again.mac != stale.mac
-    with pytest.raises(Stopped, match="changed on disk since it was read"):  # same number, other content
+    with pytest.raises(Refused, match="changed on disk since it was read"):  # same number, other content
         _record(store, stale, _decision(call, "blog", "rejected"))
     assert store.load(KEY).mac == again.mac
 

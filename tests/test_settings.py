@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from state import settings as settings_mod
-from state.errors import Stopped
+from state.errors import Refused
 from state.settings import Settings, check_environment, markdown_table, settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,11 +89,11 @@ def test_values_follow_the_environment_at_once_and_refuse_a_bad_variable_they_re
     assert ("HITL_STORE_URL", "pw-123456") in secret_pairs()
     monkeypatch.setenv("HITL_LOCK_TIMEOUT", "abc")
     for _ in range(2):
-        with pytest.raises(Stopped, match="HITL_LOCK_TIMEOUT='abc' is not a number"):
+        with pytest.raises(Refused, match="HITL_LOCK_TIMEOUT='abc' is not a number"):
             values("lock_timeout")
     monkeypatch.delenv("HITL_LOCK_TIMEOUT")
     monkeypatch.setenv("HITL_STORE_URL", "mysql://x")
-    with pytest.raises(Stopped, match="HITL_STORE_URL is not a postgresql:// URL"):
+    with pytest.raises(Refused, match="HITL_STORE_URL is not a postgresql:// URL"):
         secret_pairs()
 
 
@@ -127,14 +127,14 @@ def test_a_failpoint_and_the_secrets_read_only_their_own_variables(monkeypatch):
 def test_a_bad_value_is_refused_on_every_call_not_cached(monkeypatch):
     monkeypatch.setenv("HITL_LOCK_TIMEOUT", "abc")
     for _ in range(2):
-        with pytest.raises(Stopped, match="HITL_LOCK_TIMEOUT='abc' is not a number"):
+        with pytest.raises(Refused, match="HITL_LOCK_TIMEOUT='abc' is not a number"):
             settings()
 
 
 def test_the_first_bad_variable_is_the_one_named(monkeypatch):
     monkeypatch.setenv("HITL_NOW", "garbage")
     monkeypatch.setenv("HITL_LOCK_TIMEOUT", "-1")
-    with pytest.raises(Stopped, match="^HITL_LOCK_TIMEOUT="):
+    with pytest.raises(Refused, match="^HITL_LOCK_TIMEOUT="):
         settings()
 
 
@@ -144,7 +144,7 @@ def test_secrets_are_never_shown(monkeypatch):
     shown = repr(settings()) + str(settings())
     assert "s" * 20 not in shown and "a" * 20 not in shown
     monkeypatch.setenv("HITL_SIGNING_KEY", "weak-key")
-    with pytest.raises(Stopped) as exc:
+    with pytest.raises(Refused) as exc:
         check_environment()
     assert "weak-key" not in str(exc.value) and "HITL_SIGNING_KEY is too short" in str(exc.value)
 
@@ -172,7 +172,7 @@ def test_empty_hitl_now_is_unset(monkeypatch):
 
 def test_blank_state_dir_variable_is_refused_up_front(monkeypatch):
     monkeypatch.setenv("HITL_STATE_DIR", "  ")
-    with pytest.raises(Stopped, match="HITL_STATE_DIR is set but blank"):
+    with pytest.raises(Refused, match="HITL_STATE_DIR is set but blank"):
         check_environment()
 
 
@@ -202,7 +202,7 @@ def test_the_longest_lock_timeout_fits_postgresql_lock_timeout():
 def test_a_numeric_setting_out_of_its_range_is_refused_by_name(monkeypatch, field, value):
     name = NUMERIC[field].alias
     monkeypatch.setenv(name, value)
-    with pytest.raises(Stopped, match=rf"^{name}=.* is not a (whole )?number of .* from .* to "):
+    with pytest.raises(Refused, match=rf"^{name}=.* is not a (whole )?number of .* from .* to "):
         settings()
 
 
@@ -216,7 +216,7 @@ def test_both_ends_of_a_range_are_accepted(monkeypatch, field):
 
 def test_a_fraction_is_refused_where_a_whole_number_is_needed(monkeypatch):
     monkeypatch.setenv("HITL_INBOX_MAX_CONNECTIONS", "2.5")
-    with pytest.raises(Stopped, match="HITL_INBOX_MAX_CONNECTIONS='2.5' is not a whole number"):
+    with pytest.raises(Refused, match="HITL_INBOX_MAX_CONNECTIONS='2.5' is not a whole number"):
         settings()
     monkeypatch.setenv("HITL_INBOX_MAX_CONNECTIONS", "20")
     assert settings().max_connections == 20 and type(settings().max_connections) is int

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = [p for d in ("agent", "tools", "state", "workflow") for p in sorted((ROOT / d).rglob("*.py"))]
+PRODUCT = [p for d in ("agent", "tools", "cli", "state", "workflow") for p in sorted((ROOT / d).rglob("*.py"))]
 PRODUCT.append(ROOT / "run.py")
 STORY = ROOT / "workflow" / "hitl.py"
 

@@ -268,7 +268,7 @@ def test_doctor_prints_saved_call_ids_escaped_and_its_actions_quoted(cli, state_
 @hyp_settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=60))
 def test_a_printed_command_is_one_line_and_round_trips_when_printable(value):
-    from state.terminal import command
+    from cli.hints import command
 
     printed = command("resume", "--call", value)
     assert "\n" not in printed and "\r" not in printed

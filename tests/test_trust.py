@@ -128,11 +128,11 @@ def test_signing_key_of_16_bytes_is_accepted(monkeypatch, tmp_path, value):
 
 def test_load_key_applies_the_rule_to_the_env_var_too(monkeypatch, tmp_path):
     """Not only the up-front check: a library caller of load_key gets the same refusal."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.integrity import load_key
 
     monkeypatch.setenv("HITL_SIGNING_KEY", " ")
-    with pytest.raises(Stopped, match="HITL_SIGNING_KEY is empty or only whitespace"):
+    with pytest.raises(Refused, match="HITL_SIGNING_KEY is empty or only whitespace"):
         load_key(tmp_path, create=True)
     assert list(tmp_path.iterdir()) == []  # no key file was created instead
 
@@ -227,11 +227,11 @@ def test_signing_key_readable_by_group_or_others_stops(cli, used, mode):
 @POSIX_UIDS
 def test_load_key_itself_refuses_a_readable_key_file(used):
     """Library callers that skip check_state_dir get the key-file part of the rule too."""
-    from state.errors import Stopped
+    from state.errors import Refused
     from state.integrity import load_key
 
     (used / "signing.key").chmod(0o644)
-    with pytest.raises(Stopped, match="signing key signing.key is readable or writable by group"):
+    with pytest.raises(Refused, match="signing key signing.key is readable or writable by group"):
         load_key(used, create=False)
 
 

@@ -21,7 +21,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from state import clock
-from state.errors import Stopped
+from state.errors import Refused
 from tests.conftest import ROOT, RUN_PY, checkpoint_file, next_revision_file, resign, snapshot
 from state.store import FileStore
 from workflow.review.web import create_app
@@ -33,7 +33,11 @@ COOKIE = "hitl_inbox_8765"
 
 
 def _app(state_dir: Path, reviewer: str = "ann"):
-    return create_app(FileStore(state_dir), reviewer=reviewer, token=TOKEN, hosts={HOST}, cookie=COOKIE)
+    """The app as ``run.py serve`` builds it (the publisher's words for a refusal's next steps)."""
+    from cli.hints import hint
+
+    return create_app(FileStore(state_dir), reviewer=reviewer, token=TOKEN, hosts={HOST}, cookie=COOKIE,
+                      hint=hint)
 
 
 def _client(state_dir: Path, reviewer: str = "ann", app=None) -> TestClient:
@@ -294,7 +298,7 @@ def test_hitl_resume_checks_the_expected_revision_under_the_lock(task, state_dir
                 yield
 
     store = RacingStore(state_dir)
-    with pytest.raises(Stopped, match=r"changed since the page was rendered \(revision 1, now 2\)"):
+    with pytest.raises(Refused, match=r"changed since the page was rendered \(revision 1, now 2\)"):
         asyncio.run(hitl.resume(store, task_id=task, decision="reject", by="ann", reason="no",
                                 expect_revision=1))
     cp = FileStore(state_dir).load(task)
@@ -355,9 +359,10 @@ def test_the_adapter_refuses_a_call_that_is_not_pending(task, state_dir):
     from workflow.review.web import decide_call
 
     before = snapshot(state_dir)
-    with pytest.raises(Stopped, match="has no pending call 'call_nope'"):
+    with pytest.raises(Refused) as refused:
         decide_call(FileStore(state_dir), task_id=task, call_id="call_nope", decision="approve",
                     reason=None, by="ann", expect_revision=1)
+    assert refused.value.code == "not_found"
     assert snapshot(state_dir) == before
 
 
@@ -410,9 +415,9 @@ def test_the_inbox_rereads_a_changed_checkpoint_and_fails_closed(task, cli, stat
 def test_serve_refuses_a_remote_host_without_the_flag_and_a_wildcard_address(state_dir):
     from workflow.review.web import listen
 
-    with pytest.raises(Stopped, match="add --allow-remote"):
+    with pytest.raises(Refused, match="add --allow-remote"):
         listen("192.0.2.10", 0, allow_remote=False)
-    with pytest.raises(Stopped, match="listens on every address"):
+    with pytest.raises(Refused, match="listens on every address"):
         listen("0.0.0.0", 0, allow_remote=True)
 
 

@@ -176,9 +176,9 @@ def test_a_body_trickled_after_a_refusal_is_closed_on_time(state_dir, monkeypatc
 @pytest.mark.parametrize("name, value", [("HITL_INBOX_REQUEST_TIMEOUT", "1e308"),
                                          ("HITL_INBOX_MAX_CONNECTIONS", "0")])
 def test_the_limits_come_from_the_settings(monkeypatch, name, value):
-    from state.errors import Stopped
+    from state.errors import Refused
 
     monkeypatch.setenv(name, value)
-    with pytest.raises(Stopped, match=f"^{name}="):
+    with pytest.raises(Refused, match=f"^{name}="):
         server_config(create_app(FileStore(Path("unused")), reviewer="ann", token=TOKEN,
                                  hosts={"127.0.0.1:1"}, cookie="c"))

@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 from agents import RunContextWrapper, function_tool
 
-from state import open_stores, terminal
-from state.errors import Stopped
+from state import open_stores
+from state.errors import Next, Refused
 from state.schema import (PREVIEW_CHANNEL, channel_scope, content_sha256, effect_key,
                           valid_channel)
 
@@ -54,13 +54,13 @@ def needs_publish_approval(ctx: Any, params: Any, _call_id: str) -> bool:
 
 def call_channel(task: dict[str, Any], channel: Any) -> str:
     """The channel a call publishes to: ``channel``, or the task's only channel when the call
-    names none. Raises :class:`Stopped` if the channel is not one of the task's, or is missing in
+    names none. Raises :class:`Refused` if the channel is not one of the task's, or is missing in
     a task with several."""
     channels = task["channels"]
     if channel is None and len(channels) == 1:
         return channels[0]
     if not valid_channel(channel) or channel not in channels:
-        raise Stopped(f"publish_draft for task {task['task_id']} names channel {channel!r}, not one "
+        raise Refused("integrity", f"publish_draft for task {task['task_id']} names channel {channel!r}, not one "
                       f"of the task's channels ({', '.join(channels)}); nothing was published")
     return channel
 
@@ -86,7 +86,7 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
         cp = store.load(task["task_id"]) if store.exists(task["task_id"]) else None
         expected = expected if cp is None else cp.expected_sha256(channel)
     if sha != expected:
-        raise Stopped(
+        raise Refused("integrity",
             f"publish_draft for task {task['task_id']} was called with content that differs from "
             "the draft that was started and approved; refusing"
         )
@@ -112,20 +112,20 @@ def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optio
     channel) — a reject recorded meanwhile by a process whose lock file was deleted under this one
     wins — and a human's approval of this very call (``call_id``) on record in the checkpoint, so an
     approval rule that said "no approval needed", an SDK change or a sticky rule in a hand-edited
-    file never publishes by itself. Raises :class:`Stopped`."""
+    file never publishes by itself. Raises :class:`Refused`."""
     task_id = task["task_id"]
     rejected = store.rejection_get(task_id, scope)
     if rejected is not None:
-        raise Stopped(
+        raise Refused("rejected", [
             f"publish_draft for task {task_id} on {channel}: a reject by {rejected.by} at "
-            f"{rejected.at} was being recorded while this approval ran; nothing was published "
-            f"({terminal.command('status', '--task', task_id)} shows where the task stands)")
+            f"{rejected.at} was being recorded while this approval ran; nothing was published",
+            Next("shows_status", task_id)], task_id=task_id)
     cp = store.load(task_id) if store.exists(task_id) else None
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
         for d in cp.decisions)
     if not approved:
-        raise Stopped(
+        raise Refused("integrity",
             f"publish_draft for task {task_id} on {channel} ran without a human approval on record "
             "for this call (an approval rule that returned False?); nothing was published")
 

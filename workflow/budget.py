@@ -40,7 +40,7 @@ from agents import ModelSettings, RunContextWrapper, RunHooks
 from agents.models.interface import Model
 
 from agent.models import MalformedResponse
-from state.errors import Stopped
+from state.errors import Refused
 from state.fileio import parse_shared
 from state.schema import (
     MIN_OUTPUT_TOKENS,
@@ -118,7 +118,7 @@ def make_budget(
 
     A model that cannot be priced gets no cost budget (``max_cost_usd`` None) unless one is asked
     for; a priced one keeps ``base``'s or the default (``state.schema.DEFAULT_MAX_COST_USD``). Raises
-    :class:`Stopped` if a cost budget is asked for a model ``genai-prices`` cannot price and no
+    :class:`Refused` if a cost budget is asked for a model ``genai-prices`` cannot price and no
     ``price_per_mtok`` is given (refuse rather than guess).
     """
     data = (base or Budget()).model_dump()
@@ -131,7 +131,7 @@ def make_budget(
     priced = Pricing(spec, Budget.model_validate(data)).cost(1, 1) is not None
     if not priced:
         if max_cost_usd is not None:
-            raise Stopped(
+            raise Refused("budget",
                 f"genai-prices has no price for model {spec.name!r}"
                 f"{' at ' + spec.base_url if spec.base_url else ''}; a cost budget needs "
                 "--price-per-mtok IN,OUT (USD per million input,output tokens)"

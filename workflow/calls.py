@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from state.clock import now_iso
-from state.errors import Stopped
+from state.errors import Next, Refused
 from state.schema import Decision, PendingCall, channel_scope, effect_key
-from state.terminal import command, one_line
+from state.terminal import one_line
 
 if TYPE_CHECKING:
     from state.schema import Checkpoint
@@ -34,20 +34,20 @@ def channel_of(cp: "Checkpoint", arguments: dict[str, Any]) -> str:
 
 def pick_call(cp: "Checkpoint", call_id: Optional[str]) -> PendingCall:
     """The pending call a decision is for: ``call_id``, or the only pending call when it is None.
-    Raises :class:`Stopped` (nothing changed) when several calls are pending and none is named
+    Raises :class:`Refused` (nothing changed) when several calls are pending and none is named
     (naming them), or the named call is not pending."""
     ids = [p.call_id for p in cp.pending]
     if call_id is None:
         if len(cp.pending) == 1:
             return cp.pending[0]
         if not cp.pending:
-            raise Stopped(f"task {cp.task_id} has no pending call")
-        raise Stopped(f"task {cp.task_id} has {len(ids)} pending calls ({', '.join(map(one_line, ids))}); "
-                      f"name one with --call ({command('status', '--task', cp.task_id)} shows each)")
+            raise Refused("not_found", f"task {cp.task_id} has no pending call")
+        raise Refused("ambiguous", [f"task {cp.task_id} has {len(ids)} pending calls ({', '.join(map(one_line, ids))})",
+                               Next("name_call", cp.task_id)], task_id=cp.task_id)
     for call in cp.pending:
         if call.call_id == call_id:
             return call
-    raise Stopped(f"task {cp.task_id} has no pending call {call_id!r} (pending: "
+    raise Refused("not_found", f"task {cp.task_id} has no pending call {call_id!r} (pending: "
                   f"{', '.join(ids) or 'none'})")
 
 
@@ -76,10 +76,10 @@ def calls_of(cp: "Checkpoint") -> list[tuple[str, str]]:
 
 def keys(cp: "Checkpoint", channel: str) -> tuple[str, Optional[str]]:
     """``(ledger key, rejection-record channel)`` of ``channel`` in ``cp``. Raises
-    :class:`Stopped` if ``channel`` is not one of the task's (a call in a checkpoint this version
+    :class:`Refused` if ``channel`` is not one of the task's (a call in a checkpoint this version
     did not write: such a call has no ledger key)."""
     if channel not in cp.channels:
-        raise Stopped(f"task {cp.task_id}: a call names channel {one_line(repr(channel))[:60]}, not one "
+        raise Refused("integrity", f"task {cp.task_id}: a call names channel {one_line(repr(channel))[:60]}, not one "
                       f"of the task's channels ({', '.join(cp.channels)}); a human must check")
     return effect_key(cp.task_id, channel, cp.channels), channel_scope(channel, cp.channels)
 
@@ -120,7 +120,7 @@ def target(cp: "Checkpoint", call_id: Optional[str]) -> str:
         return pick_call(cp, call_id).call_id
     last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
     if call_id is None and last is None:
-        raise Stopped(f"task {cp.task_id} has no pending call")
+        raise Refused("not_found", f"task {cp.task_id} has no pending call")
     return call_id or last.call_id  # type: ignore[union-attr]
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from state import secrets
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import ACTION, MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text, content_sha256
 from workflow.trust import carries_its_draft, carries_the_draft, check_pending_is_the_draft
 
@@ -50,33 +50,33 @@ AUTO_REASON = "carries exactly the draft this reviewer approved with edits"
 @dataclass(frozen=True)
 class Edit:
     """What the reviewer changed: ``title`` and/or ``body`` (None: unchanged), for the call the
-    decision is for. Raises :class:`Stopped` if neither is given or one is not allowed text."""
+    decision is for. Raises :class:`Refused` if neither is given or one is not allowed text."""
 
     title: str | None = None
     body: str | None = None
 
     def __post_init__(self) -> None:
         if self.title is None and self.body is None:
-            raise Stopped("an approval with edits needs --edit-title and/or --edit-body")
+            raise Refused("usage", "an approval with edits needs --edit-title and/or --edit-body")
         for what, value, limit, one_line in (("--edit-title", self.title, MAX_TITLE_CHARS, True),
                                               ("--edit-body", self.body, MAX_DRAFT_CHARS, False)):
             if value is not None:
                 try:
                     check_text(value, what=what, limit=limit, single_line=one_line)
                 except ValueError as exc:
-                    raise Stopped(str(exc)) from None
+                    raise Refused("usage", str(exc)) from None
                 secrets.check_input(what, value)
 
 
 def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
     """The :class:`Edits` record for a pending ``publish_draft`` call with ``arguments``
-    (``{"title", "body"[, "channel"]}``). Raises :class:`Stopped` if the edits change nothing
+    (``{"title", "body"[, "channel"]}``). Raises :class:`Refused` if the edits change nothing
     (approve it as it is)."""
     title, body = arguments["title"], arguments["body"]
     new_title = title if edit.title is None else edit.title
     new_body = body if edit.body is None else edit.body
     if (new_title, new_body) == (title, body):
-        raise Stopped("the edits change nothing: approve without --edit-title/--edit-body")
+        raise Refused("usage", "the edits change nothing: approve without --edit-title/--edit-body")
     return Edits(title=new_title, body=new_body, original_title=title, original_body=body,
                  original_sha256=content_sha256(title, body),
                  edited_sha256=content_sha256(new_title, new_body))
@@ -86,9 +86,9 @@ def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "De
     """The decision to apply: ``rec`` as recorded or built by ``guards.decision_for``, with the
     edits of ``edit`` for a new approval of the call whose ``arguments`` (JSON text) it binds. A
     decision already on record (a replay after a crash) keeps its own edits, whatever ``edit``
-    says now: the one on record wins. Raises :class:`Stopped` for edits with ``--always``."""
+    says now: the one on record wins. Raises :class:`Refused` for edits with ``--always``."""
     if edit is not None and rec.always:
-        raise Stopped("--edit-title/--edit-body decide one call: they do not go with --always")
+        raise Refused("usage", "--edit-title/--edit-body decide one call: they do not go with --always")
     if edit is None or rec.decision != "approved" or rec.edits is not None:
         return rec
     return rec.model_copy(update={"edits": edits_for(edit, json.loads(arguments or "{}"))})
@@ -133,15 +133,15 @@ def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -
     """Edits and a sticky approval do not mix in one task: edits decide one call, whose channel
     then expects the edited draft; ``--always`` decides the other pending calls of the tool
     without the per-call check of :func:`check_pending`, so it could approve a model's call that
-    does not carry the edited draft. Raises :class:`Stopped` for edits in a task where a sticky
+    does not carry the edited draft. Raises :class:`Refused` for edits in a task where a sticky
     approval was given, and for ``--always`` approve while a call approved with edits waits for
     the model's new call."""
     sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)
     if edit is not None and sticky:
-        raise Stopped(f"task {cp.task_id}: a sticky approval (--always) is in force in this task; "
+        raise Refused("usage", f"task {cp.task_id}: a sticky approval (--always) is in force in this task; "
                       "approve or reject this call without edits")
     if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
-        raise Stopped(f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
+        raise Refused("usage", f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
                       "which --always would approve unchecked; decide this call without --always")
 
 
@@ -152,7 +152,7 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
     rejected (a reject runs nothing), so the task never gets stuck on it; and right after an
     approval with edits on a channel whose model then asked for something else: that call may
     be rejected or approved with edits again (a fresh human decision), never approved as it is.
-    Raises :class:`Stopped`."""
+    Raises :class:`Refused`."""
     for call in cp.pending:
         if carries_its_draft(cp, call):
             continue
@@ -164,7 +164,7 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
                 or set(call.arguments) - {"channel"} != {"title", "body"}):
             check_pending_is_the_draft(cp)  # raises: key/action mismatch
         if call.call_id == call_id and want == "approved" and edit is None:
-            raise Stopped(f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
+            raise Refused("usage", f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
                           "approved with edits; reject it, or approve it with --edit-title/--edit-body")
 
 
@@ -174,7 +174,7 @@ def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | 
     decided call. An approval with edits repeats if an approval with exactly these edits is on
     record for that call's channel (on a one-channel task the last decision is the approval of
     the model's call that carried them); a plain approval repeats only a plain one. Raises
-    :class:`Stopped` (nothing changed) for any other: a recorded decision is never changed."""
+    :class:`Refused` (nothing changed) for any other: a recorded decision is never changed."""
     from workflow.calls import decision_of
 
     last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
@@ -187,7 +187,7 @@ def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | 
         same = any(_same_edits(d.edits, edit) for d in cp.decisions if d.channel == rec.channel)
     if not same:
         how = "with edits" if rec.edits is not None else "as it was asked"
-        raise Stopped(f"task {cp.task_id}: call {rec.call_id} was approved {how} by {rec.by}; a "
+        raise Refused("decided", f"task {cp.task_id}: call {rec.call_id} was approved {how} by {rec.by}; a "
                       "decision on record is never changed (nothing was changed)")
 
 

@@ -22,7 +22,7 @@ from agent.models import provider_error
 from agent.publisher import describe, drift
 from state import clock, open_stores
 from state.clock import now_iso
-from state.errors import Stopped
+from state.errors import Next, Refused
 from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           valid_channel)
@@ -65,32 +65,32 @@ def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str]) ->
 
 def task_channels(channels: list[str] | None) -> list[str]:
     """The channels of a new task: ``channels``, default ``[DEFAULT_CHANNEL]``. Raises
-    :class:`Stopped` (nothing saved) for a name outside 1-32 of ``a-z0-9-``, a repeated name, more
+    :class:`Refused` (nothing saved) for a name outside 1-32 of ``a-z0-9-``, a repeated name, more
     than :data:`state.schema.MAX_CHANNELS`, or only the private preview channel (a task must have a
     public channel, which needs a human)."""
     channels = list(channels or [DEFAULT_CHANNEL])
     bad = [c for c in channels if not valid_channel(c)]
     if bad:
-        raise Stopped(f"channel {bad[0][:40]!r} is not allowed: use 1-32 of a-z0-9-")
+        raise Refused("unsafe_input", f"channel {bad[0][:40]!r} is not allowed: use 1-32 of a-z0-9-")
     if len(set(channels)) != len(channels) or len(channels) > MAX_CHANNELS:
-        raise Stopped(f"channels must be distinct, at most {MAX_CHANNELS}: {', '.join(channels)}")
+        raise Refused("unsafe_input", f"channels must be distinct, at most {MAX_CHANNELS}: {', '.join(channels)}")
     if channels == [PREVIEW_CHANNEL]:
-        raise Stopped(f"a task needs a public channel: {PREVIEW_CHANNEL} alone needs no human, so "
-                      "there would be nothing to approve; add e.g. --channel blog")
+        raise Refused("usage", [f"a task needs a public channel: {PREVIEW_CHANNEL} alone needs no human, so "
+                               "there would be nothing to approve", Next("add_channel")])
     return channels
 
 
 def pending_calls(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]:
     """``[{"call_id", "tool", "arguments"}]`` of ``interruptions`` (arguments parsed). Raises
-    :class:`Stopped` if a call's arguments are not a JSON object."""
+    :class:`Refused` if a call's arguments are not a JSON object."""
     out = []
     for item in interruptions:
         try:
             args = json.loads(item.arguments or "{}")
         except ValueError:
-            raise Stopped(f"pending call {item.call_id!r} has arguments that are not JSON") from None
+            raise Refused("integrity", f"pending call {item.call_id!r} has arguments that are not JSON") from None
         if not isinstance(args, dict):
-            raise Stopped(f"pending call {item.call_id!r} has arguments that are not a JSON object")
+            raise Refused("integrity", f"pending call {item.call_id!r} has arguments that are not a JSON object")
         out.append({"call_id": item.call_id, "tool": item.name, "arguments": args})
     return out
 
@@ -98,12 +98,12 @@ def pending_calls(interruptions: list[ToolApprovalItem]) -> list[dict[str, Any]]
 def check_call_ids(pending: list[dict[str, Any]], saved: str) -> None:
     """Each new pending call's ID is a plain word (:func:`state.schema.call_id_problem`): it is
     printed and pasted into ``resume --call``, so a model cannot choose one that forges a line or
-    runs a command. Checked before the checkpoint is written. Raises :class:`Stopped` naming the
+    runs a command. Checked before the checkpoint is written. Raises :class:`Refused` naming the
     call ID escaped, ``saved`` saying what was (not) saved."""
     for call in pending:
         problem = call_id_problem(call["call_id"])
         if problem is not None:
-            raise Stopped(f"the agent's {one_line(str(call['tool']))[:60]} call: {problem}; {saved}")
+            raise Refused("agent", f"the agent's {one_line(str(call['tool']))[:60]} call: {problem}; {saved}")
 
 
 def schema_version_of(run_state: str) -> str:
@@ -113,20 +113,20 @@ def schema_version_of(run_state: str) -> str:
 
 def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str]) -> None:
     """Each pending call is ``publish_draft`` of the draft as given, on one of ``channels`` (a call
-    naming none only in a one-channel task), no channel asked twice. Raises :class:`Stopped`."""
+    naming none only in a one-channel task), no channel asked twice. Raises :class:`Refused`."""
     seen: set[Any] = set()
     for call in pending:
         if call["tool"] != ACTION:
-            raise Stopped(f"the agent asked for tool {str(call['tool'])[:40]!r}, not {ACTION}: {ONLY_ACTION}; "
-                          "nothing saved")
+            raise Refused("agent", f"the agent asked for tool {str(call['tool'])[:40]!r}, not {ACTION}: "
+                          f"{ONLY_ACTION}; nothing saved")
         if not carries_the_draft(call["arguments"], sha, channels):
-            raise Stopped(
+            raise Refused("agent",
                 f"the agent's {ACTION} call does not carry the draft as given on one of the task's "
                 f"channels ({', '.join(channels)}) (key/action mismatch); nothing saved"
             )
         channel = call["arguments"].get("channel") or channels[0]
         if channel in seen:
-            raise Stopped(f"the agent asked twice to publish on {channel}; nothing saved")
+            raise Refused("agent", f"the agent asked twice to publish on {channel}; nothing saved")
         seen.add(channel)
 
 
@@ -134,10 +134,10 @@ def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: 
                            sha: str, channels: list[str]) -> list[dict[str, Any]]:
     """The pending calls of a first run (``[{"call_id", "tool", "arguments"}]``), each a
     ``publish_draft`` of the draft as given on one of ``channels`` (:func:`check_draft_call`).
-    Raises :class:`Stopped` (nothing saved) if the agent finished without asking, asked for
+    Raises :class:`Refused` (nothing saved) if the agent finished without asking, asked for
     another tool or channel, or changed the draft."""
     if not interruptions:
-        raise Stopped("the agent finished without asking to publish; nothing saved "
+        raise Refused("agent", "the agent finished without asking to publish; nothing saved "
                       f"(it said: {str(final_output)[:200]!r})")
     pending = pending_calls(interruptions)
     check_call_ids(pending, "nothing saved")
@@ -148,21 +148,21 @@ def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: 
 def existing_task(store: Store, task_id: str, title: str, sha: str,
                   channels: list[str]) -> Checkpoint | None:
     """For ``start``: the task already saved under ``task_id`` with this title, draft and
-    channels (start again returns it), or None if the key is new. Raises :class:`Stopped` if the
+    channels (start again returns it), or None if the key is new. Raises :class:`Refused` if the
     key is taken: by another draft or other channels, by a ledger entry or a rejection record of
     the key or of any of its channels' keys. Reads only."""
     if store.exists(task_id):
         cp = store.load(task_id)
         if cp.title == title and cp.content_sha256 == sha and cp.channels == channels:
             return cp
-        raise Stopped(f"task {task_id} already exists with a different draft or channels; use a new --key")
+        raise Refused("usage", [f"task {task_id} already exists with a different draft or channels", Next("new_key")])
     evidence = store
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
     if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):
-        raise Stopped(f"key {task_id} is already in the ledger; use a new --key")
+        raise Refused("executed", [f"key {task_id} is already in the ledger", Next("new_key")])
     scopes = [None, *channels] if len(channels) > 1 else [None]
     if any(evidence.rejection_get(task_id, c) is not None for c in scopes):
-        raise Stopped(f"key {task_id} was rejected before; use a new --key")
+        raise Refused("rejected", [f"key {task_id} was rejected before", Next("new_key")])
     return None
 
 
@@ -200,17 +200,17 @@ def check_stored_run_state(cp: Checkpoint) -> None:
       (``True``) or sticky decisions are refused. The SDK's docs warn that ``from_string`` does not
       authenticate approvals; a hand-edited file could otherwise approve a call.
 
-    Raises :class:`Stopped`.
+    Raises :class:`Refused`.
     """
     data = parse_object_shared(cp.run_state, f"the RunState of task {cp.task_id}")  # read only
     version = data.get("$schemaVersion")
     if version != cp.run_state_schema_version:
-        raise Stopped(
+        raise Refused("unsupported_version",
             f"task {cp.task_id}: RunState $schemaVersion {version!r} does not match the "
             f"checkpoint's {cp.run_state_schema_version!r}"
         )
     if version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise Stopped(
+        raise Refused("unsupported_version",
             f"task {cp.task_id}: RunState $schemaVersion {version!r} is not supported by the "
             f"installed openai-agents {sdk_version()}, which reads $schemaVersion "
             f"{_version_range()} (saved by openai-agents {cp.sdk_version})"
@@ -231,13 +231,13 @@ def check_saved_against_code(cp: Checkpoint, agent: Any) -> None:
     """Refuse to resume ``cp`` with ``agent`` (the agent built from today's code) if the stored
     RunState is not one we can trust (:func:`check_stored_run_state`), if the agent changed since
     the save (:func:`agent.publisher.drift`: unchecked, the SDK accepts the state and fails later,
-    mid-run), or if another ``openai-agents`` minor version saved it. Raises :class:`Stopped`."""
+    mid-run), or if another ``openai-agents`` minor version saved it. Raises :class:`Refused`."""
     check_stored_run_state(cp)
     changes = drift(cp.agent.model_dump(), describe(agent))
     if changes:
-        raise Stopped(f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
+        raise Refused("drift", f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
     if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:
-        raise Stopped(
+        raise Refused("unsupported_version",
             f"task {cp.task_id} was saved by openai-agents {cp.sdk_version}; installed is "
             f"{sdk_version()}; resume it with the version that saved it"
         )
@@ -247,20 +247,20 @@ def check_revision(cp: Checkpoint, expected: int | None) -> None:
     """Refuse a decision made on a view of ``cp`` rendered at revision ``expected`` (e.g. the inbox
     page's form) when the checkpoint has moved on since (another reviewer, the CLI, an expiry).
     ``None``: the caller saw no particular revision (the CLI), nothing to check. Raises
-    :class:`Stopped`; called under the task lock, right after the load, so nothing was decided."""
+    :class:`Refused`; called under the task lock, right after the load, so nothing was decided."""
     if expected is not None and cp.revision != expected:
-        raise Stopped(f"task {cp.task_id}: the task changed since the page was rendered (revision "
+        raise Refused("stale_revision", f"task {cp.task_id}: the task changed since the page was rendered (revision "
                       f"{expected}, now {cp.revision}); nothing was decided: look again")
 
 
 def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, ToolApprovalItem]:
     """The interruptions to answer, by call_id: the RunState's interruptions must be exactly the
     pending calls the reviewer saw, and every decision recorded for a pending call must be for that
-    very call (tool and arguments). Raises :class:`Stopped`."""
+    very call (tool and arguments). Raises :class:`Refused`."""
     if not interruptions:
-        raise Stopped(f"task {cp.task_id}: the saved run has no interruption to answer")
+        raise Refused("integrity", f"task {cp.task_id}: the saved run has no interruption to answer")
     if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:
-        raise Stopped(
+        raise Refused("integrity",
             f"task {cp.task_id}: the pending call in the saved run differs from the one shown "
             "for review (call_id, tool or arguments)"
         )
@@ -270,7 +270,7 @@ def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, Too
         if item is None or rec.tool != item.name or (
             rec.arguments_sha256 != arguments_sha256(json.loads(item.arguments or "{}"))
         ):
-            raise Stopped(f"task {cp.task_id}: the recorded decision is for another call")
+            raise Refused("integrity", f"task {cp.task_id}: the recorded decision is for another call")
     return items
 
 
@@ -309,7 +309,7 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
     asked again) makes no rejection record: the entry is that call's, nothing is undone. If this decision
     cannot be recorded (the ledger has the entry, or another process wrote the checkpoint first), the records this
     call created are removed again, so a refused command leaves nothing behind. Raises
-    :class:`Stopped`.
+    :class:`Refused`.
     """
     evidence = store
     recs = [rec, *calls.sticky_decisions(cp, rec)]
@@ -321,12 +321,12 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
                 if evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope)[1]:
                     created.append(scope)
                 if evidence.ledger_get(key) is not None:
-                    raise Stopped(refusal("executed", task_id=cp.task_id, status=cp.status))
+                    raise Refused("executed", refusal("executed", task_id=cp.task_id, status=cp.status))
         saved = store.save_revision(
             cp, failpoint="checkpoint:decision", decision=rec, decisions=[*cp.decisions, *recs],
             event=("decision_recorded", {**rec.model_dump(exclude={"arguments_sha256"}),
                                          "sticky": [r.call_id for r in recs[1:]]}))
-    except Stopped:
+    except Refused:
         for scope in created:
             evidence.rejection_remove(cp.task_id, scope)
         _restore_relied_on(store, cp.task_id, created)
@@ -362,7 +362,7 @@ def _restore_relied_on(store: Store, task_id: str, scopes: list[str | None]) -> 
             if (scope in scopes and d.edits is None and _makes_record(newest, d)
                     and evidence.rejection_get(task_id, scope) is None):
                 evidence.rejection_record(task_id, newest.content_sha256, d, scope)
-    except Stopped:
+    except Refused:
         pass
 
 
@@ -406,25 +406,25 @@ def _find(exc: BaseException, types: tuple[type[BaseException], ...]) -> BaseExc
     return None
 
 
-def run_failure(exc: BaseException, task_id: str, saved: str) -> Stopped:
-    """The one-line :class:`Stopped` for a failed ``Runner.run``: ours, the budget, or the provider."""
-    stopped = _find(exc, (Stopped,))
-    if isinstance(stopped, Stopped):
+def run_failure(exc: BaseException, task_id: str, saved: str) -> Refused:
+    """The one-line :class:`Refused` for a failed ``Runner.run``: ours, the budget, or the provider."""
+    stopped = _find(exc, (Refused,))
+    if isinstance(stopped, Refused):
         return stopped
     budget = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if budget is not None:
-        return Stopped(f"task {task_id}: {budget}; {saved}")
+        return Refused("budget", f"task {task_id}: {budget}; {saved}")
     cause = provider_error(exc, secret=settings().api_key)
     if cause is None:
         cause = f"the run failed ({type(exc).__name__}: {exc})"
-    return Stopped(f"task {task_id}: {cause}; {saved}")
+    return Refused("model", f"task {task_id}: {cause}; {saved}")
 
 
 def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision: str, *,
                      budget: Budget, spend: Any) -> Checkpoint:
     """What a failed resumed run leaves: a budget that ran out saves ``budget_exceeded`` (the
     RunState saved before the call stays) — or, for a reject, ends the task ``cancelled`` (a reject
-    never waits for budget); anything else raises :class:`Stopped` naming the cause (the decision
+    never waits for budget); anything else raises :class:`Refused` naming the cause (the decision
     stays recorded: run resume again)."""
     found = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if found is not None and decision == "rejected" and nothing_executed(store, cp):
@@ -440,7 +440,7 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
     executed (its ledger entry exists), ``cancelled`` only if none did (an executed action is
     never marked cancelled). Every call decided ``approved`` must have its ledger entry and every
     call decided ``rejected`` none, unless that entry is an earlier approved call's on the same
-    channel (:func:`workflow.reconcile.ran_before`). Raises :class:`Stopped` if the ledger disagrees (a human must
+    channel (:func:`workflow.reconcile.ran_before`). Raises :class:`Refused` if the ledger disagrees (a human must
     check)."""
     evidence = store
     entries = {c: evidence.ledger_get(calls.keys(cp, c)[0]) for c in cp.channels}
@@ -448,9 +448,11 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
         rec = calls.decision_of(cp, call_id)
         decided = rec.decision if rec else None
         if decided == "approved" and entries[channel] is None:
-            raise Stopped(f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
+            raise Refused("ledger_mismatch",
+                          f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
         if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel):
-            raise Stopped(f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
+            raise Refused("ledger_mismatch",
+                          f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
     done = [e for e in entries.values() if e is not None]
     status = "completed" if done else "cancelled"
     final = final_output if isinstance(final_output, str) else json.dumps(final_output, default=str)
@@ -469,7 +471,7 @@ def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],
     (:data:`workflow.trust.ONLY_ACTION`), every decision on a task waiting at one is refused, and
     waiting for a human on it would leave a task that no decision can finish. So does a run that
     paused at a ``publish_draft`` call naming a channel that is not one of the task's (no ledger
-    key, no rejection record: it can be neither approved nor rejected). Raises :class:`Stopped`
+    key, no rejection record: it can be neither approved nor rejected). Raises :class:`Refused`
     as those do."""
     others = [i for i in requests if i.name != ACTION]
     if others:
@@ -503,7 +505,7 @@ def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[s
 
 @contextmanager
 def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
-    """For ``start``: if the block raises :class:`Stopped` (or is interrupted: Ctrl-C, a cancelled
+    """For ``start``: if the block raises :class:`Refused` (or is interrupted: Ctrl-C, a cancelled
     task) and no checkpoint of ``task_id`` exists afterwards (nothing was saved), remove the lock
     file, trace file and folders this block created, so a refused or interrupted start leaves the
     state dir as it found it (a provider that cannot be reached, a budget that cannot pay, a call
@@ -523,7 +525,7 @@ def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
     before = {p for p in [*files, *folders] if p.exists() or p.is_symlink()}
     try:
         yield
-    except (Stopped, KeyboardInterrupt, asyncio.CancelledError):
+    except (Refused, KeyboardInterrupt, asyncio.CancelledError):
         if not store.exists(task_id):
             for path in files:
                 if path not in before:

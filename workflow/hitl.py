@@ -38,7 +38,7 @@ from workflow.budget import (BudgetGuard, BudgetedModel, Pricing, apply_max_turn
 from agent.models import build_model, build_offline_model
 from agent.publisher import build_agent, check_agent, describe, user_message
 from state import secrets
-from state.errors import Stopped
+from state.errors import Next, Refused
 from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
 from state.store import TaskStore as Store
 from workflow import calls, edits, guards, reconcile, streaming
@@ -65,7 +65,7 @@ async def start(store: Store, *, task_id: str, title: str, draft: str, model: Mo
     is valid for ``expires_in_s`` seconds; traces go to the task's trace file (``trace_content``:
     unredacted bodies; ``on_event``: stream the run, :mod:`workflow.streaming`); ``channels``
     (default ``["blog"]``) are where the draft goes, one call and one effect each. The same key with the same title,
-    draft and channels returns the saved task without calling the model. Raises :class:`Stopped`, with nothing saved,
+    draft and channels returns the saved task without calling the model. Raises :class:`Refused`, with nothing saved,
     if the key is taken (another draft, a ledger entry, a rejection record), if the agent did not ask to publish
     exactly this draft, if the API key is missing, if the budget cannot pay, or if the provider fails.
     """
@@ -125,11 +125,11 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     a task returns it unchanged, a reject of an executed task or a new approval after the deadline
     is refused. ``expect_revision``: the revision the reviewer saw; another under the lock is
     refused. ``on_event``: stream the resumed run (as in :func:`start`); ``edit``: approve that
-    call with edits (:mod:`workflow.edits`). Raises :class:`Stopped` for every refusal,
+    call with edits (:mod:`workflow.edits`). Raises :class:`Refused` for every refusal,
     integrity, drift or ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
-    secrets.check_input("the reviewer name (--by)", by)  # before any file is written
+    secrets.check_input(["the reviewer name", Next("input_by")], by)  # before any file is written
     secrets.check_input("the reason", reason)
     cp, verdict = reconcile.preflight(store, task_id, decision, call_id, edit=edit)  # before the lock: no file
     code_agent = build_agent(build_offline_model())  # today's code, checked before a lock file is made
@@ -166,7 +166,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                 else:  # a reject, or edits: the message says exactly what the reviewer approved
                     state.reject(item, rejection_message=edits.rejection_message(d, cp))
         except Exception as exc:
-            raise Stopped(f"task {task_id}: the SDK refused the decision: {exc}") from None
+            raise Refused("refused", f"task {task_id}: the SDK refused the decision: {exc}") from None
         if calls.decision_of(cp, rec.call_id) is None:  # the human's decision, before any effect
             cp = guards.record_decision(store, cp, rec)
         if why is not None and guards.nothing_executed(store, cp):  # a reject never waits for budget
@@ -187,7 +187,7 @@ async def decide(store: Store, *, task_id: str, decision: DecisionWord, by: str,
     its channel (:func:`workflow.edits.complying`), one more :func:`resume` approves that call by
     the reviewer who gave the edits; anything else waits for a fresh human decision."""
     if edit is not None and decision != "approve":
-        raise Stopped("--edit-title/--edit-body go with --decision approve")
+        raise Refused("usage", "--edit-title/--edit-body go with --decision approve")
     cp = await resume(store, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
     for _ in range(len(cp.channels)):  # at most one such call per channel
         found = edits.complying(cp)
@@ -218,20 +218,20 @@ async def _saved_text(store: Store, agent: Any, result: RunResult, task_id: str,
     """``result.to_state().to_string()`` as it will be saved, and its ``$schemaVersion``.
 
     Secrets are redacted structurally (:func:`state.secrets.redact_run_state`); when that changed
-    anything, the SDK must still load the result (:func:`_from_string`). Raises :class:`Stopped`
+    anything, the SDK must still load the result (:func:`_from_string`). Raises :class:`Refused`
     (nothing saved) if the state cannot be serialised or its redacted form cannot be loaded.
     """
     try:
         text = result.to_state().to_string()
     except Exception as exc:  # e.g. a context that is not plain JSON
-        raise Stopped(f"the run state cannot be saved ({type(exc).__name__}: {exc})") from None
+        raise Refused("refused", f"the run state cannot be saved ({type(exc).__name__}: {exc})") from None
     version = guards.schema_version_of(text)
     redacted = secrets.redact_run_state(text, what=f"task {task_id}")
     if redacted is not text:
         try:
             await _from_string(store, agent, task_id, sha, redacted, channels)
-        except Stopped as exc:
-            raise Stopped(f"task {task_id}: the run state holds a secret value and the SDK cannot "
+        except Refused as exc:
+            raise Refused("secret", f"task {task_id}: the run state holds a secret value and the SDK cannot "
                           f"load it redacted ({type(exc.__cause__).__name__}); nothing saved") from None
     return redacted, version
 
@@ -240,9 +240,9 @@ async def _from_string(store: Store, agent: Any, task_id: str, sha: str, text: s
                        channels: list[str]) -> RunState:
     """``RunState.from_string(agent, text)`` with the run context rebuilt from our verified
     checkpoint (``context_override``: the idempotency key never comes from the file). Raises
-    :class:`Stopped` if the SDK refuses it: its own validation, never guessed past."""
+    :class:`Refused` if the SDK refuses it: its own validation, never guessed past."""
     try:
         return await RunState.from_string(
             agent, text, context_override=guards.run_context(store, task_id, sha, channels))
     except Exception as exc:
-        raise Stopped(f"task {task_id}: the SDK refused the saved RunState: {exc}") from exc
+        raise Refused("integrity", f"task {task_id}: the SDK refused the saved RunState: {exc}") from exc

@@ -47,8 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional
 
 from state import clock, secrets
-from state.errors import Stopped
-from state.terminal import command
+from state.errors import Next, Part, Refused
 from state.records import LedgerEntry, check_same_entry
 from workflow.calls import calls_of, decision_of, keys, pick_call
 
@@ -233,7 +232,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     """Read the evidence about one call of ``cp`` from ``store`` (a
     :class:`state.store.TaskStore`): ``(Evidence, ledger entry or None, rejection record or
     None)``, ``overdue`` on :func:`state.clock.now`. ``call_id`` None: the task's only call, or its
-    last decided one. Reads only. Raises :class:`Stopped` if either piece of evidence is for
+    last decided one. Reads only. Raises :class:`Refused` if either piece of evidence is for
     another task or other content (no table cell applies: a human must check), or a file is
     damaged."""
     calls = calls_of(cp)
@@ -250,8 +249,8 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
-        raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
-                      "human must check (python run.py doctor)")
+        raise Refused("contradiction", [f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
+                                   "human must check", Next("doctor")], task_id=cp.task_id)
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
     decided = recorded.decision if recorded else None
     other = bool(call_id) and decided != "approved" and ran_before(cp, call_id, channel)
@@ -266,7 +265,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
 
 def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[str] = None) -> Verdict:
     """:func:`gather` then :func:`reconcile` for the call ``call_id`` (None: see :func:`gather`);
-    a ``refuse`` verdict is raised as :class:`Stopped` with its one-line message. For ``expire``
+    a ``refuse`` verdict is raised as :class:`Refused` with its one-line message. For ``expire``
     with several calls: ``expire`` only if every call says so, else ``skip``. Reads only."""
     if action == "expire" and call_id is None and len(calls_of(cp)) > 1:
         verdicts = {check(store, cp, action, c).kind for c, _ in calls_of(cp)}
@@ -282,13 +281,13 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         where = cp.task_id if one or shown is None else f"{cp.task_id} (call {shown})"
         if rejected is not None and shown is not None and rejected.call_id != shown:  # an earlier call
             where = f"{cp.task_id} (call {shown}): its channel's draft, in call {rejected.call_id},"
-        raise Stopped(refusal(
+        raise Refused(verdict.code or "refused", refusal(
             verdict.code or "", task_id=where,
             status=ev.status if verdict.code == "executed" else cp.status,  # an answered call: ended
             decided=ev.decided,
             decided_by=recorded.by if recorded else None,
             rejected_by=rejected.by if rejected else None,
-            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at))
+            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at), task_id=cp.task_id)
     return verdict
 
 
@@ -303,7 +302,7 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
     (:func:`state.secrets.check_input`); an ``unchanged`` verdict must repeat the recorded
     decision, edits included (``edit``: the approval's edits, or None;
     :func:`workflow.edits.check_repeat`). Returns
-    ``(checkpoint, verdict)``; raises :class:`Stopped` otherwise. Reads only, so a refusal leaves
+    ``(checkpoint, verdict)``; raises :class:`Refused` otherwise. Reads only, so a refusal leaves
     the state dir as it was."""
     cp = store.load(task_id)
     store.check_writable(task_id)
@@ -314,39 +313,39 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
         from workflow.edits import check_repeat
 
         check_repeat(cp, call_id, "approved" if decision == "approve" else "rejected", edit)
-    secrets.check_input("the reviewer name (--by)", by)
+    secrets.check_input(["the reviewer name", Next("input_by")], by)
     secrets.check_input("the reason", reason)
     return cp, verdict
 
 
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
             decided_by: Optional[str] = None, rejected_by: Optional[str] = None,
-            rejected_at: Optional[str] = None, expires_at: Optional[str] = None) -> str:
+            rejected_at: Optional[str] = None, expires_at: Optional[str] = None) -> list[Part]:
     """The one-line message (without ``STOPPED:``) for a ``refuse`` verdict's ``code``, naming what
-    was found and what may still be done. Raises ``KeyError`` for an unknown code."""
-    doctor = "a human must check (python run.py doctor)"
+    was found and what may still be done, as the parts of a :class:`Refused` message (strings and
+    :class:`~state.errors.Next` steps). Raises ``KeyError`` for an unknown code."""
+    doctor: list[Part] = ["a human must check", Next("doctor")]
     if code == "expired" and status != "expired":
-        return (f"approval expired: task {task_id} expired at {expires_at}; it can only be "
-                f"rejected ({command('resume', '--task', task_id, '--decision', 'reject')}) or marked "
-                "expired (python run.py expire)")
+        return [f"approval expired: task {task_id} expired at {expires_at}; it can only be "
+                "rejected", Next("reject", task_id), " or marked expired", Next("expire")]
     if code == "rejected" and rejected_by is not None and status != "cancelled":
-        return (f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
-                "approved (the rejection record outlives any older copy of the checkpoint)")
+        return [f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
+                "approved (the rejection record outlives any older copy of the checkpoint)"]
     if code == "executed" and status != "completed":
-        return (f"the ledger shows task {task_id} was already executed; it cannot be rejected "
-                "(resume with --decision approve to finish recording it)")
+        return [f"the ledger shows task {task_id} was already executed; it cannot be rejected",
+                Next("finish_approve")]
     return {
-        "conflict": f"task {task_id}: the rejection record and the ledger disagree; {doctor}",
-        "contradiction": f"task {task_id} is {status}, but its evidence says otherwise (ledger "
-                         f"entry or rejection record); {doctor}",
-        "inconsistent": f"task {task_id} is {status} but records the decision '{decided}'; {doctor}",
-        "no_entry": f"task {task_id} is completed but the ledger has no entry for it; {doctor}",
-        "executed": f"task {task_id} was already executed (completed); an executed action is "
-                    "never cancelled",
-        "rejected": f"task {task_id} was rejected (cancelled); start a new task with a new key",
-        "decided": f"task {task_id}: a decision '{decided}' by {decided_by} is already recorded; "
-                   "it cannot be changed",
-        "expired": f"approval expired: task {task_id} expired at {expires_at}; start a new task",
+        "conflict": [f"task {task_id}: the rejection record and the ledger disagree; ", *doctor],
+        "contradiction": [f"task {task_id} is {status}, but its evidence says otherwise (ledger "
+                          f"entry or rejection record); ", *doctor],
+        "inconsistent": [f"task {task_id} is {status} but records the decision '{decided}'; ", *doctor],
+        "no_entry": [f"task {task_id} is completed but the ledger has no entry for it; ", *doctor],
+        "executed": [f"task {task_id} was already executed (completed); an executed action is "
+                     "never cancelled"],
+        "rejected": [f"task {task_id} was rejected (cancelled); start a new task with a new key"],
+        "decided": [f"task {task_id}: a decision '{decided}' by {decided_by} is already recorded; "
+                    "it cannot be changed"],
+        "expired": [f"approval expired: task {task_id} expired at {expires_at}; start a new task"],
     }[code]
 
 

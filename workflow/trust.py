@@ -8,14 +8,14 @@ it, and the pending call must be the draft the task was started with. The SDK do
 "approvals and pending tool calls; this method does not authenticate that state").
 
 SDK-free: these functions read the RunState as plain JSON, so they run before the SDK sees it.
-Every refusal is a :class:`state.errors.Stopped`.
+Every refusal is a :class:`state.errors.Refused`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import ACTION, Checkpoint, content_sha256
 
 #: Keys under which a serialized RunState (or a nested agent-tool RunState) stores decisions.
@@ -34,22 +34,22 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _top_level_records(run_state: dict[str, Any], cp: Checkpoint) -> list[dict[str, Any]]:
     """The decision records of the top-level ``context.approvals`` and
-    ``context.function_tool_approvals``; raises :class:`Stopped` if their shape is not the SDK's."""
+    ``context.function_tool_approvals``; raises :class:`Refused` if their shape is not the SDK's."""
     context = run_state.get("context")
     if not isinstance(context, dict):
-        raise Stopped(f"task {cp.task_id}: RunState has no context object")
+        raise Refused("integrity", f"task {cp.task_id}: RunState has no context object")
     records: list[Any] = []
     approvals = context.get("approvals", {})
     if not isinstance(approvals, dict):
-        raise Stopped(f"task {cp.task_id}: RunState approvals are malformed")
+        raise Refused("integrity", f"task {cp.task_id}: RunState approvals are malformed")
     records.extend(approvals.values())
     fta = context.get("function_tool_approvals", [])
     if not isinstance(fta, list):
-        raise Stopped(f"task {cp.task_id}: RunState function_tool_approvals are malformed")
+        raise Refused("integrity", f"task {cp.task_id}: RunState function_tool_approvals are malformed")
     records.extend(e.get("decision") if isinstance(e, dict) else e for e in fta)
     for record in records:
         if not isinstance(record, dict):
-            raise Stopped(f"task {cp.task_id}: RunState holds a malformed approval record")
+            raise Refused("integrity", f"task {cp.task_id}: RunState holds a malformed approval record")
     return records
 
 
@@ -63,27 +63,27 @@ def check_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None:
     refused even where a human decided with ``always``: our decision path gives the SDK one
     decision per call (:func:`workflow.calls.to_apply`), because a sticky rule in the RunState
     would run a later call no human has seen. Then :func:`check_no_hidden_approvals`. Raises
-    :class:`Stopped`.
+    :class:`Refused`.
     """
     # an approval with edits answers its call with a rejection message (workflow/edits.py)
     recorded = {(d.call_id, "rejected" if d.edits else d.decision) for d in cp.decisions}
     for record in _top_level_records(run_state, cp):
         extra = set(record) - {"approved", "rejected", "rejection_messages"}
         if extra:
-            raise Stopped(
+            raise Refused("integrity",
                 f"task {cp.task_id}: RunState holds approval settings no human recorded "
                 f"({', '.join(sorted(extra))})"
             )
         for field, kind in (("approved", "approved"), ("rejected", "rejected")):
             ids = record.get(field, [])
             if not isinstance(ids, list):
-                raise Stopped(
+                raise Refused("integrity",
                     f"task {cp.task_id}: RunState holds a blanket '{field}' decision (a sticky "
                     "rule) that our decision path never gives"
                 )
             for call_id in ids:
                 if (call_id, kind) not in recorded:
-                    raise Stopped(
+                    raise Refused("integrity",
                         f"task {cp.task_id}: RunState holds an approval decision ({kind} "
                         f"{call_id!r}) that was not recorded through our decision path"
                     )
@@ -114,22 +114,22 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
     carries decisions, no ``hosted_mcp_approvals`` exist (this agent has no hosted MCP tool, and
     we never record one), and ``rejection_messages`` name only calls a human rejected.
     The user context payload (``context.context``) is skipped: it is replaced on resume.
-    Raises :class:`Stopped`.
+    Raises :class:`Refused`.
     """
     top = run_state.get("context")
     hidden = hidden_approvals(run_state)
     if hidden:
-        raise Stopped(f"task {cp.task_id}: RunState holds approval records at {hidden[0]} that "
+        raise Refused("integrity", f"task {cp.task_id}: RunState holds approval records at {hidden[0]} that "
                       "no human recorded")
     if isinstance(top, dict) and top.get("hosted_mcp_approvals"):
-        raise Stopped(
+        raise Refused("integrity",
             f"task {cp.task_id}: RunState holds hosted MCP approvals that no human recorded"
         )
     rejected = {d.call_id for d in cp.decisions if d.decision == "rejected" or d.edits}
     for record in _top_level_records(run_state, cp):
         messages = record.get("rejection_messages", {})
         if not isinstance(messages, dict) or set(messages) - rejected:
-            raise Stopped(
+            raise Refused("integrity",
                 f"task {cp.task_id}: RunState holds rejection messages for calls no human rejected"
             )
 
@@ -177,14 +177,14 @@ def check_pending_is_the_draft(cp: Checkpoint) -> None:
 
     Checked before a decision is written, so a checkpoint whose pending call and
     ``content_sha256`` disagree is refused with nothing changed (instead of the tool refusing
-    mid-run after the decision was recorded). Raises :class:`Stopped`.
+    mid-run after the decision was recorded). Raises :class:`Refused`.
     """
     for call in cp.pending:
         if call.tool != ACTION:
-            raise Stopped(f"task {cp.task_id}: the pending call {call.call_id} is {call.tool[:40]!r}, "
+            raise Refused("integrity", f"task {cp.task_id}: the pending call {call.call_id} is {call.tool[:40]!r}, "
                           f"not {ACTION}: {ONLY_ACTION}")
         if not carries_its_draft(cp, call):
-            raise Stopped(
+            raise Refused("integrity",
                 f"task {cp.task_id}: the pending call {call.call_id} is not {ACTION} of the draft "
                 "the task was started with (key/action mismatch)"
             )

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from filelock import FileLock, Timeout
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.fileio import TEMP_NAME, make_dirs
 from state.files import rejections
 from state.files.ledger import Ledger
@@ -110,7 +110,7 @@ class _Probe:
 
 def inspect(store: "Store", *, repair: bool = False) -> Iterator[Inspected]:
     """The records of :meth:`state.store.Inspectable.inspect` for the file store ``store`` (module
-    docstring). Never raises :class:`Stopped` for a damaged file."""
+    docstring). Never raises :class:`Refused` for a damaged file."""
     entries: dict[str, tuple[LedgerEntry, Path]] = {}
     ledger = Ledger(store.ledger_dir)
     n_entries = 0
@@ -119,7 +119,7 @@ def inspect(store: "Store", *, repair: bool = False) -> Iterator[Inspected]:
             n_entries += 1
             try:
                 entry = ledger.read_path(path)  # a regular file only (a FIFO would block)
-            except Stopped as exc:
+            except Refused as exc:
                 yield Problem("unreadable_ledger_entry", str(path), str(exc))
                 continue
             entries[path.stem] = (entry, path)
@@ -141,7 +141,7 @@ def inspect(store: "Store", *, repair: bool = False) -> Iterator[Inspected]:
                     continue
                 try:
                     path, cp = store.load_newest(stem) or (path, store.load_path(path))
-                except Stopped as exc:
+                except Refused as exc:
                     yield Problem("unreadable_checkpoint", str(path), str(exc), remedy=RESTORE)
                     continue
                 if repair and not probe.read_only:  # a crash between a write and its cleanup
@@ -205,7 +205,7 @@ def _records(store: "Store", cp: Checkpoint, entries: dict[str, tuple[LedgerEntr
     found = _read_one(store, task_id, entries)
     try:
         rejected = rejections.get(store, task_id)
-    except Stopped as exc:
+    except Refused as exc:
         return Problem("unreadable_rejection_record", str(rejections.path_for(store, task_id)),
                        str(exc), task_id=task_id)
     entry, path = found if found is not None else (None, None)
@@ -234,7 +234,7 @@ def _read_one(store: "Store", task_id: str,
         return None
     try:
         entry = Ledger(store.ledger_dir).get(task_id)
-    except Stopped:
+    except Refused:
         return None  # reported when the ledger is scanned next time
     if entry is None:
         return None

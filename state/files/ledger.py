@@ -26,7 +26,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from state import effects, secrets
-from state.errors import Stopped
+from state.errors import Next, Refused
 from state.schema import validation_message
 from state.paths import inside, read_regular
 from state.clock import now_iso
@@ -47,13 +47,13 @@ class Ledger:
         self.folder = Path(folder)
 
     def path_for(self, key: str) -> Path:
-        """``<folder>/<file_name(key)>.json``; raises :class:`Stopped` if it resolves outside the
+        """``<folder>/<file_name(key)>.json``; raises :class:`Refused` if it resolves outside the
         state dir (the ledger folder's parent)."""
         return inside(self.folder.parent, self.folder / (file_name(key) + ".json"),
                       f"ledger entry of key {key!r}")
 
     def get(self, key: str) -> LedgerEntry | None:
-        """The entry for ``key``, or None. Raises :class:`Stopped` if the file is corrupt, names
+        """The entry for ``key``, or None. Raises :class:`Refused` if the file is corrupt, names
         another key (never rewritten), or is not a regular file (a symlink, dangling or not, a FIFO:
         see :func:`state.paths.read_regular`)."""
         path = self.path_for(key)
@@ -62,7 +62,7 @@ class Ledger:
             return None
         entry = self._parse(raw, path)
         if entry.idempotency_key != key:
-            raise Stopped(
+            raise Refused("ledger_mismatch",
                 f"ledger entry {path.name} names key {entry.idempotency_key!r}, not {key!r} "
                 "(key mismatch)"
             )
@@ -77,7 +77,7 @@ class Ledger:
         ``channel`` and ``approval`` are stored when given (see :class:`LedgerEntry`).
 
         ``created`` is False when an identical entry (same task and content) already existed; the
-        first entry is returned unchanged. Raises :class:`Stopped` when the key exists for another
+        first entry is returned unchanged. Raises :class:`Refused` when the key exists for another
         task or other content (fail closed), or the existing file is corrupt.
         """
         check_ledger_key(key, task_id, channel)
@@ -102,31 +102,31 @@ class Ledger:
                                 failpoint="ledger:record"):
                 effects.note(task_id, "published it (ledger entry written)")
                 return entry, True
-            existing = self.get(key)  # raises Stopped if what is there is not a readable entry
+            existing = self.get(key)  # raises Refused if what is there is not a readable entry
             if existing is None:
-                raise Stopped(
+                raise Refused("ledger_mismatch", [
                     f"ledger entry {file_name(key)}.json could not be created and is not there "
-                    "either (removed by someone else?); a human must check (python run.py doctor)"
-                )
+                    "either (removed by someone else?); a human must check", Next("doctor")])
         check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
 
     def entries(self) -> list[LedgerEntry]:
-        """Every entry, oldest first. Raises :class:`Stopped` on any corrupt or misnamed file."""
+        """Every entry, oldest first. Raises :class:`Refused` on any corrupt or misnamed file."""
         if not self.folder.is_dir():
             return []
         out = [self.read_path(path) for path in self.folder.glob("*.json")]
         return sorted(out, key=lambda e: (e.published_at, e.idempotency_key))
 
     def read_path(self, path: Path) -> LedgerEntry:
-        """The entry in ledger file ``path`` (a regular file only). Raises :class:`Stopped` if it is
+        """The entry in ledger file ``path`` (a regular file only). Raises :class:`Refused` if it is
         missing, unreadable, not a regular file, corrupt, or named for another key."""
         raw = read_regular(path, f"ledger entry {path.name}", limit=MAX_ENTRY_BYTES)
         if raw is None:
-            raise Stopped(f"ledger entry {path.name} cannot be read (No such file or directory)")
+            raise Refused("ledger_mismatch", f"ledger entry {path.name} cannot be read (No such file or directory)")
         entry = self._parse(raw, path)
         if path.stem != file_name(entry.idempotency_key):
-            raise Stopped(f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
+            raise Refused("ledger_mismatch",
+                          f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
         return entry
 
     @staticmethod
@@ -135,4 +135,5 @@ class Ledger:
         try:
             return LedgerEntry.model_validate(data)
         except ValidationError as exc:
-            raise Stopped(f"ledger entry {path.name} is not valid: {validation_message(exc)}") from None
+            raise Refused("ledger_mismatch",
+                          f"ledger entry {path.name} is not valid: {validation_message(exc)}") from None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Optional
 from pydantic import ValidationError
 
 from state import effects, secrets
-from state.errors import Stopped
+from state.errors import Refused
 from state.schema import (Decision, validation_message)
 from state.durable import create_exclusive
 from state.fileio import fsync_dir, parse_json_object
@@ -55,7 +55,7 @@ def path_for(store: "Store", task_id: str, channel: Optional[str] = None) -> Pat
 
 def get(store: "Store", task_id: str, channel: Optional[str] = None) -> RejectionRecord | None:
     """The rejection record of ``task_id`` (on ``channel``, for a task with several), or None.
-    Raises :class:`Stopped` if the file exists but is not a valid record for this task and channel
+    Raises :class:`Refused` if the file exists but is not a valid record for this task and channel
     (never rewritten)."""
     path = path_for(store, task_id, channel)
     raw = read_regular(path, f"rejection record {path.name}", limit=MAX_RECORD_BYTES)
@@ -65,9 +65,9 @@ def get(store: "Store", task_id: str, channel: Optional[str] = None) -> Rejectio
     try:
         rec = RejectionRecord.model_validate(data)
     except ValidationError as exc:
-        raise Stopped(f"rejection record {path.name} is not valid: {validation_message(exc)}") from None
+        raise Refused("integrity", f"rejection record {path.name} is not valid: {validation_message(exc)}") from None
     if rec.task_id != task_id or rec.channel != channel:
-        raise Stopped(f"rejection record {path.name} names task {rec.task_id!r} channel "
+        raise Refused("integrity", f"rejection record {path.name} names task {rec.task_id!r} channel "
                       f"{rec.channel!r}, not {task_id!r} channel {channel!r}")
     return rec
 
@@ -78,7 +78,7 @@ def record(store: "Store", task_id: str, content_sha256: str, decision: Decision
     created by this call)``.
 
     If one exists already (a crash after it, or a second reject), it is returned when it is for the
-    same draft. Raises :class:`Stopped` if it is for other content, or the file is damaged, or
+    same draft. Raises :class:`Refused` if it is for other content, or the file is damaged, or
     (before anything is written) ``by``/``call_id`` hold a secret value (:mod:`state.secrets`; a
     ``reason`` holding one is stored as ``"[redacted]"``).
     """
@@ -100,9 +100,9 @@ def record(store: "Store", task_id: str, content_sha256: str, decision: Decision
             effects.note(task_id, RECORDED)
         existing = get(store, task_id, channel)
         if existing is None:
-            raise Stopped(f"rejection record of task {task_id} cannot be read back")
+            raise Refused("integrity", f"rejection record of task {task_id} cannot be read back")
     if existing.content_sha256 != content_sha256:
-        raise Stopped(f"rejection record of task {task_id} is for other content; a human must check")
+        raise Refused("integrity", f"rejection record of task {task_id} is for other content; a human must check")
     return existing, created
 
 

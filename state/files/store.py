@@ -46,10 +46,9 @@ from typing import Any, Iterator, Optional
 from state import effects, state_id
 
 from state import fileio as files
-from state.errors import Stopped
+from state.errors import Next, Refused
 from state.integrity import KEY_FILE, check_key_creatable, load_key
 from state.paths import check_regular, check_state_dir, inside, open_regular, read_regular
-from state.terminal import command
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.inspection import Inspected
 from state.records import LedgerEntry, RejectionRecord
@@ -95,14 +94,15 @@ def parse_revision_name(name: str) -> tuple[str, int] | None:
 def resolve_state_dir(raw: str | None) -> Path:
     """The state dir as an absolute, resolved path: ``raw``, else ``$HITL_STATE_DIR``, else ``.cache``.
 
-    Raises :class:`Stopped` if it is not a usable folder (see :func:`state.paths.check_state_dir`),
+    Raises :class:`Refused` if it is not a usable folder (see :func:`state.paths.check_state_dir`),
     or if ``HITL_STATE_DIR`` (or another variable) is refused by :mod:`state.settings`.
     """
     chosen = raw or settings().state_dir or ".cache"  # a blank HITL_STATE_DIR is refused there
     try:
         return check_state_dir(Path(chosen).expanduser().resolve())
     except OSError as exc:  # e.g. a path too long for the file system
-        raise Stopped(f"state dir {chosen[:80]!r} cannot be used ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("unsafe_state_dir",
+                      f"state dir {chosen[:80]!r} cannot be used ({exc.strerror or type(exc).__name__})") from None
 
 
 class Store:
@@ -189,7 +189,7 @@ class Store:
                 return None
             try:
                 return path, self.load_path(path)
-            except Stopped:
+            except Refused:
                 newer = self._newest(stem)
                 if attempt == _READ_TRIES - 1 or newer == path:
                     raise
@@ -255,7 +255,7 @@ class Store:
 
         The OS releases the lock if the holder dies, so a killed process never blocks forever;
         waiting is bounded by ``timeout`` seconds (default ``$HITL_LOCK_TIMEOUT``, 10; 0: try
-        once). Raises :class:`Stopped` on timeout.
+        once). Raises :class:`Refused` on timeout.
         """
         timeout = settings().lock_timeout if timeout is None else timeout
         with self.owner_lock(file_name(task_id), timeout=timeout, what=f"task {task_id}"):
@@ -267,7 +267,7 @@ class Store:
 
     @contextmanager
     def owner_lock(self, owner: str, *, timeout: float, what: str) -> Iterator[None]:
-        """Hold ``locks/<owner>.lock`` (``owner`` a file stem); raise :class:`Stopped` after
+        """Hold ``locks/<owner>.lock`` (``owner`` a file stem); raise :class:`Refused` after
         ``timeout`` seconds naming ``what``. Used by :meth:`task_lock` and by ``doctor``."""
         with files.owner_lock(self.root, owner, timeout=timeout, what=what):
             yield
@@ -286,7 +286,7 @@ class Store:
         for stem, path in self.task_files():
             try:
                 found = self.load_newest(stem, path)
-            except Stopped as exc:
+            except Refused as exc:
                 bad.append({"file": path.name, "error": str(exc)})
                 continue
             if found is not None:
@@ -294,28 +294,28 @@ class Store:
         return sorted(good, key=lambda cp: cp.task_id), bad
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Every checkpoint, sorted by task ID; fail closed: raises :class:`Stopped` naming the first
+        """Every checkpoint, sorted by task ID; fail closed: raises :class:`Refused` naming the first
         file that cannot be read as a verified checkpoint."""
         return every_or_stop(*self.scan())
 
     def task_ids(self) -> list[str]:
-        """Task IDs of every checkpoint (see :meth:`checkpoints`; raises :class:`Stopped` likewise)."""
+        """Task IDs of every checkpoint (see :meth:`checkpoints`; raises :class:`Refused` likewise)."""
         return [cp.task_id for cp in self.checkpoints()]
 
     def load(self, task_id: str) -> Checkpoint:
         """Read, validate and verify the checkpoint of ``task_id``: its newest revision file.
 
-        Raises :class:`Stopped` if it is missing, not JSON, not a valid envelope of our schema
+        Raises :class:`Refused` if it is missing, not JSON, not a valid envelope of our schema
         version, fails the MAC, or names another task or revision than its file. A newest file that
         does not verify stops (fail closed): an older revision is never read instead.
         """
         inside(self.root, self.tasks_dir, f"checkpoint of task {task_id!r}")
         found = self.load_newest(file_name(task_id))
         if found is None:
-            raise Stopped(f"no task {task_id!r} in {self.root}")
+            raise Refused("not_found", f"no task {task_id!r} in {self.root}")
         path, cp = found
         if cp.task_id != task_id:
-            raise Stopped(f"checkpoint {path.name} names task {cp.task_id!r}, not {task_id!r}")
+            raise Refused("integrity", f"checkpoint {path.name} names task {cp.task_id!r}, not {task_id!r}")
         return cp
 
     def load_path(self, path: Path) -> Checkpoint:
@@ -323,9 +323,9 @@ class Store:
         where = f"checkpoint {path.name}"
         raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
         if raw is None:
-            raise Stopped(f"{where} cannot be read (No such file or directory)")
+            raise Refused("integrity", f"{where} cannot be read (No such file or directory)")
         if not raw:
-            raise Stopped(f"{where} is empty: the content of an older revision is cleared once a "
+            raise Refused("integrity", f"{where} is empty: the content of an older revision is cleared once a "
                           "newer one is written, and no newer revision file is there (removed by "
                           "hand?); a human must check")
         cp = _verified.get(path, raw, load_key, self.root)
@@ -337,23 +337,23 @@ class Store:
         parsed = parse_revision_name(path.name)
         stem = parsed[0] if parsed is not None else path.name[:-len(".json")]
         if stem != file_name(cp.task_id):
-            raise Stopped(f"{where} holds task {cp.task_id!r}, whose file name would differ")
+            raise Refused("integrity", f"{where} holds task {cp.task_id!r}, whose file name would differ")
         if parsed is not None and parsed[1] != cp.revision:
-            raise Stopped(f"{where} holds revision {cp.revision}, not the revision its name says "
+            raise Refused("integrity", f"{where} holds revision {cp.revision}, not the revision its name says "
                           f"({parsed[1]}); a human must check (a backup goes back under its own name)")
         state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)
         return cp
 
     def identity(self) -> state_id.StateIdentity | None:
         """This state dir's ``state.id`` (read once per :class:`Store`), or None if it has none yet.
-        Raises :class:`Stopped` if it is damaged (see :mod:`state.state_id`)."""
+        Raises :class:`Refused` if it is damaged (see :mod:`state.state_id`)."""
         if self._ident is None:
             self._ident = state_id.read(self.root)
         return self._ident
 
     def check_writable(self, task_id: str) -> None:
         """Pre-flight for ``start`` and ``resume``: refuse, before anything is written for
-        ``task_id``, what would stop the command half-way. Raises :class:`Stopped` if the signing
+        ``task_id``, what would stop the command half-way. Raises :class:`Refused` if the signing
         key or ``state.id`` is missing while checkpoints need it (creating a new one would orphan
         them), or if the task's ledger entry or trace file exists but is not a regular file (a
         symlink would be written through; a FIFO would block), or if the signing key file exists
@@ -392,13 +392,13 @@ class Store:
         Compare-and-swap: the write happens only if the file on disk is still exactly ``cp`` (same
         revision, same MAC), checked right before the swap. The task lock makes a conflict rare;
         this check makes it harmless when the lock file was deleted under a holder. Raises
-        :class:`Stopped` on a conflict (nothing written) and as :meth:`save` does.
+        :class:`Refused` on a conflict (nothing written) and as :meth:`save` does.
         """
         body = next_revision(cp, event, changes)
         return self.save(body, failpoint=failpoint, expect=cp)
 
     def check_unchanged(self, cp: Checkpoint) -> None:
-        """Raise :class:`Stopped` unless the newest checkpoint file of ``cp.task_id`` on disk is
+        """Raise :class:`Refused` unless the newest checkpoint file of ``cp.task_id`` on disk is
         still revision ``cp.revision`` with MAC ``cp.mac`` (what this process read and verified).
         Reads the file; writes nothing."""
         found = self._revisions(file_name(cp.task_id))
@@ -423,15 +423,15 @@ class Store:
         ``<name>.r<revision>.json`` is created only if the newest revision on disk is still exactly
         ``expect`` and no other process created that name first (``os.link``: one system call
         decides; module docstring). None means a new task: its first revision is created
-        exclusively, and :class:`Stopped` is raised if the task has any file already. The state
+        exclusively, and :class:`Refused` is raised if the task has any file already. The state
         dir's ID (``state.id``, created with the first checkpoint, after a check that the file
         system can make hard links: :func:`state.durable.check_links`) goes into the envelope's
         ``state_id``; every value is passed through :func:`state.secrets.redact_checkpoint` first
         (a free-text field holding the value of ``OPENAI_API_KEY``/``HITL_SIGNING_KEY``, 8+
         characters, becomes ``[redacted]`` whole; one in a structural field raises
-        :class:`Stopped` before anything is written). Returns the saved :class:`Checkpoint`.
+        :class:`Refused` before anything is written). Returns the saved :class:`Checkpoint`.
         ``failpoint`` names this write for crash tests. Raises ``ValueError`` if ``body``'s
-        revision does not follow ``expect``'s (after :class:`Stopped` if ``expect`` is stale).
+        revision does not follow ``expect``'s (after :class:`Refused` if ``expect`` is stale).
         """
         if expect is not None and body.get("revision") != expect.revision + 1:
             self.check_unchanged(expect)  # a stale ``expect`` is a conflict, as in every store
@@ -441,7 +441,7 @@ class Store:
         key = load_key(self.root, create=True)
         ident = self._ident = state_id.ensure(self.root)
         if body.get("state_id") not in (None, ident.state_id):
-            raise Stopped(f"checkpoint of task {body.get('task_id')!r} belongs to another state dir")
+            raise Refused("foreign_state", f"checkpoint of task {body.get('task_id')!r} belongs to another state dir")
         body = {**body, "state_id": ident.state_id}  # binds a legacy checkpoint on its next write
         # A model or proxy can echo the API key (into the RunState, final output, history): never
         # saved. Structural fields are never altered (a secret in an open one refuses the write);
@@ -453,8 +453,8 @@ class Store:
         if expect is None:
             if self.exists(cp.task_id) or not create_exclusive(
                     path, data, owner=stem, failpoint=failpoint):
-                raise Stopped(f"task {cp.task_id} was created by another process at the same time; "
-                              f"this write was not made ({command('status', '--task', cp.task_id)})")
+                raise Refused("stale_revision", [f"task {cp.task_id} was created by another process at the same time; "
+                              "this write was not made", Next("status", cp.task_id)], task_id=cp.task_id)
         elif not create_exclusive(path, data, owner=stem, failpoint=failpoint,
                                   precondition=lambda: self.check_unchanged(expect),
                                   then=lambda: self.clear_older(cp.task_id)):
@@ -479,7 +479,7 @@ class Store:
                 if os.lstat(path).st_size == 0:
                     continue
                 fd = open_regular(path, f"checkpoint {name}", os.O_WRONLY)  # never through a link
-            except (OSError, Stopped):
+            except (OSError, Refused):
                 continue
             try:
                 os.ftruncate(fd, 0)
@@ -499,20 +499,20 @@ def _envelopes(files: list[Path]) -> Iterator[Any]:
             raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
             if raw:
                 yield parse_json_object(raw, f"checkpoint {path.name}")
-        except Stopped:
+        except Refused:
             continue
 
 
-def _changed(task_id: str, revision: int, now: Any) -> Stopped:
+def _changed(task_id: str, revision: int, now: Any) -> Refused:
     """The refusal of a write whose compare-and-swap failed: the task is no longer at ``revision``."""
-    return Stopped(
+    return Refused("stale_revision", [
         f"task {task_id} changed on disk since it was read (revision {revision} -> "
-        f"{now}): another process wrote it; this write was not made; run "
-        f"{command('status', '--task', task_id)} to see where it stands")
+        f"{now}): another process wrote it; this write was not made", Next("see_status", task_id)],
+        task_id=task_id)
 
 
 def check_signs_here(tasks_dir: Path, files: list[Path], key: bytes) -> None:
-    """Raise :class:`Stopped` if ``files`` (the newest checkpoint file of each task in
+    """Raise :class:`Refused` if ``files`` (the newest checkpoint file of each task in
     ``tasks_dir``: ``Store.task_files``) are some but ``key`` signed none of them: another
     deployment with another ``HITL_SIGNING_KEY`` on this state dir, whose first task would make
     every listing of the other's stop. Reads files until one verifies (the first, as a rule);
@@ -520,7 +520,7 @@ def check_signs_here(tasks_dir: Path, files: list[Path], key: bytes) -> None:
     if signed_by_any(_envelopes(files), key):
         return
     if files:
-        raise Stopped(f"none of the {len(files)} checkpoints in {tasks_dir} is signed with this "
+        raise Refused("foreign_state", f"none of the {len(files)} checkpoints in {tasks_dir} is signed with this "
                       "HITL_SIGNING_KEY: another deployment with another key shares this state "
                       "dir? Use the key they were signed with, or another state dir; nothing was "
                       "written")

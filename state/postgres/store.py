@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from state import effects, failpoints, secrets
-from state.errors import Stopped
+from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
@@ -54,7 +54,6 @@ from state.signing import seal, signed_by_any, verify_envelope
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.settings import settings, url_password
 from state.clock import now_iso
-from state.terminal import command
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: The advisory lock (transaction-level) that serialises migrations across processes.
@@ -81,7 +80,7 @@ def migrate(conn: "psycopg.Connection[Any]", *, target: Optional[int] = None) ->
     """Bring the database of ``conn`` (autocommit) to schema version ``target`` (default: the
     latest): each missing migration's SQL and its ``schema_migrations`` row in one transaction,
     serialised across processes by a transaction-level advisory lock. Returns the versions it
-    applied (``[]`` if none were missing). Raises :class:`Stopped` if the database is at a version
+    applied (``[]`` if none were missing). Raises :class:`Refused` if the database is at a version
     newer than this program knows (an older program must not write a newer schema)."""
     target = latest_version() if target is None else target
     with conn.transaction():
@@ -91,7 +90,7 @@ def migrate(conn: "psycopg.Connection[Any]", *, target: Optional[int] = None) ->
         done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
         newest = max(done, default=0)
         if newest > latest_version():
-            raise Stopped(f"the database's schema is at version {newest}; this program knows "
+            raise Refused("unsupported_version", f"the database's schema is at version {newest}; this program knows "
                           f"versions up to {latest_version()}: upgrade the program")
         applied = []
         for version, name, sql in migrations():
@@ -146,7 +145,7 @@ class PostgresStore:
     first use. ``target_version`` (tests only) stops the migrations at that schema version.
     Nothing is contacted until the first method call.
 
-    Every error is :class:`Stopped`, one line, never showing the URL's password."""
+    Every error is :class:`Refused`, one line, never showing the URL's password."""
 
     def __init__(self, url: str, root: Path, *, pool: Any = None,
                  target_version: Optional[int] = None) -> None:
@@ -187,12 +186,12 @@ class PostgresStore:
             text = text.replace(self._password, secrets.REDACTED)
         return text.replace(self._url, self.location)[:300]
 
-    def _failure(self, exc: Exception, what: str) -> Stopped:
-        return Stopped(f"the PostgreSQL store {self.location} {what} "
+    def _failure(self, exc: Exception, what: str) -> Refused:
+        return Refused("refused", f"the PostgreSQL store {self.location} {what} "
                        f"({type(exc).__name__}: {self._scrub(str(exc))})")
 
     def _connect(self) -> "psycopg.Connection[Any]":
-        """A new autocommit connection. Raises :class:`Stopped` if the server cannot be reached."""
+        """A new autocommit connection. Raises :class:`Refused` if the server cannot be reached."""
         try:
             return psycopg.connect(self._url, autocommit=True, connect_timeout=10,
                                    application_name="hitl-publish")
@@ -202,7 +201,7 @@ class PostgresStore:
     @contextmanager
     def _db(self) -> Iterator["psycopg.Connection[Any]"]:
         """The data connection (migrated to the schema this program writes), one user at a time;
-        a database error becomes :class:`Stopped` (a transaction in progress is rolled back)."""
+        a database error becomes :class:`Refused` (a transaction in progress is rolled back)."""
         with self._mutex:
             try:
                 if self._pool is not None:
@@ -214,7 +213,7 @@ class PostgresStore:
                     self._conn = self._connect()
                     self._ready(self._conn)
                 yield self._conn
-            except Stopped:
+            except Refused:
                 raise
             except psycopg.Error as exc:
                 raise self._failure(exc, "failed") from None
@@ -242,7 +241,7 @@ class PostgresStore:
             with self._db() as conn:
                 row = conn.execute("SELECT store_id FROM store_identity").fetchone()
             if row is None:
-                raise Stopped(f"the PostgreSQL store {self.location} has no store_identity row "
+                raise Refused("integrity", f"the PostgreSQL store {self.location} has no store_identity row "
                               "(restore it from a backup)")
             self._store_id = str(row[0])
         return self._store_id
@@ -257,7 +256,7 @@ class PostgresStore:
     def _key(self, *, create: bool = False) -> bytes:
         """The signing key from this machine's settings (``HITL_SIGNING_KEY`` or ``signing.key``
         in ``root``); a new ``signing.key`` only while the database holds no checkpoint. Raises
-        :class:`Stopped` if the database records another key's fingerprint
+        :class:`Refused` if the database records another key's fingerprint
         (:meth:`check_key`)."""
         key = self._local_key(create=create)
         self.check_key(key)
@@ -271,7 +270,7 @@ class PostgresStore:
         already here may do (a database from before fingerprints is adopted by its own key);
         the first of two racing writers wins, the other is refused. Without a row and without
         ``record``, nothing to compare: each checkpoint's MAC stays the judge. Raises
-        :class:`Stopped` naming the cause (another deployment, another ``HITL_SIGNING_KEY``)."""
+        :class:`Refused` naming the cause (another deployment, another ``HITL_SIGNING_KEY``)."""
         mine = key_fingerprint(key)
         older = (self._target or KEY_FINGERPRINT_VERSION) < KEY_FINGERPRINT_VERSION  # no such table
         if self._fingerprint_ok == mine or older:
@@ -286,7 +285,7 @@ class PostgresStore:
         if row is None:
             return
         if not hmac.compare_digest(str(row[0]), mine):
-            raise Stopped(f"the PostgreSQL store {self.location} is signed with another signing "
+            raise Refused("foreign_state", f"the PostgreSQL store {self.location} is signed with another signing "
                           f"key (key fingerprint {str(row[0])[:8]}…, this machine's is {mine[:8]}…): "
                           "another deployment with another HITL_SIGNING_KEY shares this database? "
                           "Every machine on one database needs the same key: use that key, or "
@@ -294,13 +293,13 @@ class PostgresStore:
         self._fingerprint_ok = mine
 
     def _check_adoptable(self, conn: "psycopg.Connection[Any]", key: bytes) -> None:
-        """Raise :class:`Stopped` if the database holds checkpoints but none is signed with
+        """Raise :class:`Refused` if the database holds checkpoints but none is signed with
         ``key`` (its fingerprint must not be recorded: it would lock out the key that wrote them)."""
         rows = conn.execute("SELECT envelope FROM checkpoints ORDER BY written_at").fetchall()
         if signed_by_any(_parsed(envelope for (envelope,) in rows), key):
             return
         if rows:
-            raise Stopped(f"none of the {len(rows)} checkpoints in the PostgreSQL store "
+            raise Refused("foreign_state", f"none of the {len(rows)} checkpoints in the PostgreSQL store "
                           f"{self.location} is signed with this machine's signing key: another "
                           "deployment with another HITL_SIGNING_KEY uses this database? Every "
                           "machine on one database needs the same key: use that key, or another "
@@ -314,8 +313,8 @@ class PostgresStore:
             if n and n[0]:
                 try:
                     return load_key(self.root, create=False)
-                except Stopped:
-                    raise Stopped(f"signing key missing on this machine but the PostgreSQL store "
+                except Refused:
+                    raise Refused("integrity", f"signing key missing on this machine but the PostgreSQL store "
                                   f"{self.location} holds {n[0]} checkpoints; set HITL_SIGNING_KEY "
                                   f"(the same on every machine) or copy {KEY_FILE} into "
                                   f"{self.root}") from None
@@ -326,21 +325,21 @@ class PostgresStore:
         where = f"checkpoint of task {task_id!r} in {self.location}"
         envelope, revision, status, mac = row
         if len(envelope.encode("utf-8")) > MAX_CHECKPOINT_BYTES:
-            raise Stopped(f"{where} is larger than {MAX_CHECKPOINT_BYTES} bytes")
+            raise Refused("integrity", f"{where} is larger than {MAX_CHECKPOINT_BYTES} bytes")
         try:
             data = json.loads(envelope)
         except ValueError:
-            raise Stopped(f"{where} is not JSON") from None
+            raise Refused("integrity", f"{where} is not JSON") from None
         if not isinstance(data, dict):
-            raise Stopped(f"{where} is not a JSON object")
+            raise Refused("integrity", f"{where} is not a JSON object")
         cp = verify_envelope(data, key, where=where, name=f"task {task_id!r} in {self.location}")
         if cp.task_id != task_id:
-            raise Stopped(f"{where} names task {cp.task_id!r}, not {task_id!r}")
+            raise Refused("integrity", f"{where} names task {cp.task_id!r}, not {task_id!r}")
         if (cp.revision, cp.status, cp.mac) != (revision, status, mac):
-            raise Stopped(f"{where}: its row says revision {revision} ({status}) but its signed "
+            raise Refused("integrity", f"{where}: its row says revision {revision} ({status}) but its signed "
                           f"envelope says revision {cp.revision} ({cp.status}); a human must check")
         if cp.state_id != self.store_id():
-            raise Stopped(f"{where} belongs to another store (state ID "
+            raise Refused("foreign_state", f"{where} belongs to another store (state ID "
                           f"{str(cp.state_id)[:8]}…); refusing a copied checkpoint")
         return cp
 
@@ -350,7 +349,7 @@ class PostgresStore:
             row = conn.execute("SELECT envelope, revision, status, mac FROM checkpoints "
                                "WHERE task_id = %s", (task_id,)).fetchone()
         if row is None:
-            raise Stopped(f"no task {task_id!r} in {self.location}")
+            raise Refused("not_found", f"no task {task_id!r} in {self.location}")
         return self._verify(task_id, row, self._key())
 
     def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
@@ -366,7 +365,7 @@ class PostgresStore:
         for task_id, *row in rows:
             try:
                 good.append(self._verify(task_id, tuple(row), key))
-            except Stopped as exc:
+            except Refused as exc:
                 bad.append({"file": self.checkpoint_path(task_id), "error": str(exc)})
         return sorted(good, key=lambda cp: cp.task_id), bad
 
@@ -399,7 +398,7 @@ class PostgresStore:
         self.check_key(key, record=True)  # before the first write: this database's key from now on
         sid = self.store_id()
         if body.get("state_id") not in (None, sid):
-            raise Stopped(f"checkpoint of task {body.get('task_id')!r} belongs to another store")
+            raise Refused("foreign_state", f"checkpoint of task {body.get('task_id')!r} belongs to another store")
         cp = seal({**body, "state_id": sid}, key)
         envelope = json.dumps(cp.model_dump(mode="json"), ensure_ascii=False)
         last = cp.history[-1] if cp.history else None
@@ -411,9 +410,9 @@ class PostgresStore:
                     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (task_id) DO NOTHING",
                     (cp.task_id, cp.revision, cp.status, cp.mac, envelope))
                 if cur.rowcount != 1:
-                    raise Stopped(f"task {cp.task_id} was created by another process at the same "
-                                  f"time; this write was not made "
-                                  f"({command('status', '--task', cp.task_id)})")
+                    raise Refused("stale_revision", [f"task {cp.task_id} was created by another process at the same "
+                                  "time; this write was not made", Next("status", cp.task_id)],
+                                  task_id=cp.task_id)
             else:
                 cur = conn.execute(
                     "UPDATE checkpoints SET revision = %s, status = %s, mac = %s, envelope = %s, "
@@ -423,11 +422,11 @@ class PostgresStore:
                 if cur.rowcount != 1:
                     row = conn.execute("SELECT revision FROM checkpoints WHERE task_id = %s",
                                        (cp.task_id,)).fetchone()
-                    raise Stopped(
+                    raise Refused("stale_revision", [
                         f"task {cp.task_id} changed in the database since it was read (revision "
                         f"{expect.revision} -> {row[0] if row else 'no row'}): another process "
-                        f"wrote it; this write was not made; run "
-                        f"{command('status', '--task', cp.task_id)} to see where it stands")
+                        f"wrote it; this write was not made", Next("see_status", cp.task_id)],
+                        task_id=cp.task_id)
             failpoints.hit(failpoint + ":uncommitted")
             conn.execute("INSERT INTO history (task_id, revision, event, status, at) "
                          "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
@@ -472,7 +471,7 @@ class PostgresStore:
                 conn.close()
                 raise self._failure(exc, "failed") from None
             if not held:
-                raise Stopped(f"task {task_id} is being worked on by another process (waited "
+                raise Refused("locked", f"task {task_id} is being worked on by another process (waited "
                               f"{wait:g} s); try again when it finishes")
             yield
         finally:
@@ -513,7 +512,7 @@ class PostgresStore:
                     cp = self.load(cp.task_id)  # as it is now, under the lock
                     yield TaskCheck(cp, where, records=lambda cp=cp, where=where: self._records(
                         cp, where, by_key), claim=lambda keys: None)  # entries match by task ID
-            except Stopped as exc:
+            except Refused as exc:
                 if "being worked on" in str(exc):
                     yield Problem("busy", where, "a live process holds this task's lock")
                 else:
@@ -533,7 +532,7 @@ class PostgresStore:
         try:
             entry = self.ledger_get(cp.idempotency_key)
             rejected = self.rejection_get(cp.task_id)
-        except Stopped as exc:
+        except Refused as exc:
             return Problem("unreadable_checkpoint", where, str(exc), task_id=cp.task_id)
         if entry is not None:
             by_key[entry.idempotency_key] = entry
@@ -549,7 +548,7 @@ class PostgresStore:
         try:
             return LedgerEntry.model_validate(dict(zip(names, row)))
         except ValueError as exc:
-            raise Stopped(f"ledger entry {row[0]!r} in {self.location} is not valid "
+            raise Refused("ledger_mismatch", f"ledger entry {row[0]!r} in {self.location} is not valid "
                           f"({self._scrub(str(exc).splitlines()[0])})") from None
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
@@ -561,7 +560,7 @@ class PostgresStore:
             return None
         entry = self._entry(row)
         if entry.idempotency_key != key:
-            raise Stopped(f"ledger entry {key!r} names key {entry.idempotency_key!r} (key mismatch)")
+            raise Refused("ledger_mismatch", f"ledger entry {key!r} names key {entry.idempotency_key!r} (key mismatch)")
         return entry
 
     def ledger_entries(self) -> list[LedgerEntry]:
@@ -577,7 +576,7 @@ class PostgresStore:
         for row in rows:
             try:
                 good.append(self._entry(row))
-            except Stopped as exc:
+            except Refused as exc:
                 bad.append({"file": f"{self.ledger_dir}/{row[0]}", "error": str(exc)})
         return good, bad
 
@@ -609,8 +608,9 @@ class PostgresStore:
                 return entry, True
             existing = self.ledger_get(key)
             if existing is None:
-                raise Stopped(f"ledger entry {key!r} could not be created and is not there either "
-                              "(deleted by someone else?); a human must check (python run.py doctor)")
+                raise Refused("ledger_mismatch", [f"ledger entry {key!r} could not be created and is not there "
+                                                  "either (deleted by someone else?); a human must check",
+                                                  Next("doctor")])
         check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256)
         return existing, False
 
@@ -630,10 +630,10 @@ class PostgresStore:
         try:
             rec = RejectionRecord.model_validate(data)
         except ValueError as exc:
-            raise Stopped(f"rejection record of task {task_id!r} in {self.location} is not valid "
+            raise Refused("integrity", f"rejection record of task {task_id!r} in {self.location} is not valid "
                           f"({self._scrub(str(exc).splitlines()[0])})") from None
         if rec.task_id != task_id or rec.channel != channel:
-            raise Stopped(f"rejection record {task_id!r} names task {rec.task_id!r} "
+            raise Refused("integrity", f"rejection record {task_id!r} names task {rec.task_id!r} "
                           f"(channel {rec.channel!r})")
         return rec
 
@@ -663,9 +663,9 @@ class PostgresStore:
                 effects.note(task_id, RECORDED)
             existing = self.rejection_get(task_id, channel)
             if existing is None:
-                raise Stopped(f"rejection record of task {task_id} cannot be read back")
+                raise Refused("integrity", f"rejection record of task {task_id} cannot be read back")
         if existing.content_sha256 != content_sha256:
-            raise Stopped(f"rejection record of task {task_id} is for other content; a human must check")
+            raise Refused("integrity", f"rejection record of task {task_id} is for other content; a human must check")
         return existing, created
 
     def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:

@@ -241,7 +241,7 @@ def _trace_steps(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
 def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
     """The receipt of ``task_id`` (shape in the module docstring).
 
-    Raises :class:`state.errors.Stopped` if the checkpoint or the ledger entry cannot be trusted
+    Raises :class:`state.errors.Refused` if the checkpoint or the ledger entry cannot be trusted
     (same checks as every command); a missing or damaged trace only thins the trajectory.
     """
     cp = store.load(task_id)

@@ -53,7 +53,7 @@ OUTPUT_CHARS = 300
 
 
 def trace_path(store: TaskStore, task_id: str) -> Path:
-    """``<state dir>/traces/<file_name(task_id)>.jsonl``; raises :class:`~state.errors.Stopped` if it
+    """``<state dir>/traces/<file_name(task_id)>.jsonl``; raises :class:`~state.errors.Refused` if it
     resolves outside the state dir (``traces`` a symlink elsewhere)."""
     return inside(store.root, store.root / TRACES_DIR / (file_name(task_id) + ".jsonl"),
                   f"trace of task {task_id!r}")
@@ -154,7 +154,7 @@ def open_append(path: Path) -> int:
 
     Opened with :func:`state.paths.open_regular`: a symlink at ``path`` is never followed (a trace,
     possibly holding the full draft, must never land in a file elsewhere) and a FIFO never blocks;
-    either raises :class:`~state.errors.Stopped` naming the file.
+    either raises :class:`~state.errors.Refused` naming the file.
     """
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     failpoints.hit("trace:append:before")
@@ -193,7 +193,7 @@ def read(path: Path) -> tuple[list[dict[str, Any]], int]:
     """``(records, unreadable_lines)`` of a trace file; ``([], 0)`` if it does not exist.
 
     A line that is not a JSON object (e.g. cut by a crash) is skipped and counted, never guessed.
-    Raises :class:`~state.errors.Stopped` if ``path`` is not a regular file (a FIFO would block).
+    Raises :class:`~state.errors.Refused` if ``path`` is not a regular file (a FIFO would block).
     """
     raw = read_regular(path, _what(path))
     if raw is None:

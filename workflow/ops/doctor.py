@@ -66,7 +66,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.inspection import Counted, Problem, Records, Repaired, TaskCheck
 from state.records import LedgerEntry, RejectionRecord
 from state.schema import Checkpoint
@@ -197,7 +197,7 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
             continue
         try:
             ev, _, rejected = gather(store, cp, call_id)
-        except Stopped as exc:
+        except Refused as exc:
             report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), HUMAN))
             continue
         verdict = reconcile(ev, "doctor")
@@ -246,11 +246,11 @@ def doctor(store: TaskStore, *, repair: bool = False) -> dict[str, Any]:
     Works over any :class:`state.store.Inspectable` store: the store lists its own problems and
     each task (held under its lock while it is judged here, :mod:`state.inspection`), and this
     function judges each task by the decision table. Returns :meth:`Report.as_dict`. Never raises
-    :class:`Stopped` for a damaged record: every problem becomes a finding. Raises
-    :class:`Stopped` for a store that cannot be inspected.
+    :class:`Refused` for a damaged record: every problem becomes a finding. Raises
+    :class:`Refused` for a store that cannot be inspected.
     """
     if not isinstance(store, Inspectable):
-        raise Stopped(f"the store {store.location} cannot be checked by doctor (it lists no "
+        raise Refused("usage", f"the store {store.location} cannot be checked by doctor (it lists no "
                       "records to check); nothing was read")
     report = Report(state_dir=store.location, repair=repair)
     for item in store.inspect(repair=repair):

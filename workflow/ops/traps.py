@@ -37,7 +37,7 @@ from agents import Agent, RunConfig, Runner, RunState, function_tool
 from agent.models import build_offline_model
 from agent.publisher import AGENT_NAME, INSTRUCTIONS, build_agent, user_message
 from state import effects
-from state.errors import Stopped
+from state.errors import Refused
 from state.integrity import compute_mac, load_key
 from state.files.store import Store
 from state.files.ledger import Ledger
@@ -139,7 +139,7 @@ async def _stopped(step: Callable[[], Awaitable[Any]]) -> str | None:
     effects.reset()
     try:
         await step()
-    except Stopped as exc:
+    except Refused as exc:
         done = effects.summary()
         return f"STOPPED: {exc}" + (f"; {done}" if done else "")
     return None
@@ -246,7 +246,7 @@ def run_traps() -> dict[str, Any]:
 
     Returns ``{"sdk_version", "traps": [{"trap", "title", "bare_sdk": {...}, "product": {...}}]}``
     (the shapes of the ``bare_*`` and ``product_*`` functions). Offline; touches no state dir of
-    the user. Raises :class:`Stopped` only if the product's own start fails.
+    the user. Raises :class:`Refused` only if the product's own start fails.
     """
     with tempfile.TemporaryDirectory(prefix="hitl-traps-") as tmp:
         return asyncio.run(_run_all(Path(tmp)))

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Callable, Optional
 
 from state import clock
-from state.errors import Stopped
+from state.errors import Next, Refused, no_hint
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
 from state.revisions import every_or_stop
 from state.store import TaskStore
@@ -95,8 +95,8 @@ def inbox_view(store: TaskStore, status: Optional[str] = None) -> dict[str, Any]
 
     ``status`` keeps only tasks with that stored status. What verifies is listed, and what does
     not is never left out silently: ``run.py list`` prints the tasks and then one ``STOPPED:``
-    line (:func:`unverified_summary`, exit 1). If nothing verifies, raises :class:`Stopped` naming
-    the first failure (``doctor`` lists them all). Raises :class:`Stopped` if the store refuses
+    line (:func:`unverified_summary`, exit 1). If nothing verifies, raises :class:`Refused` naming
+    the first failure (``doctor`` lists them all). Raises :class:`Refused` if the store refuses
     this machine's signing key outright (another deployment's key: ``PostgresStore.check_key``).
     """
     now = clock.now()
@@ -110,17 +110,17 @@ def inbox_view(store: TaskStore, status: Optional[str] = None) -> dict[str, Any]
     return {"tasks": tasks, **({"unverified": bad} if bad else {})}
 
 
-def unverified_summary(view: dict[str, Any]) -> Optional[str]:
+def unverified_summary(view: dict[str, Any], hint: Callable[[Next], str] = no_hint) -> Optional[str]:
     """One line for the checkpoints :func:`inbox_view` could not list (None if there are none):
-    how many, why they can fail, the first one's error, and where to see them all."""
+    how many, why they can fail, the first one's error, and (``hint`` of ``Next("doctor_lists")``,
+    the caller's words) where to see them all."""
     bad = view.get("unverified") or []
     if not bad:
         return None
     n = len(bad)
     what = "1 checkpoint is" if n == 1 else f"{n} checkpoints are"
     return (f"{what} not listed: not verified with this machine's signing key (signed with "
-            f"another key, edited or damaged); first: {bad[0]['error']} (python run.py doctor "
-            "lists every problem)")
+            f"another key, edited or damaged); first: {bad[0]['error']}" + hint(Next("doctor_lists")))
 
 
 def inbox_text(view: dict[str, Any]) -> str:
@@ -152,7 +152,7 @@ def expire_overdue(store: TaskStore, task_id: Optional[str] = None) -> tuple[lis
     task's lock the checkpoint is reloaded and checked again: a task with a ledger entry (it
     executed in time) or a rejection record (a reject was decided) is never expired. The sweep
     only locks tasks that look overdue, and skips a busy one instead of stopping half-way. Raises
-    :class:`Stopped` if ``task_id`` is given and is not overdue or is busy.
+    :class:`Refused` if ``task_id`` is given and is not overdue or is busy.
     """
     done: list[str] = []
     busy: list[str] = []
@@ -166,7 +166,7 @@ def expire_overdue(store: TaskStore, task_id: Optional[str] = None) -> tuple[lis
         with ExitStack() as stack:
             try:
                 stack.enter_context(store.task_lock(tid))
-            except Stopped:
+            except Refused:
                 if task_id:
                     raise
                 busy.append(tid)
@@ -185,9 +185,9 @@ def expire_overdue(store: TaskStore, task_id: Optional[str] = None) -> tuple[lis
 
 
 def _check_expirable(store: TaskStore, cp: Checkpoint) -> None:
-    """Raise :class:`Stopped` unless the decision table lets ``expire`` mark ``cp`` expired."""
+    """Raise :class:`Refused` unless the decision table lets ``expire`` mark ``cp`` expired."""
     if reconcile.check(store, cp, "expire").kind != "expire":
-        raise Stopped(f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
+        raise Refused("usage", f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
                       f"expires_at {cp.expires_at})")
 
 
@@ -196,15 +196,17 @@ Say = Callable[[str], None]
 Decide = Callable[[str, str, Optional[str]], dict[str, Any]]
 
 
-def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide) -> dict[str, Any]:
+def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
+           hint: Callable[[Next], str] = no_hint) -> dict[str, Any]:
     """Walk the waiting tasks: show tool, arguments and the draft; ask approve / reject / skip.
 
     ``ask(prompt) -> answer`` reads one line (``input`` in a terminal; scripted in tests);
     ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason) -> task`` applies a decision
     (``workflow.hitl.resume``). Answers: ``a``/``approve``, ``r``/``reject`` (then a reason, required),
     ``s``/``skip``, ``q``/``quit``. An overdue request cannot be approved (the refusal is shown and the
-    question asked again). A ``Stopped`` from ``decide`` is shown and the walk goes on. End of input
-    (``EOFError``) stops the walk like ``quit``.
+    question asked again). A ``Refused`` from ``decide`` is shown (its next steps worded by ``hint``,
+    the caller's words for them, e.g. ``cli.hints.hint``; default none) and the walk goes on. End of
+    input (``EOFError``) stops the walk like ``quit``.
 
     Returns ``{"reviewed": [{"task_id", "action", "status"|"error"}], "remaining": int}``.
     """
@@ -242,9 +244,9 @@ def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide) -> dict[str,
             continue
         try:
             result = decide(cp.task_id, action, reason)
-        except Stopped as exc:
-            say(f"  STOPPED: {one_line(str(exc))}")
-            reviewed.append({"task_id": cp.task_id, "action": action, "error": str(exc)})
+        except Refused as exc:
+            say(f"  STOPPED: {one_line(exc.render(hint))}")
+            reviewed.append({"task_id": cp.task_id, "action": action, "error": exc.render(hint)})
             continue
         say(f"  -> {result['status']} (revision {result['revision']})")
         reviewed.append({"task_id": cp.task_id, "action": action, "status": result["status"]})
@@ -290,7 +292,7 @@ def _ask_action(ask: Ask, say: Say, *, overdue_now: bool) -> tuple[str, Optional
 
 def pick_task(store: TaskStore, task_id: str | None, *, waiting_only: bool) -> str:
     """``task_id`` if given, else the only task (``waiting_only``: the only one still waiting
-    for a decision); raises :class:`Stopped` naming the candidates when there is not exactly one."""
+    for a decision); raises :class:`Refused` naming the candidates when there is not exactly one."""
     if task_id:
         return task_id
     candidates = [cp.task_id for cp in store.checkpoints()
@@ -299,6 +301,6 @@ def pick_task(store: TaskStore, task_id: str | None, *, waiting_only: bool) -> s
         return candidates[0]
     what = "waiting tasks" if waiting_only else "tasks"
     if not candidates:
-        raise Stopped(f"no {what} in {getattr(store, 'location', store.root)}; give --task ID")
+        raise Refused("not_found", [f"no {what} in {getattr(store, 'location', store.root)}", Next("give_task")])
     names = ", ".join(candidates[:20])
-    raise Stopped(f"{len(candidates)} {what} ({names}); give --task ID")
+    raise Refused("ambiguous", [f"{len(candidates)} {what} ({names})", Next("give_task")])

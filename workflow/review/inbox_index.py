@@ -29,10 +29,10 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from state import clock
-from state.errors import Stopped
+from state.errors import Next, Refused, no_hint
 from state.integrity import KEY_FILE
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
@@ -93,30 +93,31 @@ class InboxIndex:
     Safe to call from several threads (the server's worker threads): one listing at a time.
     """
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, hint: Callable[[Next], str] = no_hint) -> None:
         self.store = store
+        self.hint = hint  # the caller's words for a next step (state.errors.Next)
         self._rows: dict[str, tuple[tuple[Any, ...], Row]] = {}  # stem -> ((file, identity), row)
         self._keys: Any = None  # the identity of signing.key and state.id the rows were verified with
         self._lock = threading.Lock()
 
     def rows(self) -> list[Row]:
-        """Every task's row, in no particular order. Raises :class:`Stopped` naming the first
+        """Every task's row, in no particular order. Raises :class:`Refused` naming the first
         checkpoint that cannot be read and verified (``doctor`` lists them all)."""
         rows, bad = self._scan()
         if bad:
             more = f"; {len(bad)} unreadable checkpoints" if len(bad) > 1 else ""
-            raise Stopped(f"{bad[0]['error']}{more} (python run.py doctor lists every problem)")
+            raise Refused("integrity", [f"{bad[0]['error']}{more}", Next("doctor_lists")])
         return rows
 
     def listing(self) -> tuple[list[Row], Optional[str]]:
         """``(the row of every task that verifies, None or one line saying how many checkpoints
         could not be verified and why the first failed)``: what ``list`` shows. Raises
-        :class:`Stopped` as :meth:`rows` does if none verifies (fail closed, never an empty page
+        :class:`Refused` as :meth:`rows` does if none verifies (fail closed, never an empty page
         that hides them), or if the store refuses this machine's key outright."""
         rows, bad = self._scan()
         if bad and not rows:
             return self.rows(), None
-        return rows, unverified_summary({"unverified": bad})
+        return rows, unverified_summary({"unverified": bad}, self.hint)
 
     def _scan(self) -> tuple[list[Row], list[dict[str, str]]]:
         if not isinstance(self.store, FileBacked):  # a store without files: its own verified scan
@@ -141,7 +142,7 @@ class InboxIndex:
                 continue
             try:  # identity first, then the read: a file changed in between is read again next time
                 found = store.load_newest(stem, path)
-            except Stopped as exc:
+            except Refused as exc:
                 bad.append({"file": path.name, "error": str(exc)})
                 continue
             if found is not None:  # a newer revision read instead: its identity is taken next time

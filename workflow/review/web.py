@@ -47,7 +47,7 @@ import threading
 import time
 from datetime import timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -61,7 +61,7 @@ from starlette.staticfiles import StaticFiles
 
 from workflow.observe.budget_view import model_line, spent_line
 from state import clock
-from state.errors import Stopped
+from state.errors import Next, Refused, no_hint
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, valid_key
 from workflow import calls
 from workflow.review import inbox_index
@@ -219,7 +219,7 @@ def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason
     ``expect_revision`` is the revision the page was rendered from; it is checked here first
     (a quick answer for a stale page) and again by ``hitl.resume`` under the task lock (the check
     that counts). Returns the new checkpoint (still ``waiting_for_approval`` while other calls of the
-    task wait); raises :class:`Stopped` for every refusal (nothing decided), e.g. a call that is not
+    task wait); raises :class:`Refused` for every refusal (nothing decided), e.g. a call that is not
     pending."""
     from workflow import guards, hitl
 
@@ -229,12 +229,14 @@ def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason
 
 
 class Inbox:
-    """The pages (module docstring) over ``store``, deciding as ``reviewer``."""
+    """The pages (module docstring) over ``store``, deciding as ``reviewer``; a refusal's next steps
+    are worded by ``hint`` (the application's words for them, e.g. ``cli.hints.hint``; default none)."""
 
-    def __init__(self, store: Any, *, reviewer: str) -> None:
+    def __init__(self, store: Any, *, reviewer: str, hint: Callable[[Next], str] = no_hint) -> None:
         self.store = store
         self.reviewer = reviewer
-        self.index = InboxIndex(store)
+        self.hint = hint
+        self.index = InboxIndex(store, hint)
         self.env = Environment(loader=FileSystemLoader(ASSETS / "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True),
                                finalize=shown)
@@ -262,8 +264,8 @@ class Inbox:
             return self._error(request, 400, f"status must be one of {', '.join(FILTERS)}")
         try:
             rows, unverified = self.index.listing()  # what verifies, and a line about the rest
-        except Stopped as exc:
-            return self._error(request, 500, str(exc))
+        except Refused as exc:
+            return self._error(request, 500, exc.render(self.hint))
         shown = inbox_index.page(rows, status, number)
         now = clock.now()
         items = [(r, timing(r, now)) for r in shown.rows]
@@ -290,8 +292,8 @@ class Inbox:
         try:
             cp = self.store.load(task_id)
             receipt = None if cp.status == WAITING else _receipt_text(self.store, task_id)
-        except Stopped as exc:
-            return self._error(request, 404 if not self.store.exists(task_id) else 500, str(exc),
+        except Refused as exc:
+            return self._error(request, 404 if not self.store.exists(task_id) else 500, exc.render(self.hint),
                                prior=error)
         if confirm is not None:  # the confirming step: only for a call that is still pending
             try:
@@ -299,8 +301,8 @@ class Inbox:
 
                 guards.check_revision(cp, confirm["revision"])
                 calls.pick_call(cp, confirm["call_id"])
-            except Stopped as exc:
-                return self._task(request, task_id, error=str(exc), status=409)
+            except Refused as exc:
+                return self._task(request, task_id, error=exc.render(self.hint), status=409)
         now = clock.now()
         t = timing(inbox_index.row_of(cp), now)
         decided, recorded = _decisions_so_far(self.store, cp)
@@ -345,8 +347,8 @@ class Inbox:
             await run_in_threadpool(decide_call, self.store, task_id=task_id, call_id=call_id,
                                     decision=decision, reason=reason, by=self.reviewer,
                                     expect_revision=revision)
-        except Stopped as exc:
-            return await run_in_threadpool(self._task, request, task_id, error=str(exc), status=409)
+        except Refused as exc:
+            return await run_in_threadpool(self._task, request, task_id, error=exc.render(self.hint), status=409)
         except Exception as exc:  # never a traceback in a page; the server's stderr has the log
             what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             return await run_in_threadpool(self._task, request, task_id,
@@ -421,12 +423,13 @@ def _receipt_text(store: Any, task_id: str) -> str:
 
 
 def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie: str,
-               warm: bool = False) -> Any:
+               warm: bool = False, hint: Callable[[Next], str] = no_hint) -> Any:
     """The ASGI app: the pages of :class:`Inbox` behind :class:`Gate`. ``hosts``: accepted
     ``Host`` header values; ``cookie``: the session cookie's name; ``warm``: read and verify every
     checkpoint once now, in a background thread, so the first inbox page is as fast as the next
-    (a checkpoint that does not verify is reported by the page that lists it, not here)."""
-    pages = Inbox(store, reviewer=reviewer)
+    (a checkpoint that does not verify is reported by the page that lists it, not here);
+    ``hint``: how a refusal's next steps are worded (:class:`Inbox`)."""
+    pages = Inbox(store, reviewer=reviewer, hint=hint)
     if warm:
         threading.Thread(target=_quietly, args=(pages.index.rows,), daemon=True).start()
     app = Starlette(routes=[
@@ -442,7 +445,7 @@ def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie
 def _quietly(read: Any) -> None:
     try:
         read()
-    except Stopped:  # shown by the inbox page, which reads again
+    except Refused:  # shown by the inbox page, which reads again
         pass
 
 
@@ -451,15 +454,15 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str]:
     """A listening socket on ``host``:``port`` (0: a free port) and its ``host:port`` as a URL
-    authority. Raises :class:`Stopped` for a host beyond this machine without ``allow_remote``, a
+    authority. Raises :class:`Refused` for a host beyond this machine without ``allow_remote``, a
     wildcard address (the ``Host`` check needs the name reviewers use), or a port that cannot be
     bound."""
     if host not in LOOPBACK and not allow_remote:
-        raise Stopped(f"--host {host} would serve the inbox beyond this machine; add --allow-remote "
+        raise Refused("usage", f"--host {host} would serve the inbox beyond this machine; add --allow-remote "
                       "to mean it (the token then travels unencrypted: http, not https)")
     try:
         if ipaddress.ip_address(host).is_unspecified:
-            raise Stopped(f"--host {host} listens on every address; give the one address reviewers "
+            raise Refused("usage", f"--host {host} listens on every address; give the one address reviewers "
                           "open (the Host header is checked against it)")
     except ValueError:
         pass  # a name, not an address
@@ -475,7 +478,7 @@ def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise Stopped(f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})") from None
+        raise Refused("usage", f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})") from None
     bound = sock.getsockname()[1]
     return sock, f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
 
@@ -559,10 +562,11 @@ def server_config(app: Any) -> Any:
                           server_header=False, proxy_headers=False)
 
 
-def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -> None:
+def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool,
+          hint: Callable[[Next], str] = no_hint) -> None:
     """``python run.py serve``: import the SDK once, listen, print ``inbox: http://HOST:PORT/?token=…``
     as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM. Raises
-    :class:`Stopped` before listening if the host or port cannot be used (see :func:`listen`)."""
+    :class:`Refused` before listening if the host or port cannot be used (see :func:`listen`)."""
     sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
 
@@ -576,7 +580,7 @@ def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool) -
               "it and sees the URL can decide; the token travels unencrypted", file=sys.stderr)
     token = secrets.token_urlsafe(32)
     app = create_app(store, reviewer=reviewer, token=token, hosts=hosts,
-                     cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True)
+                     cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True, hint=hint)
     print(f"inbox: http://{authority}/?token={token}", flush=True)
     where = getattr(store, "location", None) or f"state dir {store.root}"  # a database: its URL, no password
     print(f"reviewer: {reviewer}; store: {where}; Ctrl-C stops", file=sys.stderr, flush=True)

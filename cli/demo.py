@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from state.errors import Stopped
+from state.errors import Refused
 from state.store import Relocatable, TaskStore
 from workflow.observe.views import ledger_view, task_view
 
-RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
+RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
 
 
 def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
@@ -41,7 +41,7 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
     # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 7 shows
     # the same entries however often the demo runs).
     if not isinstance(store, Relocatable):
-        raise Stopped(f"the store {store.location} cannot be opened in another state dir, so the "
+        raise Refused("usage", f"the store {store.location} cannot be opened in another state dir, so the "
                       "demo cannot run on it; nothing was written")
     store = store.with_root(store.root / "demo" / run_id)
     base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root), *store.cli_args()]
@@ -87,7 +87,7 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
         out = (proc.stdout + proc.stderr).rstrip()
         print("\n".join("  " + line for line in out.splitlines()) + "\n", file=say)
         if proc.returncode != 0:
-            raise Stopped(f"demo step failed with exit code {proc.returncode}")
+            raise Refused("refused", f"demo step failed with exit code {proc.returncode}")
     if not as_json:
         return None
     return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c, key_d)],

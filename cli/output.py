@@ -10,9 +10,10 @@ import re
 import sys
 from typing import Any
 
-from state.terminal import command as shell_command
+from cli.hints import command as shell_command, hint
+from cli.text import task_text
 from workflow.review import inbox
-from workflow.observe.views import one_line, several_lines, task_text
+from workflow.observe.views import one_line, several_lines
 
 
 #: Escaped in ``--json`` output (valid JSON either way): every character the terminal rule escapes
@@ -115,7 +116,7 @@ def problem_after(command: str, result: Any) -> str | None:
 
         return summary(result)
     if command == "list" and result is not None:
-        return inbox.unverified_summary(result)
+        return inbox.unverified_summary(result, hint)
     return None
 
 

@@ -1,0 +1,57 @@
+"""The command line's words for what the library leaves to it: how a command is written
+(:data:`PROGRAM`, :func:`command`, from :mod:`state.terminal` while the doctor still builds its
+actions as text) and the hint for each next step a refusal carries.
+
+The library (``state/``, ``workflow/``) states facts, not ``run.py``'s commands or flags: where a
+person has a next step, a :class:`state.errors.Refused` carries it as a :class:`state.errors.Next`
+(an action word and its arguments). :func:`text` renders a refusal with this command line's hint for
+each step (:data:`HINTS`), which is exactly the ``STOPPED:`` line ``run.py`` prints. Standard
+library and ``state`` only.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from state.errors import Next, Refused
+from state.terminal import PROGRAM, command
+
+__all__ = ["PROGRAM", "command", "HINTS", "hint", "text"]
+
+
+def _doctor(what: str) -> Callable[[Next], str]:
+    return lambda step: f" ({PROGRAM} doctor{what})"
+
+
+#: Next-step action → its hint, placed where the step stands in the message (each starts with its
+#: own separator). An action this table does not know adds nothing.
+HINTS: dict[str, Callable[[Next], str]] = {
+    "doctor": _doctor(""),
+    "doctor_lists": _doctor(" lists every problem"),
+    "doctor_explains": _doctor(" explains where each task stands"),
+    "doctor_lists_others": _doctor(" lists every problem; status --task ID still shows the others"),
+    "status": lambda step: f" ({command('status', '--task', *step.args)})",
+    "see_status": lambda step: f"; run {command('status', '--task', *step.args)} to see where it stands",
+    "shows_status": lambda step: f" ({command('status', '--task', *step.args)} shows where the task stands)",
+    "name_call": lambda step: f"; name one with --call ({command('status', '--task', *step.args)} shows each)",
+    "reject": lambda step: f" ({command('resume', '--task', *step.args, '--decision', 'reject')})",
+    "expire": lambda step: f" ({PROGRAM} expire)",
+    "finish_approve": lambda step: " (resume with --decision approve to finish recording it)",
+    "new_key": lambda step: "; use a new --key",
+    "give_task": lambda step: "; give --task ID",
+    "add_channel": lambda step: "; add e.g. --channel blog",
+    "choose_store": lambda step: " (--store)",
+    "input_by": lambda step: " (--by)",
+}
+
+
+def hint(step: Next) -> str:
+    """This command line's text for ``step`` (``""`` for an action it does not know)."""
+    render = HINTS.get(step.action)
+    return render(step) if render else ""
+
+
+def text(exc: Refused) -> str:
+    """The refusal's one-line message with this command line's hints: what follows ``STOPPED: ``.
+    An exception that is not a :class:`Refused` is its ``str``."""
+    return exc.render(hint) if isinstance(exc, Refused) else str(exc)

@@ -1,0 +1,97 @@
+"""The text lines the command line prints for a task (the non-``--json`` output of ``start``,
+``resume``, ``status``), with the command a person pastes next. Never imports the SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cli.hints import command
+from state.schema import Checkpoint
+from workflow.observe.budget_view import model_line, spent_line
+from workflow.observe.views import one_line, several_lines
+
+
+def _auto(d: dict[str, Any], decisions: list[dict[str, Any]]) -> str | None:
+    """``auto: complies with the edits by NAME`` when the program wrote decision ``d`` (one of a
+    task's ``decisions``): the approval of the model's new call that carries exactly the draft NAME
+    approved with edits earlier on that channel (its reason is :data:`workflow.edits.AUTO_REASON`,
+    written by ``workflow.hitl.decide``), so it is not shown as a reason typed by a reviewer. None
+    for any other decision."""
+    from workflow.edits import AUTO_REASON
+
+    if d["reason"] == AUTO_REASON and d["decision"] == "approved" and any(
+            e["decision"] == "approved_with_edits" and e["channel"] == d["channel"]
+            and e["by"] == d["by"] and e["call_id"] != d["call_id"] for e in decisions):
+        return f"auto: complies with the edits by {d['by']}"
+    return None
+
+
+def resume_hint(task_id: str, call_id: str | None = None, decision: str = "approve") -> str:
+    """The ``resume`` command a person pastes to decide ``task_id`` (``--call`` when given), every
+    argument shell-quoted (:func:`cli.hints.command`)."""
+    call = ["--call", call_id] if call_id is not None else []
+    return command("resume", "--task", task_id, *call, "--decision", decision)
+
+
+def task_text(task: dict[str, Any]) -> str:
+    """A few human-readable lines for one task (the non-``--json`` output). Every value from the
+    model or the file is escaped onto its line (:func:`state.terminal.one_line`; titles, bodies and
+    reasons as Python literals, ``repr``, which escapes them too), the ``next:`` command quoted."""
+    lines = [f"task {one_line(task['task_id'])}: {one_line(task['status'])} (revision {task['revision']})"]
+    for p in task["pending"]:
+        args = p["arguments"]
+        if p["tool"] != "publish_draft":  # another tool: its own arguments, not a draft's
+            shown = ", ".join(f"{one_line(str(k))[:40]}={str(v)[:60]!r}" for k, v in args.items())
+            lines.append(f"  pending: {one_line(p['tool'])}({shown})  call_id={one_line(p['call_id'])}")
+            continue
+        body = str(args.get("body", ""))
+        preview = body if len(body) <= 60 else body[:57] + "..."
+        on = f", channel={args['channel']!r}" if args.get("channel") is not None else ""
+        lines.append(
+            f"  pending: {one_line(p['tool'])}(title={args.get('title')!r}, body={preview!r}{on})  "
+            f"call_id={one_line(p['call_id'])}"
+        )
+    several = len(task.get("channels", [])) > 1
+    for d in task.get("decisions", []) if several else []:
+        rule = " (always)" if d["always"] else ""
+        auto = _auto(d, task["decisions"])
+        lines.append(f"  call {one_line(d['call_id'])} on {one_line(str(d['channel']))}: {d['decision']} by "
+                     f"{one_line(d['by'])} ({one_line(auto) if auto else d['source'] + rule})"
+                     + (f" reason={d['reason']!r}" if d["reason"] and not auto else ""))
+    if task["decision"] and not several:
+        d = task["decision"]
+        auto = next((_auto(e, task["decisions"]) for e in task.get("decisions", []) if e["at"] == d["at"]), None)
+        why = f" ({one_line(auto)})" if auto else f" reason={d['reason']!r}" if d["reason"] else ""
+        lines.append(f"  decision: {d['decision']} by {one_line(d['by'])} at {one_line(d['at'])}{why}")
+    if task["final_output"]:
+        lines.append(f"  final output: {several_lines(task['final_output'], '    ')}")
+    lines.append(f"  checkpoint: {one_line(task['checkpoint_path'])}")
+    if task["status"] == "waiting_for_approval":
+        call = task["pending"][0]["call_id"] if len(task["pending"]) > 1 else None
+        lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\")")
+    return "\n".join(lines)
+
+
+def budget_lines(cp: Checkpoint) -> list[str]:
+    """The text lines ``start``/``resume``/``status`` add for one task (model, then budget)."""
+    lines = [f"  model: {model_line(cp.model)}", f"  budget: {spent_line(cp.budget, cp.spend)}"]
+    if cp.status == "budget_exceeded":
+        stops = [e for e in cp.history if e.event == "budget_exceeded"]
+        why = stops[-1].detail.get("why") if stops else None
+        if isinstance(why, str):
+            lines[-1] = f"  {why}"
+        lines.append(
+            f"  next: raise the budget, e.g. {command('resume', '--task', cp.task_id)} --decision "
+            f"approve|reject {_raise_hint(cp)}"
+        )
+    return lines
+
+
+def _raise_hint(cp: Checkpoint) -> str:
+    """The flag to raise for the limit that was reached (turns, then cost, then tokens)."""
+    budget, spend = cp.budget, cp.spend
+    if spend.turns >= budget.max_turns:
+        return f"--max-turns {budget.max_turns + 2} (or --max-tokens, --max-cost-usd)"
+    if budget.max_cost_usd is not None and (spend.cost_usd or 0) >= budget.max_cost_usd * 0.9:
+        return f"--max-cost-usd {budget.max_cost_usd * 2:g} (or --max-turns, --max-tokens)"
+    return f"--max-tokens {budget.max_tokens * 2} (or --max-turns, --max-cost-usd)"
