@@ -460,13 +460,13 @@ def test_doctor_checks_unlocked_when_the_lock_cannot_be_opened_for_writing(cli, 
                                                                              err):
     """The same without root: the OS's answer to opening a lock file in a read-only state dir
     (a permission error, or EROFS on a read-only mount) is simulated at the lock."""
-    import workflow.ops.doctor as doctor
+    import state.files.inspect as inspect  # the file store's part of doctor: it takes the locks
 
-    class ReadOnlyLock(doctor.FileLock):
+    class ReadOnlyLock(inspect.FileLock):
         def acquire(self, *a, **k):
             raise OSError(err, os.strerror(err), self.lock_file)
 
-    monkeypatch.setattr(doctor, "FileLock", ReadOnlyLock)
+    monkeypatch.setattr(inspect, "FileLock", ReadOnlyLock)
     r = cli("doctor", "--json")
     assert r.code == 0, r.err
     report = r.json()
