@@ -6,11 +6,14 @@ record means the same wherever it is kept; each store decides only how it is wri
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from state.schema import CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
+
+#: A tool name, as the SDK sends it and a ledger entry names its action (``publish_draft``).
+ACTION_FIELD = r"^[A-Za-z0-9_.:-]{1,64}$"
 
 #: How :mod:`state.effects` names the creation of a rejection record.
 RECORDED = "rejection record written"
@@ -18,7 +21,13 @@ RECORDED = "rejection record written"
 
 class LedgerEntry(BaseModel):
     """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
-    "published_at", "channel", "approval"}`` (``published_at`` ISO-8601 UTC).
+    "published_at", "channel", "approval", "result"}`` (``published_at`` ISO-8601 UTC).
+
+    ``action`` is the name of the tool whose effect this is (``publish_draft`` for the publisher;
+    any tool declared through :func:`workflow.effect.effect_tool`). ``result`` is what that tool's
+    function returned the first time (any JSON value), so a repeat of the call answers with it
+    without running the function again; absent in entries whose function returned None and in
+    entries written before it existed.
 
     ``idempotency_key`` is ``task_id`` (a one-channel task) or ``<task_id>#<channel>``
     (:func:`state.schema.effect_key`). ``channel`` and ``approval`` (``"human"``: a person's
@@ -32,12 +41,13 @@ class LedgerEntry(BaseModel):
 
     idempotency_key: str
     task_id: str
-    action: Literal["publish_draft"]
+    action: str = Field(pattern=ACTION_FIELD)
     title: str = Field(max_length=200)
     content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     published_at: str = Field(min_length=1, max_length=40)
     channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
     approval: Optional[Literal["human", "not_needed"]] = None
+    result: Optional[Any] = None
 
     @field_validator("task_id")
     @classmethod

@@ -84,12 +84,14 @@ class TaskStore(Protocol):
         ...
 
     def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
-                      channel: Optional[str] = None,
-                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+                      channel: Optional[str] = None, approval: Optional[str] = None,
+                      action: str = "publish_draft", result: Any = None) -> tuple[LedgerEntry, bool]:
         """Record the action for ``key`` (``task_id``, or ``<task_id>#<channel>`` for a task with
         several channels) exactly once: ``(entry, created)``; ``created`` is False when the same
-        task and content was recorded before (that first entry is returned). ``channel`` and
-        ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when given. Raises
+        task and content was recorded before (that first entry is returned, with its first
+        ``result``). ``channel`` and ``approval`` (``"human"`` / ``"not_needed"``) are stored in the
+        entry when given, ``result`` (any JSON value: what the effect returned) when not None,
+        ``action`` (the tool's name) always. Raises
         ``Stopped`` if ``key`` is recorded for another task or other content. Never overwrites."""
         ...
 
@@ -138,12 +140,12 @@ class FileStore(Store):
         return Ledger(self.ledger_dir).get(key)
 
     def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
-                      channel: Optional[str] = None,
-                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+                      channel: Optional[str] = None, approval: Optional[str] = None,
+                      action: str = "publish_draft", result: Any = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`TaskStore.ledger_record` (:meth:`state.files.ledger.Ledger.record`)."""
         return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
                                               content_sha256=content_sha256, channel=channel,
-                                              approval=approval)
+                                              approval=approval, action=action, result=result)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""

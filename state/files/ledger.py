@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from state import effects, secrets
 from state.errors import Stopped
-from state.schema import validation_message
+from state.schema import ACTION, validation_message
 from state.paths import inside, read_regular
 from state.clock import now_iso
 from state.durable import create_exclusive
@@ -71,10 +71,12 @@ class Ledger:
     def record(
         self, *, key: str, task_id: str, title: str, content_sha256: str,
         channel: Optional[str] = None, approval: Optional[str] = None,
+        action: str = ACTION, result: Any = None,
     ) -> tuple[LedgerEntry, bool]:
         """Record the action for ``key`` exactly once. Returns ``(entry, created)``.
 
-        ``channel`` and ``approval`` are stored when given (see :class:`LedgerEntry`).
+        ``channel`` and ``approval`` are stored when given, ``result`` (the effect function's JSON
+        result) when not None; ``action`` names the tool (see :class:`LedgerEntry`).
 
         ``created`` is False when an identical entry (same task and content) already existed; the
         first entry is returned unchanged. Raises :class:`Stopped` when the key exists for another
@@ -86,12 +88,13 @@ class Ledger:
             entry = LedgerEntry(
                 idempotency_key=key,
                 task_id=task_id,
-                action="publish_draft",
+                action=action,
                 title=title,
                 content_sha256=content_sha256,
                 published_at=now_iso(),
                 **({"channel": channel} if channel is not None else {}),
                 **({"approval": approval} if approval is not None else {}),
+                **({"result": result} if result is not None else {}),
             )
             # never a key on disk: a title holding one becomes "[redacted]" (state.secrets)
             record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER, what=f"ledger entry of key {key!r}",
