@@ -29,7 +29,7 @@ from state.errors import Stopped
 from state.schema import (PREVIEW_CHANNEL, channel_scope, content_sha256, effect_key,
                           valid_channel)
 
-from tools.effects import effectful
+from workflow.effect import effectful
 
 TOOL_NAME = "publish_draft"
 
@@ -130,4 +130,4 @@ def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optio
             "for this call (an approval rule that returned False?); nothing was published")
 
 
-effectful(publish_draft)  # its call writes the ledger: never without approval (tools.effects)
+effectful(publish_draft)  # its call writes the ledger: never without approval (workflow.effect)
