@@ -16,7 +16,7 @@ from agents.models.interface import Model
 
 from state.errors import Stopped
 from state.schema import canonical_json, sha256_hex
-from tools.effects import function_identity, is_effectful
+from workflow.effect import function_identity, is_effectful
 from tools.publish import publish_draft
 
 AGENT_NAME = "Publisher"
@@ -90,7 +90,7 @@ def check_agent(agent: Agent[Any]) -> None:
     - two tools with one name: the SDK keeps only the last one registered (``tool name collision``,
       SDK ``_tool_identity.resolve_tool_name_collisions``, default policy ``warn``), so an approval
       given for one could run the other;
-    - an effectful tool (``tools.effects``) whose ``needs_approval`` is ``False``: it would run on
+    - an effectful tool (``workflow.effect``) whose ``needs_approval`` is ``False``: it would run on
       ``start`` with nobody asked. ``True`` or a callable (the SDK's per-call approval policy,
       "Human-in-the-loop" docs) are accepted; a callable only if it gates what it must: it is
       asked about a call to a public channel and about malformed arguments, and must answer True
@@ -157,7 +157,7 @@ def describe(agent: Agent[Any]) -> dict[str, Any]:
     "schema_sha256", "needs_approval", "function"}}}``, tools in the agent's order (``position``
     0, 1, …). ``needs_approval`` is True/False, ``"callable:<module.qualname>"`` for a per-call
     policy, ``"n/a"`` for a hosted tool; ``function`` is the identity of the Python function the
-    tool runs (:func:`tools.effects.function_identity`). Instructions given as a function are
+    tool runs (:func:`workflow.effect.function_identity`). Instructions given as a function are
     fingerprinted by its ``module.qualname``.
     """
     tools: dict[str, dict[str, Any]] = {}

@@ -67,7 +67,7 @@ def test_effectful_tool_without_approval_refuses_start_before_any_effect(cli, st
 
 
 def test_second_effectful_tool_without_approval_refuses_start(cli, state_dir, monkeypatch):
-    from tools.effects import effectful
+    from workflow.effect import effectful
 
     extra = effectful(_tool(name="publish_now", needs_approval=False))
     _patch(monkeypatch, lambda a: a.clone(tools=[*a.tools, extra]))
