@@ -141,3 +141,28 @@ def test_state_files_is_a_leaf():
     ours = {m for m in _imports("state.fileio", MODULES["state.fileio"])
             if m.split(".")[0] in (*PACKAGES, "run")}
     assert ours <= {"state.errors", "state"}, ours
+
+
+def test_public_api_is_the_documented_list_and_importing_it_never_imports_the_sdk():
+    """``workflow/__init__.py`` names the public API (``__all__``) and imports each name from its
+    module on first use (PEP 562 ``__getattr__``): importing the package, a read-only module under
+    it or the read-only names (decisions, stores, tasks) leaves the SDK unimported, and every name
+    of ``__all__`` resolves to the object its module defines."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workflow, workflow.observe.views\n"
+        "assert 'agents' not in sys.modules, 'import workflow imported the SDK'\n"
+        "from workflow import Approve, Reject, Refused, TaskStore, open_store, read_task\n"
+        "assert 'agents' not in sys.modules, 'a read-only name imported the SDK'\n"
+        "import importlib\n"
+        "for name in workflow.__all__:\n"
+        "    home = importlib.import_module(workflow._HOME[name])\n"
+        "    assert getattr(workflow, name) is getattr(home, name), name\n"
+        "print(' '.join(workflow.__all__))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["Application", "start", "decide", "Approve", "Reject", "read_task",
+                                   "open_store", "effect_tool", "Effect", "Refused", "TaskStore"]
