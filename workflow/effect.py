@@ -160,7 +160,8 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     params = list(sig.parameters.values())
     if not params:
         raise TypeError(f"{fn.__qualname__}: its first parameter receives the Effect")
-    hints = typing.get_type_hints(fn, include_extras=True)  # resolved where fn was written
+    # resolved where fn was written (Effect too, when fn's module imported it only locally)
+    hints = typing.get_type_hints(fn, localns={"Effect": Effect}, include_extras=True)
     rest = params[1:]
     defaults = {p.name: p.default for p in rest if p.default is not inspect.Parameter.empty}
     action = name or fn.__name__
