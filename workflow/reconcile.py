@@ -249,7 +249,8 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     evidence = as_task_store(store)
     entry = evidence.ledger_get(key)
     if entry is not None:
-        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
+        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel),
+                          action=cp.action)
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Stopped(f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "

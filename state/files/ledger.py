@@ -111,7 +111,7 @@ class Ledger:
                     f"ledger entry {file_name(key)}.json could not be created and is not there "
                     "either (removed by someone else?); a human must check (python run.py doctor)"
                 )
-        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)
         return existing, False
 
     @staticmethod
@@ -123,8 +123,13 @@ class Ledger:
                           f"{channel!r}; refusing")
 
     @staticmethod
-    def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
-        """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
+    def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str,
+                   action: Optional[str] = None) -> None:
+        """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256`` (and,
+        when given, names ``action``: an entry of another tool is not this task's effect)."""
+        if action is not None and entry.action != action:
+            raise Stopped(f"ledger entry of key {key!r} is not valid: action {entry.action!r} is not "
+                          f"the task's ({action!r}); refusing")
         if entry.task_id != task_id:
             raise Stopped(
                 f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"

@@ -565,7 +565,7 @@ class PostgresStore:
             if existing is None:
                 raise Stopped(f"ledger entry {key!r} could not be created and is not there either "
                               "(deleted by someone else?); a human must check (python run.py doctor)")
-        Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)
         return existing, False
 
     # -- rejection records -------------------------------------------------------------------
