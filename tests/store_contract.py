@@ -32,6 +32,7 @@ __all__ = [
     "test_rejection_record_is_idempotent",
     "test_rejection_remove", "test_task_lock_excludes_a_second_holder",
     "test_ledger_keeps_each_channel_apart", "test_rejection_records_are_per_channel",
+    "test_ledger_keeps_the_first_result_and_the_action",
 ]
 
 
@@ -146,6 +147,25 @@ def test_ledger_records_once(store):
     again, created = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
     assert created is False and again == entry
     assert store.ledger_get("t-1") == entry
+
+
+def test_ledger_keeps_the_first_result_and_the_action(store):
+    """The effect gate answers a repeat with the first result: a store keeps ``result`` (any JSON
+    value) and ``action`` exactly, never rewrites them, and refuses the key for another action."""
+    result = {"sent_to": "ana@example.com", "n": [1, 2.5, None, True], "text": "é"}
+    entry, created = store.ledger_record(key="m-1", task_id="m-1", title="T", content_sha256="a" * 64,
+                                         channel="email", approval="human", action="send_email",
+                                         result=result)
+    assert created and (entry.action, entry.result) == ("send_email", result)
+    again, created = store.ledger_record(key="m-1", task_id="m-1", title="T", content_sha256="a" * 64,
+                                         channel="email", approval="human", action="send_email",
+                                         result={"other": 1})
+    assert not created and again.result == result and store.ledger_get("m-1").result == result
+    with pytest.raises(Stopped, match="action"):
+        store.ledger_record(key="m-1", task_id="m-1", title="T", content_sha256="a" * 64,
+                            channel="email", approval="human", action="refund")
+    plain, _ = store.ledger_record(key="p-1", task_id="p-1", title="T", content_sha256="a" * 64)
+    assert (plain.action, plain.result) == ("publish_draft", None)
 
 
 def test_ledger_refuses_other_content(store):

@@ -249,6 +249,7 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     for sql in ("DROP TABLE key_fingerprint",
                 "DROP INDEX rejections_by_task_channel", "ALTER TABLE rejections DROP COLUMN channel",
                 "ALTER TABLE rejections ADD PRIMARY KEY (task_id)",
+                "ALTER TABLE ledger DROP COLUMN result",
                 "ALTER TABLE ledger DROP COLUMN approval", "ALTER TABLE ledger DROP COLUMN channel",
                 "DROP INDEX checkpoints_by_status", "DELETE FROM schema_migrations WHERE version > 1"):
         _rows(pg_url, sql)
