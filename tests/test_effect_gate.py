@@ -124,6 +124,26 @@ def test_content_other_than_the_tasks_runs_nothing(task, state_dir):
     assert RUNS == [] and ledger_entries(state_dir) == []
 
 
+def test_a_tool_that_is_not_the_tasks_action_runs_nothing(task, state_dir):
+    """The run context names the task's action (the tool the reviewer was shown): another gated
+    tool of the agent, even approved on record under the same call ID, never runs."""
+    from agents.tool_context import ToolContext
+
+    from state import open_stores
+    from state.errors import Stopped
+
+    store, cp, call_id = task
+    cp = _approve(store, cp, call_id)
+    context = {"task_id": KEY, "idempotency_key": KEY, "content_sha256": cp.content_sha256,
+               "channels": ["blog"], "action": "publish_draft", "store": open_stores.token_for(store)}
+    args = json.dumps({"title": TITLE, "body": DRAFT})
+    tool = _deliver()
+    ctx = ToolContext(context=context, tool_name="deliver", tool_call_id=call_id, tool_arguments=args)
+    with pytest.raises(Stopped, match="deliver for task eg-1 is not the task's action"):
+        asyncio.run(tool.on_invoke_tool(ctx, args))
+    assert RUNS == [] and ledger_entries(state_dir) == []
+
+
 def test_an_asynchronous_function_is_gated_the_same_way(task, state_dir):
     from state.errors import Stopped
     from workflow import Effect, effect_tool

@@ -244,6 +244,9 @@ class _Call:
             raise Stopped(f"{action} ran outside a task (no run context built from a checkpoint); "
                           f"nothing was {_DONE[action]}")
         task_id = task["task_id"]
+        if task.get("action", action) != action:  # the task's action is another tool
+            raise Stopped(f"{action} for task {task_id} is not the task's action "
+                          f"({task['action']!r}); nothing was {_DONE[action]}")
         call_id = getattr(ctx, "tool_call_id", None) or ""
         channel = call_channel(task, arguments.get(CHANNEL_ARG), action)
         if CHANNEL_ARG in arguments:
