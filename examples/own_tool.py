@@ -20,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project folder: state/, workflow/
+
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
@@ -69,6 +71,10 @@ APP = Application(
     offline_model=lambda: ScriptedModel([ModelStep.respond(offline_answer) for _ in range(4)]))
 
 
+def shown(text: object) -> str:  # text from the model or a file, on one line: controls escaped
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+
+
 def outbox() -> list[dict]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(OUTBOX.glob("*.json"))]
 
@@ -114,8 +120,8 @@ if __name__ == "__main__":
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     elif args.command == "outbox":
-        print("\n".join(f"{e['idempotency_key']}: to {e['to']}: {e['subject']}" for e in out["entries"]))
+        print("\n".join(shown(f"{e['idempotency_key']}: to {e['to']}: {e['subject']}") for e in out["entries"]))
     else:
         print(f"task {out['task_id']}: {out['status']}" + "".join(
-            f"\n  waiting: {p['tool']} call {p['call_id']}" for p in out["pending"])
-            + (f"\n  final output: {out['final_output']}" if out["final_output"] else ""))
+            f"\n  waiting: {p['tool']} call {shown(p['call_id'])}" for p in out["pending"])
+            + (f"\n  final output: {shown(out['final_output'])}" if out["final_output"] else ""))

@@ -17,3 +17,7 @@ class Stopped(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))  # one line, always
+
+
+#: The public name of a refusal (``workflow.Refused``); the same class.
+Refused = Stopped
