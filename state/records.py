@@ -10,7 +10,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from state.schema import CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
+from state.schema import ACTION_FIELD, CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
 
 #: How :mod:`state.effects` names the creation of a rejection record.
 RECORDED = "rejection record written"
@@ -32,7 +32,8 @@ class LedgerEntry(BaseModel):
 
     idempotency_key: str
     task_id: str
-    action: Literal["publish_draft"]
+    #: The tool whose call this entry records (the task's action, ``Checkpoint.action``).
+    action: str = Field(pattern=ACTION_FIELD)
     title: str = Field(max_length=200)
     content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     published_at: str = Field(min_length=1, max_length=40)

@@ -94,7 +94,7 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
         _check_approved(store, task, channel, scope, getattr(ctx, "tool_call_id", None))
     entry, created = store.ledger_record(
         key=effect_key(task["task_id"], channel, task["channels"]), task_id=task["task_id"],
-        title=title, content_sha256=sha, channel=channel,  # every entry names its channel
+        action=TOOL_NAME, title=title, content_sha256=sha, channel=channel,  # every entry names its channel
         approval="human" if gated else "not_needed")
     return json.dumps(
         {

@@ -1,6 +1,6 @@
 """The side-effect ledger: one JSON file per idempotency key, created exclusively.
 
-The fake ``publish_draft`` action's only effect is an entry here, so "was it published?" is "does
+Each executed action (the task's gated tool) is an entry here, so "did it run?" is "does
 ``ledger/<name>.json`` exist?". Layout: ``<state dir>/ledger/<file_name(key)>.json`` holding
 ``{"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at", "channel",
 "approval"}``; every entry written now names its channel (a one-channel task's too, under the task
@@ -69,10 +69,11 @@ class Ledger:
         return entry
 
     def record(
-        self, *, key: str, task_id: str, title: str, content_sha256: str,
+        self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
         channel: Optional[str] = None, approval: Optional[str] = None,
     ) -> tuple[LedgerEntry, bool]:
-        """Record the action for ``key`` exactly once. Returns ``(entry, created)``.
+        """Record the action for ``key`` exactly once (``action``: the tool's name). Returns
+        ``(entry, created)``.
 
         ``channel`` and ``approval`` are stored when given (see :class:`LedgerEntry`).
 
@@ -86,7 +87,7 @@ class Ledger:
             entry = LedgerEntry(
                 idempotency_key=key,
                 task_id=task_id,
-                action="publish_draft",
+                action=action,
                 title=title,
                 content_sha256=content_sha256,
                 published_at=now_iso(),
@@ -108,7 +109,7 @@ class Ledger:
                     f"ledger entry {file_name(key)}.json could not be created and is not there "
                     "either (removed by someone else?); a human must check (python run.py doctor)"
                 )
-        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)
         return existing, False
 
     @staticmethod
@@ -120,12 +121,16 @@ class Ledger:
                           f"{channel!r}; refusing")
 
     @staticmethod
-    def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
-        """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
+    def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str, action: str) -> None:
+        """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256``, a
+        call of ``action`` (the task's)."""
         if entry.task_id != task_id:
             raise Stopped(
                 f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
             )
+        if entry.action != action:
+            raise Stopped(f"ledger already holds key {key!r} for action {entry.action!r}, not "
+                          f"{action!r} (key/action mismatch); refusing")
         if entry.content_sha256 != content_sha256:
             raise Stopped(
                 f"ledger already holds key {key!r} with different content "

@@ -532,7 +532,7 @@ class PostgresStore:
                 bad.append({"file": f"{self.ledger_dir}/{row[0]}", "error": str(exc)})
         return good, bad
 
-    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+    def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
                       channel: Optional[str] = None,
                       approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`state.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
@@ -541,7 +541,7 @@ class PostgresStore:
         Ledger.check_key(key, task_id, channel)
         existing = self.ledger_get(key)
         if existing is None:
-            entry = LedgerEntry(idempotency_key=key, task_id=task_id, action="publish_draft",
+            entry = LedgerEntry(idempotency_key=key, task_id=task_id, action=action,
                                 title=title, content_sha256=content_sha256, published_at=now_iso(),
                                 channel=channel, approval=approval)
             record = secrets.redact(entry.model_dump(), secrets.LEDGER,
@@ -562,7 +562,7 @@ class PostgresStore:
             if existing is None:
                 raise Stopped(f"ledger entry {key!r} could not be created and is not there either "
                               "(deleted by someone else?); a human must check (python run.py doctor)")
-        Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        Ledger.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)
         return existing, False
 
     # -- rejection records -------------------------------------------------------------------
