@@ -29,7 +29,7 @@ set_tracing_disabled(True)  # offline: no hosted trace export
 def publish_note(ctx: RunContextWrapper[dict], title: str) -> str:
     """Publish a note (its only effect: one ledger entry, at most once per key)."""
     _, created = Ledger(Path(ctx.context["ledger_dir"])).record(
-        key="handoff-1", task_id="handoff-1", title=title, content_sha256=content_sha256(title, ""))
+        key="handoff-1", task_id="handoff-1", action="publish_note", title=title, content_sha256=content_sha256(title, ""))
     return "published" if created else "already published"
 
 

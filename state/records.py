@@ -10,10 +10,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from state.schema import CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
-
-#: A tool name, as the SDK sends it and a ledger entry names its action (``publish_draft``).
-ACTION_FIELD = r"^[A-Za-z0-9_.:-]{1,64}$"
+from state.schema import ACTION_FIELD, CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
 
 #: How :mod:`state.effects` names the creation of a rejection record.
 RECORDED = "rejection record written"
@@ -23,16 +20,13 @@ class LedgerEntry(BaseModel):
     """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
     "published_at", "channel", "approval", "result"}`` (``published_at`` ISO-8601 UTC).
 
-    ``action`` is the name of the tool whose effect this is (``publish_draft`` for the publisher;
-    any tool declared through :func:`workflow.effect.effect_tool`). ``result`` is what that tool's
-    function returned the first time (any JSON value), so a repeat of the call answers with it
-    without running the function again; absent in entries whose function returned None and in
-    entries written before it existed.
-
     ``idempotency_key`` is ``task_id`` (a one-channel task) or ``<task_id>#<channel>``
     (:func:`state.schema.effect_key`). ``channel`` and ``approval`` (``"human"``: a person's
     approval was on record; ``"not_needed"``: the approval rule let the call run without one, e.g.
     the private ``preview`` channel) are optional: entries written before they existed lack them.
+    ``result`` is what the effect's function returned the first time (any JSON value,
+    :func:`workflow.effect.effect_tool`), so a repeat of the call answers with it without running
+    the function again; absent when it returned None (the publisher's) and in older entries.
     """
 
     # defer_build: the validator is built on first use, so commands that never read the ledger
@@ -41,6 +35,7 @@ class LedgerEntry(BaseModel):
 
     idempotency_key: str
     task_id: str
+    #: The tool whose call this entry records (the task's action, ``Checkpoint.action``).
     action: str = Field(pattern=ACTION_FIELD)
     title: str = Field(max_length=200)
     content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")

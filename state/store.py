@@ -83,15 +83,14 @@ class TaskStore(Protocol):
         ``Stopped`` on the first one that is damaged (never a silent partial list)."""
         ...
 
-    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+    def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
                       channel: Optional[str] = None, approval: Optional[str] = None,
-                      action: str = "publish_draft", result: Any = None) -> tuple[LedgerEntry, bool]:
+                      result: Any = None) -> tuple[LedgerEntry, bool]:
         """Record the action for ``key`` (``task_id``, or ``<task_id>#<channel>`` for a task with
-        several channels) exactly once: ``(entry, created)``; ``created`` is False when the same
-        task and content was recorded before (that first entry is returned, with its first
-        ``result``). ``channel`` and ``approval`` (``"human"`` / ``"not_needed"``) are stored in the
-        entry when given, ``result`` (any JSON value: what the effect returned) when not None,
-        ``action`` (the tool's name) always. Raises
+        several channels) exactly once, a call of ``action`` (the task's): ``(entry, created)``; ``created`` is False when the same
+        task and content was recorded before (that first entry is returned, with its first ``result``).
+        ``channel`` and ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when
+        given, ``result`` (any JSON value: what the effect's function returned) when not None. Raises
         ``Stopped`` if ``key`` is recorded for another task or other content. Never overwrites."""
         ...
 
@@ -139,13 +138,13 @@ class FileStore(Store):
         """See :meth:`TaskStore.ledger_get` (:meth:`state.files.ledger.Ledger.get`)."""
         return Ledger(self.ledger_dir).get(key)
 
-    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+    def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
                       channel: Optional[str] = None, approval: Optional[str] = None,
-                      action: str = "publish_draft", result: Any = None) -> tuple[LedgerEntry, bool]:
+                      result: Any = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`TaskStore.ledger_record` (:meth:`state.files.ledger.Ledger.record`)."""
-        return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
+        return Ledger(self.ledger_dir).record(key=key, task_id=task_id, action=action, title=title,
                                               content_sha256=content_sha256, channel=channel,
-                                              approval=approval, action=action, result=result)
+                                              approval=approval, result=result)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""

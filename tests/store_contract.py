@@ -57,11 +57,11 @@ def template_body(task_id: str) -> dict[str, Any]:
     if not _TEMPLATE:
         import tempfile
 
-        from workflow import hitl
+        from agent import application
         from state.store import FileStore
 
         with tempfile.TemporaryDirectory() as tmp:
-            cp = asyncio.run(hitl.start(FileStore(Path(tmp) / "state"), task_id="template-1",
+            cp = asyncio.run(application.start(FileStore(Path(tmp) / "state"), task_id="template-1",
                                         title="Contract", draft="A draft for the store contract."))
         body = cp.body()
         body.pop("state_id", None)
@@ -142,9 +142,9 @@ def test_checkpoints_fail_closed_on_a_damaged_one(store, store_factory):
 
 def test_ledger_records_once(store):
     assert store.ledger_get("t-1") is None
-    entry, created = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    entry, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
     assert created is True and entry.idempotency_key == "t-1"
-    again, created = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    again, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
     assert created is False and again == entry
     assert store.ledger_get("t-1") == entry
 
@@ -164,14 +164,15 @@ def test_ledger_keeps_the_first_result_and_the_action(store):
     with pytest.raises(Stopped, match="action"):
         store.ledger_record(key="m-1", task_id="m-1", title="T", content_sha256="a" * 64,
                             channel="email", approval="human", action="refund")
-    plain, _ = store.ledger_record(key="p-1", task_id="p-1", title="T", content_sha256="a" * 64)
+    plain, _ = store.ledger_record(key="p-1", task_id="p-1", action="publish_draft", title="T",
+                                   content_sha256="a" * 64)
     assert (plain.action, plain.result) == ("publish_draft", None)
 
 
 def test_ledger_refuses_other_content(store):
-    entry, _ = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    entry, _ = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
     with pytest.raises(Stopped):
-        store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="b" * 64)
+        store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="b" * 64)
     assert store.ledger_get("t-1") == entry
 
 
@@ -185,7 +186,7 @@ def test_ledger_entries_oldest_first(store, monkeypatch):
     start = datetime(2025, 1, 1, tzinfo=timezone.utc)
     for n, key in enumerate(("t-b", "t-a", "t-c")):  # recorded a second apart, not in key order
         monkeypatch.setattr(clock, "wall", lambda n=n: start + timedelta(seconds=n))
-        made.append(store.ledger_record(key=key, task_id=key, title="T", content_sha256="a" * 64)[0])
+        made.append(store.ledger_record(key=key, task_id=key, action="publish_draft", title="T", content_sha256="a" * 64)[0])
     assert [e.idempotency_key for e in store.ledger_entries()] == ["t-b", "t-a", "t-c"]
     assert store.ledger_entries() == made
 
@@ -211,17 +212,17 @@ def test_rejection_remove(store):
 def test_ledger_keeps_each_channel_apart(store):
     """A task with several channels: one entry per ``<task>#<channel>`` key, carrying task_id,
     channel and approval; recording one channel never creates or blocks another."""
-    blog, created = store.ledger_record(key="t-1#blog", task_id="t-1", title="T",
+    blog, created = store.ledger_record(key="t-1#blog", task_id="t-1", action="publish_draft", title="T",
                                         content_sha256="a" * 64, channel="blog", approval="human")
     assert created and (blog.task_id, blog.channel, blog.approval) == ("t-1", "blog", "human")
     assert store.ledger_get("t-1#news") is None and store.ledger_get("t-1") is None
-    preview, created = store.ledger_record(key="t-1#preview", task_id="t-1", title="T",
+    preview, created = store.ledger_record(key="t-1#preview", task_id="t-1", action="publish_draft", title="T",
                                            content_sha256="a" * 64, channel="preview",
                                            approval="not_needed")
     assert created and preview.approval == "not_needed"
     assert store.ledger_get("t-1#blog") == blog
     with pytest.raises(Stopped):  # a key naming another channel than the entry says
-        store.ledger_record(key="t-1#blog", task_id="t-1", title="T", content_sha256="a" * 64,
+        store.ledger_record(key="t-1#blog", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64,
                             channel="news")
 
 

@@ -180,7 +180,7 @@ def test_ledger_entries_without_a_result_stay_readable_and_results_round_trip(tm
     again, created = ledger.record(key="n-1", task_id="n-1", title="T", content_sha256="b" * 64,
                                    channel="email", approval="human", action="send_email", result="other")
     assert not created and again.result == {"sent_to": "ana", "n": [1, 2]}  # the first, never rewritten
-    ledger.record(key="p-1", task_id="p-1", title="T", content_sha256="c" * 64, channel="blog",
+    ledger.record(key="p-1", task_id="p-1", action="publish_draft", title="T", content_sha256="c" * 64, channel="blog",
                   approval="human")
     assert "result" not in json.loads(ledger.path_for("p-1").read_text(encoding="utf-8"))
 

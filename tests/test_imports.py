@@ -114,7 +114,7 @@ def test_product_modules_form_a_dag():
 
 
 def test_packages_form_a_dag_too():
-    """Between packages as well: ``state`` ← ``tools`` ← ``agent`` ← ``workflow`` ← ``run``, so no
+    """Between packages as well: ``state`` ← ``workflow`` ← ``tools`` / ``agent`` ← ``run``, so no
     package imports one that imports it back (not even through different modules)."""
     packages: dict[str, set[str]] = {}
     for name, deps in _graph().items():
@@ -122,6 +122,22 @@ def test_packages_form_a_dag_too():
         packages.setdefault(top, set()).update(d.split(".")[0] for d in deps if d.split(".")[0] != top)
     cycle = _find_cycle(packages)
     assert cycle is None, "package import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_library_never_imports_the_application():
+    """No module under ``state/`` or ``workflow/`` imports ``agent``, ``tools``, ``run`` or (but
+    themselves) the command-line helpers ``workflow.cli``, at the top or inside a function: copied alone into
+    another project, the two folders give the same guarantees around that project's own agent
+    and tool (the engine sees an application only through ``workflow.application.Application``)."""
+    bad = []
+    for name, path in MODULES.items():
+        if name.split(".")[0] not in ("state", "workflow"):
+            continue
+        for module, line in _imports(name, path).items():
+            cli = module.startswith("workflow.cli") and not name.startswith("workflow.cli")
+            if module.split(".")[0] in ("agent", "tools", "run") or cli:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert bad == []
 
 
 def test_state_never_imports_the_sdk_or_the_layers_above_it():

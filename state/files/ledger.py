@@ -1,6 +1,6 @@
 """The side-effect ledger: one JSON file per idempotency key, created exclusively.
 
-The fake ``publish_draft`` action's only effect is an entry here, so "was it published?" is "does
+Each executed action (the task's gated tool) is an entry here, so "did it run?" is "does
 ``ledger/<name>.json`` exist?". Layout: ``<state dir>/ledger/<file_name(key)>.json`` holding
 ``{"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at", "channel",
 "approval"}``; every entry written now names its channel (a one-channel task's too, under the task
@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from state import effects, secrets
 from state.errors import Stopped
-from state.schema import ACTION, validation_message
+from state.schema import validation_message
 from state.paths import inside, read_regular
 from state.clock import now_iso
 from state.durable import create_exclusive
@@ -69,14 +69,14 @@ class Ledger:
         return entry
 
     def record(
-        self, *, key: str, task_id: str, title: str, content_sha256: str,
-        channel: Optional[str] = None, approval: Optional[str] = None,
-        action: str = ACTION, result: Any = None,
+        self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
+        channel: Optional[str] = None, approval: Optional[str] = None, result: Any = None,
     ) -> tuple[LedgerEntry, bool]:
-        """Record the action for ``key`` exactly once. Returns ``(entry, created)``.
+        """Record the action for ``key`` exactly once (``action``: the tool's name). Returns
+        ``(entry, created)``.
 
         ``channel`` and ``approval`` are stored when given, ``result`` (the effect function's JSON
-        result) when not None; ``action`` names the tool (see :class:`LedgerEntry`).
+        result) when not None (see :class:`LedgerEntry`).
 
         ``created`` is False when an identical entry (same task and content) already existed; the
         first entry is returned unchanged. Raises :class:`Stopped` when the key exists for another
@@ -123,17 +123,16 @@ class Ledger:
                           f"{channel!r}; refusing")
 
     @staticmethod
-    def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str,
-                   action: Optional[str] = None) -> None:
-        """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256`` (and,
-        when given, names ``action``: an entry of another tool is not this task's effect)."""
-        if action is not None and entry.action != action:
-            raise Stopped(f"ledger entry of key {key!r} is not valid: action {entry.action!r} is not "
-                          f"the task's ({action!r}); refusing")
+    def check_same(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str, action: str) -> None:
+        """Raise :class:`Stopped` unless ``entry`` is for ``task_id`` with ``content_sha256``, a
+        call of ``action`` (the task's)."""
         if entry.task_id != task_id:
             raise Stopped(
                 f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
             )
+        if entry.action != action:
+            raise Stopped(f"ledger already holds key {key!r} for action {entry.action!r}, not "
+                          f"{action!r} (key/action mismatch); refusing")
         if entry.content_sha256 != content_sha256:
             raise Stopped(
                 f"ledger already holds key {key!r} with different content "

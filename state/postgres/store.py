@@ -499,7 +499,7 @@ class PostgresStore:
         names = self._LEDGER_COLUMNS.split(", ")
         try:
             data = dict(zip(names, row))
-            data["result"] = None if data["result"] is None else json.loads(data["result"])
+            data["result"] = None if data["result"] is None else json.loads(data["result"])  # JSON text
             return LedgerEntry.model_validate(data)
         except ValueError as exc:
             raise Stopped(f"ledger entry {row[0]!r} in {self.location} is not valid "
@@ -534,9 +534,9 @@ class PostgresStore:
                 bad.append({"file": f"{self.ledger_dir}/{row[0]}", "error": str(exc)})
         return good, bad
 
-    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
+    def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
                       channel: Optional[str] = None, approval: Optional[str] = None,
-                      action: str = "publish_draft", result: Any = None) -> tuple[LedgerEntry, bool]:
+                      result: Any = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`state.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
         NOTHING``, then read back and compared (failpoints ``ledger:record:before`` /
         ``:after``)."""

@@ -15,7 +15,7 @@ from state.files.store import Store
 from state.store import as_task_store
 from workflow.observe.views import ledger_view, task_view
 
-RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
+RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
 
 
 def demo(store: Store, *, as_json: bool = False) -> dict[str, Any] | None:
