@@ -17,7 +17,7 @@ from typing import Any
 from state import clock, effects
 from state.settings import check_environment, settings
 from state.errors import Stopped
-from state.schema import ACTION, MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
+from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
 from workflow.observe.budget_view import budget_lines
 from workflow.cli import arguments as A, output
 from workflow.review import inbox
@@ -127,7 +127,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "list":
         return inbox.inbox_view(store, args.status)
     if args.command == "ledger":
-        return ledger_view(store, action=ACTION)  # this state dir's effects are publish_draft's
+        return ledger_view(store)
     if args.command == "show":
         from workflow.observe.receipt import build_receipt
         return build_receipt(store, inbox.pick_task(store, args.task, waiting_only=False))

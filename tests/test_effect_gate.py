@@ -185,7 +185,7 @@ def test_ledger_entries_without_a_result_stay_readable_and_results_round_trip(tm
     assert "result" not in json.loads(ledger.path_for("p-1").read_text(encoding="utf-8"))
 
 
-#: ``agent.publisher.describe`` of the publisher's tool before it was declared through the gate:
+#: ``workflow.agent_check.describe`` of the publisher's tool before it was declared through the gate:
 #: a checkpoint saved then is compared with this (drift), so it must not change.
 PUBLISH_DRAFT_FINGERPRINT = {
     "position": 0,
@@ -197,8 +197,9 @@ PUBLISH_DRAFT_FINGERPRINT = {
 
 
 def test_publish_draft_through_the_gate_keeps_the_fingerprint_saved_checkpoints_hold():
-    from agent.publisher import build_agent, describe
     from agent.models import build_offline_model
+    from agent.publisher import build_agent
+    from workflow.agent_check import describe
 
     tool = describe(build_agent(build_offline_model()))["tools"]["publish_draft"]
     assert tool == PUBLISH_DRAFT_FINGERPRINT

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from state.errors import Stopped
 from state.schema import Checkpoint
 from state.files.store import Store
 from state.terminal import command, one_line
@@ -77,15 +76,9 @@ def task_view(store: Store, cp: Checkpoint) -> dict[str, Any]:
     }
 
 
-def ledger_view(store: Store, action: str | None = None) -> dict[str, Any]:
-    """``{"path": <ledger folder, or the database's ledger>, "entries": [...]}``, oldest first.
-    ``action``: the one tool whose effects this ledger holds; an entry naming another is refused
-    (:class:`state.errors.Stopped`, fail closed: never a silent partial list)."""
+def ledger_view(store: Store) -> dict[str, Any]:
+    """``{"path": <ledger folder, or the database's ledger>, "entries": [...]}``, oldest first."""
     entries = as_task_store(store).ledger_entries()
-    other = next((e for e in entries if action is not None and e.action != action), None)
-    if other is not None:
-        raise Stopped(f"ledger entry of key {other.idempotency_key!r} is not valid: action "
-                      f"{other.action!r} is not {action!r}; refusing")
     return {"path": str(store.ledger_dir), "entries": [e.model_dump() for e in entries]}
 
 
