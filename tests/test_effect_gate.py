@@ -203,3 +203,27 @@ def test_publish_draft_through_the_gate_keeps_the_fingerprint_saved_checkpoints_
 
     tool = describe(build_agent(build_offline_model()))["tools"]["publish_draft"]
     assert tool == PUBLISH_DRAFT_FINGERPRINT
+
+
+def test_an_effect_tool_behind_a_handoff_is_the_action_checked_and_fingerprinted():
+    """The run may call any tool of an agent it hands off to (``Agent(handoffs=[...])``): that
+    agent's effect tool is the task's action, it is refused without ``needs_approval`` like a tool
+    of the top-level agent, and a change to it is drift for a saved checkpoint."""
+    import dataclasses
+
+    from agents import Agent
+
+    from state.errors import Stopped
+    from workflow.agent_check import check_agent, describe, drift, gated_tool
+
+    tool = _deliver()
+    worker = Agent(name="Worker", tools=[tool])
+    triage = Agent(name="Triage", handoffs=[worker])
+    assert gated_tool(triage) is tool
+    check_agent(triage)
+    assert "deliver" in describe(triage)["tools"]
+    quiet = Agent(name="Triage", handoffs=[worker.clone(tools=[dataclasses.replace(tool, needs_approval=False)])])
+    with pytest.raises(Stopped, match="has an effect but needs_approval is False"):
+        check_agent(quiet)
+    changed = Agent(name="Triage", handoffs=[worker.clone(tools=[dataclasses.replace(tool, description="x")])])
+    assert drift(describe(triage), describe(changed)) == ["tool 'deliver' description changed"]

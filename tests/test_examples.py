@@ -32,14 +32,13 @@ def test_triage_handoff_example_resumes_the_approval_after_the_handoff_with_the_
     proc = _run("triage_handoff.py", str(tmp_path / "state"), cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert proc.stdout.splitlines() == [
-        'paused after the handoff: publish_note {"title":"Release notes"} asked by Publisher',
-        "loaded with Triage; the pending call belongs to Publisher",
-        "final output (Publisher): Publisher: published.",
+        'paused after the handoff: publish_note {"title": "Release notes"} (waiting_for_approval)',
+        "completed: Publisher: published.",
         "ledger entries: 1",
     ]
-    again = _run("triage_handoff.py", str(tmp_path / "state"), cwd=tmp_path)  # the same file again
-    assert again.stdout.splitlines()[2:] == ["final output (Publisher): Publisher: already published.",
-                                             "ledger entries: 1"]
+    again = _run("triage_handoff.py", str(tmp_path / "state"), cwd=tmp_path)  # the same task again
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert again.stdout.splitlines() == ["completed: Publisher: published.", "ledger entries: 1"]
 
 
 def test_agent_as_tool_example_surfaces_both_approvals_and_refuses_a_nested_forged_one(tmp_path):

@@ -20,13 +20,30 @@ if TYPE_CHECKING:
     from agents import Agent
 
 
+def reachable_tools(agent: "Agent[Any]") -> list[Any]:
+    """The tools of ``agent`` and of every agent it can hand off to (``Agent(handoffs=[...])``,
+    the agents listed there, recursively), in that order, each agent and each tool once: the run
+    may call any of them. A ``Handoff`` object (``handoff(agent, …)``) hides its agent and is not followed."""
+    tools: list[Any] = []
+    seen: set[int] = set()
+    todo = [agent]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        tools.extend(t for t in current.tools if all(t is not known for known in tools))
+        todo.extend(h for h in getattr(current, "handoffs", []) if hasattr(h, "tools"))
+    return tools
+
+
 def gated_tool(agent: "Agent[Any]", action: str | None = None) -> Any:
     """The tool of ``agent`` whose calls the engine gates, one of those declared through the effect
     gate (:mod:`workflow.effect`): the only one, or, when ``action`` is given (the application's
     ``Application.action``), the one of that name. Its name is the task's ``action``. Raises
     :class:`Stopped` (nothing run, nothing saved) if there is none, or several and ``action`` names
     none of them: the engine keeps one ledger entry per call of exactly one action."""
-    found = [tool for tool in agent.tools if is_effectful(tool)]
+    found = [tool for tool in reachable_tools(agent) if is_effectful(tool)]
     if action is not None:
         found = [tool for tool in found if getattr(tool, "name", None) == action] or found
     if len(found) != 1 or (action is not None and getattr(found[0], "name", None) != action):
@@ -52,7 +69,7 @@ def check_agent(agent: "Agent[Any]") -> None:
       to both (:func:`_check_rule`).
     """
     seen: set[str] = set()
-    for tool in agent.tools:
+    for tool in reachable_tools(agent):  # a handoff's agent's tools too
         name = getattr(tool, "name", type(tool).__name__)
         if name in seen:
             raise Stopped(f"the agent has two tools named {name!r}; the SDK would run only the last "
@@ -127,7 +144,7 @@ def describe(agent: "Agent[Any]") -> dict[str, Any]:
     from agents import FunctionTool
 
     tools: dict[str, dict[str, Any]] = {}
-    for position, tool in enumerate(agent.tools):
+    for position, tool in enumerate(reachable_tools(agent)):  # a handoff's agent's tools after its own
         name = getattr(tool, "name", type(tool).__name__)
         if isinstance(tool, FunctionTool):
             flag: Any = tool.needs_approval
