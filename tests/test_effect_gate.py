@@ -227,3 +227,22 @@ def test_an_effect_tool_behind_a_handoff_is_the_action_checked_and_fingerprinted
         check_agent(quiet)
     changed = Agent(name="Triage", handoffs=[worker.clone(tools=[dataclasses.replace(tool, description="x")])])
     assert drift(describe(triage), describe(changed)) == ["tool 'deliver' description changed"]
+
+
+def test_an_effect_tool_inside_an_agent_used_as_a_tool_is_the_action():
+    """``Agent.as_tool``: the nested agent's effect tool is what the run can call, so it is the
+    task's action and is checked like the top-level agent's own."""
+    import dataclasses
+
+    from agents import Agent
+
+    from state.errors import Stopped
+    from workflow.agent_check import check_agent, gated_tool
+
+    tool = _deliver()
+    worker = Agent(name="Worker", tools=[tool])
+    outer = Agent(name="Editor", tools=[worker.as_tool(tool_name="worker", tool_description="Delivers.")])
+    assert gated_tool(outer) is tool
+    quiet = worker.clone(tools=[dataclasses.replace(tool, needs_approval=False)])
+    with pytest.raises(Stopped, match="has an effect but needs_approval is False"):
+        check_agent(Agent(name="Editor", tools=[quiet.as_tool(tool_name="worker", tool_description="D.")]))

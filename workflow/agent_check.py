@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 def reachable_tools(agent: "Agent[Any]") -> list[Any]:
     """The tools of ``agent`` and of every agent it can hand off to (``Agent(handoffs=[...])``,
-    the agents listed there, recursively), in that order, each agent and each tool once: the run
-    may call any of them. A ``Handoff`` object (``handoff(agent, …)``) hides its agent and is not followed."""
+    the agents listed there) or run as a tool (``Agent.as_tool``), recursively, in that order, each
+    agent and each tool once: the run may call any of them. A ``Handoff`` object (``handoff(agent,
+    …)``) hides its agent and is not followed (its effect tool is then not found: refused at start)."""
     tools: list[Any] = []
     seen: set[int] = set()
     todo = [agent]
@@ -34,6 +35,8 @@ def reachable_tools(agent: "Agent[Any]") -> list[Any]:
         seen.add(id(current))
         tools.extend(t for t in current.tools if all(t is not known for known in tools))
         todo.extend(h for h in getattr(current, "handoffs", []) if hasattr(h, "tools"))
+        # an agent used as a tool (``Agent.as_tool``): SDK 0.24 keeps it on the tool it returns
+        todo.extend(a for t in current.tools if hasattr(a := getattr(t, "_agent_instance", None), "tools"))
     return tools
 
 
