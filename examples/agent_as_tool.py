@@ -2,9 +2,10 @@
 library's public API: the nested call's approval surfaces on the *outer* run (the nested
 ``ToolApprovalItem``'s ``agent`` is the Publisher), is saved in a signed checkpoint and decided
 with ``decide``. The engine gates one action, the effect tool wherever it sits (here inside the
-agent tool, which itself needs no approval: running the Publisher changes nothing by itself). The nested run's state is saved inside the outer RunState, where the SDK would run
-a call approved by hand-editing the file; the checkpoint's signature refuses such a file (and,
-behind it, the engine's check for approvals no human gave, ``workflow.trust.hidden_approvals``).
+agent tool, which itself needs no approval: running the Publisher changes nothing by itself).
+The nested run's state is saved inside the outer RunState, where the SDK would run a call
+approved by hand-editing the file; the checkpoint's signature refuses such a file (and, behind
+it, the engine's check for approvals no human gave, ``workflow.trust.hidden_approvals``).
 Offline (one scripted model drives both agents).
 
     python examples/agent_as_tool.py [STATE_DIR]

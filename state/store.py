@@ -87,8 +87,9 @@ class TaskStore(Protocol):
                       channel: Optional[str] = None, approval: Optional[str] = None,
                       result: Any = None) -> tuple[LedgerEntry, bool]:
         """Record the action for ``key`` (``task_id``, or ``<task_id>#<channel>`` for a task with
-        several channels) exactly once, a call of ``action`` (the task's): ``(entry, created)``; ``created`` is False when the same
-        task and content was recorded before (that first entry is returned, with its first ``result``).
+        several channels) exactly once, a call of ``action`` (the task's): ``(entry, created)``;
+        ``created`` is False when the same task and content was recorded before (that first entry is
+        returned, with its first ``result``).
         ``channel`` and ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when
         given, ``result`` (any JSON value: what the effect's function returned) when not None. Raises
         ``Stopped`` if ``key`` is recorded for another task or other content. Never overwrites."""
