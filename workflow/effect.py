@@ -4,7 +4,7 @@ A tool is *effectful* when the Python function behind it was registered here wit
 :func:`effectful` (``tools.publish`` registers ``publish_draft``). The registry holds the
 function's identity (``module.qualname``, read from the SDK's ``FunctionTool.__wrapped__``, the
 callable passed to ``@function_tool``), so a copy of the tool under another name or with another
-``needs_approval`` is still recognised. ``agent.publisher.check_agent`` refuses an agent whose
+``needs_approval`` is still recognised. ``workflow.agent_check.check_agent`` refuses an agent whose
 effectful tool has ``needs_approval=False``.
 """
 
