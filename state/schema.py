@@ -308,8 +308,8 @@ class AgentDefinition(_Strict):
 
     ``tools`` maps tool name → ``{"position": int, "description_sha256": hex, "schema_sha256": hex,
     "needs_approval": bool | "callable:<module.qualname>" | "n/a", "function": "module.qualname"}``,
-    in the agent's order (``agent.publisher.describe``). Older files hold only ``schema_sha256`` and
-    ``needs_approval``; ``agent.publisher.drift`` refuses them by name.
+    in the agent's order (``workflow.agent_check.describe``). Older files hold only ``schema_sha256`` and
+    ``needs_approval``; ``workflow.agent_check.drift`` refuses them by name.
     """
 
     name: str
