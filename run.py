@@ -104,26 +104,23 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         import asyncio  # with the SDK (~2 s): only commands that run the agent
         import uuid
         from workflow.budget import make_budget
-        from agent.models import model_spec
-        from workflow import hitl
+        from workflow.models import model_spec
+        from agent import application
         key = args.key or f"task-{uuid.uuid4().hex[:12]}"
         spec = model_spec(args.model, args.api, args.base_url)
         budget = make_budget(spec, **A.budget_changes(args))
-        cp = asyncio.run(hitl.start(store, task_id=key, title=args.title, draft=args.draft,
+        cp = asyncio.run(application.start(store, task_id=key, title=args.title, draft=args.draft,
                                     spec=spec, budget=budget, expires_in_s=args.expires_in, channels=args.channels,
                                     trace_content=bool(args.trace_content) or settings().trace_content,
                                     on_event=output.printer_for(args)))
-        args.text_extra = budget_lines(cp)
-        return task_view(store, cp)
-    if args.command == "resume":
+    elif args.command == "resume":
         task_id = inbox.pick_task(store, args.task, waiting_only=True)
         cp = _decide(store, task_id, args.decision, args.reason, by=A.reviewer(args.by), call_id=args.call,
                      always=args.always, trace_content=args.trace_content, budget_changes=A.budget_changes(args),
                      on_event=output.printer_for(args), edit=A.edit(args))
-        args.text_extra = budget_lines(cp)
-        return task_view(store, cp)
-    if args.command == "status":
+    elif args.command == "status":
         cp = store.load(inbox.pick_task(store, args.task, waiting_only=False))
+    if args.command in ("start", "resume", "status"):  # one task: its view and its budget lines
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "list":
@@ -151,11 +148,12 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         from workflow.ops.doctor import doctor  # SDK-free
         return doctor(store, repair=args.repair)
     if args.command == "traps":
-        from workflow.ops.traps import run_traps  # runs the SDK, in a temp dir of its own
+        from agent.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()
     if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
         from workflow.review.web import serve
-        return serve(store, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.hint)
+        from agent.application import APP
+        return serve(store, APP, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.hint)
     from cli.demo import demo
     return demo(store, as_json=args.json)
 
@@ -164,11 +162,12 @@ def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: 
             call_id: str | None = None, **kwargs: Any) -> Any:
     """Apply one human decision (``workflow.hitl.decide``, ``kwargs`` passed on); return the new checkpoint."""
     from workflow import reconcile
-    reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason, edit=kwargs.get("edit"))  # no SDK yet
-    import asyncio  # with the SDK: only when a human actually decides
-    from workflow import hitl
-    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason, call_id=call_id,
-                                   trace_content=bool(trace_content) or settings().trace_content, **kwargs))
+    checked = reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason, edit=kwargs.get("edit"))
+    import asyncio  # with the SDK (above: no SDK yet): only when a human actually decides
+    from agent import application
+    content = bool(trace_content) or settings().trace_content
+    return asyncio.run(application.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
+                                          checked=checked, call_id=call_id, trace_content=content, **kwargs))
 
 
 def main(argv: list[str] | None = None) -> int:

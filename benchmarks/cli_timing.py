@@ -52,18 +52,18 @@ COMMANDS: list[tuple[str, list[str]]] = [
 
 def _setup(state: Path, tasks: int) -> None:
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     store = Store(state)
 
     async def go() -> None:
         for i in range(tasks):
             key = f"bench-{i}"
-            await hitl.start(store, task_id=key, title=f"T{i}", draft=f"Draft number {i}.")
+            await application.start(store, task_id=key, title=f"T{i}", draft=f"Draft number {i}.")
             if i % 3 == 0:
-                await hitl.resume(store, task_id=key, decision="approve", by="bench")
+                await application.resume(store, task_id=key, decision="approve", by="bench")
             elif i % 3 == 1:
-                await hitl.resume(store, task_id=key, decision="reject", by="bench", reason="no")
+                await application.resume(store, task_id=key, decision="reject", by="bench", reason="no")
 
     asyncio.run(go())
 

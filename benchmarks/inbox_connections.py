@@ -66,12 +66,13 @@ def main() -> int:
     import uvicorn
 
     from state.store import FileStore
+    from agent.application import APP
     from workflow.review.web import create_app, listen, server_config
 
     with tempfile.TemporaryDirectory() as tmp:
         sock, authority = listen("127.0.0.1", 0, False)
         port = sock.getsockname()[1]
-        app = create_app(FileStore(Path(tmp)), reviewer="ann", token=TOKEN, hosts={authority},
+        app = create_app(FileStore(Path(tmp)), APP, reviewer="ann", token=TOKEN, hosts={authority},
                          cookie=f"hitl_inbox_{port}")
         server = uvicorn.Server(server_config(app))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

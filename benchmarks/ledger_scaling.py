@@ -79,7 +79,7 @@ def main() -> None:
             for n, ledger in ledgers.items():
                 key = f"new-{rnd}"
                 t0 = time.perf_counter_ns()
-                _, created = ledger.record(key=key, task_id=key, title="T", content_sha256=SHA)
+                _, created = ledger.record(key=key, task_id=key, action="publish_draft", title="T", content_sha256=SHA)
                 t1 = time.perf_counter_ns()
                 assert created
                 probe = f"existing-{(rnd * 7919) % n}"

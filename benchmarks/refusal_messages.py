@@ -91,12 +91,10 @@ s = fresh()
 resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(content_sha256="a" * 64))
 show("pending call is not the started draft (re-signed)", s, *APPROVE)
 
-from workflow import hitl  # noqa: E402
-from agent import publisher  # noqa: E402
+from agent import application, publisher  # noqa: E402
 
-real = hitl.build_agent
-for label, change in [("tool renamed in code",
-                       lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], name="publish_post")])),
+real = application.APP
+for label, change in [("tool renamed in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], name="publish_post")])),
                       ("agent renamed in code", lambda a: a.clone(name="Publisher2")),
                       ("needs_approval dropped in code",
                        lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=False)])),
@@ -105,13 +103,12 @@ for label, change in [("tool renamed in code",
                       ("tool description changed in code",
                        lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], description="Publish anything.")]))]:
     s = fresh()
-    hitl.build_agent = lambda m, change=change: change(publisher.build_agent(m))
+    application.APP = dataclasses.replace(real, build_agent=lambda m, change=change: change(publisher.build_agent(m)))
     show(label, s, *APPROVE)
-    hitl.build_agent = real
+    application.APP = real
 s = fresh()
 os.environ["OPENAI_API_KEY"] = "sk-proj-abcdef0123456789"
-show("--by holding the API key", s,
-     "resume", "--task", "demo-001", "--decision", "reject", "--by", "sk-proj-abcdef0123456789")
+show("--by holding the API key", s, "resume", "--task", "demo-001", "--decision", "reject", "--by", "sk-proj-abcdef0123456789")
 del os.environ["OPENAI_API_KEY"]
 s = fresh()
 resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(sdk_version="0.25.0"))

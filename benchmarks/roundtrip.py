@@ -51,7 +51,7 @@ from agents import Agent, RunConfig, Runner, RunState, function_tool  # noqa: E4
 from agent.models import build_offline_model  # noqa: E402
 from agent.publisher import INSTRUCTIONS, user_message  # noqa: E402
 from state.files.store import Store  # noqa: E402
-from workflow import hitl  # noqa: E402
+from agent import application  # noqa: E402
 
 GOAL = 1.15
 
@@ -105,8 +105,8 @@ async def bare_task(folder: Path, i: int, tracing: bool = False) -> None:
 async def harness_task(store: Store, i: int) -> None:
     """The same round trip through workflow.hitl."""
     key = f"bench-{i}"
-    await hitl.start(store, task_id=key, title=f"T{i}", draft=f"Draft {i}.")
-    cp = await hitl.resume(store, task_id=key, decision="approve", by="bench")
+    await application.start(store, task_id=key, title=f"T{i}", draft=f"Draft {i}.")
+    cp = await application.resume(store, task_id=key, decision="approve", by="bench")
     assert cp.status == "completed"
 
 
@@ -251,9 +251,9 @@ STEP_TABLE: list[tuple[str, str, str]] = [
     ("os", "fsync", "fsync (durability)"),
     ("agent.models", "build_offline_model", "agent: build (SDK Agent(), ScriptedModel)"),
     ("agent.publisher", "build_agent", "agent: build (SDK Agent(), ScriptedModel)"),
-    ("agent.publisher", "check_agent", "agent: check and fingerprint (describe, drift)"),
-    ("agent.publisher", "describe", "agent: check and fingerprint (describe, drift)"),
-    ("agent.publisher", "drift", "agent: check and fingerprint (describe, drift)"),
+    ("workflow.agent_check", "check_agent", "agent: check and fingerprint (describe, drift)"),
+    ("workflow.agent_check", "describe", "agent: check and fingerprint (describe, drift)"),
+    ("workflow.agent_check", "drift", "agent: check and fingerprint (describe, drift)"),
     ("state.settings", "settings", "settings (the environment read again each call)"),
     ("state.settings", "values", "settings (the environment read again each call)"),
     ("state.integrity", "compute_mac", "MAC (canonical JSON + HMAC-SHA256)"),

@@ -31,11 +31,12 @@ def main() -> None:
     model = parser.parse_args().model
 
     import agent.models
+    import workflow.models
     import run
     from genai_prices import Usage, calc_price
 
     os.environ["OPENAI_API_KEY"] = "sk-benchmark-not-a-key"
-    agent.models.HTTP_CLIENT_FACTORY = lambda: httpx.AsyncClient()
+    workflow.models.HTTP_CLIENT_FACTORY = lambda: httpx.AsyncClient()
     bodies: list[dict] = []
 
     def answer(request: httpx.Request) -> httpx.Response:

@@ -7,7 +7,7 @@ Each run takes a fresh store (a new state dir; a new schema of the database), sp
 tasks between W worker processes (forked after ``import workflow.hitl``, so no worker pays the SDK
 import), releases them together, and each worker calls the workflow in-process for each of its
 tasks: ``hitl.start`` (the offline model runs to the approval request, the checkpoint is saved)
-then ``hitl.resume(decision="approve")`` (decision recorded, the tool writes the ledger entry, the
+then ``application.resume(decision="approve")`` (decision recorded, the tool writes the ledger entry, the
 outcome is saved). Printed per run: tasks/s (tasks ÷ wall time from release to the last worker's
 end), the workers' CPU seconds per task, and how busy they kept the machine's cores
 (CPU seconds ÷ wall seconds ÷ cores: near 1.0 means the workers alone use every core).
@@ -47,15 +47,15 @@ def _make_store(kind: str, url: str | None, state_dir: Path):
 
 def _worker(kind: str, url: str | None, state_dir: Path, keys: list[str], gate: int) -> None:
     """One worker process: wait for the gate, then start and approve each task of ``keys``."""
-    from workflow import hitl
+    from agent import application
 
     store = _make_store(kind, url, state_dir)
     os.read(gate, 1)
 
     async def run() -> None:
         for key in keys:
-            await hitl.start(store, task_id=key, title="Bench", draft=f"Draft {key}.")
-            cp = await hitl.resume(store, task_id=key, decision="approve", by="bench")
+            await application.start(store, task_id=key, title="Bench", draft=f"Draft {key}.")
+            cp = await application.resume(store, task_id=key, decision="approve", by="bench")
             if cp.status != "completed":
                 raise SystemExit(f"{key}: {cp.status}")
 

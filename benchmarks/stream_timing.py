@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workflow import hitl  # noqa: E402
+from agent import application  # noqa: E402
 from workflow.edits import Edit  # noqa: E402
 from state.store import FileStore  # noqa: E402
 
@@ -33,14 +33,14 @@ async def one(store: FileStore, key: str, mode: str, firsts: list[float], counts
     events: list[float] = []
     on_event = (lambda e: events.append(time.perf_counter())) if mode == "stream" else None
     t0 = time.perf_counter()
-    await hitl.start(store, task_id=key, title="Relase notes", draft="Version 1.2 fixes the bug.",
+    await application.start(store, task_id=key, title="Relase notes", draft="Version 1.2 fixes the bug.",
                      on_event=on_event)
     t1 = time.perf_counter()
     if mode == "edit":
-        await hitl.decide(store, task_id=key, decision="approve", by="bench",
+        await application.decide(store, task_id=key, decision="approve", by="bench",
                           edit=Edit(title="Release notes"))
     else:
-        await hitl.resume(store, task_id=key, decision="approve", by="bench", on_event=on_event)
+        await application.resume(store, task_id=key, decision="approve", by="bench", on_event=on_event)
     if mode == "stream":
         after = [t for t in events if t >= t1]
         firsts.append((after[0] - t1) * 1000 if after else float("nan"))

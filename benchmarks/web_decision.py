@@ -8,7 +8,7 @@ render with many waiting tasks.
    printed URL (token → session cookie) over a real socket. Then, interleaved one by one so machine
    load hits both alike:
 
-   - **in-process**: ``asyncio.run(workflow.hitl.decide(store, task_id=…, decision="approve"))``;
+   - **in-process**: ``asyncio.run(agent.application.decide(store, task_id=…, decision="approve"))``;
    - **page**: the HTTP POST of the task page's confirming form (``/task/ID/decide``: CSRF token,
      revision, call ID, ``decision=approve``, ``confirm=yes``; the first press only shows that
      form and is not timed), from sending the request to reading the server's answer (a 303 once
@@ -43,7 +43,7 @@ from urllib.parse import urlencode, urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workflow import hitl  # noqa: E402
+from agent import application  # noqa: E402
 from workflow.review.inbox import inbox_view  # noqa: E402
 from state.store import FileStore  # noqa: E402
 
@@ -79,7 +79,7 @@ def _start(store: FileStore, prefix: str, n: int) -> list[str]:
         keys = []
         for i in range(n):
             key = f"{prefix}-{i:04d}"
-            await hitl.start(store, task_id=key, title=f"Draft {i}", draft=f"Body of draft {i}.")
+            await application.start(store, task_id=key, title=f"Draft {i}", draft=f"Body of draft {i}.")
             keys.append(key)
         return keys
 
@@ -120,7 +120,7 @@ def main() -> int:
         t_page: list[float] = []
         for i, (a, b) in enumerate(zip(local, remote)):
             t0 = time.perf_counter()
-            asyncio.run(hitl.decide(store, task_id=a, decision="approve", by="bench"))
+            asyncio.run(application.decide(store, task_id=a, decision="approve", by="bench"))
             t1 = time.perf_counter()
             status, headers, text = page.request("POST", f"/task/{b}/decide", forms[b])
             t2 = time.perf_counter()

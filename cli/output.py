@@ -146,8 +146,6 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
                   f"{one_line(e['channel'] or '(no channel)')}  {e['title']!r}  "
                   f"sha256(title+body)={e['content_sha256'][:12]}…")
     elif command == "traps":
-        from workflow.ops.traps import traps_text
-
         print(traps_text(result))
     elif command == "doctor":
         from workflow.ops.doctor import doctor_text
@@ -223,3 +221,42 @@ def unexpected(exc: Exception) -> str:
                 "activate the venv (source .venv/bin/activate, or .venv\\Scripts\\Activate.ps1) "
                 "or install: python -m pip install .")
     return f"unexpected error ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})"
+
+
+def _times(n: int) -> str:
+    return f"{n} time" if n == 1 else f"{n} times"
+
+
+def _entries(n: int) -> str:
+    return f"ledger: {n} {'entry' if n == 1 else 'entries'}"
+
+
+def traps_text(result: dict[str, Any]) -> str:
+    """The side-by-side text of ``agent.traps.run_traps``' result, for a learner."""
+    a, b, c = (t for t in result["traps"])
+    lines = [f"Three traps of the bare SDK (openai-agents {result['sdk_version']}) and this product. "
+             "Offline, in a temp dir.", ""]
+    pa, pb, pc = a["product"], b["product"], c["product"]
+    lines += [
+        f"a. {a['title']}",
+        f"   bare SDK: from_string + approve + Runner.run, twice on one saved file "
+        f"-> the tool ran {_times(a['bare_sdk']['effects'])}",
+        f"   product:  approve, then approve again -> {pa['second']} (unchanged)",
+        f"             the pre-approval checkpoint put back, approve -> {pa['replayed']}, "
+        f"the tool said {pa['tool_said']!r}",
+        f"             {_entries(pa['ledger_entries'])}",
+        "",
+        f"b. {b['title']}",
+        f"   bare SDK: approved [{b['bare_sdk']['call_id']!r}] typed into the JSON, nobody called "
+        f"approve() -> Runner.run ran the tool {_times(b['bare_sdk']['effects'])}",
+        f"   product:  {pb['edited']}",
+        f"             re-signed: {pb['resigned']}",
+        f"             {_entries(pb['ledger_entries'])}",
+        "",
+        f"c. {c['title']}",
+        f"   bare SDK: from_string {c['bare_sdk']['from_string']} the state; the resumed run failed "
+        f"-> {c['bare_sdk']['error']}",
+        f"   product:  {pc['stopped']}",
+        f"             (before anything ran; {_entries(pc['ledger_entries'])})",
+    ]
+    return "\n".join(lines)

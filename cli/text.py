@@ -40,7 +40,7 @@ def task_text(task: dict[str, Any]) -> str:
     lines = [f"task {one_line(task['task_id'])}: {one_line(task['status'])} (revision {task['revision']})"]
     for p in task["pending"]:
         args = p["arguments"]
-        if p["tool"] != "publish_draft":  # another tool: its own arguments, not a draft's
+        if set(args) - {"channel"} != {"title", "body"}:  # not a draft: its own arguments
             shown = ", ".join(f"{one_line(str(k))[:40]}={str(v)[:60]!r}" for k, v in args.items())
             lines.append(f"  pending: {one_line(p['tool'])}({shown})  call_id={one_line(p['call_id'])}")
             continue

@@ -1,9 +1,12 @@
-"""A triage agent hands off to the publisher; the approval the publisher asks for is saved, and the
-run is resumed from the file with the *top-level* agent (the one ``Runner.run`` was given).
+"""A triage agent hands off to a publisher whose tool is gated by a human, on the library's public
+API: the approval the publisher asks for is saved in a signed checkpoint, and ``decide`` resumes the
+run from it with the *top-level* agent (the one the application builds).
 
 SDK: ``Agent(handoffs=[publisher])``; the interruption's ``agent`` is the publisher, and
-``RunState.from_string(triage, text)`` restores the publisher as the current agent. Offline
-(scripted models); the tool's effect is an entry in this project's ledger (``state/files/ledger.py``).
+``RunState.from_string(triage, text)`` restores the publisher as the current agent (the engine's
+``decide`` does it, with the checkpoint's signature, the compare-and-swap, the lock and the decision
+table around it). Offline (one scripted model drives both agents); the tool's effect is the ledger
+entry the gate records, once per idempotency key.
 
     python examples/triage_handoff.py [STATE_DIR]
 """
@@ -11,63 +14,56 @@ SDK: ``Agent(handoffs=[publisher])``; the interruption's ``agent`` is the publis
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents import Agent, RunContextWrapper, Runner, RunState, function_tool, set_tracing_disabled
+from agents import Agent
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from state.schema import content_sha256
-from state.files.ledger import Ledger
-
-set_tracing_disabled(True)  # offline: no hosted trace export
+from workflow import Application, Approve, Effect, decide, effect_tool, open_store, read_task, start
 
 
-@function_tool(needs_approval=True)
-def publish_note(ctx: RunContextWrapper[dict], title: str) -> str:
-    """Publish a note (its only effect: one ledger entry, at most once per key)."""
-    _, created = Ledger(Path(ctx.context["ledger_dir"])).record(
-        key="handoff-1", task_id="handoff-1", title=title, content_sha256=content_sha256(title, ""))
-    return "published" if created else "already published"
+@effect_tool(answer=lambda result, entry, created: "published" if created else "already published")
+def publish_note(effect: Effect, title: str) -> None:
+    """Publish a note (its only effect: the ledger entry the gate records, once per key)."""
 
 
-def publisher_turn(call: ModelCall) -> ModelStep:
-    """Call the tool; after its output (not the handoff's), say so. No memory: a new process works."""
+def turn(call: ModelCall) -> ModelStep:
+    """Both agents' turns: hand off, call the tool, then say what it answered. No memory: a new
+    process works."""
     last = call.input[-1] if isinstance(call.input, list) else {}
     if last.get("type") == "function_call_output" and last.get("call_id") == "c1":
         return ModelStep(output=[assistant_message(f"Publisher: {last['output']}.")])
-    return ModelStep(output=[function_call("publish_note", {"title": "Release notes"}, call_id="c1")])
+    if last.get("type") == "function_call_output":  # the handoff's output: the publisher's turn
+        return ModelStep(output=[function_call("publish_note", {"title": "Release notes"}, call_id="c1")])
+    return ModelStep(output=[function_call("transfer_to_publisher", {}, call_id="h1")])
 
 
-def build_triage() -> Agent:
+def build_triage(model) -> Agent:
     """The top-level agent, rebuilt from code in every process (only the RunState is saved)."""
     publisher = Agent(name="Publisher", instructions="Publish what you are handed.",
-                      tools=[publish_note], model=ScriptedModel([ModelStep.respond(publisher_turn)] * 2))
+                      tools=[publish_note], model=model)
     return Agent(name="Triage", instructions="Hand publishing requests to the publisher.",
-                 handoffs=[publisher], model=ScriptedModel(
-                     [ModelStep(output=[function_call("transfer_to_publisher", {}, call_id="h1")])]))
+                 handoffs=[publisher], model=model)
+
+
+APP = Application(build_agent=build_triage,
+                  offline_model=lambda: ScriptedModel([ModelStep.respond(turn) for _ in range(4)]))
 
 
 async def main(state_dir: Path) -> None:
-    context = {"ledger_dir": str(state_dir / "ledger")}
-    result = await Runner.run(build_triage(), "Please publish the release notes.", context=context)
-    item = result.interruptions[0]
-    print(f"paused after the handoff: {item.name} {item.arguments} asked by {item.agent.name}")
-    state_dir.mkdir(parents=True, exist_ok=True)
-    saved = state_dir / "run_state.json"
-    saved.write_text(result.to_state().to_string(), encoding="utf-8")
-
-    triage = build_triage()  # "another process": from code, with the top-level agent
-    state = await RunState.from_string(triage, saved.read_text(encoding="utf-8"),
-                                       context_override=context)
-    item = state.get_interruptions()[0]
-    print(f"loaded with {triage.name}; the pending call belongs to {item.agent.name}")
-    state.approve(item)
-    result = await Runner.run(triage, state)
-    print(f"final output ({result.last_agent.name}): {result.final_output}")
-    print(f"ledger entries: {len(Ledger(state_dir / 'ledger').entries())}")
+    store = open_store(state_dir)
+    cp = await start(store, APP, task_id="handoff-1", title="Release notes",
+                     content={"title": "Release notes"}, input="Please publish the release notes.",
+                     channels=["notes"])
+    for p in read_task(store, "handoff-1")["pending"]:
+        print(f"paused after the handoff: {p['tool']} {json.dumps(p['arguments'])} ({cp.status})")
+    cp = await decide(store, APP, "handoff-1", Approve(), by="alice")  # the top-level agent resumes
+    print(f"{cp.status}: {read_task(store, 'handoff-1')['final_output']}")
+    print(f"ledger entries: {len(store.ledger_entries())}")
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ MUTANTS: list[Mutant] = [
     m("ledger-file-of-another-key", LEDGER, "if path.stem != file_name(entry.idempotency_key):",
       "if False:", "tests/test_hostile_files.py", "tests/test_doctor.py"),
     m("ledger-existing-not-compared", LEDGER,
-      "        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256)\n"
+      "        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)\n"
       "        return existing, False",
       "        return existing, False", "tests/test_success_checks.py"),
     m("ledger-not-redacted", LEDGER,
@@ -192,7 +192,7 @@ MUTANTS: list[Mutant] = [
       "        item = next(iter(items.values()))\n", FAIL_CLOSED),
     m("bind-ignores-pending", GUARDS,
       "if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:", "if False:", FAIL_CLOSED),
-    m("other-tool-saved", GUARDS, "        if call[\"tool\"] != ACTION:", "        if False:", FAIL_CLOSED),
+    m("other-tool-saved", GUARDS, "        if call[\"tool\"] != action:", "        if False:", FAIL_CLOSED),
     m("other-draft-saved", GUARDS, 'if not carries_the_draft(call["arguments"], sha, channels):',
       "if False:", FAIL_CLOSED),
     m("channel-asked-twice", GUARDS, "        if channel in seen:", "        if False:",
@@ -255,7 +255,7 @@ MUTANTS: list[Mutant] = [
       "if not isinstance(messages, dict) or set(messages) - rejected:",
       "if not isinstance(messages, dict):", FAIL_CLOSED),
     m("draft-content-unchecked", TRUST,
-      'and content_sha256(arguments["title"], arguments["body"]) == sha', "and True", FAIL_CLOSED),
+      "and content_fingerprint(content) == sha", "and True", FAIL_CLOSED),
     m("draft-channel-unchecked", TRUST,
       'channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (',
       "channel_ok = True or (", "tests/test_several_calls.py"),
@@ -278,7 +278,8 @@ MUTANTS: list[Mutant] = [
       "if rejected is not None and rejected.content_sha256 != cp.content_sha256:", "if False:",
       RECONCILE_T),
     m("evidence-entry-unchecked", RECONCILE,
-      "        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))\n",
+      "        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel),\n"
+      "                          action=cp.action)\n",
       "        pass\n", FAIL_CLOSED),
     m("reviewer-name-secret", RECONCILE, '    secrets.check_input([\"the reviewer name\", Next(\"input_by\")], by)\n',
       "", REDACTION),

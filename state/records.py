@@ -8,12 +8,12 @@ only how a record is written exclusively.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from state.errors import Refused
-from state.schema import CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
+from state.schema import ACTION_FIELD, CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON_CHARS, valid_key
 
 #: How :mod:`state.effects` names the creation of a rejection record.
 RECORDED = "rejection record written"
@@ -21,12 +21,15 @@ RECORDED = "rejection record written"
 
 class LedgerEntry(BaseModel):
     """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
-    "published_at", "channel", "approval"}`` (``published_at`` ISO-8601 UTC).
+    "published_at", "channel", "approval", "result"}`` (``published_at`` ISO-8601 UTC).
 
     ``idempotency_key`` is ``task_id`` (a one-channel task) or ``<task_id>#<channel>``
     (:func:`state.schema.effect_key`). ``channel`` and ``approval`` (``"human"``: a person's
     approval was on record; ``"not_needed"``: the approval rule let the call run without one, e.g.
     the private ``preview`` channel) are optional: entries written before they existed lack them.
+    ``result`` is what the effect's function returned the first time (any JSON value,
+    :func:`workflow.effect.effect_tool`), so a repeat of the call answers with it without running
+    the function again; absent when it returned None (the publisher's) and in older entries.
     """
 
     # defer_build: the validator is built on first use, so commands that never read the ledger
@@ -35,12 +38,14 @@ class LedgerEntry(BaseModel):
 
     idempotency_key: str
     task_id: str
-    action: Literal["publish_draft"]
+    #: The tool whose call this entry records (the task's action, ``Checkpoint.action``).
+    action: str = Field(pattern=ACTION_FIELD)
     title: str = Field(max_length=200)
     content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     published_at: str = Field(min_length=1, max_length=40)
     channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
     approval: Optional[Literal["human", "not_needed"]] = None
+    result: Optional[Any] = None
 
     @field_validator("task_id")
     @classmethod
@@ -90,12 +95,17 @@ def check_ledger_key(key: str, task_id: str, channel: Optional[str]) -> None:
                       f"{channel!r}; refusing")
 
 
-def check_same_entry(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str) -> None:
-    """Raise :class:`Refused` unless ``entry`` is for ``task_id`` with ``content_sha256``."""
+def check_same_entry(entry: LedgerEntry, *, key: str, task_id: str, content_sha256: str,
+                     action: str) -> None:
+    """Raise :class:`Refused` unless ``entry`` is for ``task_id`` with ``content_sha256``, a call
+    of ``action`` (the task's)."""
     if entry.task_id != task_id:
         raise Refused(
             "ledger_mismatch", f"ledger already holds key {key!r} for task {entry.task_id!r}, not {task_id!r}"
         )
+    if entry.action != action:
+        raise Refused("ledger_mismatch", f"ledger already holds key {key!r} for action {entry.action!r}, "
+                      f"not {action!r} (key/action mismatch); refusing")
     if entry.content_sha256 != content_sha256:
         raise Refused(
             "ledger_mismatch", f"ledger already holds key {key!r} with different content "

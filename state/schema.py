@@ -24,14 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 #: either migrate older files explicitly (:data:`MIGRATIONS`) or refuse them by name (see
 #: ``state.files.store``). What each version added: 1, the envelope; 2, ``channels`` and, in every
 #: decision, ``channel``, ``always``, ``source`` (several calls per task, sticky decisions) and
-#: ``edits`` (approve with edits).
-SCHEMA_VERSION = 2
+#: ``edits`` (approve with edits); 3, ``action`` is any tool name (:data:`ACTION_PATTERN`), the
+#: application's data rather than one fixed name.
+SCHEMA_VERSION = 3
 #: The largest checkpoint file read, in bytes (a bigger one is refused, never parsed).
 MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
-
-#: The one action this project can perform (the tool's name). Stored so a checkpoint whose action is
-#: not ours is refused rather than resumed ("key/action mismatch → stop").
-ACTION = "publish_draft"
 
 #: Channel names (``start --channel``): 1-32 of ``a-z0-9-``. A task has 1 to :data:`MAX_CHANNELS`.
 CHANNEL_PATTERN = re.compile(r"^[a-z0-9-]{1,32}\Z")
@@ -55,6 +52,12 @@ KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z")
 #: a newline, an escape sequence) is refused where it enters: :func:`call_id_problem`.
 MAX_CALL_ID_CHARS = 200
 CALL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_CALL_ID_CHARS}}}\Z")
+
+#: A task's action: the name of the agent's one tool declared through the effect gate
+#: (``workflow.effect``), a plain word like a call ID (the SDK's tool names are ``[A-Za-z0-9_-]``).
+#: Stored so a checkpoint whose action is not the agent's tool is refused rather than resumed
+#: ("key/action mismatch → stop"). For pydantic fields (no ``\Z`` there).
+ACTION_FIELD = r"^[A-Za-z0-9_.:-]{1,200}$"
 
 #: Bounds on what a user may submit (characters).
 MAX_TITLE_CHARS = 200
@@ -198,13 +201,20 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def content_sha256(title: str, body: str) -> str:
-    """Fingerprint of a draft: SHA-256 of the canonical JSON ``{"body": body, "title": title}``.
+def content_fingerprint(content: dict[str, str]) -> str:
+    """Fingerprint of a task's content (``{argument: text}``, what each call of its action must
+    carry but ``channel``): SHA-256 of its canonical JSON (:func:`canonical_json`, keys sorted).
 
-    The same fingerprint is computed by the tool from the model's arguments and by ``start`` from
-    the user's input; a difference means the call is not the draft that was approved.
+    The same fingerprint is computed from the model's call arguments and by ``start`` from the
+    user's input; a difference means the call is not the content that was approved.
     """
-    return sha256_hex(canonical_json({"title": title, "body": body}))
+    return sha256_hex(canonical_json(content))
+
+
+def content_sha256(title: str, body: str) -> str:
+    """Fingerprint of a draft: :func:`content_fingerprint` of ``{"title": title, "body": body}``
+    (SHA-256 of the canonical JSON ``{"body": body, "title": title}``)."""
+    return content_fingerprint({"title": title, "body": body})
 
 
 def arguments_sha256(arguments: dict[str, Any]) -> str:
@@ -298,8 +308,8 @@ class AgentDefinition(_Strict):
 
     ``tools`` maps tool name → ``{"position": int, "description_sha256": hex, "schema_sha256": hex,
     "needs_approval": bool | "callable:<module.qualname>" | "n/a", "function": "module.qualname"}``,
-    in the agent's order (``agent.publisher.describe``). Older files hold only ``schema_sha256`` and
-    ``needs_approval``; ``agent.publisher.drift`` refuses them by name.
+    in the agent's order (``workflow.agent_check.describe``). Older files hold only ``schema_sha256`` and
+    ``needs_approval``; ``workflow.agent_check.drift`` refuses them by name.
     """
 
     name: str
@@ -383,8 +393,9 @@ class Checkpoint(_Strict):
     """The checkpoint envelope, one JSON file per revision of a task (``tasks/<name>.r<N>.json`` in
     the state dir; the highest N is the checkpoint, ``state.files.store``).
 
-    Fields: our ``schema_version``; ``task_id`` (== ``idempotency_key``); ``action`` (tool name);
-    ``title`` and ``content_sha256`` of the draft; ``channels``; ``status``; the current ``decision`` (or null);
+    Fields: our ``schema_version``; ``task_id`` (== ``idempotency_key``); ``action`` (the gated
+    tool's name); ``title`` (the task's label) and ``content_sha256`` (:func:`content_fingerprint`
+    of its content); ``channels``; ``status``; the current ``decision`` (or null);
     ``decisions``: every decision ever recorded (their call_ids are the only approvals a stored
     RunState may carry); ``pending`` calls; ``final_output``; ``revision`` (1, 2, … one per write);
     ``sdk_version`` (``openai-agents``) and ``run_state_schema_version`` (the RunState's
@@ -397,10 +408,11 @@ class Checkpoint(_Strict):
     files written before it); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
     """
 
-    schema_version: Literal[2]
+    schema_version: Literal[3]
     task_id: str
     idempotency_key: str
-    action: Literal["publish_draft"]
+    #: The name of the tool whose calls this task gates (:data:`ACTION_FIELD`).
+    action: str = Field(pattern=ACTION_FIELD)
     title: str = Field(max_length=MAX_TITLE_CHARS)
     content_sha256: str
     #: The channels the draft goes to (``start --channel``), each one effect with its own key.
@@ -499,10 +511,16 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """schema_version 2 → 3: nothing but the version changes; a v2 ``action`` was always
+    ``publish_draft``, which version 3 reads as it is (any tool name)."""
+    return {**data, "schema_version": 3}
+
+
 #: Older envelope versions this program reads: version → the function turning a parsed file of
 #: that version into the next one. ``state.files.store`` verifies the MAC over the file as written,
 #: then applies these in order, then validates; the next write saves the current version.
-MIGRATIONS = {1: _v1_to_v2}
+MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:

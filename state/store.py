@@ -116,13 +116,15 @@ class TaskStore(Protocol):
         ``Refused`` on the first one that is damaged (never a silent partial list)."""
         ...
 
-    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
-                      channel: Optional[str] = None,
-                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+    def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None, approval: Optional[str] = None,
+                      result: Any = None) -> tuple[LedgerEntry, bool]:
         """Record the action for ``key`` (``task_id``, or ``<task_id>#<channel>`` for a task with
-        several channels) exactly once: ``(entry, created)``; ``created`` is False when the same
-        task and content was recorded before (that first entry is returned). ``channel`` and
-        ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when given. Raises
+        several channels) exactly once, a call of ``action`` (the task's): ``(entry, created)``;
+        ``created`` is False when the same task and content was recorded before (that first entry is
+        returned, with its first ``result``).
+        ``channel`` and ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when
+        given, ``result`` (any JSON value: what the effect's function returned) when not None. Raises
         ``Refused`` if ``key`` is recorded for another task or other content. Never overwrites."""
         ...
 

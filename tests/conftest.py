@@ -104,6 +104,17 @@ def run_subprocess(state_dir: Path, *args: str, env: dict[str, str] | None = Non
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def use_app(monkeypatch: pytest.MonkeyPatch, **changes: Any) -> None:
+    """Make the publisher's application (``agent.application.APP``, what ``run.py`` and the
+    publisher's ``start``/``decide`` use) differ by ``changes`` (``Application`` fields, e.g.
+    ``build_agent=…`` as a code change between runs would) for this test."""
+    import dataclasses
+
+    from agent import application
+
+    monkeypatch.setattr(application, "APP", dataclasses.replace(application.APP, **changes))
+
+
 def start_calls(cli, key: str, title: str, draft: str, *channels: str) -> dict[str, str]:
     """``run.py start`` of task ``key`` on ``channels`` (default: blog) through ``cli``; returns
     each channel's pending call ID (channel → call_id). Fails the test if ``start`` fails."""

@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from conftest import ledger_entries, snapshot
+from conftest import ledger_entries, snapshot, use_app
 
 KEY = "ag-1"
 START = ("start", "--key", KEY, "--title", "T", "--draft", "Body of the draft.")
@@ -19,11 +19,10 @@ APPROVE = ("resume", "--task", KEY, "--decision", "approve")
 
 
 def _patch(monkeypatch, make):
-    """Make ``hitl.build_agent`` return ``make(agent)`` (as a code change between runs would)."""
+    """Make the publisher's agent ``make(agent)`` (as a code change between runs would)."""
     from agent import publisher
-    from workflow import hitl
 
-    monkeypatch.setattr(hitl, "build_agent", lambda model: make(publisher.build_agent(model)))
+    use_app(monkeypatch, build_agent=lambda model: make(publisher.build_agent(model)))
 
 
 def _refused(cli, state_dir, *args, says):
@@ -67,7 +66,7 @@ def test_effectful_tool_without_approval_refuses_start_before_any_effect(cli, st
 
 
 def test_second_effectful_tool_without_approval_refuses_start(cli, state_dir, monkeypatch):
-    from tools.effects import effectful
+    from workflow.effect import effectful
 
     extra = effectful(_tool(name="publish_now", needs_approval=False))
     _patch(monkeypatch, lambda a: a.clone(tools=[*a.tools, extra]))
@@ -138,7 +137,8 @@ def test_tool_function_change_is_drift(cli, state_dir, monkeypatch):
 
 
 def test_tool_order_change_is_drift():
-    from agent.publisher import build_agent, describe, drift
+    from agent.publisher import build_agent
+    from workflow.agent_check import describe, drift
     from agent.models import build_offline_model
 
     agent = build_agent(build_offline_model())
@@ -149,7 +149,7 @@ def test_tool_order_change_is_drift():
 
 
 def test_function_instructions_are_fingerprinted_by_identity(cli, state_dir, monkeypatch):
-    from agent.publisher import describe
+    from workflow.agent_check import describe
 
     _patch(monkeypatch, lambda a: a.clone(instructions=_dynamic_instructions))
     assert cli(*START).code == 0

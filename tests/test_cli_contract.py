@@ -24,7 +24,7 @@ def test_task_json_shape(cli):
     assert set(task) == TASK_KEYS
     assert task["task_id"] == task["idempotency_key"] == "k-1"
     assert task["decision"] is None and task["final_output"] is None
-    assert task["schema_version"] == 2 and task["revision"] == 1
+    assert task["schema_version"] == 3 and task["revision"] == 1
     assert set(task["pending"][0]) == {"call_id", "tool", "arguments"}
 
 
@@ -56,12 +56,12 @@ def test_start_same_key_same_draft_is_unchanged_without_model_call(state_dir, cl
     from agents.testing import ScriptedModel
 
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     _start(cli)
     before = snapshot(state_dir)
     no_calls = ScriptedModel([])  # any model call would raise UnexpectedModelCall
-    cp = asyncio.run(hitl.start(Store(state_dir), task_id="k-1", title="Title",
+    cp = asyncio.run(application.start(Store(state_dir), task_id="k-1", title="Title",
                                 draft="Hello world", model=no_calls))
     assert cp.revision == 1 and no_calls.calls == ()
     assert snapshot(state_dir) == before
@@ -108,13 +108,13 @@ def test_reject_on_cancelled_is_unchanged(cli, state_dir):
 def test_reject_reason_reaches_model_verbatim(state_dir):
     from agent.models import build_offline_model
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     store = Store(state_dir)
-    asyncio.run(hitl.start(store, task_id="k-1", title="T", draft="D"))
+    asyncio.run(application.start(store, task_id="k-1", title="T", draft="D"))
     model = build_offline_model()
     reason = "Nope — 标题有错字; fix \"it\"\nthen retry."
-    cp = asyncio.run(hitl.resume(store, task_id="k-1", decision="reject", by="bob",
+    cp = asyncio.run(application.resume(store, task_id="k-1", decision="reject", by="bob",
                                  reason=reason, model=model))
     outputs = [item for item in model.calls[-1].input
                if isinstance(item, dict) and item.get("type") == "function_call_output"]
@@ -128,19 +128,19 @@ def test_new_interruption_after_resume_waits_again(state_dir):
 
     from agent.models import offline_responder
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     store = Store(state_dir)
-    asyncio.run(hitl.start(store, task_id="k-1", title="T", draft="D"))
+    asyncio.run(application.start(store, task_id="k-1", title="T", draft="D"))
     second = ScriptedModel([ModelStep(output=[function_call(
         "publish_draft", {"title": "T", "body": "D"}, call_id="call_second")])])
-    cp = asyncio.run(hitl.resume(store, task_id="k-1", decision="approve", by="a", model=second))
+    cp = asyncio.run(application.resume(store, task_id="k-1", decision="approve", by="a", model=second))
     assert cp.status == "waiting_for_approval" and cp.decision is None
     assert [p.call_id for p in cp.pending] == ["call_second"]
     assert len(cp.decisions) == 1
     # the second call is answered like the first; the ledger still holds one entry
     final = ScriptedModel([ModelStep.respond(offline_responder)])
-    cp = asyncio.run(hitl.resume(store, task_id="k-1", decision="approve", by="a", model=final))
+    cp = asyncio.run(application.resume(store, task_id="k-1", decision="approve", by="a", model=final))
     assert cp.status == "completed" and len(ledger_entries(state_dir)) == 1
     assert "already published" in cp.final_output
 

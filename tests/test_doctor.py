@@ -74,7 +74,7 @@ def test_doctor_reports_cancelled_with_entry(cli, state_dir):
     _start(cli)
     cli("resume", "--task", "doc-1", "--decision", "reject")
     cp = Store(state_dir).load("doc-1")
-    Ledger(state_dir / "ledger").record(key="doc-1", task_id="doc-1", title="T",
+    Ledger(state_dir / "ledger").record(key="doc-1", task_id="doc-1", action="publish_draft", title="T",
                                         content_sha256=cp.content_sha256)
     assert _kinds(_doctor(cli)) == ["cancelled_with_entry"]
 
@@ -83,7 +83,7 @@ def test_doctor_reports_entry_for_other_content(cli, state_dir):
     from state.files.ledger import Ledger
 
     _start(cli)
-    Ledger(state_dir / "ledger").record(key="doc-1", task_id="doc-1", title="T",
+    Ledger(state_dir / "ledger").record(key="doc-1", task_id="doc-1", action="publish_draft", title="T",
                                         content_sha256="0" * 64)
     assert _kinds(_doctor(cli)) == ["entry_mismatch"]
 

@@ -79,12 +79,13 @@ def _ignores_edits(call: ModelCall) -> ModelStep:
 
 
 def test_edit_then_a_model_that_does_not_comply_pauses_and_publishes_nothing(cli, state_dir):
-    from workflow import edits, hitl
+    from agent import application
+    from workflow import edits
     from state.store import FileStore
 
     _start(cli)
     model = ScriptedModel([ModelStep.respond(_ignores_edits) for _ in range(8)])
-    cp = asyncio.run(hitl.decide(FileStore(state_dir), task_id="t-1", decision="approve", by="alice",
+    cp = asyncio.run(application.decide(FileStore(state_dir), task_id="t-1", decision="approve", by="alice",
                                  edit=edits.Edit(title="Release notes"), model=model))
     assert cp.status == "waiting_for_approval" and cp.decision is None
     assert [p.call_id for p in cp.pending] == ["call_not_the_edit"]
@@ -174,7 +175,7 @@ def test_edits_are_part_of_schema_version_2_and_a_v1_decision_migrates_to_none(c
     r = cli("status", "--task", "t-1", "--json")
     assert r.code == 0, r.err
     task = r.json()
-    assert task["schema_version"] == 2 and task["decision"]["decision"] == "rejected"
+    assert task["schema_version"] == 3 and task["decision"]["decision"] == "rejected"
     assert [(d["decision"], d["channel"]) for d in task["decisions"]] == [("rejected", "blog")]
 
 

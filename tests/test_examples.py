@@ -32,26 +32,25 @@ def test_triage_handoff_example_resumes_the_approval_after_the_handoff_with_the_
     proc = _run("triage_handoff.py", str(tmp_path / "state"), cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert proc.stdout.splitlines() == [
-        'paused after the handoff: publish_note {"title":"Release notes"} asked by Publisher',
-        "loaded with Triage; the pending call belongs to Publisher",
-        "final output (Publisher): Publisher: published.",
+        'paused after the handoff: publish_note {"title": "Release notes"} (waiting_for_approval)',
+        "completed: Publisher: published.",
         "ledger entries: 1",
     ]
-    again = _run("triage_handoff.py", str(tmp_path / "state"), cwd=tmp_path)  # the same file again
-    assert again.stdout.splitlines()[2:] == ["final output (Publisher): Publisher: already published.",
-                                             "ledger entries: 1"]
+    again = _run("triage_handoff.py", str(tmp_path / "state"), cwd=tmp_path)  # the same task again
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert again.stdout.splitlines() == ["completed: Publisher: published.", "ledger entries: 1"]
 
 
-def test_agent_as_tool_example_surfaces_both_approvals_and_refuses_a_nested_forged_one(tmp_path):
+def test_agent_as_tool_example_gates_the_nested_effect_and_refuses_a_forged_approval(tmp_path):
     proc = _run("agent_as_tool.py", str(tmp_path / "state"), cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert proc.stdout.splitlines() == [
-        "outer run paused: publisher (agent Editor, call outer-1)",
-        "outer run paused: publish_note (agent Publisher, call inner-1)",
-        "refused: approval records no human gave, at "
-        "$.last_processed_response.functions[0].agent_run_state.context.function_tool_approvals",
-        "final output: Editor: done. (ledger entries: 1)",
+        "outer run paused: publish_note (call inner-1)",
+        "refused: checkpoint integrity check failed",  # an approval typed into the nested run's part
+        "final output: Editor: done. (completed, ledger entries: 1)",
     ]
+    again = _run("agent_as_tool.py", str(tmp_path / "state"), cwd=tmp_path)  # the same task again
+    assert again.stdout.splitlines() == ["final output: Editor: done. (completed, ledger entries: 1)"]
 
 
 def test_serialization_example_to_json_from_json_strict_context_and_context_override(tmp_path):

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from agent.models import offline_responder as OFFLINE  # kept before a test replaces it
-from conftest import ROOT, CliResult, checkpoint_file, ledger_entries, run_in_process, snapshot
+from conftest import ROOT, CliResult, checkpoint_file, ledger_entries, run_in_process, snapshot, use_app
 
 DOC = ROOT / "docs" / "exercise.md"
 FLIP = "change `needs_approval=True` to `needs_approval=False`"  # step 4's edit, in prose
@@ -63,9 +63,9 @@ def _load(name: str, source: str, folder: Path) -> types.ModuleType:
 
 
 def test_exercise_page_runs_as_written(tmp_path, monkeypatch):
-    from workflow import hitl
+    from agent import application
 
-    original_build = hitl.build_agent
+    original_build = application.APP.build_agent
     publisher_source = (ROOT / "agent" / "publisher.py").read_text(encoding="utf-8")
     summary_source = ""
     last: CliResult | None = None
@@ -83,16 +83,16 @@ def test_exercise_page_runs_as_written(tmp_path, monkeypatch):
         elif lang == "diff":
             publisher_source = _apply_diff(publisher_source, body)
             changed = _load("agent.publisher", publisher_source, tmp_path)  # the code as edited
-            monkeypatch.setattr(hitl, "build_agent", changed.build_agent)
+            use_app(monkeypatch, build_agent=changed.build_agent)
         elif lang == "bash":
             for line in body.splitlines():
                 if line.startswith("export HITL_STATE_DIR="):
                     state_dir = tmp_path / line.partition("=")[2]
                 elif line == "git stash":
-                    stashed = hitl.build_agent
-                    monkeypatch.setattr(hitl, "build_agent", original_build)
+                    stashed = application.APP.build_agent
+                    use_app(monkeypatch, build_agent=original_build)
                 elif line == "git stash pop":
-                    monkeypatch.setattr(hitl, "build_agent", stashed)
+                    use_app(monkeypatch, build_agent=stashed)
                 else:
                     argv = shlex.split(line)
                     assert argv[:2] == ["python", "run.py"] and state_dir is not None, line
@@ -100,13 +100,13 @@ def test_exercise_page_runs_as_written(tmp_path, monkeypatch):
                     if flip:
                         use_summary(summary_source.replace("needs_approval=True", "needs_approval=False"))
                         changed = _load("agent.publisher", publisher_source, tmp_path)
-                        monkeypatch.setattr(hitl, "build_agent", changed.build_agent)
+                        use_app(monkeypatch, build_agent=changed.build_agent)
                     before = snapshot(state_dir)
                     last = run_in_process(state_dir, *argv[2:])
                     if flip:
                         use_summary(summary_source)
                         changed = _load("agent.publisher", publisher_source, tmp_path)
-                        monkeypatch.setattr(hitl, "build_agent", changed.build_agent)
+                        use_app(monkeypatch, build_agent=changed.build_agent)
                     if last.code == 1:
                         last.assert_stopped()
                         assert snapshot(state_dir) == before, f"{line} changed the state dir"
@@ -154,7 +154,6 @@ def _console_blocks() -> list[list[tuple[str, str]]]:
 def _apply_the_page_change(monkeypatch, tmp_path: Path) -> None:
     """Step 2 of the page, in this process: its ``tools/summary.py`` loaded as ``tools.summary``
     and ``agent/publisher.py`` with its diffs applied, used by ``workflow.hitl`` to build the agent."""
-    from workflow import hitl
 
     blocks = {lang: body for lang, body in _blocks() if lang in ("python", "diff")}
     assert "send_summary" in blocks["python"]
@@ -163,7 +162,7 @@ def _apply_the_page_change(monkeypatch, tmp_path: Path) -> None:
     for lang, body in _blocks():
         if lang == "diff":
             publisher = _apply_diff(publisher, body)
-    monkeypatch.setattr(hitl, "build_agent", _load("agent.publisher", publisher, tmp_path).build_agent)
+    use_app(monkeypatch, build_agent=_load("agent.publisher", publisher, tmp_path).build_agent)
 
 
 def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):

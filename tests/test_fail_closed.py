@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import checkpoint_file, ledger_entries, resign, snapshot
+from conftest import checkpoint_file, ledger_entries, resign, snapshot, use_app
 
 KEY = "fc-1"
 DRAFT = "Body of the draft."
@@ -212,7 +212,6 @@ def test_pending_call_not_the_started_draft_stops_before_any_write(cli, state_di
 def _patch_agent(monkeypatch, **changes):
     """Make the code's agent differ from the saved one (as a deploy between save and load would)."""
     from agent import publisher
-    from workflow import hitl
 
     tool_changes = changes.pop("tool", None)
 
@@ -223,7 +222,7 @@ def _patch_agent(monkeypatch, **changes):
             tools = [dataclasses.replace(agent.tools[0], **tool_changes)]
         return agent.clone(tools=tools, **changes)
 
-    monkeypatch.setattr(hitl, "build_agent", build)
+    use_app(monkeypatch, build_agent=build)
 
 
 def test_tool_renamed_in_code_stops(cli, state_dir, monkeypatch):
@@ -290,13 +289,13 @@ def test_no_interruption_to_answer_is_refused(state_dir):
     """``guards.bind`` directly: an empty interruption list is never answered."""
     from state.errors import Refused
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     import asyncio
 
     from workflow import guards
 
-    cp = asyncio.run(hitl.start(Store(state_dir), task_id=KEY, title=TITLE, draft=DRAFT))
+    cp = asyncio.run(application.start(Store(state_dir), task_id=KEY, title=TITLE, draft=DRAFT))
     with pytest.raises(Refused, match="the saved run has no interruption to answer"):
         guards.bind(cp, [])
 
@@ -436,14 +435,58 @@ def v1_state(state_dir, monkeypatch):
 def test_v1_fixture_still_reads_and_resumes(cli, state_dir, v1_state):
     """The committed v1 file must stay readable (and its MAC valid) as the envelope evolves."""
     task = cli("status", "--task", v1_state.TASK_ID, "--json").json()
-    assert task["schema_version"] == 2 and task["status"] == "waiting_for_approval"  # migrated
+    assert task["schema_version"] == 3 and task["status"] == "waiting_for_approval"  # migrated
     r = cli("resume", "--task", v1_state.TASK_ID, "--decision", "approve", "--json")
     assert r.code == 0, r.err
     assert r.json()["status"] == "completed"
     assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == [v1_state.TASK_ID]
 
 
-@pytest.mark.parametrize("version", [0, 3, 99, "1", "2", 1.0, True, None, "missing"])
+@pytest.fixture
+def v2_state(state_dir, monkeypatch):
+    """The committed schema_version 2 checkpoint (tests/fixtures/make_checkpoint_v2.py: a task
+    for two channels, written by that version's code) in a fresh state dir, with its key."""
+    import make_checkpoint_v2 as fx
+
+    monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
+    (state_dir / "tasks").mkdir(parents=True)
+    shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
+    shutil.copyfile(fx.FIXTURE.with_suffix(".state.id"), state_dir / "state.id")
+    return fx
+
+
+def test_v2_fixture_reads_as_v3_and_each_call_is_decided_to_the_end(cli, state_dir, v2_state):
+    """A file a schema_version 2 deployment left (MAC over the file as written) migrates to 3
+    (``state.schema.MIGRATIONS``): its action stays publish_draft, its two calls are decided one
+    by one, and the task finishes with the one entry of the approved channel, saved as version 3."""
+    key = v2_state.TASK_ID
+    data = json.loads(checkpoint_file(state_dir, key).read_text(encoding="utf-8"))
+    assert data["schema_version"] == 2  # the fixture is the old file, not a rewritten one
+    task = cli("status", "--task", key, "--json").json()
+    assert task["schema_version"] == 3 and task["status"] == "waiting_for_approval"
+    assert task["channels"] == v2_state.CHANNELS
+    calls = {p["arguments"]["channel"]: p["call_id"] for p in task["pending"]}
+    r = cli("resume", "--task", key, "--call", calls["news"], "--decision", "reject", "--by", "bob",
+            "--reason", "Not news.", "--json")
+    assert r.code == 0, r.err
+    r = cli("resume", "--task", key, "--call", calls["blog"], "--decision", "approve", "--by", "ann",
+            "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "completed"
+    assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == [f"{key}#blog"]
+    saved = json.loads(checkpoint_file(state_dir, key).read_text(encoding="utf-8"))
+    assert saved["schema_version"] == 3 and saved["action"] == "publish_draft"
+
+
+def test_the_v2_to_v3_migration_changes_only_the_version():
+    from state.schema import MIGRATIONS, migrate
+
+    data = json.loads((FIXTURES / "checkpoint_v2.json").read_text(encoding="utf-8"))
+    assert MIGRATIONS[2](data) == {**data, "schema_version": 3}
+    assert migrate(data)["schema_version"] == 3
+
+
+@pytest.mark.parametrize("version", [0, 4, 99, "1", "2", "3", 1.0, 2.0, True, None, "missing"])
 def test_other_envelope_schema_version_refused_naming_both(cli, state_dir, v1_state, version):
     path = checkpoint_file(state_dir, v1_state.TASK_ID)
     if version == "missing":
@@ -456,7 +499,7 @@ def test_other_envelope_schema_version_refused_naming_both(cli, state_dir, v1_st
                  ("status", "--task", v1_state.TASK_ID)):
         _refused(cli, state_dir, *args,
                  says=f"has schema_version {shown}; this program reads only schema_version 1 "
-                      "(migrated) and 2")
+                      "(migrated), 2 (migrated) and 3")
 
 
 def test_unsupported_run_state_schema_version_stops_naming_both(cli, state_dir):
@@ -495,7 +538,7 @@ CORRUPT = {
     "extra_field": ({"add": ("approved_by", "x")}, "is not valid: approved_by: Extra inputs"),
     "wrong_type": ({"add": ("title", 7)}, "is not valid: title: Input should be a valid string"),
     "bad_sha": ({"add": ("content_sha256", "xyz")}, "is not valid: content_sha256"),
-    "other_action": ({"add": ("action", "send_email")}, "is not valid: action"),
+    "bad_action": ({"add": ("action", "send email")}, "is not valid: action"),
     "misnamed_file": ({"set": {"idempotency_key": "fc-other", "task_id": "fc-other"}}, "names key 'fc-other'"),
     "task_differs_from_key": ({"add": ("task_id", "fc-other")}, "idempotency_key and task_id differ"),
 }
@@ -543,6 +586,22 @@ def test_corrupt_ledger_entry_never_lets_a_waiting_task_run(cli, state_dir, how)
     _refused(cli, state_dir, *APPROVE, says=says)
 
 
+def test_a_ledger_entry_of_another_action_under_the_tasks_key_stops(cli, state_dir):
+    """An entry is a call of one action (``LedgerEntry.action``, any tool's name now that the action
+    is data): one of another tool under this task's key is not this task's effect, so neither a
+    completed nor a waiting task takes it as its own (key/action mismatch)."""
+    from state.files.store import file_name
+
+    _start(cli)
+    path = state_dir / "ledger" / (file_name(KEY) + ".json")
+    sha = json.loads(checkpoint_file(state_dir, KEY).read_text(encoding="utf-8"))["content_sha256"]
+    _corrupt(path, "bad_action", sha)
+    path.write_text(path.read_text(encoding="utf-8").replace('"send email"', '"send_email"'), encoding="utf-8")
+    says = f"ledger already holds key {KEY!r} for action 'send_email', not 'publish_draft' (key/action mismatch)"
+    _refused(cli, state_dir, *APPROVE, says=says)
+    assert cli("ledger").code == 0  # the entry itself is well formed: another program's action
+
+
 # -- 8. Context stays plain JSON; no traceback ---------------------------------------------------
 
 
@@ -551,9 +610,10 @@ def test_run_context_is_plain_json(cli, state_dir):
     _start(cli)
     rs = json.loads(json.loads(checkpoint_file(state_dir, KEY).read_text(encoding="utf-8"))["run_state"])
     ctx = rs["context"]["context"]
-    assert set(ctx) == {"task_id", "idempotency_key", "content_sha256", "store", "channels"}
+    assert set(ctx) == {"task_id", "idempotency_key", "content_sha256", "store", "channels", "action"}
     assert ctx["store"].startswith("store-")  # a token for this process, never a path or a URL
     assert all(type(v) is str for k, v in ctx.items() if k != "channels") and ctx["channels"] == ["blog"]
+    assert ctx["action"] == "publish_draft"
     assert rs["context"]["context_meta"]["requires_deserializer"] is False
 
 
@@ -574,10 +634,9 @@ def test_unserializable_context_is_stopped_not_a_traceback(state_dir):
 
     result = asyncio.run(Runner.run(build_agent(build_offline_model()), user_message("T", "D"),
                                     context={"obj": Obj()}))
-    from state.files.store import Store
 
     with pytest.raises(Refused, match="the run state cannot be saved"):
-        asyncio.run(hitl._saved_text(Store(state_dir), None, result, KEY, "0" * 64, ["blog"]))
+        asyncio.run(hitl._saved_text(None, result, KEY, {"task_id": KEY}))
 
 
 def test_a_field_added_later_needs_a_schema_bump(cli, state_dir, v1_state, monkeypatch):

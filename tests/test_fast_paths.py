@@ -164,11 +164,11 @@ def _rmtree(folder: Path) -> None:
 
 def _round_trip(state_dir: Path, key: str = "t-1"):
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     store = Store(state_dir)
-    asyncio.run(hitl.start(store, task_id=key, title="T", draft="Draft body."))
-    return store, asyncio.run(hitl.resume(store, task_id=key, decision="approve", by="alice"))
+    asyncio.run(application.start(store, task_id=key, title="T", draft="Draft body."))
+    return store, asyncio.run(application.resume(store, task_id=key, decision="approve", by="alice"))
 
 
 def test_resume_verifies_each_checkpoint_file_once_per_distinct_bytes(state_dir, monkeypatch):
@@ -178,14 +178,14 @@ def test_resume_verifies_each_checkpoint_file_once_per_distinct_bytes(state_dir,
     (Bytes this process wrote are never taken as verified: the tool's read is checked in full.)"""
     from state import integrity
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     store = Store(state_dir)
-    asyncio.run(hitl.start(store, task_id="t-1", title="T", draft="Draft body."))
+    asyncio.run(application.start(store, task_id="t-1", title="T", draft="Draft body."))
     calls = []
     real = integrity.verify_mac  # what every envelope check calls (integrity.envelope_signed)
     monkeypatch.setattr(integrity, "verify_mac", lambda *a: calls.append(1) or real(*a))
-    cp = asyncio.run(hitl.resume(store, task_id="t-1", decision="approve", by="alice"))
+    cp = asyncio.run(application.resume(store, task_id="t-1", decision="approve", by="alice"))
     assert cp.status == "completed" and len(calls) == 2
 
 
@@ -211,10 +211,10 @@ def test_bytes_changed_or_read_with_another_key_are_verified_again(state_dir, mo
 
 def test_compare_and_swap_refuses_a_file_changed_after_this_process_wrote_it(state_dir):
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     store = Store(state_dir)
-    first = asyncio.run(hitl.start(store, task_id="t-1", title="T", draft="Draft body."))
+    first = asyncio.run(application.start(store, task_id="t-1", title="T", draft="Draft body."))
     path = checkpoint_file(state_dir, "t-1")
     data = json.loads(path.read_bytes())
     path.write_text(json.dumps(data, indent=4), encoding="utf-8")  # same revision and MAC, other bytes
@@ -227,11 +227,11 @@ def test_compare_and_swap_refuses_a_file_changed_after_this_process_wrote_it(sta
 
 def test_saved_file_is_the_json_of_the_checkpoint_save_returns(state_dir):
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     store = Store(state_dir)
-    steps = (lambda: hitl.start(store, task_id="t-1", title="Tïtle ✓", draft="Draft\nbody."),
-             lambda: hitl.resume(store, task_id="t-1", decision="approve", by="alice"))
+    steps = (lambda: application.start(store, task_id="t-1", title="Tïtle ✓", draft="Draft\nbody."),
+             lambda: application.resume(store, task_id="t-1", decision="approve", by="alice"))
     for step in steps:
         cp = asyncio.run(step())
         raw = checkpoint_file(state_dir, "t-1").read_bytes()
@@ -270,14 +270,14 @@ def test_more_refusals_that_need_no_sdk_answer_before_it_is_imported(cli, state_
 
     from state import clock
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     assert cli("start", "--key", "gone", "--draft", "D").code == 0
     assert cli("resume", "--task", "gone", "--decision", "reject").code == 0
     assert cli("start", "--key", "late", "--draft", "D", "--expires-in", "90s").code == 0
     assert cli("start", "--key", "half", "--draft", "D").code == 0
     with pytest.raises(Refused, match="the decision is recorded"):  # the tool ran, then the model failed
-        asyncio.run(hitl.resume(Store(state_dir), task_id="half", decision="approve", by="alice",
+        asyncio.run(application.resume(Store(state_dir), task_id="half", decision="approve", by="alice",
                                 model=ScriptedModel([])))
     later = {"HITL_NOW": clock.iso(clock.wall() + timedelta(hours=1))}
     monkeypatch.setenv("HITL_NOW", later["HITL_NOW"])

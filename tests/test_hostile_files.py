@@ -394,7 +394,7 @@ def test_ledger_record_race_lost_and_entry_gone_is_a_clear_stop(tmp_path, monkey
     monkeypatch.setattr(os, "link", link_lost)  # the link every exclusive create goes through
     ledger = ledger_mod.Ledger(tmp_path / "ledger")
     with pytest.raises(Refused, match=r"ledger entry k-1--[0-9a-f]{12}\.json could not be created"):
-        ledger.record(key=KEY, task_id=KEY, title="T", content_sha256="0" * 64)
+        ledger.record(key=KEY, task_id=KEY, action="publish_draft", title="T", content_sha256="0" * 64)
 
 
 # -- 6. an empty --state-dir is a usage error ------------------------------------------------

@@ -114,7 +114,7 @@ def test_product_modules_form_a_dag():
 
 
 def test_packages_form_a_dag_too():
-    """Between packages as well: ``state`` ← ``tools`` ← ``agent`` ← ``workflow`` ← ``run``, so no
+    """Between packages as well: ``state`` ← ``workflow`` ← ``tools`` / ``agent`` ← ``run``, so no
     package imports one that imports it back (not even through different modules)."""
     packages: dict[str, set[str]] = {}
     for name, deps in _graph().items():
@@ -122,6 +122,22 @@ def test_packages_form_a_dag_too():
         packages.setdefault(top, set()).update(d.split(".")[0] for d in deps if d.split(".")[0] != top)
     cycle = _find_cycle(packages)
     assert cycle is None, "package import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_library_never_imports_the_application():
+    """No module under ``state/`` or ``workflow/`` imports ``agent``, ``tools``, ``run`` or (but
+    themselves) the command-line helpers ``workflow.cli``, at the top or inside a function: copied alone into
+    another project, the two folders give the same guarantees around that project's own agent
+    and tool (the engine sees an application only through ``workflow.application.Application``)."""
+    bad = []
+    for name, path in MODULES.items():
+        if name.split(".")[0] not in ("state", "workflow"):
+            continue
+        for module, line in _imports(name, path).items():
+            cli = module.startswith("workflow.cli") and not name.startswith("workflow.cli")
+            if module.split(".")[0] in ("agent", "tools", "run") or cli:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert bad == []
 
 
 def test_state_never_imports_the_sdk_or_the_layers_above_it():
@@ -143,45 +159,26 @@ def test_state_files_is_a_leaf():
     assert ours <= {"state.errors", "state"}, ours
 
 
-def test_the_postgres_store_imports_nothing_of_the_file_store():
-    """Why: two stores side by side, neither built on the other: what both need (the record
-    models and rules, signing, the next revision, file stems for traces) lives in ``state/``, so
-    PostgreSQL works with ``state/files/`` gone and a change to the file store cannot reach it."""
-    bad = []
-    for name, path in MODULES.items():
-        if name == "state.postgres" or name.startswith("state.postgres."):
-            for module, line in _imports(name, path).items():
-                if module == "state.files" or module.startswith("state.files."):
-                    bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
-    assert bad == []
+def test_public_api_is_the_documented_list_and_importing_it_never_imports_the_sdk():
+    """``workflow/__init__.py`` names the public API (``__all__``) and imports each name from its
+    module on first use (PEP 562 ``__getattr__``): importing the package, a read-only module under
+    it or the read-only names (decisions, stores, tasks) leaves the SDK unimported, and every name
+    of ``__all__`` resolves to the object its module defines."""
+    import subprocess
+    import sys
 
-
-def test_stores_sign_only_through_state_signing():
-    """Why: signing is one wrapper (``state.signing``: seal a body, verify an envelope), so no
-    store computes or checks a MAC itself; a store that did could sign or accept what the
-    wrapper would refuse."""
-    mac_primitives = {"compute_mac", "verify_mac", "envelope_signed"}
-    bad = []
-    for name, path in MODULES.items():
-        if not (name.startswith("state.files.") or name.startswith("state.postgres.")):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "state.integrity":
-                used = mac_primitives & {alias.name for alias in node.names}
-                if used:
-                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {sorted(used)}")
-    assert bad == []
-
-
-def test_the_workflow_knows_stores_only_through_the_protocol():
-    """Why: the engine, doctor and the reviewer surfaces work on any ``TaskStore`` (capabilities
-    detected with ``isinstance`` on ``state.store``'s Protocols), so none of them imports a
-    concrete store. (``workflow.ops.traps`` builds throwaway file stores of its own on purpose.)"""
-    bad = []
-    for name, path in MODULES.items():
-        if name.split(".")[0] != "workflow" or name == "workflow.ops.traps":
-            continue
-        for module, line in _imports(name, path).items():
-            if module.startswith(("state.files", "state.postgres")):
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
-    assert bad == []
+    code = (
+        "import sys, workflow, workflow.observe.views\n"
+        "assert 'agents' not in sys.modules, 'import workflow imported the SDK'\n"
+        "from workflow import Approve, Reject, Refused, TaskStore, open_store, read_task\n"
+        "assert 'agents' not in sys.modules, 'a read-only name imported the SDK'\n"
+        "import importlib\n"
+        "for name in workflow.__all__:\n"
+        "    home = importlib.import_module(workflow._HOME[name])\n"
+        "    assert getattr(workflow, name) is getattr(home, name), name\n"
+        "print(' '.join(workflow.__all__))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["Application", "start", "decide", "Approve", "Reject", "read_task",
+                                   "open_store", "effect_tool", "Effect", "Refused", "TaskStore"]

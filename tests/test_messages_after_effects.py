@@ -73,7 +73,7 @@ def test_a_reject_that_undoes_its_own_record_does_not_claim_it(cli, state_dir, m
     def approve_lands(point: str) -> None:
         if point == "rejection:record:after":
             cp = Store(state_dir).load(KEY)
-            Ledger(state_dir / "ledger").record(key=KEY, task_id=KEY, title="T",
+            Ledger(state_dir / "ledger").record(key=KEY, task_id=KEY, action="publish_draft", title="T",
                                                 content_sha256=cp.content_sha256)
             effects.reset()  # written "by another process": not this command's change
         real(point)

@@ -164,7 +164,7 @@ def test_show_receipt_of_an_approved_task(cli, state_dir):
     ]
     for step in rec["trajectory"]:
         if step["step"] == "checkpoint":
-            assert step["schema_version"] == 2 and step["run_state_schema_version"]
+            assert step["schema_version"] == 3 and step["run_state_schema_version"]
             assert step["sdk_version"]
         if step["step"] == "model_call":
             assert step["latency_ms"] is not None
@@ -192,7 +192,7 @@ def test_show_counts_tokens_and_latency_of_each_model_call(state_dir):
 
     from agent.models import offline_responder
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
     from workflow.observe.receipt import build_receipt
 
     def model():
@@ -201,8 +201,8 @@ def test_show_counts_tokens_and_latency_of_each_model_call(state_dir):
                                                  total_tokens=150))
 
     store = Store(state_dir)
-    asyncio.run(hitl.start(store, task_id="tok-1", title="T", draft="D", model=model()))
-    asyncio.run(hitl.resume(store, task_id="tok-1", decision="approve", by="a", model=model()))
+    asyncio.run(application.start(store, task_id="tok-1", title="T", draft="D", model=model()))
+    asyncio.run(application.resume(store, task_id="tok-1", decision="approve", by="a", model=model()))
     rec = build_receipt(store, "tok-1")
     calls = [s for s in rec["trajectory"] if s["step"] == "model_call"]
     assert [(c["input_tokens"], c["output_tokens"]) for c in calls] == [(120, 30), (120, 30)]

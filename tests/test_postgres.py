@@ -217,7 +217,7 @@ def test_kill_9_between_every_pair_of_statements_then_resume_ends_exactly_once(p
 def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current(pg_url, tmp_path,
                                                                                  monkeypatch):
     from state import clock
-    from workflow import hitl
+    from agent import application
     from workflow.review import inbox
     from state.postgres.store import PostgresStore, latest_version
 
@@ -229,10 +229,10 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     old = PostgresStore(pg_url, tmp_path / "old")
 
     def start(key: str, **kw):
-        return asyncio.run(hitl.start(old, task_id=key, title="T", draft=f"Draft {key}.", **kw))
+        return asyncio.run(application.start(old, task_id=key, title="T", draft=f"Draft {key}.", **kw))
 
     def resume(key: str, decision: str, **kw):
-        return asyncio.run(hitl.resume(old, task_id=key, decision=decision, by="ops", reason="r", **kw))
+        return asyncio.run(application.resume(old, task_id=key, decision=decision, by="ops", reason="r", **kw))
 
     start("v1-waiting")
     start("v1-completed"), resume("v1-completed", "approve")
@@ -249,6 +249,7 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     for sql in ("DROP TABLE key_fingerprint",
                 "DROP INDEX rejections_by_task_channel", "ALTER TABLE rejections DROP COLUMN channel",
                 "ALTER TABLE rejections ADD PRIMARY KEY (task_id)",
+                "ALTER TABLE ledger DROP COLUMN result",
                 "ALTER TABLE ledger DROP COLUMN approval", "ALTER TABLE ledger DROP COLUMN channel",
                 "DROP INDEX checkpoints_by_status", "DELETE FROM schema_migrations WHERE version > 1"):
         _rows(pg_url, sql)
@@ -263,7 +264,7 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     assert _rows(pg_url, "SELECT idempotency_key, channel FROM ledger") == [("v1-completed", None)]
     assert new.rejection_get("v1-cancelled").by == "ops"
     # and the upgraded database goes on working: the waiting task is approved exactly once
-    done = asyncio.run(hitl.resume(new, task_id="v1-waiting", decision="approve", by="ops"))
+    done = asyncio.run(application.resume(new, task_id="v1-waiting", decision="approve", by="ops"))
     assert done.status == "completed" and new.ledger_get("v1-waiting") is not None
     assert len(_rows(pg_url, "SELECT fingerprint FROM key_fingerprint")) == 1  # adopted by its key
     from workflow.ops.doctor import doctor

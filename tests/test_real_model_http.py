@@ -1,7 +1,7 @@
 """A real model over the real HTTP client path, under a budget that holds across resumes.
 
 Offline: respx mocks the OpenAI endpoints. openai 3.x sends through ``httpx2``, which respx does
-not see; the test-only seam ``agent.models.HTTP_CLIENT_FACTORY`` injects a legacy
+not see; the test-only seam ``workflow.models.HTTP_CLIENT_FACTORY`` injects a legacy
 ``httpx.AsyncClient`` as ``AsyncOpenAI(http_client=...)``, so every request goes through the SDK's
 own model classes and the openai client (serialization, retries, errors) into respx.
 
@@ -109,11 +109,11 @@ class FakeProvider:
 @pytest.fixture
 def http(monkeypatch: pytest.MonkeyPatch):
     """The API key, the HTTP-client seam, and a respx router (no request reaches a network)."""
-    import agent.models
+    import workflow.models
 
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    monkeypatch.setattr(agent.models, "HTTP_CLIENT_FACTORY", lambda: httpx.AsyncClient())
+    monkeypatch.setattr(workflow.models, "HTTP_CLIENT_FACTORY", lambda: httpx.AsyncClient())
     with respx.mock(assert_all_mocked=True, assert_all_called=False) as router:
         yield router
 

@@ -208,7 +208,7 @@ def test_ledger_title_holding_a_secret_is_stored_redacted(tmp_path, monkeypatch)
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdef0123456789")
     entry, created = Ledger(tmp_path / "ledger").record(
-        key="t-1", task_id="t-1", title="T sk-proj-abcdef0123456789", content_sha256="a" * 64)
+        key="t-1", task_id="t-1", action="publish_draft", title="T sk-proj-abcdef0123456789", content_sha256="a" * 64)
     assert created and entry.title == "[redacted]"
     assert b"sk-proj" not in next((tmp_path / "ledger").glob("*.json")).read_bytes()
 

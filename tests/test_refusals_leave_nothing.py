@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import snapshot
+from conftest import snapshot, use_app
 
 
 def _start(cli, key: str, draft: str = "D", *extra: str) -> None:
@@ -123,11 +123,11 @@ def test_a_drift_refusal_recreates_no_lock(cli, state_dir, monkeypatch):
     folder stays removed."""
     import dataclasses
 
-    from workflow import hitl
 
     _base(cli, state_dir)
-    real = hitl.build_agent
-    monkeypatch.setattr(hitl, "build_agent", lambda m: real(m).clone(
+    from agent.publisher import build_agent as real
+
+    use_app(monkeypatch, build_agent=lambda m: real(m).clone(
         tools=[dataclasses.replace(real(m).tools[0], description="Publish, now differently.")]))
     before = snapshot(state_dir)
     r = cli("resume", "--task", "w-1", "--decision", "approve")

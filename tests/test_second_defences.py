@@ -38,11 +38,11 @@ def _sha(title: str = TITLE, body: str = DRAFT) -> str:
 
 def _task(state_dir: Path, channels: Optional[list[str]] = None):
     """A real task started through the workflow (offline model): ``(FileStore, checkpoint)``."""
-    from workflow import hitl
+    from agent import application
     from state.store import FileStore
 
     store = FileStore(state_dir)
-    cp = asyncio.run(hitl.start(store, task_id=KEY, title=TITLE, draft=DRAFT, channels=channels))
+    cp = asyncio.run(application.start(store, task_id=KEY, title=TITLE, draft=DRAFT, channels=channels))
     return store, cp
 
 
@@ -77,7 +77,7 @@ def _invoke(store: Any, cp: Any, call_id: str, title: str = TITLE, body: str = D
     from tools.publish import publish_draft
     from workflow.guards import run_context
 
-    ctx = run_context(store, cp.task_id, cp.content_sha256, cp.channels)
+    ctx = run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action)
     args = json.dumps({"title": title, "body": body, **({"channel": channel} if channel else {})})
     tool_ctx = ToolContext(context=ctx, tool_name="publish_draft", tool_call_id=call_id,
                            tool_arguments=args)
@@ -206,7 +206,7 @@ def test_mac_is_checked_for_schema_version_1_envelopes_too(v1_envelope):
 
     data, key = v1_envelope
     assert data["schema_version"] == 1
-    assert verify_envelope(data, key, where="checkpoint", name="v1").schema_version == 2  # migrated
+    assert verify_envelope(data, key, where="checkpoint", name="v1").schema_version == 3  # migrated
     edited = {**data, "title": data["title"] + " (edited)"}
     with pytest.raises(Refused, match="checkpoint integrity check failed for v1"):
         verify_envelope(edited, key, where="checkpoint", name="v1")
@@ -347,9 +347,9 @@ def test_check_same_compares_the_task_id():
     from state.errors import Refused
     from state.records import check_same_entry
 
-    check_same_entry(_entry(), key=KEY, task_id=KEY, content_sha256=_sha())
+    check_same_entry(_entry(), key=KEY, task_id=KEY, content_sha256=_sha(), action="publish_draft")
     with pytest.raises(Refused, match="for task 'sd-1', not 'sd-2'"):
-        check_same_entry(_entry(), key=KEY, task_id="sd-2", content_sha256=_sha())
+        check_same_entry(_entry(), key=KEY, task_id="sd-2", content_sha256=_sha(), action="publish_draft")
 
 
 def test_check_same_compares_the_content():
@@ -358,7 +358,7 @@ def test_check_same_compares_the_content():
     from state.records import check_same_entry
 
     with pytest.raises(Refused, match="different content"):
-        check_same_entry(_entry(), key=KEY, task_id=KEY, content_sha256=_sha(TITLE, "other"))
+        check_same_entry(_entry(), key=KEY, task_id=KEY, content_sha256=_sha(TITLE, "other"), action="publish_draft")
 
 
 def test_ledger_record_refuses_a_key_that_names_another_channel(tmp_path):
@@ -368,7 +368,7 @@ def test_ledger_record_refuses_a_key_that_names_another_channel(tmp_path):
 
     ledger = Ledger(tmp_path / "ledger")
     with pytest.raises(Refused, match="names neither task"):
-        ledger.record(key=f"{KEY}#news", task_id=KEY, title=TITLE, content_sha256=_sha(),
+        ledger.record(key=f"{KEY}#news", task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha(),
                       channel="blog", approval="human")
     assert not (tmp_path / "ledger").exists() or not list((tmp_path / "ledger").iterdir())
 
@@ -380,11 +380,11 @@ def test_ledger_record_with_other_content_under_a_taken_key_is_refused(tmp_path)
     from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
-    first, created = ledger.record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha())
-    again, created_again = ledger.record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha())
+    first, created = ledger.record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha())
+    again, created_again = ledger.record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha())
     assert created and not created_again and again == first
     with pytest.raises(Refused) as refused:
-        ledger.record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha(TITLE, "other"))
+        ledger.record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha(TITLE, "other"))
     assert refused.value.code == "ledger_mismatch"
 
 
@@ -395,7 +395,7 @@ def test_ledger_entry_file_naming_another_key_is_refused(tmp_path):
     from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
-    ledger.record(key="sd-2", task_id="sd-2", title=TITLE, content_sha256=_sha())
+    ledger.record(key="sd-2", task_id="sd-2", action="publish_draft", title=TITLE, content_sha256=_sha())
     src = tmp_path / "ledger" / (file_name("sd-2") + ".json")
     shutil.copyfile(src, tmp_path / "ledger" / (file_name(KEY) + ".json"))
     with pytest.raises(Refused, match="key mismatch"):
@@ -410,7 +410,7 @@ def test_ledger_listing_refuses_a_file_named_for_another_key(tmp_path):
     from state.files.ledger import Ledger
 
     ledger = Ledger(tmp_path / "ledger")
-    ledger.record(key="sd-2", task_id="sd-2", title=TITLE, content_sha256=_sha())
+    ledger.record(key="sd-2", task_id="sd-2", action="publish_draft", title=TITLE, content_sha256=_sha())
     assert [e.idempotency_key for e in ledger.entries()] == ["sd-2"]
     src = tmp_path / "ledger" / (file_name("sd-2") + ".json")
     shutil.copyfile(src, tmp_path / "ledger" / (file_name(KEY) + ".json"))
@@ -427,7 +427,7 @@ def test_decision_table_evidence_refuses_an_entry_for_other_content(state_dir):
 
     store, cp = _task(state_dir)
     assert reconcile.gather(store, cp)[0].entry is False
-    Ledger(state_dir / "ledger").record(key=KEY, task_id=KEY, title=TITLE, content_sha256=_sha(TITLE, "x"))
+    Ledger(state_dir / "ledger").record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha(TITLE, "x"))
     with pytest.raises(Refused) as refused:
         reconcile.gather(store, cp)
     assert refused.value.code == "ledger_mismatch"
@@ -562,17 +562,17 @@ def test_first_run_saves_only_calls_of_publish_draft_with_the_draft_on_distinct_
     from workflow.guards import check_draft_call
 
     sha, channels = _sha(), ["blog", "news"]
-    check_draft_call([_pending("a", channel="blog"), _pending("b", channel="news")], sha, channels)
+    check_draft_call([_pending("a", channel="blog"), _pending("b", channel="news")], sha, channels, "publish_draft")
     with pytest.raises(Refused) as refused:
-        check_draft_call([{**_pending("a", channel="blog"), "tool": "send_summary"}], sha, channels)
+        check_draft_call([{**_pending("a", channel="blog"), "tool": "send_summary"}], sha, channels, "publish_draft")
     assert refused.value.code == "agent"
     with pytest.raises(Refused) as refused:
-        check_draft_call([_pending("a", channel="blog", body="other")], sha, channels)
+        check_draft_call([_pending("a", channel="blog", body="other")], sha, channels, "publish_draft")
     assert refused.value.code == "agent"
     with pytest.raises(Refused, match="does not carry the draft as given"):
-        check_draft_call([_pending("a", channel="preview")], sha, channels)
+        check_draft_call([_pending("a", channel="preview")], sha, channels, "publish_draft")
     with pytest.raises(Refused) as refused:
-        check_draft_call([_pending("a", channel="blog"), _pending("b", channel="blog")], sha, channels)
+        check_draft_call([_pending("a", channel="blog"), _pending("b", channel="blog")], sha, channels, "publish_draft")
     assert refused.value.code == "agent"
 
 
@@ -595,7 +595,7 @@ def test_outcome_refuses_a_rejected_call_that_has_a_ledger_entry(state_dir):
     from workflow import guards
 
     store, cp = _task(state_dir)
-    store.ledger_record(key=KEY, task_id=KEY, title=TITLE, content_sha256=cp.content_sha256)
+    store.ledger_record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=cp.content_sha256)
     rejected = cp.model_copy(update={"decisions": [_decision(cp.pending[0], "blog", "rejected")]})
     with pytest.raises(Refused, match="rejected, but the ledger shows it executed"):
         guards.outcome(store, rejected, "done")
@@ -614,11 +614,11 @@ def test_start_refuses_a_key_whose_effect_is_already_in_the_ledger(state_dir, ch
     from state.store import FileStore
 
     store = FileStore(state_dir)
-    assert guards.existing_task(store, KEY, TITLE, _sha(), channels) is None
-    Ledger(state_dir / "ledger").record(key=key, task_id=KEY, title=TITLE, content_sha256=_sha(),
+    assert guards.existing_task(store, KEY, TITLE, _sha(), channels, "publish_draft") is None
+    Ledger(state_dir / "ledger").record(key=key, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha(),
                                         **({"channel": "news", "approval": "human"} if "#" in key else {}))
     with pytest.raises(Refused) as refused:
-        guards.existing_task(store, KEY, TITLE, _sha(), channels)
+        guards.existing_task(store, KEY, TITLE, _sha(), channels, "publish_draft")
     assert refused.value.code == "executed"
 
 

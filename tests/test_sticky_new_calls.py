@@ -45,10 +45,10 @@ def _start(cli, *channels: str) -> dict[str, str]:
 
 
 def _decide(state_dir: Path, model: ScriptedModel, **kwargs: Any):
-    from workflow import hitl
+    from agent import application
     from state.store import FileStore
 
-    return asyncio.run(hitl.decide(FileStore(state_dir), task_id=KEY, by="alice", model=model, **kwargs))
+    return asyncio.run(application.decide(FileStore(state_dir), task_id=KEY, by="alice", model=model, **kwargs))
 
 
 def _doctor_findings(cli) -> list[dict[str, Any]]:
@@ -205,7 +205,7 @@ def test_on_postgresql_a_new_call_after_always_waits_and_doctor_agrees(pg_url, t
     """The same on the database store: the new call waits, doctor (judging each call) reports
     nothing, and a reject ends the task completed with one ledger entry."""
     from conftest import run_in_process
-    from workflow import hitl
+    from agent import application
     from state.store import open_store
 
     monkeypatch.setenv("HITL_SIGNING_KEY", "pg-tests-signing-key-0123456789abcdef")
@@ -217,7 +217,7 @@ def test_on_postgresql_a_new_call_after_always_waits_and_doctor_agrees(pg_url, t
     r = cli("start", "--key", KEY, "--title", TITLE, "--draft", BODY)
     assert r.code == 0, r.err
     store = open_store(pg_url, str(state_dir))
-    cp = asyncio.run(hitl.decide(store, task_id=KEY, decision="approve", by="alice", always=True,
+    cp = asyncio.run(application.decide(store, task_id=KEY, decision="approve", by="alice", always=True,
                                  model=_asks_again(None)))
     assert cp.status == "waiting_for_approval" and [p.call_id for p in cp.pending] == ["call_again"]
     assert cli("doctor", "--json").json()["findings"] == []

@@ -141,22 +141,23 @@ def test_stream_cut_by_the_budget_leaves_the_run_state_as_before(state_dir, monk
     without publishing twice."""
     import asyncio
 
+    from agent import application
     from workflow import hitl
     from state.store import FileStore
 
     store = FileStore(state_dir)
-    asyncio.run(hitl.start(store, task_id="t-1", title="T", draft="D",
+    asyncio.run(application.start(store, task_id="t-1", title="T", draft="D",
                            budget=hitl.make_budget(hitl.ModelSpec(), max_turns=1)))
     before = _cp(state_dir)
     monkeypatch.setattr(hitl, "blocked", lambda *a: None)
     events: list[dict[str, Any]] = []
-    cp = asyncio.run(hitl.resume(store, task_id="t-1", decision="approve", by="alice",
+    cp = asyncio.run(application.resume(store, task_id="t-1", decision="approve", by="alice",
                                  on_event=events.append))
     assert cp.status == "budget_exceeded" and cp.run_state == before["run_state"]
     assert [e["event"] for e in events] == ["tool_output"]  # the stream was cut before the model call
     assert len(ledger_entries(state_dir)) == 1
     monkeypatch.undo()
-    cp = asyncio.run(hitl.resume(store, task_id="t-1", decision="approve", by="alice",
+    cp = asyncio.run(application.resume(store, task_id="t-1", decision="approve", by="alice",
                                  budget_changes={"max_turns": 3}, on_event=events.append))
     assert cp.status == "completed" and len(ledger_entries(state_dir)) == 1
     assert "already published" in cp.final_output

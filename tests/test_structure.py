@@ -14,7 +14,7 @@ STORY = ROOT / "workflow" / "hitl.py"
 #: The SDK calls of the human-in-the-loop flow, as the SDK's docs show them.
 SDK_CALLS = {
     # ``run`` is ``Runner.run``, or its streamed stand-in (workflow/streaming.py) with --stream
-    "Runner.run(agent, input)": r"\brun\(\s*agent,\s*user_message",
+    "Runner.run(agent, input)": r"\brun\(\s*agent,\s*input\b",
     "Runner.run(agent, state)": r"\brun\(\s*agent,\s*state",
     "Runner.run or its streamed stand-in": r"Runner\.run if on_event is None else streaming\.runner",
     "result.interruptions": r"result\.interruptions",
@@ -54,7 +54,7 @@ def test_every_sdk_call_of_the_flow_is_in_the_story_file_once():
 
 def test_no_other_product_module_makes_those_calls():
     for path in PRODUCT:
-        if path in (STORY, ROOT / "workflow" / "ops" / "traps.py"):  # traps runs the bare SDK on purpose
+        if path in (STORY, ROOT / "agent" / "traps.py"):  # traps runs the bare SDK on purpose
             continue
         code = _code(path)
         for name, pattern in SDK_CALLS.items():
@@ -68,6 +68,6 @@ def test_the_streamed_run_is_one_call_in_its_own_module():
     streaming = ROOT / "workflow" / "streaming.py"
     for path in PRODUCT:
         want = 1 if path == streaming else 0
-        if path != ROOT / "workflow" / "ops" / "traps.py":
+        if path != ROOT / "agent" / "traps.py":
             assert len(re.findall(r"Runner\.run_streamed\(", _code(path))) == want, path
     assert "``Runner.run_streamed``" in STORY.read_text(encoding="utf-8").split('"""')[1]

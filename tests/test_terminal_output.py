@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings as hyp_settings, strategies as st
 
-from conftest import ledger_entries, run_in_process, snapshot
+from conftest import ledger_entries, run_in_process, snapshot, use_app
 
 PWN = "call_1$(touch${IFS}PWNED)"
 #: A newline that would add a fake pending line, then an escape sequence and a right-to-left override.
@@ -63,9 +63,7 @@ def _model_with_ids(ids: list[str], *, later: list[str] | None = None):
 
 
 def _use_model(monkeypatch, ids: list[str], **kw) -> None:
-    from workflow import hitl
-
-    monkeypatch.setattr(hitl, "build_model", lambda spec, *a, **k: _model_with_ids(ids, **kw))
+    use_app(monkeypatch, offline_model=lambda: _model_with_ids(ids, **kw))
 
 
 def _as_an_older_version(monkeypatch) -> None:
@@ -232,7 +230,7 @@ def test_doctor_prints_saved_call_ids_escaped_and_its_actions_quoted(cli, state_
                "--channel", "news").code == 0
     from state import failpoints
     from state.files.store import Store
-    from workflow import hitl
+    from agent import application
 
     real = failpoints.hit
 
@@ -244,7 +242,7 @@ def test_doctor_prints_saved_call_ids_escaped_and_its_actions_quoted(cli, state_
     monkeypatch.setattr(failpoints, "hit", crash)
     for task, call in (("h-1", PWN), ("h-2", FORGE)):
         with pytest.raises(RuntimeError):
-            asyncio.run(hitl.resume(Store(state_dir), task_id=task, decision="approve", by="alice",
+            asyncio.run(application.resume(Store(state_dir), task_id=task, decision="approve", by="alice",
                                     call_id=call))
     monkeypatch.setattr(failpoints, "hit", real)
     r = cli("doctor")
@@ -316,7 +314,7 @@ def test_an_entry_written_before_channels_reads_as_before(cli, state_dir):
 
     from state.schema import content_sha256
 
-    Ledger(state_dir / "ledger").record(key="old-1", task_id="old-1", title="T",
+    Ledger(state_dir / "ledger").record(key="old-1", task_id="old-1", action="publish_draft", title="T",
                                         content_sha256=content_sha256("T", "D"))
     (entry,) = ledger_entries(state_dir)
     assert "channel" not in entry and "approval" not in entry

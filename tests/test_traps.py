@@ -1,7 +1,7 @@
 """``python run.py traps``: each trap's bare-SDK effect really happens, and the product refuses it.
 
 Offline and deterministic (the scripted model). The bare-SDK side runs the SDK with no code of
-this project's safety checks; the product side goes through ``workflow.hitl.start`` / ``resume``.
+this project's safety checks; the product side goes through ``agent.application.start`` / ``resume`` (``workflow.hitl`` with the publisher).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 
 from conftest import snapshot
 from state.files.store import Store
-from workflow.ops import traps
+from agent import traps
 INTEGRITY = "STOPPED: checkpoint integrity check failed for trap-b--"
 UNRECORDED = "STOPPED: task trap-b: RunState holds an approval decision (approved '"
 DRIFT = ("STOPPED: task trap-c: the agent changed since it was saved: tool 'publish_draft' removed; "
@@ -48,7 +48,7 @@ def test_product_refuses_a_typed_in_approval_unsigned_and_resigned(tmp_path):
 
 def test_product_refusal_of_a_typed_in_approval_changes_nothing_on_disk(tmp_path):
     store = Store(tmp_path / "state")
-    cp = asyncio.run(traps.hitl.start(store, task_id="trap-b", title=traps.TITLE, draft=traps.DRAFT))
+    cp = asyncio.run(traps.application.start(store, task_id="trap-b", title=traps.TITLE, draft=traps.DRAFT))
 
     def add(data):
         data["run_state"] = traps.type_in_approval(data["run_state"], cp.pending[0].call_id)
@@ -56,7 +56,7 @@ def test_product_refusal_of_a_typed_in_approval_changes_nothing_on_disk(tmp_path
     traps._edit_checkpoint(store, "trap-b", add, resign=True)
     before = snapshot(store.root)
     line = asyncio.run(traps._stopped(
-        lambda: traps.hitl.resume(store, task_id="trap-b", decision="approve", by="mallory")))
+        lambda: traps.application.resume(store, task_id="trap-b", decision="approve", by="mallory")))
     assert line is not None and line.startswith(UNRECORDED)
     assert snapshot(store.root) == before
 
@@ -74,7 +74,7 @@ def test_product_refuses_a_renamed_tool_before_anything_runs(tmp_path):
     assert store.load("trap-c").status == "waiting_for_approval"
     with traps.renamed_in_code():  # the rename is undone on exit
         pass
-    assert [t.name for t in traps.hitl.build_agent(traps.build_offline_model()).tools] == ["publish_draft"]
+    assert [t.name for t in traps.application.APP.build_agent(traps.build_offline_model()).tools] == ["publish_draft"]
 
 
 def test_traps_command_prints_both_sides_and_leaves_the_state_dir_alone(cli, state_dir):

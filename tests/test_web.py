@@ -24,6 +24,7 @@ from state import clock
 from state.errors import Refused
 from tests.conftest import ROOT, RUN_PY, checkpoint_file, next_revision_file, resign, snapshot
 from state.store import FileStore
+from agent.application import APP
 from workflow.review.web import create_app
 
 TOKEN = "k" * 43
@@ -36,7 +37,7 @@ def _app(state_dir: Path, reviewer: str = "ann"):
     """The app as ``run.py serve`` builds it (the publisher's words for a refusal's next steps)."""
     from cli.hints import hint
 
-    return create_app(FileStore(state_dir), reviewer=reviewer, token=TOKEN, hosts={HOST}, cookie=COOKIE,
+    return create_app(FileStore(state_dir), APP, reviewer=reviewer, token=TOKEN, hosts={HOST}, cookie=COOKIE,
                       hint=hint)
 
 
@@ -288,7 +289,7 @@ def test_a_stale_page_is_refused_with_the_fresh_task(task, cli, state_dir):
 def test_hitl_resume_checks_the_expected_revision_under_the_lock(task, state_dir):
     """Another writer moves the task on between the caller's look and the lock: the check right
     after the load under the lock refuses, and nothing is decided."""
-    from workflow import hitl
+    from agent import application
 
     class RacingStore(FileStore):
         @contextmanager
@@ -299,7 +300,7 @@ def test_hitl_resume_checks_the_expected_revision_under_the_lock(task, state_dir
 
     store = RacingStore(state_dir)
     with pytest.raises(Refused, match=r"changed since the page was rendered \(revision 1, now 2\)"):
-        asyncio.run(hitl.resume(store, task_id=task, decision="reject", by="ann", reason="no",
+        asyncio.run(application.resume(store, task_id=task, decision="reject", by="ann", reason="no",
                                 expect_revision=1))
     cp = FileStore(state_dir).load(task)
     assert cp.decision is None and cp.status == "waiting_for_approval"
@@ -360,7 +361,7 @@ def test_the_adapter_refuses_a_call_that_is_not_pending(task, state_dir):
 
     before = snapshot(state_dir)
     with pytest.raises(Refused) as refused:
-        decide_call(FileStore(state_dir), task_id=task, call_id="call_nope", decision="approve",
+        decide_call(FileStore(state_dir), APP, task_id=task, call_id="call_nope", decision="approve",
                     reason=None, by="ann", expect_revision=1)
     assert refused.value.code == "not_found"
     assert snapshot(state_dir) == before

@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from state.store import FileStore
+from agent.application import APP
 from workflow.review.web import create_app, listen, server_config
 
 TOKEN = "t" * 43
@@ -28,7 +29,7 @@ def _server(state_dir: Path) -> Iterator[tuple[int, object]]:
 
     sock, authority = listen("127.0.0.1", 0, False)
     port = sock.getsockname()[1]
-    app = create_app(FileStore(state_dir), reviewer="ann", token=TOKEN, hosts={authority},
+    app = create_app(FileStore(state_dir), APP, reviewer="ann", token=TOKEN, hosts={authority},
                      cookie=f"hitl_inbox_{port}")
     server = uvicorn.Server(server_config(app))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -180,5 +181,5 @@ def test_the_limits_come_from_the_settings(monkeypatch, name, value):
 
     monkeypatch.setenv(name, value)
     with pytest.raises(Refused, match=f"^{name}="):
-        server_config(create_app(FileStore(Path("unused")), reviewer="ann", token=TOKEN,
+        server_config(create_app(FileStore(Path("unused")), APP, reviewer="ann", token=TOKEN,
                                  hosts={"127.0.0.1:1"}, cookie="c"))

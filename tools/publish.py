@@ -2,19 +2,15 @@
 
 SDK: ``@function_tool(needs_approval=...)`` makes a call pause the run; the call appears in
 ``result.interruptions`` as a ``ToolApprovalItem`` and runs only after ``state.approve(item)``
-(OpenAI Agents SDK docs, "Human-in-the-loop"). Here ``needs_approval`` is a function, the SDK's
-per-call approval rule: :func:`needs_publish_approval` lets a call to the private ``preview``
-channel run without a human and gates every public channel. ``failure_error_function=None`` makes
-an exception here end the run instead of being sent to the model as text, so a refusal fails closed.
+(OpenAI Agents SDK docs, "Human-in-the-loop"). The tool is declared through the library's effect
+gate (:func:`workflow.effect.effect_tool`), which wraps ``function_tool`` and, right before the
+effect, checks the call carries the task's draft on its channel, a human's approval of this call
+on record and no rejection record, and records the ledger entry once per idempotency key. Its
+``needs_approval`` is a function, the SDK's per-call approval rule: :func:`needs_publish_approval`
+lets a call to the private ``preview`` channel run without a human and gates every public channel.
 
-The tool's only effect is a ledger entry, one per (task, channel). It never trusts the model for
-identity: the task ID, its channels and the expected content fingerprint come from the run context,
-which our workflow builds from the verified checkpoint (``context_override`` on resume), or, for a
-channel whose call a reviewer approved with edits, from that decision in the checkpoint
-(``Checkpoint.expected_sha256``); the
-idempotency key is derived from them (:func:`state.schema.effect_key`). The store (files or
-PostgreSQL) is found through the context's ``store`` token (:mod:`state.open_stores`): the context is
-saved in the RunState, so it never holds a path to trust or a database URL.
+The tool's only effect is a ledger entry, one per (task, channel): the function itself does
+nothing; what the model is told (:func:`answer`) is read from that entry.
 """
 
 from __future__ import annotations
@@ -22,14 +18,9 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from agents import RunContextWrapper, function_tool
-
-from state import open_stores
-from state.errors import Next, Refused
-from state.schema import (PREVIEW_CHANNEL, channel_scope, content_sha256, effect_key,
-                          valid_channel)
-
-from tools.effects import effectful
+from state.schema import PREVIEW_CHANNEL
+from workflow import effect as gate
+from workflow.effect import Effect, effect_tool
 
 TOOL_NAME = "publish_draft"
 
@@ -53,21 +44,28 @@ def needs_publish_approval(ctx: Any, params: Any, _call_id: str) -> bool:
 
 
 def call_channel(task: dict[str, Any], channel: Any) -> str:
-    """The channel a call publishes to: ``channel``, or the task's only channel when the call
-    names none. Raises :class:`Refused` if the channel is not one of the task's, or is missing in
-    a task with several."""
-    channels = task["channels"]
-    if channel is None and len(channels) == 1:
-        return channels[0]
-    if not valid_channel(channel) or channel not in channels:
-        raise Refused("integrity", f"publish_draft for task {task['task_id']} names channel {channel!r}, not one "
-                      f"of the task's channels ({', '.join(channels)}); nothing was published")
-    return channel
+    """The channel a call publishes to (:func:`workflow.effect.call_channel`): ``channel``, or the
+    task's only channel when the call names none. Raises :class:`state.errors.Refused` if the
+    channel is not one of the task's, or is missing in a task with several."""
+    return gate.call_channel(task, channel, TOOL_NAME)
 
 
-@function_tool(needs_approval=needs_publish_approval, failure_error_function=None)
-def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
-                  channel: Optional[str] = None) -> str:
+def answer(_result: Any, entry: Any, created: bool) -> str:
+    """What the model is told, from the ledger entry: ``{"result": "published" | "already
+    published", "channel", "idempotency_key", "published_at"}`` as JSON text."""
+    return json.dumps(
+        {
+            "result": "published" if created else "already published",
+            "channel": entry.channel,
+            "idempotency_key": entry.idempotency_key,
+            "published_at": entry.published_at,
+        }
+    )
+
+
+@effect_tool(needs_approval=needs_publish_approval, answer=answer, label=lambda args: args["title"],
+             done="published", content_word="draft")
+def publish_draft(effect: Effect, title: str, body: str, channel: Optional[str] = None) -> None:
     """Publish a reviewed draft to one channel. Public channels require human approval.
 
     Args:
@@ -75,59 +73,4 @@ def publish_draft(ctx: RunContextWrapper[dict[str, Any]], title: str, body: str,
         body: The draft's full text, exactly as given by the user.
         channel: The channel to publish to, one of those the user named.
     """
-    task = ctx.context
-    channel = call_channel(task, channel)
-    sha = content_sha256(title, body)
-    store = open_stores.lookup(task.get("store"))  # a TaskStore (state.store)
-    gated = needs_publish_approval(ctx, {"title": title, "body": body, "channel": channel}, "")
-    scope = channel_scope(channel, task["channels"])
-    expected = task["content_sha256"]
-    if gated and sha != expected:  # maybe the draft a reviewer approved with edits on this channel
-        cp = store.load(task["task_id"]) if store.exists(task["task_id"]) else None
-        expected = expected if cp is None else cp.expected_sha256(channel)
-    if sha != expected:
-        raise Refused("integrity",
-            f"publish_draft for task {task['task_id']} was called with content that differs from "
-            "the draft that was started and approved; refusing"
-        )
-    if gated:
-        _check_approved(store, task, channel, scope, getattr(ctx, "tool_call_id", None))
-    entry, created = store.ledger_record(
-        key=effect_key(task["task_id"], channel, task["channels"]), task_id=task["task_id"],
-        title=title, content_sha256=sha, channel=channel,  # every entry names its channel
-        approval="human" if gated else "not_needed")
-    return json.dumps(
-        {
-            "result": "published" if created else "already published",
-            "channel": channel,
-            "idempotency_key": entry.idempotency_key,
-            "published_at": entry.published_at,
-        }
-    )
-
-
-def _check_approved(store: Any, task: dict[str, Any], channel: str, scope: Optional[str],
-                    call_id: Optional[str]) -> None:
-    """Right before a gated effect, whatever the lock says: no rejection record for this (task,
-    channel) — a reject recorded meanwhile by a process whose lock file was deleted under this one
-    wins — and a human's approval of this very call (``call_id``) on record in the checkpoint, so an
-    approval rule that said "no approval needed", an SDK change or a sticky rule in a hand-edited
-    file never publishes by itself. Raises :class:`Refused`."""
-    task_id = task["task_id"]
-    rejected = store.rejection_get(task_id, scope)
-    if rejected is not None:
-        raise Refused("rejected", [
-            f"publish_draft for task {task_id} on {channel}: a reject by {rejected.by} at "
-            f"{rejected.at} was being recorded while this approval ran; nothing was published",
-            Next("shows_status", task_id)], task_id=task_id)
-    cp = store.load(task_id) if store.exists(task_id) else None
-    approved = cp is not None and any(  # an approval with edits never runs the call it answers
-        d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
-        for d in cp.decisions)
-    if not approved:
-        raise Refused("integrity",
-            f"publish_draft for task {task_id} on {channel} ran without a human approval on record "
-            "for this call (an approval rule that returned False?); nothing was published")
-
-
-effectful(publish_draft)  # its call writes the ledger: never without approval (tools.effects)
+    return None  # the ledger entry the gate writes is the whole effect

@@ -39,7 +39,7 @@ from typing import Any
 from agents import ModelSettings, RunContextWrapper, RunHooks
 from agents.models.interface import Model
 
-from agent.models import MalformedResponse
+from workflow.models import MalformedResponse
 from state.errors import Refused
 from state.fileio import parse_shared
 from state.schema import (
@@ -256,7 +256,7 @@ class BudgetedModel(Model):
                            *args: Any, **kwargs: Any) -> Any:
         """``inner.get_response`` with the capped settings. A response the SDK cannot read
         (``AttributeError``/``TypeError``/``KeyError``/``ValueError`` from inside the model call)
-        is re-raised as :class:`agent.models.MalformedResponse`."""
+        is re-raised as :class:`workflow.models.MalformedResponse`."""
         try:
             return await self.inner.get_response(system_instructions, input,
                                                  self._settings(model_settings), *args, **kwargs)

@@ -7,7 +7,8 @@ the model sent it). So ``resume --decision approve --edit-title TEXT --edit-body
    (:class:`state.schema.Edits`: the edited title and body, the original, both content hashes;
    shown as ``approved_with_edits``); no rejection record is made;
 2. the original call is answered with ``state.reject(item, rejection_message=...)``: the message
-   (:func:`agent.publisher.edit_message`) tells the model exactly what to publish; the original
+   (the application's ``edit_message``, :class:`workflow.application.Application`) tells the
+   model exactly what to publish; the original
    call never runs;
 3. the run goes on (once every call of that turn has an answer, as with any partial decision);
    the model's next ``publish_draft`` call on that channel pauses (its channel needs approval) and
@@ -33,11 +34,11 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from state import secrets
 from state.errors import Refused
-from state.schema import ACTION, MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text, content_sha256
+from state.schema import MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text, content_sha256
 from workflow.trust import carries_its_draft, carries_the_draft, check_pending_is_the_draft
 
 if TYPE_CHECKING:
@@ -94,15 +95,16 @@ def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "De
     return rec.model_copy(update={"edits": edits_for(edit, json.loads(arguments or "{}"))})
 
 
-def rejection_message(rec: "Decision", cp: "Checkpoint") -> str | None:
+def rejection_message(rec: "Decision", cp: "Checkpoint",
+                      edit_message: Callable[[str, dict[str, str], str | None], str]) -> str | None:
     """What answers a call not run: for an approval with edits the message naming the edited
-    draft (:func:`agent.publisher.edit_message`; with its channel when ``cp`` has several), for a
-    reject the reviewer's reason."""
+    content (``edit_message(cp.action, content, channel)``, the application's
+    ``Application.edit_message``; the channel only when ``cp`` has several), for a reject the
+    reviewer's reason."""
     if rec.edits is None:
         return rec.reason
-    from agent.publisher import edit_message
-
-    return edit_message(rec.edits.title, rec.edits.body, rec.channel if len(cp.channels) > 1 else None)
+    return edit_message(cp.action, {"title": rec.edits.title, "body": rec.edits.body},
+                        rec.channel if len(cp.channels) > 1 else None)
 
 
 def _channel(cp: "Checkpoint", arguments: dict[str, Any]) -> Any:
@@ -123,7 +125,7 @@ def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
         channel = _channel(cp, call.arguments)
         rec = cp.edited_on(channel) if isinstance(channel, str) else None
         if (rec is not None and rec.call_id != call.call_id and call.call_id not in decided
-                and call.tool == ACTION
+                and call.tool == cp.action
                 and carries_the_draft(call.arguments, rec.edits.edited_sha256, cp.channels)):
             out.append((call.call_id, rec))
     return out
@@ -157,10 +159,10 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
         if carries_its_draft(cp, call):
             continue
         channel = _channel(cp, call.arguments)
-        if (call.call_id == call_id and want == "rejected" and edit is None and call.tool == ACTION
+        if (call.call_id == call_id and want == "rejected" and edit is None and call.tool == cp.action
                 and channel in cp.channels and cp.decisions):
             continue  # a later turn's call (the first turn's calls carry the draft: guards.start)
-        if (not isinstance(channel, str) or cp.edited_on(channel) is None or call.tool != ACTION
+        if (not isinstance(channel, str) or cp.edited_on(channel) is None or call.tool != cp.action
                 or set(call.arguments) - {"channel"} != {"title", "body"}):
             check_pending_is_the_draft(cp)  # raises: key/action mismatch
         if call.call_id == call_id and want == "approved" and edit is None:

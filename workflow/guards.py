@@ -18,21 +18,21 @@ from agents import MaxTurnsExceeded, ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 
 from workflow.budget import BudgetExceeded
-from agent.models import provider_error
-from agent.publisher import describe, drift
-from state import clock, open_stores
+from workflow.models import provider_error
+from workflow.agent_check import describe, drift, gated_tool
+from state import clock, open_stores, secrets
 from state.clock import now_iso
 from state.errors import Next, Refused
-from state.schema import (ACTION, DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
+from state.schema import (DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
-                          valid_channel)
+                          content_fingerprint, valid_channel)
 from state.fileio import parse_object_shared, parse_shared
 from state.settings import settings
 from state.store import TaskStore as Store
 from state.terminal import one_line
 from workflow import calls
 from workflow.reconcile import ran_before, refusal
-from workflow.trust import ONLY_ACTION, carries_the_draft, check_approvals
+from workflow.trust import carries_the_draft, check_approvals, only_action
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,12 +45,13 @@ def sdk_version() -> str:
     return metadata.version("openai-agents")
 
 
-def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str]) -> dict[str, Any]:
+def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str], action: str) -> dict[str, Any]:
     """The run context: plain JSON only (the SDK's ``to_string()`` raises on a non-JSON value in a dict context).
 
     Built from our verified checkpoint and passed as ``context=`` / ``context_override=``, so the
     tool's idempotency key never comes from the model's arguments or from the stored RunState
-    (the tool derives each channel's key from ``task_id`` and ``channels``). ``store`` is a token
+    (the tool derives each channel's key from ``task_id`` and ``channels``); ``action`` is the
+    task's action (the gated tool's name, ``Checkpoint.action``). ``store`` is a token
     for ``store`` in this process (:mod:`state.open_stores`): the context is saved in the
     RunState, so no path or database URL goes in it.
     """
@@ -59,8 +60,28 @@ def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str]) ->
         "idempotency_key": cp_task_id,
         "content_sha256": sha,
         "channels": list(channels),
+        "action": action,
         "store": open_stores.token_for(store),
     }
+
+
+def task_input(task_id: str, title: str, content: Any, labels: Any = None) -> str:
+    """The fingerprint of a new task's ``content`` (:func:`state.schema.content_fingerprint`),
+    after the one check of what ``start`` is given, before the model sees it and before any file
+    is written: ``content`` is a non-empty ``{argument: text}`` (strings, no ``channel`` key,
+    which is the engine's), and neither ``task_id``, ``title`` nor a content value holds a secret
+    value (:func:`state.secrets.check_input`; a content value is named ``labels[argument]``,
+    default ``the <argument>``; one equal to ``title`` was checked as the title). Raises
+    :class:`Refused` (nothing saved)."""
+    for what, value in (("the task ID", task_id), ("the title", title)):
+        secrets.check_input(what, value)
+    if (not isinstance(content, dict) or not content or "channel" in content
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in content.items())):
+        raise Refused("usage", "the content must be a non-empty {argument: text} of strings, without 'channel'")
+    for key, value in content.items():
+        if value != title:
+            secrets.check_input((labels or {}).get(key, f"the {key}"), value)
+    return content_fingerprint(content)
 
 
 def task_channels(channels: list[str] | None) -> list[str]:
@@ -111,17 +132,17 @@ def schema_version_of(run_state: str) -> str:
     return parse_shared(run_state)["$schemaVersion"]
 
 
-def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str]) -> None:
-    """Each pending call is ``publish_draft`` of the draft as given, on one of ``channels`` (a call
+def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str], action: str) -> None:
+    """Each pending call is ``action`` of the content as given, on one of ``channels`` (a call
     naming none only in a one-channel task), no channel asked twice. Raises :class:`Refused`."""
     seen: set[Any] = set()
     for call in pending:
-        if call["tool"] != ACTION:
-            raise Refused("agent", f"the agent asked for tool {str(call['tool'])[:40]!r}, not {ACTION}: "
-                          f"{ONLY_ACTION}; nothing saved")
+        if call["tool"] != action:
+            raise Refused("agent", f"the agent asked for tool {str(call['tool'])[:40]!r}, not {action}: "
+                          f"{only_action(action)}; nothing saved")
         if not carries_the_draft(call["arguments"], sha, channels):
-            raise Refused("agent",
-                f"the agent's {ACTION} call does not carry the draft as given on one of the task's "
+            raise Refused(
+                "agent", f"the agent's {action} call does not carry the draft as given on one of the task's "
                 f"channels ({', '.join(channels)}) (key/action mismatch); nothing saved"
             )
         channel = call["arguments"].get("channel") or channels[0]
@@ -131,9 +152,9 @@ def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str
 
 
 def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: Any,
-                           sha: str, channels: list[str]) -> list[dict[str, Any]]:
-    """The pending calls of a first run (``[{"call_id", "tool", "arguments"}]``), each a
-    ``publish_draft`` of the draft as given on one of ``channels`` (:func:`check_draft_call`).
+                           sha: str, channels: list[str], action: str) -> list[dict[str, Any]]:
+    """The pending calls of a first run (``[{"call_id", "tool", "arguments"}]``), each an
+    ``action`` call of the content as given on one of ``channels`` (:func:`check_draft_call`).
     Raises :class:`Refused` (nothing saved) if the agent finished without asking, asked for
     another tool or channel, or changed the draft."""
     if not interruptions:
@@ -141,19 +162,19 @@ def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: 
                       f"(it said: {str(final_output)[:200]!r})")
     pending = pending_calls(interruptions)
     check_call_ids(pending, "nothing saved")
-    check_draft_call(pending, sha, channels)
+    check_draft_call(pending, sha, channels, action)
     return pending
 
 
 def existing_task(store: Store, task_id: str, title: str, sha: str,
-                  channels: list[str]) -> Checkpoint | None:
-    """For ``start``: the task already saved under ``task_id`` with this title, draft and
-    channels (start again returns it), or None if the key is new. Raises :class:`Refused` if the
+                  channels: list[str], action: str) -> Checkpoint | None:
+    """For ``start``: the task already saved under ``task_id`` with this title, content, channels
+    and action (start again returns it), or None if the key is new. Raises :class:`Refused` if the
     key is taken: by another draft or other channels, by a ledger entry or a rejection record of
     the key or of any of its channels' keys. Reads only."""
     if store.exists(task_id):
         cp = store.load(task_id)
-        if cp.title == title and cp.content_sha256 == sha and cp.channels == channels:
+        if cp.title == title and cp.content_sha256 == sha and cp.channels == channels and cp.action == action:
             return cp
         raise Refused("usage", [f"task {task_id} already exists with a different draft or channels", Next("new_key")])
     evidence = store
@@ -166,19 +187,20 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
     return None
 
 
-def first_checkpoint(*, task_id: str, title: str, sha: str, channels: list[str],
+def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channels: list[str],
                      pending: list[dict[str, Any]],
                      run_state: str, rs_version: str, agent: dict[str, Any], spec: ModelSpec,
                      budget: Budget, spend: Any, expires_in_s: int) -> dict[str, Any]:
     """The body of revision 1 of a task's checkpoint (``waiting_for_approval``; every field of
     :class:`state.schema.Checkpoint` but ``mac`` and ``state_id``). ``agent`` is
-    :func:`agent.publisher.describe` of the agent that ran; ``expires_in_s`` seconds from now."""
+    :func:`workflow.agent_check.describe` of the agent that ran; ``action`` the name of its tool
+    with an effect; ``expires_in_s`` seconds from now."""
     now = now_iso()
     expires_at = clock.deadline(expires_in_s)
     versions = {"schema_version": SCHEMA_VERSION, "sdk_version": sdk_version(),
                 "run_state_schema_version": rs_version}
     return {
-        **versions, "task_id": task_id, "idempotency_key": task_id, "action": ACTION,
+        **versions, "task_id": task_id, "idempotency_key": task_id, "action": action,
         "title": title, "content_sha256": sha, "channels": channels, "status": "waiting_for_approval",
         "decision": None, "decisions": [], "pending": pending, "final_output": None,
         "revision": 1, "agent": agent, "run_state": run_state,
@@ -227,15 +249,21 @@ def _version_range() -> str:
     return f"{ordered[0]}-{ordered[-1]}" if len(ordered) > 1 else ordered[0]
 
 
-def check_saved_against_code(cp: Checkpoint, agent: Any) -> None:
-    """Refuse to resume ``cp`` with ``agent`` (the agent built from today's code) if the stored
-    RunState is not one we can trust (:func:`check_stored_run_state`), if the agent changed since
-    the save (:func:`agent.publisher.drift`: unchecked, the SDK accepts the state and fails later,
-    mid-run), or if another ``openai-agents`` minor version saved it. Raises :class:`Refused`."""
+def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
+    """Refuse to resume ``cp`` with ``agent`` (the agent ``app`` built from today's code, an
+    :class:`workflow.application.Application`) if the stored RunState is not one we can trust
+    (:func:`check_stored_run_state`), if the agent changed since the save
+    (:func:`workflow.agent_check.drift`, with ``app.compatible_saved``; unchecked, the SDK accepts
+    the state and fails later, mid-run), if its gated tool is not the task's action
+    (:func:`workflow.agent_check.gated_tool`), or if another ``openai-agents`` minor version saved
+    it. Raises :class:`Refused`."""
     check_stored_run_state(cp)
-    changes = drift(cp.agent.model_dump(), describe(agent))
+    changes = drift(cp.agent.model_dump(), describe(agent), app.compatible_saved)
     if changes:
         raise Refused("drift", f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
+    gated = gated_tool(agent, app.action).name
+    if gated != cp.action:
+        raise Refused("drift", f"task {cp.task_id}: its action is {cp.action}, but the agent's gated tool is {gated}")
     if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:
         raise Refused("unsupported_version",
             f"task {cp.task_id} was saved by openai-agents {cp.sdk_version}; installed is "
@@ -466,24 +494,24 @@ def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],
     """The changes a finished resumed run makes to ``cp`` (``requests``: its
     ``result.interruptions``; ``final_output``: its ``result.final_output``): waiting again at
     them (:func:`interrupted`), or its outcome (:func:`outcome`). A run that paused at a call of a
-    tool other than ``publish_draft`` ends there, judged as a finished run, with the
-    ``publish_draft`` calls of the same turn not run either: this flow never runs such a call
-    (:data:`workflow.trust.ONLY_ACTION`), every decision on a task waiting at one is refused, and
+    tool other than the task's action (``cp.action``) ends there, judged as a finished run, with
+    the action's calls of the same turn not run either: this flow never runs such a call
+    (:func:`workflow.trust.only_action`), every decision on a task waiting at one is refused, and
     waiting for a human on it would leave a task that no decision can finish. So does a run that
-    paused at a ``publish_draft`` call naming a channel that is not one of the task's (no ledger
+    paused at an action call naming a channel that is not one of the task's (no ledger
     key, no rejection record: it can be neither approved nor rejected). Raises :class:`Refused`
     as those do."""
-    others = [i for i in requests if i.name != ACTION]
+    others = [i for i in requests if i.name != cp.action]
     if others:
         tools = ", ".join(sorted({one_line(str(i.name))[:40] for i in others}))
-        also = f" (nor its {ACTION} call of the same turn)" if len(others) < len(requests) else ""
+        also = f" (nor its {cp.action} call of the same turn)" if len(others) < len(requests) else ""
         return outcome(store, cp, f"the run ended at the model's call of {tools}, which was not run{also}: "
-                                  f"{ONLY_ACTION}")
+                                  f"{only_action(cp.action)}")
     astray = [calls.channel_of(cp, p["arguments"]) for p in pending_calls(requests)]
     astray = [c for c in astray if c not in cp.channels]
     if astray:
         named = ", ".join(one_line(repr(c))[:40] for c in astray)
-        return outcome(store, cp, f"the run ended at the model's {ACTION} call on {named}, which was "
+        return outcome(store, cp, f"the run ended at the model's {cp.action} call on {named}, which was "
                                   f"not run: this task publishes only on {', '.join(cp.channels)}")
     return interrupted(cp, requests) if requests else outcome(store, cp, final_output)
 

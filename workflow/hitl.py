@@ -3,8 +3,8 @@
 ====  =============================================  =========================================
 step  SDK (docs: "Human-in-the-loop")                here
 ====  =============================================  =========================================
-1     ``@function_tool(needs_approval=rule)``        ``tools/publish.py`` (``publish_draft``)
-2     ``Agent(..., tools=[publish_draft])``          ``agent/publisher.py`` (``build_agent``)
+1     ``@function_tool(needs_approval=rule)``        the app's tool (``workflow/effect.py``)
+2     ``Agent(..., tools=[tool])``                   ``Application.build_agent``
 3     ``Runner.run(agent, input)``                   :func:`start`
 3'    ``Runner.run_streamed``, ``stream_events()``    ``workflow/streaming.py`` (``on_event``)
 4     ``result.interruptions``                       :func:`start` (each a ``ToolApprovalItem``)
@@ -17,10 +17,10 @@ step  SDK (docs: "Human-in-the-loop")                here
 ====  =============================================  =========================================
 
 Several calls in one turn (one per channel) pause together; each is decided on its own and the
-run pauses again on the rest (``workflow/calls.py``). Every other line is a guard, each one named call
-(``workflow/guards.py``, ``workflow/reconcile.py``, ``state/``). Write order: the decision is recorded before any
-effect, the tool writes the ledger entry (the effect), the outcome is written last; each write is atomic and a
-compare-and-swap on the revision read. What a crash between any two writes leaves, and what the next command does:
+run pauses again on the rest (``workflow/calls.py``). Every other line is a guard, each one named
+call (``workflow/guards.py``, ``workflow/reconcile.py``, ``state/``). Write order: the decision is
+recorded before any effect, the tool writes the ledger entry (the effect), the outcome is written
+last; each write is atomic and a compare-and-swap on the revision read. What a crash between any two writes leaves, and what the next command does:
 docs/crash-safety.md. What each command may do with a task: docs/decision-table.md.
 """
 
@@ -33,16 +33,16 @@ from agents import Runner, RunState
 from agents.models.interface import Model
 from agents.result import RunResult
 
-from workflow.budget import (BudgetGuard, BudgetedModel, Pricing, apply_max_turns, blocked,
-                          make_budget, spend_from_run_state)
-from agent.models import build_model, build_offline_model
-from agent.publisher import build_agent, check_agent, describe, user_message
+from workflow.budget import BudgetGuard, Pricing, apply_max_turns, blocked, make_budget, spend_from_run_state
 from state import secrets
-from state.errors import Next, Refused
-from state.schema import Budget, Checkpoint, ModelSpec, content_sha256
-from state.store import TaskStore as Store
+from state.errors import Refused
+from state.schema import Budget, Checkpoint, ModelSpec
+from state.files.store import Store
 from workflow import calls, edits, guards, reconcile, streaming
+from workflow.agent_check import check_agent, describe, gated_tool
+from workflow.application import Application
 from workflow.observe import tracing
+
 DecisionWord = Literal["approve", "reject"]
 
 # No hosted trace export: traces go to the state dir (workflow/observe/tracing.py); nothing leaves the machine.
@@ -53,108 +53,114 @@ tracing.install()
 logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
-async def start(store: Store, *, task_id: str, title: str, draft: str, model: Model | None = None,
+async def start(store: Store, app: Application, *, task_id: str, title: str, content: dict[str, str],
+                input: str, channels: list[str] | None = None, model: Model | None = None,
                 spec: ModelSpec | None = None, budget: Budget | None = None,
                 expires_in_s: int = 86_400, trace_content: bool = False,
-                channels: list[str] | None = None,
                 on_event: streaming.OnEvent | None = None) -> Checkpoint:
-    """Run the agent until it asks to publish, then save the checkpoint (``waiting_for_approval``).
+    """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its action (its one tool
+    declared through :mod:`workflow.effect`), then save the checkpoint (``waiting_for_approval``).
 
+    Each action call's arguments but ``channel`` must equal ``content`` (``{argument: text}``;
+    fingerprint :func:`state.schema.content_fingerprint`); ``title`` labels the task for reviewers.
     ``spec`` names the model (default offline; ``model`` overrides the instance, for tests),
-    ``budget`` the task's budget (default :func:`workflow.budget.make_budget`); the approval request
-    is valid for ``expires_in_s`` seconds; traces go to the task's trace file (``trace_content``:
-    unredacted bodies; ``on_event``: stream the run, :mod:`workflow.streaming`); ``channels``
-    (default ``["blog"]``) are where the draft goes, one call and one effect each. The same key with the same title,
-    draft and channels returns the saved task without calling the model. Raises :class:`Refused`, with nothing saved,
-    if the key is taken (another draft, a ledger entry, a rejection record), if the agent did not ask to publish
-    exactly this draft, if the API key is missing, if the budget cannot pay, or if the provider fails.
+    ``budget`` the task's budget (default :func:`workflow.budget.make_budget`); the approval
+    request is valid for ``expires_in_s`` seconds; traces go to the task's trace file
+    (``trace_content``: unredacted; ``on_event``: stream the run, :mod:`workflow.streaming`);
+    ``channels`` (default ``["blog"]``): one call and one effect each. The same key with the same
+    title, content and channels returns the saved task without calling the model. Raises
+    :class:`Refused`, nothing saved, if the key is taken (other content, a ledger entry, a
+    rejection record), the agent has not one tool with an effect or did not ask for it with exactly
+    this content, the API key is missing, the budget cannot pay, or the provider fails.
     """
-    for what, value in (("the task ID", task_id), ("the title", title), ("the draft", draft)):
-        secrets.check_input(what, value)  # before the model sees it, before any file is written
-    sha = content_sha256(title, draft)
+    sha = guards.task_input(task_id, title, content, app.content_labels)  # before the model sees it
     channels = guards.task_channels(channels)
     spec = spec or ModelSpec()
     budget = budget or make_budget(spec)
     guard = BudgetGuard(budget, Pricing(spec, budget))
-    agent = build_agent(BudgetedModel(model or build_model(spec), guard))
+    agent = app.agent(spec, guard, model)
     check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
+    action = gated_tool(agent, app.action).name  # the tool with an effect: the task's action
     store.check_writable(task_id)  # hostile files, a damaged key or state.id: nothing written
-    existing = guards.existing_task(store, task_id, title, sha, channels)  # before the lock: leaves no file
+    existing = guards.existing_task(store, task_id, title, sha, channels, action)  # before the lock: no file
     if existing is not None:
         return existing
     with guards.nothing_left_on_refusal(store, task_id), store.task_lock(task_id):
-        existing = guards.existing_task(store, task_id, title, sha, channels)  # another start may have won
+        existing = guards.existing_task(store, task_id, title, sha, channels, action)  # another start won?
         if existing is not None:
             return existing
+        context = guards.run_context(store, task_id, sha, channels, action)
         try:
             run = Runner.run if on_event is None else streaming.runner(on_event)
             with tracing.recording(store, task_id, "start", content=trace_content):
-                result = await run(
-                    agent, user_message(title, draft, channels),
-                    context=guards.run_context(store, task_id, sha, channels),
-                    max_turns=budget.max_turns, hooks=guard,
-                    run_config=tracing.run_config(task_id, "start"))
+                result = await run(agent, input, context=context, max_turns=budget.max_turns, hooks=guard,
+                                   run_config=tracing.run_config(task_id, "start", action, app.rejection_text))
         except Exception as exc:
             raise guards.run_failure(exc, task_id, "nothing saved") from None
-        pending = guards.check_asked_to_publish(result.interruptions, result.final_output, sha, channels)
-        run_state, rs_version = await _saved_text(store, agent, result, task_id, sha, channels)
+        pending = guards.check_asked_to_publish(result.interruptions, result.final_output, sha, channels,
+                                                action)
+        run_state, rs_version = await _saved_text(agent, result, task_id, context)
         spend = spend_from_run_state(run_state, guard.pricing)
         return store.save(guards.first_checkpoint(
-            task_id=task_id, title=title, sha=sha, channels=channels, pending=pending, run_state=run_state,
-            rs_version=rs_version, agent=describe(agent), spec=spec, budget=budget, spend=spend,
-            expires_in_s=expires_in_s), failpoint="checkpoint:start")
+            task_id=task_id, action=action, title=title, sha=sha, channels=channels, pending=pending,
+            run_state=run_state, rs_version=rs_version, agent=describe(agent), spec=spec, budget=budget,
+            spend=spend, expires_in_s=expires_in_s), failpoint="checkpoint:start")
 
 
-async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
+async def resume(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
                  reason: str | None = None, call_id: str | None = None, always: bool = False,
-                 model: Model | None = None,
-                 budget_changes: dict[str, Any] | None = None,
+                 model: Model | None = None, budget_changes: dict[str, Any] | None = None,
                  trace_content: bool = False, expect_revision: int | None = None,
-                 on_event: streaming.OnEvent | None = None,
-                 edit: edits.Edit | None = None) -> Checkpoint:
+                 on_event: streaming.OnEvent | None = None, edit: edits.Edit | None = None,
+                 checked: tuple[Checkpoint, reconcile.Verdict] | None = None) -> Checkpoint:
     """Apply a human's decision on one pending call (``call_id``; None: the only one) to a waiting
-    task and resume the run from disk; ``always`` also decides the other pending calls of the
-    tool the same way (recorded as ``source: sticky``; a call the model makes later waits for a
-    human: :func:`workflow.calls.to_apply`).
+    task and resume the run from disk with ``app``'s agent; ``always`` also decides the other
+    pending calls of the tool the same way (recorded as ``source: sticky``; a call the model makes
+    later waits for a human: :func:`workflow.calls.to_apply`).
 
-    Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (the
-    run stopped at a new interruption), or ``budget_exceeded`` (the next call cannot be paid; a
-    later resume with a larger budget, ``budget_changes`` as :func:`workflow.budget.make_budget`
-    keywords, goes on). What a decision may do given the task's status, ledger entry and rejection
-    record is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended
-    a task returns it unchanged, a reject of an executed task or a new approval after the deadline
-    is refused. ``expect_revision``: the revision the reviewer saw; another under the lock is
-    refused. ``on_event``: stream the resumed run (as in :func:`start`); ``edit``: approve that
-    call with edits (:mod:`workflow.edits`). Raises :class:`Refused` for every refusal,
-    integrity, drift or ledger mismatch.
+    Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (a
+    new interruption), or ``budget_exceeded`` (the next call cannot be paid; a later resume with
+    ``budget_changes``, :func:`workflow.budget.make_budget` keywords, goes on). What a decision may
+    do is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended a
+    task returns it unchanged, a reject of an executed task or an approval after the deadline is
+    refused. ``expect_revision``: the revision the reviewer saw; ``on_event``: stream the run (as
+    in :func:`start`); ``edit``: approve with edits (:mod:`workflow.edits`). ``checked``: what the
+    caller's :func:`workflow.reconcile.preflight` of this decision returned (a command line that
+    refuses before importing the SDK); under the lock the table is judged again
+    (:func:`workflow.reconcile.recheck`). Raises :class:`Refused` for every refusal, integrity,
+    drift or ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
-    secrets.check_input(["the reviewer name", Next("input_by")], by)  # before any file is written
-    secrets.check_input("the reason", reason)
-    cp, verdict = reconcile.preflight(store, task_id, decision, call_id, edit=edit)  # before the lock: no file
-    code_agent = build_agent(build_offline_model())  # today's code, checked before a lock file is made
-    check_agent(code_agent)
-    if verdict.kind != "unchanged":
-        guards.check_saved_against_code(cp, code_agent)
+    cp, verdict = checked or reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason,
+                                                 edit=edit)  # before the lock: no file
+    guard = BudgetGuard(cp.budget, Pricing(cp.model, cp.budget))  # its budget is set under the lock
+    built_for = cp.model if verdict.kind != "unchanged" else None  # None: runs nothing, no API key
+    agent = app.agent(built_for, guard, model)  # once per resume
+    check_agent(agent)  # today's code, checked before a lock file is made
+    if (verified := cp if verdict.kind != "unchanged" else None) is not None:
+        guards.check_saved_against_code(cp, agent, app)
     with store.task_lock(task_id):
-        cp, verdict = reconcile.preflight(store, task_id, decision, call_id, edit=edit)  # verified, under the lock
+        cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)  # under the lock
         guards.check_revision(cp, expect_revision)  # the reviewer decided on what is still there
         if verdict.kind == "unchanged":
             return cp
         call_id = calls.target(cp, call_id)
         secrets.redact_checkpoint(cp.body())  # a secret set since the save, in a structural field
         budget = make_budget(cp.model, base=cp.budget, **(budget_changes or {}))
-        guard = BudgetGuard(budget, Pricing(cp.model, budget))
+        guard.budget, guard.pricing = budget, Pricing(cp.model, budget)
         spend = spend_from_run_state(cp.run_state, guard.pricing)
-        agent = build_agent(BudgetedModel(model or build_model(cp.model), guard))
-        guards.check_saved_against_code(cp, agent)  # approvals in the file, drift, SDK version
-        state = await _from_string(store, agent, cp.task_id, cp.content_sha256, cp.run_state, cp.channels)
+        if cp.model != built_for:  # the table's answer changed since (a race), or another model
+            agent = app.agent(cp.model, guard, model)
+        if verified is None or (verified.revision, verified.mac) != (cp.revision, cp.mac):
+            guards.check_saved_against_code(cp, agent, app)  # another revision since
+        context = guards.run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action)
+        state = await _from_string(agent, cp.run_state, cp.task_id, context)
         apply_max_turns(state, budget)
         why = blocked(budget, spend, guard.pricing)
         if why is not None and want == "approved":  # the next call cannot be paid: run nothing
             return guards.budget_stop(store, cp, budget, spend, why)
         items = guards.bind(cp, state.get_interruptions())  # exactly the calls the reviewer saw
-        edits.check_pending(cp, call_id, want, edit)  # the draft started with, or approved with edits
+        edits.check_pending(cp, call_id, want, edit)  # the content started with, or approved with edits
         edits.check_sticky(cp, want, edit, always)  # sticky calls skip the check of edits
         rec = edits.with_edits(guards.decision_for(store, cp, items[call_id], want, by, reason, always),
                                edit, items[call_id].arguments)  # one on record wins
@@ -164,7 +170,7 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
                 if d.decision == "approved" and d.edits is None:
                     state.approve(item)
                 else:  # a reject, or edits: the message says exactly what the reviewer approved
-                    state.reject(item, rejection_message=edits.rejection_message(d, cp))
+                    state.reject(item, rejection_message=edits.rejection_message(d, cp, app.edit_message))
         except Exception as exc:
             raise Refused("refused", f"task {task_id}: the SDK refused the decision: {exc}") from None
         if calls.decision_of(cp, rec.call_id) is None:  # the human's decision, before any effect
@@ -175,52 +181,49 @@ async def resume(store: Store, *, task_id: str, decision: DecisionWord, by: str,
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
                 result = await run(agent, state, hooks=guard,  # the tool writes the ledger
-                                   run_config=tracing.run_config(task_id, "resume"))
+                                   run_config=tracing.run_config(task_id, "resume", cp.action,
+                                                                 app.rejection_text))
         except Exception as exc:
             return guards.after_failed_run(store, cp, exc, want, budget=budget, spend=spend)
-        return await _finish(store, cp, agent, result, budget, guard.pricing)
+        return await _finish(store, cp, agent, result, budget, guard.pricing, context)
 
 
-async def decide(store: Store, *, task_id: str, decision: DecisionWord, by: str,
+async def decide(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
                  edit: edits.Edit | None = None, **kwargs: Any) -> Checkpoint:
-    """:func:`resume`; then, while a pending call carries exactly a draft approved with edits on
-    its channel (:func:`workflow.edits.complying`), one more :func:`resume` approves that call by
-    the reviewer who gave the edits; anything else waits for a fresh human decision."""
+    """:func:`resume` (``kwargs``: its own; ``checked`` serves this first decision only); then, while
+    a pending call carries exactly content approved with edits on its channel
+    (:func:`workflow.edits.complying`), one more :func:`resume` approves it by the reviewer who
+    gave the edits; anything else waits for a fresh human decision."""
     if edit is not None and decision != "approve":
         raise Refused("usage", "--edit-title/--edit-body go with --decision approve")
-    cp = await resume(store, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
+    cp = await resume(store, app, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
+    kwargs.pop("checked", None)
     for _ in range(len(cp.channels)):  # at most one such call per channel
-        found = edits.complying(cp)
-        if not found:
+        if not (found := edits.complying(cp)):
             break
         call_id, rec = found[0]
-        cp = await resume(store, task_id=task_id, decision="approve", by=rec.by,
+        cp = await resume(store, app, task_id=task_id, decision="approve", by=rec.by,
                           **{**kwargs, "call_id": call_id, "always": False, "reason": edits.AUTO_REASON,
                              "expect_revision": cp.revision})  # the checkpoint just judged
     return cp
 
 
 async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult,
-                  budget: Budget, pricing: Pricing) -> Checkpoint:
+                  budget: Budget, pricing: Pricing, context: dict[str, Any]) -> Checkpoint:
     """The outcome, written last: waiting again at the undecided calls (or a new interruption), or
-    completed / cancelled once the ledger agrees; with the budget and the spend read from the new
-    RunState."""
-    run_state, rs_version = await _saved_text(store, agent, result, cp.task_id, cp.content_sha256,
-                                              cp.channels)
+    completed / cancelled once the ledger agrees; the budget and the spend of the new RunState."""
+    run_state, rs_version = await _saved_text(agent, result, cp.task_id, context)
     changes = guards.after_run(store, cp, result.interruptions, result.final_output)  # or waiting again
     return store.save_revision(cp, failpoint="checkpoint:outcome", run_state=run_state,
                                run_state_schema_version=rs_version, budget=budget,
                                spend=spend_from_run_state(run_state, pricing), **changes)
 
 
-async def _saved_text(store: Store, agent: Any, result: RunResult, task_id: str,
-                      sha: str, channels: list[str]) -> tuple[str, str]:
-    """``result.to_state().to_string()`` as it will be saved, and its ``$schemaVersion``.
-
-    Secrets are redacted structurally (:func:`state.secrets.redact_run_state`); when that changed
-    anything, the SDK must still load the result (:func:`_from_string`). Raises :class:`Refused`
-    (nothing saved) if the state cannot be serialised or its redacted form cannot be loaded.
-    """
+async def _saved_text(agent: Any, result: RunResult, task_id: str, context: dict[str, Any]) -> tuple[str, str]:
+    """``result.to_state().to_string()`` as it will be saved, and its ``$schemaVersion``. Secrets
+    are redacted structurally (:func:`state.secrets.redact_run_state`); when that changed anything,
+    the SDK must still load the result (:func:`_from_string` with the run ``context``). Raises
+    :class:`Refused` (nothing saved) if it cannot be serialised or loaded redacted."""
     try:
         text = result.to_state().to_string()
     except Exception as exc:  # e.g. a context that is not plain JSON
@@ -229,20 +232,18 @@ async def _saved_text(store: Store, agent: Any, result: RunResult, task_id: str,
     redacted = secrets.redact_run_state(text, what=f"task {task_id}")
     if redacted is not text:
         try:
-            await _from_string(store, agent, task_id, sha, redacted, channels)
+            await _from_string(agent, redacted, task_id, context)
         except Refused as exc:
             raise Refused("secret", f"task {task_id}: the run state holds a secret value and the SDK cannot "
                           f"load it redacted ({type(exc.__cause__).__name__}); nothing saved") from None
     return redacted, version
 
 
-async def _from_string(store: Store, agent: Any, task_id: str, sha: str, text: str,
-                       channels: list[str]) -> RunState:
-    """``RunState.from_string(agent, text)`` with the run context rebuilt from our verified
+async def _from_string(agent: Any, text: str, task_id: str, context: dict[str, Any]) -> RunState:
+    """``RunState.from_string(agent, text)`` with the run ``context`` rebuilt from our verified
     checkpoint (``context_override``: the idempotency key never comes from the file). Raises
     :class:`Refused` if the SDK refuses it: its own validation, never guessed past."""
     try:
-        return await RunState.from_string(
-            agent, text, context_override=guards.run_context(store, task_id, sha, channels))
+        return await RunState.from_string(agent, text, context_override=context)
     except Exception as exc:
         raise Refused("integrity", f"task {task_id}: the SDK refused the saved RunState: {exc}") from exc

@@ -246,7 +246,8 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     evidence = store
     entry = evidence.ledger_get(key)
     if entry is not None:
-        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel))
+        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel),
+                         action=cp.action)
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Refused("contradiction", [f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
@@ -296,16 +297,33 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
               edit: Optional["Edit"] = None) -> tuple["Checkpoint", Verdict]:
     """The checks before a decision takes the task's lock, none of which needs the SDK: the
     checkpoint loads and verifies, no hostile file sits where the task's files go
-    (``Store.check_writable``), the call is named when several are pending
-    (:func:`workflow.calls.pick_call`), the table allows ``decision`` for that call, and the
-    reviewer name ``by`` and the ``reason`` hold no secret value
-    (:func:`state.secrets.check_input`); an ``unchanged`` verdict must repeat the recorded
-    decision, edits included (``edit``: the approval's edits, or None;
-    :func:`workflow.edits.check_repeat`). Returns
-    ``(checkpoint, verdict)``; raises :class:`Refused` otherwise. Reads only, so a refusal leaves
-    the state dir as it was."""
+    (``Store.check_writable``), the decision table allows it (:func:`recheck`), and the reviewer
+    name ``by`` and the ``reason`` hold no secret value (:func:`state.secrets.check_input`; the one
+    place they are checked). Returns ``(checkpoint, verdict)``; raises :class:`Refused` otherwise.
+    Reads only, so a refusal leaves the state dir as it was."""
     cp = store.load(task_id)
     store.check_writable(task_id)
+    verdict = _judged(store, cp, decision, call_id, edit)
+    secrets.check_input(["the reviewer name", Next("input_by")], by)
+    secrets.check_input("the reason", reason)
+    return cp, verdict
+
+
+def recheck(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
+            edit: Optional["Edit"] = None) -> tuple["Checkpoint", Verdict]:
+    """The decision table judged again on the checkpoint read now (under the task lock, after
+    :func:`preflight`): it loads and verifies, the call is named when several are pending
+    (:func:`workflow.calls.pick_call`), the table allows ``decision`` for that call, and an
+    ``unchanged`` verdict repeats the recorded decision, edits included (``edit``: the approval's
+    edits, or None; :func:`workflow.edits.check_repeat`). Returns ``(checkpoint, verdict)``;
+    raises :class:`Refused` otherwise. Reads only."""
+    cp = store.load(task_id)
+    return cp, _judged(store, cp, decision, call_id, edit)
+
+
+def _judged(store: "Store", cp: "Checkpoint", decision: Action, call_id: Optional[str],
+            edit: Optional["Edit"]) -> Verdict:
+    """The verdict of :func:`recheck` for the loaded ``cp``."""
     if cp.pending and cp.status in OPEN and not (call_id and answered(cp, call_id)):
         call_id = pick_call(cp, call_id).call_id
     verdict = check(store, cp, decision, call_id)
@@ -313,9 +331,7 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
         from workflow.edits import check_repeat
 
         check_repeat(cp, call_id, "approved" if decision == "approve" else "rejected", edit)
-    secrets.check_input(["the reviewer name", Next("input_by")], by)
-    secrets.check_input("the reason", reason)
-    return cp, verdict
+    return verdict
 
 
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,

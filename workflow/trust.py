@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from state.errors import Refused
-from state.schema import ACTION, Checkpoint, content_sha256
+from state.schema import Checkpoint, content_fingerprint
 
 #: Keys under which a serialized RunState (or a nested agent-tool RunState) stores decisions.
 APPROVAL_KEYS = ("approvals", "function_tool_approvals", "hosted_mcp_approvals")
@@ -135,23 +135,24 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
 
 
 def carries_the_draft(arguments: dict[str, Any], sha: str, channels: list[str]) -> bool:
-    """True if a ``publish_draft`` call's ``arguments`` are ``{"title", "body"}`` (strings) whose
-    :func:`state.schema.content_sha256` is ``sha`` (the draft the task was started with), plus a
-    ``channel`` that is one of ``channels``; in a one-channel task the channel may be absent or
-    null (it means the only one)."""
+    """True if an action call's ``arguments`` but ``channel`` are content (``{argument: text}``,
+    strings) whose :func:`state.schema.content_fingerprint` is ``sha`` (the content the task was
+    started with), plus a ``channel`` that is one of ``channels``; in a one-channel task the
+    channel may be absent or null (it means the only one)."""
     single = len(channels) == 1
     channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (
         single and "channel" in arguments and arguments["channel"] is None)
+    content = {k: v for k, v in arguments.items() if k != "channel"}
     return (
-        set(arguments) - {"channel"} == {"title", "body"}
+        bool(content)
         and channel_ok
-        and all(isinstance(arguments[k], str) for k in ("title", "body"))
-        and content_sha256(arguments["title"], arguments["body"]) == sha
+        and all(isinstance(v, str) for v in content.values())
+        and content_fingerprint(content) == sha
     )
 
 
 def carries_its_draft(cp: Checkpoint, call: Any) -> bool:
-    """True if the pending ``call`` is ``publish_draft`` carrying exactly the draft expected on its
+    """True if the pending ``call`` is the task's action (``cp.action``) carrying exactly the draft expected on its
     channel: the one the task started with, or the one a reviewer approved with edits for that
     channel (:meth:`state.schema.Checkpoint.expected_sha256`); for the call a reviewer approved
     with edits, what it asked for."""
@@ -161,18 +162,19 @@ def carries_its_draft(cp: Checkpoint, call: Any) -> bool:
     for d in cp.decisions:  # the call approved with edits itself (pending again after a crash)
         if d.call_id == call.call_id and d.edits is not None:
             sha = d.edits.original_sha256
-    return call.tool == ACTION and carries_the_draft(call.arguments, sha, cp.channels)
+    return call.tool == cp.action and carries_the_draft(call.arguments, sha, cp.channels)
 
 
-#: Why a call of any other tool is refused (the one place this flow's limit is stated):
-#: ``publish_draft``'s effect is a ledger entry keyed by the idempotency key, which is what keeps a
-#: resume, a replay after a crash or a race from running it twice; another tool has none.
-ONLY_ACTION = (f"this flow runs only {ACTION}, whose effect has a ledger entry; another tool has none, "
-               "so nothing would stop it running twice")
+def only_action(action: str) -> str:
+    """Why a call of any tool but the task's ``action`` is refused (the one place this flow's limit
+    is stated): the action's effect is a ledger entry keyed by the idempotency key, which is what
+    keeps a resume, a replay after a crash or a race from running it twice; another tool has none."""
+    return (f"this flow runs only {action}, whose effect has a ledger entry; another tool has none, "
+            "so nothing would stop it running twice")
 
 
 def check_pending_is_the_draft(cp: Checkpoint) -> None:
-    """Every pending call must be ``publish_draft`` with exactly the draft expected on its channel
+    """Every pending call must be the task's action with exactly the content expected on its channel
     (:func:`carries_its_draft`: the draft the task started with, unless approved with edits).
 
     Checked before a decision is written, so a checkpoint whose pending call and
@@ -180,11 +182,11 @@ def check_pending_is_the_draft(cp: Checkpoint) -> None:
     mid-run after the decision was recorded). Raises :class:`Refused`.
     """
     for call in cp.pending:
-        if call.tool != ACTION:
+        if call.tool != cp.action:
             raise Refused("integrity", f"task {cp.task_id}: the pending call {call.call_id} is {call.tool[:40]!r}, "
-                          f"not {ACTION}: {ONLY_ACTION}")
+                          f"not {cp.action}: {only_action(cp.action)}")
         if not carries_its_draft(cp, call):
-            raise Refused("integrity",
-                f"task {cp.task_id}: the pending call {call.call_id} is not {ACTION} of the draft "
+            raise Refused(
+                "integrity", f"task {cp.task_id}: the pending call {call.call_id} is not {cp.action} of the draft "
                 "the task was started with (key/action mismatch)"
             )

@@ -1,6 +1,6 @@
 """The side-effect ledger: one JSON file per idempotency key, created exclusively.
 
-The fake ``publish_draft`` action's only effect is an entry here, so "was it published?" is "does
+Each executed action (the task's gated tool) is an entry here, so "did it run?" is "does
 ``ledger/<name>.json`` exist?". Layout: ``<state dir>/ledger/<file_name(key)>.json`` holding
 ``{"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at", "channel",
 "approval"}``; every entry written now names its channel (a one-channel task's too, under the task
@@ -69,12 +69,14 @@ class Ledger:
         return entry
 
     def record(
-        self, *, key: str, task_id: str, title: str, content_sha256: str,
-        channel: Optional[str] = None, approval: Optional[str] = None,
+        self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
+        channel: Optional[str] = None, approval: Optional[str] = None, result: Any = None,
     ) -> tuple[LedgerEntry, bool]:
-        """Record the action for ``key`` exactly once. Returns ``(entry, created)``.
+        """Record the action for ``key`` exactly once (``action``: the tool's name). Returns
+        ``(entry, created)``.
 
-        ``channel`` and ``approval`` are stored when given (see :class:`LedgerEntry`).
+        ``channel`` and ``approval`` are stored when given, ``result`` (the effect function's JSON
+        result) when not None (see :class:`LedgerEntry`).
 
         ``created`` is False when an identical entry (same task and content) already existed; the
         first entry is returned unchanged. Raises :class:`Refused` when the key exists for another
@@ -86,12 +88,13 @@ class Ledger:
             entry = LedgerEntry(
                 idempotency_key=key,
                 task_id=task_id,
-                action="publish_draft",
+                action=action,
                 title=title,
                 content_sha256=content_sha256,
                 published_at=now_iso(),
                 **({"channel": channel} if channel is not None else {}),
                 **({"approval": approval} if approval is not None else {}),
+                **({"result": result} if result is not None else {}),
             )
             # never a key on disk: a title holding one becomes "[redacted]" (state.secrets)
             record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER,
@@ -107,7 +110,7 @@ class Ledger:
                 raise Refused("ledger_mismatch", [
                     f"ledger entry {file_name(key)}.json could not be created and is not there "
                     "either (removed by someone else?); a human must check", Next("doctor")])
-        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)
         return existing, False
 
     def entries(self) -> list[LedgerEntry]:

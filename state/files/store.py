@@ -219,13 +219,13 @@ class Store:
         """See :meth:`state.store.TaskStore.ledger_get` (:meth:`state.files.ledger.Ledger.get`)."""
         return Ledger(self.ledger_dir).get(key)
 
-    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
-                      channel: Optional[str] = None,
-                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+    def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None, approval: Optional[str] = None,
+                      result: Any = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`state.store.TaskStore.ledger_record` (:meth:`state.files.ledger.Ledger.record`)."""
-        return Ledger(self.ledger_dir).record(key=key, task_id=task_id, title=title,
+        return Ledger(self.ledger_dir).record(key=key, task_id=task_id, action=action, title=title,
                                               content_sha256=content_sha256, channel=channel,
-                                              approval=approval)
+                                              approval=approval, result=result)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`state.store.TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""

@@ -541,12 +541,14 @@ class PostgresStore:
 
     # -- ledger ------------------------------------------------------------------------------
     _LEDGER_COLUMNS = ("idempotency_key, task_id, action, title, content_sha256, published_at, "
-                       "channel, approval")
+                       "channel, approval, result")
 
     def _entry(self, row: tuple[Any, ...]) -> LedgerEntry:
         names = self._LEDGER_COLUMNS.split(", ")
         try:
-            return LedgerEntry.model_validate(dict(zip(names, row)))
+            data = dict(zip(names, row))
+            data["result"] = None if data["result"] is None else json.loads(data["result"])  # JSON text
+            return LedgerEntry.model_validate(data)
         except ValueError as exc:
             raise Refused("ledger_mismatch", f"ledger entry {row[0]!r} in {self.location} is not valid "
                           f"({self._scrub(str(exc).splitlines()[0])})") from None
@@ -580,18 +582,18 @@ class PostgresStore:
                 bad.append({"file": f"{self.ledger_dir}/{row[0]}", "error": str(exc)})
         return good, bad
 
-    def ledger_record(self, *, key: str, task_id: str, title: str, content_sha256: str,
-                      channel: Optional[str] = None,
-                      approval: Optional[str] = None) -> tuple[LedgerEntry, bool]:
+    def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
+                      channel: Optional[str] = None, approval: Optional[str] = None,
+                      result: Any = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`state.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
         NOTHING``, then read back and compared (failpoints ``ledger:record:before`` /
         ``:after``)."""
         check_ledger_key(key, task_id, channel)
         existing = self.ledger_get(key)
         if existing is None:
-            entry = LedgerEntry(idempotency_key=key, task_id=task_id, action="publish_draft",
+            entry = LedgerEntry(idempotency_key=key, task_id=task_id, action=action,
                                 title=title, content_sha256=content_sha256, published_at=now_iso(),
-                                channel=channel, approval=approval)
+                                channel=channel, approval=approval, result=result)
             record = secrets.redact(entry.model_dump(), secrets.LEDGER,
                                     what=f"ledger entry of key {key!r}", closed_keys=True)
             entry = LedgerEntry.model_validate(record)
@@ -599,9 +601,10 @@ class PostgresStore:
             with self._db() as conn:
                 cur = conn.execute(
                     f"INSERT INTO ledger ({self._LEDGER_COLUMNS}) VALUES "
-                    "(%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING",
+                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING",
                     (entry.idempotency_key, entry.task_id, entry.action, entry.title,
-                     entry.content_sha256, entry.published_at, entry.channel, entry.approval))
+                     entry.content_sha256, entry.published_at, entry.channel, entry.approval,
+                     None if entry.result is None else json.dumps(entry.result, ensure_ascii=False)))
             if cur.rowcount == 1:
                 failpoints.hit("ledger:record:after")
                 effects.note(task_id, "published it (ledger entry written)")
@@ -611,7 +614,7 @@ class PostgresStore:
                 raise Refused("ledger_mismatch", [f"ledger entry {key!r} could not be created and is not there "
                                                   "either (deleted by someone else?); a human must check",
                                                   Next("doctor")])
-        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256)
+        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)
         return existing, False
 
     # -- rejection records -------------------------------------------------------------------

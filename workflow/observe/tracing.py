@@ -26,7 +26,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 from agents import RunConfig
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
@@ -35,7 +35,6 @@ from state.clock import now_iso
 from state.store import TaskStore
 from workflow.observe import trace_log
 Phase = Literal["start", "resume"]
-WORKFLOW_NAME = "publish_draft approval"
 TRACE_CONTENT_ENV = "HITL_TRACE_CONTENT"
 
 
@@ -148,16 +147,16 @@ def install() -> LocalTraceProcessor:
     return _PROCESSOR
 
 
-def run_config(task_id: str, phase: Phase) -> RunConfig:
-    """The ``RunConfig`` for one run of a task: ``group_id`` = task ID, metadata ``{task_id, phase}``.
+def run_config(task_id: str, phase: Phase, action: str,
+               rejection_text: Callable[[Any], str | None]) -> RunConfig:
+    """The ``RunConfig`` for one run of a task: ``workflow_name`` ``"<action> approval"``,
+    ``group_id`` = task ID, metadata ``{task_id, phase}``.
 
     ``trace_include_sensitive_data`` stays the SDK default; our processor redacts what it writes.
-    ``tool_error_formatter`` is the run-wide text a rejected call sends the model
-    (:func:`agent.publisher.rejection_text`); a per-call ``--reason`` wins over it.
+    ``tool_error_formatter`` is ``rejection_text``, the run-wide text a rejected call sends the
+    model (the application's ``Application.rejection_text``); a per-call reason wins over it.
     """
-    from agent.publisher import rejection_text
-
-    return RunConfig(workflow_name=WORKFLOW_NAME, group_id=task_id,
+    return RunConfig(workflow_name=f"{action} approval", group_id=task_id,
                      trace_metadata={"task_id": task_id, "phase": phase},
                      tool_error_formatter=rejection_text)
 

@@ -64,3 +64,4 @@ def ledger_view(store: TaskStore) -> dict[str, Any]:
     """``{"path": <ledger folder, or the database's ledger>, "entries": [...]}``, oldest first."""
     entries = store.ledger_entries()
     return {"path": str(store.ledger_dir), "entries": [e.model_dump() for e in entries]}
+

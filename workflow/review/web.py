@@ -210,11 +210,11 @@ def _plain(status: int, message: str) -> HTMLResponse:
                         status_code=status)
 
 
-def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason: Optional[str],
-                by: str, expect_revision: int) -> Checkpoint:
+def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, decision: str,
+                reason: Optional[str], by: str, expect_revision: int) -> Checkpoint:
     """Apply one reviewer's decision on one pending call, from the page: the ONE place the page
     reaches the workflow (:func:`workflow.hitl.decide`, the function ``run.py resume`` calls, with
-    ``call_id`` as ``--call``).
+    ``call_id`` as ``--call``), with ``application`` (a :class:`workflow.application.Application`).
 
     ``expect_revision`` is the revision the page was rendered from; it is checked here first
     (a quick answer for a stale page) and again by ``hitl.resume`` under the task lock (the check
@@ -224,16 +224,19 @@ def decide_call(store: Any, *, task_id: str, call_id: str, decision: str, reason
     from workflow import guards, hitl
 
     guards.check_revision(store.load(task_id), expect_revision)
-    return asyncio.run(hitl.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
+    return asyncio.run(hitl.decide(store, application, task_id=task_id, decision=decision, by=by, reason=reason,
                                    call_id=call_id, expect_revision=expect_revision))
 
 
 class Inbox:
-    """The pages (module docstring) over ``store``, deciding as ``reviewer``; a refusal's next steps
-    are worded by ``hint`` (the application's words for them, e.g. ``cli.hints.hint``; default none)."""
+    """The pages (module docstring) over ``store``, deciding as ``reviewer`` with ``application``
+    (:class:`workflow.application.Application`); a refusal's next steps are worded by ``hint`` (the
+    application's words for them, e.g. ``cli.hints.hint``; default none)."""
 
-    def __init__(self, store: Any, *, reviewer: str, hint: Callable[[Next], str] = no_hint) -> None:
+    def __init__(self, store: Any, application: Any, *, reviewer: str,
+                 hint: Callable[[Next], str] = no_hint) -> None:
         self.store = store
+        self.application = application
         self.reviewer = reviewer
         self.hint = hint
         self.index = InboxIndex(store, hint)
@@ -344,7 +347,7 @@ class Inbox:
                        "reason": reason or ""}
             return await run_in_threadpool(self._task, request, task_id, confirm=confirm)
         try:
-            await run_in_threadpool(decide_call, self.store, task_id=task_id, call_id=call_id,
+            await run_in_threadpool(decide_call, self.store, self.application, task_id=task_id, call_id=call_id,
                                     decision=decision, reason=reason, by=self.reviewer,
                                     expect_revision=revision)
         except Refused as exc:
@@ -422,14 +425,15 @@ def _receipt_text(store: Any, task_id: str) -> str:
     return receipt_text(build_receipt(store, task_id))
 
 
-def create_app(store: Any, *, reviewer: str, token: str, hosts: set[str], cookie: str,
+def create_app(store: Any, application: Any, *, reviewer: str, token: str, hosts: set[str], cookie: str,
                warm: bool = False, hint: Callable[[Next], str] = no_hint) -> Any:
-    """The ASGI app: the pages of :class:`Inbox` behind :class:`Gate`. ``hosts``: accepted
+    """The ASGI app: the pages of :class:`Inbox` (deciding with ``application``, a
+    :class:`workflow.application.Application`) behind :class:`Gate`. ``hosts``: accepted
     ``Host`` header values; ``cookie``: the session cookie's name; ``warm``: read and verify every
     checkpoint once now, in a background thread, so the first inbox page is as fast as the next
     (a checkpoint that does not verify is reported by the page that lists it, not here);
     ``hint``: how a refusal's next steps are worded (:class:`Inbox`)."""
-    pages = Inbox(store, reviewer=reviewer, hint=hint)
+    pages = Inbox(store, application, reviewer=reviewer, hint=hint)
     if warm:
         threading.Thread(target=_quietly, args=(pages.index.rows,), daemon=True).start()
     app = Starlette(routes=[
@@ -562,10 +566,11 @@ def server_config(app: Any) -> Any:
                           server_header=False, proxy_headers=False)
 
 
-def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool,
+def serve(store: Any, application: Any, host: str, port: int, reviewer: str, allow_remote: bool,
           hint: Callable[[Next], str] = no_hint) -> None:
     """``python run.py serve``: import the SDK once, listen, print ``inbox: http://HOST:PORT/?token=…``
-    as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM. Raises
+    as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM, deciding with
+    ``application`` (:class:`workflow.application.Application`). Raises
     :class:`Refused` before listening if the host or port cannot be used (see :func:`listen`)."""
     sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
@@ -579,7 +584,7 @@ def serve(store: Any, host: str, port: int, reviewer: str, allow_remote: bool,
         print(f"WARNING: the inbox listens on {authority}, beyond this machine: anyone who can reach "
               "it and sees the URL can decide; the token travels unencrypted", file=sys.stderr)
     token = secrets.token_urlsafe(32)
-    app = create_app(store, reviewer=reviewer, token=token, hosts=hosts,
+    app = create_app(store, application, reviewer=reviewer, token=token, hosts=hosts,
                      cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True, hint=hint)
     print(f"inbox: http://{authority}/?token={token}", flush=True)
     where = getattr(store, "location", None) or f"state dir {store.root}"  # a database: its URL, no password

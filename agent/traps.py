@@ -14,10 +14,11 @@ b. **an approval typed into the saved file**: ``RunState.from_string`` reads app
 c. **a tool renamed in code after the save**: ``from_string`` accepts the state (it checks the
    agent's name, not its tools) and the resumed run fails mid-way with ``ModelBehaviorError``. The
    product compares the saved agent fingerprint with the code's before anything runs
-   (:func:`agent.publisher.drift`).
+   (:func:`workflow.agent_check.drift`).
 
-The product side goes only through public functions: :func:`workflow.hitl.start`,
-:func:`workflow.hitl.resume` and :class:`state.files.store.Store`. Its refusals are shown as the
+The product side goes only through public functions: :func:`agent.application.start` and
+:func:`agent.application.resume` (``workflow.hitl`` with the publisher) and
+:class:`state.files.store.Store`. Its refusals are shown as the
 command line prints them (``STOPPED: …``, see ``run.py``). Imports the SDK (it runs it).
 """
 
@@ -34,6 +35,7 @@ from unittest import mock
 
 from agents import Agent, RunConfig, Runner, RunState, function_tool
 
+from agent import application
 from agent.models import build_offline_model
 from agent.publisher import AGENT_NAME, INSTRUCTIONS, build_agent, user_message
 from state import effects
@@ -42,7 +44,7 @@ from state.integrity import compute_mac, load_key
 from state.files.store import Store
 from state.files.ledger import Ledger
 from tools.publish import TOOL_NAME, publish_draft
-from workflow import guards, hitl
+from workflow import guards
 
 TITLE, DRAFT = "Release notes", "Version 1.2 fixes the login bug."
 RENAMED = "publish_post"
@@ -154,16 +156,16 @@ async def product_resume_twice(store: Store) -> dict[str, Any]:
     the approval (a restore from backup) and approve once more. ``{"second": status, "replayed":
     status, "tool_said": the tool's "result" in the replayed run ("already published"),
     "ledger_entries": 1}``."""
-    await hitl.start(store, task_id="trap-a", title=TITLE, draft=DRAFT)
+    await application.start(store, task_id="trap-a", title=TITLE, draft=DRAFT)
     path = store.checkpoint_path("trap-a")
     before = path.read_bytes()
-    await hitl.resume(store, task_id="trap-a", decision="approve", by="alice")
-    second = await hitl.resume(store, task_id="trap-a", decision="approve", by="alice")
+    await application.resume(store, task_id="trap-a", decision="approve", by="alice")
+    second = await application.resume(store, task_id="trap-a", decision="approve", by="alice")
     for newer in sorted(path.parent.glob(path.name.split(".r0")[0] + ".r*.json")):
         if newer != path:  # a restore of the task's files from the backup taken before
             newer.unlink()
     path.write_bytes(before)  # the same saved state, resumed again
-    replayed = await hitl.resume(store, task_id="trap-a", decision="approve", by="alice")
+    replayed = await application.resume(store, task_id="trap-a", decision="approve", by="alice")
     said = json.loads(replayed.final_output.split(": ", 1)[1])["result"] if replayed.final_output else None
     return {"second": second.status, "replayed": replayed.status, "tool_said": said,
             "ledger_entries": _ledger(store)}
@@ -185,13 +187,13 @@ def _edit_checkpoint(store: Store, task_id: str, change: Callable[[dict[str, Any
 async def product_typed_approval(store: Store) -> dict[str, Any]:
     """Trap b on the product: the same typed-in approval in a checkpoint, then the same edit
     re-signed. ``{"edited": STOPPED line, "resigned": STOPPED line, "ledger_entries": 0}``."""
-    cp = await hitl.start(store, task_id="trap-b", title=TITLE, draft=DRAFT)
+    cp = await application.start(store, task_id="trap-b", title=TITLE, draft=DRAFT)
     call_id = cp.pending[0].call_id
 
     def add_approval(data: dict[str, Any]) -> None:
         data["run_state"] = type_in_approval(data["run_state"], call_id)
 
-    approve = lambda: hitl.resume(store, task_id="trap-b", decision="approve", by="mallory")  # noqa: E731
+    approve = lambda: application.resume(store, task_id="trap-b", decision="approve", by="mallory")  # noqa: E731
     _edit_checkpoint(store, "trap-b", add_approval, resign=False)
     edited = await _stopped(approve)
     _edit_checkpoint(store, "trap-b", lambda data: None, resign=True)
@@ -208,16 +210,16 @@ def renamed_in_code(new_name: str = RENAMED) -> Iterator[None]:
     def build(model: Any) -> Agent[Any]:
         return build_agent(model).clone(tools=[renamed])
 
-    with mock.patch.object(hitl, "build_agent", build):
+    with mock.patch.object(application, "APP", dataclasses.replace(application.APP, build_agent=build)):
         yield
 
 
 async def product_renamed_tool(store: Store) -> dict[str, Any]:
     """Trap c on the product: a task saved, the tool renamed in code, then approve.
     ``{"stopped": STOPPED line, "ledger_entries": 0}``."""
-    await hitl.start(store, task_id="trap-c", title=TITLE, draft=DRAFT)
+    await application.start(store, task_id="trap-c", title=TITLE, draft=DRAFT)
     with renamed_in_code():
-        line = await _stopped(lambda: hitl.resume(store, task_id="trap-c", decision="approve",
+        line = await _stopped(lambda: application.resume(store, task_id="trap-c", decision="approve",
                                                   by="alice"))
     return {"stopped": line, "ledger_entries": _ledger(store)}
 
@@ -250,42 +252,3 @@ def run_traps() -> dict[str, Any]:
     """
     with tempfile.TemporaryDirectory(prefix="hitl-traps-") as tmp:
         return asyncio.run(_run_all(Path(tmp)))
-
-
-def _times(n: int) -> str:
-    return f"{n} time" if n == 1 else f"{n} times"
-
-
-def _entries(n: int) -> str:
-    return f"ledger: {n} {'entry' if n == 1 else 'entries'}"
-
-
-def traps_text(result: dict[str, Any]) -> str:
-    """The side-by-side text of :func:`run_traps`' result, for a learner."""
-    a, b, c = (t for t in result["traps"])
-    lines = [f"Three traps of the bare SDK (openai-agents {result['sdk_version']}) and this product. "
-             "Offline, in a temp dir.", ""]
-    pa, pb, pc = a["product"], b["product"], c["product"]
-    lines += [
-        f"a. {a['title']}",
-        f"   bare SDK: from_string + approve + Runner.run, twice on one saved file "
-        f"-> the tool ran {_times(a['bare_sdk']['effects'])}",
-        f"   product:  approve, then approve again -> {pa['second']} (unchanged)",
-        f"             the pre-approval checkpoint put back, approve -> {pa['replayed']}, "
-        f"the tool said {pa['tool_said']!r}",
-        f"             {_entries(pa['ledger_entries'])}",
-        "",
-        f"b. {b['title']}",
-        f"   bare SDK: approved [{b['bare_sdk']['call_id']!r}] typed into the JSON, nobody called "
-        f"approve() -> Runner.run ran the tool {_times(b['bare_sdk']['effects'])}",
-        f"   product:  {pb['edited']}",
-        f"             re-signed: {pb['resigned']}",
-        f"             {_entries(pb['ledger_entries'])}",
-        "",
-        f"c. {c['title']}",
-        f"   bare SDK: from_string {c['bare_sdk']['from_string']} the state; the resumed run failed "
-        f"-> {c['bare_sdk']['error']}",
-        f"   product:  {pc['stopped']}",
-        f"             (before anything ran; {_entries(pc['ledger_entries'])})",
-    ]
-    return "\n".join(lines)

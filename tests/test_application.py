@@ -1,0 +1,205 @@
+"""The engine runs any application (``workflow.application.Application``): the action is the agent's
+tool declared through the effect gate, the content is data, and one decision checks each thing once.
+
+The second application here is a note sender, ``send_note(to, text)``, written only against
+``workflow/``, ``state/`` and the SDK: the engine has no other view of it than its ``Application``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from agents import Agent, RunContextWrapper, function_tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from conftest import ledger_entries, use_app
+from state import open_stores
+from state.errors import Refused
+from state.files.store import Store
+from state.schema import ModelSpec, content_fingerprint, content_sha256
+from workflow import hitl
+from workflow.application import Application, default_edit_message
+from workflow.effect import effectful
+
+CONTENT = {"to": "ops", "text": "The deploy is done."}
+
+
+@function_tool(needs_approval=True, failure_error_function=None)
+def send_note(ctx: RunContextWrapper[dict[str, Any]], to: str, text: str) -> str:
+    """Send a note to a team. Requires a human's approval.
+
+    Args:
+        to: The team.
+        text: The note.
+    """
+    task = ctx.context
+    store = open_stores.lookup(task["store"])
+    entry, created = store.ledger_record(
+        key=task["task_id"], task_id=task["task_id"], action=task["action"], title=to,
+        content_sha256=content_fingerprint({"to": to, "text": text}), channel=task["channels"][0],
+        approval="human")
+    return "sent" if created else "already sent"
+
+
+@function_tool
+def look_up(team: str) -> str:
+    """Look a team up (no effect)."""
+    return team
+
+
+effectful(send_note)
+
+
+def _respond(call: Any) -> ModelStep:
+    items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    last = items[-1]
+    if isinstance(last, dict) and last.get("type") == "function_call_output":
+        return ModelStep(output=[assistant_message(f"send_note answered: {last['output']}")])
+    return ModelStep(output=[function_call("send_note", CONTENT, call_id="call_note_1")])
+
+
+def _model() -> ScriptedModel:
+    return ScriptedModel([ModelStep.respond(_respond) for _ in range(4)])
+
+
+NOTES = Application(
+    build_agent=lambda model: Agent(name="Notes", instructions="Send the note you are given.",
+                                    tools=[send_note], model=model),
+    offline_model=_model)
+
+
+def _start(store: Store, app: Application = NOTES, key: str = "n-1", **kw: Any):
+    return asyncio.run(hitl.start(store, app, task_id=key, title="Note to ops", content=CONTENT,
+                                  input="Send it.", channels=["notes"], **kw))
+
+
+def test_another_application_runs_its_own_action_to_one_ledger_entry(state_dir):
+    """Nothing of the publisher: the checkpoint's action is the note tool's name, the content its
+    arguments; approve runs it once, the same approval again runs nothing."""
+    store = Store(state_dir)
+    cp = _start(store)
+    assert cp.action == "send_note" and cp.content_sha256 == content_fingerprint(CONTENT)
+    assert [p.tool for p in cp.pending] == ["send_note"]
+    done = asyncio.run(hitl.decide(store, NOTES, task_id="n-1", decision="approve", by="ann"))
+    assert done.status == "completed" and done.final_output == "send_note answered: sent"
+    again = asyncio.run(hitl.decide(store, NOTES, task_id="n-1", decision="approve", by="ann"))
+    assert again.revision == done.revision
+    assert [(e["idempotency_key"], e["action"]) for e in ledger_entries(state_dir)] == [("n-1", "send_note")]
+
+
+def test_another_applications_reject_reaches_its_model_and_runs_nothing(state_dir):
+    store = Store(state_dir)
+    _start(store)
+    done = asyncio.run(hitl.decide(store, NOTES, task_id="n-1", decision="reject", by="bob",
+                                   reason="Not to ops."))
+    assert done.status == "cancelled" and done.final_output == "send_note answered: Not to ops."
+    assert ledger_entries(state_dir) == []
+
+
+def test_an_agent_without_a_tool_with_an_effect_is_refused_at_start_with_nothing_saved(state_dir):
+    plain = dataclasses.replace(NOTES, build_agent=lambda model: Agent(
+        name="Notes", instructions="x", tools=[look_up], model=model))
+    with pytest.raises(Refused, match=r"exactly one tool declared with an effect \(found: none\)"):
+        _start(Store(state_dir), plain)
+    assert not state_dir.exists()
+
+
+def test_two_tools_with_an_effect_need_the_application_to_name_its_action(state_dir, monkeypatch):
+    """Which call the ledger guards must never be a guess: an agent with a second tool with an
+    effect is refused unless ``Application.action`` names the one this task gates."""
+    from workflow import effect
+
+    monkeypatch.setattr(effect, "_EFFECTFUL", set(effect._EFFECTFUL))  # this test's registration only
+    second = effectful(dataclasses.replace(look_up, name="page_ops", needs_approval=True))
+    both = dataclasses.replace(NOTES, build_agent=lambda model: Agent(
+        name="Notes", instructions="x", tools=[send_note, second], model=model))
+    with pytest.raises(Refused, match="exactly one tool declared with an effect"):
+        _start(Store(state_dir), both)
+    assert not state_dir.exists()
+    cp = _start(Store(state_dir), dataclasses.replace(both, action="send_note"))
+    assert cp.action == "send_note"
+
+
+@pytest.mark.parametrize("content", [{}, {"to": "ops", "channel": "notes"}, {"to": 1}, ["to"]])
+def test_content_that_is_not_text_by_argument_is_refused_before_anything(state_dir, content):
+    with pytest.raises(Refused, match="the content must be a non-empty"):
+        asyncio.run(hitl.start(Store(state_dir), NOTES, task_id="n-1", title="T", content=content,
+                               input="Send it."))
+    assert not state_dir.exists()
+
+
+def test_a_call_that_carries_other_content_is_refused_at_start(state_dir):
+    with pytest.raises(Refused, match="does not carry the draft as given"):
+        asyncio.run(hitl.start(Store(state_dir), NOTES, task_id="n-1", title="T",
+                               content={**CONTENT, "text": "Another note."}, input="Send it."))
+    assert not state_dir.exists()
+
+
+@pytest.mark.parametrize("title, body", [("Release notes", "Version 1.2."), ("Tïtle ✓", "a\nb"), ("", "")])
+def test_the_content_fingerprint_of_a_draft_is_its_content_sha256(title, body):
+    """Existing checkpoints, ledger entries and rejection records keep their fingerprints: the
+    generic one of ``{"title", "body"}`` is exactly the publisher's."""
+    assert content_fingerprint({"title": title, "body": body}) == content_sha256(title, body)
+    assert content_fingerprint({"body": body, "title": title}) == content_sha256(title, body)
+
+
+def test_the_default_edit_message_names_the_tool_and_the_exact_arguments():
+    text = default_edit_message("send_note", {"to": "ops", "text": "Hi"}, "notes")
+    assert "call send_note once more" in text
+    assert text.endswith('and "channel": "notes": {"text": "Hi", "to": "ops"}')
+
+
+def test_one_decision_checks_each_thing_once(cli, state_dir, monkeypatch):
+    """``resume`` from the command line: the decision table is judged once before the lock
+    (``preflight``, which the command line runs before importing the SDK) and once under it
+    (``recheck``), the agent is built once, the reviewer name and the reason checked once."""
+    from agent import publisher
+    from state import secrets
+    from workflow import reconcile
+
+    assert cli("start", "--key", "k-1", "--title", "T", "--draft", "D").code == 0
+    seen: dict[str, int] = {}
+
+    def counted(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            seen[name] = seen.get(name, 0) + 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(reconcile, "preflight", counted("preflight", reconcile.preflight))
+    monkeypatch.setattr(reconcile, "recheck", counted("recheck", reconcile.recheck))
+    use_app(monkeypatch, build_agent=counted("build_agent", publisher.build_agent))
+    real_check = secrets.check_input
+
+    def name(what):  # a plain string, or message parts (text and next steps): the text
+        return what if isinstance(what, str) else "".join(p for p in what if isinstance(p, str))
+    monkeypatch.setattr(secrets, "check_input",
+                        lambda what, value: (seen.__setitem__(name(what), seen.get(name(what), 0) + 1),
+                                             real_check(what, value))[1])
+    r = cli("resume", "--task", "k-1", "--decision", "approve", "--by", "ann", "--reason", "ok", "--json")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    assert seen == {"preflight": 1, "recheck": 1, "build_agent": 1, "the reviewer name": 1,
+                    "the reason": 1}
+
+
+def test_repeating_a_decision_on_a_real_model_task_needs_no_api_key(state_dir, monkeypatch):
+    """A decision the table answers ``unchanged`` runs nothing: the agent checked before the lock is
+    built around the offline model, so a missing OPENAI_API_KEY does not stop it."""
+    from agent import application
+
+    from agent.models import build_offline_model
+
+    spec = ModelSpec(name="gpt-test", api="responses", base_url="https://api.example.test/v1")
+    store = Store(state_dir)
+    asyncio.run(application.start(store, task_id="r-1", title="T", draft="D", spec=spec,
+                                  model=build_offline_model()))
+    done = asyncio.run(application.decide(store, task_id="r-1", decision="approve", by="ann",
+                                          model=build_offline_model()))
+    assert done.status == "completed" and done.model == spec
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    again = asyncio.run(application.decide(store, task_id="r-1", decision="approve", by="ann"))
+    assert again.revision == done.revision and json.loads(again.model_dump_json())["status"] == "completed"

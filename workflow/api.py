@@ -1,0 +1,128 @@
+"""The public API's functions and decision values (re-exported by ``workflow``: import them from
+there, ``from workflow import start, decide, Approve, Reject``). Never imports the SDK at import
+time: :func:`start` and :func:`decide` import the engine (:mod:`workflow.hitl`) when called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:
+    from state.schema import Checkpoint
+    from state.store import TaskStore
+    from workflow.application import Application
+
+
+@dataclass(frozen=True)
+class Approve:
+    """A human's approval of one pending call.
+
+    ``edits``: approve only with these changes to the call's content (``{argument: new value}``,
+    e.g. ``{"subject": "Fixed"}``): the call is not run; the model is told exactly what was
+    approved and its new call carrying it runs. ``always``: also approve the tool's other pending
+    calls (each recorded as ``source: sticky``; a call the model makes later waits for a human).
+    ``reason``: kept in the decision record.
+    """
+
+    edits: Optional[dict[str, str]] = None
+    always: bool = False
+    reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A human's reject of one pending call: nothing runs. ``message`` is sent to the model
+    verbatim as the call's answer (SDK ``state.reject(item, rejection_message=…)``; None: the
+    application's default text); ``always``: also reject the tool's other pending calls."""
+
+    message: Optional[str] = None
+    always: bool = False
+
+
+def open_store(where: Union[str, Path, None] = None) -> "TaskStore":
+    """The store at ``where``: PostgreSQL for a ``postgresql://`` URL (psycopg imported only then),
+    else the file store in that folder; None: ``$HITL_STORE_URL``, else the file store in
+    ``$HITL_STATE_DIR`` (default ``.cache``). Touches neither disk nor server (the first method
+    call does). Raises :class:`Refused` for an unusable folder or URL (a URL is never repeated in
+    the message: it may hold a password)."""
+    from state import store
+
+    text = None if where is None else str(where)
+    if text is not None and text.startswith(("postgresql://", "postgres://")):
+        return store.open_store(text, None)
+    if text is None:
+        return store.open_store(None, None)
+    return store.FileStore(store.resolve_state_dir(text))
+
+
+def read_task(store: "TaskStore", task_id: str) -> dict[str, Any]:
+    """Where task ``task_id`` stands, verified (signature, schema, its key), as the command line's
+    task JSON: ``{"task_id", "status", "pending": [{"call_id", "tool", "arguments"}],
+    "decisions", "final_output", "revision", "checkpoint_path", …}`` (docs/commands.md). Never
+    imports the SDK. Raises :class:`Refused` if there is no such task or it cannot be verified."""
+    from workflow.observe.views import task_view
+
+    return task_view(store, store.load(task_id))
+
+
+async def start(store: "TaskStore", app: "Application", *, task_id: str, title: str,
+                content: dict[str, str], input: Any, **options: Any) -> "Checkpoint":
+    """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its gated call, then save
+    a signed checkpoint (status ``waiting_for_approval``) and return it.
+
+    ``task_id`` is also the idempotency key of the effect (``<task_id>#<channel>`` for a task with
+    several channels); ``title`` is the task's one-line label for reviewers; ``content`` is what the
+    gated call must carry, exactly (its arguments minus ``channel``). ``options``: ``channels``
+    (default one), ``model`` (an SDK ``Model``; default ``app.offline_model()``), ``spec``,
+    ``budget``, ``expires_in_s``, ``trace_content``, ``on_event`` (:func:`workflow.hitl.start`).
+    Starting the same key again with the same content returns the saved task without running.
+    Raises :class:`Refused` (nothing saved) if the key is taken, the agent did not ask for exactly
+    this content, or the agent has not exactly one tool declared with :func:`effect_tool`."""
+    from workflow import hitl
+
+    return await hitl.start(store, app, task_id=task_id, title=title, content=content, input=input,
+                            **options)
+
+
+async def decide(store: "TaskStore", app: "Application", task_id: str,
+                 decision: Union[Approve, Reject], *, by: str, call_id: Optional[str] = None,
+                 expect_revision: Optional[int] = None, **options: Any) -> "Checkpoint":
+    """Record a human's ``decision`` (by ``by``) on one pending call of ``task_id`` (``call_id``;
+    None: the only one), then resume the run from the checkpoint; returns the new checkpoint
+    (``completed``, ``cancelled``, ``waiting_for_approval`` on the next calls, ``budget_exceeded``).
+
+    The decision is written before any effect, under the task's lock and with a compare-and-swap
+    on the revision (``expect_revision``: the revision the reviewer saw; another is refused). What
+    a decision may do given the task's status, ledger and rejection records is the decision table
+    (docs/decision-table.md): repeating the decision that ended a task returns it unchanged, a
+    reject of an executed call is refused. ``options``: ``model``, ``budget_changes``,
+    ``trace_content``, ``on_event`` (:func:`workflow.hitl.decide`). Raises :class:`Refused`.
+    """
+    from workflow import hitl
+
+    if isinstance(decision, Approve):
+        word, reason, always = "approve", decision.reason, decision.always
+        edit = None if decision.edits is None else _edit(decision.edits)
+    elif isinstance(decision, Reject):
+        word, reason, always, edit = "reject", decision.message, decision.always, None
+    else:
+        raise TypeError(f"decision must be Approve(...) or Reject(...), not {decision!r}")
+    return await hitl.decide(store, app, task_id=task_id, decision=word, by=by, reason=reason,
+                             always=always, call_id=call_id, expect_revision=expect_revision,
+                             edit=edit, **options)
+
+
+def _edit(edits: dict[str, str]) -> Any:
+    """:class:`Approve`'s ``edits`` as the engine's edit value (:mod:`workflow.edits`), which today
+    knows a ``title`` and a ``body`` only. Raises :class:`Refused` (nothing written) for another
+    argument name."""
+    from state.errors import Refused
+    from workflow.edits import Edit
+
+    other = sorted(set(edits) - {"title", "body"})
+    if other:
+        raise Refused("usage", f"approve with edits changes title and body only, not {', '.join(map(repr, other))}; "
+                      "nothing written")
+    return Edit(**edits)

@@ -1,0 +1,317 @@
+"""The effect gate: declare a tool whose call changes the world, and the checks right before it runs.
+
+SDK: ``@function_tool(needs_approval=...)`` makes a call pause the run; the call appears in
+``result.interruptions`` as a ``ToolApprovalItem`` and runs only after ``state.approve(item)``
+(OpenAI Agents SDK docs, "Human-in-the-loop"). :func:`effect_tool` is that decorator with a gate
+around the function. Right before the function runs, whatever the lock, the SDK or the file said:
+
+1. the call carries exactly the task's content (its arguments minus ``channel`` are the content the
+   task was started with, or what a reviewer approved with edits on that channel) on one of the
+   task's channels;
+2. when the call needs approval: a human's approval of THIS call (its ``tool_call_id``) is on record
+   in the checkpoint and there is no rejection record. Approvals inside the serialized RunState do
+   not count: a hand-edited file can approve a call and the SDK would run it;
+3. the ledger: if an entry for the call's idempotency key exists, the call is answered with the
+   first result and the function does not run again; else the function runs and the entry is
+   recorded, with its result.
+
+Any refusal raises :class:`state.errors.Refused` and, because the tool is made with
+``failure_error_function=None``, ends the run instead of being sent to the model as text: fail closed.
+
+The gate never trusts the model for identity: the task ID, its channels and the content fingerprint
+come from the run context, which the engine builds from the verified checkpoint (``context_override``
+on resume); the store is found through the context's ``store`` token (:mod:`state.open_stores`).
+
+A tool is *effectful* when the Python function behind it was registered with :func:`effectful`
+(:func:`effect_tool` does it); the registry holds the function's identity (``module.qualname``, read
+from the SDK's ``FunctionTool.__wrapped__``), so a copy of the tool under another name or with another
+``needs_approval`` is still recognised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from state import open_stores
+from state.errors import Next, Refused
+from state.schema import canonical_json, channel_scope, effect_key, sha256_hex, valid_channel
+
+#: The argument that names where a call's effect goes (optional; a task with one channel needs none).
+CHANNEL_ARG = "channel"
+
+_EFFECTFUL: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What the gate hands the tool's function, after every check passed.
+
+    ``idempotency_key``: the key of this effect (the task ID, or ``<task_id>#<channel>`` for a task
+    with several channels, :func:`state.schema.effect_key`): the function must itself be idempotent
+    by it (a crash after the function and before the ledger entry runs it again with the same key);
+    ``task_id``, ``channel`` (one of the task's), ``call_id`` (the model's ``tool_call_id``) and
+    ``action`` (the tool's name).
+    """
+
+    idempotency_key: str
+    task_id: str
+    channel: str
+    call_id: str
+    action: str
+
+
+def function_identity(tool: Any) -> str:
+    """``module.qualname`` of the Python function a ``FunctionTool`` runs.
+
+    From ``tool.__wrapped__`` (SDK 0.24: the callable given to ``function_tool``; raises
+    ``AttributeError`` for a tool not made by it or whose invoker was replaced); otherwise the
+    identity of ``tool.on_invoke_tool`` (its function, or its class for a callable object).
+    ``""`` for a tool with neither (hosted tools).
+    """
+    try:
+        func = tool.__wrapped__
+    except AttributeError:
+        func = getattr(tool, "on_invoke_tool", None)
+        if func is None:
+            return ""
+    target = func if hasattr(func, "__qualname__") else type(func)
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
+
+
+def effectful(tool: Any) -> Any:
+    """Register ``tool`` (a ``FunctionTool``) as having an effect; return it unchanged."""
+    _EFFECTFUL.add(function_identity(tool))
+    return tool
+
+
+def is_effectful(tool: Any) -> bool:
+    """True if the function behind ``tool`` was registered with :func:`effectful`."""
+    ident = function_identity(tool)
+    return bool(ident) and ident in _EFFECTFUL
+
+
+def call_channel(task: dict[str, Any], channel: Any, action: str) -> str:
+    """The channel a call of ``action`` goes to: ``channel``, or the task's only channel when the
+    call names none. Raises :class:`Refused` if the channel is not one of the task's, or is missing in
+    a task with several."""
+    channels = task["channels"]
+    if channel is None and len(channels) == 1:
+        return channels[0]
+    if not valid_channel(channel) or channel not in channels:
+        raise Refused("integrity", f"{action} for task {task['task_id']} names channel {channel!r}, not one "
+                      f"of the task's channels ({', '.join(channels)}); nothing was {_DONE[action]}")
+    return channel
+
+
+def content_of(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The content a call carries: its arguments minus ``channel``."""
+    return {k: v for k, v in arguments.items() if k != CHANNEL_ARG}
+
+
+def content_fingerprint(content: dict[str, Any]) -> str:
+    """``sha256(canonical_json(content))``: for the publisher's ``{"title", "body"}`` exactly
+    :func:`state.schema.content_sha256`."""
+    return sha256_hex(canonical_json(content))
+
+
+#: Per action: the past participle its refusals use ("nothing was published").
+_DONE: dict[str, str] = {}
+
+
+def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
+                needs_approval: Any = True, description: Optional[str] = None,
+                answer: Optional[Callable[[Any, Any, bool], Any]] = None,
+                label: Optional[Callable[[dict[str, Any]], str]] = None,
+                done: str = "done", content_word: str = "content") -> Any:
+    """Declare an effectful tool: ``fn(effect: Effect, **arguments) -> JSON-able result``.
+
+    Returns the SDK's ``FunctionTool`` (``function_tool(needs_approval=…,
+    failure_error_function=None)``), its schema and description read from ``fn``'s signature and
+    docstring without the first parameter (the :class:`Effect`), its name ``name`` or ``fn``'s.
+    Usable bare (``@effect_tool``) or with keywords (``@effect_tool(needs_approval=rule)``).
+
+    - ``needs_approval``: True (every call waits for a human) or the SDK's per-call rule
+      ``rule(ctx, arguments, call_id) -> bool``; a call the rule lets run needs no approval on
+      record (its ledger entry says ``approval: not_needed``). An asynchronous rule is awaited.
+    - ``answer(result, entry, created)``: what the model is told (default: ``result``, JSON text
+      unless a str; on a repeat the first result, ``entry.result``); ``entry`` is the
+      :class:`state.records.LedgerEntry`, ``created`` False on a repeat.
+    - ``label(arguments)``: the ledger entry's one-line ``title`` (default: the task's title).
+    - ``done``/``content_word``: the words of the refusals ("nothing was ``done``", "content that
+      differs from the ``content_word`` that was started and approved").
+
+    The arguments ``fn`` is called with are the model's, validated by the SDK; ``channel`` (when
+    ``fn`` has that parameter) is the resolved channel. ``fn`` must be idempotent by
+    ``effect.idempotency_key`` (docs/api.md). Errors: the gate raises :class:`Refused` (the run
+    ends, nothing recorded); an exception from ``fn`` ends the run too, with no ledger entry.
+    """
+    if fn is None:
+        return lambda f: effect_tool(f, name=name, needs_approval=needs_approval,
+                                     description=description, answer=answer, label=label,
+                                     done=done, content_word=content_word)
+    from agents import RunContextWrapper, function_tool  # the SDK only where a tool is declared
+
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    if not params:
+        raise TypeError(f"{fn.__qualname__}: its first parameter receives the Effect")
+    # resolved where fn was written (Effect too, when fn's module imported it only locally)
+    hints = typing.get_type_hints(fn, localns={"Effect": Effect}, include_extras=True)
+    rest = params[1:]
+    defaults = {p.name: p.default for p in rest if p.default is not inspect.Parameter.empty}
+    action = name or fn.__name__
+    _DONE[action] = done
+
+    def arguments_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = sig.bind(None, *args, **kwargs).arguments
+        bound.pop(params[0].name)
+        return {**defaults, **bound}
+
+    def told(result: Any, entry: Any, created: bool) -> Any:
+        if answer is not None:
+            return answer(result, entry, created)
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+    if inspect.iscoroutinefunction(fn):
+        async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+            call = await asyncio.to_thread(_Call.check, ctx, arguments_of(args, kwargs), action,
+                                           needs_approval, label, content_word)
+            if call.entry is not None:
+                return told(call.entry.result, call.entry, False)
+            result = await fn(call.effect, **call.arguments)
+            return told(*await asyncio.to_thread(call.record, result))
+    else:
+        def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            call = _Call.check(ctx, arguments_of(args, kwargs), action, needs_approval, label,
+                               content_word)
+            if call.entry is not None:
+                return told(call.entry.result, call.entry, False)
+            return told(*call.record(fn(call.effect, **call.arguments)))
+
+    context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=RunContextWrapper[Any])
+    invoke.__signature__ = sig.replace(parameters=[context, *rest])  # type: ignore[attr-defined]
+    invoke.__annotations__ = {"ctx": RunContextWrapper[Any],
+                              **{p.name: hints[p.name] for p in rest if p.name in hints},
+                              **({"return": hints["return"]} if "return" in hints else {})}
+    # The agent's fingerprint (agent_check.describe) names fn, not this wrapper.
+    invoke.__name__, invoke.__qualname__, invoke.__module__ = fn.__name__, fn.__qualname__, fn.__module__
+    invoke.__doc__ = fn.__doc__
+    tool = function_tool(invoke, name_override=name, description_override=description,
+                         needs_approval=needs_approval, failure_error_function=None)
+    return effectful(tool)
+
+
+def _gated(rule: Any, ctx: Any, arguments: dict[str, Any]) -> bool:
+    """Whether this call needs a human's approval on record: ``rule`` (True, False or the SDK's
+    per-call rule) asked with the call's arguments; an answer that is not exactly False, or a rule
+    that raises, needs one (fail closed)."""
+    if not callable(rule):
+        return rule is not False
+    try:
+        said = rule(ctx, arguments, "")
+        if inspect.isawaitable(said):
+            said = asyncio.run(said)  # the gate runs in a worker thread: no event loop here
+    except Exception:
+        return True
+    return said is not False
+
+
+@dataclass
+class _Call:
+    """One call of an effect tool that passed checks 1-2 (module docstring): ``entry`` is its
+    ledger entry when the key is recorded already (the function is then not run)."""
+
+    effect: Effect
+    arguments: dict[str, Any]
+    store: Any
+    sha: str
+    gated: bool
+    title: str
+    entry: Any
+
+    @classmethod
+    def check(cls, ctx: Any, arguments: dict[str, Any], action: str, rule: Any,
+              label: Optional[Callable[[dict[str, Any]], str]], content_word: str) -> "_Call":
+        """Checks 1-2, then the ledger read of check 3. Raises :class:`Refused`."""
+        task = getattr(ctx, "context", None)
+        if not isinstance(task, dict) or not {"task_id", "channels", "content_sha256"} <= set(task):
+            raise Refused("integrity", f"{action} ran outside a task (no run context built from a checkpoint); "
+                          f"nothing was {_DONE[action]}")
+        task_id = task["task_id"]
+        if task.get("action", action) != action:  # the task's action is another tool
+            raise Refused("integrity", f"{action} for task {task_id} is not the task's action "
+                          f"({task['action']!r}); nothing was {_DONE[action]}")
+        call_id = getattr(ctx, "tool_call_id", None) or ""
+        channel = call_channel(task, arguments.get(CHANNEL_ARG), action)
+        if CHANNEL_ARG in arguments:
+            arguments = {**arguments, CHANNEL_ARG: channel}
+        sha = content_fingerprint(content_of(arguments))
+        store = open_stores.lookup(task.get("store"))  # a TaskStore (state.store)
+        gated = _gated(rule, ctx, arguments)
+        expected = task["content_sha256"]
+        if gated and sha != expected:  # maybe the content a reviewer approved with edits here
+            cp = store.load(task_id) if store.exists(task_id) else None
+            expected = expected if cp is None else cp.expected_sha256(channel)
+        if sha != expected:
+            raise Refused("integrity", f"{action} for task {task_id} was called with content that differs from "
+                          f"the {content_word} that was started and approved; refusing")
+        cp = _check_approved(store, task, action, channel, call_id) if gated else None
+        if label is not None:
+            title = label(arguments)
+        else:
+            cp = cp or (store.load(task_id) if store.exists(task_id) else None)
+            title = cp.title if cp is not None else task_id
+        key = effect_key(task_id, channel, task["channels"])
+        call = cls(effect=Effect(idempotency_key=key, task_id=task_id, channel=channel,
+                                 call_id=call_id, action=action),
+                   arguments=arguments, store=store, sha=sha, gated=gated, title=title[:200],
+                   entry=None)
+        if store.ledger_get(key) is not None:  # recorded: the store checks it is this task's and
+            call.entry = call.write(None)[0]   # content's and returns it, never overwritten
+        return call
+
+    def write(self, result: Any) -> tuple[Any, bool]:
+        """``store.ledger_record`` for this call: ``(entry, created)``."""
+        e = self.effect
+        return self.store.ledger_record(
+            key=e.idempotency_key, task_id=e.task_id, title=self.title, content_sha256=self.sha,
+            channel=e.channel,  # every entry names its channel
+            approval="human" if self.gated else "not_needed", action=e.action, result=result)
+
+    def record(self, result: Any) -> tuple[Any, Any, bool]:
+        """Check 3's write, after the function returned ``result``: ``(result, entry, True)``, or,
+        if another process recorded the key meanwhile, ``(entry.result, entry, False)`` (its first
+        result). Raises :class:`Refused` if the key is recorded for other content."""
+        entry, created = self.write(result)
+        return (result if created else entry.result), entry, created
+
+
+def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
+                    call_id: Optional[str]) -> Any:
+    """Right before a gated effect, whatever the lock says: no rejection record for this (task,
+    channel) — a reject recorded meanwhile by a process whose lock file was deleted under this one
+    wins — and a human's approval of this very call (``call_id``) on record in the checkpoint, so an
+    approval rule that said "no approval needed", an SDK change or a sticky rule in a hand-edited
+    file never runs the effect by itself. Returns the checkpoint read. Raises :class:`Refused`."""
+    task_id = task["task_id"]
+    rejected = store.rejection_get(task_id, channel_scope(channel, task["channels"]))
+    if rejected is not None:
+        raise Refused("rejected", [
+            f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "
+            f"{rejected.at} was being recorded while this approval ran; nothing was {_DONE[action]}",
+            Next("shows_status", task_id)], task_id=task_id)
+    cp = store.load(task_id) if store.exists(task_id) else None
+    approved = cp is not None and any(  # an approval with edits never runs the call it answers
+        d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
+        for d in cp.decisions)
+    if not approved:
+        raise Refused(
+            "integrity", f"{action} for task {task_id} on {channel} ran without a human approval on record "
+            f"for this call (an approval rule that returned False?); nothing was {_DONE[action]}")
+    return cp
