@@ -42,6 +42,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "add_channel": lambda step: "; add e.g. --channel blog",
     "choose_store": lambda step: " (--store)",
     "input_by": lambda step: " (--by)",
+    "offline_model": lambda step: " (or leave out --model to use the offline model)",
+    "model_flags": lambda step: " --model/--base-url",
 }
 
 

@@ -71,7 +71,7 @@ def m(id: str, file: str, snippet: str, replacement: str, *tests: str) -> Mutant
 
 INTEGRITY, STORAGE, REJ, SECRETS = ("state/integrity.py", "state/files/store.py", "state/files/rejections.py",
                                     "state/secrets.py")
-PUBLISH, LEDGER = "tools/publish.py", "state/files/ledger.py"
+PUBLISH, EFFECT, LEDGER = "tools/publish.py", "workflow/effect.py", "state/files/ledger.py"
 SIGNING, RECORDS = "state/signing.py", "state/records.py"
 GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconcile.py",
                                           "workflow/trust.py", "workflow/calls.py", "workflow/edits.py")
@@ -136,25 +136,25 @@ MUTANTS: list[Mutant] = [
       "    if not finder or finder.find(text) is None:\n        return text",
       "    if True:\n        return text", REDACTION),
     # -- the tool, right before its effect -----------------------------------------------------
-    m("tool-content-hash-dropped", PUBLISH, "    if sha != expected:\n        raise Refused(",
-      "    if False:\n        raise Refused(", FAIL_CLOSED),
-    m("approval-of-another-call", PUBLISH, "and d.channel == channel and d.call_id == call_id",
+    m("tool-content-hash-dropped", EFFECT, "        if sha != expected:\n            raise Refused(",
+      "        if False:\n            raise Refused(", FAIL_CLOSED),
+    m("approval-of-another-call", EFFECT, "and d.channel == channel and d.call_id == call_id",
       "and d.channel == channel", "tests/test_several_calls.py"),
-    m("approval-on-another-channel", PUBLISH, "and d.channel == channel and d.call_id == call_id",
+    m("approval-on-another-channel", EFFECT, "and d.channel == channel and d.call_id == call_id",
       "and d.call_id == call_id", "tests/test_several_calls.py"),
-    m("approval-with-edits-runs-original", PUBLISH, 'd.decision == "approved" and d.edits is None and',
+    m("approval-with-edits-runs-original", EFFECT, 'd.decision == "approved" and d.edits is None and',
       'd.decision == "approved" and', "tests/test_edits.py"),
-    m("any-decision-is-approval", PUBLISH, 'd.decision == "approved" and d.edits is None and',
+    m("any-decision-is-approval", EFFECT, 'd.decision == "approved" and d.edits is None and',
       "d.edits is None and", FAIL_CLOSED),
-    m("rejection-record-ignored-by-tool", PUBLISH,
-      "    if rejected is not None:\n        raise Refused(\"rejected\", [\n            f\"publish_draft for task",
+    m("rejection-record-ignored-by-tool", EFFECT,
+      "    if rejected is not None:\n        raise Refused(\"rejected\", [\n            f\"{action} for task",
       "    if False:\n"
-      "        raise Refused(\"rejected\", [\n            f\"publish_draft for task", "tests/test_lost_lock.py"),
-    m("approval-not-checked", PUBLISH, "    if gated:\n        _check_approved(",
-      "    if False:\n        _check_approved(", FAIL_CLOSED),
-    m("channel-not-the-tasks", PUBLISH, "if not valid_channel(channel) or channel not in channels:",
+      "        raise Refused(\"rejected\", [\n            f\"{action} for task", "tests/test_lost_lock.py"),
+    m("approval-not-checked", EFFECT, "cp = _check_approved(store, task, action, channel, call_id) if gated else None",
+      "cp = None", FAIL_CLOSED),
+    m("channel-not-the-tasks", EFFECT, "if not valid_channel(channel) or channel not in channels:",
       "if not valid_channel(channel):", "tests/test_several_calls.py"),
-    m("unnamed-channel-of-several", PUBLISH, "if channel is None and len(channels) == 1:",
+    m("unnamed-channel-of-several", EFFECT, "if channel is None and len(channels) == 1:",
       "if channel is None:", "tests/test_several_calls.py"),
     m("public-channel-ungated", PUBLISH,
       'return not (well_formed and params["channel"] == PREVIEW_CHANNEL\n', "return not (well_formed\n",
@@ -176,7 +176,7 @@ MUTANTS: list[Mutant] = [
     m("ledger-file-of-another-key", LEDGER, "if path.stem != file_name(entry.idempotency_key):",
       "if False:", "tests/test_hostile_files.py", "tests/test_doctor.py"),
     m("ledger-existing-not-compared", LEDGER,
-      "        self.check_same(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)\n"
+      "        check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)\n"
       "        return existing, False",
       "        return existing, False", "tests/test_success_checks.py"),
     m("ledger-not-redacted", LEDGER,
@@ -278,8 +278,8 @@ MUTANTS: list[Mutant] = [
       "if rejected is not None and rejected.content_sha256 != cp.content_sha256:", "if False:",
       RECONCILE_T),
     m("evidence-entry-unchecked", RECONCILE,
-      "        Ledger.check_same(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel),\n"
-      "                          action=cp.action)\n",
+      "        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel),\n"
+      "                         action=cp.action)\n",
       "        pass\n", FAIL_CLOSED),
     m("reviewer-name-secret", RECONCILE, '    secrets.check_input([\"the reviewer name\", Next(\"input_by\")], by)\n',
       "", REDACTION),

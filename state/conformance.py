@@ -44,6 +44,7 @@ __all__ = [
     "test_stale_checkpoint_is_refused_and_nothing_changes", "test_checkpoints_sorted_by_task_id",
     "test_checkpoints_fail_closed_on_a_damaged_one", "test_ledger_records_once",
     "test_ledger_refuses_other_content", "test_ledger_entries_oldest_first",
+    "test_ledger_keeps_the_first_result_and_the_action",
     "test_rejection_record_is_idempotent",
     "test_rejection_remove", "test_task_lock_excludes_a_second_holder",
     "test_ledger_keeps_each_channel_apart", "test_rejection_records_are_per_channel",
@@ -194,19 +195,40 @@ def test_ledger_records_once(store_factory: StoreFactory, tmp_path: Path) -> Non
     """The same key and content twice: one entry, the first returned."""
     store = store_factory.make(tmp_path)
     assert store.ledger_get("t-1") is None
-    entry, created = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    entry, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
     assert created is True and entry.idempotency_key == "t-1"
-    again, created = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    again, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
     assert created is False and again == entry
     assert store.ledger_get("t-1") == entry
+
+
+def test_ledger_keeps_the_first_result_and_the_action(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """The effect gate answers a repeat with the first result: a store keeps ``result`` (any JSON
+    value) and ``action`` exactly, never rewrites them, and refuses the key for another action."""
+    store = store_factory.make(tmp_path)
+    result = {"sent_to": "ana@example.com", "n": [1, 2.5, None, True], "text": "é"}
+    entry, created = store.ledger_record(key="m-1", task_id="m-1", title="T", content_sha256="a" * 64,
+                                         channel="email", approval="human", action="send_email",
+                                         result=result)
+    assert created and (entry.action, entry.result) == ("send_email", result)
+    again, created = store.ledger_record(key="m-1", task_id="m-1", title="T", content_sha256="a" * 64,
+                                         channel="email", approval="human", action="send_email",
+                                         result={"other": 1})
+    assert not created and again.result == result and store.ledger_get("m-1").result == result
+    with _raises(Refused, match="action", code="ledger_mismatch"):
+        store.ledger_record(key="m-1", task_id="m-1", title="T", content_sha256="a" * 64,
+                            channel="email", approval="human", action="refund")
+    plain, _ = store.ledger_record(key="p-1", task_id="p-1", action="publish_draft", title="T",
+                                   content_sha256="a" * 64)
+    assert (plain.action, plain.result) == ("publish_draft", None)
 
 
 def test_ledger_refuses_other_content(store_factory: StoreFactory, tmp_path: Path) -> None:
     """The same key with other content is refused; the first entry stays."""
     store = store_factory.make(tmp_path)
-    entry, _ = store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="a" * 64)
+    entry, _ = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
     with _raises(Refused):
-        store.ledger_record(key="t-1", task_id="t-1", title="T", content_sha256="b" * 64)
+        store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="b" * 64)
     assert store.ledger_get("t-1") == entry
 
 
@@ -224,7 +246,7 @@ def test_ledger_entries_oldest_first(store_factory: StoreFactory, tmp_path: Path
     try:
         for n, key in enumerate(("t-b", "t-a", "t-c")):  # recorded a second apart, not in key order
             clock.wall = lambda n=n: start + timedelta(seconds=n)  # type: ignore[assignment]
-            made.append(store.ledger_record(key=key, task_id=key, title="T", content_sha256="a" * 64)[0])
+            made.append(store.ledger_record(key=key, task_id=key, action="publish_draft", title="T", content_sha256="a" * 64)[0])
     finally:
         clock.wall = wall  # type: ignore[assignment]
     assert [e.idempotency_key for e in store.ledger_entries()] == ["t-b", "t-a", "t-c"]
@@ -257,17 +279,17 @@ def test_ledger_keeps_each_channel_apart(store_factory: StoreFactory, tmp_path: 
     """A task with several channels: one entry per ``<task>#<channel>`` key, carrying task_id,
     channel and approval; recording one channel never creates or blocks another."""
     store = store_factory.make(tmp_path)
-    blog, created = store.ledger_record(key="t-1#blog", task_id="t-1", title="T",
+    blog, created = store.ledger_record(key="t-1#blog", task_id="t-1", action="publish_draft", title="T",
                                         content_sha256="a" * 64, channel="blog", approval="human")
     assert created and (blog.task_id, blog.channel, blog.approval) == ("t-1", "blog", "human")
     assert store.ledger_get("t-1#news") is None and store.ledger_get("t-1") is None
-    preview, created = store.ledger_record(key="t-1#preview", task_id="t-1", title="T",
+    preview, created = store.ledger_record(key="t-1#preview", task_id="t-1", action="publish_draft", title="T",
                                            content_sha256="a" * 64, channel="preview",
                                            approval="not_needed")
     assert created and preview.approval == "not_needed"
     assert store.ledger_get("t-1#blog") == blog
     with _raises(Refused):  # a key naming another channel than the entry says
-        store.ledger_record(key="t-1#blog", task_id="t-1", title="T", content_sha256="a" * 64,
+        store.ledger_record(key="t-1#blog", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64,
                             channel="news")
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import ValidationError
 
-from state.errors import Refused
+from state.errors import Next, Refused
 from state import secrets
 from state.settings import settings
 from state.schema import ModelSpec, validation_message
@@ -52,10 +52,8 @@ def build_model(spec: ModelSpec, http_client: Any | None = None,
         return offline()
     key = settings().api_key
     if not key:
-        raise Refused(
-            "settings", f"{API_KEY_ENV} is not set; the real model {spec.name!r} needs it "
-            "(or leave out --model to use the offline model)"
-        )
+        raise Refused("settings", [f"{API_KEY_ENV} is not set; the real model {spec.name!r} needs it",
+                                   Next("offline_model")])
     from agents import OpenAIChatCompletionsModel, OpenAIResponsesModel
     from openai import AsyncOpenAI
 
@@ -87,7 +85,7 @@ def model_spec(name: str | None, api: str | None, base_url: str | None) -> Model
     try:
         return ModelSpec(name=name, api=api or "responses", base_url=base_url)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise Refused("usage", f"cannot use --model/--base-url: {validation_message(exc)}") from None
+        raise Refused("usage", ["cannot use", Next("model_flags"), f": {validation_message(exc)}"]) from None
 
 
 class MalformedResponse(Exception):
