@@ -50,16 +50,27 @@ AUTO_REASON = "carries exactly the draft this reviewer approved with edits"
 
 @dataclass(frozen=True)
 class Edit:
-    """What the reviewer changed: ``title`` and/or ``body`` (None: unchanged), for the call the
-    decision is for. Raises :class:`Stopped` if neither is given or one is not allowed text."""
+    """What the reviewer changed in the call the decision is for: ``content`` (``{argument: new
+    text}``, any of the call's arguments but ``channel``) and, the publisher's command line,
+    ``title`` and/or ``body`` (None: unchanged). Raises :class:`Stopped` if nothing is given or a
+    value is not allowed text (:func:`state.schema.check_text`; a ``title`` one line of at most
+    :data:`state.schema.MAX_TITLE_CHARS`, as the task's, any other value at most
+    :data:`state.schema.MAX_DRAFT_CHARS`) or holds a secret."""
 
     title: str | None = None
     body: str | None = None
+    content: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
-        if self.title is None and self.body is None:
+        if self.title is None and self.body is None and not self.content:
             raise Stopped("an approval with edits needs --edit-title and/or --edit-body")
-        for what, value, limit, one_line in (("--edit-title", self.title, MAX_TITLE_CHARS, True),
+        content = self.content or {}
+        if not isinstance(content, dict) or "channel" in content or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in content.items()):
+            raise Stopped("the edits must be {argument: text}, without 'channel'")
+        given = [(f"the edited {k!r}", v, *((MAX_TITLE_CHARS, True) if k == "title" else (MAX_DRAFT_CHARS, False)))
+                 for k, v in content.items()]
+        for what, value, limit, one_line in (*given, ("--edit-title", self.title, MAX_TITLE_CHARS, True),
                                               ("--edit-body", self.body, MAX_DRAFT_CHARS, False)):
             if value is not None:
                 try:
@@ -69,8 +80,9 @@ class Edit:
                 secrets.check_input(what, value)
 
     def changes(self) -> dict[str, str]:
-        """What the reviewer changed, as content: ``{"title": …, "body": …}``, each only if given."""
-        return {k: v for k, v in (("title", self.title), ("body", self.body)) if v is not None}
+        """What the reviewer changed, as content: ``content`` with ``title`` and ``body`` when given."""
+        named = {k: v for k, v in (("title", self.title), ("body", self.body)) if v is not None}
+        return {**(self.content or {}), **named}
 
 
 def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
