@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 #: either migrate older files explicitly (:data:`MIGRATIONS`) or refuse them by name (see
 #: ``state.files.store``). What each version added: 1, the envelope; 2, ``channels`` and, in every
 #: decision, ``channel``, ``always``, ``source`` (several calls per task, sticky decisions) and
-#: ``edits`` (approve with edits); 3, ``action`` is any tool name (:data:`ACTION_PATTERN`), the
-#: application's data rather than one fixed name.
+#: ``edits`` (approve with edits); 3, ``action`` is any tool name (:data:`ACTION_FIELD`), the
+#: application's data rather than one fixed name, and ``edits`` holds any content (:class:`Edits`).
 SCHEMA_VERSION = 3
 #: The largest checkpoint file read, in bytes (a bigger one is refused, never parsed).
 MAX_CHECKPOINT_BYTES = 8 * 1024 * 1024
@@ -239,16 +239,30 @@ class PendingCall(_Strict):
 
 
 class Edits(_Strict):
-    """An approval with edits (``resume --decision approve --edit-title/--edit-body``): the
-    reviewer approved ``title``/``body`` instead of the call's ``original_title``/``original_body``;
-    ``original_sha256`` and ``edited_sha256`` are their :func:`content_sha256`. See workflow/edits.py."""
+    """An approval with edits (schema_version 3: of any content; see workflow/edits.py): the
+    reviewer approved ``content`` instead of what the call asked, ``original`` (each the call's
+    arguments but ``channel``, ``{argument: text}``, at most :data:`MAX_DRAFT_CHARS` a value);
+    ``edited_sha256`` and ``original_sha256`` are their :func:`content_fingerprint`. A version 2
+    record (``title``, ``body``, ``original_title``, ``original_body``) is migrated to this shape."""
 
-    title: str = Field(max_length=MAX_TITLE_CHARS)
-    body: str = Field(max_length=MAX_DRAFT_CHARS)
-    original_title: str = Field(max_length=MAX_TITLE_CHARS)
-    original_body: str = Field(max_length=MAX_DRAFT_CHARS)
+    content: dict[str, str] = Field(min_length=1)
+    original: dict[str, str] = Field(min_length=1)
     original_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     edited_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @field_validator("content", "original")
+    @classmethod
+    def _texts(cls, v: dict[str, str]) -> dict[str, str]:
+        if "channel" in v or any(len(text) > MAX_DRAFT_CHARS for text in v.values()):
+            raise ValueError(f"must be arguments but channel, each at most {MAX_DRAFT_CHARS} characters")
+        return v
+
+    def flat(self) -> dict[str, str]:
+        """The record as one level, for output: each edited argument under its name, each original
+        one as ``original_<name>``, then ``original_sha256`` and ``edited_sha256`` (for a draft:
+        ``title``, ``body``, ``original_title``, ``original_body``, as version 2 wrote it)."""
+        return {**self.content, **{f"original_{k}": v for k, v in self.original.items()},
+                "original_sha256": self.original_sha256, "edited_sha256": self.edited_sha256}
 
 
 class Decision(_Strict):
@@ -512,9 +526,24 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
-    """schema_version 2 → 3: nothing but the version changes; a v2 ``action`` was always
-    ``publish_draft``, which version 3 reads as it is (any tool name)."""
-    return {**data, "schema_version": 3}
+    """schema_version 2 → 3: a v2 ``action`` was always ``publish_draft``, which version 3 reads as
+    it is (any tool name); a v2 approval with edits (``title``, ``body``, ``original_title``,
+    ``original_body`` and the two fingerprints, which stay) becomes ``content`` / ``original``
+    (:class:`Edits`)."""
+    def decision(d: Any) -> Any:
+        edits = d.get("edits") if isinstance(d, dict) else None
+        if not isinstance(edits, dict) or set(edits) != {"title", "body", "original_title", "original_body",
+                                                          "original_sha256", "edited_sha256"}:
+            return d  # none, or not a v2 record: validation refuses it by name
+        return {**d, "edits": {
+            "content": {"title": edits["title"], "body": edits["body"]},
+            "original": {"title": edits["original_title"], "body": edits["original_body"]},
+            "original_sha256": edits["original_sha256"], "edited_sha256": edits["edited_sha256"]}}
+
+    out = {**data, "schema_version": 3, "decision": decision(data.get("decision"))}
+    if isinstance(data.get("decisions"), list):
+        out["decisions"] = [decision(d) for d in data["decisions"]]
+    return out
 
 
 #: Older envelope versions this program reads: version → the function turning a parsed file of

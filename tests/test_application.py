@@ -58,7 +58,11 @@ def _respond(call: Any) -> ModelStep:
     items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
     last = items[-1]
     if isinstance(last, dict) and last.get("type") == "function_call_output":
-        return ModelStep(output=[assistant_message(f"send_note answered: {last['output']}")])
+        output = str(last["output"])
+        if output.startswith("The reviewer approved this call only with edits"):  # call it as told
+            return ModelStep(output=[function_call("send_note", json.loads(output[output.index("{"):]),
+                                                   call_id="call_note_2")])
+        return ModelStep(output=[assistant_message(f"send_note answered: {output}")])
     return ModelStep(output=[function_call("send_note", CONTENT, call_id="call_note_1")])
 
 
@@ -98,6 +102,36 @@ def test_another_applications_reject_reaches_its_model_and_runs_nothing(state_di
                                    reason="Not to ops."))
     assert done.status == "cancelled" and done.final_output == "send_note answered: Not to ops."
     assert ledger_entries(state_dir) == []
+
+
+def test_another_applications_call_approved_with_edits_runs_with_exactly_the_edited_content(state_dir):
+    """Approve with edits of any content: the call is answered with the application's edit
+    message (here the default one), the model's new call carrying exactly the edited content is
+    approved for the same reviewer, and the ledger entry is that content's."""
+    from workflow.edits import Edit
+
+    store = Store(state_dir)
+    _start(store)
+    done = asyncio.run(hitl.decide(store, NOTES, task_id="n-1", decision="approve", by="ann",
+                                   edit=Edit(content={"text": "The deploy is done, at last."})))
+    assert done.status == "completed", done.final_output
+    edited = {**CONTENT, "text": "The deploy is done, at last."}
+    [first, second] = done.decisions
+    assert first.edits is not None and first.edits.content == edited and first.edits.original == CONTENT
+    assert (second.call_id, second.by, second.edits) == ("call_note_2", "ann", None)
+    [entry] = ledger_entries(state_dir)
+    assert entry["content_sha256"] == content_fingerprint(edited)
+
+
+def test_edits_naming_an_argument_the_call_does_not_have_are_refused(state_dir):
+    from workflow.edits import Edit
+
+    store = Store(state_dir)
+    _start(store)
+    with pytest.raises(Refused, match="the edits name subject, which the call does not have"):
+        asyncio.run(hitl.decide(store, NOTES, task_id="n-1", decision="approve", by="ann",
+                                edit=Edit(content={"subject": "x"})))
+    assert store.load("n-1").decisions == []
 
 
 def test_an_agent_without_a_tool_with_an_effect_is_refused_at_start_with_nothing_saved(state_dir):

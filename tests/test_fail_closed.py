@@ -446,6 +446,7 @@ def test_v1_fixture_still_reads_and_resumes(cli, state_dir, v1_state):
 def v2_state(state_dir, monkeypatch):
     """The committed schema_version 2 checkpoint (tests/fixtures/make_checkpoint_v2.py: a task
     for two channels, written by that version's code) in a fresh state dir, with its key."""
+    sys.path.insert(0, str(FIXTURES))
     import make_checkpoint_v2 as fx
 
     monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
@@ -478,12 +479,38 @@ def test_v2_fixture_reads_as_v3_and_each_call_is_decided_to_the_end(cli, state_d
     assert saved["schema_version"] == 3 and saved["action"] == "publish_draft"
 
 
-def test_the_v2_to_v3_migration_changes_only_the_version():
+def test_the_v2_to_v3_migration_changes_only_the_version_of_a_file_without_edits():
     from state.schema import MIGRATIONS, migrate
 
     data = json.loads((FIXTURES / "checkpoint_v2.json").read_text(encoding="utf-8"))
     assert MIGRATIONS[2](data) == {**data, "schema_version": 3}
     assert migrate(data)["schema_version"] == 3
+
+
+def test_a_v2_approval_with_edits_migrates_and_its_call_finishes_with_the_edited_draft(cli, state_dir,
+                                                                                       v2_state):
+    """Version 2 wrote an approval with edits as title/body fields; version 3 reads it as content
+    (``state.schema.Edits``): the model's new call, carrying the edited draft, is approved and
+    publishes exactly that, and ``show`` still prints the original against the approved."""
+    from state.files.store import Store
+
+    key = v2_state.EDITED_ID
+    saved = json.loads(v2_state.EDITED.read_text(encoding="utf-8"))
+    shutil.copyfile(v2_state.EDITED, Store(state_dir).revision_path(key, saved["revision"]))
+    task = cli("status", "--task", key, "--json").json()
+    assert task["schema_version"] == 3 and task["status"] == "waiting_for_approval"
+    assert [d["decision"] for d in task["decisions"]] == ["approved_with_edits"]
+    shown = cli("show", "--task", key, "--json").json()["approval"]["edits"][0]
+    assert (shown["title"], shown["original_title"]) == (v2_state.EDITED_TITLE, v2_state.TITLE)
+    assert f"+Title: {v2_state.EDITED_TITLE}" in cli("show", "--task", key).out
+    r = cli("resume", "--task", key, "--decision", "approve", "--by", "ann", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "completed"
+    from state.schema import content_sha256
+
+    [entry] = ledger_entries(state_dir)
+    assert entry["title"] == v2_state.EDITED_TITLE
+    assert entry["content_sha256"] == content_sha256(v2_state.EDITED_TITLE, v2_state.DRAFT)
 
 
 @pytest.mark.parametrize("version", [0, 4, 99, "1", "2", "3", 1.0, 2.0, True, None, "missing"])

@@ -272,7 +272,7 @@ def test_tool_never_runs_the_call_an_approval_with_edits_answered(state_dir):
 
     store, cp = _task(state_dir)
     call = cp.pending[0]
-    edits = Edits(title=TITLE, body="Edited body.", original_title=TITLE, original_body=DRAFT,
+    edits = Edits(content={"title": TITLE, "body": "Edited body."}, original={"title": TITLE, "body": DRAFT},
                   original_sha256=_sha(), edited_sha256=_sha(TITLE, "Edited body."))
     cp = _record(store, cp, _decision(call, "blog", edits=edits))
     _refused_by_tool(state_dir, store, cp, call.call_id, "without a human approval on record")
@@ -749,7 +749,7 @@ def test_run_state_approval_with_edits_is_a_rejection_in_the_run_state(state_dir
 
     _, cp = _task(state_dir)
     call = cp.pending[0]
-    edits = Edits(title=TITLE, body="Edited.", original_title=TITLE, original_body=DRAFT,
+    edits = Edits(content={"title": TITLE, "body": "Edited."}, original={"title": TITLE, "body": DRAFT},
                   original_sha256=_sha(), edited_sha256=_sha(TITLE, "Edited."))
     edited = cp.model_copy(update={"decisions": [_decision(call, "blog", edits=edits)]})
     check_approvals(_approvals(call.call_id, "rejected"), edited)
@@ -826,7 +826,7 @@ def test_complying_call_must_carry_exactly_the_edited_draft(state_dir):
 
     _, cp = _task(state_dir)
     call = cp.pending[0]
-    edits = Edits(title=TITLE, body="Edited.", original_title=TITLE, original_body=DRAFT,
+    edits = Edits(content={"title": TITLE, "body": "Edited."}, original={"title": TITLE, "body": DRAFT},
                   original_sha256=_sha(), edited_sha256=_sha(TITLE, "Edited."))
     rec = _decision(call, "blog", edits=edits)
     good = PendingCall(call_id="c2", tool="publish_draft", arguments={"title": TITLE, "body": "Edited."})

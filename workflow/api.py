@@ -115,14 +115,9 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
 
 
 def _edit(edits: dict[str, str]) -> Any:
-    """:class:`Approve`'s ``edits`` as the engine's edit value (:mod:`workflow.edits`), which today
-    knows a ``title`` and a ``body`` only. Raises :class:`Refused` (nothing written) for another
-    argument name."""
-    from state.errors import Refused
+    """:class:`Approve`'s ``edits`` as the engine's edit value (:class:`workflow.edits.Edit`):
+    ``{argument: new text}``, any of the call's arguments but ``channel``. Raises :class:`Refused`
+    (nothing written) for anything else."""
     from workflow.edits import Edit
 
-    other = sorted(set(edits) - {"title", "body"})
-    if other:
-        raise Refused("usage", f"approve with edits changes title and body only, not {', '.join(map(repr, other))}; "
-                      "nothing written")
-    return Edit(**edits)
+    return Edit(content=dict(edits))

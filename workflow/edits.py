@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from state import secrets
 from state.errors import Refused
-from state.schema import MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text, content_sha256
+from state.schema import MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text, content_fingerprint
 from workflow.trust import carries_its_draft, carries_the_draft, check_pending_is_the_draft
 
 if TYPE_CHECKING:
@@ -50,16 +50,27 @@ AUTO_REASON = "carries exactly the draft this reviewer approved with edits"
 
 @dataclass(frozen=True)
 class Edit:
-    """What the reviewer changed: ``title`` and/or ``body`` (None: unchanged), for the call the
-    decision is for. Raises :class:`Refused` if neither is given or one is not allowed text."""
+    """What the reviewer changed in the call the decision is for: ``content`` (``{argument: new
+    text}``, any of the call's arguments but ``channel``) and, the publisher's command line,
+    ``title`` and/or ``body`` (None: unchanged). Raises :class:`Refused` if nothing is given or a
+    value is not allowed text (:func:`state.schema.check_text`; a ``title`` one line of at most
+    :data:`state.schema.MAX_TITLE_CHARS`, as the task's, any other value at most
+    :data:`state.schema.MAX_DRAFT_CHARS`) or holds a secret."""
 
     title: str | None = None
     body: str | None = None
+    content: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
-        if self.title is None and self.body is None:
+        if self.title is None and self.body is None and not self.content:
             raise Refused("usage", "an approval with edits needs --edit-title and/or --edit-body")
-        for what, value, limit, one_line in (("--edit-title", self.title, MAX_TITLE_CHARS, True),
+        content = self.content or {}
+        if not isinstance(content, dict) or "channel" in content or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in content.items()):
+            raise Refused("usage", "the edits must be {argument: text}, without 'channel'")
+        given = [(f"the edited {k!r}", v, *((MAX_TITLE_CHARS, True) if k == "title" else (MAX_DRAFT_CHARS, False)))
+                 for k, v in content.items()]
+        for what, value, limit, one_line in (*given, ("--edit-title", self.title, MAX_TITLE_CHARS, True),
                                               ("--edit-body", self.body, MAX_DRAFT_CHARS, False)):
             if value is not None:
                 try:
@@ -68,19 +79,26 @@ class Edit:
                     raise Refused("usage", str(exc)) from None
                 secrets.check_input(what, value)
 
+    def changes(self) -> dict[str, str]:
+        """What the reviewer changed, as content: ``content`` with ``title`` and ``body`` when given."""
+        named = {k: v for k, v in (("title", self.title), ("body", self.body)) if v is not None}
+        return {**(self.content or {}), **named}
+
 
 def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
-    """The :class:`Edits` record for a pending ``publish_draft`` call with ``arguments``
-    (``{"title", "body"[, "channel"]}``). Raises :class:`Refused` if the edits change nothing
-    (approve it as it is)."""
-    title, body = arguments["title"], arguments["body"]
-    new_title = title if edit.title is None else edit.title
-    new_body = body if edit.body is None else edit.body
-    if (new_title, new_body) == (title, body):
+    """The :class:`Edits` record for a pending action call with ``arguments`` (its content and,
+    maybe, ``channel``): the content with ``edit``'s changes. Raises :class:`Refused` if the edits
+    change nothing (approve it as it is) or name an argument the call does not have."""
+    original = {k: v for k, v in arguments.items() if k != "channel"}
+    changes = edit.changes()
+    if set(changes) - set(original):
+        raise Refused("usage", f"the edits name {', '.join(sorted(set(changes) - set(original)))}, which the "
+                      "call does not have")
+    content = {**original, **changes}
+    if content == original:
         raise Refused("usage", "the edits change nothing: approve without --edit-title/--edit-body")
-    return Edits(title=new_title, body=new_body, original_title=title, original_body=body,
-                 original_sha256=content_sha256(title, body),
-                 edited_sha256=content_sha256(new_title, new_body))
+    return Edits(content=content, original=original, original_sha256=content_fingerprint(original),
+                 edited_sha256=content_fingerprint(content))
 
 
 def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "Decision":
@@ -103,8 +121,7 @@ def rejection_message(rec: "Decision", cp: "Checkpoint",
     reviewer's reason."""
     if rec.edits is None:
         return rec.reason
-    return edit_message(cp.action, {"title": rec.edits.title, "body": rec.edits.body},
-                        rec.channel if len(cp.channels) > 1 else None)
+    return edit_message(cp.action, dict(rec.edits.content), rec.channel if len(cp.channels) > 1 else None)
 
 
 def _channel(cp: "Checkpoint", arguments: dict[str, Any]) -> Any:
@@ -194,22 +211,21 @@ def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | 
 
 
 def _same_edits(recorded: Edits | None, edit: Edit) -> bool:
-    """True if ``edit``, applied to the draft ``recorded`` edited, gives exactly its edited draft."""
-    if recorded is None:
-        return False
-    title = recorded.original_title if edit.title is None else edit.title
-    body = recorded.original_body if edit.body is None else edit.body
-    return (title, body) == (recorded.title, recorded.body)
+    """True if ``edit``, applied to the content ``recorded`` edited, gives exactly its edited content."""
+    return recorded is not None and {**recorded.original, **edit.changes()} == recorded.content
 
 
 def diff_lines(edits: dict[str, Any]) -> list[str]:
-    """``show``: the original and the edited draft as a unified diff (:mod:`difflib`), one line
-    each; ``edits`` is an :class:`Edits` as a dict."""
-    def text(title: str, body: str) -> list[str]:
-        return [f"Title: {title}", *body.split("\n")]
+    """``show``: the original and the edited content as a unified diff (:mod:`difflib`), one line
+    each; ``edits`` is :meth:`state.schema.Edits.flat`. Each argument but the last is one line
+    ``Name: value``; the last (a draft's body) is its own lines."""
+    names = [k[len("original_"):] for k in edits if k.startswith("original_") and k != "original_sha256"]
 
-    return list(difflib.unified_diff(text(edits["original_title"], edits["original_body"]),
-                                     text(edits["title"], edits["body"]),
+    def text(prefix: str) -> list[str]:
+        values = [edits[prefix + n] for n in names]
+        return [*(f"{n.capitalize()}: {v}" for n, v in zip(names[:-1], values)), *values[-1].split("\n")]
+
+    return list(difflib.unified_diff(text("original_"), text(""),
                                      fromfile=f"original (sha256 {edits['original_sha256'][:12]}…)",
                                      tofile=f"approved (sha256 {edits['edited_sha256'][:12]}…)",
                                      lineterm=""))

@@ -304,7 +304,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
                            "by": d.by, "at": d.at, "reason": d.reason, "source": d.source}
                           for d in cp.decisions],
             # approvals with edits (workflow/edits.py): what the reviewer approved instead
-            "edits": [{"call_id": d.call_id, "by": d.by, "at": d.at, **d.edits.model_dump()}
+            "edits": [{"call_id": d.call_id, "by": d.by, "at": d.at, **d.edits.flat()}
                       for d in cp.decisions if d.edits is not None],
         },
         "checkpoint": {
