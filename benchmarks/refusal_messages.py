@@ -94,7 +94,8 @@ show("pending call is not the started draft (re-signed)", s, *APPROVE)
 from agent import application, publisher  # noqa: E402
 
 real = application.APP
-for label, change in [("tool renamed in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], name="publish_post")])),
+for label, change in [("tool renamed in code", lambda a: a.clone(tools=[dataclasses.replace(a.tools[0],
+                       name="publish_post")])),
                       ("agent renamed in code", lambda a: a.clone(name="Publisher2")),
                       ("needs_approval dropped in code",
                        lambda a: a.clone(tools=[dataclasses.replace(a.tools[0], needs_approval=False)])),
@@ -108,7 +109,8 @@ for label, change in [("tool renamed in code", lambda a: a.clone(tools=[dataclas
     application.APP = real
 s = fresh()
 os.environ["OPENAI_API_KEY"] = "sk-proj-abcdef0123456789"
-show("--by holding the API key", s, "resume", "--task", "demo-001", "--decision", "reject", "--by", "sk-proj-abcdef0123456789")
+show("--by holding the API key", s, "resume", "--task", "demo-001", "--decision", "reject",
+     "--by", "sk-proj-abcdef0123456789")
 del os.environ["OPENAI_API_KEY"]
 s = fresh()
 resign(s, checkpoint_file(s, "demo-001"), lambda d: d.update(sdk_version="0.25.0"))

@@ -195,9 +195,11 @@ def test_ledger_records_once(store_factory: StoreFactory, tmp_path: Path) -> Non
     """The same key and content twice: one entry, the first returned."""
     store = store_factory.make(tmp_path)
     assert store.ledger_get("t-1") is None
-    entry, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
+    entry, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T",
+                                         content_sha256="a" * 64)
     assert created is True and entry.idempotency_key == "t-1"
-    again, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
+    again, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T",
+                                         content_sha256="a" * 64)
     assert created is False and again == entry
     assert store.ledger_get("t-1") == entry
 
@@ -246,7 +248,8 @@ def test_ledger_entries_oldest_first(store_factory: StoreFactory, tmp_path: Path
     try:
         for n, key in enumerate(("t-b", "t-a", "t-c")):  # recorded a second apart, not in key order
             clock.wall = lambda n=n: start + timedelta(seconds=n)  # type: ignore[assignment]
-            made.append(store.ledger_record(key=key, task_id=key, action="publish_draft", title="T", content_sha256="a" * 64)[0])
+            made.append(store.ledger_record(key=key, task_id=key, action="publish_draft", title="T",
+                        content_sha256="a" * 64)[0])
     finally:
         clock.wall = wall  # type: ignore[assignment]
     assert [e.idempotency_key for e in store.ledger_entries()] == ["t-b", "t-a", "t-c"]

@@ -96,7 +96,3 @@ class Refused(Exception):
         application's text for it, e.g. ``" (python run.py doctor)"``; ``""`` leaves it out)."""
         text = "".join(p if isinstance(p, str) else hint(p) for p in self.parts)
         return " ".join(text.split())  # one line, always
-
-
-#: The name this exception had before refusals carried a code; the same class.
-Stopped = Refused

@@ -91,7 +91,8 @@ def _build(cli, state_dir: Path, ev: Evidence) -> None:
                                                decisions=[rec] if rec else []))
     store = Store(state_dir)
     if ev.entry:
-        Ledger(store.ledger_dir).record(key=KEY, task_id=KEY, action="publish_draft", title="T", content_sha256=cp["content_sha256"])
+        Ledger(store.ledger_dir).record(key=KEY, task_id=KEY, action="publish_draft", title="T",
+               content_sha256=cp["content_sha256"])
     if ev.rejection:
         rejections.record(store, KEY, cp["content_sha256"], decision if ev.decided == "rejected" else Decision(
             decision="rejected", by="tester", at=clock.now_iso(), reason=None, call_id=call["call_id"],

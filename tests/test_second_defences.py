@@ -381,7 +381,8 @@ def test_ledger_record_with_other_content_under_a_taken_key_is_refused(tmp_path)
 
     ledger = Ledger(tmp_path / "ledger")
     first, created = ledger.record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha())
-    again, created_again = ledger.record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha())
+    again, created_again = ledger.record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE,
+                                         content_sha256=_sha())
     assert created and not created_again and again == first
     with pytest.raises(Refused) as refused:
         ledger.record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha(TITLE, "other"))
@@ -427,7 +428,8 @@ def test_decision_table_evidence_refuses_an_entry_for_other_content(state_dir):
 
     store, cp = _task(state_dir)
     assert reconcile.gather(store, cp)[0].entry is False
-    Ledger(state_dir / "ledger").record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha(TITLE, "x"))
+    Ledger(state_dir / "ledger").record(key=KEY, task_id=KEY, action="publish_draft", title=TITLE,
+           content_sha256=_sha(TITLE, "x"))
     with pytest.raises(Refused) as refused:
         reconcile.gather(store, cp)
     assert refused.value.code == "ledger_mismatch"
@@ -615,7 +617,8 @@ def test_start_refuses_a_key_whose_effect_is_already_in_the_ledger(state_dir, ch
 
     store = FileStore(state_dir)
     assert guards.existing_task(store, KEY, TITLE, _sha(), channels, "publish_draft") is None
-    Ledger(state_dir / "ledger").record(key=key, task_id=KEY, action="publish_draft", title=TITLE, content_sha256=_sha(),
+    Ledger(state_dir / "ledger").record(key=key, task_id=KEY, action="publish_draft", title=TITLE,
+           content_sha256=_sha(),
                                         **({"channel": "news", "approval": "human"} if "#" in key else {}))
     with pytest.raises(Refused) as refused:
         guards.existing_task(store, KEY, TITLE, _sha(), channels, "publish_draft")

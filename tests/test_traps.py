@@ -1,7 +1,8 @@
 """``python run.py traps``: each trap's bare-SDK effect really happens, and the product refuses it.
 
 Offline and deterministic (the scripted model). The bare-SDK side runs the SDK with no code of
-this project's safety checks; the product side goes through ``agent.application.start`` / ``resume`` (``workflow.hitl`` with the publisher).
+this project's safety checks; the product side goes through ``agent.application.start`` / ``resume``
+(``workflow.hitl`` with the publisher).
 """
 
 from __future__ import annotations

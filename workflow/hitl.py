@@ -20,7 +20,8 @@ Several calls in one turn (one per channel) pause together; each is decided on i
 run pauses again on the rest (``workflow/calls.py``). Every other line is a guard, each one named
 call (``workflow/guards.py``, ``workflow/reconcile.py``, ``state/``). Write order: the decision is
 recorded before any effect, the tool writes the ledger entry (the effect), the outcome is written
-last; each write is atomic and a compare-and-swap on the revision read. What a crash between any two writes leaves, and what the next command does:
+last; each write is atomic and a compare-and-swap on the revision read.
+What a crash between any two writes leaves, and what the next command does:
 docs/crash-safety.md. What each command may do with a task: docs/decision-table.md.
 """
 
