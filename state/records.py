@@ -19,6 +19,14 @@ from state.schema import ACTION_FIELD, CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON
 RECORDED = "rejection record written"
 
 
+def _allowed_key(value: str) -> str:
+    """``value`` if it is an allowed task ID (:func:`state.schema.valid_key`); the one key rule of
+    both records' ``task_id``."""
+    if not valid_key(value):
+        raise ValueError("not an allowed key")
+    return value
+
+
 class LedgerEntry(BaseModel):
     """One executed action: ``{"idempotency_key", "task_id", "action", "title", "content_sha256",
     "published_at", "channel", "approval", "result"}`` (``published_at`` ISO-8601 UTC).
@@ -50,9 +58,7 @@ class LedgerEntry(BaseModel):
     @field_validator("task_id")
     @classmethod
     def _key(cls, v: str) -> str:
-        if not valid_key(v):
-            raise ValueError("not an allowed key")
-        return v
+        return _allowed_key(v)
 
     @model_validator(mode="after")
     def _key_is_task(self) -> "LedgerEntry":
@@ -82,9 +88,7 @@ class RejectionRecord(BaseModel):
     @field_validator("task_id")
     @classmethod
     def _key(cls, v: str) -> str:
-        if not valid_key(v):
-            raise ValueError("not an allowed key")
-        return v
+        return _allowed_key(v)
 
 
 def check_ledger_key(key: str, task_id: str, channel: Optional[str]) -> None:
