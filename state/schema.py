@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -201,7 +202,19 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def content_fingerprint(content: dict[str, str]) -> str:
+#: What a content value may be (an argument of the gated call, but ``channel``): a JSON string,
+#: number or boolean. A number keeps its type: ``1999`` and ``"1999"`` are different content.
+CONTENT_VALUE_RULE = "each value a JSON string, number or boolean"
+
+
+def valid_content_value(value: Any) -> bool:
+    """True for a ``str``, ``bool``, ``int`` or finite ``float`` (:data:`CONTENT_VALUE_RULE`)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (str, bool, int))
+
+
+def content_fingerprint(content: dict[str, Any]) -> str:
     """Fingerprint of a task's content (``{argument: text}``, what each call of its action must
     carry but ``channel``): SHA-256 of its canonical JSON (:func:`canonical_json`, keys sorted).
 
@@ -245,16 +258,18 @@ class Edits(_Strict):
     ``edited_sha256`` and ``original_sha256`` are their :func:`content_fingerprint`. A version 2
     record (``title``, ``body``, ``original_title``, ``original_body``) is migrated to this shape."""
 
-    content: dict[str, str] = Field(min_length=1)
-    original: dict[str, str] = Field(min_length=1)
+    content: dict[str, Union[str, bool, int, float]] = Field(min_length=1)
+    original: dict[str, Union[str, bool, int, float]] = Field(min_length=1)
     original_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     edited_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
     @field_validator("content", "original")
     @classmethod
-    def _texts(cls, v: dict[str, str]) -> dict[str, str]:
-        if "channel" in v or any(len(text) > MAX_DRAFT_CHARS for text in v.values()):
-            raise ValueError(f"must be arguments but channel, each at most {MAX_DRAFT_CHARS} characters")
+    def _texts(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if "channel" in v or not all(valid_content_value(x) for x in v.values()) or any(
+                isinstance(x, str) and len(x) > MAX_DRAFT_CHARS for x in v.values()):
+            raise ValueError(f"must be arguments but channel, {CONTENT_VALUE_RULE}, a text at most "
+                             f"{MAX_DRAFT_CHARS} characters")
         return v
 
     def flat(self) -> dict[str, str]:

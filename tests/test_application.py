@@ -158,8 +158,8 @@ def test_two_tools_with_an_effect_need_the_application_to_name_its_action(state_
     assert cp.action == "send_note"
 
 
-@pytest.mark.parametrize("content", [{}, {"to": "ops", "channel": "notes"}, {"to": 1}, ["to"]])
-def test_content_that_is_not_text_by_argument_is_refused_before_anything(state_dir, content):
+@pytest.mark.parametrize("content", [{}, {"to": "ops", "channel": "notes"}, {"to": [1]}, {"to": None}, ["to"]])
+def test_content_that_is_not_json_values_by_argument_is_refused_before_anything(state_dir, content):
     with pytest.raises(Refused, match="the content must be a non-empty"):
         asyncio.run(hitl.start(Store(state_dir), NOTES, task_id="n-1", title="T", content=content,
                                input="Send it."))

@@ -247,15 +247,15 @@ def test_an_effect_tool_inside_an_agent_used_as_a_tool_is_the_action():
         check_agent(Agent(name="Editor", tools=[quiet.as_tool(tool_name="worker", tool_description="D.")]))
 
 
-def test_approve_with_edits_that_are_not_argument_texts_is_refused_before_anything(tmp_path):
+def test_approve_with_edits_that_are_not_argument_values_is_refused_before_anything(tmp_path):
     """``Approve(edits=…)`` becomes the engine's ``Edit(content=…)``: edits of the channel, or
-    values that are not text, are refused with one line before the store is read (nothing
-    written)."""
+    values that are not JSON strings, numbers or booleans, are refused with one line before the
+    store is read (nothing written)."""
     from state.errors import Refused
     from workflow import Approve, decide, open_store
 
     store = open_store(tmp_path / "state")
-    for edits in ({"channel": "news"}, {"subject": 7}):
+    for edits in ({"channel": "news"}, {"subject": [7]}, {"subject": float("nan")}):
         with pytest.raises(Refused, match="the edits must be"):
             asyncio.run(decide(store, None, "t-1", Approve(edits=edits), by="alice"))
     assert not (tmp_path / "state").exists()

@@ -63,8 +63,8 @@ def answer(_result: Any, entry: Any, created: bool) -> str:
     )
 
 
-@effect_tool(needs_approval=needs_publish_approval, answer=answer, label=lambda args: args["title"],
-             done="published", content_word="draft")
+@effect_tool(needs_approval=needs_publish_approval, private_channels={PREVIEW_CHANNEL}, answer=answer,
+             label=lambda args: args["title"], done="published", content_word="draft")
 def publish_draft(effect: Effect, title: str, body: str, channel: Optional[str] = None) -> None:
     """Publish a reviewed draft to one channel. Public channels require human approval.
 

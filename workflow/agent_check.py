@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 
 def reachable_tools(agent: "Agent[Any]") -> list[Any]:
     """The tools of ``agent`` and of every agent it can hand off to (``Agent(handoffs=[...])``,
-    the agents listed there) or run as a tool (``Agent.as_tool``), recursively, in that order, each
-    agent and each tool once: the run may call any of them. A ``Handoff`` object (``handoff(agent,
-    …)``) hides its agent and is not followed (its effect tool is then not found: refused at start)."""
+    the agents listed there, or the agent of a ``handoff(agent, …)`` object) or run as a tool
+    (``Agent.as_tool``), recursively, in that order, each agent and each tool once: the run may
+    call any of them. (A tool no walk finds, e.g. a ``Handoff`` whose agent is gone, is not
+    checked here; the effect gate still refuses its calls without a human's approval on record.)"""
     tools: list[Any] = []
     seen: set[int] = set()
     todo = [agent]
@@ -34,7 +35,11 @@ def reachable_tools(agent: "Agent[Any]") -> list[Any]:
             continue
         seen.add(id(current))
         tools.extend(t for t in current.tools if all(t is not known for known in tools))
-        todo.extend(h for h in getattr(current, "handoffs", []) if hasattr(h, "tools"))
+        for h in getattr(current, "handoffs", []):
+            ref = getattr(h, "_agent_ref", None)  # SDK 0.24: ``handoff(agent)`` keeps a weak reference
+            target = h if hasattr(h, "tools") else ref() if callable(ref) else None
+            if hasattr(target, "tools"):
+                todo.append(target)
         # an agent used as a tool (``Agent.as_tool``): SDK 0.24 keeps it on the tool it returns
         todo.extend(a for t in current.tools if hasattr(a := getattr(t, "_agent_instance", None), "tools"))
     return tools

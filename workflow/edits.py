@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from state import secrets
 from state.errors import Refused
-from state.schema import MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text, content_fingerprint
+from state.schema import (CONTENT_VALUE_RULE, MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text,
+                          content_fingerprint, valid_content_value)
 from workflow.trust import carries_its_draft, carries_the_draft, check_pending_is_the_draft
 
 if TYPE_CHECKING:
@@ -59,17 +60,17 @@ class Edit:
 
     title: str | None = None
     body: str | None = None
-    content: dict[str, str] | None = None
+    content: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.title is None and self.body is None and not self.content:
             raise Refused("usage", "an approval with edits needs --edit-title and/or --edit-body")
         content = self.content or {}
         if not isinstance(content, dict) or "channel" in content or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in content.items()):
-            raise Refused("usage", "the edits must be {argument: text}, without 'channel'")
+                isinstance(k, str) and valid_content_value(v) for k, v in content.items()):
+            raise Refused("usage", f"the edits must be {{argument: value}} ({CONTENT_VALUE_RULE}), without 'channel'")
         given = [(f"the edited {k!r}", v, *((MAX_TITLE_CHARS, True) if k == "title" else (MAX_DRAFT_CHARS, False)))
-                 for k, v in content.items()]
+                 for k, v in content.items() if isinstance(v, str)]  # a number or a boolean is not text
         for what, value, limit, one_line in (*given, ("--edit-title", self.title, MAX_TITLE_CHARS, True),
                                               ("--edit-body", self.body, MAX_DRAFT_CHARS, False)):
             if value is not None:
@@ -79,7 +80,7 @@ class Edit:
                     raise Refused("usage", str(exc)) from None
                 secrets.check_input(what, value)
 
-    def changes(self) -> dict[str, str]:
+    def changes(self) -> dict[str, Any]:
         """What the reviewer changed, as content: ``content`` with ``title`` and ``body`` when given."""
         named = {k: v for k, v in (("title", self.title), ("body", self.body)) if v is not None}
         return {**(self.content or {}), **named}

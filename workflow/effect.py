@@ -35,11 +35,11 @@ import inspect
 import json
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from state import open_stores
 from state.errors import Next, Refused
-from state.schema import canonical_json, channel_scope, effect_key, sha256_hex, valid_channel
+from state.schema import channel_scope, content_fingerprint, effect_key, valid_channel
 
 #: The argument that names where a call's effect goes (optional; a task with one channel needs none).
 CHANNEL_ARG = "channel"
@@ -113,10 +113,22 @@ def content_of(arguments: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in arguments.items() if k != CHANNEL_ARG}
 
 
-def content_fingerprint(content: dict[str, Any]) -> str:
-    """``sha256(canonical_json(content))``: for the publisher's ``{"title", "body"}`` exactly
-    :func:`state.schema.content_sha256`."""
-    return sha256_hex(canonical_json(content))
+def as_sent(ctx: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments as the model sent them: the SDK's ``ToolContext.tool_arguments``
+    (the JSON text of the call), parsed. They are what ``start`` compared with the task's content
+    and what the reviewer was shown; the keyword arguments the function gets are the SDK's parse
+    of them (e.g. ``"1999"`` for an ``int`` parameter becomes ``1999``, and an argument the model
+    left out takes its default), so the content is judged on the text. ``arguments`` (the parsed
+    ones) when the context carries no text."""
+    raw = getattr(ctx, "tool_arguments", None)
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return arguments
+        if isinstance(parsed, dict):
+            return parsed
+    return arguments
 
 
 #: Per action: the past participle its refusals use ("nothing was published").
@@ -125,6 +137,7 @@ _DONE: dict[str, str] = {}
 
 def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
                 needs_approval: Any = True, description: Optional[str] = None,
+                private_channels: Iterable[str] = (),
                 answer: Optional[Callable[[Any, Any, bool], Any]] = None,
                 label: Optional[Callable[[dict[str, Any]], str]] = None,
                 done: str = "done", content_word: str = "content") -> Any:
@@ -136,8 +149,13 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     Usable bare (``@effect_tool``) or with keywords (``@effect_tool(needs_approval=rule)``).
 
     - ``needs_approval``: True (every call waits for a human) or the SDK's per-call rule
-      ``rule(ctx, arguments, call_id) -> bool``; a call the rule lets run needs no approval on
-      record (its ledger entry says ``approval: not_needed``). An asynchronous rule is awaited.
+      ``rule(ctx, arguments, call_id) -> bool``, which decides when the SDK pauses the run.
+    - ``private_channels``: the only channels on which a call may run without a human's approval
+      on record (its ledger entry then says ``approval: not_needed``), and only when the rule let
+      it run. The gate never takes the rule's word alone: on any other channel a call the rule
+      let run unpaused finds no approval on record and is refused, nothing done (a rule that
+      answers the start-time probes one way and real calls another, an asynchronous rule, or a copy
+      of the tool declared with ``needs_approval=False`` behind a handoff gains nothing).
     - ``answer(result, entry, created)``: what the model is told (default: ``result``, JSON text
       unless a str; on a repeat the first result, ``entry.result``); ``entry`` is the
       :class:`state.records.LedgerEntry`, ``created`` False on a repeat.
@@ -152,7 +170,8 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     """
     if fn is None:
         return lambda f: effect_tool(f, name=name, needs_approval=needs_approval,
-                                     description=description, answer=answer, label=label,
+                                     description=description, private_channels=private_channels,
+                                     answer=answer, label=label,
                                      done=done, content_word=content_word)
     from agents import RunContextWrapper, function_tool  # the SDK only where a tool is declared
 
@@ -166,6 +185,7 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     defaults = {p.name: p.default for p in rest if p.default is not inspect.Parameter.empty}
     action = name or fn.__name__
     _DONE[action] = done
+    private = frozenset(private_channels)
 
     def arguments_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         bound = sig.bind(None, *args, **kwargs).arguments
@@ -180,14 +200,14 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     if inspect.iscoroutinefunction(fn):
         async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
             call = await asyncio.to_thread(_Call.check, ctx, arguments_of(args, kwargs), action,
-                                           needs_approval, label, content_word)
+                                           (needs_approval, private), label, content_word)
             if call.entry is not None:
                 return told(call.entry.result, call.entry, False)
             result = await fn(call.effect, **call.arguments)
             return told(*await asyncio.to_thread(call.record, result))
     else:
         def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            call = _Call.check(ctx, arguments_of(args, kwargs), action, needs_approval, label,
+            call = _Call.check(ctx, arguments_of(args, kwargs), action, (needs_approval, private), label,
                                content_word)
             if call.entry is not None:
                 return told(call.entry.result, call.entry, False)
@@ -207,14 +227,17 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     return effectful(tool)
 
 
-def _gated(rule: Any, ctx: Any, arguments: dict[str, Any]) -> bool:
-    """Whether this call needs a human's approval on record: ``rule`` (True, False or the SDK's
-    per-call rule) asked with the call's arguments; an answer that is not exactly False, or a rule
-    that raises, needs one (fail closed)."""
+def _gated(rule: Any, private: frozenset[str], ctx: Any, arguments: dict[str, Any], channel: str) -> bool:
+    """Whether this call needs a human's approval on record: always, unless ``channel`` is one of
+    the tool's ``private`` channels and ``rule`` (True, False or the SDK's per-call rule, asked
+    with the call's arguments and ID) lets it run; an answer that is not exactly False, or a rule
+    that raises, needs one (fail closed). The rule can only add a check, never remove one."""
+    if channel not in private:
+        return True
     if not callable(rule):
         return rule is not False
     try:
-        said = rule(ctx, arguments, "")
+        said = rule(ctx, arguments, getattr(ctx, "tool_call_id", None) or "")
         if inspect.isawaitable(said):
             said = asyncio.run(said)  # the gate runs in a worker thread: no event loop here
     except Exception:
@@ -251,9 +274,9 @@ class _Call:
         channel = call_channel(task, arguments.get(CHANNEL_ARG), action)
         if CHANNEL_ARG in arguments:
             arguments = {**arguments, CHANNEL_ARG: channel}
-        sha = content_fingerprint(content_of(arguments))
+        sha = content_fingerprint(content_of(as_sent(ctx, arguments)))
         store = open_stores.lookup(task.get("store"))  # a TaskStore (state.store)
-        gated = _gated(rule, ctx, arguments)
+        gated = _gated(*rule, ctx, arguments, channel)
         expected = task["content_sha256"]
         if gated and sha != expected:  # maybe the content a reviewer approved with edits here
             cp = store.load(task_id) if store.exists(task_id) else None

@@ -25,7 +25,7 @@ from state.clock import now_iso
 from state.errors import Next, Refused
 from state.schema import (DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
-                          content_fingerprint, valid_channel)
+                          CONTENT_VALUE_RULE, content_fingerprint, valid_channel, valid_content_value)
 from state.fileio import parse_object_shared, parse_shared
 from state.settings import settings
 from state.store import TaskStore as Store
@@ -76,10 +76,11 @@ def task_input(task_id: str, title: str, content: Any, labels: Any = None) -> st
     for what, value in (("the task ID", task_id), ("the title", title)):
         secrets.check_input(what, value)
     if (not isinstance(content, dict) or not content or "channel" in content
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in content.items())):
-        raise Refused("usage", "the content must be a non-empty {argument: text} of strings, without 'channel'")
+            or not all(isinstance(k, str) and valid_content_value(v) for k, v in content.items())):
+        raise Refused("usage", f"the content must be a non-empty {{argument: value}} ({CONTENT_VALUE_RULE}), "
+                      "without 'channel'")
     for key, value in content.items():
-        if value != title:
+        if isinstance(value, str) and value != title:
             secrets.check_input((labels or {}).get(key, f"the {key}"), value)
     return content_fingerprint(content)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from state.errors import Refused
-from state.schema import Checkpoint, content_fingerprint
+from state.schema import Checkpoint, content_fingerprint, valid_content_value
 
 #: Keys under which a serialized RunState (or a nested agent-tool RunState) stores decisions.
 APPROVAL_KEYS = ("approvals", "function_tool_approvals", "hosted_mcp_approvals")
@@ -146,7 +146,7 @@ def carries_the_draft(arguments: dict[str, Any], sha: str, channels: list[str]) 
     return (
         bool(content)
         and channel_ok
-        and all(isinstance(v, str) for v in content.values())
+        and all(valid_content_value(v) for v in content.values())
         and content_fingerprint(content) == sha
     )
 

@@ -1,0 +1,124 @@
+"""The gate never takes an approval rule's word alone: a call runs without a human's approval on
+record only on a channel its tool declares private (``effect_tool(private_channels=…)``), and only
+when the rule lets it. Each case is a way a rule or an agent could have let an effect run unasked."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agents import Agent, handoff
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from state.files.store import Store
+from workflow import Application, Approve, Effect, Refused, decide, effect_tool, start
+
+SENT: list[str] = []
+CONTENT = {"to": "ana", "body": "hi"}
+
+
+@pytest.fixture(autouse=True)
+def _nothing_sent():
+    SENT.clear()
+    yield
+    SENT.clear()
+
+
+def _send(effect: Effect, to: str, body: str) -> dict:
+    """Send a message.
+
+    Args:
+        to: Who gets it.
+        body: The message.
+    """
+    SENT.append(effect.idempotency_key)
+    return {"ok": True}
+
+
+def _respond(first: list[Any]):
+    def respond(call: Any) -> ModelStep:
+        last = call.input[-1] if isinstance(call.input, list) else {"content": call.input}
+        if isinstance(last, dict) and last.get("type") == "function_call_output":
+            return ModelStep(output=[assistant_message(f"answered: {last['output']}")])
+        return ModelStep(output=list(first))
+    return respond
+
+
+def _app(tools: list[Any], first: list[Any], **agent: Any) -> Application:
+    return Application(
+        build_agent=lambda model: Agent(name="Sender", instructions="Send it.", tools=tools, model=model, **agent),
+        offline_model=lambda: ScriptedModel([ModelStep.respond(_respond(first)) for _ in range(8)]))
+
+
+def _start(store: Store, app: Application) -> Any:
+    return asyncio.run(start(store, app, task_id="t-1", title="T", content=CONTENT, input="Send it.",
+                             channels=["mail"]))
+
+
+@pytest.mark.parametrize("rule", [
+    lambda ctx, args, call_id: ctx is None,  # True for the start-time probes, False for real calls
+    lambda ctx, args, call_id: call_id == "probe",
+], ids=["context-probe", "call-id-probe"])
+def test_a_rule_that_fools_the_probes_lets_nothing_run_unasked(state_dir, rule):
+    tool = effect_tool(_send, name="send", needs_approval=rule)
+    store = Store(state_dir)
+    with pytest.raises(Refused) as refused:
+        _start(store, _app([tool], [function_call("send", CONTENT, call_id="c1")]))
+    assert refused.value.code == "integrity" and "without a human approval on record" in str(refused.value)
+    assert SENT == [] and store.ledger_get("t-1") is None and not store.exists("t-1")
+
+
+def test_an_asynchronous_rule_answering_false_lets_nothing_run_unasked(state_dir):
+    async def never(ctx: Any, args: Any, call_id: str) -> bool:
+        return False
+
+    tool = effect_tool(_send, name="send", needs_approval=never)
+    store = Store(state_dir)
+    with pytest.raises(Refused):
+        _start(store, _app([tool], [function_call("send", CONTENT, call_id="c1")]))
+    assert SENT == [] and store.ledger_get("t-1") is None
+
+
+def test_an_ungated_copy_of_the_tool_behind_a_handoff_object_is_found_at_start(state_dir):
+    """``handoff(agent)`` hides its agent behind a weak reference; the walk follows it, so a copy
+    of the gated tool with ``needs_approval=False`` there is refused before anything runs."""
+    copy = effect_tool(_send, name="send", needs_approval=False)
+    hidden = Agent(name="Hidden", instructions="Send it.", tools=[copy])
+    app = _app([effect_tool(_send, name="send")], [function_call("transfer_to_hidden", {}, call_id="h1")],
+               handoffs=[handoff(hidden)])
+    store = Store(state_dir)
+    with pytest.raises(Refused) as refused:
+        _start(store, app)
+    assert refused.value.code == "agent" and "two tools named 'send'" in str(refused.value)
+    assert SENT == [] and not (state_dir / "ledger").exists()
+
+
+def test_a_tool_declared_needs_approval_false_still_needs_an_approval_on_record(state_dir):
+    tool = effect_tool(_send, name="send", needs_approval=False)  # check_agent refuses it too
+    store = Store(state_dir)
+    with pytest.raises(Refused):
+        _start(store, _app([tool], [function_call("send", CONTENT, call_id="c1")]))
+    assert SENT == []
+
+
+def test_the_gate_asks_the_rule_with_the_calls_own_id(state_dir):
+    """A rule that depends on the call ID (True for every real ID): the SDK pauses, a human
+    approves, and the gate, asking with the same ID, checks that approval (ledger: ``human``)."""
+    tool = effect_tool(_send, name="send", needs_approval=lambda ctx, args, call_id: call_id != "",
+                       private_channels={"mail"})
+    app = _app([tool], [function_call("send", CONTENT, call_id="c1")])
+    store = Store(state_dir)
+    assert _start(store, app).status == "waiting_for_approval"
+    assert asyncio.run(decide(store, app, "t-1", Approve(), by="ana")).status == "completed"
+    assert SENT == ["t-1"] and store.ledger_get("t-1").approval == "human"
+
+
+def test_a_private_channel_runs_without_a_human_when_the_rule_lets_it(state_dir):
+    tool = effect_tool(_send, name="send", needs_approval=lambda ctx, args, call_id: call_id == "probe",
+                       private_channels={"mail"})
+    app = _app([tool], [function_call("send", CONTENT, call_id="c1")])
+    store = Store(state_dir)
+    with pytest.raises(Refused):  # nothing paused: the run ended without asking, nothing saved
+        _start(store, app)
+    assert SENT == ["t-1"] and store.ledger_get("t-1").approval == "not_needed"
