@@ -1,6 +1,6 @@
 """Your own agent and effectful tool on the library's public API: ``send_email`` gated by a human.
 
-The effect is an outbox entry, ``<HITL_STATE_DIR>/outbox/<idempotency key>.json``, created
+The effect is an outbox entry, ``<HITL_STATE_DIR>/outbox/<sha256 of the idempotency key>.json``, created
 exclusively, so the same key twice is one entry (the function must be idempotent by its key: a
 crash after it and before the ledger entry runs it again). The offline model asks to send the
 e-mail and, after a reject, quotes the rejection message in its final output.
@@ -42,7 +42,8 @@ def send_email(effect: Effect, to: str, subject: str, body: str) -> dict:
         body: The message, exactly as given.
     """
     OUTBOX.mkdir(parents=True, exist_ok=True)
-    final, temp = OUTBOX / f"{effect.idempotency_key}.json", OUTBOX / f".{effect.idempotency_key}.{os.getpid()}"
+    name = hashlib.sha256(effect.idempotency_key.encode()).hexdigest()  # K1 and k1 apart on any disk
+    final, temp = OUTBOX / f"{name}.json", OUTBOX / f".{name}.{os.getpid()}"
     entry = {"idempotency_key": effect.idempotency_key, "to": to, "subject": subject, "body": body}
     temp.write_text(json.dumps(entry), encoding="utf-8")
     try:

@@ -207,6 +207,12 @@ def sha256_hex(data: bytes) -> str:
 CONTENT_VALUE_RULE = "each value a JSON string, number or boolean"
 
 
+#: The largest content a task may carry, in bytes of its canonical JSON: the RunState repeats it
+#: several times (the input, the call, its output), and a checkpoint over
+#: :data:`MAX_CHECKPOINT_BYTES` could be written by no store and read by none.
+MAX_CONTENT_BYTES = 256 * 1024
+
+
 def valid_content_value(value: Any) -> bool:
     """True for a ``str``, ``bool``, ``int`` or finite ``float`` (:data:`CONTENT_VALUE_RULE`)."""
     if isinstance(value, float):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from state.errors import Refused
+
 if TYPE_CHECKING:
     from state.schema import Checkpoint
     from state.store import TaskStore
@@ -82,6 +84,7 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
     this content, or the agent has not exactly one tool declared with :func:`effect_tool`."""
     from workflow import hitl
 
+    _check_entry(task_id, title=title)
     return await hitl.start(store, app, task_id=task_id, title=title, content=content, input=input,
                             **options)
 
@@ -102,13 +105,14 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
     """
     from workflow import hitl
 
+    _check_entry(task_id, by=by)
     if isinstance(decision, Approve):
         word, reason, always = "approve", decision.reason, decision.always
         edit = None if decision.edits is None else _edit(decision.edits)
     elif isinstance(decision, Reject):
         word, reason, always, edit = "reject", decision.message, decision.always, None
     else:
-        raise TypeError(f"decision must be Approve(...) or Reject(...), not {decision!r}")
+        raise Refused("usage", f"decision must be Approve(...) or Reject(...), not {type(decision).__name__}")
     return await hitl.decide(store, app, task_id=task_id, decision=word, by=by, reason=reason,
                              always=always, call_id=call_id, expect_revision=expect_revision,
                              edit=edit, **options)
@@ -120,4 +124,29 @@ def _edit(edits: dict[str, str]) -> Any:
     (nothing written) for anything else."""
     from workflow.edits import Edit
 
+    if not isinstance(edits, dict):
+        raise Refused("usage", f"Approve(edits=…) takes {{argument: new value}}, not {type(edits).__name__}; "
+                      "nothing written")
     return Edit(content=dict(edits))
+
+
+def _check_entry(task_id: Any, *, title: Any = None, by: Any = None) -> None:
+    """What a caller of the API gives, checked where it enters, before any model call or file:
+    ``task_id`` an allowed key (:func:`state.schema.key_problem`); the ``title`` (of ``start``) or
+    ``by`` (of ``decide``) one non-empty line of allowed text, at most
+    :data:`state.schema.MAX_TITLE_CHARS` / :data:`state.schema.MAX_NAME_CHARS` characters, no
+    control or invisible characters (:func:`state.schema.check_text`). Raises :class:`Refused`
+    (``unsafe_input``)."""
+    from state.schema import MAX_NAME_CHARS, MAX_TITLE_CHARS, check_text, key_problem
+
+    problem = key_problem(task_id)
+    if problem is not None:
+        raise Refused("unsafe_input", f"the task ID {str(task_id)[:40]!r} is not allowed ({problem}); nothing written")
+    what, value, limit = (("the title", title, MAX_TITLE_CHARS) if by is None
+                          else ("the reviewer name", by, MAX_NAME_CHARS))
+    if not isinstance(value, str) or not value.strip():
+        raise Refused("unsafe_input", f"{what} must be a non-empty string; nothing written")
+    try:
+        check_text(value, what=what, limit=limit, single_line=True)
+    except ValueError as exc:
+        raise Refused("unsafe_input", f"{exc}; nothing written") from None

@@ -311,8 +311,25 @@ class _Call:
         """Check 3's write, after the function returned ``result``: ``(result, entry, True)``, or,
         if another process recorded the key meanwhile, ``(entry.result, entry, False)`` (its first
         result). Raises :class:`Refused` if the key is recorded for other content."""
-        entry, created = self.write(result)
-        return (result if created else entry.result), entry, created
+        kept = result if _keepable(result) else NOT_KEPT
+        entry, created = self.write(kept)
+        return (kept if created else entry.result), entry, created
+
+
+#: The largest result the ledger keeps, in bytes of JSON (an entry is refused over 64 KiB).
+MAX_RESULT_BYTES = 16 * 1024
+#: Kept, and told to the model, in place of a result the ledger cannot keep: the effect is recorded
+#: all the same (a repeat must not run the function again).
+NOT_KEPT = {"result": "done; what the function returned was not kept (not JSON, or over 16 KiB)"}
+
+
+def _keepable(result: Any) -> bool:
+    """True if ``result`` is JSON (no NaN or infinity) of at most :data:`MAX_RESULT_BYTES`."""
+    try:
+        text = json.dumps(result, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return False
+    return len(text.encode("utf-8")) <= MAX_RESULT_BYTES
 
 
 def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,

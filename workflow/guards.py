@@ -25,7 +25,8 @@ from state.clock import now_iso
 from state.errors import Next, Refused
 from state.schema import (DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
-                          CONTENT_VALUE_RULE, content_fingerprint, valid_channel, valid_content_value)
+                          CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint,
+                          valid_channel, valid_content_value)
 from state.fileio import parse_object_shared, parse_shared
 from state.settings import settings
 from state.store import TaskStore as Store
@@ -79,6 +80,10 @@ def task_input(task_id: str, title: str, content: Any, labels: Any = None) -> st
             or not all(isinstance(k, str) and valid_content_value(v) for k, v in content.items())):
         raise Refused("usage", f"the content must be a non-empty {{argument: value}} ({CONTENT_VALUE_RULE}), "
                       "without 'channel'")
+    size = len(canonical_json(content))
+    if size > MAX_CONTENT_BYTES:
+        raise Refused("unsafe_input", f"the content is {size} bytes of JSON, more than the {MAX_CONTENT_BYTES} "
+                      "a task may carry; nothing saved")
     for key, value in content.items():
         if isinstance(value, str) and value != title:
             secrets.check_input((labels or {}).get(key, f"the {key}"), value)

@@ -448,6 +448,9 @@ class Store:
         # free text holding a secret is replaced whole (state.secrets).
         cp = seal(body, key)
         data = (json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        if len(data) > MAX_CHECKPOINT_BYTES:  # the reader's limit: a file no command could read again
+            raise Refused("unsafe_input", f"the checkpoint of task {cp.task_id} would be {len(data)} bytes, more "
+                          f"than the {MAX_CHECKPOINT_BYTES} a reader accepts; nothing written")
         stem = file_name(cp.task_id)
         path = self.revision_path(cp.task_id, cp.revision)
         if expect is None:

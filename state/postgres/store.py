@@ -401,6 +401,9 @@ class PostgresStore:
             raise Refused("foreign_state", f"checkpoint of task {body.get('task_id')!r} belongs to another store")
         cp = seal({**body, "state_id": sid}, key)
         envelope = json.dumps(cp.model_dump(mode="json"), ensure_ascii=False)
+        if len(envelope.encode("utf-8")) > MAX_CHECKPOINT_BYTES:  # the reader's limit
+            raise Refused("unsafe_input", f"the checkpoint of task {cp.task_id} would be more than the "
+                          f"{MAX_CHECKPOINT_BYTES} bytes a reader accepts; nothing written")
         last = cp.history[-1] if cp.history else None
         failpoints.hit(failpoint + ":before")
         with self._db() as conn, conn.transaction():

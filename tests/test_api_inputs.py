@@ -1,0 +1,111 @@
+"""What a caller of the public API gives is checked where it enters (one ``Refused`` line, nothing
+written, the model never called), and what an effect returns can always be recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import pytest
+from agents import Agent
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from state.files.store import Store
+from workflow import Application, Approve, Effect, Refused, decide, effect_tool, start
+
+CONTENT = {"to": "ana", "body": "hi"}
+CALLED: list[str] = []
+RESULT: dict[str, Any] = {}
+
+
+@effect_tool
+def send(effect: Effect, to: str, body: str) -> Any:
+    """Send a message.
+
+    Args:
+        to: Who gets it.
+        body: The message.
+    """
+    CALLED.append(effect.idempotency_key)
+    return RESULT["value"]
+
+
+def _respond(call: Any) -> ModelStep:
+    CALLED.append("model")
+    last = call.input[-1] if isinstance(call.input, list) else {"content": call.input}
+    if isinstance(last, dict) and last.get("type") == "function_call_output":
+        return ModelStep(output=[assistant_message(f"answered: {last['output']}")])
+    return ModelStep(output=[function_call("send", CONTENT, call_id="c1")])
+
+
+APP = Application(build_agent=lambda model: Agent(name="S", instructions="Send it.", tools=[send], model=model),
+                  offline_model=lambda: ScriptedModel([ModelStep.respond(_respond) for _ in range(6)]))
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    CALLED.clear()
+    RESULT.clear()
+    yield
+
+
+def _start(store: Store, key: str = "t-1", title: str = "T", content: Any = CONTENT) -> Any:
+    return asyncio.run(start(store, APP, task_id=key, title=title, content=content, input="Send it.",
+                             channels=["mail"]))
+
+
+@pytest.mark.parametrize("key", ["k#5", "../x", "", "a" * 101, None, "CON"])
+def test_a_bad_task_id_is_refused_before_the_model_runs(state_dir, key):
+    with pytest.raises(Refused) as refused:
+        _start(Store(state_dir), key=key)
+    assert refused.value.code == "unsafe_input" and CALLED == [] and not state_dir.exists()
+
+
+@pytest.mark.parametrize("title", ["", "two\nlines", "esc \x1b[2J", "x" * 201, None])
+def test_a_bad_title_is_refused_before_the_model_runs(state_dir, title):
+    with pytest.raises(Refused) as refused:
+        _start(Store(state_dir), title=title)
+    assert refused.value.code == "unsafe_input" and CALLED == [] and not state_dir.exists()
+
+
+@pytest.mark.parametrize("by", ["", None, "al\x1b[2J\nSTOPPED: fake", "n" * 101])
+def test_a_bad_reviewer_name_is_refused_with_nothing_written(state_dir, by):
+    store = Store(state_dir)
+    _start(store)
+    before = sorted(p.relative_to(state_dir).as_posix() for p in state_dir.rglob("*"))
+    with pytest.raises(Refused) as refused:
+        asyncio.run(decide(store, APP, "t-1", Approve(), by=by))
+    assert refused.value.code == "unsafe_input"
+    assert sorted(p.relative_to(state_dir).as_posix() for p in state_dir.rglob("*")) == before
+
+
+@pytest.mark.parametrize("decision", [Approve(edits="to"), "approve"])
+def test_a_decision_that_is_not_a_value_of_the_api_is_refused(state_dir, decision):
+    store = Store(state_dir)
+    _start(store)
+    with pytest.raises(Refused) as refused:
+        asyncio.run(decide(store, APP, "t-1", decision, by="ana"))
+    assert refused.value.code == "usage"
+
+
+def test_content_too_large_for_a_checkpoint_is_refused_at_start(state_dir):
+    with pytest.raises(Refused) as refused:
+        _start(Store(state_dir), content={"to": "ana", "body": "x" * (300 * 1024)})
+    assert refused.value.code == "unsafe_input" and "more than the" in str(refused.value)
+    assert CALLED == [] and not state_dir.exists()
+
+
+@pytest.mark.parametrize("value", [{1, 2}, object(), {"n": math.nan}, {"big": "x" * (20 * 1024)}],
+                         ids=["set", "object", "nan", "over-16-KiB"])
+def test_a_result_the_ledger_cannot_keep_is_replaced_and_the_effect_still_recorded(state_dir, value):
+    """The effect ran: its ledger entry is written all the same (with a fixed note for the result),
+    so the task completes and a repeat never runs the function again."""
+    store = Store(state_dir)
+    RESULT["value"] = value
+    _start(store)
+    done = asyncio.run(decide(store, APP, "t-1", Approve(), by="ana"))
+    entry = store.ledger_get("t-1")
+    assert done.status == "completed" and entry is not None and "was not kept" in entry.result["result"]
+    asyncio.run(decide(store, APP, "t-1", Approve(), by="ana"))
+    assert CALLED.count("t-1") == 1
