@@ -122,3 +122,29 @@ def test_a_private_channel_runs_without_a_human_when_the_rule_lets_it(state_dir)
     with pytest.raises(Refused):  # nothing paused: the run ended without asking, nothing saved
         _start(store, app)
     assert SENT == ["t-1"] and store.ledger_get("t-1").approval == "not_needed"
+
+
+def test_a_second_approval_with_edits_of_any_content_is_a_fresh_decision(state_dir):
+    """Approved with edits, the model asks for something else; the reviewer edits again (not
+    refused as another action's call: the content's arguments are the task's, whatever they are
+    named) and the model's call carrying the second edits runs, once."""
+    turns = iter([
+        [function_call("send", CONTENT, call_id="c1")],
+        [function_call("send", {**CONTENT, "to": "someone else"}, call_id="c2")],
+        [function_call("send", {**CONTENT, "to": "bo"}, call_id="c3")],
+    ])
+
+    def respond(call: Any) -> ModelStep:
+        step = next(turns, None)
+        return ModelStep(output=step) if step else ModelStep(output=[assistant_message("done")])
+
+    tool = effect_tool(_send, name="send")
+    app = Application(
+        build_agent=lambda model: Agent(name="Sender", instructions="Send it.", tools=[tool], model=model),
+        offline_model=lambda: ScriptedModel([ModelStep.respond(respond) for _ in range(8)]))
+    store = Store(state_dir)
+    _start(store, app)
+    cp = asyncio.run(decide(store, app, "t-1", Approve(edits={"to": "ana2"}), by="ana"))
+    assert cp.status == "waiting_for_approval" and [p.call_id for p in cp.pending] == ["c2"]
+    cp = asyncio.run(decide(store, app, "t-1", Approve(edits={"to": "bo"}), by="ana", call_id="c2"))
+    assert cp.status == "completed" and SENT == ["t-1"]

@@ -181,7 +181,7 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
                 and channel in cp.channels and cp.decisions):
             continue  # a later turn's call (the first turn's calls carry the draft: guards.start)
         if (not isinstance(channel, str) or cp.edited_on(channel) is None or call.tool != cp.action
-                or set(call.arguments) - {"channel"} != {"title", "body"}):
+                or set(call.arguments) - {"channel"} != set(cp.edited_on(channel).edits.original)):
             check_pending_is_the_draft(cp)  # raises: key/action mismatch
         if call.call_id == call_id and want == "approved" and edit is None:
             raise Refused("usage", f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
