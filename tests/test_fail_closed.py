@@ -12,6 +12,7 @@ key, or a bug in our own writer): they prove the second line of defence.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import shutil
@@ -418,18 +419,23 @@ def test_state_subfolder_symlinked_outside_stops(cli, state_dir, tmp_path, sub):
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-@pytest.fixture
-def v1_state(state_dir, monkeypatch):
-    """A state dir holding the committed v1 fixture checkpoint (signed with the fixture key)."""
+def _fixture_state(state_dir, monkeypatch, maker: str):
+    """A state dir holding the committed checkpoint of fixture module ``maker`` (signed with its
+    key) and its state.id. No lock file: a copied-in checkpoint has none yet, and a refused resume
+    must not create one."""
     sys.path.insert(0, str(FIXTURES))
-    import make_checkpoint_v1 as fx
-
+    fx = importlib.import_module(maker)
     monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
     (state_dir / "tasks").mkdir(parents=True)
     shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
     shutil.copyfile(fx.FIXTURE.with_suffix(".state.id"), state_dir / "state.id")
-    # No lock file: a copied-in checkpoint has none yet, and a refused resume must not create one.
     return fx
+
+
+@pytest.fixture
+def v1_state(state_dir, monkeypatch):
+    """A state dir holding the committed v1 fixture checkpoint (signed with the fixture key)."""
+    return _fixture_state(state_dir, monkeypatch, "make_checkpoint_v1")
 
 
 def test_v1_fixture_still_reads_and_resumes(cli, state_dir, v1_state):
@@ -446,14 +452,7 @@ def test_v1_fixture_still_reads_and_resumes(cli, state_dir, v1_state):
 def v2_state(state_dir, monkeypatch):
     """The committed schema_version 2 checkpoint (tests/fixtures/make_checkpoint_v2.py: a task
     for two channels, written by that version's code) in a fresh state dir, with its key."""
-    sys.path.insert(0, str(FIXTURES))
-    import make_checkpoint_v2 as fx
-
-    monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
-    (state_dir / "tasks").mkdir(parents=True)
-    shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
-    shutil.copyfile(fx.FIXTURE.with_suffix(".state.id"), state_dir / "state.id")
-    return fx
+    return _fixture_state(state_dir, monkeypatch, "make_checkpoint_v2")
 
 
 def test_v2_fixture_reads_as_v3_and_each_call_is_decided_to_the_end(cli, state_dir, v2_state):
