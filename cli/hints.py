@@ -44,6 +44,14 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "input_by": lambda step: " (--by)",
     "offline_model": lambda step: " (or leave out --model to use the offline model)",
     "model_flags": lambda step: " --model/--base-url",
+    "price_flag": lambda step: " --price-per-mtok IN,OUT",
+    "approve_flag": lambda step: " --decision approve",
+    "edit_title_flag": lambda step: " --edit-title",
+    "edit_body_flag": lambda step: " --edit-body",
+    "edit_flags": lambda step: " --edit-title/--edit-body",
+    "edit_flags_any": lambda step: " --edit-title and/or --edit-body",
+    "always_flag": lambda step: " --always",
+    "input_always": lambda step: " (--always)",
 }
 
 

@@ -73,3 +73,24 @@ def test_a_lost_compare_and_swap_keeps_its_printed_hint(state_dir):
         store.save(template_body("t-1"), failpoint="test")
     assert str(again.value) == "task t-1 was created by another process at the same time; this write was not made"
     assert text(again.value) == (f"{again.value} (python run.py status --task t-1)")
+
+
+def _edit_refusal(make) -> Refused:
+    with pytest.raises(Refused) as exc:
+        make()
+    return exc.value
+
+
+@pytest.mark.parametrize("make, printed", [
+    (lambda ed: ed.Edit(), "an approval with edits needs --edit-title and/or --edit-body"),
+    (lambda ed: ed.Edit(title="x" * 500), "--edit-title is 500 characters; the limit is 200"),
+    (lambda ed: ed.Edit(body="a\x00b"), "--edit-body contains control characters"),
+    (lambda ed: ed.edits_for(ed.Edit(title="T"), {"title": "T", "body": "B"}),
+     "the edits change nothing: approve without --edit-title/--edit-body"),
+])
+def test_edit_refusals_keep_their_printed_flags_while_the_library_names_none(make, printed):
+    from workflow import edits
+
+    exc = _edit_refusal(lambda: make(edits))
+    assert text(exc) == printed
+    assert "--" not in str(exc) and exc.code == "usage"

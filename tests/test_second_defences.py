@@ -843,6 +843,7 @@ def test_complying_call_must_carry_exactly_the_edited_draft(state_dir):
 def test_edits_do_not_go_with_a_sticky_approval(state_dir):
     """Why: a sticky approval runs the model's new call unpaused, so nobody would check it carries
     the edited draft."""
+    from cli import hints
     from state.errors import Refused
     from workflow import edits as ed
 
@@ -851,8 +852,9 @@ def test_edits_do_not_go_with_a_sticky_approval(state_dir):
     sticky = _decision(call, "blog").model_copy(update={"always": True})
     with pytest.raises(Refused, match="sticky approval"):
         ed.check_sticky(cp.model_copy(update={"decisions": [sticky]}), "approved", ed.Edit(body="x"), False)
-    with pytest.raises(Refused, match="do not go with --always"):
+    with pytest.raises(Refused, match="do not go with") as exc:
         ed.with_edits(sticky, ed.Edit(body="x"), json.dumps(call.arguments))
+    assert hints.text(exc.value) == "--edit-title/--edit-body decide one call: they do not go with --always"
 
 
 def test_a_writer_that_read_before_a_restore_cannot_write_over_it(state_dir):

@@ -24,9 +24,9 @@ How the budget is enforced, with SDK hooks only (no SDK code forked):
 A budget can be overshot by the input tokens of the last call made (input size is known only
 after the call); the output cap bounds the rest.
 
-Prices: the ``genai-prices`` library (``calc_price``), per request; or an explicit
-``--price-per-mtok IN,OUT``. A model it cannot price has no cost budget unless one is asked for
-with an explicit price (:func:`make_budget` refuses otherwise).
+Prices: the ``genai-prices`` library (``calc_price``), per request; or an explicit price
+(``price_per_mtok``: USD per million input and output tokens). A model it cannot price has no
+cost budget unless one is asked for with an explicit price (:func:`make_budget` refuses otherwise).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from agents import ModelSettings, RunContextWrapper, RunHooks
 from agents.models.interface import Model
 
 from workflow.models import MalformedResponse
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.fileio import parse_shared
 from state.schema import (
     MIN_OUTPUT_TOKENS,
@@ -131,11 +131,10 @@ def make_budget(
     priced = Pricing(spec, Budget.model_validate(data)).cost(1, 1) is not None
     if not priced:
         if max_cost_usd is not None:
-            raise Refused("budget",
+            raise Refused("budget", [
                 f"genai-prices has no price for model {spec.name!r}"
-                f"{' at ' + spec.base_url if spec.base_url else ''}; a cost budget needs "
-                "--price-per-mtok IN,OUT (USD per million input,output tokens)"
-            )
+                f"{' at ' + spec.base_url if spec.base_url else ''}; a cost budget needs",
+                Next("price_flag"), " (USD per million input,output tokens)"])
         data["max_cost_usd"] = None
     return Budget.model_validate(data)
 

@@ -1,7 +1,8 @@
 """Approve with edits: the reviewer approves a changed draft, built on the SDK's own primitives.
 
 The SDK has no "approve these other arguments" (a ``ToolApprovalItem`` is approved or rejected as
-the model sent it). So ``resume --decision approve --edit-title TEXT --edit-body TEXT`` is:
+the model sent it). So an approval with edits (:class:`Edit`: the new title and body, or any
+other content) is:
 
 1. the decision is recorded before any effect as an approval of the pending call *with edits*
    (:class:`state.schema.Edits`: the edited title and body, the original, both content hashes;
@@ -22,9 +23,10 @@ the model sent it). So ``resume --decision approve --edit-title TEXT --edit-body
    it with edits again. A plain approve of content the reviewer did not see is refused
    (:func:`check_pending`). Never auto-approve content the reviewer did not see.
 
-Edits are per call: they apply to the call the decision is for (``--call``, required when several
-calls are pending, the same rule as any decision); ``--always`` does not go with them. Repeating
-an approval with edits (the same edits) returns the task unchanged (:func:`check_repeat`).
+Edits are per call: they apply to the call the decision is for (named, and required when several
+calls are pending, the same rule as any decision); a sticky decision (``always``) does not go with
+them. Repeating an approval with edits (the same edits) returns the task unchanged
+(:func:`check_repeat`).
 Read-only commands use :func:`diff_lines` (``show``) and never import the SDK; neither does this
 module at import time.
 """
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from state import secrets
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.schema import (CONTENT_VALUE_RULE, MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text,
                           content_fingerprint, valid_content_value)
 from workflow.trust import carries_its_draft, carries_the_draft, check_pending_is_the_draft
@@ -64,20 +66,20 @@ class Edit:
 
     def __post_init__(self) -> None:
         if self.title is None and self.body is None and not self.content:
-            raise Refused("usage", "an approval with edits needs --edit-title and/or --edit-body")
+            raise Refused("usage", ["an approval with edits needs", Next("edit_flags_any")])
         content = self.content or {}
         if not isinstance(content, dict) or "channel" in content or not all(
                 isinstance(k, str) and valid_content_value(v) for k, v in content.items()):
             raise Refused("usage", f"the edits must be {{argument: value}} ({CONTENT_VALUE_RULE}), without 'channel'")
-        given = [(f"the edited {k!r}", v, *((MAX_TITLE_CHARS, True) if k == "title" else (MAX_DRAFT_CHARS, False)))
+        given = [([f"the edited {k!r}"], v, *((MAX_TITLE_CHARS, True) if k == "title" else (MAX_DRAFT_CHARS, False)))
                  for k, v in content.items() if isinstance(v, str)]  # a number or a boolean is not text
-        for what, value, limit, one_line in (*given, ("--edit-title", self.title, MAX_TITLE_CHARS, True),
-                                              ("--edit-body", self.body, MAX_DRAFT_CHARS, False)):
+        for what, value, limit, one_line in (*given, ([Next("edit_title_flag")], self.title, MAX_TITLE_CHARS, True),
+                                              ([Next("edit_body_flag")], self.body, MAX_DRAFT_CHARS, False)):
             if value is not None:
-                try:
-                    check_text(value, what=what, limit=limit, single_line=one_line)
+                try:  # check_text's message starts with ``what``: the parts above name the value
+                    check_text(value, what="", limit=limit, single_line=one_line)
                 except ValueError as exc:
-                    raise Refused("usage", str(exc)) from None
+                    raise Refused("usage", [*what, str(exc)]) from None
                 secrets.check_input(what, value)
 
     def changes(self) -> dict[str, Any]:
@@ -97,7 +99,7 @@ def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
                       "call does not have")
     content = {**original, **changes}
     if content == original:
-        raise Refused("usage", "the edits change nothing: approve without --edit-title/--edit-body")
+        raise Refused("usage", ["the edits change nothing: approve without", Next("edit_flags")])
     return Edits(content=content, original=original, original_sha256=content_fingerprint(original),
                  edited_sha256=content_fingerprint(content))
 
@@ -106,9 +108,9 @@ def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "De
     """The decision to apply: ``rec`` as recorded or built by ``guards.decision_for``, with the
     edits of ``edit`` for a new approval of the call whose ``arguments`` (JSON text) it binds. A
     decision already on record (a replay after a crash) keeps its own edits, whatever ``edit``
-    says now: the one on record wins. Raises :class:`Refused` for edits with ``--always``."""
+    says now: the one on record wins. Raises :class:`Refused` for edits with a sticky decision (``rec.always``)."""
     if edit is not None and rec.always:
-        raise Refused("usage", "--edit-title/--edit-body decide one call: they do not go with --always")
+        raise Refused("usage", [Next("edit_flags"), " decide one call: they do not go with", Next("always_flag")])
     if edit is None or rec.decision != "approved" or rec.edits is not None:
         return rec
     return rec.model_copy(update={"edits": edits_for(edit, json.loads(arguments or "{}"))})
@@ -151,18 +153,19 @@ def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
 
 def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -> None:
     """Edits and a sticky approval do not mix in one task: edits decide one call, whose channel
-    then expects the edited draft; ``--always`` decides the other pending calls of the tool
-    without the per-call check of :func:`check_pending`, so it could approve a model's call that
-    does not carry the edited draft. Raises :class:`Refused` for edits in a task where a sticky
-    approval was given, and for ``--always`` approve while a call approved with edits waits for
-    the model's new call."""
+    then expects the edited draft; a sticky approval (``always``) decides the other pending calls
+    of the tool without the per-call check of :func:`check_pending`, so it could approve a model's
+    call that does not carry the edited draft. Raises :class:`Refused` for edits in a task where a
+    sticky approval was given, and for a sticky approve (``always``) while a call approved with
+    edits waits for the model's new call."""
     sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)
     if edit is not None and sticky:
-        raise Refused("usage", f"task {cp.task_id}: a sticky approval (--always) is in force in this task; "
-                      "approve or reject this call without edits")
+        raise Refused("usage", [f"task {cp.task_id}: a sticky approval", Next("input_always"),
+                                " is in force in this task; approve or reject this call without edits"])
     if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
-        raise Refused("usage", f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
-                      "which --always would approve unchecked; decide this call without --always")
+        raise Refused("usage", [f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
+                                "which", Next("always_flag"), " would approve unchecked; decide this call without",
+                                Next("always_flag")])
 
 
 def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
@@ -184,8 +187,8 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
                 or set(call.arguments) - {"channel"} != set(cp.edited_on(channel).edits.original)):
             check_pending_is_the_draft(cp)  # raises: key/action mismatch
         if call.call_id == call_id and want == "approved" and edit is None:
-            raise Refused("usage", f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
-                          "approved with edits; reject it, or approve it with --edit-title/--edit-body")
+            raise Refused("usage", [f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
+                                    "approved with edits; reject it, or approve it with", Next("edit_flags")])
 
 
 def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | None) -> None:

@@ -12,7 +12,7 @@ step  SDK (docs: "Human-in-the-loop")                here
 6     ``RunState.from_string(agent, text)``          :func:`_from_string`
 7     ``state.get_interruptions()``                  :func:`resume`
 8     ``state.approve(item)`` /                      :func:`resume` (per call: ``--call``;
-      ``state.reject(item, rejection_message=)``     ``--always``: each pending call, recorded)
+      ``state.reject(item, rejection_message=)``     ``always``: each pending call, recorded)
 9     ``Runner.run(agent, state)``                   :func:`resume`, then :func:`_finish`
 ====  =============================================  =========================================
 
@@ -36,7 +36,7 @@ from agents.result import RunResult
 
 from workflow.budget import BudgetGuard, Pricing, apply_max_turns, blocked, make_budget, spend_from_run_state
 from state import secrets
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.schema import Budget, Checkpoint, ModelSpec
 from state.files.store import Store
 from workflow import calls, edits, guards, reconcile, streaming
@@ -196,7 +196,7 @@ async def decide(store: Store, app: Application, *, task_id: str, decision: Deci
     (:func:`workflow.edits.complying`), one more :func:`resume` approves it by the reviewer who
     gave the edits; anything else waits for a fresh human decision."""
     if edit is not None and decision != "approve":
-        raise Refused("usage", "--edit-title/--edit-body go with --decision approve")
+        raise Refused("usage", [Next("edit_flags"), " go with", Next("approve_flag")])
     cp = await resume(store, app, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
     kwargs.pop("checked", None)
     for _ in range(len(cp.channels)):  # at most one such call per channel
