@@ -43,22 +43,27 @@ class Next:
     """A next step a person may take, as data: ``action`` (a short word the application maps to its
     own hint, e.g. ``"doctor"``, ``"status"``; or, ``input_…``, where the application adds its own
     name for an input, e.g. its flag) and its ``args`` (e.g. the task ID). Placed inside a
-    :class:`Refused` message where the hint belongs; it adds nothing to ``str(exc)``."""
+    :class:`Refused` message where the hint belongs. ``plain``: the library's own words for it,
+    where the step names an input the sentence needs (``str(exc)`` and every caller without hints
+    read them); by default nothing."""
 
     action: str
     args: tuple[str, ...] = ()
+    plain: str = ""
 
-    def __init__(self, action: str, *args: str) -> None:
+    def __init__(self, action: str, *args: str, plain: str = "") -> None:
         object.__setattr__(self, "action", action)
         object.__setattr__(self, "args", tuple(str(a) for a in args))
+        object.__setattr__(self, "plain", plain)
 
 
 Part = Union[str, Next]
 
 
 def no_hint(step: Next) -> str:
-    """The wording of a next step when the caller gives none: nothing (``str(exc)``)."""
-    return ""
+    """The wording of a next step when the caller gives none (``str(exc)``): its ``plain`` words,
+    else nothing."""
+    return step.plain
 
 
 class Refused(Exception):

@@ -94,3 +94,19 @@ def test_edit_refusals_keep_their_printed_flags_while_the_library_names_none(mak
     exc = _edit_refusal(lambda: make(edits))
     assert text(exc) == printed
     assert "--" not in str(exc) and exc.code == "usage"
+
+
+def test_a_library_caller_without_hints_reads_plain_words_where_the_cli_reads_its_flags():
+    """A next step that names an input carries the library's own words (``Next(plain=…)``):
+    ``str(exc)`` is a whole sentence for a caller of the API, the command line prints its flags."""
+    from cli.hints import text
+    from workflow.edits import Edit
+
+    for kwargs, plain, printed in (
+            ({}, "an approval with edits needs edited content",
+             "an approval with edits needs --edit-title and/or --edit-body"),
+            ({"title": "x" * 300}, "the edited title is 300 characters; the limit is 200",
+             "--edit-title is 300 characters; the limit is 200")):
+        with pytest.raises(Refused) as refused:
+            Edit(**kwargs)
+        assert (str(refused.value), text(refused.value)) == (plain, printed)

@@ -51,6 +51,14 @@ if TYPE_CHECKING:
 AUTO_REASON = "carries exactly the draft this reviewer approved with edits"
 
 
+#: The inputs these refusals name, as next steps: the command line words each as its flag
+#: (cli/hints.py); ``str(exc)`` reads the plain words.
+_EDITS = Next("edit_flags", plain=" edits")
+_ANY_EDITS = Next("edit_flags_any", plain=" edited content")
+_TITLE = Next("edit_title_flag", plain="the edited title")
+_BODY = Next("edit_body_flag", plain="the edited body")
+_STICKY = Next("always_flag", plain=" a sticky decision")
+
 @dataclass(frozen=True)
 class Edit:
     """What the reviewer changed in the call the decision is for: ``content`` (``{argument: new
@@ -66,15 +74,15 @@ class Edit:
 
     def __post_init__(self) -> None:
         if self.title is None and self.body is None and not self.content:
-            raise Refused("usage", ["an approval with edits needs", Next("edit_flags_any")])
+            raise Refused("usage", ["an approval with edits needs", _ANY_EDITS])
         content = self.content or {}
         if not isinstance(content, dict) or "channel" in content or not all(
                 isinstance(k, str) and valid_content_value(v) for k, v in content.items()):
             raise Refused("usage", f"the edits must be {{argument: value}} ({CONTENT_VALUE_RULE}), without 'channel'")
         given = [([f"the edited {k!r}"], v, *((MAX_TITLE_CHARS, True) if k == "title" else (MAX_DRAFT_CHARS, False)))
                  for k, v in content.items() if isinstance(v, str)]  # a number or a boolean is not text
-        for what, value, limit, one_line in (*given, ([Next("edit_title_flag")], self.title, MAX_TITLE_CHARS, True),
-                                              ([Next("edit_body_flag")], self.body, MAX_DRAFT_CHARS, False)):
+        for what, value, limit, one_line in (*given, ([_TITLE], self.title, MAX_TITLE_CHARS, True),
+                                              ([_BODY], self.body, MAX_DRAFT_CHARS, False)):
             if value is not None:
                 try:  # check_text's message starts with ``what``: the parts above name the value
                     check_text(value, what="", limit=limit, single_line=one_line)
@@ -99,7 +107,7 @@ def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
                       "call does not have")
     content = {**original, **changes}
     if content == original:
-        raise Refused("usage", ["the edits change nothing: approve without", Next("edit_flags")])
+        raise Refused("usage", ["the edits change nothing: approve without", _EDITS])
     return Edits(content=content, original=original, original_sha256=content_fingerprint(original),
                  edited_sha256=content_fingerprint(content))
 
@@ -110,7 +118,7 @@ def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "De
     decision already on record (a replay after a crash) keeps its own edits, whatever ``edit``
     says now: the one on record wins. Raises :class:`Refused` for edits with a sticky decision (``rec.always``)."""
     if edit is not None and rec.always:
-        raise Refused("usage", [Next("edit_flags"), " decide one call: they do not go with", Next("always_flag")])
+        raise Refused("usage", [_EDITS, " decide one call: they do not go with", _STICKY])
     if edit is None or rec.decision != "approved" or rec.edits is not None:
         return rec
     return rec.model_copy(update={"edits": edits_for(edit, json.loads(arguments or "{}"))})
@@ -164,8 +172,8 @@ def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -
                                 " is in force in this task; approve or reject this call without edits"])
     if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
         raise Refused("usage", [f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
-                                "which", Next("always_flag"), " would approve unchecked; decide this call without",
-                                Next("always_flag")])
+                                "which", _STICKY, " would approve unchecked; decide this call without",
+                                _STICKY])
 
 
 def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
@@ -188,7 +196,7 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
             check_pending_is_the_draft(cp)  # raises: key/action mismatch
         if call.call_id == call_id and want == "approved" and edit is None:
             raise Refused("usage", [f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
-                                    "approved with edits; reject it, or approve it with", Next("edit_flags")])
+                                    "approved with edits; reject it, or approve it with", _EDITS])
 
 
 def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | None) -> None:

@@ -196,7 +196,7 @@ async def decide(store: Store, app: Application, *, task_id: str, decision: Deci
     (:func:`workflow.edits.complying`), one more :func:`resume` approves it by the reviewer who
     gave the edits; anything else waits for a fresh human decision."""
     if edit is not None and decision != "approve":
-        raise Refused("usage", [Next("edit_flags"), " go with", Next("approve_flag")])
+        raise Refused("usage", [Next("edit_flags", plain="edits"), " go with", Next("approve_flag", plain=" approve")])
     cp = await resume(store, app, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
     kwargs.pop("checked", None)
     for _ in range(len(cp.channels)):  # at most one such call per channel

@@ -85,7 +85,8 @@ def model_spec(name: str | None, api: str | None, base_url: str | None) -> Model
     try:
         return ModelSpec(name=name, api=api or "responses", base_url=base_url)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise Refused("usage", ["cannot use", Next("model_flags"), f": {validation_message(exc)}"]) from None
+        spec = Next("model_flags", plain=" the model spec")
+        raise Refused("usage", ["cannot use", spec, f": {validation_message(exc)}"]) from None
 
 
 class MalformedResponse(Exception):
