@@ -44,6 +44,17 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "input_by": lambda step: " (--by)",
     "offline_model": lambda step: " (or leave out --model to use the offline model)",
     "model_flags": lambda step: " --model/--base-url",
+    # the actions of doctor's findings (workflow.ops.doctor): whole commands, no separator
+    "doctor_resume": lambda step: command("resume", "--task", step.args[0], "--decision", step.args[1]),
+    "doctor_resume_call": lambda step: command("resume", "--task", step.args[0], "--call", step.args[1],
+                                               "--decision", step.args[2]),
+    "doctor_repair": lambda step: f"{PROGRAM} doctor --repair",
+    "when_idle": lambda step: "when no run.py process is running",
+    # the browser inbox (workflow.review.web, workflow.review.inbox_index)
+    "that_serve": lambda step: f" that {PROGRAM} serve",
+    "or_expire": lambda step: f", or {PROGRAM} expire",
+    "input_host": lambda step: "--host",
+    "allow_remote": lambda step: "add --allow-remote",
 }
 
 

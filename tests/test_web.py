@@ -414,12 +414,16 @@ def test_the_inbox_rereads_a_changed_checkpoint_and_fails_closed(task, cli, stat
 
 
 def test_serve_refuses_a_remote_host_without_the_flag_and_a_wildcard_address(state_dir):
+    from cli.hints import text
     from workflow.review.web import listen
 
-    with pytest.raises(Refused, match="add --allow-remote"):
+    with pytest.raises(Refused) as remote:
         listen("192.0.2.10", 0, allow_remote=False)
-    with pytest.raises(Refused, match="listens on every address"):
+    assert text(remote.value).startswith("--host 192.0.2.10 would serve the inbox beyond this machine; "
+                                         "add --allow-remote to mean it")
+    with pytest.raises(Refused) as wildcard:
         listen("0.0.0.0", 0, allow_remote=True)
+    assert text(wildcard.value).startswith("--host 0.0.0.0 listens on every address")
 
 
 def test_serve_prints_the_url_first_and_refuses_without_leaving_files(state_dir):
