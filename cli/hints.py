@@ -1,6 +1,6 @@
 """The command line's words for what the library leaves to it: how a command is written
-(:data:`PROGRAM`, :func:`command`, from :mod:`state.terminal` while the doctor still builds its
-actions as text) and the hint for each next step a refusal carries.
+(:data:`PROGRAM`, :func:`command`, from :mod:`cli.shell`) and the hint for each next step a
+refusal carries.
 
 The library (``state/``, ``workflow/``) states facts, not ``run.py``'s commands or flags: where a
 person has a next step, a :class:`state.errors.Refused` carries it as a :class:`state.errors.Next`
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from state.errors import Next, Refused
-from state.terminal import PROGRAM, command
+from cli.shell import PROGRAM, command
 
 __all__ = ["PROGRAM", "command", "HINTS", "hint", "text"]
 
