@@ -637,3 +637,15 @@ def test_control_and_bidi_characters_from_a_model_or_a_file_are_shown_escaped(tw
     assert "line one A\\u202eB\\x1b[31mC\nD\\u200bE</pre>" in page  # the body's line break kept
     assert "R" + "A\\u202eB\\x1b[31mC\nD\\u200bE" in page
     assert _forms(page)[0]["call_id"] == "call_" + HOSTILE  # what the form sends back: exact
+
+
+def test_an_expired_request_names_expire_in_the_command_lines_words(task, state_dir):
+    """Why: the inbox (library) names no command; ``timing`` says ``expired (reject…)`` and the
+    command line's hint adds its own way out (``, or python run.py expire``)."""
+    from cli.hints import hint
+    from workflow.review.inbox_index import row_of, timing
+
+    cp = FileStore(state_dir).load(task)
+    later = clock.parse_iso(cp.expires_at) + timedelta(days=1)
+    assert timing(row_of(cp), later, hint)["left"] == "expired (reject, or python run.py expire)"
+    assert timing(row_of(cp), later)["left"] == "expired (reject)"
