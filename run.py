@@ -145,8 +145,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         print(f"reviewed: {decided} decided, {done['remaining']} still waiting")
         return None
     if args.command == "doctor":
-        from workflow.ops.doctor import doctor  # SDK-free
-        return doctor(store, repair=args.repair)
+        from workflow.ops.doctor import doctor, with_actions  # SDK-free
+        return with_actions(doctor(store, repair=args.repair), hints.hint)
     if args.command == "traps":
         from agent.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()

@@ -44,7 +44,8 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
         raise Refused("usage", f"the store {store.location} cannot be opened in another state dir, so the "
                       "demo cannot run on it; nothing was written")
     store = store.with_root(store.root / "demo" / run_id)
-    base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root), *store.cli_args()]
+    url = store.child_url()
+    base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root), *(["--store", url] if url else [])]
     steps = [
         ("1. Start a task. The agent asks to call publish_draft; the run pauses and is saved.",
          ["start", "--key", key_a, "--title", "Release notes 1.2",

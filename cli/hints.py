@@ -1,6 +1,6 @@
 """The command line's words for what the library leaves to it: how a command is written
-(:data:`PROGRAM`, :func:`command`, from :mod:`state.terminal` while the doctor still builds its
-actions as text) and the hint for each next step a refusal carries.
+(:data:`PROGRAM`, :func:`command`, from :mod:`cli.shell`) and the hint for each next step a
+refusal carries.
 
 The library (``state/``, ``workflow/``) states facts, not ``run.py``'s commands or flags: where a
 person has a next step, a :class:`state.errors.Refused` carries it as a :class:`state.errors.Next`
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from state.errors import Next, Refused
-from state.terminal import PROGRAM, command
+from cli.shell import PROGRAM, command
 
 __all__ = ["PROGRAM", "command", "HINTS", "hint", "text"]
 
@@ -52,6 +52,17 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "edit_flags_any": lambda step: " --edit-title and/or --edit-body",
     "always_flag": lambda step: " --always",
     "input_always": lambda step: " (--always)",
+    # the actions of doctor's findings (workflow.ops.doctor): whole commands, no separator
+    "doctor_resume": lambda step: command("resume", "--task", step.args[0], "--decision", step.args[1]),
+    "doctor_resume_call": lambda step: command("resume", "--task", step.args[0], "--call", step.args[1],
+                                               "--decision", step.args[2]),
+    "doctor_repair": lambda step: f"{PROGRAM} doctor --repair",
+    "when_idle": lambda step: "when no run.py process is running",
+    # the browser inbox (workflow.review.web, workflow.review.inbox_index)
+    "that_serve": lambda step: f" that {PROGRAM} serve",
+    "or_expire": lambda step: f", or {PROGRAM} expire",
+    "input_host": lambda step: "--host",
+    "allow_remote": lambda step: "add --allow-remote",
 }
 
 

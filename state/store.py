@@ -194,8 +194,9 @@ class Relocatable(Protocol):
         """The same store with ``root`` as its state dir."""
         ...
 
-    def cli_args(self) -> list[str]:
-        """The command-line arguments that select this store in a child process."""
+    def child_url(self) -> Optional[str]:
+        """The store URL a child process opens this same store with (with its password, if it
+        has one: never printed), or None for the default store of a state dir (the file store)."""
         ...
 
 

@@ -252,3 +252,26 @@ def test_doctor_refuses_a_store_it_cannot_inspect(tmp_path):
 
     with pytest.raises(Refused, match="cannot be checked by doctor"):
         doctor(Bare())
+
+
+def test_doctor_states_its_actions_as_data_and_the_command_line_words_them(cli, state_dir):
+    """Why: the library names no command of ``run.py``; a finding's ``action`` is text and
+    :class:`state.errors.Next` steps, and ``run.py doctor`` (text and ``--json``) prints them in the
+    command line's words (``cli.hints``), the same words as before they were data."""
+    from cli.hints import hint
+    from state.errors import Next
+    from state.files.store import Store
+    from workflow.ops.doctor import doctor, with_actions
+
+    _start(cli)
+    _plant_temps(state_dir)
+    found = doctor(Store(state_dir))
+    actions = {f["kind"]: f["action"] for f in found["findings"]}
+    assert actions == {"leftover_temp": (Next("doctor_repair"), " deletes it"),
+                       "unknown_temp": ("delete it by hand ", Next("when_idle"))}
+    worded = {"leftover_temp": "python run.py doctor --repair deletes it",
+              "unknown_temp": "delete it by hand when no run.py process is running"}
+    assert {f["kind"]: f["action"] for f in with_actions(found, hint)["findings"]} == worded
+    assert {f["kind"]: f["action"] for f in _doctor(cli)["findings"]} == worded
+    text = cli("doctor").out
+    assert all(f"    action: {words}\n" in text for words in worded.values()), text

@@ -3,7 +3,7 @@
 A real model picks its call IDs. One that is not a plain word is refused where it enters (``start``,
 or a resumed run that asks again), with one ``STOPPED:`` line and nothing left on disk; and every
 value we print is escaped onto its line, every command we print for pasting shell-quoted
-(:mod:`state.terminal`), so even a call ID saved by an older version cannot forge a line or run a
+(:mod:`state.terminal`, :mod:`cli.shell`), so even a call ID saved by an older version cannot forge a line or run a
 command. Also here: each ledger entry names its channel, and each printed sha256 says what it is of.
 """
 

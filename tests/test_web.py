@@ -414,12 +414,16 @@ def test_the_inbox_rereads_a_changed_checkpoint_and_fails_closed(task, cli, stat
 
 
 def test_serve_refuses_a_remote_host_without_the_flag_and_a_wildcard_address(state_dir):
+    from cli.hints import text
     from workflow.review.web import listen
 
-    with pytest.raises(Refused, match="add --allow-remote"):
+    with pytest.raises(Refused) as remote:
         listen("192.0.2.10", 0, allow_remote=False)
-    with pytest.raises(Refused, match="listens on every address"):
+    assert text(remote.value).startswith("--host 192.0.2.10 would serve the inbox beyond this machine; "
+                                         "add --allow-remote to mean it")
+    with pytest.raises(Refused) as wildcard:
         listen("0.0.0.0", 0, allow_remote=True)
+    assert text(wildcard.value).startswith("--host 0.0.0.0 listens on every address")
 
 
 def test_serve_prints_the_url_first_and_refuses_without_leaving_files(state_dir):
@@ -633,3 +637,15 @@ def test_control_and_bidi_characters_from_a_model_or_a_file_are_shown_escaped(tw
     assert "line one A\\u202eB\\x1b[31mC\nD\\u200bE</pre>" in page  # the body's line break kept
     assert "R" + "A\\u202eB\\x1b[31mC\nD\\u200bE" in page
     assert _forms(page)[0]["call_id"] == "call_" + HOSTILE  # what the form sends back: exact
+
+
+def test_an_expired_request_names_expire_in_the_command_lines_words(task, state_dir):
+    """Why: the inbox (library) names no command; ``timing`` says ``expired (reject…)`` and the
+    command line's hint adds its own way out (``, or python run.py expire``)."""
+    from cli.hints import hint
+    from workflow.review.inbox_index import row_of, timing
+
+    cp = FileStore(state_dir).load(task)
+    later = clock.parse_iso(cp.expires_at) + timedelta(days=1)
+    assert timing(row_of(cp), later, hint)["left"] == "expired (reject, or python run.py expire)"
+    assert timing(row_of(cp), later)["left"] == "expired (reject)"

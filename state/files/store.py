@@ -206,10 +206,10 @@ class Store:
         """A file store in another state dir (``demo`` runs in a state dir of its own)."""
         return Store(root)
 
-    def cli_args(self) -> list[str]:
-        """The ``run.py`` arguments that select this kind of store in a child process (none: the
-        file store is the default)."""
-        return []
+    def child_url(self) -> None:
+        """None: a child process opens the file store of a state dir by default
+        (:meth:`state.store.Relocatable.child_url`)."""
+        return None
 
     def ledger_entries(self) -> list[LedgerEntry]:
         """See :meth:`state.store.TaskStore.ledger_entries` (:meth:`state.files.ledger.Ledger.entries`)."""

@@ -175,9 +175,10 @@ class PostgresStore:
         """The same database with another state dir (``demo`` runs in a state dir of its own)."""
         return PostgresStore(self._url, root, pool=self._pool, target_version=self._target)
 
-    def cli_args(self) -> list[str]:
-        """The ``run.py`` arguments that select this store in a child process."""
-        return ["--store", self._url]
+    def child_url(self) -> str:
+        """The URL a child process opens this database with (:meth:`state.store.Relocatable.child_url`;
+        it holds the password: never printed)."""
+        return self._url
 
     # -- connections ---------------------------------------------------------------------------
     def _scrub(self, text: str) -> str:

@@ -62,16 +62,16 @@ printed and then one ``STOPPED: doctor found N inconsistencies …`` line, exit 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from state.errors import Refused
+from state.errors import Next, Part, Refused
 from state.inspection import Counted, Problem, Records, Repaired, TaskCheck
 from state.records import LedgerEntry, RejectionRecord
 from state.schema import Checkpoint
 from state.store import Inspectable, TaskStore
-from state.terminal import command, one_line
+from state.terminal import one_line
 from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, reconcile
 
@@ -81,13 +81,16 @@ NOTES = frozenset({"busy", "not_locked"})
 
 @dataclass
 class Finding:
-    """One problem: ``{"kind", "task_id" (or null), "path", "detail", "action"}``."""
+    """One problem: ``{"kind", "task_id" (or null), "path", "detail", "action"}``. ``action`` is
+    what a person should do, as text and :class:`state.errors.Next` steps (e.g.
+    ``Next("doctor_resume", task_id, "approve")``, a command the application words its own way);
+    :func:`with_actions` turns it into one string."""
 
     kind: str
     task_id: str | None
     path: str
     detail: str
-    action: str
+    action: tuple[Part, ...]
 
 
 @dataclass
@@ -112,7 +115,8 @@ class Report:
             "repair": self.repair,
             "checked": {"tasks": self.tasks, "ledger_entries": self.ledger_entries,
                         "lock_files": self.lock_files},
-            "findings": [asdict(f) for f in self.findings],
+            "findings": [{"kind": f.kind, "task_id": f.task_id, "path": f.path, "detail": f.detail,
+                          "action": f.action} for f in self.findings],
             "repairs": self.repairs,
             "inconsistencies": bad,
             "consistent": bad == 0,
@@ -120,12 +124,14 @@ class Report:
 
 
 HUMAN = "a human must check; doctor repairs nothing here"
+#: The action of a finding nobody but a human can settle.
+ASK_HUMAN: tuple[Part, ...] = (HUMAN,)
 #: Statuses of a task that can still be decided.
 OPEN = ("waiting_for_approval", "budget_exceeded")
 
 
-def _resume(task_id: str, decision: str) -> str:
-    return command("resume", "--task", task_id, "--decision", decision)
+def _resume(task_id: str, decision: str) -> Next:
+    return Next("doctor_resume", task_id, decision)
 
 
 #: What each finding of the decision table means, for the report (``{by}``/``{at}``: the
@@ -160,7 +166,7 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
                 f"ledger entry {entry_name} is for task {e.task_id!r} / content "
                 f"{e.content_sha256[:12]}…, the checkpoint for {cp.task_id!r} / "
                 f"{cp.expected_sha256(cp.channels[0])[:12]}…",
-                HUMAN))
+                ASK_HUMAN))
             return
     ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,
                   entry=entry is not None, rejection=rejected is not None)
@@ -171,16 +177,17 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
     detail = DETAILS[kind].format(
         by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=cp.status,
         decided=ev.decided, in_ledger=" and in the ledger" if entry is not None else "")
+    action: tuple[Part, ...]
     if verdict.action is not None:
-        action = _resume(cp.task_id, verdict.action)
+        action = (_resume(cp.task_id, verdict.action),)
     elif kind == "entry_without_approval" and ev.decided is None and cp.status in OPEN:
-        action = f"{HUMAN}; if the entry is right, {_resume(cp.task_id, 'approve')} records it"
+        action = (f"{HUMAN}; if the entry is right, ", _resume(cp.task_id, "approve"), " records it")
     elif kind == "completed_without_entry":
-        action = HUMAN + " (resume refuses this task)"
+        action = (HUMAN + " (resume refuses this task)",)
     elif kind == "cancelled_with_entry":
-        action = HUMAN + " (an executed action is never marked cancelled)"
+        action = (HUMAN + " (an executed action is never marked cancelled)",)
     else:
-        action = HUMAN
+        action = ASK_HUMAN
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
@@ -198,7 +205,7 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
         try:
             ev, _, rejected = gather(store, cp, call_id)
         except Refused as exc:
-            report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), HUMAN))
+            report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), ASK_HUMAN))
             continue
         verdict = reconcile(ev, "doctor")
         if verdict.kind != "finding":
@@ -207,8 +214,8 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
         detail = f"call {call_id} on {channel}: " + DETAILS[kind].format(
             by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
             decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "")
-        action = (command("resume", "--task", cp.task_id, "--call", call_id, "--decision",
-                          verdict.action) if verdict.action else HUMAN)
+        action = ((Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action
+                  else ASK_HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
@@ -221,20 +228,20 @@ def per_call(cp: Checkpoint) -> bool:
 
 #: What a person is told to do about each kind of problem a store reports
 #: (:class:`state.inspection.Problem`; a store-specific ``remedy`` is added in brackets).
-PROBLEM_ACTIONS = {
-    "busy": "run doctor again when it finishes",
-    "unknown_temp": "delete it by hand when no run.py process is running",
-    "leftover_temp": "python run.py doctor --repair deletes it",
-    "not_locked": "nothing, if nobody writes this state dir; to check under locks or to repair, "
-                  "run doctor where the state dir is writable",
+PROBLEM_ACTIONS: dict[str, tuple[Part, ...]] = {
+    "busy": ("run doctor again when it finishes",),
+    "unknown_temp": ("delete it by hand ", Next("when_idle")),
+    "leftover_temp": (Next("doctor_repair"), " deletes it"),
+    "not_locked": ("nothing, if nobody writes this state dir; to check under locks or to repair, "
+                   "run doctor where the state dir is writable",),
 }
 
 
 def _finding(problem: Problem) -> Finding:
     """The report's line for a problem the store found."""
-    action = PROBLEM_ACTIONS.get(problem.kind, HUMAN)
+    action = PROBLEM_ACTIONS.get(problem.kind, ASK_HUMAN)
     if problem.remedy:
-        action += f" ({problem.remedy})"
+        action += (f" ({problem.remedy})",)
     return Finding(problem.kind, problem.task_id, problem.path, problem.detail, action)
 
 
@@ -282,8 +289,18 @@ def _judge(store: TaskStore, check: TaskCheck, report: Report) -> None:
     _check_task(cp, check.where, entry, report, found.rejection)
 
 
+def with_actions(result: dict[str, Any], hint: Callable[[Next], str]) -> dict[str, Any]:
+    """:func:`doctor`'s ``result`` with each finding's ``action`` as one string: its text with each
+    :class:`state.errors.Next` replaced by ``hint(step)`` (the application's words for it, e.g.
+    ``cli.hints.hint``). What ``--json`` prints and :func:`doctor_text` reads."""
+    def text(parts: tuple[Part, ...]) -> str:
+        return "".join(p if isinstance(p, str) else hint(p) for p in parts)
+
+    return {**result, "findings": [{**f, "action": text(f["action"])} for f in result["findings"]]}
+
+
 def doctor_text(result: dict[str, Any]) -> str:
-    """The human-readable report (non-``--json`` output)."""
+    """The human-readable report (non-``--json`` output) of a result :func:`with_actions` worded."""
     c = result["checked"]
     lines = [f"doctor: {one_line(result['state_dir'])}",
              f"  checked {_count(c['tasks'], 'task')}, {_count(c['ledger_entries'], 'ledger entry')}, "

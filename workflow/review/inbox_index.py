@@ -175,16 +175,18 @@ def page(rows: list[Row], status: str, number: int) -> Page:
     return Page(rows=kept[start:start + PAGE_SIZE], number=number, pages=pages, total=len(kept))
 
 
-def timing(row: Row, now: datetime) -> dict[str, Any]:
+def timing(row: Row, now: datetime, hint: Callable[[Next], str] = no_hint) -> dict[str, Any]:
     """What the inbox says about time for ``row`` at ``now``: ``age`` (since the request or last
     update, e.g. ``12m``), ``left`` (time before the approval request expires, ``expired``, or
-    ``no expiry``; empty unless the task waits), ``overdue`` (bool, :func:`workflow.review.inbox.overdue`)."""
+    ``no expiry``; empty unless the task waits), ``overdue`` (bool, :func:`workflow.review.inbox.overdue`).
+    An expired request says ``expired (reject…)`` with ``hint``'s words for the other way out
+    (``Next("or_expire")``, e.g. ``cli.hints.hint``: ``, or python run.py expire``)."""
     age = clock.human_age((now - row.since_at).total_seconds())
     late = overdue(row.checkpoint, now)
     if row.status != WAITING:
         left = ""
     elif late:
-        left = "expired (reject, or python run.py expire)"
+        left = f"expired (reject{hint(Next('or_expire'))})"
     elif row.expires_at:
         left = clock.human_age((clock.parse_iso(row.expires_at) - now).total_seconds())
     else:

@@ -132,11 +132,14 @@ class Gate:
 
     ``token`` is the URL's secret, ``hosts`` the accepted ``Host`` values (``127.0.0.1:8765``),
     ``cookie`` the session cookie's name (it carries the port: browsers share cookies across the
-    ports of one host). Refusals are a short HTML page with status 403 (no page code runs).
+    ports of one host). Refusals are a short HTML page with status 403 (no page code runs); ``hint``
+    words the command that started the server (``Next("that_serve")``, e.g. ``cli.hints.hint``).
     """
 
-    def __init__(self, app: Any, *, token: str, hosts: set[str], cookie: str) -> None:
+    def __init__(self, app: Any, *, token: str, hosts: set[str], cookie: str,
+                 hint: Callable[[Next], str] = no_hint) -> None:
         self.app = app
+        self.printed = f"open the URL{hint(Next('that_serve'))} printed"
         self.token = token
         self.hosts = hosts
         self.origins = {f"http://{h}" for h in hosts}
@@ -169,8 +172,8 @@ class Gate:
         token = request.query_params.get("token")
         if token is not None:  # the first URL: trade the token for a session cookie
             if request.method != "GET" or not hmac.compare_digest(token.encode(), self.token.encode()):
-                await _plain(403, "this is not the token of this server: open the URL that "
-                                  "python run.py serve printed")(scope, receive, send_with_headers)
+                await _plain(403, f"this is not the token of this server: {self.printed}")(
+                    scope, receive, send_with_headers)
                 return
             nonce = secrets.token_urlsafe(16)
             rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
@@ -181,8 +184,8 @@ class Gate:
             await response(scope, receive, send_with_headers)
             return
         if nonce is None:
-            await _plain(403, "no valid session: open the URL that python run.py serve printed "
-                              "(it carries the token)")(scope, receive, send_with_headers)
+            await _plain(403, f"no valid session: {self.printed} (it carries the token)")(
+                scope, receive, send_with_headers)
             return
         scope["csrf"] = _digest(self.key, "csrf", nonce)  # the session's CSRF token, for the pages
         await self.app(scope, receive, send_with_headers)
@@ -271,7 +274,7 @@ class Inbox:
             return self._error(request, 500, exc.render(self.hint))
         shown = inbox_index.page(rows, status, number)
         now = clock.now()
-        items = [(r, timing(r, now)) for r in shown.rows]
+        items = [(r, timing(r, now, self.hint)) for r in shown.rows]
         version = hashlib.sha256(repr([(r.task_id, r.revision, t["age"], t["left"])
                                        for r, t in items] + [shown.total, unverified]).encode()).hexdigest()[:16]
         response = self._render(request, "inbox.html", page=shown, items=items, status=status,
@@ -307,7 +310,7 @@ class Inbox:
             except Refused as exc:
                 return self._task(request, task_id, error=exc.render(self.hint), status=409)
         now = clock.now()
-        t = timing(inbox_index.row_of(cp), now)
+        t = timing(inbox_index.row_of(cp), now, self.hint)
         decided, recorded = _decisions_so_far(self.store, cp)
         return self._render(request, "task.html", code=status, cp=cp, error=error, banner=banner,
                             receipt=receipt, timing=t, model=model_line(cp.model),
@@ -443,7 +446,7 @@ def create_app(store: Any, application: Any, *, reviewer: str, token: str, hosts
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Mount("/static", StaticFiles(directory=ASSETS / "static"), name="static"),
     ])
-    return Gate(app, token=token, hosts=hosts, cookie=cookie)
+    return Gate(app, token=token, hosts=hosts, cookie=cookie, hint=hint)
 
 
 def _quietly(read: Any) -> None:
@@ -462,12 +465,14 @@ def listen(host: str, port: int, allow_remote: bool) -> tuple[socket.socket, str
     wildcard address (the ``Host`` check needs the name reviewers use), or a port that cannot be
     bound."""
     if host not in LOOPBACK and not allow_remote:
-        raise Refused("usage", f"--host {host} would serve the inbox beyond this machine; add --allow-remote "
-                      "to mean it (the token then travels unencrypted: http, not https)")
+        raise Refused("usage", [Next("input_host"), f" {host} would serve the inbox beyond this machine; ",
+                                Next("allow_remote"), " to mean it (the token then travels unencrypted: "
+                                "http, not https)"], host=host)
     try:
         if ipaddress.ip_address(host).is_unspecified:
-            raise Refused("usage", f"--host {host} listens on every address; give the one address reviewers "
-                          "open (the Host header is checked against it)")
+            raise Refused("usage", [Next("input_host"), f" {host} listens on every address; give the one "
+                                    "address reviewers open (the Host header is checked against it)"],
+                          host=host)
     except ValueError:
         pass  # a name, not an address
     # proto=IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on sockets
