@@ -309,7 +309,7 @@ MUTANTS: list[Mutant] = [
     m("printed-raw", "state/terminal.py",
       'return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))', "return str(text)",
       "tests/test_terminal_output.py"),
-    m("command-unquoted", "state/terminal.py", "return shlex.quote(str(value))", "return str(value)",
+    m("command-unquoted", "cli/shell.py", "return shlex.quote(str(value))", "return str(value)",
       "tests/test_terminal_output.py"),
     m("revision-file-overwritten", "state/fileio.py", "            os.link(tmp, path)\n        except FileExistsError:",
       "            os.replace(tmp, path)\n        except FileExistsError:", "tests/test_lost_lock.py"),
