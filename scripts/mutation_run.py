@@ -150,6 +150,10 @@ MUTANTS: list[Mutant] = [
       "    if rejected is not None:\n        raise Refused(\"rejected\", [\n            f\"{action} for task",
       "    if False:\n"
       "        raise Refused(\"rejected\", [\n            f\"{action} for task", "tests/test_lost_lock.py"),
+    m("gate-trusts-the-rule", EFFECT, "    if channel not in private:\n        return True\n", "",
+      "tests/test_gate_rules.py"),
+    m("gate-judges-the-parsed-arguments", EFFECT, "content_of(as_sent(ctx, arguments))", "content_of(arguments)",
+      "tests/test_typed_content.py"),
     m("approval-not-checked", EFFECT, "cp = _check_approved(store, task, action, channel, call_id) if gated else None",
       "cp = None", FAIL_CLOSED),
     m("channel-not-the-tasks", EFFECT, "if not valid_channel(channel) or channel not in channels:",
