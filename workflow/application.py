@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from state.schema import ModelSpec
 
 
-def default_edit_message(tool: str, content: dict[str, str], channel: str | None) -> str:
+def default_edit_message(tool: str, content: dict[str, Any], channel: str | None) -> str:
     """What the model is told when a reviewer approved its call of ``tool`` only with edits (the
     call is answered with this text instead of running): call ``tool`` once more with exactly
     ``content`` (as JSON, keys sorted) and, when ``channel`` is given, that channel."""
@@ -49,7 +49,7 @@ class Application:
       :func:`workflow.models.build_model`.
     - ``edit_message(tool, content, channel) -> str``: what the model is told when a reviewer
       approves its call only with edits: ``tool`` the action's name, ``content`` the edited
-      content (``{argument: text}``, without ``channel``), ``channel`` the one channel the new
+      content (``{argument: value}``, without ``channel``), ``channel`` the one channel the new
       call must name, or None for a task with one channel (default: :func:`default_edit_message`).
     - ``rejection_text(args) -> str | None``: ``RunConfig.tool_error_formatter`` (SDK docs, "Custom
       rejection messages"): the run-wide text of a rejected call without a reason; None: the
@@ -66,7 +66,7 @@ class Application:
 
     build_agent: Callable[["Model"], "Agent[Any]"]
     offline_model: Callable[[], "Model"]
-    edit_message: Callable[[str, dict[str, str], str | None], str] = default_edit_message
+    edit_message: Callable[[str, dict[str, Any], str | None], str] = default_edit_message
     rejection_text: Callable[[Any], str | None] = default_rejection_text
     compatible_saved: Mapping[str, Any] = field(default_factory=dict)
     action: str | None = None

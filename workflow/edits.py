@@ -125,7 +125,7 @@ def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "De
 
 
 def rejection_message(rec: "Decision", cp: "Checkpoint",
-                      edit_message: Callable[[str, dict[str, str], str | None], str]) -> str | None:
+                      edit_message: Callable[[str, dict[str, Any], str | None], str]) -> str | None:
     """What answers a call not run: for an approval with edits the message naming the edited
     content (``edit_message(cp.action, content, channel)``, the application's
     ``Application.edit_message``; the channel only when ``cp`` has several), for a reject the

@@ -8,9 +8,11 @@ around the function. Right before the function runs, whatever the lock, the SDK 
 1. the call carries exactly the task's content (its arguments minus ``channel`` are the content the
    task was started with, or what a reviewer approved with edits on that channel) on one of the
    task's channels;
-2. when the call needs approval: a human's approval of THIS call (its ``tool_call_id``) is on record
-   in the checkpoint and there is no rejection record. Approvals inside the serialized RunState do
-   not count: a hand-edited file can approve a call and the SDK would run it;
+2. a human's approval of THIS call (its ``tool_call_id``) is on record in the checkpoint and there
+   is no rejection record — for every call, except on a channel the tool declares private
+   (``private_channels``) when its approval rule let the call run: the rule alone is never taken
+   at its word. Approvals inside the serialized RunState do not count: a hand-edited file can
+   approve a call and the SDK would run it;
 3. the ledger: if an entry for the call's idempotency key exists, the call is answered with the
    first result and the function does not run again; else the function runs and the entry is
    recorded, with its result.
