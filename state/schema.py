@@ -220,6 +220,23 @@ def valid_content_value(value: Any) -> bool:
     return isinstance(value, (str, bool, int))
 
 
+#: The argument that names where a call's effect goes (optional; a task with one channel needs none).
+CHANNEL_ARG = "channel"
+
+
+def valid_content(value: Any) -> bool:
+    """True if ``value`` is content: a ``dict`` of ``str`` arguments, none of them
+    :data:`CHANNEL_ARG`, each value a :func:`valid_content_value` (the one rule of a task's
+    content and of a reviewer's edits)."""
+    return isinstance(value, dict) and CHANNEL_ARG not in value and all(
+        isinstance(k, str) and valid_content_value(v) for k, v in value.items())
+
+
+def content_of(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The content a call carries: its arguments minus :data:`CHANNEL_ARG`."""
+    return {k: v for k, v in arguments.items() if k != CHANNEL_ARG}
+
+
 def content_fingerprint(content: dict[str, Any]) -> str:
     """Fingerprint of a task's content (``{argument: text}``, what each call of its action must
     carry but ``channel``): SHA-256 of its canonical JSON (:func:`canonical_json`, keys sorted).
@@ -272,8 +289,7 @@ class Edits(_Strict):
     @field_validator("content", "original")
     @classmethod
     def _texts(cls, v: dict[str, Any]) -> dict[str, Any]:
-        if "channel" in v or not all(valid_content_value(x) for x in v.values()) or any(
-                isinstance(x, str) and len(x) > MAX_DRAFT_CHARS for x in v.values()):
+        if not valid_content(v) or any(isinstance(x, str) and len(x) > MAX_DRAFT_CHARS for x in v.values()):
             raise ValueError(f"must be arguments but channel, {CONTENT_VALUE_RULE}, a text at most "
                              f"{MAX_DRAFT_CHARS} characters")
         return v

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from state import secrets
 from state.errors import Next, Refused
 from state.schema import (CONTENT_VALUE_RULE, MAX_DRAFT_CHARS, MAX_TITLE_CHARS, Edits, check_text,
-                          content_fingerprint, valid_content_value)
+                          content_fingerprint, content_of, valid_content)
 from workflow.trust import carries_its_draft, carries_the_draft, check_pending_is_the_draft
 
 if TYPE_CHECKING:
@@ -76,8 +76,7 @@ class Edit:
         if self.title is None and self.body is None and not self.content:
             raise Refused("usage", ["an approval with edits needs", _ANY_EDITS])
         content = self.content or {}
-        if not isinstance(content, dict) or "channel" in content or not all(
-                isinstance(k, str) and valid_content_value(v) for k, v in content.items()):
+        if not valid_content(content):
             raise Refused("usage", f"the edits must be {{argument: value}} ({CONTENT_VALUE_RULE}), without 'channel'")
         given = [([f"the edited {k!r}"], v, *((MAX_TITLE_CHARS, True) if k == "title" else (MAX_DRAFT_CHARS, False)))
                  for k, v in content.items() if isinstance(v, str)]  # a number or a boolean is not text
@@ -100,7 +99,7 @@ def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
     """The :class:`Edits` record for a pending action call with ``arguments`` (its content and,
     maybe, ``channel``): the content with ``edit``'s changes. Raises :class:`Refused` if the edits
     change nothing (approve it as it is) or name an argument the call does not have."""
-    original = {k: v for k, v in arguments.items() if k != "channel"}
+    original = content_of(arguments)
     changes = edit.changes()
     if set(changes) - set(original):
         raise Refused("usage", f"the edits name {', '.join(sorted(set(changes) - set(original)))}, which the "

@@ -41,10 +41,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from state import open_stores
 from state.errors import Next, Refused
-from state.schema import channel_scope, content_fingerprint, effect_key, valid_channel
-
-#: The argument that names where a call's effect goes (optional; a task with one channel needs none).
-CHANNEL_ARG = "channel"
+from state.schema import CHANNEL_ARG, channel_scope, content_fingerprint, content_of, effect_key, valid_channel
 
 _EFFECTFUL: set[str] = set()
 
@@ -108,11 +105,6 @@ def call_channel(task: dict[str, Any], channel: Any, action: str) -> str:
         raise Refused("integrity", f"{action} for task {task['task_id']} names channel {channel!r}, not one "
                       f"of the task's channels ({', '.join(channels)}); nothing was {_DONE[action]}")
     return channel
-
-
-def content_of(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The content a call carries: its arguments minus ``channel``."""
-    return {k: v for k, v in arguments.items() if k != CHANNEL_ARG}
 
 
 def as_sent(ctx: Any, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -202,14 +194,14 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     if inspect.iscoroutinefunction(fn):
         async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
             call = await asyncio.to_thread(_Call.check, ctx, arguments_of(args, kwargs), action,
-                                           (needs_approval, private), label, content_word)
+                                           needs_approval, private, label, content_word)
             if call.entry is not None:
                 return told(call.entry.result, call.entry, False)
             result = await fn(call.effect, **call.arguments)
             return told(*await asyncio.to_thread(call.record, result))
     else:
         def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            call = _Call.check(ctx, arguments_of(args, kwargs), action, (needs_approval, private), label,
+            call = _Call.check(ctx, arguments_of(args, kwargs), action, needs_approval, private, label,
                                content_word)
             if call.entry is not None:
                 return told(call.entry.result, call.entry, False)
@@ -261,7 +253,7 @@ class _Call:
     entry: Any
 
     @classmethod
-    def check(cls, ctx: Any, arguments: dict[str, Any], action: str, rule: Any,
+    def check(cls, ctx: Any, arguments: dict[str, Any], action: str, rule: Any, private: frozenset[str],
               label: Optional[Callable[[dict[str, Any]], str]], content_word: str) -> "_Call":
         """Checks 1-2, then the ledger read of check 3. Raises :class:`Refused`."""
         task = getattr(ctx, "context", None)
@@ -278,7 +270,7 @@ class _Call:
             arguments = {**arguments, CHANNEL_ARG: channel}
         sha = content_fingerprint(content_of(as_sent(ctx, arguments)))
         store = open_stores.lookup(task.get("store"))  # a TaskStore (state.store)
-        gated = _gated(*rule, ctx, arguments, channel)
+        gated = _gated(rule, private, ctx, arguments, channel)
         expected = task["content_sha256"]
         if gated and sha != expected:  # maybe the content a reviewer approved with edits here
             cp = store.load(task_id) if store.exists(task_id) else None

@@ -26,7 +26,7 @@ from state.errors import Next, Refused
 from state.schema import (DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint,
-                          valid_channel, valid_content_value)
+                          valid_channel, valid_content)
 from state.fileio import parse_object_shared, parse_shared
 from state.settings import settings
 from state.store import TaskStore as Store
@@ -76,8 +76,7 @@ def task_input(task_id: str, title: str, content: Any, labels: Any = None) -> st
     :class:`Refused` (nothing saved)."""
     for what, value in (("the task ID", task_id), ("the title", title)):
         secrets.check_input(what, value)
-    if (not isinstance(content, dict) or not content or "channel" in content
-            or not all(isinstance(k, str) and valid_content_value(v) for k, v in content.items())):
+    if not content or not valid_content(content):
         raise Refused("usage", f"the content must be a non-empty {{argument: value}} ({CONTENT_VALUE_RULE}), "
                       "without 'channel'")
     size = len(canonical_json(content))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from state.errors import Refused
-from state.schema import Checkpoint, content_fingerprint, valid_content_value
+from state.schema import Checkpoint, content_fingerprint, content_of, valid_content_value
 
 #: Keys under which a serialized RunState (or a nested agent-tool RunState) stores decisions.
 APPROVAL_KEYS = ("approvals", "function_tool_approvals", "hosted_mcp_approvals")
@@ -135,14 +135,14 @@ def check_no_hidden_approvals(run_state: dict[str, Any], cp: Checkpoint) -> None
 
 
 def carries_the_draft(arguments: dict[str, Any], sha: str, channels: list[str]) -> bool:
-    """True if an action call's ``arguments`` but ``channel`` are content (``{argument: text}``,
-    strings) whose :func:`state.schema.content_fingerprint` is ``sha`` (the content the task was
-    started with), plus a ``channel`` that is one of ``channels``; in a one-channel task the
-    channel may be absent or null (it means the only one)."""
+    """True if an action call's ``arguments`` but ``channel`` are content (``{argument: value}``,
+    each :func:`state.schema.valid_content_value`) whose :func:`state.schema.content_fingerprint`
+    is ``sha`` (the content the task was started with), plus a ``channel`` that is one of
+    ``channels``; in a one-channel task the channel may be absent or null (it means the only one)."""
     single = len(channels) == 1
     channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (
         single and "channel" in arguments and arguments["channel"] is None)
-    content = {k: v for k, v in arguments.items() if k != "channel"}
+    content = content_of(arguments)
     return (
         bool(content)
         and channel_ok
