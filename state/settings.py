@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -45,6 +45,9 @@ DEFAULT_LOCK_TIMEOUT_S = 10.0
 MAX_LOCK_TIMEOUT_S = 86400
 #: The inbox server (``run.py serve``): seconds a connection may take to send a whole request.
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
+DEFAULT_PUBLISH_TIMEOUT_S = 5.0
+MAX_PUBLISH_TIMEOUT_S = 600.0
+DEFAULT_PUBLISH_ATTEMPTS = 3
 MIN_REQUEST_TIMEOUT_S, MAX_REQUEST_TIMEOUT_S = 0.1, 300
 #: The inbox server: connections open at once; one more is answered 503 and closed.
 DEFAULT_MAX_CONNECTIONS = 100
@@ -87,6 +90,27 @@ def store_url_problem(url: str) -> str | None:
         return "is not printable UTF-8 text"
     if not url.startswith(STORE_SCHEMES):
         return "is not a postgresql:// URL (the only store besides the default file store)"
+    return None
+
+
+def service_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot name a publishing service (a phrase that never repeats the URL), or None
+    for ``http(s)://host[:port][/path]`` with no user, password, query or fragment: the URL is
+    recorded in every task, so it must hold nothing secret."""
+    from urllib.parse import urlsplit
+
+    if not _is_text(url) or not url.isprintable() or " " in url:
+        return "is not printable UTF-8 text without spaces"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+    except ValueError:
+        return "is not a URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL with a host"
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment or "?" in url:
+        return "holds credentials, a query or a fragment (the URL is recorded in every task: put the token in " \
+               "HITL_PUBLISH_TOKEN)"
     return None
 
 
@@ -223,7 +247,38 @@ class Settings(BaseSettings):
         "answered `503` and closed at once.",
         f"anything but a whole number from 1 to {MAX_MAX_CONNECTIONS}"))
 
-    @field_validator("lock_timeout", "request_timeout", "max_connections", mode="plain")
+    publish_url: Optional[str] = Field(None, alias="HITL_PUBLISH_URL", **_doc(
+        "URL", "-", "unset (the effect is the local ledger entry)",
+        "The publishing service `publish_draft` sends to (`http://` or `https://`, no user, "
+        "password, query or fragment): `POST <url>/v1/publications` with an `Idempotency-Key` "
+        "(docs/external-effects.md). Recorded in each task at start; a task started under another "
+        "value is refused before any request.",
+        "anything but an `http(s)://host[:port][/path]` URL; a URL with credentials, a query or a "
+        "fragment (the value is never echoed); empty counts as unset"))
+    publish_token: Optional[str] = Field(None, alias="HITL_PUBLISH_TOKEN", repr=False, **_doc(
+        "secret text", "-", "unset (no `Authorization` header)",
+        "The bearer token sent to the publishing service (and the one `publishing-service` "
+        "accepts). Never written anywhere, never shown, redacted like the other secrets.",
+        "not UTF-8 (the value is never echoed)"))
+    publish_idempotency: Literal["key", "none"] = Field("key", alias="HITL_PUBLISH_IDEMPOTENCY", **_doc(
+        "`key` or `none`", "-", "`key`",
+        "Whether the publishing service deduplicates by the `Idempotency-Key` (`key`: exactly once, "
+        "a failed request is sent again with the same key) or not (`none`: at most once; a call "
+        "that may have been acted on is `in_doubt` until `settle`).",
+        "anything else"))
+    publish_timeout: float = Field(DEFAULT_PUBLISH_TIMEOUT_S, alias="HITL_PUBLISH_TIMEOUT",
+                                   ge=0.1, le=MAX_PUBLISH_TIMEOUT_S, **_doc(
+        "number", "seconds", str(DEFAULT_PUBLISH_TIMEOUT_S),
+        "How long one request to the publishing service may take (connect, send, answer).",
+        f"anything but a number from 0.1 to {MAX_PUBLISH_TIMEOUT_S}"))
+    publish_attempts: int = Field(DEFAULT_PUBLISH_ATTEMPTS, alias="HITL_PUBLISH_ATTEMPTS", ge=1, le=10, **_doc(
+        "whole number", "tries", str(DEFAULT_PUBLISH_ATTEMPTS),
+        "How many tries one command makes to reach the publishing service (0.2 s, then doubled, "
+        "between two); a provider without deduplication is tried again only when nothing was sent.",
+        "anything but a whole number from 1 to 10"))
+
+    @field_validator("lock_timeout", "request_timeout", "max_connections", "publish_timeout",
+                     "publish_attempts", mode="plain")
     @classmethod
     def _number(cls, raw: Any, info: ValidationInfo) -> float | int:
         field = cls.model_fields[info.field_name or ""]
@@ -279,6 +334,32 @@ class Settings(BaseSettings):
             raise Refused("settings", f"HITL_STORE_URL {problem}; unset it for the file store")
         return raw
 
+    @field_validator("publish_url", mode="plain")
+    @classmethod
+    def _publish_url(cls, raw: Any) -> str | None:
+        if not raw:
+            return None
+        problem = service_url_problem(raw)
+        if problem is not None:
+            raise Refused("settings", f"HITL_PUBLISH_URL {problem}; unset it for the local ledger")
+        return raw.rstrip("/")
+
+    @field_validator("publish_token", mode="plain")
+    @classmethod
+    def _publish_token(cls, raw: Any) -> str:
+        if not _is_text(raw):
+            raise Refused("settings", "HITL_PUBLISH_TOKEN is not valid UTF-8 text")
+        return raw
+
+    @field_validator("publish_idempotency", mode="plain")
+    @classmethod
+    def _publish_idempotency(cls, raw: Any) -> str:
+        if raw not in ("key", "none"):
+            shown = raw[:20] if _is_text(raw) and raw.isprintable() else "(not printable)"
+            raise Refused("settings", f"HITL_PUBLISH_IDEMPOTENCY={shown!r} is neither 'key' (the service "
+                          "deduplicates by Idempotency-Key) nor 'none' (it does not)")
+        return raw
+
     @field_validator("failpoint", "failpoint_log", "failpoint_action", mode="plain")
     @classmethod
     def _text(cls, raw: Any) -> str | None:
@@ -317,15 +398,16 @@ class Settings(BaseSettings):
     def secrets(self) -> list[tuple[str, str]]:
         """``[(variable name, value as set)]`` for each secret variable that is set (possibly
         blank): the values :mod:`state.secrets` keeps out of every record."""
-        return _secrets(self.signing_key, self.openai_api_key, self.store_url)
+        return _secrets(self.signing_key, self.openai_api_key, self.store_url, self.publish_token)
 
 
 def _secrets(signing_key: str | None, openai_api_key: str | None,
-             store_url: str | None) -> list[tuple[str, str]]:
-    """:attr:`Settings.secrets` of these three field values."""
+             store_url: str | None, publish_token: str | None = None) -> list[tuple[str, str]]:
+    """:attr:`Settings.secrets` of these four field values."""
     return [(name, value) for name, value in (("HITL_SIGNING_KEY", signing_key),
                                               ("OPENAI_API_KEY", openai_api_key),
-                                              ("HITL_STORE_URL", url_password(store_url)))
+                                              ("HITL_STORE_URL", url_password(store_url)),
+                                              ("HITL_PUBLISH_TOKEN", publish_token))
             if value is not None]
 
 
@@ -335,7 +417,7 @@ VARIABLES: tuple[str, ...] = tuple(f.alias for f in Settings.model_fields.values
 _ALIASES: dict[str, str] = {name: f.alias for name, f in Settings.model_fields.items()}  # type: ignore[misc]
 _POSITIONS: dict[str, int] = {name: i for i, name in enumerate(Settings.model_fields)}
 #: The secret variables (their values are never shown, and redacted from what is written).
-SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL")
+SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL", "HITL_PUBLISH_TOKEN")
 
 _last: tuple[tuple[Any, ...], Settings] | None = None
 
@@ -379,8 +461,8 @@ def values(*names: str) -> tuple[Any, ...]:
 
 
 def secret_pairs() -> list[tuple[str, str]]:
-    """:attr:`Settings.secrets` of the environment now, through :func:`values` (three lookups)."""
-    return _secrets(*values("signing_key", "openai_api_key", "store_url"))
+    """:attr:`Settings.secrets` of the environment now, through :func:`values` (four lookups)."""
+    return _secrets(*values("signing_key", "openai_api_key", "store_url", "publish_token"))
 
 
 def check_environment() -> Settings:
