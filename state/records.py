@@ -54,6 +54,10 @@ class LedgerEntry(BaseModel):
     channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
     approval: Optional[Literal["human", "not_needed"]] = None
     result: Optional[Any] = None
+    #: Set when a human settled an effect that was in doubt (``run.py settle --outcome published``):
+    #: who found it published, and why; absent for an effect whose outcome the program saw.
+    settled_by: Optional[str] = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    settle_reason: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
 
     @field_validator("task_id")
     @classmethod
@@ -70,6 +74,86 @@ class LedgerEntry(BaseModel):
         if (self.channel is None) != (self.approval is None):
             raise ValueError("channel and approval come together (or, in an older entry, neither)")
         return self
+
+
+#: The most attempts one effect may have (each a human's ``settle --outcome not-published`` apart).
+MAX_ATTEMPTS = 100
+
+
+class EffectIntent(BaseModel):
+    """The write-ahead intent of one attempt of an effect through a service, durable before the
+    request is sent (:mod:`workflow.external`): ``{"idempotency_key", "attempt", "task_id",
+    "channel", "call_id", "action", "content_sha256", "request_key", "service", "deduplicates",
+    "at"}``.
+
+    ``idempotency_key`` is the ledger key of the call's effect (:func:`state.schema.effect_key`);
+    ``attempt`` counts from 1 (a new attempt only after a :class:`Settlement` of the one before);
+    ``request_key`` is the ``Idempotency-Key`` every try of this attempt sends (32 hex characters,
+    random: unique per deployment); ``service`` the provider's URL (no credentials);
+    ``deduplicates`` whether that provider honours the key; ``at`` ISO-8601 UTC. An intent without a
+    ledger entry is an effect not confirmed: ``publishing`` when the provider deduplicates (or the
+    attempt was settled not published), else ``in_doubt``.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+
+    idempotency_key: str
+    attempt: int = Field(ge=1, le=MAX_ATTEMPTS)
+    task_id: str
+    channel: str = Field(pattern=CHANNEL_FIELD)
+    call_id: str = Field(max_length=200)
+    action: str = Field(pattern=ACTION_FIELD)
+    content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    request_key: str = Field(pattern=r"^[0-9a-f]{32}$")
+    service: str = Field(min_length=1, max_length=2000)
+    deduplicates: bool
+    at: str = Field(min_length=1, max_length=40)
+
+    @field_validator("task_id")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        return _allowed_key(v)
+
+    @model_validator(mode="after")
+    def _key_is_task(self) -> "EffectIntent":
+        if self.idempotency_key not in (self.task_id, f"{self.task_id}#{self.channel}"):
+            raise ValueError("idempotency_key and task_id differ (nor is it task_id#channel)")
+        return self
+
+
+class Settlement(BaseModel):
+    """A finding that one attempt of an effect did NOT happen, so the next command may send it once
+    more: ``{"idempotency_key", "attempt", "task_id", "by", "at", "reason", "source"}``.
+
+    ``source`` ``"human"``: a person looked at the provider (``run.py settle --outcome
+    not-published``, ``by`` their name); ``"not_sent"``: the program saw that nothing reached the
+    service (the connection was refused), ``by`` is ``"program"``. (A finding that it DID happen is
+    the ledger entry itself, with ``settled_by``.)
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+
+    idempotency_key: str
+    attempt: int = Field(ge=1, le=MAX_ATTEMPTS)
+    task_id: str
+    by: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    at: str = Field(min_length=1, max_length=40)
+    reason: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
+    source: Literal["human", "not_sent"]
+
+    @field_validator("task_id")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        return _allowed_key(v)
+
+
+def check_intent_for(intent: EffectIntent, *, task_id: str, content_sha256: str, action: str) -> None:
+    """Raise :class:`Refused` unless ``intent`` is for ``task_id``'s ``action`` with
+    ``content_sha256`` (an intent recorded for anything else is not this call's: fail closed)."""
+    if (intent.task_id, intent.action, intent.content_sha256) != (task_id, action, content_sha256):
+        raise Refused("ledger_mismatch", f"the intent of key {intent.idempotency_key!r} (attempt {intent.attempt}) "
+                      f"is for task {intent.task_id!r}, action {intent.action!r}, content "
+                      f"{intent.content_sha256[:12]}…, not this call's; refusing")
 
 
 class RejectionRecord(BaseModel):

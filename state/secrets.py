@@ -275,6 +275,15 @@ LEDGER = by_path(closed=[(k,) for k in ("idempotency_key", "task_id", "action", 
 REJECTION = by_path(closed=[("task_id",), ("content_sha256",), ("at",), ("channel",)],
                     open_=[("call_id",), ("by",)])
 
+#: An effect's write-ahead intent (``state.records.EffectIntent``): no free text; the call ID is open.
+INTENT = by_path(closed=[(k,) for k in ("idempotency_key", "attempt", "task_id", "channel", "action",
+                                        "content_sha256", "request_key", "service", "deduplicates", "at")],
+                 open_=[("call_id",)])
+
+#: A settlement (``state.records.Settlement``): only ``reason`` is free text.
+SETTLEMENT = by_path(closed=[(k,) for k in ("idempotency_key", "attempt", "task_id", "at", "source")],
+                     open_=[("by",)])
+
 #: The SDK's RunState JSON (``RunState.to_string()``), by field name: item types, roles, statuses,
 #: names and fingerprints from our code and the SDK are closed; call/item/response IDs, call
 #: arguments and approval lists are open; everything else (messages, tool output, the original

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Optional, Protocol, Union, runtime_checkable
 
 from state.errors import Refused
 from state.inspection import Inspected
-from state.records import LedgerEntry, RejectionRecord
+from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
 from state.schema import Checkpoint, Decision
 from state.settings import settings
 from state.files.store import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
@@ -118,14 +118,41 @@ class TaskStore(Protocol):
 
     def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
                       channel: Optional[str] = None, approval: Optional[str] = None,
-                      result: Any = None) -> tuple[LedgerEntry, bool]:
+                      result: Any = None, settled_by: Optional[str] = None,
+                      settle_reason: Optional[str] = None) -> tuple[LedgerEntry, bool]:
         """Record the action for ``key`` (``task_id``, or ``<task_id>#<channel>`` for a task with
         several channels) exactly once, a call of ``action`` (the task's): ``(entry, created)``;
         ``created`` is False when the same task and content was recorded before (that first entry is
         returned, with its first ``result``).
         ``channel`` and ``approval`` (``"human"`` / ``"not_needed"``) are stored in the entry when
         given, ``result`` (any JSON value: what the effect's function returned) when not None. Raises
-        ``Refused`` if ``key`` is recorded for another task or other content. Never overwrites."""
+        ``Refused`` if ``key`` is recorded for another task or other content. Never overwrites.
+        ``settled_by``/``settle_reason``: a human found the effect done (``settle``), stored when given."""
+        ...
+
+    def intent_get(self, key: str) -> Optional[EffectIntent]:
+        """The write-ahead intent of ``key``'s latest attempt (:class:`state.records.EffectIntent`),
+        or None if no effect through a service was ever begun for it. Raises ``Refused`` if damaged."""
+        ...
+
+    def intent_record(self, intent: EffectIntent) -> tuple[EffectIntent, bool]:
+        """Create ``intent`` (its key and attempt) exactly once, durably, before the request it
+        announces: ``(the stored intent, created)``; another process's intent of the same attempt
+        is returned with ``created`` False. Raises ``Refused`` if attempt ``n - 1`` is not settled."""
+        ...
+
+    def settlement_get(self, key: str, attempt: int) -> Optional[Settlement]:
+        """The settlement of ``key``'s ``attempt`` (it did not happen), or None. Raises ``Refused`` if damaged."""
+        ...
+
+    def settlement_record(self, settlement: Settlement) -> tuple[Settlement, bool]:
+        """Create ``settlement`` exactly once: ``(the stored one, created)``. Raises ``Refused`` if
+        its attempt has no intent."""
+        ...
+
+    def intents(self) -> list[EffectIntent]:
+        """The latest intent of every key, oldest first (by ``at``, then key). Fail closed: raises
+        ``Refused`` on the first damaged record."""
         ...
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:

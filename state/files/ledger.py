@@ -71,12 +71,14 @@ class Ledger:
     def record(
         self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
         channel: Optional[str] = None, approval: Optional[str] = None, result: Any = None,
+        settled_by: Optional[str] = None, settle_reason: Optional[str] = None,
     ) -> tuple[LedgerEntry, bool]:
         """Record the action for ``key`` exactly once (``action``: the tool's name). Returns
         ``(entry, created)``.
 
         ``channel`` and ``approval`` are stored when given, ``result`` (the effect function's JSON
-        result) when not None (see :class:`LedgerEntry`).
+        result), ``settled_by`` and ``settle_reason`` (a human settled it) when not None (see
+        :class:`LedgerEntry`).
 
         ``created`` is False when an identical entry (same task and content) already existed; the
         first entry is returned unchanged. Raises :class:`Refused` when the key exists for another
@@ -95,6 +97,8 @@ class Ledger:
                 **({"channel": channel} if channel is not None else {}),
                 **({"approval": approval} if approval is not None else {}),
                 **({"result": result} if result is not None else {}),
+                **({"settled_by": settled_by} if settled_by is not None else {}),
+                **({"settle_reason": settle_reason} if settle_reason is not None else {}),
             )
             # never a key on disk: a title holding one becomes "[redacted]" (state.secrets)
             record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER,

@@ -51,8 +51,8 @@ from state.integrity import KEY_FILE, check_key_creatable, load_key
 from state.paths import check_regular, check_state_dir, inside, open_regular, read_regular
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.inspection import Inspected
-from state.records import LedgerEntry, RejectionRecord
-from state.files import rejections
+from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.files import intents, rejections
 from state.files.ledger import Ledger
 # Helpers that live in other modules (no import cycle); their names stay importable from here.
 from state.paths import file_name  # noqa: F401
@@ -221,11 +221,34 @@ class Store:
 
     def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
                       channel: Optional[str] = None, approval: Optional[str] = None,
-                      result: Any = None) -> tuple[LedgerEntry, bool]:
+                      result: Any = None, settled_by: Optional[str] = None,
+                      settle_reason: Optional[str] = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`state.store.TaskStore.ledger_record` (:meth:`state.files.ledger.Ledger.record`)."""
         return Ledger(self.ledger_dir).record(key=key, task_id=task_id, action=action, title=title,
                                               content_sha256=content_sha256, channel=channel,
-                                              approval=approval, result=result)
+                                              approval=approval, result=result, settled_by=settled_by,
+                                              settle_reason=settle_reason)
+
+    def intent_get(self, key: str) -> Optional[EffectIntent]:
+        """See :meth:`state.store.TaskStore.intent_get` (:func:`state.files.intents.intent_get`)."""
+        return intents.intent_get(self, key)
+
+    def intent_record(self, intent: EffectIntent) -> tuple[EffectIntent, bool]:
+        """See :meth:`state.store.TaskStore.intent_record` (:func:`state.files.intents.intent_record`)."""
+        return intents.intent_record(self, intent)
+
+    def settlement_get(self, key: str, attempt: int) -> Optional[Settlement]:
+        """See :meth:`state.store.TaskStore.settlement_get` (:func:`state.files.intents.settlement_get`)."""
+        return intents.settlement_get(self, key, attempt)
+
+    def settlement_record(self, settlement: Settlement) -> tuple[Settlement, bool]:
+        """See :meth:`state.store.TaskStore.settlement_record`
+        (:func:`state.files.intents.settlement_record`)."""
+        return intents.settlement_record(self, settlement)
+
+    def intents(self) -> list[EffectIntent]:
+        """See :meth:`state.store.TaskStore.intents` (:func:`state.files.intents.intents`)."""
+        return intents.intents(self)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`state.store.TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""

@@ -1,0 +1,147 @@
+"""Write-ahead intents and settlements of effects through a service, one file each, created exclusively.
+
+Layout: ``<state dir>/effects/<file_name(key)>.<attempt>.intent.json`` (an
+:class:`state.records.EffectIntent`, written and fsynced before the request is sent) and
+``<state dir>/effects/<file_name(key)>.<attempt>.settled.json`` (a
+:class:`state.records.Settlement`: that attempt did not happen). Each is created with
+:func:`state.durable.create_exclusive` (temp file, fsync, ``os.link``), so two processes can never
+both write attempt ``n`` of a key: the one that loses reads the winner's. Nothing is ever rewritten
+or removed. The ledger entry (``ledger/``) stays the one proof that an effect happened.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from state import effects, secrets
+from state.durable import create_exclusive
+from state.errors import Refused
+from state.fileio import parse_json_object
+from state.paths import file_name, inside, read_regular
+from state.records import EffectIntent, Settlement
+from state.schema import validation_message
+
+if TYPE_CHECKING:  # the file store calls these with itself
+    from state.files.store import Store
+
+MAX_RECORD_BYTES = 64 * 1024
+_NAME = re.compile(r"^(?P<stem>.+)\.(?P<attempt>[1-9][0-9]{0,2})\.(?P<kind>intent|settled)\.json$")
+M = TypeVar("M", bound=BaseModel)
+
+
+def folder(store: "Store") -> Path:
+    """``<state dir>/effects``."""
+    return store.root / "effects"
+
+
+def path_for(store: "Store", key: str, attempt: int, kind: str) -> Path:
+    """``effects/<file_name(key)>.<attempt>.<kind>.json`` (``kind``: ``intent`` or ``settled``);
+    raises :class:`Refused` if it resolves outside the state dir."""
+    return inside(store.root, folder(store) / f"{file_name(key)}.{attempt}.{kind}.json", f"{kind} record of {key!r}")
+
+
+def _parse(path: Path, model: type[M]) -> Optional[M]:
+    raw = read_regular(path, f"effect record {path.name}", limit=MAX_RECORD_BYTES)
+    if raw is None:
+        return None
+    data = parse_json_object(raw, f"effect record {path.name}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise Refused("ledger_mismatch", f"effect record {path.name} is not valid: {validation_message(exc)}") from None
+
+
+def _read(path: Path, model: type[M], key: str, attempt: int) -> Optional[M]:
+    rec = _parse(path, model)
+    if rec is None:
+        return None
+    if (getattr(rec, "idempotency_key"), getattr(rec, "attempt")) != (key, attempt):
+        raise Refused("ledger_mismatch", f"effect record {path.name} names key {getattr(rec, 'idempotency_key')!r} "
+                      f"attempt {getattr(rec, 'attempt')}, not {key!r} attempt {attempt} (key mismatch)")
+    return rec
+
+
+def _attempts(store: "Store", key: str, kind: str) -> list[int]:
+    stem = file_name(key)
+    out = []
+    if folder(store).is_dir():
+        for path in folder(store).glob(f"{stem}.*.{kind}.json"):
+            match = _NAME.match(path.name)
+            if match and match["stem"] == stem:
+                out.append(int(match["attempt"]))
+    return sorted(out)
+
+
+def intent_get(store: "Store", key: str) -> Optional[EffectIntent]:
+    """The intent of ``key``'s latest attempt, or None. Raises :class:`Refused` if a file is damaged."""
+    found = _attempts(store, key, "intent")
+    if not found:
+        return None
+    return _read(path_for(store, key, found[-1], "intent"), EffectIntent, key, found[-1])
+
+
+def settlement_get(store: "Store", key: str, attempt: int) -> Optional[Settlement]:
+    """The settlement of ``key``'s ``attempt``, or None. Raises :class:`Refused` if it is damaged."""
+    return _read(path_for(store, key, attempt, "settled"), Settlement, key, attempt)
+
+
+def _create(store: "Store", rec: M, kind: str, spec: object, failpoint: str) -> tuple[M, bool]:
+    key, attempt = getattr(rec, "idempotency_key"), getattr(rec, "attempt")
+    body = secrets.redact(rec.model_dump(exclude_unset=True), spec, what=f"{kind} record of key {key!r}",
+                          closed_keys=True)
+    data = (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    created = create_exclusive(path_for(store, key, attempt, kind), data, owner=file_name(key), failpoint=failpoint)
+    if created:
+        effects.note(getattr(rec, "task_id"), "wrote the effect's intent" if kind == "intent"
+                     else "recorded that the effect did not happen")
+    back = _read(path_for(store, key, attempt, kind), type(rec), key, attempt)
+    if back is None:
+        raise Refused("ledger_mismatch", f"{kind} record of key {key!r} attempt {attempt} cannot be read back")
+    return back, created
+
+
+def intent_record(store: "Store", intent: EffectIntent) -> tuple[EffectIntent, bool]:
+    """Create ``intent`` (its key and attempt) exactly once: ``(the record stored, created)``; when
+    another process wrote that attempt first, theirs is returned with ``created`` False. Raises
+    :class:`Refused` if attempt ``n - 1`` has no settlement (only a settled attempt may be followed)."""
+    if intent.attempt > 1 and settlement_get(store, intent.idempotency_key, intent.attempt - 1) is None:
+        raise Refused("ledger_mismatch", f"attempt {intent.attempt} of key {intent.idempotency_key!r} follows an "
+                      "attempt that was never settled; refusing")
+    return _create(store, intent, "intent", secrets.INTENT, "effect:intent")
+
+
+def settlement_record(store: "Store", settlement: Settlement) -> tuple[Settlement, bool]:
+    """Create ``settlement`` exactly once: ``(the record stored, created)``. Raises
+    :class:`Refused` if its attempt has no intent."""
+    key, attempt = settlement.idempotency_key, settlement.attempt
+    if not path_for(store, key, attempt, "intent").exists():
+        raise Refused("ledger_mismatch", f"no intent of key {key!r} attempt {attempt} to settle")
+    return _create(store, settlement, "settled", secrets.SETTLEMENT, "effect:settle")
+
+
+def intents(store: "Store") -> list[EffectIntent]:
+    """The latest intent of every key, oldest first. Raises :class:`Refused` on a damaged file."""
+    if not folder(store).is_dir():
+        return []
+    latest: dict[str, tuple[int, Path]] = {}
+    for path in folder(store).glob("*.intent.json"):
+        match = _NAME.match(path.name)
+        if match is None:
+            raise Refused("ledger_mismatch", f"effect record {path.name} is not named <key>.<attempt>.intent.json")
+        attempt = int(match["attempt"])
+        if attempt > latest.get(match["stem"], (0, path))[0]:
+            latest[match["stem"]] = (attempt, path)
+    out = []
+    for attempt, path in latest.values():
+        rec = _parse(path, EffectIntent)
+        if rec is None:
+            raise Refused("ledger_mismatch", f"effect record {path.name} cannot be read (removed meanwhile?)")
+        if f"{file_name(rec.idempotency_key)}.{rec.attempt}.intent.json" != path.name:
+            raise Refused("ledger_mismatch", f"effect record {path.name} names key {rec.idempotency_key!r} (key mismatch)")
+        out.append(rec)
+    return sorted(out, key=lambda i: (i.at, i.idempotency_key))
