@@ -30,6 +30,8 @@ CODES = frozenset({
     "stale_revision", "locked",
     # input refused before anything is written
     "unsafe_input", "secret", "settings", "budget", "agent", "model",
+    # effects through a service (workflow/external.py)
+    "in_doubt", "unconfirmed", "effect_conflict", "service_changed", "not_in_doubt",
     # everything else (a refusal nobody needs to tell apart yet)
     "refused",
 })

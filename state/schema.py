@@ -456,7 +456,8 @@ class Checkpoint(_Strict):
     ``expires_at`` (null when nothing is pending) and ``approval_ttl_s`` (approval expiry). All of
     these are required: a file missing one is refused, never filled in with a default.
     ``state_id`` (the state dir it belongs to, see :mod:`state.state_id`; null in
-    files written before it); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`).
+    files written before it); ``mac`` (HMAC-SHA256, see :mod:`state.integrity`); ``service``
+    (the URL of the service the effect goes through; null or absent: the local ledger).
     """
 
     schema_version: Literal[3]
@@ -496,6 +497,10 @@ class Checkpoint(_Strict):
     #: The ID of the state dir the checkpoint belongs to (``state.id``, see ``state.state_id``);
     #: None: written before the field existed (legacy, accepted only as ``state.state_id`` says).
     state_id: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{32}$")
+    #: The URL of the service the task's effect goes through (``HITL_PUBLISH_URL`` at start, no
+    #: credentials: docs/external-effects.md); None: the local ledger entry is the effect. A resume
+    #: under another service is refused before any request.
+    service: Optional[str] = Field(default=None, min_length=1, max_length=2000)
 
     @field_validator("task_id", "idempotency_key")
     @classmethod

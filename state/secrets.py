@@ -257,7 +257,7 @@ CHECKPOINT = by_path(
     closed=[(k,) for k in ("schema_version", "task_id", "idempotency_key", "action", "content_sha256",
                            "status", "revision", "sdk_version", "run_state_schema_version", "agent",
                            "created_at", "updated_at", "expires_at", "approval_ttl_s", "budget",
-                           "spend", "state_id", "mac", "channels")]
+                           "spend", "state_id", "mac", "channels", "service")]
     + _D1 + _D2 + [("pending", "*", "tool"), _H + ("at",), _H + ("event",), _H + ("revision",),
                    _HD + ("calls", "*", "tool")]
     + [_HD + (k,) for k in ("expires_at", "schema_version", "sdk_version", "run_state_schema_version",

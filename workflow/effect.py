@@ -40,10 +40,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from state import open_stores
+from workflow import external
 from state.errors import Next, Refused
 from state.schema import CHANNEL_ARG, channel_scope, content_fingerprint, content_of, effect_key, valid_channel
 
 _EFFECTFUL: set[str] = set()
+#: Function identity → the ``service`` its tool was declared with (:func:`service_of`).
+_SERVICES: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ class Effect:
     with several channels, :func:`state.schema.effect_key`): the function must itself be idempotent
     by it (a crash after the function and before the ledger entry runs it again with the same key);
     ``task_id``, ``channel`` (one of the task's), ``call_id`` (the model's ``tool_call_id``) and
-    ``action`` (the tool's name).
+    ``action`` (the tool's name). For an effect through a service, ``request_key`` is what the
+    function sends as the ``Idempotency-Key`` (docs/external-effects.md).
     """
 
     idempotency_key: str
@@ -62,6 +66,11 @@ class Effect:
     channel: str
     call_id: str
     action: str
+    #: Only for an effect through a service (``effect_tool(service=…)``, :mod:`workflow.external`):
+    #: the ``Idempotency-Key`` to send (32 hex characters, the same for every try of this attempt,
+    #: unique per deployment) and the attempt's number (from 1); None for a local effect.
+    request_key: Optional[str] = None
+    attempt: Optional[int] = None
 
 
 def function_identity(tool: Any) -> str:
@@ -86,6 +95,13 @@ def effectful(tool: Any) -> Any:
     """Register ``tool`` (a ``FunctionTool``) as having an effect; return it unchanged."""
     _EFFECTFUL.add(function_identity(tool))
     return tool
+
+
+def service_of(tool: Any) -> Optional[external.Service]:
+    """The service ``tool``'s effect goes through now (``effect_tool(service=…)``, asked now when
+    it is a callable), or None: a local effect. Raises ``TypeError`` for a declared value that is
+    not a :class:`workflow.external.Service`."""
+    return external.current(_SERVICES.get(function_identity(tool)))
 
 
 def is_effectful(tool: Any) -> bool:
@@ -134,7 +150,7 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
                 private_channels: Iterable[str] = (),
                 answer: Optional[Callable[[Any, Any, bool], Any]] = None,
                 label: Optional[Callable[[dict[str, Any]], str]] = None,
-                done: str = "done", content_word: str = "content") -> Any:
+                done: str = "done", content_word: str = "content", service: Any = None) -> Any:
     """Declare an effectful tool: ``fn(effect: Effect, **arguments) -> JSON-able result``.
 
     Returns the SDK's ``FunctionTool`` (``function_tool(needs_approval=…,
@@ -156,6 +172,12 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     - ``label(arguments)``: the ledger entry's one-line ``title`` (default: the task's title).
     - ``done``/``content_word``: the words of the refusals ("nothing was ``done``", "content that
       differs from the ``content_word`` that was started and approved").
+    - ``service``: the provider the effect goes through (a :class:`workflow.external.Service`, or
+      a callable returning one or None, asked at each call); None: a local effect. With one, the
+      gate writes the attempt's intent before ``fn`` runs, ``fn`` sends ``effect.request_key`` as
+      the ``Idempotency-Key``, failures are tried again as the provider allows and the outcome is
+      recorded before the model is told (:func:`workflow.external.perform`); the task records the
+      service's URL at start, and a call under another URL is refused.
 
     The arguments ``fn`` is called with are the model's, validated by the SDK; ``channel`` (when
     ``fn`` has that parameter) is the resolved channel. ``fn`` must be idempotent by
@@ -166,7 +188,7 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
         return lambda f: effect_tool(f, name=name, needs_approval=needs_approval,
                                      description=description, private_channels=private_channels,
                                      answer=answer, label=label,
-                                     done=done, content_word=content_word)
+                                     done=done, content_word=content_word, service=service)
     from agents import RunContextWrapper, function_tool  # the SDK only where a tool is declared
 
     sig = inspect.signature(fn)
@@ -194,17 +216,25 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     if inspect.iscoroutinefunction(fn):
         async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
             call = await asyncio.to_thread(_Call.check, ctx, arguments_of(args, kwargs), action,
-                                           needs_approval, private, label, content_word)
+                                           needs_approval, private, label, content_word, service)
             if call.entry is not None:
                 return told(call.entry.result, call.entry, False)
+            if call.service is not None:  # the protocol runs in a thread; fn on this loop
+                loop = asyncio.get_running_loop()
+
+                def send(effect: Effect) -> Any:
+                    return asyncio.run_coroutine_threadsafe(fn(effect, **call.arguments), loop).result()
+                return told(*await asyncio.to_thread(external.perform, call, call.service, send))
             result = await fn(call.effect, **call.arguments)
             return told(*await asyncio.to_thread(call.record, result))
     else:
         def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
             call = _Call.check(ctx, arguments_of(args, kwargs), action, needs_approval, private, label,
-                               content_word)
+                               content_word, service)
             if call.entry is not None:
                 return told(call.entry.result, call.entry, False)
+            if call.service is not None:
+                return told(*external.perform(call, call.service, lambda effect: fn(effect, **call.arguments)))
             return told(*call.record(fn(call.effect, **call.arguments)))
 
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -218,6 +248,7 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     invoke.__doc__ = fn.__doc__
     tool = function_tool(invoke, name_override=name, description_override=description,
                          needs_approval=needs_approval, failure_error_function=None)
+    _SERVICES[function_identity(tool)] = service
     return effectful(tool)
 
 
@@ -251,11 +282,16 @@ class _Call:
     gated: bool
     title: str
     entry: Any
+    #: The service the effect goes through (:mod:`workflow.external`), or None: a local effect.
+    service: Optional[external.Service] = None
 
     @classmethod
     def check(cls, ctx: Any, arguments: dict[str, Any], action: str, rule: Any, private: frozenset[str],
-              label: Optional[Callable[[dict[str, Any]], str]], content_word: str) -> "_Call":
-        """Checks 1-2, then the ledger read of check 3. Raises :class:`Refused`."""
+              label: Optional[Callable[[dict[str, Any]], str]], content_word: str,
+              declared: Any = None) -> "_Call":
+        """Checks 1-2 (and that the task was started with the service the tool has now,
+        ``declared``: see :func:`effect_tool`), then the ledger read of check 3. Raises
+        :class:`Refused`."""
         task = getattr(ctx, "context", None)
         if not isinstance(task, dict) or not {"task_id", "channels", "content_sha256"} <= set(task):
             raise Refused("integrity", f"{action} ran outside a task (no run context built from a checkpoint); "
@@ -284,11 +320,18 @@ class _Call:
         else:
             cp = cp or (store.load(task_id) if store.exists(task_id) else None)
             title = cp.title if cp is not None else task_id
+        service = external.current(declared)
+        url = None if service is None else service.url
+        if task.get("service") != url:  # the task was started to publish elsewhere (or locally)
+            raise Refused("service_changed", [
+                f"{action} for task {task_id}: the task was started with "
+                f"{_where(task.get('service'))}, but this process has {_where(url)}; nothing was "
+                f"{_DONE[action]}", Next("shows_status", task_id)], task_id=task_id)
         key = effect_key(task_id, channel, task["channels"])
         call = cls(effect=Effect(idempotency_key=key, task_id=task_id, channel=channel,
                                  call_id=call_id, action=action),
                    arguments=arguments, store=store, sha=sha, gated=gated, title=title[:200],
-                   entry=None)
+                   entry=None, service=service)
         if store.ledger_get(key) is not None:  # recorded: the store checks it is this task's and
             call.entry = call.write(None)[0]   # content's and returns it, never overwritten
         return call
@@ -308,6 +351,11 @@ class _Call:
         kept = result if _keepable(result) else NOT_KEPT
         entry, created = self.write(kept)
         return (kept if created else entry.result), entry, created
+
+
+def _where(url: Optional[str]) -> str:
+    """``"the service at URL"`` or ``"the local ledger"`` (no service)."""
+    return "the local ledger (no service)" if url is None else f"the service at {url}"
 
 
 #: The largest result the ledger keeps, in bytes of JSON (an entry is refused over 64 KiB).

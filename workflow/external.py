@@ -65,3 +65,142 @@ class Service:
     find: Optional[Callable[[str], Optional[Any]]] = None
     attempts: int = 3
     wait_s: float = 0.2
+
+
+def current(service: Any) -> Optional[Service]:
+    """``service`` as declared on a tool: a :class:`Service`, None, or a callable returning either
+    (asked now, e.g. from settings). Raises ``TypeError`` for anything else."""
+    found = service() if callable(service) else service
+    if found is not None and not isinstance(found, Service):
+        raise TypeError(f"an effect's service must be a workflow.external.Service or None, not {type(found).__name__}")
+    return found
+
+
+def _tries(service: Service, deduplicates: bool) -> Any:
+    """tenacity's ``Retrying``: at most ``service.attempts`` tries, exponential waits from
+    ``service.wait_s`` (at most 5 s); another try after :class:`NotSent` (unless it says
+    ``retry=False``), and after :class:`MayHaveActed` only when the provider ``deduplicates`` (the
+    same key cannot act twice). The last exception is raised as it was."""
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    def again(exc: BaseException) -> bool:
+        return (isinstance(exc, NotSent) and exc.retry) or (deduplicates and isinstance(exc, MayHaveActed))
+
+    return Retrying(stop=stop_after_attempt(max(1, min(10, service.attempts))),
+                    wait=wait_exponential(multiplier=service.wait_s, max=5), retry=retry_if_exception(again),
+                    reraise=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[Any, Any, bool]:
+    """The protocol of one effect through ``service``, after the gate's checks passed and the
+    ledger holds no entry for the call's key (``call``: the gate's ``workflow.effect._Call``;
+    ``send(effect)``: the tool's function with the call's arguments). Returns ``(result, entry,
+    created)`` as the local path does.
+
+    1. The write-ahead intent of the attempt, durable before any request
+       (:meth:`state.store.TaskStore.intent_record`; its ``request_key`` is random, made once, so
+       every try of the attempt sends the same ``Idempotency-Key``). An attempt settled as not done
+       (:class:`state.records.Settlement`) is followed by a new one.
+    2. An intent written by an earlier command (the process died, the service was down, an answer
+       was lost): with a deduplicating provider the service is asked (``find``) and then sent the
+       same key again; with one that cannot deduplicate nothing is sent: the call is in doubt and
+       a human settles it.
+    3. The request, retried by :func:`_tries`; the outcome (the service's answer) recorded in the
+       ledger; only then is the model told.
+
+    Raises :class:`state.errors.Refused`: ``in_doubt`` (nothing sent by this command: settle it),
+    ``unconfirmed`` (not confirmed; the same command sends again with the same key), ``effect_conflict``
+    (the service holds the key for other content), ``service_changed`` (an intent for another service).
+    """
+    from state import failpoints
+    from state.clock import now_iso
+    from state.errors import Next, Refused
+    from state.records import EffectIntent, Settlement, check_intent_for
+
+    store, e = call.store, call.effect
+    key, task_id = e.idempotency_key, e.task_id
+    intent = store.intent_get(key)
+    if intent is not None:
+        check_intent_for(intent, task_id=task_id, content_sha256=call.sha, action=e.action)
+        if intent.service != service.url:
+            raise Refused("service_changed", f"{e.action} for task {task_id}: its effect was begun with the service at "
+                          f"{intent.service}, not {service.url}; nothing was sent", task_id=task_id)
+    fresh = False
+    if intent is None or store.settlement_get(key, intent.attempt) is not None:
+        import uuid
+
+        intent, fresh = store.intent_record(EffectIntent(
+            idempotency_key=key, attempt=1 if intent is None else intent.attempt + 1, task_id=task_id,
+            channel=e.channel, call_id=e.call_id, action=e.action, content_sha256=call.sha,
+            request_key=uuid.uuid4().hex, service=service.url, deduplicates=service.deduplicates, at=now_iso()))
+    sent = f"{e.action} for task {task_id} on {e.channel}"
+    if not fresh and not intent.deduplicates:
+        raise Refused("in_doubt", [
+            f"{sent} is in doubt: a request was begun at {intent.at} and the service at {intent.service}, "
+            "which does not deduplicate, may have acted on it; nothing was sent again; a human must look at "
+            "the service and settle it", Next("settle", task_id, e.call_id)], task_id=task_id)
+    effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
+    if not fresh and service.find is not None:  # ask before sending again: never guess
+        try:
+            found = _tries(service, True)(service.find, intent.request_key)
+        except Exception:
+            found = None  # the lookup failed: sending again with the same key is as safe
+        if found is not None:
+            return call.record(found)
+    failpoints.hit("effect:request:before")
+    try:
+        result = _tries(service, intent.deduplicates)(send, effect)
+    except Conflict as exc:
+        raise Refused("effect_conflict", [
+            f"{sent}: the service at {intent.service} holds Idempotency-Key {intent.request_key} for other "
+            f"content ({_one_line(exc)}); it was not published by this call; a human must check",
+            Next("doctor")], task_id=task_id) from None
+    except NotSent as exc:
+        if not intent.deduplicates:  # provably not sent: the next command may send it once more
+            store.settlement_record(Settlement(idempotency_key=key, attempt=intent.attempt, task_id=task_id,
+                                               by="program", at=now_iso(), reason=_one_line(exc)[:500],
+                                               source="not_sent"))
+        raise Refused("unconfirmed", [
+            f"{sent}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
+            "recorded and nothing was published", Next("resume_again", task_id)], task_id=task_id) from None
+    except Exception as exc:
+        if intent.deduplicates:
+            raise Refused("unconfirmed", [
+                f"{sent}: the service at {intent.service} did not confirm it ({_one_line(exc)}); it may or may "
+                f"not have acted, and a repeat with the same Idempotency-Key cannot act twice",
+                Next("resume_again", task_id)], task_id=task_id) from None
+        raise Refused("in_doubt", [
+            f"{sent} is in doubt: the service at {intent.service}, which does not deduplicate, may have acted "
+            f"({_one_line(exc)}); nothing will be sent again by the program; a human must look at the service "
+            "and settle it", Next("settle", task_id, e.call_id)], task_id=task_id) from None
+    failpoints.hit("effect:request:after")
+    return call.record(result)
+
+
+def effect_status(store: Any, key: str, entry: Any = None) -> Optional[dict[str, Any]]:
+    """Where the effect of ``key`` stands, for the views (``show``, ``status``, ``ledger``, the inbox,
+    ``doctor``): None when no effect through a service was begun for it (the local ledger), else
+    ``{"state", "service", "attempt", "request_key", "since", "publication_id"}``: ``state``
+    ``published`` (the ledger entry exists: ``entry`` or read now), ``publishing`` (not confirmed;
+    the same resume sends again) or ``in_doubt`` (a provider without deduplication may have acted:
+    a human settles it). Raises ``Refused`` if a record is damaged."""
+    intent = store.intent_get(key)
+    if intent is None:
+        return None
+    entry = entry if entry is not None else store.ledger_get(key)
+    if entry is not None:
+        state = "published"
+    elif intent.deduplicates or store.settlement_get(key, intent.attempt) is not None:
+        state = "publishing"
+    else:
+        state = "in_doubt"
+    result = getattr(entry, "result", None)
+    pub = result.get("id") if isinstance(result, dict) and isinstance(result.get("id"), str) else None
+    return {"state": state, "service": intent.service, "attempt": intent.attempt,
+            "request_key": intent.request_key, "since": intent.at, "publication_id": pub,
+            "settled_by": getattr(entry, "settled_by", None)}

@@ -12,7 +12,7 @@ import functools
 import json
 from contextlib import contextmanager
 from importlib import metadata
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from agents import MaxTurnsExceeded, ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
@@ -46,7 +46,8 @@ def sdk_version() -> str:
     return metadata.version("openai-agents")
 
 
-def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str], action: str) -> dict[str, Any]:
+def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str], action: str,
+                service: Optional[str] = None) -> dict[str, Any]:
     """The run context: plain JSON only (the SDK's ``to_string()`` raises on a non-JSON value in a dict context).
 
     Built from our verified checkpoint and passed as ``context=`` / ``context_override=``, so the
@@ -54,7 +55,9 @@ def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str], ac
     (the tool derives each channel's key from ``task_id`` and ``channels``); ``action`` is the
     task's action (the gated tool's name, ``Checkpoint.action``). ``store`` is a token
     for ``store`` in this process (:mod:`state.open_stores`): the context is saved in the
-    RunState, so no path or database URL goes in it.
+    RunState, so no path or database URL goes in it. ``service``: the URL of the service the
+    task's effect goes through (``Checkpoint.service``), or None for the local ledger; the gate
+    refuses a call when the tool's service is another (:mod:`workflow.external`).
     """
     return {
         "task_id": cp_task_id,
@@ -63,7 +66,17 @@ def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str], ac
         "channels": list(channels),
         "action": action,
         "store": open_stores.token_for(store),
+        "service": service,
     }
+
+
+def service_url(tool: Any) -> Optional[str]:
+    """The URL of the service ``tool`` (the agent's gated tool) sends its effect to now
+    (:func:`workflow.effect.service_of`), or None: a local effect."""
+    from workflow.effect import service_of
+
+    found = service_of(tool)
+    return None if found is None else found.url
 
 
 def task_input(task_id: str, title: str, content: Any, labels: Any = None) -> str:
@@ -195,11 +208,13 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
 def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channels: list[str],
                      pending: list[dict[str, Any]],
                      run_state: str, rs_version: str, agent: dict[str, Any], spec: ModelSpec,
-                     budget: Budget, spend: Any, expires_in_s: int) -> dict[str, Any]:
+                     budget: Budget, spend: Any, expires_in_s: int,
+                     service: Optional[str] = None) -> dict[str, Any]:
     """The body of revision 1 of a task's checkpoint (``waiting_for_approval``; every field of
     :class:`state.schema.Checkpoint` but ``mac`` and ``state_id``). ``agent`` is
     :func:`workflow.agent_check.describe` of the agent that ran; ``action`` the name of its tool
-    with an effect; ``expires_in_s`` seconds from now."""
+    with an effect; ``expires_in_s`` seconds from now; ``service``: where the effect goes (absent
+    when None: the local ledger)."""
     now = now_iso()
     expires_at = clock.deadline(expires_in_s)
     versions = {"schema_version": SCHEMA_VERSION, "sdk_version": sdk_version(),
@@ -214,7 +229,7 @@ def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channel
                                 "expires_at": expires_at, **versions}}],
         "created_at": now, "updated_at": now, "model": spec.model_dump(),
         "budget": budget.model_dump(), "spend": spend.model_dump(), "expires_at": expires_at,
-        "approval_ttl_s": expires_in_s,
+        "approval_ttl_s": expires_in_s, **({"service": service} if service is not None else {}),
     }
 
 
@@ -260,15 +275,23 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
     (:func:`check_stored_run_state`), if the agent changed since the save
     (:func:`workflow.agent_check.drift`, with ``app.compatible_saved``; unchecked, the SDK accepts
     the state and fails later, mid-run), if its gated tool is not the task's action
-    (:func:`workflow.agent_check.gated_tool`), or if another ``openai-agents`` minor version saved
+    (:func:`workflow.agent_check.gated_tool`) or sends its effect to another service than the task
+    was started with (``Checkpoint.service``), or if another ``openai-agents`` minor version saved
     it. Raises :class:`Refused`."""
     check_stored_run_state(cp)
     changes = drift(cp.agent.model_dump(), describe(agent), app.compatible_saved)
     if changes:
         raise Refused("drift", f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
-    gated = gated_tool(agent, app.action).name
-    if gated != cp.action:
-        raise Refused("drift", f"task {cp.task_id}: its action is {cp.action}, but the agent's gated tool is {gated}")
+    tool = gated_tool(agent, app.action)
+    if tool.name != cp.action:
+        raise Refused("drift", f"task {cp.task_id}: its action is {cp.action}, but the agent's gated tool is {tool.name}")
+    url = service_url(tool)
+    if url != cp.service:  # before any request: the task is published where it was started
+        where = {None: "the local ledger (no service)"}
+        raise Refused("service_changed", [
+            f"task {cp.task_id} was started to publish through {where.get(cp.service, cp.service)}, but this "
+            f"process has {where.get(url, url)}; nothing was sent",
+            Next("shows_status", cp.task_id)], task_id=cp.task_id)
     if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:
         raise Refused("unsupported_version",
             f"task {cp.task_id} was saved by openai-agents {cp.sdk_version}; installed is "

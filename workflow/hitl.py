@@ -48,9 +48,8 @@ DecisionWord = Literal["approve", "reject"]
 
 # No hosted trace export: traces go to the state dir (workflow/observe/tracing.py); nothing leaves the machine.
 tracing.install()
-# The SDK logs a failed model call before raising it; without a handler Python would print that to
-# stderr next to our one STOPPED line. During each run, tracing.recording attaches a handler that
-# writes the SDK's warnings to the task's trace file instead.
+# The SDK logs a failed model call before raising it; without a handler Python would print that next to
+# our STOPPED line. During each run, tracing.recording writes the SDK's warnings to the task's trace file.
 logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
@@ -81,7 +80,8 @@ async def start(store: Store, app: Application, *, task_id: str, title: str, con
     guard = BudgetGuard(budget, Pricing(spec, budget))
     agent = app.agent(spec, guard, model)
     check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
-    action = gated_tool(agent, app.action).name  # the tool with an effect: the task's action
+    tool = gated_tool(agent, app.action)  # the tool with an effect: the task's action, and its service
+    action, service = tool.name, guards.service_url(tool)
     store.check_writable(task_id)  # hostile files, a damaged key or state.id: nothing written
     existing = guards.existing_task(store, task_id, title, sha, channels, action)  # before the lock: no file
     if existing is not None:
@@ -90,7 +90,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str, con
         existing = guards.existing_task(store, task_id, title, sha, channels, action)  # another start won?
         if existing is not None:
             return existing
-        context = guards.run_context(store, task_id, sha, channels, action)
+        context = guards.run_context(store, task_id, sha, channels, action, service)
         try:
             run = Runner.run if on_event is None else streaming.runner(on_event)
             with tracing.recording(store, task_id, "start", content=trace_content):
@@ -105,7 +105,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str, con
         return store.save(guards.first_checkpoint(
             task_id=task_id, action=action, title=title, sha=sha, channels=channels, pending=pending,
             run_state=run_state, rs_version=rs_version, agent=describe(agent), spec=spec, budget=budget,
-            spend=spend, expires_in_s=expires_in_s), failpoint="checkpoint:start")
+            spend=spend, expires_in_s=expires_in_s, service=service), failpoint="checkpoint:start")
 
 
 async def resume(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
@@ -154,7 +154,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
             agent = app.agent(cp.model, guard, model)
         if verified is None or (verified.revision, verified.mac) != (cp.revision, cp.mac):
             guards.check_saved_against_code(cp, agent, app)  # another revision since
-        context = guards.run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action)
+        context = guards.run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action, cp.service)
         state = await _from_string(agent, cp.run_state, cp.task_id, context)
         apply_max_turns(state, budget)
         why = blocked(budget, spend, guard.pricing)
