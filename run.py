@@ -3,7 +3,7 @@
     python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps``, ``serve`` (docs/commands.md). Exit codes: 0 done; 1 STOPPED (one
+``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``publishing-service`` (docs/commands.md). Exit codes: 0 done; 1 STOPPED (one
 line on stderr beginning ``STOPPED:``, no traceback, nothing changed on disk, or a line saying what
 was already done); 2 usage error. Read-only commands never import the SDK; ``review`` only to decide.
 """
@@ -20,7 +20,7 @@ from state import clock, effects
 from state.settings import check_environment, settings
 from state.errors import Refused
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
-from cli import arguments as A, hints, output
+from cli import arguments as A, commands, hints, output
 from cli.text import budget_lines
 from workflow.review import inbox
 from state.store import open_store
@@ -94,11 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("demo", "the whole story, narrated, with the offline model")
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
     A.serve_parser(sub)
+    A.settle_parser(sub)  # settle, publishing-service
     return parser
 
 
 def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     """Execute one parsed command; return the JSON object to print (None for ``demo``)."""
+    if args.command == "publishing-service":  # its own flags, no store (docs/external-effects.md)
+        sys.exit(commands.publishing_service(args))
     store = open_store(args.store, args.state_dir)
     if args.command == "start":
         import asyncio  # with the SDK (~2 s): only commands that run the agent
@@ -120,7 +123,9 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
                      on_event=output.printer_for(args), edit=A.edit(args))
     elif args.command == "status":
         cp = store.load(inbox.pick_task(store, args.task, waiting_only=False))
-    if args.command in ("start", "resume", "status"):  # one task: its view and its budget lines
+    elif args.command == "settle":  # a person's finding about a call in doubt (workflow/settle.py)
+        cp = commands.settle(store, args)
+    if args.command in ("start", "resume", "status", "settle"):  # one task: its view and its budget lines
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "list":
@@ -134,16 +139,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         expired, busy = inbox.expire_overdue(store, args.task)
         return {"expired": expired, **({"busy": busy} if busy else {})}
     if args.command == "review":
-        if not sys.stdin.isatty():
-            raise Refused("usage", "review needs a terminal (stdin is not a tty); use: python run.py "
-                          "resume --task ID --decision approve|reject [--reason TEXT]")
-        by = A.reviewer(args.by)
-        done = inbox.review(store, ask=input, say=print, hint=hints.hint,
-                            decide=lambda t, d, r: task_view(store, _decide(
-                                store, t, d, r, by=by, trace_content=args.trace_content)))
-        decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
-        print(f"reviewed: {decided} decided, {done['remaining']} still waiting")
-        return None
+        return commands.review(store, args, _decide, task_view, A.reviewer(args.by))
     if args.command == "doctor":
         from workflow.ops.doctor import doctor, with_actions  # SDK-free
         return with_actions(doctor(store, repair=args.repair), hints.hint)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from state import clock
 from state.settings import store_url_problem
 from state.schema import (DEFAULT_MAX_COST_USD, DEFAULT_MAX_TOKENS, DEFAULT_MAX_TURNS,
-                          MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_TITLE_CHARS, MAX_TURNS_LIMIT,
+                          MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS, MAX_TURNS_LIMIT,
                           MIN_OUTPUT_TOKENS, check_base_url, check_text, key_problem, valid_channel)
 
 
@@ -173,6 +173,23 @@ def serve_parser(sub: Any) -> None:
                         "(default: the OS user)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a --host beyond this machine (prints a warning)")
+
+
+def settle_parser(sub: Any) -> None:
+    """The ``settle`` subcommand (a person's finding about a call in doubt, ``workflow/settle.py``)
+    and ``publishing-service`` (the reference service, ``tools/publishing_service.py``: its own
+    flags, passed on as they are)."""
+    p = sub.add_parser("settle", help="record what you found at the service for a call in doubt")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    p.add_argument("--task", type=key, required=True)
+    p.add_argument("--call", type=call_id, help="the call in doubt (when several)")
+    p.add_argument("--outcome", required=True, choices=["published", "not-published"],
+                   help="published: record it and finish the run; not-published: the next resume sends it again")
+    p.add_argument("--by", required=True, type=text("--by", MAX_NAME_CHARS, True), help="who looked")
+    p.add_argument("--reason", type=text("reason", MAX_REASON_CHARS, False), help="what was found, and where")
+    p = sub.add_parser("publishing-service", add_help=False, prefix_chars="\0",
+                       help="the reference publishing service (--port P --data DIR; --help for its switches)")
+    p.add_argument("service_args", nargs=argparse.REMAINDER)
 
 
 def run_flags(p: argparse.ArgumentParser) -> None:

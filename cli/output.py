@@ -142,9 +142,15 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
         n = len(result["entries"])
         print(f"ledger: {one_line(result['path'])} ({n} {'entry' if n == 1 else 'entries'})")
         for e in result["entries"]:
+            settled = f"  settled by {one_line(e['settled_by'])}" if e.get("settled_by") else ""
+            pub = e["result"].get("id") if isinstance(e.get("result"), dict) else None
             print(f"  {one_line(e['published_at'])}  {one_line(e['idempotency_key'])}  "
                   f"{one_line(e['channel'] or '(no channel)')}  {e['title']!r}  "
-                  f"sha256(title+body)={e['content_sha256'][:12]}…")
+                  f"sha256(title+body)={e['content_sha256'][:12]}…"
+                  + (f"  publication {one_line(pub)}" if isinstance(pub, str) else "") + settled)
+        for f in result.get("in_flight", []):
+            print(f"  not confirmed: {one_line(f['idempotency_key'])}  {one_line(f['state'])}  through "
+                  f"{one_line(f['service'])} (attempt {f['attempt']} since {one_line(f['since'])})")
     elif command == "traps":
         print(traps_text(result))
     elif command == "doctor":

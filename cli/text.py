@@ -66,10 +66,43 @@ def task_text(task: dict[str, Any]) -> str:
     if task["final_output"]:
         lines.append(f"  final output: {several_lines(task['final_output'], '    ')}")
     lines.append(f"  checkpoint: {one_line(task['checkpoint_path'])}")
-    if task["status"] == "waiting_for_approval":
+    lines.extend(effect_lines(task))
+    if task["status"] in ("publishing", "in_doubt"):
+        lines.append(f"  next: {effect_next(task)}")
+    elif task["status"] == "waiting_for_approval":
         call = task["pending"][0]["call_id"] if len(task["pending"]) > 1 else None
         lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\")")
     return "\n".join(lines)
+
+
+def effect_lines(task: dict[str, Any]) -> list[str]:
+    """One line per effect that went through a service (``task["effects"]``): where it stands."""
+    out = []
+    for e in task.get("effects", []):
+        where = f"{one_line(e['channel'])} through {one_line(e['service'])}"
+        if e["state"] == "published":
+            pub = f" as {one_line(e['publication_id'])}" if e["publication_id"] else ""
+            by = f" (settled by {one_line(e['settled_by'])})" if e["settled_by"] else ""
+            out.append(f"  effect on {where}: published{pub}{by}")
+        elif e["state"] == "publishing":
+            out.append(f"  effect on {where}: publishing (attempt {e['attempt']} since {one_line(e['since'])}, "
+                       f"not confirmed; Idempotency-Key {one_line(e['request_key'])})")
+        else:
+            out.append(f"  effect on {where}: IN DOUBT (attempt {e['attempt']} since {one_line(e['since'])}): "
+                       "the service, which does not deduplicate, may have published it; look there, then settle")
+    return out
+
+
+def effect_next(task: dict[str, Any]) -> str:
+    """The command a person pastes for a task ``publishing`` (the same resume: it sends again
+    with the same Idempotency-Key) or ``in_doubt`` (settle, after looking at the service)."""
+    if task["status"] == "publishing":
+        return f"{resume_hint(task['task_id'])} (sends again with the same Idempotency-Key)"
+    doubt = [e for e in task.get("effects", []) if e["state"] == "in_doubt"]
+    calls = [d["call_id"] for d in task.get("decisions", []) if doubt and d["channel"] == doubt[0]["channel"]]
+    call = ["--call", calls[-1]] if len(doubt) > 1 and calls else []
+    return (command("settle", "--task", task["task_id"], *call, "--outcome", "published", "--by", "NAME")
+            + " (or --outcome not-published: the next resume sends it once more)")
 
 
 def budget_lines(cp: Checkpoint) -> list[str]:

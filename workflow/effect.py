@@ -320,9 +320,10 @@ class _Call:
         else:
             cp = cp or (store.load(task_id) if store.exists(task_id) else None)
             title = cp.title if cp is not None else task_id
-        service = external.current(declared)
+        # a call on a private channel, run without a human, stays a local effect: never sent
+        service = external.current(declared) if gated else None
         url = None if service is None else service.url
-        if task.get("service") != url:  # the task was started to publish elsewhere (or locally)
+        if gated and task.get("service") != url:  # the task was started to publish elsewhere (or locally)
             raise Refused("service_changed", [
                 f"{action} for task {task_id}: the task was started with "
                 f"{_where(task.get('service'))}, but this process has {_where(url)}; nothing was "

@@ -204,3 +204,33 @@ def effect_status(store: Any, key: str, entry: Any = None) -> Optional[dict[str,
     return {"state": state, "service": intent.service, "attempt": intent.attempt,
             "request_key": intent.request_key, "since": intent.at, "publication_id": pub,
             "settled_by": getattr(entry, "settled_by", None)}
+
+
+def task_effects(store: Any, cp: Any) -> list[dict[str, Any]]:
+    """Each channel's effect of ``cp`` that went through a service: ``[{"channel", **effect_status}]``
+    (:func:`effect_status`), channels with none left out; ``[]`` for a task with no service
+    (``cp.service`` None: nothing is read). Raises ``Refused`` if a record is damaged."""
+    if cp.service is None:
+        return []
+    from state.schema import effect_key
+
+    out = []
+    for channel in cp.channels:
+        status = effect_status(store, effect_key(cp.task_id, channel, cp.channels))
+        if status is not None:
+            out.append({"channel": channel, **status})
+    return out
+
+
+#: The statuses a task shows while its effect is not confirmed (the checkpoint stays open).
+SHOWN = ("in_doubt", "publishing")
+
+
+def shown_status(status: str, effects: list[dict[str, Any]]) -> str:
+    """The status a person sees: ``in_doubt`` if a call of an open task (``waiting_for_approval``,
+    ``budget_exceeded``) is in doubt, else ``publishing`` if one is not confirmed, else ``status``."""
+    if status in ("waiting_for_approval", "budget_exceeded"):
+        for state in SHOWN:
+            if any(e["state"] == state for e in effects):
+                return state
+    return status

@@ -3,7 +3,10 @@
 - a task: ``{"task_id", "idempotency_key", "status", "decision": null | {"decision", "by", "at",
   "reason"}, "decisions": [{"call_id", "tool", "channel", "decision", "by", "at", "reason",
   "always", "source"}], "channels": [...], "pending": [{"call_id", "tool", "arguments"}],
-  "final_output", "schema_version", "revision", "checkpoint_path"}``. ``decision`` is the latest
+  "final_output", "schema_version", "revision", "checkpoint_path"}``, and for a task whose effect
+  goes through a service ``"service"`` (its URL) and ``"effects"`` (each channel's,
+  :func:`workflow.external.task_effects`); ``status`` is then ``publishing`` or ``in_doubt`` while
+  an effect is not confirmed (:func:`workflow.external.shown_status`). ``decision`` is the latest
   decision of the current round (a one-call task's only one); ``decisions`` lists every call's.
   Each ``decision`` is ``approved``, ``rejected`` or ``approved_with_edits`` (workflow/edits.py).
 - list: ``{"tasks": [task, …]}`` (built by ``workflow.review.inbox.inbox_view``) · ledger: ``{"path",
@@ -17,6 +20,7 @@ from typing import Any
 from state.schema import Checkpoint
 from state.store import TaskStore
 from state.terminal import one_line
+from workflow.external import effect_status, shown_status, task_effects
 
 __all__ = ["one_line", "several_lines", "task_view", "ledger_view", "DECISION_FIELDS"]
 
@@ -40,6 +44,7 @@ def _kind(d: Any) -> str:
 
 def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
     """The task shape above for one checkpoint."""
+    effects = task_effects(store, cp)
     decision = None
     if cp.decision is not None:
         d = cp.decision
@@ -47,7 +52,7 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
     return {
         "task_id": cp.task_id,
         "idempotency_key": cp.idempotency_key,
-        "status": cp.status,
+        "status": shown_status(cp.status, effects),
         "decision": decision,
         "decisions": [{**{k: getattr(d, k) for k in DECISION_FIELDS}, "decision": _kind(d)}
                       for d in cp.decisions],
@@ -57,11 +62,29 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
         "schema_version": cp.schema_version,
         "revision": cp.revision,
         "checkpoint_path": str(store.checkpoint_path(cp.task_id)),
+        **({"service": cp.service, "effects": effects} if cp.service is not None else {}),
     }
 
 
 def ledger_view(store: TaskStore) -> dict[str, Any]:
-    """``{"path": <ledger folder, or the database's ledger>, "entries": [...]}``, oldest first."""
+    """``{"path": <ledger folder, or the database's ledger>, "entries": [...]}``, oldest first; each
+    entry's ``settled_by``/``settle_reason`` only when a human settled it, and ``"in_flight"``
+    (the effects begun through a service and not confirmed: ``[{"idempotency_key", "state",
+    "service", "attempt", "since", "task_id", "channel"}]``) only when there are any."""
     entries = store.ledger_entries()
-    return {"path": str(store.ledger_dir), "entries": [e.model_dump() for e in entries]}
+    recorded = {e.idempotency_key for e in entries}
+    in_flight = []
+    for intent in store.intents():
+        if intent.idempotency_key not in recorded:
+            status = effect_status(store, intent.idempotency_key)
+            if status is not None and status["state"] != "published":
+                in_flight.append({"idempotency_key": intent.idempotency_key, "state": status["state"],
+                                  "service": intent.service, "attempt": intent.attempt, "since": intent.at,
+                                  "task_id": intent.task_id, "channel": intent.channel})
+    shown = [{k: v for k, v in e.model_dump().items() if v is not None or k not in _SETTLED} for e in entries]
+    return {"path": str(store.ledger_dir), "entries": shown, **({"in_flight": in_flight} if in_flight else {})}
+
+
+#: The ledger entry's fields shown only when set (a human settled the effect).
+_SETTLED = ("settled_by", "settle_reason")
 
