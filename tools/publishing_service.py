@@ -1,0 +1,360 @@
+"""A reference publishing service: the provider ``publish_draft`` sends to when ``HITL_PUBLISH_URL``
+is set. It is for the tests and the demo, not a production server: one process, one SQLite file,
+loopback only by default, the standard library only.
+
+The contract (HTTP + JSON; every request needs ``Authorization: Bearer <HITL_PUBLISH_TOKEN>``, else
+``401``):
+
+- ``POST /v1/publications`` with an ``Idempotency-Key`` header and the body ``{"title", "body",
+  "channel"}`` (three strings, nothing else; at most 64 KiB, else ``413``) → ``201`` and the
+  publication ``{"id", "idempotency_key", "title", "body", "channel", "created_at"}`` (``id``:
+  ``pub_`` and 16 hex digits; ``created_at``: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, UTC). The same key
+  and the same body again → ``200``, the same publication, header ``Idempotent-Replayed: true``;
+  the same key with another body → ``409 {"error": …}``; no key, or a body that is not that JSON
+  object → ``400``. Concurrent requests with one key create one publication (a UNIQUE column), and
+  the row is committed (``synchronous=FULL``) before the answer is sent.
+- ``GET /v1/publications?idempotency_key=<key>`` → ``200 {"data": [publication]}`` (``[]`` if none);
+  ``GET /v1/publications`` → every publication, oldest first.
+- ``--no-dedup``: a provider that ignores ``Idempotency-Key`` (every POST creates a publication,
+  with ``"idempotency_key": null``) and has no lookup (``GET ?idempotency_key=`` → ``404``); the
+  plain list still answers, for the tests to count.
+
+Fault switches, for the tests (counted over the process's life, POST only):
+
+- ``--fail-503 N``: the first N POSTs that pass the checks above answer ``503`` and store nothing;
+- ``--lose-answer N``: the first N POSTs that commit (created or replayed) close the connection
+  without any answer: the publication is stored, the client cannot know;
+- ``--slow SECONDS``: every POST waits that long after committing, before answering.
+
+The token comes from ``HITL_PUBLISH_TOKEN`` only (a flag would show in process lists); without it
+the service refuses to start and creates nothing. It is compared in constant time and never
+written, printed or logged. :func:`main` is the command (``publishing-service``);
+:func:`start_in_thread` runs the same server in a thread, for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import math
+import secrets
+import socket
+import sqlite3
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Optional
+from urllib.parse import parse_qs, urlsplit
+
+#: The largest request body accepted, in bytes (a larger one is answered 413, unread).
+MAX_BODY = 64 * 1024
+#: The longest ``Idempotency-Key`` accepted, in characters.
+MAX_KEY = 255
+DB_NAME = "publications.sqlite3"
+FIELDS = ("title", "body", "channel")
+PATH = "/v1/publications"
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS publications (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    idempotency_key TEXT UNIQUE,
+    title TEXT NOT NULL,
+    body TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    created_at TEXT NOT NULL)"""
+_COLUMNS = "id, idempotency_key, title, body, channel, created_at"
+
+
+class _Faults:
+    """The fault switches and their counters (thread-safe)."""
+
+    def __init__(self, fail_503: int, lose_answer: int, slow: float) -> None:
+        self.fail_503, self.lose_answer, self.slow = fail_503, lose_answer, slow
+        self._lock = threading.Lock()
+
+    def take(self, name: str) -> bool:
+        """True (and one fewer left) if the switch ``name`` still has a count left."""
+        with self._lock:
+            left = getattr(self, name)
+            if left > 0:
+                setattr(self, name, left - 1)
+                return True
+            return False
+
+
+class _Database:
+    """The SQLite file: one connection per request (safe across the server's threads)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        db = self._connect()
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(_SCHEMA)
+        finally:
+            db.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA synchronous=FULL")
+        db.row_factory = sqlite3.Row
+        return db
+
+    def create(self, key: Optional[str], fields: dict[str, str]) -> tuple[dict[str, Any], bool]:
+        """Store a publication under ``key`` (None: no deduplication) unless one is there; return
+        ``(publication, created)``. Committed when it returns."""
+        row = {"id": "pub_" + secrets.token_hex(8), "idempotency_key": key, **fields,
+               "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+        db = self._connect()
+        try:
+            cur = db.execute(f"INSERT INTO publications ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
+                             "ON CONFLICT(idempotency_key) DO NOTHING",
+                             [row[c] for c in _COLUMNS.split(", ")])
+            if cur.rowcount == 1 or key is None:
+                return row, True
+            return self._rows(db, key)[0], False
+        finally:
+            db.close()
+
+    def find(self, key: Optional[str]) -> list[dict[str, Any]]:
+        """The publications under ``key``, or all of them if None, oldest first."""
+        db = self._connect()
+        try:
+            return self._rows(db, key)
+        finally:
+            db.close()
+
+    @staticmethod
+    def _rows(db: sqlite3.Connection, key: Optional[str]) -> list[dict[str, Any]]:
+        where, args = ("WHERE idempotency_key = ?", [key]) if key is not None else ("", [])
+        return [dict(r) for r in db.execute(f"SELECT {_COLUMNS} FROM publications {where} ORDER BY seq", args)]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the listen backlog (socketserver's 5 resets a burst of connections)
+
+    def __init__(self, address: tuple[str, int], *, store: _Database, token: str, dedup: bool,
+                 faults: _Faults, verbose: bool) -> None:
+        super().__init__(address, _Handler)
+        self.store, self.dedup, self.faults, self.verbose = store, dedup, faults, verbose
+        self.expected = ("Bearer " + token).encode("utf-8")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "publishing-service"
+    timeout = 30  # seconds a connection may take to send its request
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the base class's name)
+        if self.server.verbose:  # the request line and status only: headers (the token) never
+            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+    def _send(self, status: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:
+        data = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _drain(self, length: int) -> None:
+        """Read and drop up to ``length`` bytes (at most 1 MiB) of a body refused unread."""
+        left = min(length, 1 << 20)
+        while left > 0:
+            chunk = self.rfile.read(min(left, 65536))
+            if not chunk:
+                break
+            left -= len(chunk)
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, {"error": message})
+
+    def _authorised(self) -> bool:
+        got = self.headers.get("Authorization", "")
+        if hmac.compare_digest(got.encode("latin-1", "replace"), self.server.expected):
+            return True
+        self._error(401, "missing or wrong bearer token")
+        return False
+
+    def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+        parts = urlsplit(self.path)
+        if parts.path.rstrip("/") != PATH:
+            return self._error(404, "not found")
+        if not self._authorised():
+            return
+        query = parse_qs(parts.query, keep_blank_values=True)
+        key = query.get("idempotency_key", [None])[-1]
+        if key is not None and not self.server.dedup:
+            return self._error(404, "this service does not look publications up by idempotency key")
+        self._send(200, {"data": self.server.store.find(key)})
+
+    def do_POST(self) -> None:  # noqa: N802
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = 0
+        if length > MAX_BODY:
+            self.close_connection = True
+            self._drain(length)
+            return self._error(413, f"the body is larger than {MAX_BODY} bytes")
+        raw = self.rfile.read(length) if length > 0 else b""  # read first: a socket closed unread resets
+        if urlsplit(self.path).path.rstrip("/") != PATH:
+            return self._error(404, "not found")
+        if not self._authorised():
+            return
+        key = self.headers.get("Idempotency-Key") if self.server.dedup else None
+        if self.server.dedup and (not key or len(key) > MAX_KEY or not key.isprintable()):
+            return self._error(400, f"an Idempotency-Key header (1-{MAX_KEY} printable characters) is required")
+        fields = _fields(raw)
+        if fields is None:
+            return self._error(400, 'the body must be a JSON object {"title", "body", "channel"} of strings')
+        faults = self.server.faults
+        if faults.take("fail_503"):
+            return self._error(503, "unavailable (a fault switch): nothing was stored")
+        try:
+            publication, created = self.server.store.create(key, fields)
+        except sqlite3.Error as exc:  # it may or may not have been stored: the client must ask again
+            return self._error(500, f"the store failed: {type(exc).__name__}")
+        if faults.slow:
+            time.sleep(faults.slow)
+        if faults.take("lose_answer"):
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
+        if created:
+            return self._send(201, publication)
+        if all(publication[f] == fields[f] for f in FIELDS):
+            return self._send(200, publication, {"Idempotent-Replayed": "true"})
+        self._error(409, "this Idempotency-Key was used for another publication")
+
+
+def _fields(raw: bytes) -> Optional[dict[str, str]]:
+    """The body's ``{"title", "body", "channel"}`` (three strings, no other key), or None."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or set(data) != set(FIELDS) or not all(isinstance(data[f], str) for f in FIELDS):
+        return None
+    return {f: data[f] for f in FIELDS}
+
+
+def _server(data_dir: Path, host: str, port: int, *, token: str, dedup: bool, fail_503: int,
+            lose_answer: int, slow: float, verbose: bool) -> _Server:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return _Server((host, port), store=_Database(data_dir / DB_NAME), token=token, dedup=dedup,
+                   faults=_Faults(fail_503, lose_answer, slow), verbose=verbose)
+
+
+def start_in_thread(data_dir: Path, *, token: str, dedup: bool = True, fail_503: int = 0,
+                    lose_answer: int = 0, slow: float = 0.0) -> tuple[str, Callable[[], None]]:
+    """Run the service in a background thread on ``127.0.0.1`` and a free port, storing in
+    ``data_dir`` (created if missing), accepting ``token`` (non-empty). Returns ``(url, stop)``:
+    ``url`` is ``http://127.0.0.1:PORT`` (no trailing slash); ``stop()`` shuts the server down and
+    closes its socket (call it once). For tests; :func:`main` is the command."""
+    if not token:
+        raise ValueError("the service needs a non-empty token")
+    server = _server(Path(data_dir), "127.0.0.1", 0, token=token, dedup=dedup, fail_503=fail_503,
+                     lose_answer=lose_answer, slow=slow, verbose=False)
+    thread = threading.Thread(target=server.serve_forever, name="publishing-service", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+    return f"http://127.0.0.1:{server.server_address[1]}", stop
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and 0 <= value <= 3600):
+        raise argparse.ArgumentTypeError("must be a number of seconds from 0 to 3600")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be from 0 to 65535 (0: a free one)")
+    return value
+
+
+def main(argv: list[str]) -> int:
+    """The command: ``[--port P] [--data DIR] [--no-dedup] [--fail-503 N] [--lose-answer N]
+    [--slow SECONDS] [--host H] [--verbose]``. Prints ``publishing service: http://HOST:PORT`` as
+    its first stdout line, then serves until Ctrl-C or SIGTERM; returns 0. Returns 1 with one
+    ``STOPPED:`` line on stderr, having created nothing, when ``HITL_PUBLISH_TOKEN`` is unset or
+    empty or the address cannot be bound; a bad flag exits 2 (argparse)."""
+    import signal
+
+    from state.errors import Refused
+    from state.settings import settings
+
+    parser = argparse.ArgumentParser(prog="publishing-service", description="A reference publishing "
+                                     "service for the tests and the demo (token: HITL_PUBLISH_TOKEN).")
+    parser.add_argument("--port", type=_port, default=8765, help="0 picks a free port (default 8765)")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    parser.add_argument("--data", type=Path, default=Path("publishing-service"),
+                        help="where the SQLite file lives (default ./publishing-service)")
+    parser.add_argument("--no-dedup", action="store_true", help="ignore Idempotency-Key; no lookup")
+    parser.add_argument("--fail-503", type=_count, default=0, metavar="N", help="the first N POSTs answer 503")
+    parser.add_argument("--lose-answer", type=_count, default=0, metavar="N",
+                        help="the first N POSTs commit, then close the connection unanswered")
+    parser.add_argument("--slow", type=_seconds, default=0.0, metavar="SECONDS",
+                        help="every POST waits this long after committing")
+    parser.add_argument("--verbose", action="store_true", help="one line per request on stderr")
+    args = parser.parse_args(argv)
+    try:
+        token = settings().publish_token
+    except Refused as exc:
+        print(f"STOPPED: {exc}", file=sys.stderr)
+        return 1
+    if not token:
+        print("STOPPED: HITL_PUBLISH_TOKEN is not set: the service accepts only requests that carry it",
+              file=sys.stderr)
+        return 1
+    try:
+        server = _server(args.data, args.host, args.port, token=token, dedup=not args.no_dedup,
+                         fail_503=args.fail_503, lose_answer=args.lose_answer, slow=args.slow,
+                         verbose=args.verbose)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"STOPPED: the service could not start on {args.host}:{args.port} with {args.data}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 1
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
+    host, port = server.server_address[:2]
+    print(f"publishing service: http://{host}:{port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        server.server_close()
+    return 0
