@@ -9,8 +9,11 @@ on record and no rejection record, and records the ledger entry once per idempot
 ``needs_approval`` is a function, the SDK's per-call approval rule: :func:`needs_publish_approval`
 lets a call to the private ``preview`` channel run without a human and gates every public channel.
 
-The tool's only effect is a ledger entry, one per (task, channel): the function itself does
-nothing; what the model is told (:func:`answer`) is read from that entry.
+By default the tool's only effect is a ledger entry, one per (task, channel): the function itself
+does nothing; what the model is told (:func:`answer`) is read from that entry. With
+``HITL_PUBLISH_URL`` set, the function publishes through that service (:mod:`tools.publishing_client`)
+with the gate's ``Idempotency-Key``, and the gate writes the intent first and the outcome after
+(:mod:`workflow.external`, docs/external-effects.md).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import json
 from typing import Any, Optional
 
 from state.schema import PREVIEW_CHANNEL
+from tools import publishing_client
 from workflow import effect as gate
+from workflow import external
 from workflow.effect import Effect, effect_tool
 
 TOOL_NAME = "publish_draft"
@@ -52,20 +57,37 @@ def call_channel(task: dict[str, Any], channel: Any) -> str:
 
 def answer(_result: Any, entry: Any, created: bool) -> str:
     """What the model is told, from the ledger entry: ``{"result": "published" | "already
-    published", "channel", "idempotency_key", "published_at"}`` as JSON text."""
-    return json.dumps(
-        {
-            "result": "published" if created else "already published",
-            "channel": entry.channel,
-            "idempotency_key": entry.idempotency_key,
-            "published_at": entry.published_at,
-        }
-    )
+    published", "channel", "idempotency_key", "published_at"}`` as JSON text, plus
+    ``"publication_id"`` when the effect went through a service (its publication's ``id``)."""
+    told = {
+        "result": "published" if created else "already published",
+        "channel": entry.channel,
+        "idempotency_key": entry.idempotency_key,
+        "published_at": entry.published_at,
+    }
+    if isinstance(entry.result, dict) and isinstance(entry.result.get("id"), str):
+        told["publication_id"] = entry.result["id"]
+    return json.dumps(told)
+
+
+def publishing_service() -> Optional[external.Service]:
+    """The service ``publish_draft`` goes through, from the settings (``HITL_PUBLISH_URL``,
+    ``HITL_PUBLISH_IDEMPOTENCY``, ``HITL_PUBLISH_ATTEMPTS``), or None: the local ledger. A
+    provider with deduplication is asked before a call is sent again (``find``)."""
+    from state.settings import settings
+
+    found = publishing_client.from_settings()
+    if found is None:
+        return None
+    client, deduplicates = found
+    return external.Service(url=client.url, deduplicates=deduplicates,
+                            find=client.find if deduplicates else None, attempts=settings().publish_attempts)
 
 
 @effect_tool(needs_approval=needs_publish_approval, private_channels={PREVIEW_CHANNEL}, answer=answer,
-             label=lambda args: args["title"], done="published", content_word="draft")
-def publish_draft(effect: Effect, title: str, body: str, channel: Optional[str] = None) -> None:
+             label=lambda args: args["title"], done="published", content_word="draft",
+             service=publishing_service)
+def publish_draft(effect: Effect, title: str, body: str, channel: Optional[str] = None) -> Any:
     """Publish a reviewed draft to one channel. Public channels require human approval.
 
     Args:
@@ -73,4 +95,9 @@ def publish_draft(effect: Effect, title: str, body: str, channel: Optional[str] 
         body: The draft's full text, exactly as given by the user.
         channel: The channel to publish to, one of those the user named.
     """
-    return None  # the ledger entry the gate writes is the whole effect
+    if effect.request_key is None:
+        return None  # no service: the ledger entry the gate writes is the whole effect
+    found = publishing_client.from_settings()
+    if found is None:  # the setting went away mid-run: the gate checked it, so this is a race
+        raise external.NotSent("HITL_PUBLISH_URL is no longer set", retry=False)
+    return found[0].publish(effect.request_key, title, body, effect.channel)
