@@ -19,8 +19,8 @@ bodies are :func:`sample_body`: a complete envelope written in the oldest schema
 program reads and brought to the current one by :data:`state.schema.MIGRATIONS`, so they stay
 valid as the schema grows. No SDK, no network, no clock: deterministic. The lock test holds the
 lock in this thread and asks for it from another one with a timeout of 0.2 s (no timing race: the
-holder never lets go during the wait). A test that cannot apply to a store
-raises :class:`unittest.SkipTest` (pytest reports it as skipped).
+holder never lets go during the wait); the intent race starts 8 threads at one barrier. A test that
+cannot apply to a store raises :class:`unittest.SkipTest` (pytest reports it as skipped).
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ __all__ = [
     "test_rejection_remove", "test_task_lock_excludes_a_second_holder",
     "test_ledger_keeps_each_channel_apart", "test_rejection_records_are_per_channel",
     "test_inspect_lists_each_task_under_its_lock",
+    "test_ledger_keeps_who_settled_it", "test_intent_is_created_once",
+    "test_intent_get_gives_the_latest_attempt", "test_next_attempt_needs_a_settlement",
+    "test_settlement_needs_an_intent_and_is_created_once", "test_intents_latest_per_key_oldest_first",
+    "test_intent_key_must_be_its_task", "test_racing_intents_create_one",
 ]
 
 
@@ -56,9 +60,10 @@ __all__ = [
 class StoreFactory:
     """How the suite gets a store. ``make(folder)`` returns a fresh, empty
     :class:`state.store.TaskStore` whose state dir (signing key, traces) is below ``folder``;
-    ``damage(store, task_id)``, if given, corrupts the stored checkpoint of ``task_id`` behind
-    the store's back (so that it no longer verifies); a store without such a hook skips the
-    fail-closed test."""
+    ``make`` called again with the same folder gives another handle on the same storage (as a
+    second process would: the race test uses one per thread); ``damage(store, task_id)``, if
+    given, corrupts the stored checkpoint of ``task_id`` behind the store's back (so that it no
+    longer verifies); a store without such a hook skips the fail-closed test."""
 
     name: str
     make: Callable[[Path], Any]
@@ -380,3 +385,146 @@ def _each_held(store: Any, seen: list[str], refused: list[bool]) -> Iterator[Any
             waiter.join(timeout=30)
             refused.append(outcome == [True])
         yield item
+
+
+def _intent(key: str = "t-1", attempt: int = 1, *, task_id: str = "t-1", at: str = _AT,
+            request_key: str = "0" * 32, channel: str = "blog") -> Any:
+    from state.records import EffectIntent
+
+    return EffectIntent(idempotency_key=key, attempt=attempt, task_id=task_id, channel=channel,
+                        call_id="call-1", action="publish_draft", content_sha256="a" * 64,
+                        request_key=request_key, service="https://publish.example/api",
+                        deduplicates=True, at=at)
+
+
+def _settlement(key: str = "t-1", attempt: int = 1, *, by: str = "alice", reason: Optional[str] = "not there",
+                task_id: str = "t-1") -> Any:
+    from state.records import Settlement
+
+    return Settlement(idempotency_key=key, attempt=attempt, task_id=task_id, by=by, at=_AT,
+                      reason=reason, source="human")
+
+
+def test_ledger_keeps_who_settled_it(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """An entry a human settled keeps ``settled_by`` and ``settle_reason``; one without has neither."""
+    store = store_factory.make(tmp_path)
+    entry, created = store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T",
+                                         content_sha256="a" * 64, settled_by="alice",
+                                         settle_reason="seen on the site")
+    assert created and (entry.settled_by, entry.settle_reason) == ("alice", "seen on the site")
+    assert store.ledger_get("t-1") == entry
+    plain, _ = store.ledger_record(key="t-2", task_id="t-2", action="publish_draft", title="T",
+                                   content_sha256="a" * 64)
+    assert (plain.settled_by, plain.settle_reason) == (None, None)
+    assert store.ledger_get("t-2") == plain
+
+
+def test_intent_is_created_once(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """An intent of one (key, attempt) is created once: a second one (even with another request
+    key) is not written, and the first is returned with ``created`` False."""
+    store = store_factory.make(tmp_path)
+    assert store.intent_get("t-1") is None
+    first, created = store.intent_record(_intent(request_key="1" * 32))
+    assert created is True and first == _intent(request_key="1" * 32)
+    again, created = store.intent_record(_intent(request_key="2" * 32))
+    assert created is False and again == first
+    assert store.intent_get("t-1") == first
+
+
+def test_intent_get_gives_the_latest_attempt(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """``intent_get`` is the intent of the highest attempt of that key, and only of that key."""
+    store = store_factory.make(tmp_path)
+    store.intent_record(_intent(attempt=1))
+    store.settlement_record(_settlement(attempt=1))
+    second, _ = store.intent_record(_intent(attempt=2, request_key="2" * 32))
+    assert store.intent_get("t-1") == second and second.attempt == 2
+    assert store.intent_get("t-1#blog") is None and store.intent_get("t-2") is None
+
+
+def test_next_attempt_needs_a_settlement(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """Attempt 2 is refused while attempt 1 has no settlement (it may have happened), and
+    allowed once it has; attempt 3 needs attempt 2's settlement in turn."""
+    store = store_factory.make(tmp_path)
+    with _raises(Refused, match="never settled", code="ledger_mismatch"):
+        store.intent_record(_intent(attempt=2))  # no attempt 1 at all
+    store.intent_record(_intent(attempt=1))
+    with _raises(Refused, match="never settled", code="ledger_mismatch"):
+        store.intent_record(_intent(attempt=2))
+    assert store.intent_get("t-1").attempt == 1
+    store.settlement_record(_settlement(attempt=1))
+    second, created = store.intent_record(_intent(attempt=2, request_key="2" * 32))
+    assert created and second.attempt == 2
+    with _raises(Refused, match="never settled", code="ledger_mismatch"):
+        store.intent_record(_intent(attempt=3))
+
+
+def test_settlement_needs_an_intent_and_is_created_once(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A settlement of an attempt without an intent is refused; one with is created once (the
+    first finder stays on record)."""
+    store = store_factory.make(tmp_path)
+    with _raises(Refused, match="no intent", code="ledger_mismatch"):
+        store.settlement_record(_settlement())
+    assert store.settlement_get("t-1", 1) is None
+    store.intent_record(_intent())
+    with _raises(Refused, match="no intent", code="ledger_mismatch"):
+        store.settlement_record(_settlement(attempt=2))
+    first, created = store.settlement_record(_settlement(by="alice"))
+    assert created is True and first == _settlement(by="alice")
+    again, created = store.settlement_record(_settlement(by="bob", reason=None))
+    assert created is False and again == first
+    assert store.settlement_get("t-1", 1) == first and store.settlement_get("t-1", 2) is None
+    store.intent_record(_intent("t-2", task_id="t-2"))
+    bare, _ = store.settlement_record(_settlement("t-2", task_id="t-2", reason=None))
+    assert bare.reason is None and store.settlement_get("t-2", 1) == bare
+
+
+def test_intents_latest_per_key_oldest_first(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """``intents`` lists the latest attempt of every key once, oldest first (by ``at``), not by key."""
+    store = store_factory.make(tmp_path)
+    assert store.intents() == []
+    b, _ = store.intent_record(_intent("t-b", task_id="t-b", at="2100-01-01T00:00:03Z"))
+    a, _ = store.intent_record(_intent("t-a#news", task_id="t-a", channel="news", at="2100-01-01T00:00:01Z"))
+    c1, _ = store.intent_record(_intent("t-c", task_id="t-c", at="2100-01-01T00:00:00Z"))
+    store.settlement_record(_settlement("t-c", task_id="t-c"))
+    c2, _ = store.intent_record(_intent("t-c", 2, task_id="t-c", at="2100-01-01T00:00:02Z"))
+    assert store.intents() == [a, c2, b]
+
+
+def test_intent_key_must_be_its_task(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """An intent's key is its task or ``<task>#<channel>``: one for another task's key (or another
+    channel's) cannot even be made, so no store is ever asked to hold it."""
+    store = store_factory.make(tmp_path)
+    for key, channel in (("t-2", "blog"), ("t-1#news", "blog"), ("t-2#blog", "blog")):
+        with _raises(ValueError, match="idempotency_key"):
+            _intent(key, task_id="t-1", channel=channel)
+    assert _intent("t-1#news", channel="news").idempotency_key == "t-1#news"
+    assert store.intent_get("t-2") is None and store.intents() == []
+
+
+def test_racing_intents_create_one(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """Eight threads (each with its own handle on the same store) create attempt 1 of one key at
+    once, each with its own request key: exactly one is created, and every thread gets that one."""
+    stores = [store_factory.make(tmp_path) for _ in range(8)]
+    gate = threading.Barrier(len(stores), timeout=30)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def create(n: int) -> None:
+        try:
+            gate.wait()
+            results.append(stores[n].intent_record(_intent(request_key=f"{n:032x}")))
+        except BaseException as exc:  # reported below, with the thread's own error
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for store in stores:
+        getattr(store, "close", lambda: None)()
+    assert not errors, errors
+    assert sorted(created for _, created in results) == [False] * 7 + [True]
+    winner = next(rec for rec, created in results if created)
+    assert all(rec == winner for rec, _ in results)
+    assert store_factory.make(tmp_path).intent_get("t-1") == winner

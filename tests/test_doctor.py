@@ -275,3 +275,31 @@ def test_doctor_states_its_actions_as_data_and_the_command_line_words_them(cli, 
     assert {f["kind"]: f["action"] for f in _doctor(cli)["findings"]} == worded
     text = cli("doctor").out
     assert all(f"    action: {words}\n" in text for words in worded.values()), text
+
+
+def test_doctor_reads_the_effects_folder_and_reports_a_symlink_or_fifo_there(cli, state_dir, tmp_path):
+    """Why: ``effects/`` is the store's own folder (an intent there is no finding), but a record
+    in it that is a symlink or a FIFO cannot be trusted, as in ``ledger/``: reported, never
+    followed, never blocking."""
+    import os
+
+    import pytest
+
+    from state.files.store import Store, file_name
+    from state.records import EffectIntent
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("symlinks/FIFOs: POSIX")
+    _start(cli, "eff-1")
+    Store(state_dir).intent_record(EffectIntent(
+        idempotency_key="eff-1", attempt=1, task_id="eff-1", channel="blog", call_id="call-1",
+        action="publish_draft", content_sha256="a" * 64, request_key="0" * 32,
+        service="https://publish.example/api", deduplicates=True, at="2100-01-01T00:00:00Z"))
+    assert _doctor(cli)["consistent"]
+    stem = file_name("eff-1")
+    (state_dir / "effects" / f"{stem}.2.intent.json").symlink_to(tmp_path / "nowhere.json")
+    os.mkfifo(state_dir / "effects" / f"{stem}.1.settled.json")
+    report = _doctor(cli)
+    assert _kinds(report) == ["unreadable_effect_record", "unreadable_effect_record"]
+    assert {f["path"].rsplit("/", 1)[-1] for f in report["findings"]} == {f"{stem}.2.intent.json",
+                                                                         f"{stem}.1.settled.json"}

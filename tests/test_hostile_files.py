@@ -498,3 +498,23 @@ def test_a_pending_call_on_a_channel_the_task_does_not_have_is_one_stopped_line(
     assert snapshot(state_dir) == before
     doctor = cli("doctor", "--json")
     assert "unexpected error" not in doctor.err and doctor.json()["checked"]["tasks"] == 2
+
+
+@POSIX_ONLY
+def test_effects_folder_or_record_symlinked_is_refused_before_the_decision(cli, state_dir, tmp_path):
+    _start(cli)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (state_dir / "effects").symlink_to(elsewhere)
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert "effects points outside the state dir" in r.err and list(elsewhere.iterdir()) == []
+    (state_dir / "effects").unlink()
+    (state_dir / "effects").mkdir(mode=0o700)
+    (state_dir / "effects" / f"{_stem(KEY)}.1.intent.json").symlink_to(tmp_path / "nowhere.json")
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert f"effect record effects/{_stem(KEY)}.1.intent.json is a symbolic link" in r.err
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []

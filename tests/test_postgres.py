@@ -86,7 +86,8 @@ def _assert_no_password(url: str, *folders: Path, outputs: tuple = ()) -> None:
         for path in folder.rglob("*"):
             if path.is_file():
                 assert password.encode() not in path.read_bytes(), path
-    for table in ("checkpoints", "history", "ledger", "rejections", "schema_migrations"):
+    for table in ("checkpoints", "history", "ledger", "rejections", "effect_intents", "effect_settlements",
+                  "schema_migrations"):
         dump = json.dumps(_rows(url, f"SELECT * FROM {table}"), default=str)
         assert password not in dump, table
     for r in outputs:
@@ -246,7 +247,9 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     assert {cp.status for cp in before.values()} == {"waiting_for_approval", "completed",
                                                      "cancelled", "budget_exceeded", "expired"}
     old.close()
-    for sql in ("DROP TABLE key_fingerprint",
+    for sql in ("DROP TABLE effect_settlements", "DROP TABLE effect_intents",
+                "ALTER TABLE ledger DROP COLUMN settled_by, DROP COLUMN settle_reason",
+                "DROP TABLE key_fingerprint",
                 "DROP INDEX rejections_by_task_channel", "ALTER TABLE rejections DROP COLUMN channel",
                 "ALTER TABLE rejections ADD PRIMARY KEY (task_id)",
                 "ALTER TABLE ledger DROP COLUMN result",

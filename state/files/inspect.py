@@ -1,10 +1,12 @@
 """What the file store hands ``doctor``: :meth:`state.files.store.Store.inspect`.
 
 It reads every checkpoint (the newest revision file of each task in ``tasks/``), every ledger
-entry (``ledger/*.json``), the lock files (``locks/*.lock``) and temp files (``.tmp-*.part``) of
-the state dir, and yields :mod:`state.inspection` records. Each task is read under its own lock,
-taken without waiting, so a task a live process is working on is a ``busy`` problem instead of a
-half-finished write; the lock is held while ``doctor`` judges the task.
+entry (``ledger/*.json``), every effect intent and settlement (``effects/*.json``: one that
+cannot be read, a symlink or FIFO included, is an ``unreadable_effect_record`` problem), the lock
+files (``locks/*.lock``) and temp files (``.tmp-*.part``) of the state dir, and yields
+:mod:`state.inspection` records. Each task is read under its own lock, taken without waiting, so a
+task a live process is working on is a ``busy`` problem instead of a half-finished write; the lock
+is held while ``doctor`` judges the task.
 
 A read-only state dir (``chmod -R a-w``, a read-only mount, a backup) is read all the same:
 opening a lock file for writing fails with a permission error (``EACCES``/``EPERM``) or
@@ -36,7 +38,7 @@ from filelock import FileLock, Timeout
 
 from state.errors import Refused
 from state.fileio import TEMP_NAME, make_dirs
-from state.files import rejections
+from state.files import intents, rejections
 from state.files.ledger import Ledger
 from state.inspection import Counted, Inspected, Problem, Records, Repaired, TaskCheck
 from state.integrity import KEY_FILE
@@ -123,6 +125,7 @@ def inspect(store: "Store", *, repair: bool = False) -> Iterator[Inspected]:
                 yield Problem("unreadable_ledger_entry", str(path), str(exc))
                 continue
             entries[path.stem] = (entry, path)
+    yield from _effect_problems(store)
     seen_stems: set[str] = set()
     unlocked: list[str] = []  # the OS's reasons, when a lock could not be taken (read-only)
     n_tasks = 0
@@ -212,8 +215,21 @@ def _records(store: "Store", cp: Checkpoint, entries: dict[str, tuple[LedgerEntr
     return Records(entry=entry, entry_name=path.name if path is not None else "", rejection=rejected)
 
 
+def _effect_problems(store: "Store") -> Iterator[Problem]:
+    """An ``unreadable_effect_record`` problem for each file of ``effects/`` that is not a valid
+    intent or settlement named for its own key and attempt (a symlink, a FIFO, damaged JSON …)."""
+    folder = intents.folder(store)
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob("*.json")):
+        try:
+            intents.read_path(path)
+        except Refused as exc:
+            yield Problem("unreadable_effect_record", str(path), str(exc))
+
+
 def _temp_files(store: "Store") -> Iterator[Path]:
-    for folder in (store.root, store.tasks_dir, store.ledger_dir, rejections.folder(store)):
+    for folder in (store.root, store.tasks_dir, store.ledger_dir, rejections.folder(store), intents.folder(store)):
         if folder.is_dir():
             yield from sorted(folder.glob(".tmp-*"))
 

@@ -66,6 +66,22 @@ def _read(path: Path, model: type[M], key: str, attempt: int) -> Optional[M]:
     return rec
 
 
+def read_path(path: Path) -> EffectIntent | Settlement:
+    """The intent or settlement in ``effects/`` file ``path`` (``doctor``). Raises :class:`Refused`
+    if it is missing, not a regular file, damaged, or not named ``<file_name(key)>.<attempt>.<kind>.json``
+    for the key and attempt it holds."""
+    match = _NAME.match(path.name)
+    if match is None:
+        raise Refused("ledger_mismatch", f"effect record {path.name} is not named <key>.<attempt>.<kind>.json")
+    rec: Optional[EffectIntent | Settlement] = _parse(path, EffectIntent if match["kind"] == "intent" else Settlement)
+    if rec is None:
+        raise Refused("ledger_mismatch", f"effect record {path.name} cannot be read (removed meanwhile?)")
+    if (file_name(rec.idempotency_key), rec.attempt) != (match["stem"], int(match["attempt"])):
+        raise Refused("ledger_mismatch", f"effect record {path.name} names key {rec.idempotency_key!r} "
+                      f"attempt {rec.attempt} (key mismatch)")
+    return rec
+
+
 def _attempts(store: "Store", key: str, kind: str) -> list[int]:
     stem = file_name(key)
     out = []
@@ -142,6 +158,7 @@ def intents(store: "Store") -> list[EffectIntent]:
         if rec is None:
             raise Refused("ledger_mismatch", f"effect record {path.name} cannot be read (removed meanwhile?)")
         if f"{file_name(rec.idempotency_key)}.{rec.attempt}.intent.json" != path.name:
-            raise Refused("ledger_mismatch", f"effect record {path.name} names key {rec.idempotency_key!r} (key mismatch)")
+            raise Refused("ledger_mismatch",
+                          f"effect record {path.name} names key {rec.idempotency_key!r} (key mismatch)")
         out.append(rec)
     return sorted(out, key=lambda i: (i.at, i.idempotency_key))

@@ -6,6 +6,8 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
     tasks/<name>.r<N>.json  revision N of a task's checkpoint envelope (state.schema.Checkpoint);
                           N has 6 digits or more (r000001, r000002 …); the highest N is the checkpoint
     ledger/<name>.json    one ledger entry per idempotency key (state.files.ledger)
+    effects/<name>.<N>.intent.json / .settled.json  attempt N of an effect through a service
+                          (state.files.intents)
     locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
     traces/<name>.jsonl   the local trace of each task (workflow.observe.trace_log)
     signing.key           the MAC key, unless HITL_SIGNING_KEY is set
@@ -378,7 +380,7 @@ class Store:
         """Pre-flight for ``start`` and ``resume``: refuse, before anything is written for
         ``task_id``, what would stop the command half-way. Raises :class:`Refused` if the signing
         key or ``state.id`` is missing while checkpoints need it (creating a new one would orphan
-        them), or if the task's ledger entry or trace file exists but is not a regular file (a
+        them), or if the task's ledger entry, effect records or trace file exist but are not regular files (a
         symlink would be written through; a FIFO would block), or if the signing key file exists
         but is not a usable key (checked by reading it, as the first write would), if a new task
         would be signed with a key that signed none of the checkpoints here
@@ -396,6 +398,8 @@ class Store:
             self._check_links()
         stem = file_name(task_id)
         check_regular(self.ledger_dir / (stem + ".json"), f"ledger entry {stem}.json")
+        for path in sorted(intents.folder(self).glob(f"{stem}.*.json")):  # its effect records so far
+            check_regular(path, f"effect record effects/{path.name}")
         check_regular(self.traces_dir / (stem + ".jsonl"), f"trace file traces/{stem}.jsonl",
                       writing=True)
 

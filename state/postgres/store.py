@@ -7,7 +7,8 @@ never pay for it. What lives where:
 
 - in the database: checkpoints (the signed envelope, as the exact JSON text that was signed, with
   its revision, status and MAC as columns), ``history`` (one row per revision written), the
-  ``ledger`` (one row per idempotency key), ``rejections`` and ``key_fingerprint`` (which key signs
+  ``ledger`` (one row per idempotency key), ``rejections``, ``effect_intents`` and
+  ``effect_settlements`` (one row per key and attempt) and ``key_fingerprint`` (which key signs
   the checkpoints: :meth:`PostgresStore.check_key`); the tables are created and upgraded
   by the plain SQL files in ``state/postgres/migrations/`` (:func:`migrate`);
 - on this machine, in the state dir (``--state-dir``): the signing key (``HITL_SIGNING_KEY`` or
@@ -16,8 +17,8 @@ never pay for it. What lives where:
 
 Exactly once by transactions: a checkpoint write is ``UPDATE … WHERE task_id = … AND revision =
 <read> AND mac = <read>`` (compare-and-swap; a new task is ``INSERT … ON CONFLICT DO NOTHING``)
-with its ``history`` row in the same transaction; a ledger entry or rejection record is
-``INSERT … ON CONFLICT DO NOTHING`` and then read back and compared. The per-task lock is a
+with its ``history`` row in the same transaction; a ledger entry, rejection record, effect intent
+or settlement is ``INSERT … ON CONFLICT DO NOTHING`` and then read back and compared. The per-task lock is a
 session-level ``pg_advisory_lock`` on a connection of its own (never the data connection), which
 the server releases when the holder's session ends (a killed process included).
 Write order and what a crash between any two
@@ -47,8 +48,8 @@ from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
-from state.records import (RECORDED, LedgerEntry, RejectionRecord, check_ledger_key,
-                           check_same_entry)
+from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
+                           check_ledger_key, check_same_entry)
 from state.revisions import every_or_stop, next_revision
 from state.signing import seal, signed_by_any, verify_envelope
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
@@ -545,7 +546,7 @@ class PostgresStore:
 
     # -- ledger ------------------------------------------------------------------------------
     _LEDGER_COLUMNS = ("idempotency_key, task_id, action, title, content_sha256, published_at, "
-                       "channel, approval, result")
+                       "channel, approval, result, settled_by, settle_reason")
 
     def _entry(self, row: tuple[Any, ...]) -> LedgerEntry:
         names = self._LEDGER_COLUMNS.split(", ")
@@ -588,7 +589,8 @@ class PostgresStore:
 
     def ledger_record(self, *, key: str, task_id: str, action: str, title: str, content_sha256: str,
                       channel: Optional[str] = None, approval: Optional[str] = None,
-                      result: Any = None) -> tuple[LedgerEntry, bool]:
+                      result: Any = None, settled_by: Optional[str] = None,
+                      settle_reason: Optional[str] = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`state.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
         NOTHING``, then read back and compared (failpoints ``ledger:record:before`` /
         ``:after``)."""
@@ -597,7 +599,8 @@ class PostgresStore:
         if existing is None:
             entry = LedgerEntry(idempotency_key=key, task_id=task_id, action=action,
                                 title=title, content_sha256=content_sha256, published_at=now_iso(),
-                                channel=channel, approval=approval, result=result)
+                                channel=channel, approval=approval, result=result,
+                                settled_by=settled_by, settle_reason=settle_reason)
             record = secrets.redact(entry.model_dump(), secrets.LEDGER,
                                     what=f"ledger entry of key {key!r}", closed_keys=True)
             entry = LedgerEntry.model_validate(record)
@@ -605,10 +608,11 @@ class PostgresStore:
             with self._db() as conn:
                 cur = conn.execute(
                     f"INSERT INTO ledger ({self._LEDGER_COLUMNS}) VALUES "
-                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING",
+                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING",
                     (entry.idempotency_key, entry.task_id, entry.action, entry.title,
                      entry.content_sha256, entry.published_at, entry.channel, entry.approval,
-                     None if entry.result is None else json.dumps(entry.result, ensure_ascii=False)))
+                     None if entry.result is None else json.dumps(entry.result, ensure_ascii=False),
+                     entry.settled_by, entry.settle_reason))
             if cur.rowcount == 1:
                 failpoints.hit("ledger:record:after")
                 effects.note(task_id, "published it (ledger entry written)")
@@ -620,6 +624,103 @@ class PostgresStore:
                                                   Next("doctor")])
         check_same_entry(existing, key=key, task_id=task_id, content_sha256=content_sha256, action=action)
         return existing, False
+
+    # -- effect intents and settlements ------------------------------------------------------
+    _INTENT_COLUMNS = ("idempotency_key, attempt, task_id, channel, call_id, action, content_sha256, "
+                       "request_key, service, deduplicates, at")
+    _SETTLEMENT_COLUMNS = "idempotency_key, attempt, task_id, by_name, at, reason, source"
+
+    def _intent(self, row: tuple[Any, ...]) -> EffectIntent:
+        try:
+            return EffectIntent.model_validate(dict(zip(self._INTENT_COLUMNS.split(", "), row)))
+        except ValueError as exc:
+            raise Refused("ledger_mismatch", f"intent of key {row[0]!r} attempt {row[1]} in {self.location} is "
+                          f"not valid ({self._scrub(str(exc).splitlines()[0])})") from None
+
+    def _settlement(self, row: tuple[Any, ...]) -> Settlement:
+        data = dict(zip(("idempotency_key", "attempt", "task_id", "by", "at", "reason", "source"), row))
+        try:
+            return Settlement.model_validate(data)
+        except ValueError as exc:
+            raise Refused("ledger_mismatch", f"settlement of key {row[0]!r} attempt {row[1]} in {self.location} "
+                          f"is not valid ({self._scrub(str(exc).splitlines()[0])})") from None
+
+    def _intent_of(self, key: str, attempt: Optional[int] = None) -> Optional[EffectIntent]:
+        """The intent of ``key``'s ``attempt`` (default: its latest), or None."""
+        with self._db() as conn:
+            row = conn.execute(f"SELECT {self._INTENT_COLUMNS} FROM effect_intents WHERE idempotency_key = %s "
+                               "AND (%s::integer IS NULL OR attempt = %s) ORDER BY attempt DESC LIMIT 1",
+                               (key, attempt, attempt)).fetchone()
+        return None if row is None else self._intent(row)
+
+    def intent_get(self, key: str) -> Optional[EffectIntent]:
+        """See :meth:`state.store.TaskStore.intent_get` (the row of the highest attempt)."""
+        return self._intent_of(key)
+
+    def settlement_get(self, key: str, attempt: int) -> Optional[Settlement]:
+        """See :meth:`state.store.TaskStore.settlement_get`."""
+        with self._db() as conn:
+            row = conn.execute(f"SELECT {self._SETTLEMENT_COLUMNS} FROM effect_settlements "
+                               "WHERE idempotency_key = %s AND attempt = %s", (key, attempt)).fetchone()
+        return None if row is None else self._settlement(row)
+
+    def intent_record(self, intent: EffectIntent) -> tuple[EffectIntent, bool]:
+        """See :meth:`state.store.TaskStore.intent_record`: ``INSERT … ON CONFLICT DO NOTHING``,
+        then read back (failpoints ``effect:intent:before`` / ``:after``, the second only when this
+        call created it). Raises :class:`Refused` if attempt ``n - 1`` has no settlement."""
+        key, attempt = intent.idempotency_key, intent.attempt
+        if attempt > 1 and self.settlement_get(key, attempt - 1) is None:
+            raise Refused("ledger_mismatch", f"attempt {attempt} of key {key!r} follows an attempt that was "
+                          "never settled; refusing")
+        body = secrets.redact(intent.model_dump(), secrets.INTENT, what=f"intent record of key {key!r}",
+                              closed_keys=True)
+        failpoints.hit("effect:intent:before")
+        with self._db() as conn:
+            cur = conn.execute(
+                f"INSERT INTO effect_intents ({self._INTENT_COLUMNS}) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key, attempt) DO NOTHING",
+                tuple(body[name] for name in self._INTENT_COLUMNS.split(", ")))
+        created = cur.rowcount == 1
+        if created:
+            failpoints.hit("effect:intent:after")
+            effects.note(intent.task_id, "wrote the effect's intent")
+        back = self._intent_of(key, attempt)
+        if back is None:
+            raise Refused("ledger_mismatch", f"intent record of key {key!r} attempt {attempt} cannot be read back")
+        return back, created
+
+    def settlement_record(self, settlement: Settlement) -> tuple[Settlement, bool]:
+        """See :meth:`state.store.TaskStore.settlement_record`: ``INSERT … ON CONFLICT DO
+        NOTHING``, then read back (failpoints ``effect:settle:before`` / ``:after``). Raises
+        :class:`Refused` if its attempt has no intent."""
+        key, attempt = settlement.idempotency_key, settlement.attempt
+        if self._intent_of(key, attempt) is None:
+            raise Refused("ledger_mismatch", f"no intent of key {key!r} attempt {attempt} to settle")
+        body = secrets.redact(settlement.model_dump(), secrets.SETTLEMENT,
+                              what=f"settled record of key {key!r}", closed_keys=True)
+        failpoints.hit("effect:settle:before")
+        with self._db() as conn:
+            cur = conn.execute(
+                f"INSERT INTO effect_settlements ({self._SETTLEMENT_COLUMNS}) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key, attempt) DO NOTHING",
+                (body["idempotency_key"], body["attempt"], body["task_id"], body["by"], body["at"],
+                 body["reason"], body["source"]))
+        created = cur.rowcount == 1
+        if created:
+            failpoints.hit("effect:settle:after")
+            effects.note(settlement.task_id, "recorded that the effect did not happen")
+        back = self.settlement_get(key, attempt)
+        if back is None:
+            raise Refused("ledger_mismatch", f"settled record of key {key!r} attempt {attempt} cannot be read back")
+        return back, created
+
+    def intents(self) -> list[EffectIntent]:
+        """See :meth:`state.store.TaskStore.intents`: the highest attempt of every key, oldest
+        first (by ``at``, then key). Raises :class:`Refused` on the first row that is not valid."""
+        with self._db() as conn:
+            rows = conn.execute(f"SELECT DISTINCT ON (idempotency_key) {self._INTENT_COLUMNS} FROM effect_intents "
+                                "ORDER BY idempotency_key, attempt DESC").fetchall()
+        return sorted((self._intent(row) for row in rows), key=lambda i: (i.at, i.idempotency_key))
 
     # -- rejection records -------------------------------------------------------------------
     _REJECTION_COLUMNS = "task_id, content_sha256, call_id, by_name, at, reason, channel"
