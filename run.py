@@ -3,9 +3,9 @@
     python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``publishing-service`` (docs/commands.md). Exit codes: 0 done; 1 STOPPED (one
-line on stderr beginning ``STOPPED:``, no traceback, nothing changed on disk, or a line saying what
-was already done); 2 usage error. Read-only commands never import the SDK; ``review`` only to decide.
+``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``publishing-service`` (docs/commands.md).
+Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
+changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never import the SDK; ``review`` only to decide.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
                      on_event=output.printer_for(args), edit=A.edit(args))
     elif args.command == "status":
         cp = store.load(inbox.pick_task(store, args.task, waiting_only=False))
-    elif args.command == "settle":  # a person's finding about a call in doubt (workflow/settle.py)
+    elif args.command == "settle":  # a person's finding about a call in doubt (workflow/settlement.py)
         cp = commands.settle(store, args)
     if args.command in ("start", "resume", "status", "settle"):  # one task: its view and its budget lines
         args.text_extra = budget_lines(cp)

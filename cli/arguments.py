@@ -176,7 +176,7 @@ def serve_parser(sub: Any) -> None:
 
 
 def settle_parser(sub: Any) -> None:
-    """The ``settle`` subcommand (a person's finding about a call in doubt, ``workflow/settle.py``)
+    """The ``settle`` subcommand (a person's finding about a call in doubt, ``workflow/settlement.py``)
     and ``publishing-service`` (the reference service, ``tools/publishing_service.py``: its own
     flags, passed on as they are)."""
     p = sub.add_parser("settle", help="record what you found at the service for a call in doubt")

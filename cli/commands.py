@@ -1,7 +1,7 @@
 """The command line's longer commands, each one call into the library (``run.py`` dispatches here).
 
 ``review`` (the terminal walk through waiting tasks), ``settle`` (a person's finding about a call in
-doubt, :mod:`workflow.settle`) and ``publishing-service`` (the reference service). Each returns what
+doubt, :mod:`workflow.settlement`) and ``publishing-service`` (the reference service). Each returns what
 ``run.py`` prints, or None when it printed already.
 """
 
@@ -32,9 +32,9 @@ def review(store: Any, args: Any, decide: Callable[..., Any], view: Callable[[An
 
 def settle(store: Any, args: Any) -> Any:
     """``settle --task T [--call ID] --outcome published|not-published --by NAME [--reason TEXT]``:
-    the checkpoint after the finding (:func:`workflow.settle.settle`). ``not-published`` records
+    the checkpoint after the finding (:func:`workflow.settlement.settle`). ``not-published`` records
     only (no SDK); ``published`` finishes the run with the publisher (:data:`agent.application.APP`)."""
-    from workflow import settle as found
+    from workflow import settlement as found
 
     outcome = "not_published" if args.outcome == "not-published" else "published"
     if outcome == "not_published":

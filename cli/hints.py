@@ -58,10 +58,12 @@ HINTS: dict[str, Callable[[Next], str]] = {
                                                "--decision", step.args[2]),
     "doctor_repair": lambda step: f"{PROGRAM} doctor --repair",
     "when_idle": lambda step: "when no run.py process is running",
-    # effects through a service (workflow.external, workflow.settle)
-    "resume_again": lambda step: f"; the same command sends again: {command('resume', '--task', *step.args, '--decision', 'approve')}",
-    "settle": lambda step: (f"; then {command('settle', '--task', step.args[0], '--call', step.args[1], '--outcome', 'published', '--by', 'NAME')}"
-                            " or --outcome not-published"),
+    # effects through a service (workflow.external, workflow.settlement)
+    "resume_again": lambda step: "; the same command sends again: "
+                                 + command("resume", "--task", *step.args, "--decision", "approve"),
+    "settle": lambda step: ("; then " + command("settle", "--task", step.args[0], "--call", step.args[1],
+                                                "--outcome", "published", "--by", "NAME")
+                            + " or --outcome not-published"),
     # the browser inbox (workflow.review.web, workflow.review.inbox_index)
     "that_serve": lambda step: f" that {PROGRAM} serve",
     "or_expire": lambda step: f", or {PROGRAM} expire",

@@ -44,4 +44,6 @@ def test_api_page_examples_run_and_print_what_the_page_says(tmp_path):
         "completed 1",
         "cancelled True",
         "refused: rejected",
+        "refused: in_doubt in_doubt 1",
+        "completed 1",
     ]

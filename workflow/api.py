@@ -118,6 +118,40 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
                              edit=edit, **options)
 
 
+async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: str, *, by: str,
+                 call_id: Optional[str] = None, reason: Optional[str] = None, **options: Any) -> "Checkpoint":
+    """Record what a person found at the provider for a call in doubt (its effect went to a
+    provider that cannot deduplicate, which may have acted: docs/external-effects.md) and go on.
+
+    ``outcome`` ``"published"``: the ledger entry is written (``settled_by=by``, ``settle_reason=
+    reason``) and the run finishes, sending nothing (``options`` as for :func:`decide`);
+    ``"not_published"``: the attempt is settled as not done and the checkpoint is returned as it
+    is (the task shows ``publishing``; the next :func:`decide` with :class:`Approve` sends it once
+    more). ``call_id``: the call in doubt, when several are. Raises :class:`Refused`
+    (``not_in_doubt`` for a task or call not in doubt; ``unsafe_input``) with nothing written.
+    """
+    from workflow import settlement as settling
+
+    _check_entry(task_id, by=by)
+    if reason is not None:
+        _check_reason(reason)
+    return await settling.settle(store, app, task_id=task_id, outcome=outcome, by=by, call_id=call_id,
+                                 reason=reason, **options)
+
+
+def _check_reason(reason: Any) -> None:
+    """``reason`` is text of at most :data:`state.schema.MAX_REASON_CHARS` characters with no
+    control characters but new lines. Raises :class:`Refused` (``unsafe_input``)."""
+    from state.schema import MAX_REASON_CHARS, check_text
+
+    if not isinstance(reason, str):
+        raise Refused("unsafe_input", "the reason must be a string; nothing written")
+    try:
+        check_text(reason, what="the reason", limit=MAX_REASON_CHARS, single_line=False)
+    except ValueError as exc:
+        raise Refused("unsafe_input", f"{exc}; nothing written") from None
+
+
 def _edit(edits: dict[str, str]) -> Any:
     """:class:`Approve`'s ``edits`` as the engine's edit value (:class:`workflow.edits.Edit`):
     ``{argument: new text}``, any of the call's arguments but ``channel``. Raises :class:`Refused`

@@ -284,7 +284,8 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
         raise Refused("drift", f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
     tool = gated_tool(agent, app.action)
     if tool.name != cp.action:
-        raise Refused("drift", f"task {cp.task_id}: its action is {cp.action}, but the agent's gated tool is {tool.name}")
+        raise Refused("drift", f"task {cp.task_id}: its action is {cp.action}, but the agent's gated tool is "
+                      f"{tool.name}")
     url = service_url(tool)
     if url != cp.service:  # before any request: the task is published where it was started
         where = {None: "the local ledger (no service)"}
