@@ -5,7 +5,8 @@
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
 ``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``publishing-service`` (docs/commands.md).
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
-changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never import the SDK; ``review`` only to decide.
+changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never
+import the SDK; ``review`` only to decide.
 """
 
 from __future__ import annotations
