@@ -80,8 +80,19 @@ def publishing_service() -> Optional[external.Service]:
     if found is None:
         return None
     client, deduplicates = found
-    return external.Service(url=client.url, deduplicates=deduplicates,
-                            find=client.find if deduplicates else None, attempts=settings().publish_attempts)
+
+    def find(request_key: str, arguments: dict[str, Any]) -> Optional[dict[str, Any]]:
+        """The publication under ``request_key``, if it is this call's draft; raises
+        :class:`workflow.external.Conflict` if the service holds the key for another."""
+        publication = client.find(request_key)
+        if publication is None:
+            return None
+        if any(publication.get(k) != arguments.get(k) for k in ("title", "body", "channel")):
+            raise external.Conflict(f"publication {publication.get('id')!r} under this key holds another draft")
+        return publication
+
+    return external.Service(url=client.url, deduplicates=deduplicates, find=find if deduplicates else None,
+                            attempts=settings().publish_attempts)
 
 
 @effect_tool(needs_approval=needs_publish_approval, private_channels={PREVIEW_CHANNEL}, answer=answer,

@@ -53,9 +53,10 @@ class Service:
     - ``deduplicates``: True when the provider honours the ``Idempotency-Key`` (the same key is
       never acted on twice): the gate then sends again with the same key after any failure; False
       when it ignores it: the gate never sends a call twice by itself;
-    - ``find(request_key) -> result | None``: ask the provider whether it acted on that key (the
-      result is what a send would have returned); only a deduplicating provider has it, and the
-      gate asks it before sending again;
+    - ``find(request_key, arguments) -> result | None``: ask the provider whether it acted on
+      that key (the result is what a send would have returned), with the call's ``arguments`` to
+      compare: a publication under the key with other content must raise :class:`Conflict`, never
+      be returned; only a deduplicating provider has it, and the gate asks it before sending again;
     - ``attempts`` (1-10): how many tries one command makes, ``wait_s``: the first pause between
       two tries, in seconds, doubled each time (tenacity's exponential wait, at most 5 s).
     """
@@ -145,16 +146,17 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
             "which does not deduplicate, may have acted on it; nothing was sent again; a human must look at "
             "the service and settle it", Next("settle", task_id, e.call_id)], task_id=task_id)
     effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
-    if not fresh and service.find is not None:  # ask before sending again: never guess
-        try:
-            found = _tries(service, True)(service.find, intent.request_key)
-        except Exception:
-            found = None  # the lookup failed: sending again with the same key is as safe
-        if found is not None:
-            return call.record(found)
     failpoints.hit("effect:request:before")
     try:
-        result = _tries(service, intent.deduplicates)(send, effect)
+        found = None
+        if not fresh and service.find is not None:  # ask before sending again: never guess
+            try:
+                found = _tries(service, True)(service.find, intent.request_key, call.arguments)
+            except Conflict:
+                raise
+            except Exception:
+                found = None  # the lookup failed: sending again with the same key is as safe
+        result = found if found is not None else _tries(service, intent.deduplicates)(send, effect)
     except Conflict as exc:
         raise Refused("effect_conflict", [
             f"{sent}: the service at {intent.service} holds Idempotency-Key {intent.request_key} for other "
