@@ -56,6 +56,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "doctor_resume": lambda step: command("resume", "--task", step.args[0], "--decision", step.args[1]),
     "doctor_resume_call": lambda step: command("resume", "--task", step.args[0], "--call", step.args[1],
                                                "--decision", step.args[2]),
+    "doctor_settle": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1])
+    + " --outcome published|not-published --by NAME",  # the choice and the name are the human's
     "doctor_repair": lambda step: f"{PROGRAM} doctor --repair",
     "when_idle": lambda step: "when no run.py process is running",
     # effects through a service (workflow.external, workflow.settlement)

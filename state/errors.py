@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 CODES = frozenset({
     # the decision table (workflow/reconcile.py)
     "conflict", "contradiction", "inconsistent", "no_entry", "executed", "rejected", "decided",
-    "expired",
+    "expired", "begun",
     # a task, a call or a file that is not there, or not the one asked for
     "not_found", "ambiguous", "usage",
     # what was read cannot be trusted

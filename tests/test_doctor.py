@@ -303,3 +303,99 @@ def test_doctor_reads_the_effects_folder_and_reports_a_symlink_or_fifo_there(cli
     assert _kinds(report) == ["unreadable_effect_record", "unreadable_effect_record"]
     assert {f["path"].rsplit("/", 1)[-1] for f in report["findings"]} == {f"{stem}.2.intent.json",
                                                                          f"{stem}.1.settled.json"}
+
+
+# -- effects through a service: an intent without outcome ----------------------------------------
+
+SERVICE = "http://127.0.0.1:9/publish"  # recorded only: doctor never sends anything
+
+
+def _begun(state_dir, key, *, deduplicates, decision="approve"):
+    """A real task whose decision is recorded (a crash right after it, or a reject that finished),
+    then what the gate writes before its request: the checkpoint names the service, and the
+    attempt's intent is recorded with no outcome. Returns the call ID."""
+    from conftest import resign
+    from state import clock
+    from state.files.store import Store
+    from state.records import EffectIntent
+
+    assert step(state_dir, "start", "--key", key, "--draft", key).code == 0
+    if decision is None:  # no decision on record (an older checkpoint put back, say)
+        pass
+    elif decision == "approve":
+        crashed = run_cli(state_dir, "resume", "--task", key, "--decision", "approve",
+                          env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+        assert crashed.code == 86
+    else:
+        assert step(state_dir, "resume", "--task", key, "--decision", decision).code == 0
+    resign(state_dir, checkpoint_file(state_dir, key), lambda d: d.update(service=SERVICE))
+    store = Store(state_dir)
+    cp = store.load(key)
+    channel = cp.channels[0]
+    call_id = cp.decision.call_id if cp.decision else cp.pending[0].call_id
+    store.intent_record(EffectIntent(
+        idempotency_key=key, attempt=1, task_id=key, channel=channel, call_id=call_id,
+        action=cp.action, content_sha256=cp.expected_sha256(channel), request_key="b" * 32, service=SERVICE,
+        deduplicates=deduplicates, at=clock.now_iso()))
+    return call_id
+
+
+def test_doctor_says_resume_for_an_effect_not_confirmed(state_dir):
+    _begun(state_dir, "pub-1", deduplicates=True)
+    r = in_process(state_dir, "doctor", "--json")
+    assert r.code == 1
+    (finding,) = r.json()["findings"]
+    assert finding["kind"] == "effect_unconfirmed" and finding["task_id"] == "pub-1"
+    assert SERVICE in finding["detail"] and "attempt 1" in finding["detail"]
+    assert finding["action"] == "python run.py resume --task pub-1 --decision approve"
+    text = in_process(state_dir, "doctor")
+    assert "effect_unconfirmed" in text.out and "action: python run.py resume --task pub-1" in text.out
+
+
+def test_doctor_says_settle_for_an_effect_in_doubt(state_dir):
+    call = _begun(state_dir, "doubt-1", deduplicates=False)
+    r = in_process(state_dir, "doctor", "--json")
+    assert r.code == 1
+    (finding,) = r.json()["findings"]
+    assert finding["kind"] == "effect_in_doubt" and SERVICE in finding["detail"]
+    assert finding["action"] == ("a human must look at the service, then python run.py settle --task doubt-1 "
+                                 f"--call {call} --outcome published|not-published --by NAME")
+    assert "python run.py settle --task doubt-1" in in_process(state_dir, "doctor").out
+
+
+def test_doctor_reports_a_cancelled_task_whose_effect_was_begun(state_dir):
+    _begun(state_dir, "can-1", deduplicates=True, decision="reject")
+    (finding,) = in_process(state_dir, "doctor", "--json").json()["findings"]
+    assert finding["kind"] == "cancelled_with_intent" and SERVICE in finding["detail"]
+    assert finding["action"].startswith("a human must check")
+
+
+def test_doctor_reads_no_intent_for_a_task_without_a_service(state_dir):
+    """The intent is evidence only for a task started with a service: a local-ledger task is judged as before."""
+    _begun(state_dir, "loc-1", deduplicates=True)
+    from conftest import resign
+
+    resign(state_dir, checkpoint_file(state_dir, "loc-1"), lambda d: d.update(service=None))
+    (finding,) = in_process(state_dir, "doctor", "--json").json()["findings"]
+    assert finding["kind"] == "decision_not_finished"
+
+
+def test_expire_never_cancels_a_task_whose_effect_was_begun(state_dir, monkeypatch):
+    """Overdue, publishing or in doubt: ``expire`` leaves it alone (an action that may have executed
+    is never cancelled), even with no approval on record (which alone would let it expire); the
+    same overdue task with nothing begun is expired."""
+    from datetime import timedelta
+
+    from state import clock
+
+    _begun(state_dir, "exp-1", deduplicates=True)
+    _begun(state_dir, "exp-2", deduplicates=False)
+    _begun(state_dir, "exp-3", deduplicates=True, decision=None)
+    _begun(state_dir, "exp-4", deduplicates=False, decision=None)
+    assert step(state_dir, "start", "--key", "exp-5", "--draft", "x").code == 0
+    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(days=30)))
+    r = in_process(state_dir, "expire", "--json")
+    assert r.code == 0 and r.json()["expired"] == ["exp-5"], r.out
+    for key in ("exp-1", "exp-2", "exp-3", "exp-4"):
+        refused = in_process(state_dir, "expire", "--task", key)
+        assert refused.code == 1 and "not an overdue approval request" in refused.err

@@ -1,13 +1,17 @@
 """The one decision table: given what the checkpoint says and what the evidence shows, what may happen now.
 
-Three sources describe a task, and they can disagree after a crash, a restored backup, a lost lock
-or a hand edit:
+Three sources (four for an effect through a service) describe a task, and they can disagree after a crash,
+a restored backup, a lost lock or a hand edit:
 
 - the **checkpoint** (signed): its ``status`` and the decision recorded in it (none, approved,
   rejected);
 - the **ledger entry**: proof that the action was executed (the only effect there is);
 - the **rejection record**: proof that a human rejected it (kept outside the checkpoint, so an older
-  copy of the checkpoint put back cannot undo it).
+  copy of the checkpoint put back cannot undo it);
+- for an effect through a service, the **intent** without a ledger entry (``begun``,
+  :mod:`workflow.external`): ``publishing`` (approved, not confirmed: the same resume sends again
+  with the same ``Idempotency-Key``) or ``in_doubt`` (a provider that cannot deduplicate may have
+  acted: only ``settle`` moves it).
 
 :func:`reconcile` answers, for one of four actions (``approve``, ``reject``, ``expire``, ``doctor``),
 what may happen: run the decision, return the task unchanged, refuse, mark it expired, skip it, or
@@ -23,6 +27,10 @@ what may happen: run the decision, return the task unchanged, refuse, mark it ex
 3. A recorded decision is never changed; a new approval after the deadline is refused (a reject is
    still accepted).
 4. Repeating the decision that ended a task returns it unchanged (idempotent).
+5. An effect begun (an intent, no entry) may have happened: it is never rejected (``begun``),
+   expired or cancelled; ``approve`` resumes it (the gate then sends again with the same key, or
+   refuses an in-doubt call), and ``doctor`` says to resume it or to settle it. A ledger entry
+   makes the intent irrelevant.
 
 A task with several calls (one per channel) is judged **per call**: each call has its own
 decision, ledger entry and rejection record (:mod:`workflow.calls`), and ``status`` is the call's:
@@ -43,7 +51,7 @@ function by ``tests/test_reconcile.py``. Never imports the SDK.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Optional
 
 from state import clock, secrets
@@ -67,7 +75,10 @@ DECIDED = (None, "approved", "rejected")
 NEVER = {"completed": "rejected", "cancelled": "approved", "expired": "approved"}
 
 #: The codes of a ``refuse`` verdict; :func:`refusal` turns one into its one-line message.
-REFUSALS = ("conflict", "contradiction", "inconsistent", "no_entry", "executed", "rejected", "decided", "expired")
+REFUSALS = ("conflict", "contradiction", "inconsistent", "no_entry", "executed", "rejected", "decided", "expired",
+            "begun")
+#: What ``Evidence.begun`` may say: no effect begun, or the state of an intent without outcome.
+BEGUN = (None, "publishing", "in_doubt")
 
 
 @dataclass(frozen=True)
@@ -75,13 +86,17 @@ class Evidence:
     """What is known about one task: ``status`` (one of :data:`STATUSES`), ``decided`` (the
     decision recorded in the checkpoint: None, ``"approved"`` or ``"rejected"``), ``entry`` (a
     ledger entry for this task and content exists), ``rejection`` (a rejection record for this
-    task and content exists), ``overdue`` (``expires_at`` has passed on :func:`state.clock.now`)."""
+    task and content exists), ``overdue`` (``expires_at`` has passed on :func:`state.clock.now`),
+    ``begun`` (one of :data:`BEGUN`: None, or the state of an intent without a ledger entry for the
+    call's effect key, :func:`workflow.external.effect_status`: ``"publishing"`` or
+    ``"in_doubt"``)."""
 
     status: str
     decided: Optional[str]
     entry: bool
     rejection: bool
     overdue: bool = False
+    begun: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +135,7 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
     """The verdict for ``action`` on a task described by ``ev`` (see the module doc and
     docs/decision-table.md). Pure: reads nothing, raises ``ValueError`` only for an unknown
     status, decision or action."""
-    if ev.status not in STATUSES or ev.decided not in DECIDED or action not in ACTIONS:
+    if ev.status not in STATUSES or ev.decided not in DECIDED or ev.begun not in BEGUN or action not in ACTIONS:
         raise ValueError(f"no cell for {ev} / {action!r}")
     human = _refuse("conflict") if ev.entry and ev.rejection else _refuse("contradiction")
 
@@ -138,6 +153,22 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
     if ev.status == "completed" and not ev.entry:
         return _finding("completed_without_entry") if action == "doctor" else (
             SKIP if action == "expire" else _refuse("no_entry"))
+
+    # Rule 5: an effect begun (an intent, no entry) may have happened.
+    if ev.begun is not None and not ev.entry:
+        if ev.status not in OPEN or ev.rejection or ev.decided == "rejected":  # never cancelled
+            return _finding("cancelled_with_intent") if action == "doctor" else (
+                SKIP if action == "expire" else _refuse("contradiction"))
+        if action == "approve":  # the gate sends again with the same key, or refuses an in-doubt call
+            return _refuse("expired") if ev.decided is None and ev.overdue else RUN  # a new approval
+        if action == "reject":
+            return _refuse("begun")
+        if action == "expire":
+            return SKIP
+        if ev.decided is None:  # begun, but no approval on record: a human says
+            return _finding("intent_without_approval")
+        return (_finding("effect_in_doubt", "settle") if ev.begun == "in_doubt"
+                else _finding("effect_unconfirmed", "approve"))
 
     # Ended tasks: the same decision again is a no-op; any other is refused.
     if ev.status == "completed":
@@ -260,8 +291,22 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
     ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
-                  rejection=rejected is not None, overdue=overdue)
+                  rejection=rejected is not None, overdue=overdue, begun=begun_of(store, cp, key, entry))
     return ev, entry, rejected
+
+
+def begun_of(store: "Store", cp: "Checkpoint", key: str, entry: Optional[LedgerEntry] = None) -> Optional[str]:
+    """``Evidence.begun`` for the effect key ``key`` of ``cp``: None when the task publishes to no
+    service (``cp.service`` None: no intent is read, so read-only commands stay cheap), when no
+    intent is recorded or when the ledger holds its entry (``entry``, or read now); else
+    ``"publishing"`` or ``"in_doubt"`` (:func:`workflow.external.effect_status`). Reads only;
+    raises :class:`Refused` if a record is damaged."""
+    if cp.service is None or entry is not None or store.intent_get(key) is None:
+        return None
+    from workflow.external import effect_status
+
+    found = effect_status(store, key)
+    return None if found is None or found["state"] == "published" else found["state"]
 
 
 def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[str] = None) -> Verdict:
@@ -362,30 +407,60 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
         "decided": [f"task {task_id}: a decision '{decided}' by {decided_by} is already recorded; "
                     "it cannot be changed"],
         "expired": [f"approval expired: task {task_id} expired at {expires_at}; start a new task"],
+        "begun": [f"task {task_id}: its effect was begun (an intent is recorded, no outcome yet), so it may "
+                  "have happened; a reject is refused", Next("doctor_explains")],
     }[code]
 
 
 def cell_text(ev: Evidence, action: Action) -> str:
     """One cell of the printed table: the verdict's :meth:`Verdict.cell`, or ``A / B`` when it
     differs before (``A``) and after (``B``) the approval request's deadline."""
-    before = reconcile(Evidence(ev.status, ev.decided, ev.entry, ev.rejection, False), action).cell()
-    after = reconcile(Evidence(ev.status, ev.decided, ev.entry, ev.rejection, True), action).cell()
+    before = reconcile(replace(ev, overdue=False), action).cell()
+    after = reconcile(replace(ev, overdue=True), action).cell()
     return before if before == after else f"{before} / {after}"
 
 
-def table_markdown() -> str:
-    """The whole table as Markdown, one row per (status, recorded decision, ledger entry, rejection
-    record), one column per action: what docs/decision-table.md prints."""
-    head = ["status", "decision recorded", "ledger entry", "rejection record", *ACTIONS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def rows() -> list[Evidence]:
+    """The table's rows, in order: every (status, recorded decision, ledger entry, rejection record)
+    with nothing begun, each followed by the same evidence with an effect begun where that changes
+    a cell (never with a ledger entry: it makes begun irrelevant): one row (``publishing``, standing
+    for both, :func:`begun_cell`) when ``publishing`` and ``in_doubt`` agree, else one for each."""
+    out = []
     for status in STATUSES:
         for decided in DECIDED:
             for entry in (False, True):
                 for rejection in (False, True):
                     ev = Evidence(status, decided, entry, rejection)
-                    cells = [status, decided or "-", "yes" if entry else "-",
-                             "yes" if rejection else "-", *(cell_text(ev, a) for a in ACTIONS)]
-                    lines.append("| " + " | ".join(cells) + " |")
+                    out.append(ev)
+                    cells = {b: [cell_text(replace(ev, begun=b), a) for a in ACTIONS] for b in BEGUN}
+                    if entry or cells["publishing"] == cells["in_doubt"] == cells[None]:
+                        continue
+                    out.extend([replace(ev, begun="publishing"), replace(ev, begun="in_doubt")]
+                               if cells["publishing"] != cells["in_doubt"] else [replace(ev, begun="publishing")])
+    return out
+
+
+def begun_cell(ev: Evidence) -> str:
+    """The ``effect begun`` column of :func:`rows`' row ``ev``: ``-`` (nothing begun), ``yes``
+    (``publishing`` or ``in_doubt``: every cell is the same for both) or the one state when they
+    differ."""
+    if ev.begun is None:
+        return "-"
+    other = "in_doubt" if ev.begun == "publishing" else "publishing"
+    same = all(cell_text(ev, a) == cell_text(replace(ev, begun=other), a) for a in ACTIONS)
+    return "yes" if same else ev.begun
+
+
+def table_markdown() -> str:
+    """The whole table as Markdown, one row per :func:`rows` (status, recorded decision, ledger
+    entry, rejection record, effect begun), one column per action: what docs/decision-table.md
+    prints."""
+    head = ["status", "decision recorded", "ledger entry", "rejection record", "effect begun", *ACTIONS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for ev in rows():
+        cells = [ev.status, ev.decided or "-", "yes" if ev.entry else "-", "yes" if ev.rejection else "-",
+                 begun_cell(ev), *(cell_text(ev, a) for a in ACTIONS)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

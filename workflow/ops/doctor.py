@@ -24,6 +24,15 @@ Findings (``kind``: what it means → the recommended ``action``):
                            ``python run.py resume --task ID --decision <the recorded one>``
 ``entry_without_approval`` waiting, entry present, no approval recorded → a human
 ``entry_without_task``     a ledger entry whose task has no checkpoint → a human
+``effect_unconfirmed``     approved, its effect through a service begun but not confirmed
+                           (``publishing``) → ``python run.py resume --task ID --decision approve``
+                           (sends again with the same ``Idempotency-Key``)
+``effect_in_doubt``        a provider that cannot deduplicate may have acted (``in_doubt``) → a
+                           human looks at the service, then ``python run.py settle --task ID
+                           --call C --outcome published|not-published --by NAME``
+``cancelled_with_intent``  ``cancelled``/``expired`` or rejected, yet its effect was begun (it may
+                           have happened) → a human
+``intent_without_approval`` waiting, its effect begun, no approval recorded → a human
 ``leftover_temp``          ``.tmp-<owner>.*.part`` left by a process that died mid-write →
                            ``doctor --repair`` deletes it (provable: see below)
 ``unknown_temp``           a ``.tmp-*.part`` of unknown owner → delete by hand when no run.py runs
@@ -151,13 +160,51 @@ DETAILS = {
     "decision_not_finished": "decision {decided!r} is recorded but the run was not finished (crash "
                              "after the decision)",
     "status_contradicts_decision": "the checkpoint says {status} but records decision {decided!r}",
+    "effect_unconfirmed": "approved, but its effect through {service} is not confirmed (attempt {attempt}, "
+                          "since {since}); the same resume sends it again with the same Idempotency-Key",
+    "effect_in_doubt": "its effect through {service}, which does not deduplicate, may have happened (attempt "
+                       "{attempt}, since {since}); nothing is sent again until a human settles it",
+    "cancelled_with_intent": "the task is {status} with decision {decided!r}{in_ledger}, but its effect through "
+                             "{service} was begun (attempt {attempt}, since {since}) and may have happened",
+    "intent_without_approval": "its effect through {service} was begun (attempt {attempt}, since {since}) but "
+                               "the task is {status} with no approval recorded",
 }
+#: The findings of an effect begun through a service: their detail names the intent.
+BEGUN = frozenset({"effect_unconfirmed", "effect_in_doubt", "cancelled_with_intent", "intent_without_approval"})
+
+
+def _intent(store: TaskStore, key: str, kind: str) -> dict[str, Any]:
+    """The intent's values a :data:`BEGUN` finding's detail names (``service``, ``attempt``,
+    ``since``, ``call_id``); empty for any other ``kind``."""
+    if kind not in BEGUN:
+        return {}
+    from workflow.external import effect_status
+
+    intent, status = store.intent_get(key), effect_status(store, key) or {}
+    return {"service": one_line(str(status.get("service"))), "attempt": status.get("attempt"),
+            "since": status.get("since"), "call_id": getattr(intent, "call_id", None)}
+
+
+def _action(task_id: str, call_id: str | None, kind: str) -> tuple[Part, ...] | None:
+    """The action of a :data:`BEGUN` finding that is not a resume (``effect_in_doubt``: settle
+    ``call_id``; the contradictions: a human), or None (the caller words it)."""
+    if kind == "effect_in_doubt" and call_id:
+        return ("a human must look at the service, then ", Next("doctor_settle", task_id, call_id))
+    if kind == "cancelled_with_intent":
+        return (HUMAN + " (an action that may have executed is never marked cancelled)",)
+    if kind == "intent_without_approval":
+        return ASK_HUMAN
+    return None
 
 
 def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str] | None,
-                report: Report, rejected: RejectionRecord | None = None) -> None:
+                report: Report, rejected: RejectionRecord | None = None, store: TaskStore | None = None) -> None:
     """Add ``cp``'s finding, if any, to ``report``: the ``doctor`` column of the decision table
-    (:func:`workflow.reconcile.reconcile`), after checking that the evidence is for this task."""
+    (:func:`workflow.reconcile.reconcile`), after checking that the evidence is for this task.
+    ``store``: where an effect begun through a service is read (:func:`workflow.reconcile.begun_of`;
+    None: nothing begun)."""
+    from workflow.reconcile import begun_of
+
     if entry is not None:
         e, entry_name = entry
         if e.task_id != cp.task_id or e.content_sha256 != cp.expected_sha256(cp.channels[0]):
@@ -168,27 +215,37 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
                 f"{cp.expected_sha256(cp.channels[0])[:12]}…",
                 ASK_HUMAN))
             return
+    key = keys(cp, cp.channels[0])[0]
+    try:
+        begun = begun_of(store, cp, key, entry[0] if entry else None) if store is not None else None
+    except Refused as exc:  # a damaged intent: nothing can be proven from it
+        report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), ASK_HUMAN))
+        return
     ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,
-                  entry=entry is not None, rejection=rejected is not None)
+                  entry=entry is not None, rejection=rejected is not None, begun=begun)
     verdict = reconcile(ev, "doctor")
     if verdict.kind != "finding":
         return
     kind = verdict.code or ""
+    intent = _intent(store, key, kind) if store is not None else {}
     detail = DETAILS[kind].format(
         by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=cp.status,
-        decided=ev.decided, in_ledger=" and in the ledger" if entry is not None else "")
-    action: tuple[Part, ...]
-    if verdict.action is not None:
-        action = (_resume(cp.task_id, verdict.action),)
-    elif kind == "entry_without_approval" and ev.decided is None and cp.status in OPEN:
-        action = (f"{HUMAN}; if the entry is right, ", _resume(cp.task_id, "approve"), " records it")
-    elif kind == "completed_without_entry":
-        action = (HUMAN + " (resume refuses this task)",)
-    elif kind == "cancelled_with_entry":
-        action = (HUMAN + " (an executed action is never marked cancelled)",)
-    else:
-        action = ASK_HUMAN
+        decided=ev.decided, in_ledger=" and in the ledger" if entry is not None else "", **intent)
+    action = _action(cp.task_id, intent.get("call_id"), kind) or _task_action(cp, kind, verdict.action)
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
+
+
+def _task_action(cp: Checkpoint, kind: str, decision: str | None) -> tuple[Part, ...]:
+    """The action of a one-call task's finding ``kind`` (``decision``: the table's, or None)."""
+    if decision is not None:
+        return (_resume(cp.task_id, decision),)
+    if kind == "entry_without_approval" and cp.decision is None and cp.status in OPEN:
+        return (f"{HUMAN}; if the entry is right, ", _resume(cp.task_id, "approve"), " records it")
+    if kind == "completed_without_entry":
+        return (HUMAN + " (resume refuses this task)",)
+    if kind == "cancelled_with_entry":
+        return (HUMAN + " (an executed action is never marked cancelled)",)
+    return ASK_HUMAN
 
 
 def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Report) -> None:
@@ -213,9 +270,10 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
         kind = verdict.code or ""
         detail = f"call {call_id} on {channel}: " + DETAILS[kind].format(
             by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
-            decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "")
-        action = ((Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action
-                  else ASK_HUMAN)
+            decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "",
+            **_intent(store, keys(cp, channel)[0], kind))
+        action = _action(cp.task_id, call_id, kind) or (
+            (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else ASK_HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
@@ -286,7 +344,7 @@ def _judge(store: TaskStore, check: TaskCheck, report: Report) -> None:
         return
     assert isinstance(found, Records)
     entry = (found.entry, found.entry_name) if found.entry is not None else None
-    _check_task(cp, check.where, entry, report, found.rejection)
+    _check_task(cp, check.where, entry, report, found.rejection, store)
 
 
 def with_actions(result: dict[str, Any], hint: Callable[[Next], str]) -> dict[str, Any]:
