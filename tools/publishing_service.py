@@ -18,6 +18,8 @@ The contract (HTTP + JSON; every request needs ``Authorization: Bearer <HITL_PUB
 - ``--no-dedup``: a provider that ignores ``Idempotency-Key`` (every POST creates a publication,
   with ``"idempotency_key": null``) and has no lookup (``GET ?idempotency_key=`` → ``404``); the
   plain list still answers, for the tests to count.
+- ``GET /v1/_stats`` → ``200 {"posts": N}``: how many POSTs to ``/v1/publications`` this process
+  has received (any answer, or none), a test aid to prove a command sent nothing.
 
 Fault switches, for the tests (counted over the process's life, POST only):
 
@@ -57,6 +59,7 @@ MAX_KEY = 255
 DB_NAME = "publications.sqlite3"
 FIELDS = ("title", "body", "channel")
 PATH = "/v1/publications"
+STATS_PATH = "/v1/_stats"
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS publications (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -74,7 +77,13 @@ class _Faults:
 
     def __init__(self, fail_503: int, lose_answer: int, slow: float) -> None:
         self.fail_503, self.lose_answer, self.slow = fail_503, lose_answer, slow
+        self.posts = 0  # POSTs to PATH received, whatever their answer (GET STATS_PATH)
         self._lock = threading.Lock()
+
+    def count_post(self) -> None:
+        """One more POST received."""
+        with self._lock:
+            self.posts += 1
 
     def take(self, name: str) -> bool:
         """True (and one fewer left) if the switch ``name`` still has a count left."""
@@ -186,10 +195,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's name)
         parts = urlsplit(self.path)
-        if parts.path.rstrip("/") != PATH:
+        if parts.path.rstrip("/") not in (PATH, STATS_PATH):
             return self._error(404, "not found")
         if not self._authorised():
             return
+        if parts.path.rstrip("/") == STATS_PATH:
+            return self._send(200, {"posts": self.server.faults.posts})
         query = parse_qs(parts.query, keep_blank_values=True)
         key = query.get("idempotency_key", [None])[-1]
         if key is not None and not self.server.dedup:
@@ -197,6 +208,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"data": self.server.store.find(key)})
 
     def do_POST(self) -> None:  # noqa: N802
+        if urlsplit(self.path).path.rstrip("/") == PATH:
+            self.server.faults.count_post()
         try:
             length = int(self.headers.get("Content-Length", "0"))
         except ValueError:
