@@ -351,9 +351,6 @@ def test_settle_is_refused_on_a_task_not_in_doubt_and_changes_nothing(service, s
     assert svc.posts() == 0 and not ledger_entries(state_dir)
 
 
-@pytest.mark.xfail(strict=True, reason="workflow.external.perform records what Service.find returns for the "
-                   "request key without comparing its content: a key held for other content is recorded as "
-                   "published (the POST path's 409 is never reached)")
 def test_a_409_is_never_reported_as_published(service, state_dir, tmp_path):
     svc = service()
     start(state_dir, svc.url)
