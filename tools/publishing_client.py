@@ -17,6 +17,8 @@ the status, never the token.
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any, NoReturn, Optional
 
 import httpx
@@ -24,6 +26,22 @@ import httpx
 from workflow.external import Conflict, MayHaveActed, NotSent
 
 PATH = "/v1/publications"
+
+#: One ``httpx.Client`` per (process, timeout): building one costs 60-150 ms here (its TLS
+#: context), about half of a task's time through the service (benchmarks/external_effect.py).
+#: Keyed by the process ID too, so a forked child never shares its parent's pooled connections.
+_CLIENTS: dict[tuple[int, float], httpx.Client] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _http(timeout_s: float) -> httpx.Client:
+    """The shared ``httpx.Client`` of this process for ``timeout_s`` (made on first use)."""
+    key = (os.getpid(), timeout_s)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = httpx.Client(timeout=timeout_s)
+        return client
 
 
 class PublishingClient:
@@ -51,9 +69,8 @@ class PublishingClient:
                  key: Optional[str] = None, json: Any = None) -> httpx.Response:
         where = f"{method} {self.url}{PATH}"
         try:
-            with httpx.Client(timeout=self.timeout_s) as client:
-                return client.request(method, self.url + PATH, params=params, json=json,
-                                      headers=self._headers(key))
+            return _http(self.timeout_s).request(method, self.url + PATH, params=params, json=json,
+                                                 headers=self._headers(key))
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise NotSent(f"{where}: nothing reached the service ({type(exc).__name__})") from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
