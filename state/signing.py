@@ -55,7 +55,8 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
         cp = Checkpoint.model_validate(migrate(data))
     except ValidationError as exc:
         raise Refused("integrity", f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
-    missing = _first_defaulted(cp, exempt={"state_id"})  # state_id: see state.state_id
+    # state_id: see state.state_id; service: absent in a task whose effect is the local ledger
+    missing = _first_defaulted(cp, exempt={"state_id", "service"})
     if missing is not None:  # our writer writes every field: one filled in by a default is gone
         raise Refused("integrity", f"{where} is not a valid checkpoint: {missing}: Field required")
     if cp.idempotency_key != cp.task_id:
@@ -80,7 +81,8 @@ def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[st
     """The dotted path of the first field of ``model`` (or of a model nested in it, in lists too)
     that was not in the data but filled in by its default; None if every field was there.
     ``exempt``: top-level fields whose absence has a meaning of its own (``state_id``: a checkpoint
-    from before state dir IDs, accepted only as :mod:`state.state_id` rules)."""
+    from before state dir IDs, accepted only as :mod:`state.state_id` rules; ``service``: no
+    service, the local ledger)."""
     for name in type(model).model_fields:
         where = f"{path}.{name}" if path else name
         if name not in model.model_fields_set and where not in exempt:
