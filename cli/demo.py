@@ -25,8 +25,10 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
     in that database).
 
     With ``as_json`` the narration goes to stderr and the return value, printed as the one JSON
-    object, is ``{"tasks": [task, task, task, task], "ledger": ledger}`` for the four demo tasks
-    (the third has two channels: one call approved, one rejected; the fourth is approved with edits).
+    object, is ``{"tasks": [task, task, task, task], "ledger": ledger, "service": {"task": task,
+    "publications": int}}`` for the four demo tasks (the third has two channels: one call approved,
+    one rejected; the fourth is approved with edits) and the fifth, published through the reference
+    publishing service with a lost answer (``publications``: counted at the service, 1).
     """
     import subprocess
     import uuid
@@ -34,6 +36,7 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
     run_id = uuid.uuid4().hex[:6]
     key_a, key_b = f"demo-{run_id}-approve", f"demo-{run_id}-reject"
     key_c, key_d = f"demo-{run_id}-channels", f"demo-{run_id}-edit"
+    key_e = f"demo-{run_id}-service"
     # the two calls of the two-channel task (agent.models: call_<content sha256[:16]>_<channel>)
     from state.schema import content_sha256
 
@@ -78,21 +81,59 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
         ("7. The ledger: one entry for each approved task (the edited title for the last), none for\n"
          "   the rejected one, and for the two-channel task only its blog channel.", ["ledger"]),
     ]
+    service_steps = [
+        ("8. A real effect through a service: the reference publishing service runs on this machine's\n"
+         "   loopback (it deduplicates by Idempotency-Key) and loses its first answer after it has\n"
+         "   published. The approval writes the intent first, the answer never comes, the program asks\n"
+         "   the service by the same key (or sends again with it) and records the publication id.",
+         ["start", "--key", key_e, "--title", "Status page", "--draft", "All systems normal."]),
+        ("", ["resume", "--task", key_e, "--decision", "approve", "--by", "dave"]),
+    ]
     say = sys.stderr if as_json else sys.stdout
     print(f"Demo (offline model, no API key, no network). State dir: {store.root}\n", file=say)
-    for narration, argv in steps:
+
+    def run(narration: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         if narration:
             print(narration, file=say)
         print("$ python run.py " + " ".join(_quote(a) for a in argv), file=say)
-        proc = subprocess.run(base + argv, capture_output=True, text=True, encoding="utf-8")
+        proc = subprocess.run(base + argv, capture_output=True, text=True, encoding="utf-8", env=env)
         out = (proc.stdout + proc.stderr).rstrip()
         print("\n".join("  " + line for line in out.splitlines()) + "\n", file=say)
         if proc.returncode != 0:
             raise Refused("refused", f"demo step failed with exit code {proc.returncode}")
+
+    for narration, argv in steps:
+        run(narration, argv)
+    published = _through_service(store.root / "publishing-service", service_steps, run, say)
     if not as_json:
         return None
     return {"tasks": [task_view(store, store.load(k)) for k in (key_a, key_b, key_c, key_d)],
-            "ledger": ledger_view(store)}
+            "ledger": ledger_view(store),
+            "service": {"task": task_view(store, store.load(key_e)), "publications": published}}
+
+
+def _through_service(data_dir: Path, steps: list[tuple[str, list[str]]], run: Any, say: Any) -> int:
+    """Run ``steps`` (``run(narration, argv, env)``) against the reference publishing service
+    started in this process for them (``data_dir``; a random token, the first answer lost after
+    the commit), with ``HITL_PUBLISH_URL``/``HITL_PUBLISH_TOKEN`` set for those processes only;
+    print and return how many publications the service holds. The service stops afterwards."""
+    import secrets
+
+    from state.settings import child_environment
+    from tools.publishing_service import publications, start_in_thread
+
+    token = secrets.token_urlsafe(24)  # never printed: the commands' output redacts it anyway
+    url, stop = start_in_thread(data_dir, token=token, lose_answer=1)
+    try:
+        env = child_environment(HITL_PUBLISH_URL=url, HITL_PUBLISH_TOKEN=token, HITL_PUBLISH_IDEMPOTENCY="key")
+        for narration, argv in steps:
+            run(narration, argv, env)
+    finally:
+        stop()
+    count = len(publications(data_dir))
+    print(f"   At the service ({url}): {count} publication{'' if count == 1 else 's'}, though its first "
+          "answer was lost: exactly once.\n", file=say)
+    return count
 
 
 def _quote(arg: str) -> str:

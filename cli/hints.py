@@ -66,6 +66,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "settle": lambda step: ("; then " + command("settle", "--task", step.args[0], "--call", step.args[1],
                                                 "--outcome", "published", "--by", "NAME")
                             + " or --outcome not-published"),
+    "settle_command": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1],
+                                           "--outcome", "published", "--by", "NAME"),
     # the browser inbox (workflow.review.web, workflow.review.inbox_index)
     "that_serve": lambda step: f" that {PROGRAM} serve",
     "or_expire": lambda step: f", or {PROGRAM} expire",

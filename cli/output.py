@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from cli.hints import command as shell_command, hint
-from cli.text import task_text
+from cli.text import receipt_next, task_text
 from workflow.review import inbox
 from workflow.observe.views import one_line, several_lines
 
@@ -132,7 +132,7 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
     elif command == "show":
         from workflow.observe.receipt import receipt_text
 
-        print(receipt_text(result))
+        print(receipt_text(result, receipt_next(result)))
     elif command == "expire":
         print(f"expired: {one_line(', '.join(result['expired']))}" if result["expired"] else "nothing expired")
         if result.get("busy"):

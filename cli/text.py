@@ -105,6 +105,16 @@ def effect_next(task: dict[str, Any]) -> str:
             + " (or --outcome not-published: the next resume sends it once more)")
 
 
+def receipt_next(receipt: dict[str, Any]) -> str | None:
+    """The ``next:`` command ``show`` prints for a receipt (``workflow.observe.receipt``) whose task
+    is ``publishing`` or ``in_doubt`` (:func:`effect_next`), else None."""
+    status = receipt["outcome"]["status"]
+    if status not in ("publishing", "in_doubt"):
+        return None
+    return effect_next({"task_id": receipt["task_id"], "status": status, "effects": receipt.get("effects", []),
+                        "decisions": receipt["approval"]["decisions"]})
+
+
 def budget_lines(cp: Checkpoint) -> list[str]:
     """The text lines ``start``/``resume``/``status`` add for one task (model, then budget)."""
     lines = [f"  model: {model_line(cp.model)}", f"  budget: {spent_line(cp.budget, cp.spend)}"]

@@ -465,6 +465,13 @@ def secret_pairs() -> list[tuple[str, str]]:
     return _secrets(*values("signing_key", "openai_api_key", "store_url", "publish_token"))
 
 
+def child_environment(**extra: str) -> dict[str, str]:
+    """The environment for a child process this one starts: a copy of ``os.environ`` with the
+    variables ``extra`` set (e.g. ``child_environment(HITL_PUBLISH_URL=url)``). This process's own
+    environment is left as it is."""
+    return {**os.environ, **extra}
+
+
 def check_environment() -> Settings:
     """Validate every variable the commands read (:func:`settings`), that ``HITL_NOW`` is not
     before the wall clock (a test seam may only make checks stricter: a deadline passes sooner,

@@ -200,9 +200,14 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     assert sorted((d["channel"], d["decision"]) for d in channels["decisions"]) == [
         ("blog", "approved"), ("news", "rejected")]
     entries = summary["ledger"]["entries"]
+    service = summary["service"]  # through the reference service, its first answer lost
     assert [e["idempotency_key"] for e in entries] == [
-        summary["tasks"][0]["task_id"], channels["task_id"] + "#blog", edited["task_id"]]
+        summary["tasks"][0]["task_id"], channels["task_id"] + "#blog", edited["task_id"], service["task"]["task_id"]]
     assert entries[2]["title"] == "Release notes 1.3"  # as edited
+    assert service["publications"] == 1 and service["task"]["status"] == "completed"  # counted at the service
+    (effect,) = service["task"]["effects"]
+    assert effect["state"] == "published" and effect["publication_id"] == entries[3]["result"]["id"]
+    assert "1 publication, though its first answer was lost" in r.err
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
     assert not (tmp_path / "demo" / "tasks").exists() and not (tmp_path / "demo" / "ledger").exists()
     _demo_narration_reads_correctly(r.err)

@@ -291,6 +291,12 @@ def start_in_thread(data_dir: Path, *, token: str, dedup: bool = True, fail_503:
     return f"http://127.0.0.1:{server.server_address[1]}", stop
 
 
+def publications(data_dir: Path) -> list[dict[str, Any]]:
+    """Every publication the service stored in ``data_dir`` (its SQLite file, created if missing),
+    oldest first: what the service saw, for the demo's and the tests' counts."""
+    return _Database(Path(data_dir) / DB_NAME).find(None)
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 0:

@@ -27,7 +27,16 @@ Shape (``--json``)::
      "totals": {"elapsed_s", "run_time_ms", "runs", "model_calls", "tool_calls",
                 "input_tokens", "output_tokens", "total_tokens"},
      "errors": [str, …],
-     "trace": {"path", "records", "unreadable_lines", "invalid_records"}}
+     "trace": {"path", "records", "unreadable_lines", "invalid_records"},
+     # a task whose effect goes through a service only (``start`` with HITL_PUBLISH_URL set):
+     "service": url, "effects": [{"channel", "state", "service", "attempt", "request_key", "since",
+                                  "publication_id", "settled_by", "settle_reason"}, …]}
+
+For such a task ``outcome.status`` is the status a person sees (``publishing`` or ``in_doubt`` while
+an effect is not confirmed, :func:`workflow.external.shown_status`), each effect's ``state`` is
+:func:`workflow.external.effect_status`'s (``published``, ``publishing``, ``in_doubt``) and the
+trajectory gains an ``effect_intent`` step per effect (the write-ahead intent, before the request).
+A task without a service has none of these keys: its receipt is as before.
 
 Times are ISO-8601 UTC; ``elapsed_s`` is seconds from the first to the last recorded moment
 (human waiting included); ``run_time_ms`` the sum of the agent runs' durations.
@@ -49,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from state import clock
 from state.schema import Checkpoint, effect_key
 from state.store import TaskStore
+from workflow.external import effect_status, shown_status
 from workflow.observe import trace_log
 from workflow.observe.views import one_line
 
@@ -250,6 +260,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
     by_channel = {c: store.ledger_get(effect_key(cp.task_id, c, cp.channels))
                   for c in cp.channels} if several else {}
     entries = [e for e in by_channel.values() if e is not None] if several else [entry] if entry else []
+    effects = _effects(store, cp, by_channel if several else {c: entry for c in cp.channels})
     path = trace_log.trace_path(store, task_id)
     try:
         records, bad = trace_log.read(path)
@@ -262,6 +273,9 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
         steps.append({"at": e.published_at, "step": "ledger_entry",
                       "idempotency_key": e.idempotency_key,
                       "content_sha256": e.content_sha256})
+    for f in effects:
+        steps.append({"at": f["since"], "step": "effect_intent", "channel": f["channel"], "attempt": f["attempt"],
+                      "service": f["service"], "request_key": f["request_key"]})
     order = {"run": 0, "checkpoint": 2, "approval_requested": 3}
     steps.sort(key=lambda s: (_ts(s.get("at")) or datetime.max.replace(tzinfo=clock.now().tzinfo),
                               order.get(s["step"], 1)))
@@ -285,7 +299,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
         "idempotency_key": cp.idempotency_key,
         "action": cp.action,
         "outcome": {
-            "status": cp.status,
+            "status": shown_status(cp.status, effects),
             "executed": bool(entries),
             "ledger": entry.model_dump() if entry else None,
             "final_output": cp.final_output,
@@ -330,7 +344,24 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
         "errors": errors,
         "trace": {"path": str(path), "records": len(records), "unreadable_lines": bad,
                   "invalid_records": invalid},
+        **({"service": cp.service, "effects": effects} if cp.service is not None else {}),
     }
+
+
+def _effects(store: TaskStore, cp: Checkpoint, entries: dict[Any, Any]) -> list[dict[str, Any]]:
+    """Each channel's effect through the task's service (``[]`` without one): ``{"channel",
+    **effect_status, "settle_reason"}`` (:func:`workflow.external.task_effects` plus the reason a
+    human gave when settling), channels with no intent left out. ``entries``: the ledger entry
+    already read per channel. Raises ``Refused`` if a record is damaged."""
+    if cp.service is None:
+        return []
+    out = []
+    for channel in cp.channels:
+        entry = entries.get(channel)
+        status = effect_status(store, effect_key(cp.task_id, channel, cp.channels), entry)
+        if status is not None:
+            out.append({"channel": channel, **status, "settle_reason": getattr(entry, "settle_reason", None)})
+    return out
 
 
 def _arguments(args: Any) -> Any:
@@ -368,8 +399,28 @@ def _clock_time(at: str | None) -> str:
     return t.strftime("%H:%M:%S.%f")[:-3] if t else "?"
 
 
-def receipt_text(r: dict[str, Any]) -> str:
-    """The receipt for a terminal: header, outcome, approval, trajectory, totals, errors."""
+def effect_text(e: dict[str, Any]) -> str:
+    """One line for one of a receipt's ``effects``: the channel, the service and where the effect
+    stands (published with the publication id and who settled it and why; publishing with its
+    attempt and Idempotency-Key; in doubt), every value escaped onto the line."""
+    where = f"{one_line(e['channel'])} through {one_line(e['service'])}"
+    if e["state"] == "published":
+        pub = f" as {one_line(e['publication_id'])}" if e["publication_id"] else ""
+        why = f", reason {e['settle_reason']!r}" if e.get("settle_reason") else ""
+        by = f" (settled by {one_line(e['settled_by'])}{why})" if e["settled_by"] else ""
+        return f"{where}: published{pub}{by}"
+    since = f"attempt {e['attempt']}, intent written {one_line(e['since'])}"
+    if e["state"] == "publishing":
+        return (f"{where}: publishing ({since}; not confirmed; Idempotency-Key {one_line(e['request_key'])}): "
+                "the same resume sends it again with the same key")
+    return (f"{where}: IN DOUBT ({since}): the service does not deduplicate and may have published it; "
+            "look there, then settle it")
+
+
+def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
+    """The receipt for a terminal: header, outcome, (for a task through a service) each effect and
+    ``next_step`` (the caller's command to run next, e.g. ``settle``, when given), approval,
+    trajectory, totals, errors."""
     o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
     def entry_text(led: Optional[dict[str, Any]], none: str) -> str:
         return (f"1 entry, published_at {led['published_at']}, sha256(title+body) "
@@ -384,6 +435,9 @@ def receipt_text(r: dict[str, Any]) -> str:
         f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
         f"outcome: {o['status']}; ledger: {ledger}",
     ]
+    lines.extend(f"effect: {effect_text(e)}" for e in r.get("effects", []))
+    if next_step:
+        lines.append(f"next: {next_step}")
     if o["final_output"]:
         lines.append(f"final output: {one_line(o['final_output'])}")
     lines.append(f"approval: {one_line(a['tool'])}({_fmt_args(a['arguments'])}) call_id={one_line(a['call_id'])}")
@@ -457,6 +511,10 @@ def _step_text(s: dict[str, Any]) -> str:
         out = s.get("output")
         out_txt = f" -> {_fmt_args({'output': out})[7:]}" if out is not None else ""
         return f"tool call {one_line(s.get('tool'))}({_fmt_args(s.get('arguments'))}): {state}{out_txt}"
+    if step == "effect_intent":
+        return (f"effect intent written for {one_line(s.get('channel'))} (attempt {s.get('attempt')}, "
+                f"Idempotency-Key {one_line(s.get('request_key'))}) before the request to "
+                f"{one_line(s.get('service'))}")
     if step == "ledger_entry":
         return f"ledger entry written for key {one_line(s.get('idempotency_key'))}"
     return one_line(f"{step}: {s}")

@@ -26,7 +26,10 @@ from workflow import reconcile
 from workflow.observe.views import one_line, task_view
 
 WAITING = "waiting_for_approval"
-STATUSES = (WAITING, "completed", "cancelled", "expired", "budget_exceeded")
+#: What ``list --status`` filters on: the stored statuses, and the two a task shows while its
+#: approved effect through a service is not confirmed (``publishing``, ``in_doubt``: derived as in
+#: :func:`workflow.observe.views.task_view`, the checkpoint itself still waits).
+STATUSES = (WAITING, "completed", "cancelled", "expired", "budget_exceeded", "publishing", "in_doubt")
 
 
 def waiting_since(cp: Checkpoint) -> str:
@@ -93,11 +96,12 @@ def inbox_view(store: TaskStore, status: Optional[str] = None) -> dict[str, Any]
     plus ``"unverified": [{"file", "error"}]``, one per checkpoint that cannot be read or verified
     (signed with another key, edited, damaged), when there is any.
 
-    ``status`` keeps only tasks with that stored status. What verifies is listed, and what does
-    not is never left out silently: ``run.py list`` prints the tasks and then one ``STOPPED:``
-    line (:func:`unverified_summary`, exit 1). If nothing verifies, raises :class:`Refused` naming
-    the first failure (``doctor`` lists them all). Raises :class:`Refused` if the store refuses
-    this machine's signing key outright (another deployment's key: ``PostgresStore.check_key``).
+    ``status`` keeps only tasks with that status as shown (one of :data:`STATUSES`). What
+    verifies is listed, and what does not is never left out silently: ``run.py list`` prints the
+    tasks and then one ``STOPPED:`` line (:func:`unverified_summary`, exit 1). If nothing
+    verifies, raises :class:`Refused` naming the first failure (``doctor`` lists them all).
+    Raises :class:`Refused` if the store refuses this machine's signing key outright (another
+    deployment's key: ``PostgresStore.check_key``).
     """
     now = clock.now()
     good, bad = store.scan()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -37,12 +37,14 @@ from state.integrity import KEY_FILE
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
 from state.store import FileBacked
+from workflow.external import shown_status, task_effects
 from workflow.review.inbox import WAITING, overdue, unverified_summary, waiting_since
 
 #: Tasks per inbox page.
 PAGE_SIZE = 50
 #: What the status filter accepts: ``list --status``'s values, and ``all``.
-FILTERS = ("waiting_for_approval", "completed", "cancelled", "expired", "budget_exceeded", "all")
+FILTERS = ("waiting_for_approval", "completed", "cancelled", "expired", "budget_exceeded", "publishing",
+           "in_doubt", "all")
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,10 @@ class Row:
     ``revision``, ``since`` (ISO-8601: when the current approval request was made if waiting, else
     the last update), ``expires_at`` (ISO-8601 or None), ``channels`` (the task's channels,
     ``start --channel``), ``calls`` (number of pending calls), ``decision`` (the last
-    decision word, or None), ``checkpoint`` (the verified checkpoint, for the deadline rule) and
-    ``since_at`` (``since`` parsed)."""
+    decision word, or None), ``checkpoint`` (the verified checkpoint, for the deadline rule),
+    ``since_at`` (``since`` parsed) and ``effects`` (for a task through a service, each channel's
+    :func:`workflow.external.task_effects` entry, read at each listing; ``status`` is then the
+    status shown, ``publishing`` or ``in_doubt`` while one is not confirmed)."""
 
     task_id: str
     title: str
@@ -65,6 +69,18 @@ class Row:
     decision: Optional[str]
     checkpoint: Checkpoint
     since_at: datetime  # ``since``, parsed (the sort key)
+    effects: tuple[dict[str, Any], ...] = ()
+
+
+def with_effects(store: Any, row: Row) -> Row:
+    """``row`` with its task's effects through a service read now, and the status they make it
+    show (:func:`workflow.external.shown_status`); ``row`` itself for a task without a service
+    (nothing is read). An effect's records change without a new checkpoint revision, so this is
+    never cached. Raises ``Refused`` if a record is damaged."""
+    if row.checkpoint.service is None:
+        return row
+    effects = task_effects(store, row.checkpoint)
+    return replace(row, status=shown_status(row.checkpoint.status, effects), effects=tuple(effects))
 
 
 def row_of(cp: Checkpoint) -> Row:
@@ -122,9 +138,10 @@ class InboxIndex:
     def _scan(self) -> tuple[list[Row], list[dict[str, str]]]:
         if not isinstance(self.store, FileBacked):  # a store without files: its own verified scan
             good, bad = self.store.scan()
-            return [row_of(cp) for cp in good], bad
+            return [with_effects(self.store, row_of(cp)) for cp in good], bad
         with self._lock:
-            return self._file_rows(self.store)
+            rows, bad = self._file_rows(self.store)
+        return [with_effects(self.store, row) for row in rows], bad
 
     def _file_rows(self, store: FileBacked) -> tuple[list[Row], list[dict[str, str]]]:
         keys = (_identity(store.root / KEY_FILE), _identity(store.root / STATE_ID_FILE))

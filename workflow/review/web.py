@@ -246,7 +246,7 @@ class Inbox:
         self.env = Environment(loader=FileSystemLoader(ASSETS / "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True),
                                finalize=shown)
-        self.env.filters.update(lines=Lines, form_value=FormValue, when=readable_time)
+        self.env.filters.update(lines=Lines, form_value=FormValue, when=readable_time, badge=effect_badge)
 
     def _render(self, request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
         """``name`` (or, for the page's refresh, ``?partial=1``, only its ``<main>``) as HTML."""
@@ -275,7 +275,7 @@ class Inbox:
         shown = inbox_index.page(rows, status, number)
         now = clock.now()
         items = [(r, timing(r, now, self.hint)) for r in shown.rows]
-        version = hashlib.sha256(repr([(r.task_id, r.revision, t["age"], t["left"])
+        version = hashlib.sha256(repr([(r.task_id, r.revision, r.status, t["age"], t["left"])
                                        for r, t in items] + [shown.total, unverified]).encode()).hexdigest()[:16]
         response = self._render(request, "inbox.html", page=shown, items=items, status=status,
                                 unverified=unverified,
@@ -310,9 +310,14 @@ class Inbox:
             except Refused as exc:
                 return self._task(request, task_id, error=exc.render(self.hint), status=409)
         now = clock.now()
-        t = timing(inbox_index.row_of(cp), now, self.hint)
+        try:
+            row = inbox_index.with_effects(self.store, inbox_index.row_of(cp))
+        except Refused as exc:
+            return self._error(request, 500, exc.render(self.hint), prior=error)
+        t = timing(row, now, self.hint)
         decided, recorded = _decisions_so_far(self.store, cp)
         return self._render(request, "task.html", code=status, cp=cp, error=error, banner=banner,
+                            shown_status=row.status, effects=_effects_shown(row, self.hint),
                             receipt=receipt, timing=t, model=model_line(cp.model),
                             budget=spent_line(cp.budget, cp.spend), version=f"{cp.revision}",
                             decided=decided, recorded=recorded, confirm=confirm,
@@ -419,6 +424,34 @@ def _decisions_so_far(store: Any, cp: Checkpoint) -> tuple[list[dict[str, Any]],
         latest[d["call_id"]] = d
     decided = [d for c, d in latest.items() if c not in pending]
     return decided, {c: d for c, d in latest.items() if c in pending}
+
+
+def effect_badge(effect: dict[str, Any]) -> str:
+    """The badge of one effect through a service (:func:`workflow.external.effect_status`):
+    ``publishing``, ``in doubt``, or ``published as pub_…`` (``published`` when a human settled it
+    without a publication id)."""
+    if effect["state"] == "published":
+        return f"published as {effect['publication_id']}" if effect.get("publication_id") else "published"
+    return "in doubt" if effect["state"] == "in_doubt" else "publishing"
+
+
+def _effects_shown(row: Any, hint: Callable[[Next], str]) -> list[dict[str, Any]]:
+    """The task page's effects: each of ``row.effects`` with ``command``, what a person runs next
+    in ``hint``'s words (for ``in_doubt``, the settle command of the channel's last decided call;
+    for ``publishing``, the resume that sends again with the same Idempotency-Key; else empty).
+    The inbox never settles: only a person who looked at the service can."""
+    out = []
+    for e in row.effects:
+        command = ""
+        if e["state"] == "in_doubt":
+            calls = [d.call_id for d in row.checkpoint.decisions
+                     if d.decision == "approved" and d.channel in (e["channel"], None)]
+            if calls:
+                command = hint(Next("settle_command", row.task_id, calls[-1]))
+        elif e["state"] == "publishing":
+            command = hint(Next("doctor_resume", row.task_id, "approve"))
+        out.append({**e, "command": command})
+    return out
 
 
 def _receipt_text(store: Any, task_id: str) -> str:
