@@ -75,6 +75,7 @@ PUBLISH, EFFECT, LEDGER = "tools/publish.py", "workflow/effect.py", "state/files
 SIGNING, RECORDS = "state/signing.py", "state/records.py"
 GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconcile.py",
                                           "workflow/trust.py", "workflow/calls.py", "workflow/edits.py")
+EXTERNAL, EXTERNAL_T = "workflow/external.py", "tests/test_external_effects.py"
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
                                        "tests/test_reconcile.py")
 
@@ -340,6 +341,17 @@ MUTANTS: list[Mutant] = [
       "tests/test_edits.py"),
     m("edits-with-always", EDITS, "    if edit is not None and rec.always:", "    if False:",
       "tests/test_edits.py"),
+    # -- effects through a service (workflow/external.py) ---------------------------------------
+    m("in-doubt-sent-again", EXTERNAL, "    if not fresh and not intent.deduplicates:\n        raise Refused(\"in_doubt\"",
+      "    if False:\n        raise Refused(\"in_doubt\"", EXTERNAL_T),
+    m("retry-when-it-may-have-acted", EXTERNAL,
+      "or (deduplicates and isinstance(exc, MayHaveActed))", "or isinstance(exc, MayHaveActed)", EXTERNAL_T),
+    m("a-new-key-every-command", EXTERNAL, "if intent is None or store.settlement_get(key, intent.attempt) is not None:",
+      "if True:", EXTERNAL_T),
+    m("found-publication-not-compared", PUBLISH,
+      'if any(publication.get(k) != arguments.get(k) for k in ("title", "body", "channel")):', "if False:",
+      EXTERNAL_T),
+    m("service-not-checked-at-resume", GUARDS, "    if url != cp.service:", "    if False:", EXTERNAL_T),
 ]
 
 
