@@ -636,7 +636,7 @@ def test_run_context_is_plain_json(cli, state_dir):
     _start(cli)
     rs = json.loads(json.loads(checkpoint_file(state_dir, KEY).read_text(encoding="utf-8"))["run_state"])
     ctx = rs["context"]["context"]
-    assert set(ctx) == {"task_id", "idempotency_key", "content_sha256", "store", "channels", "action"}
+    assert set(ctx) == {"task_id", "idempotency_key", "content_sha256", "store", "channels", "action", "service"}
     assert ctx["store"].startswith("store-")  # a token for this process, never a path or a URL
     assert all(type(v) is str for k, v in ctx.items() if k != "channels") and ctx["channels"] == ["blog"]
     assert ctx["action"] == "publish_draft"
