@@ -638,7 +638,8 @@ def test_run_context_is_plain_json(cli, state_dir):
     ctx = rs["context"]["context"]
     assert set(ctx) == {"task_id", "idempotency_key", "content_sha256", "store", "channels", "action", "service"}
     assert ctx["store"].startswith("store-")  # a token for this process, never a path or a URL
-    assert all(type(v) is str for k, v in ctx.items() if k != "channels") and ctx["channels"] == ["blog"]
+    assert all(type(v) is str for k, v in ctx.items() if k not in ("channels", "service"))
+    assert ctx["channels"] == ["blog"] and ctx["service"] is None  # no HITL_PUBLISH_URL: the local ledger
     assert ctx["action"] == "publish_draft"
     assert rs["context"]["context_meta"]["requires_deserializer"] is False
 
