@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         check_environment()  # a bad HITL_* value: one line naming it, before any file is touched
         result = run_command(args)
     except Refused as exc:
-        return _stopped(hints.text(exc))
+        return _stopped(hints.text(exc), exc.code)
     except KeyboardInterrupt:
         return _stopped("interrupted")
     except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
@@ -216,10 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _stopped(message: str) -> int:
+def _stopped(message: str, code: str | None = None) -> int:
     """Print the one ``STOPPED:`` line (with what this command already changed on disk, if
-    anything: :mod:`state.effects`) and return exit code 1."""
-    done = effects.summary(hints.hint)
+    anything: :mod:`state.effects`; ``code``: the refusal's) and return exit code 1."""
+    done = effects.summary(hints.hint, code)
     print(f"STOPPED: {output.one_line(message)}" + (f"; {done}" if done else ""), file=sys.stderr)
     return 1
 

@@ -65,7 +65,7 @@ HINTS: dict[str, Callable[[Next], str]] = {
                                  + command("resume", "--task", *step.args, "--decision", "approve"),
     "settle": lambda step: ("; then " + command("settle", "--task", step.args[0], "--call", step.args[1],
                                                 "--outcome", "published", "--by", "NAME")
-                            + " or --outcome not-published"),
+                            + " or --outcome not-published --by NAME"),
     "settle_command": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1],
                                            "--outcome", "published", "--by", "NAME"),
     # the browser inbox (workflow.review.web, workflow.review.inbox_index)

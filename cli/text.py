@@ -84,6 +84,11 @@ def effect_lines(task: dict[str, Any]) -> list[str]:
             pub = f" as {one_line(e['publication_id'])}" if e["publication_id"] else ""
             by = f" (settled by {one_line(e['settled_by'])})" if e["settled_by"] else ""
             out.append(f"  effect on {where}: published{pub}{by}")
+        elif e["state"] == "publishing" and e.get("not_sent"):
+            n = e["not_sent"]
+            why = "nothing reached the service" if n["source"] == "not_sent" else f"settled by {one_line(n['by'])}"
+            out.append(f"  effect on {where}: publishing (attempt {e['attempt']} not published: {why}; the next "
+                       f"resume sends it as attempt {e['attempt'] + 1}, with a new key)")
         elif e["state"] == "publishing":
             out.append(f"  effect on {where}: publishing (attempt {e['attempt']} since {one_line(e['since'])}, "
                        f"not confirmed; Idempotency-Key {one_line(e['request_key'])})")
@@ -97,12 +102,14 @@ def effect_next(task: dict[str, Any]) -> str:
     """The command a person pastes for a task ``publishing`` (the same resume: it sends again
     with the same Idempotency-Key) or ``in_doubt`` (settle, after looking at the service)."""
     if task["status"] == "publishing":
-        return f"{resume_hint(task['task_id'])} (sends again with the same Idempotency-Key)"
+        again = [e for e in task.get("effects", []) if e["state"] == "publishing" and not e.get("not_sent")]
+        return resume_hint(task["task_id"]) + (" (sends again with the same Idempotency-Key)" if again
+                                               else " (sends it once more)")
     doubt = [e for e in task.get("effects", []) if e["state"] == "in_doubt"]
     calls = [d["call_id"] for d in task.get("decisions", []) if doubt and d["channel"] == doubt[0]["channel"]]
     call = ["--call", calls[-1]] if len(doubt) > 1 and calls else []
     return (command("settle", "--task", task["task_id"], *call, "--outcome", "published", "--by", "NAME")
-            + " (or --outcome not-published: the next resume sends it once more)")
+            + " (or --outcome not-published --by NAME: the next resume sends it once more)")
 
 
 def receipt_next(receipt: dict[str, Any]) -> str | None:

@@ -32,7 +32,12 @@ def forget(task_id: str, what: str) -> None:
         _done.remove((task_id, what))
 
 
-def summary(hint: Callable[[Next], str] = lambda step: "") -> str | None:
+#: Refusal codes after which running the same command again is not the way on (a person must
+#: look first): the summary then only says what was done.
+NOT_BY_REPEATING = frozenset({"in_doubt", "effect_conflict"})
+
+
+def summary(hint: Callable[[Next], str] = lambda step: "", code: str | None = None) -> str | None:
     """``already done: task t-1: published it (ledger entry written), …; to finish, run the same
     command again``, or None if this command changed nothing. ``hint`` words the next step where
     each task stands is explained (``Next("doctor_explains")``; the command line's
@@ -40,4 +45,6 @@ def summary(hint: Callable[[Next], str] = lambda step: "") -> str | None:
     if not _done:
         return None
     parts = ", ".join(f"task {tid}: {what}" for tid, what in _done)
+    if code in NOT_BY_REPEATING:  # ``code``: the refusal that stopped the command, if any
+        return f"already done: {parts}" + hint(Next("doctor_explains"))
     return f"already done: {parts}; to finish, run the same command again" + hint(Next("doctor_explains"))

@@ -117,3 +117,12 @@ def test_the_inbox_badge_of_a_published_effect_names_the_publication(cli, in_dou
     page = client.get("/?status=all")
     assert 'class="badge effect-published">published</span>' in page.text
     assert _publications(service[1]) == 1  # counted at the service: the lost answer was one publication
+
+
+def test_the_inboxs_default_list_holds_a_task_in_doubt(in_doubt, state_dir):
+    """The inbox opens on the tasks a person must act on: a call in doubt is one of them."""
+    client = _client(state_dir)
+    _login(client)
+    page = client.get("/")
+    assert page.status_code == 200 and f"/task/{in_doubt}" in page.text
+    assert 'class="badge effect-in_doubt">in doubt</span>' in page.text

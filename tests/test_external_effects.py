@@ -298,7 +298,9 @@ def test_without_deduplication_a_lost_answer_is_in_doubt_and_never_sent_again(se
     _in_doubt(state_dir, svc)
     for _ in range(2):
         r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
-        stopped(r, "is in doubt", "nothing was sent again", "python run.py settle")
+        stopped(r, "is in doubt", "nothing was sent again", "python run.py settle",
+                "or --outcome not-published --by NAME")
+        assert "run the same command again" not in r.err  # repeating it is not the way on
         assert svc.posts() == 1 and len(svc.publications()) == 1
     assert shown(state_dir)["status"] == "in_doubt" and not ledger_entries(state_dir)
 
@@ -331,6 +333,9 @@ def test_settled_as_not_published_goes_back_to_publishing_and_the_next_resume_se
     assert r.code == 0, r.err
     assert shown(state_dir)["status"] == "publishing"
     assert svc.posts() == 0
+    text = cli(state_dir, svc.url, "status", "--task", KEY, idempotency="none").out
+    assert "attempt 1 not published: settled by bea; the next resume sends it as attempt 2, with a new key" in text
+    assert "(sends it once more)" in text and "same Idempotency-Key" not in text  # the key is a new one
     r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
     assert r.code == 0, r.err
     assert r.json()["status"] == "completed"

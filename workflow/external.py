@@ -63,7 +63,7 @@ class Service:
 
     url: str
     deduplicates: bool = True
-    find: Optional[Callable[[str], Optional[Any]]] = None
+    find: Optional[Callable[[str, dict[str, Any]], Optional[Any]]] = None
     attempts: int = 3
     wait_s: float = 0.2
 
@@ -152,9 +152,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
         if not fresh and service.find is not None:  # ask before sending again: never guess
             try:
                 found = _tries(service, True)(service.find, intent.request_key, call.arguments)
-            except Conflict:
-                raise
-            except Exception:
+            except (NotSent, MayHaveActed):
                 found = None  # the lookup failed: sending again with the same key is as safe
         result = found if found is not None else _tries(service, intent.deduplicates)(send, effect)
     except Conflict as exc:
@@ -187,17 +185,20 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
 def effect_status(store: Any, key: str, entry: Any = None) -> Optional[dict[str, Any]]:
     """Where the effect of ``key`` stands, for the views (``show``, ``status``, ``ledger``, the inbox,
     ``doctor``): None when no effect through a service was begun for it (the local ledger), else
-    ``{"state", "service", "attempt", "request_key", "since", "publication_id"}``: ``state``
-    ``published`` (the ledger entry exists: ``entry`` or read now), ``publishing`` (not confirmed;
-    the same resume sends again) or ``in_doubt`` (a provider without deduplication may have acted:
+    ``{"state", "service", "attempt", "request_key", "since", "publication_id", "settled_by",
+    "not_sent"}``: ``state`` ``published`` (the ledger entry exists: ``entry`` or read now),
+    ``publishing`` (not confirmed; the same resume sends again: with the same ``request_key``, or,
+    when ``not_sent`` (``{"by", "at", "reason", "source"}``) says the attempt was settled as not
+    done, as attempt ``attempt + 1`` with a new key) or ``in_doubt`` (a provider without deduplication may have acted:
     a human settles it). Raises ``Refused`` if a record is damaged."""
     intent = store.intent_get(key)
     if intent is None:
         return None
     entry = entry if entry is not None else store.ledger_get(key)
+    settled = None if entry is not None else store.settlement_get(key, intent.attempt)
     if entry is not None:
         state = "published"
-    elif intent.deduplicates or store.settlement_get(key, intent.attempt) is not None:
+    elif intent.deduplicates or settled is not None:
         state = "publishing"
     else:
         state = "in_doubt"
@@ -205,7 +206,9 @@ def effect_status(store: Any, key: str, entry: Any = None) -> Optional[dict[str,
     pub = result.get("id") if isinstance(result, dict) and isinstance(result.get("id"), str) else None
     return {"state": state, "service": intent.service, "attempt": intent.attempt,
             "request_key": intent.request_key, "since": intent.at, "publication_id": pub,
-            "settled_by": getattr(entry, "settled_by", None)}
+            "settled_by": getattr(entry, "settled_by", None),
+            "not_sent": None if settled is None else {"by": settled.by, "at": settled.at, "reason": settled.reason,
+                                                       "source": settled.source}}
 
 
 def task_effects(store: Any, cp: Any) -> list[dict[str, Any]]:

@@ -161,7 +161,8 @@ DETAILS = {
                              "after the decision)",
     "status_contradicts_decision": "the checkpoint says {status} but records decision {decided!r}",
     "effect_unconfirmed": "approved, but its effect through {service} is not confirmed (attempt {attempt}, "
-                          "since {since}); the same resume sends it again with the same Idempotency-Key",
+                          "since {since}); the same resume sends it again (with the same Idempotency-Key, unless that "
+                          "attempt was found not sent)",
     "effect_in_doubt": "its effect through {service}, which does not deduplicate, may have happened (attempt "
                        "{attempt}, since {since}); nothing is sent again until a human settles it",
     "cancelled_with_intent": "the task is {status} with decision {decided!r}{in_ledger}, but its effect through "

@@ -185,7 +185,10 @@ def page(rows: list[Row], status: str, number: int) -> Page:
     (1-based; past the last page gives an empty page). Raises ``ValueError`` for another status."""
     if status not in FILTERS:
         raise ValueError(f"status must be one of {', '.join(FILTERS)}")
-    kept = rows if status == "all" else [r for r in rows if r.status == status]
+    # the waiting filter (the inbox's default) holds every task a person must act on: a call in
+    # doubt or an effect not confirmed waits too
+    wanted = (status, "publishing", "in_doubt") if status == "waiting_for_approval" else (status,)
+    kept = rows if status == "all" else [r for r in rows if r.status in wanted]
     kept.sort(key=lambda r: (r.since_at, r.task_id), reverse=True)
     pages = max(1, -(-len(kept) // PAGE_SIZE))
     start = (number - 1) * PAGE_SIZE
