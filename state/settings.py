@@ -108,7 +108,7 @@ def service_url_problem(url: str) -> str | None:
         return "is not a URL"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "is not an http:// or https:// URL with a host"
-    if parts.username is not None or parts.password is not None or parts.query or parts.fragment or "?" in url:
+    if parts.username is not None or parts.password is not None or "?" in url or "#" in url:
         return "holds credentials, a query or a fragment (the URL is recorded in every task: put the token in " \
                "HITL_PUBLISH_TOKEN)"
     return None
@@ -259,7 +259,7 @@ class Settings(BaseSettings):
         "secret text", "-", "unset (no `Authorization` header)",
         "The bearer token sent to the publishing service (and the one `publishing-service` "
         "accepts). Never written anywhere, never shown, redacted like the other secrets.",
-        "not UTF-8 (the value is never echoed)"))
+        "not UTF-8; a control character such as a new line (the value is never echoed)"))
     publish_idempotency: Literal["key", "none"] = Field("key", alias="HITL_PUBLISH_IDEMPOTENCY", **_doc(
         "`key` or `none`", "-", "`key`",
         "Whether the publishing service deduplicates by the `Idempotency-Key` (`key`: exactly once, "
@@ -349,6 +349,9 @@ class Settings(BaseSettings):
     def _publish_token(cls, raw: Any) -> str:
         if not _is_text(raw):
             raise Refused("settings", "HITL_PUBLISH_TOKEN is not valid UTF-8 text")
+        if not raw.isprintable():  # a new line would end the Authorization header
+            raise Refused("settings", "HITL_PUBLISH_TOKEN holds a control character (a new line?); it is sent "
+                          "in an HTTP header (the value is never echoed)")
         return raw
 
     @field_validator("publish_idempotency", mode="plain")

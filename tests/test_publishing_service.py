@@ -122,7 +122,7 @@ def test_a_lost_answer_is_may_have_acted_and_the_publication_is_stored(service):
 
 def test_a_timeout_after_sending_is_may_have_acted_and_the_publication_exists(service):
     url = service(slow=1.0)
-    with pytest.raises(MayHaveActed, match="ReadTimeout"):
+    with pytest.raises(MayHaveActed, match="ReadTimeout|no whole answer within"):
         PublishingClient(url, TOKEN, timeout_s=0.3).publish("k1", **ITEM)
     assert [p["idempotency_key"] for p in listed(url)] == ["k1"]
 
@@ -245,3 +245,60 @@ def test_from_settings_reads_the_publish_variables(monkeypatch):
     assert (client.url, client.timeout_s, dedup) == ("http://127.0.0.1:9", 1.5, False)
     monkeypatch.setenv("HITL_PUBLISH_IDEMPOTENCY", "key")
     assert from_settings()[1] is True
+
+
+def _hostile_server(answer: bytes, drip_s: float = 0.0) -> tuple[str, socket.socket]:
+    """A one-connection-at-a-time HTTP server on loopback that reads a request and answers
+    ``answer``, one byte every ``drip_s`` seconds (0: at once). Returns its URL and socket."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.recv(65536)
+                    for i in range(len(answer)) if drip_s else [None]:
+                        conn.sendall(answer if i is None else answer[i:i + 1])
+                        if drip_s:
+                            threading.Event().wait(drip_s)
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}", server
+
+
+def test_a_dripping_answer_is_given_up_after_the_timeout_in_all():
+    """httpx bounds each read, not the request: a service sending a byte every 0.2 s would hold
+    the command for minutes. The client gives up after its timeout in all: may have acted."""
+    import time
+
+    answer = b"HTTP/1.1 201 Created\r\nContent-Length: 200\r\n\r\n" + b"x" * 200
+    url, server = _hostile_server(answer, drip_s=0.2)  # about 50 s to send it all
+    try:
+        began = time.monotonic()
+        with pytest.raises(MayHaveActed, match="no whole answer within 1 s"):
+            PublishingClient(url, "tok-drip-123456789", timeout_s=1.0).publish("k" * 32, "T", "B", "blog")
+        assert time.monotonic() - began < 15
+    finally:
+        server.close()
+
+
+def test_a_service_that_echoes_the_token_in_its_error_never_puts_it_in_a_message():
+    token = "tok-echoed-123456789"
+    body = ('{"error": "bad: Bearer ' + token + '"}').encode()
+    answer = b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: " + \
+        str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+    url, server = _hostile_server(answer)
+    try:
+        with pytest.raises(NotSent) as caught:
+            PublishingClient(url, token, timeout_s=5.0).publish("k" * 32, "T", "B", "blog")
+        assert token not in str(caught.value) and "400 Bad Request" in str(caught.value)
+    finally:
+        server.close()

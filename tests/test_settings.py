@@ -250,3 +250,19 @@ def test_a_bad_inbox_setting_stops_serve_before_it_listens(cli, state_dir, monke
     r.assert_stopped()
     assert "HITL_INBOX_REQUEST_TIMEOUT='0' is not a number of seconds from 0.1 to 300" in r.err
     assert not state_dir.exists()
+
+
+@pytest.mark.parametrize("value", ["tok-123456\r\nX-Injected: yes", "tok-123456\n", "tok\x1b-123456"])
+def test_a_publish_token_with_a_control_character_is_refused_without_echoing_it(monkeypatch, value):
+    monkeypatch.setenv("HITL_PUBLISH_TOKEN", value)
+    with pytest.raises(Refused, match="HITL_PUBLISH_TOKEN holds a control character") as caught:
+        settings()
+    assert value.strip() not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["http://127.0.0.1:8/x#", "http://127.0.0.1:8/x?", "http://u:p@127.0.0.1/",
+                                   "file:///etc/passwd", "http://127.0.0.1:8/a b", "ftp://127.0.0.1/"])
+def test_a_publish_url_that_could_hold_a_secret_or_go_elsewhere_is_refused(monkeypatch, value):
+    monkeypatch.setenv("HITL_PUBLISH_URL", value)
+    with pytest.raises(Refused, match="HITL_PUBLISH_URL"):
+        settings()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+from http import HTTPStatus
 from typing import Any, NoReturn, Optional
 
 import httpx
@@ -32,6 +33,31 @@ PATH = "/v1/publications"
 #: Keyed by the process ID too, so a forked child never shares its parent's pooled connections.
 _CLIENTS: dict[tuple[int, float], httpx.Client] = {}
 _CLIENTS_LOCK = threading.Lock()
+
+
+def _bounded(timeout_s: float, request: Any) -> httpx.Response:
+    """``request()``, but given up (``TimeoutError``) after ``timeout_s`` seconds in all: httpx's
+    timeouts bound each read, so a service that drips its answer a byte at a time would otherwise
+    hold the command (and the task's lock) for as long as it likes. The request runs in a daemon
+    thread, left to finish or fail on its own: a request given up may still have acted, which is
+    what the caller is told."""
+    done = threading.Event()
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["response"] = request()
+        except BaseException as exc:  # handed to the caller as it was
+            out["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="publishing-request", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise TimeoutError(f"no whole answer within {timeout_s:g} s")
+    if "error" in out:
+        raise out["error"]
+    return out["response"]
 
 
 def _http(timeout_s: float) -> httpx.Client:
@@ -69,13 +95,18 @@ class PublishingClient:
                  key: Optional[str] = None, json: Any = None) -> httpx.Response:
         where = f"{method} {self.url}{PATH}"
         try:
-            return _http(self.timeout_s).request(method, self.url + PATH, params=params, json=json,
-                                                 headers=self._headers(key))
+            return _bounded(self.timeout_s, lambda: _http(self.timeout_s).request(
+                method, self.url + PATH, params=params, json=json, headers=self._headers(key)))
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise NotSent(f"{where}: nothing reached the service ({type(exc).__name__})") from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             raise NotSent(f"{where}: not a URL this client can send to ({type(exc).__name__})",
                           retry=False) from None
+        except httpx.LocalProtocolError as exc:  # e.g. a header value httpx will not send: nothing sent
+            raise NotSent(f"{where}: the request could not be written ({type(exc).__name__})", retry=False) from None
+        except TimeoutError:
+            raise MayHaveActed(f"{where}: no whole answer within {self.timeout_s:g} s; the service may have "
+                               "acted") from None
         except httpx.TransportError as exc:  # ReadTimeout, WriteTimeout, RemoteProtocolError, ReadError…
             raise MayHaveActed(f"{where}: sent, but no answer came ({type(exc).__name__}); the service may "
                                "have acted") from None
@@ -120,9 +151,11 @@ def _json(response: httpx.Response) -> Any:
 def _fail(response: httpx.Response) -> NoReturn:
     """Raise the exception an answer other than success means (module docstring)."""
     status = response.status_code
-    said = _json(response)
-    said = said.get("error") if isinstance(said, dict) else None
-    reason = f": {' '.join(said.split())[:200]}" if isinstance(said, str) and said.strip() else ""
+    # the status's standard phrase, never the service's own words: a service may echo the token
+    try:
+        reason = f" {HTTPStatus(status).phrase}"
+    except ValueError:
+        reason = ""
     where = f"{response.request.method} {response.request.url}: {status}{reason}"
     if status in (401, 403):
         raise NotSent(f"{where} (the service refused the token)", retry=False)
