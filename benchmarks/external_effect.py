@@ -62,22 +62,7 @@ CRASH_EXIT = 86
 PUBLISH_ENV = ("HITL_PUBLISH_URL", "HITL_PUBLISH_TOKEN", "HITL_PUBLISH_IDEMPOTENCY", "HITL_FAILPOINT",
                "HITL_FAILPOINT_LOG", "HITL_FAILPOINT_ACTION", "HITL_STATE_DIR", "HITL_STORE_URL")
 
-#: ``os.fsync`` calls and their time in this process (the wrapper below counts them, changes nothing;
-#: the service's SQLite syncs are not counted: they do not go through ``os.fsync``).
-FSYNC = {"calls": 0, "s": 0.0}
-_real_fsync = os.fsync
-
-
-def _counting_fsync(fd: int) -> None:
-    t0 = time.perf_counter()
-    try:
-        _real_fsync(fd)
-    finally:
-        FSYNC["calls"] += 1
-        FSYNC["s"] += time.perf_counter() - t0
-
-
-os.fsync = _counting_fsync  # every module calls os.fsync through the os module
+from benchmarks.fsync_count import FSYNC  # noqa: E402  (fsync calls and their time, per side)
 
 
 def use_service(url: str | None, token: str) -> None:

@@ -55,21 +55,7 @@ from agent import application  # noqa: E402
 
 GOAL = 1.15
 
-#: fsync calls and their total time, per side (the wrapper below counts them; it changes nothing).
-FSYNC = {"calls": 0, "s": 0.0}
-_real_fsync = os.fsync
-
-
-def _counting_fsync(fd: int) -> None:
-    t0 = time.perf_counter()
-    try:
-        _real_fsync(fd)
-    finally:
-        FSYNC["calls"] += 1
-        FSYNC["s"] += time.perf_counter() - t0
-
-
-os.fsync = _counting_fsync  # every module calls os.fsync through the os module
+from benchmarks.fsync_count import FSYNC  # noqa: E402  (fsync calls and their time, per side)
 
 
 @function_tool(needs_approval=True, name_override="publish_draft")
