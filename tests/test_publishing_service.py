@@ -283,7 +283,9 @@ def test_a_dripping_answer_is_given_up_after_the_timeout_in_all():
     url, server = _hostile_server(answer, drip_s=0.2)  # about 50 s to send it all
     try:
         began = time.monotonic()
-        with pytest.raises(MayHaveActed, match="no whole answer within 1 s"):
+        # given up by the client's bound on the whole answer (or, on a clock where the drip's
+        # pauses stretch past a second, by httpx's own read timeout): either way, quickly
+        with pytest.raises(MayHaveActed, match="no whole answer within 1 s|ReadTimeout"):
             PublishingClient(url, "tok-drip-123456789", timeout_s=1.0).publish("k" * 32, "T", "B", "blog")
         assert time.monotonic() - began < 15
     finally:
