@@ -182,7 +182,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     return call.record(result)
 
 
-def effect_status(store: Any, key: str, entry: Any = None) -> Optional[dict[str, Any]]:
+def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None) -> Optional[dict[str, Any]]:
     """Where the effect of ``key`` stands, for the views (``show``, ``status``, ``ledger``, the inbox,
     ``doctor``): None when no effect through a service was begun for it (the local ledger), else
     ``{"state", "service", "attempt", "request_key", "since", "publication_id", "settled_by",
@@ -190,8 +190,9 @@ def effect_status(store: Any, key: str, entry: Any = None) -> Optional[dict[str,
     ``publishing`` (not confirmed; the same resume sends again: with the same ``request_key``, or,
     when ``not_sent`` (``{"by", "at", "reason", "source"}``) says the attempt was settled as not
     done, as attempt ``attempt + 1`` with a new key) or ``in_doubt`` (a provider without deduplication may have acted:
-    a human settles it). Raises ``Refused`` if a record is damaged."""
-    intent = store.intent_get(key)
+    a human settles it). ``intent``: the key's latest intent when the caller read it already
+    (else it is read now). Raises ``Refused`` if a record is damaged."""
+    intent = intent if intent is not None else store.intent_get(key)
     if intent is None:
         return None
     entry = entry if entry is not None else store.ledger_get(key)
