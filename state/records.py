@@ -54,7 +54,8 @@ class LedgerEntry(BaseModel):
     channel: Optional[str] = Field(default=None, pattern=CHANNEL_FIELD)
     approval: Optional[Literal["human", "not_needed"]] = None
     result: Optional[Any] = None
-    #: Set when a human settled an effect that was in doubt (``run.py settle --outcome published``):
+    #: Set when a human settled an effect that was in doubt (a settle with the outcome published,
+    #: :mod:`workflow.settlement`):
     #: who found it published, and why; absent for an effect whose outcome the program saw.
     settled_by: Optional[str] = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
     settle_reason: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
@@ -125,8 +126,8 @@ class Settlement(BaseModel):
     """A finding that one attempt of an effect did NOT happen, so the next command may send it once
     more: ``{"idempotency_key", "attempt", "task_id", "by", "at", "reason", "source"}``.
 
-    ``source`` ``"human"``: a person looked at the provider (``run.py settle --outcome
-    not-published``, ``by`` their name); ``"not_sent"``: the program saw that nothing reached the
+    ``source`` ``"human"``: a person looked at the provider (a settle with the outcome not
+    published, :mod:`workflow.settlement`; ``by`` their name); ``"not_sent"``: the program saw that nothing reached the
     service (the connection was refused), ``by`` is ``"program"``. (A finding that it DID happen is
     the ledger entry itself, with ``settled_by``.)
     """
