@@ -3,7 +3,8 @@
     python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``publishing-service`` (docs/commands.md).
+``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``publishing-service``, ``reviewers``
+(docs/commands.md).
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never
 import the SDK; ``review`` only to decide.
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", required=True, type=A.text("draft", MAX_DRAFT_CHARS, False))
     p.add_argument("--title", default=DEFAULT_TITLE, type=A.text("title", MAX_TITLE_CHARS, True))
     p.add_argument("--key", type=A.key, help="idempotency key, also the task ID (default: generated)")
+    p.add_argument("--by", type=A.text("--by", MAX_NAME_CHARS, True), help="who asks (team mode: your token's name)")
     p.add_argument("--channel", type=A.channel, action="append", dest="channels", help="repeatable; default blog")
     p.add_argument("--model", type=A.nonempty(A.text("--model", 200, True)),
                    help="a real model, e.g. gpt-4.1-mini (needs OPENAI_API_KEY; default: offline)")
@@ -96,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
     A.serve_parser(sub)
     A.settle_parser(sub)  # settle, publishing-service
+    A.team_parsers(sub)  # reviewers
     return parser
 
 
@@ -115,13 +118,15 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         budget = make_budget(spec, **A.budget_changes(args))
         cp = asyncio.run(application.start(store, task_id=key, title=args.title, draft=args.draft,
                                     spec=spec, budget=budget, expires_in_s=args.expires_in, channels=args.channels,
+                                    team=commands.start_team(store, args),
                                     trace_content=bool(args.trace_content) or settings().trace_content,
                                     on_event=output.printer_for(args)))
     elif args.command == "resume":
         task_id = inbox.pick_task(store, args.task, waiting_only=True)
-        cp = _decide(store, task_id, args.decision, args.reason, by=A.reviewer(args.by), call_id=args.call,
-                     always=args.always, trace_content=args.trace_content, budget_changes=A.budget_changes(args),
-                     on_event=output.printer_for(args), edit=A.edit(args))
+        by = commands.decider(store, task_id, args.by)  # team mode: the reviewer of HITL_REVIEWER_TOKEN
+        cp = commands.decide(store, task_id, args.decision, args.reason, by=by, call_id=args.call, always=args.always,
+                             trace_content=args.trace_content, budget_changes=A.budget_changes(args),
+                             on_event=output.printer_for(args), edit=A.edit(args))
     elif args.command == "status":
         cp = store.load(inbox.pick_task(store, args.task, waiting_only=False))
     elif args.command == "settle":  # a person's finding about a call in doubt (workflow/settlement.py)
@@ -129,6 +134,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command in ("start", "resume", "status", "settle"):  # one task: its view and its budget lines
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
+    if args.command == "reviewers":  # team mode (docs/reviewers.md)
+        return commands.reviewers(store, args)
     if args.command == "list":
         return inbox.inbox_view(store, args.status)
     if args.command == "ledger":
@@ -140,7 +147,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         expired, busy = inbox.expire_overdue(store, args.task)
         return {"expired": expired, **({"busy": busy} if busy else {})}
     if args.command == "review":
-        return commands.review(store, args, _decide, task_view, A.reviewer(args.by))
+        return commands.review(store, args, commands.decide, task_view, commands.decider(store, None, args.by))
     if args.command == "doctor":
         from workflow.ops.doctor import doctor, with_actions  # SDK-free
         return with_actions(doctor(store, repair=args.repair), hints.hint)
@@ -153,18 +160,6 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return serve(store, APP, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.hint)
     from cli.demo import demo
     return demo(store, as_json=args.json)
-
-
-def _decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: str, trace_content: bool,
-            call_id: str | None = None, **kwargs: Any) -> Any:
-    """Apply one human decision (``workflow.hitl.decide``, ``kwargs`` passed on); return the new checkpoint."""
-    from workflow import reconcile
-    checked = reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason, edit=kwargs.get("edit"))
-    import asyncio  # with the SDK (above: no SDK yet): only when a human actually decides
-    from agent import application
-    content = bool(trace_content) or settings().trace_content
-    return asyncio.run(application.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
-                                          checked=checked, call_id=call_id, trace_content=content, **kwargs))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -192,6 +192,22 @@ def settle_parser(sub: Any) -> None:
     p.add_argument("service_args", nargs=argparse.REMAINDER)
 
 
+def team_parsers(sub: Any) -> None:
+    """``reviewers add|list|remove|rotate`` (team mode, ``state/reviewers.py``)."""
+    p = sub.add_parser("reviewers", help="register reviewers: team mode (docs/reviewers.md)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    what = p.add_subparsers(dest="action", required=True)
+    for name, help_ in (("add", "register a reviewer and print their token once"), ("list", "every reviewer"),
+                        ("remove", "remove a reviewer (their token stops working)"),
+                        ("rotate", "a new token for a reviewer (the old one stops working)")):
+        q = what.add_parser(name, help=help_)
+        q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+        if name != "list":
+            q.add_argument("name", type=text("NAME", MAX_NAME_CHARS, True))
+        if name == "add":
+            q.add_argument("--role", action="append", dest="roles", default=[], help="repeatable, e.g. editor")
+
+
 def run_flags(p: argparse.ArgumentParser) -> None:
     """Add the flags of a command that runs the agent (``start``, ``resume``): ``--trace-content``
     and ``--stream`` (``Runner.run_streamed``, events printed as they arrive)."""

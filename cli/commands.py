@@ -1,8 +1,9 @@
 """The command line's longer commands, each one call into the library (``run.py`` dispatches here).
 
 ``review`` (the terminal walk through waiting tasks), ``settle`` (a person's finding about a call in
-doubt, :mod:`workflow.settlement`) and ``publishing-service`` (the reference service). Each returns what
-``run.py`` prints, or None when it printed already.
+doubt, :mod:`workflow.settlement`), ``publishing-service`` (the reference service), and one
+decision (:func:`decide`, who makes it: :func:`decider`). Each returns what ``run.py`` prints, or
+None when it printed already.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def settle(store: Any, args: Any) -> Any:
     only (no SDK); ``published`` finishes the run with the publisher (:data:`agent.application.APP`)."""
     from workflow import settlement as found
 
+    args.by = decider(store, args.task, args.by)
     outcome = "not_published" if args.outcome == "not-published" else "published"
     if outcome == "not_published":
         found.record(store, args.task, outcome, by=args.by, call_id=args.call, reason=args.reason)
@@ -47,9 +49,77 @@ def settle(store: Any, args: Any) -> Any:
                                     call_id=args.call, reason=args.reason))
 
 
+def decider(store: Any, task_id: Any, by: Any) -> str:
+    """The ``by`` of a decision from this command line: in team mode the reviewer whose token is
+    ``HITL_REVIEWER_TOKEN`` (``--by``, if given, must be theirs: :func:`workflow.team.decider`);
+    else ``--by``, or the OS login name (:func:`cli.arguments.reviewer`). ``task_id`` None: the
+    reviewer of a command that decides several tasks (``review``). Raises :class:`Refused`."""
+    from cli.arguments import reviewer
+    from workflow import team
+
+    cp = store.load(task_id) if task_id is not None else None
+    if not team.is_team(store, cp):
+        return reviewer(by)
+    return team.decider(store, by, team.token_from_settings(), cp)
+
+
+def start_team(store: Any, args: Any) -> Any:
+    """The :class:`state.schema.Team` of a task ``start`` makes (``--by``, ``HITL_REVIEWER_TOKEN``
+    and ``HITL_POLICY``: :func:`workflow.team.at_start`), or None in single-user mode."""
+    from workflow import team
+
+    return team.at_start(store, team.channels_of(args.channels), args.by, team.token_from_settings())
+
+
+def reviewers(store: Any, args: Any) -> dict[str, Any]:
+    """``reviewers add NAME [--role R]… | list | remove NAME | rotate NAME``: ``{"action",
+    "reviewers": [{"name", "roles", "added_at", "rotated_at"}]}`` for ``list``; ``{"action", "name",
+    "roles", "token"}`` for ``add`` and ``rotate`` (the token is printed this once, never stored:
+    :mod:`state.reviewers`); ``{"action", "name"}`` for ``remove``. Raises :class:`Refused`."""
+    from state import reviewers as people
+    from state.clock import now_iso
+
+    if args.action == "list":
+        return {"action": "list", "reviewers": [r.public() for r in store.reviewers()]}
+    if args.action == "remove":
+        store.reviewer_remove(args.name)
+        return {"action": "remove", "name": args.name}
+    token_id, token = people.new_token()
+    if args.action == "add":
+        roles = people.clean_roles(args.roles)
+        if people.find(store, args.name) is not None:
+            raise Refused("reviewer_exists", f"reviewer {args.name!r} is registered already; nothing written")
+        store.reviewer_add(people.record(args.name, roles, token, token_id, now_iso()))
+    else:
+        old = people.find(store, args.name)
+        if old is None:
+            raise Refused("no_reviewer", f"no reviewer {args.name!r} is registered; nothing written")
+        roles = list(old.roles)
+        store.reviewer_replace(people.record(args.name, roles, token, token_id, old.added_at, now_iso()))
+    return {"action": args.action, "name": args.name, "roles": roles, "token": token}
+
+
 def publishing_service(args: Any) -> int:
     """``publishing-service [--port P] [--data DIR] …``: the reference service until Ctrl-C
     (:func:`tools.publishing_service.main`); its exit code."""
     from tools.publishing_service import main
 
     return main(list(args.service_args))
+
+
+def decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: str, trace_content: bool,
+           call_id: str | None = None, **kwargs: Any) -> Any:
+    """Apply one human decision (``workflow.hitl.decide``, ``kwargs`` passed on); return the new
+    checkpoint. Everything that can refuse without the SDK is judged first: the decision table
+    (:func:`workflow.reconcile.preflight`) and the task's policy (:func:`workflow.team.check_before`)."""
+    from state.settings import settings
+    from workflow import reconcile, team
+
+    checked = reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason, edit=kwargs.get("edit"))
+    team.check_before(store, checked[0], call_id, decision, by, edits=kwargs.get("edit") is not None,
+                      always=bool(kwargs.get("always")))
+    import asyncio  # with the SDK (above: no SDK yet): only when a human actually decides
+    from agent import application
+    content = bool(trace_content) or settings().trace_content
+    return asyncio.run(application.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
+                                          checked=checked, call_id=call_id, trace_content=content, **kwargs))

@@ -68,6 +68,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
                             + " or --outcome not-published --by NAME"),
     "settle_command": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1],
                                            "--outcome", "published", "--by", "NAME"),
+    # team mode (state.reviewers, workflow.team)
+    "reviewers_list": lambda step: f" ({PROGRAM} reviewers list names each reviewer)",
     # the browser inbox (workflow.review.web, workflow.review.inbox_index)
     "that_serve": lambda step: f" that {PROGRAM} serve",
     "or_expire": lambda step: f", or {PROGRAM} expire",

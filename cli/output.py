@@ -153,6 +153,10 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
                   f"{one_line(f['service'])} (attempt {f['attempt']} since {one_line(f['since'])})")
     elif command == "traps":
         print(traps_text(result))
+    elif command == "reviewers":
+        from cli.text import team_text
+
+        print(team_text(command, result))
     elif command == "doctor":
         from workflow.ops.doctor import doctor_text
 

@@ -145,3 +145,24 @@ def _raise_hint(cp: Checkpoint) -> str:
     if budget.max_cost_usd is not None and (spend.cost_usd or 0) >= budget.max_cost_usd * 0.9:
         return f"--max-cost-usd {budget.max_cost_usd * 2:g} (or --max-turns, --max-tokens)"
     return f"--max-tokens {budget.max_tokens * 2} (or --max-turns, --max-cost-usd)"
+
+
+def team_text(command: str, result: dict[str, Any]) -> str:
+    """The text of ``reviewers`` (:func:`cli.commands.reviewers`): names and roles escaped
+    (:func:`state.terminal.one_line`); a new token with how to use it, once."""
+    from cli.shell import PROGRAM
+
+    action = result["action"]
+    if action == "list":
+        rows = result["reviewers"]
+        if not rows:
+            return "no reviewers: single-user mode (any --by decides)"
+        return "\n".join(f"  {one_line(r['name'])}  roles: {one_line(', '.join(r['roles']) or '-')}  added "
+                         f"{one_line(r['added_at'])}"
+                         + (f"  rotated {one_line(r['rotated_at'])}" if r["rotated_at"] else "") for r in rows)
+    if action == "remove":
+        return f"removed reviewer {one_line(result['name'])!r}: their token no longer works"
+    verb = "registered reviewer" if action == "add" else "new token for reviewer"
+    return (f"{verb} {one_line(result['name'])!r} (roles: {one_line(', '.join(result['roles']) or '-')})\n"
+            f"  token (shown this once, only its hash is kept): {result['token']}\n"
+            f"  give it to them; they decide with HITL_REVIEWER_TOKEN=<token> {PROGRAM} resume ...")

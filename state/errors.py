@@ -32,6 +32,9 @@ CODES = frozenset({
     "unsafe_input", "secret", "settings", "budget", "agent", "model",
     # effects through a service (workflow/external.py)
     "in_doubt", "unconfirmed", "effect_conflict", "service_changed", "not_in_doubt",
+    # team mode (state/reviewers.py, state/policy.py, workflow/team.py)
+    "unauthenticated", "not_you", "not_allowed", "policy", "policy_changed", "reviewer_exists",
+    "no_reviewer",
     # everything else (a refusal nobody needs to tell apart yet)
     "refused",
 })

@@ -40,7 +40,7 @@ from state.fileio import make_dirs  # noqa: F401  (paths.make_dirs: owner-only f
 from state.schema import valid_effect_key
 
 #: The folders a state dir may hold (see ``state.files.store``); each must be a plain folder inside it.
-SUBDIRS = ("tasks", "ledger", "locks", "traces", "rejections", "effects")
+SUBDIRS = ("tasks", "ledger", "locks", "traces", "rejections", "effects", "reviewers")
 #: Single files at the top of a state dir; each must be a regular file (not a symlink) if present.
 TOP_FILES = ("signing.key", "state.id")
 

@@ -348,7 +348,7 @@ class HistoryEvent(_Strict):
     event: Literal[
         "started", "decision_recorded", "resumed", "interrupted", "completed", "cancelled",
         "budget_exceeded",
-        "expired",
+        "expired", "approval_recorded",
     ]
     revision: int = Field(ge=1)
     detail: dict[str, Any] = Field(default_factory=dict)
@@ -440,6 +440,57 @@ class Spend(_Strict):
     cost_usd: Optional[float] = Field(default=0.0, ge=0)
 
 
+class ApprovalRule(_Strict):
+    """What one channel's calls need (:mod:`state.policy`): ``approvals`` distinct reviewers
+    (1-10); ``roles``: a reviewer needs one of these to approve or reject (None: any);
+    ``requester_may_approve``: False, the task's requester cannot approve it."""
+
+    approvals: int = Field(1, ge=1, le=10)
+    roles: Optional[list[str]] = Field(None, min_length=1, max_length=16)
+    requester_may_approve: bool = True
+
+    def needs_team(self) -> bool:
+        """True if this rule means anything only with authenticated reviewers (more than one
+        approval, roles, or the requester kept out)."""
+        return self.approvals > 1 or self.roles is not None or not self.requester_may_approve
+
+    def describe(self) -> str:
+        """e.g. ``2 approvals by editor, not the requester``."""
+        words = f"{self.approvals} approval{'s' if self.approvals != 1 else ''}"
+        if self.roles:
+            words += " by " + " or ".join(self.roles)
+        if not self.requester_may_approve:
+            words += ", not the requester"
+        return words
+
+
+class Team(_Strict):
+    """A task started in team mode or under a policy (``start``): ``requested_by`` (the
+    authenticated requester, or the name given in single-user mode; None: nobody named),
+    ``policy_sha256`` (:func:`state.policy.fingerprint` of ``HITL_POLICY`` at start; None: no
+    policy file) and ``rules`` (channel → its :class:`ApprovalRule`, for each of the task's
+    channels). ``authenticated``: True if reviewers were registered at start (every decision of the
+    task needs a reviewer's token, even if the reviewers are removed later)."""
+
+    requested_by: Optional[str] = Field(max_length=MAX_NAME_CHARS)
+    policy_sha256: Optional[str] = Field(pattern=r"^[0-9a-f]{64}$")
+    rules: dict[str, ApprovalRule]
+    authenticated: bool
+
+
+class Approval(_Strict):
+    """One reviewer's approval of one pending call, counted toward its quorum (``team``): ``by``,
+    ``at`` (ISO-8601 UTC), the call (``call_id``, ``channel``, ``arguments_sha256``) and the
+    ``revision`` it was recorded in."""
+
+    call_id: str = Field(min_length=1, max_length=200)
+    channel: str = Field(pattern=CHANNEL_FIELD)
+    arguments_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    by: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    at: str
+    revision: int = Field(ge=1)
+
+
 class Checkpoint(_Strict):
     """The checkpoint envelope, one JSON file per revision of a task (``tasks/<name>.r<N>.json`` in
     the state dir; the highest N is the checkpoint, ``state.files.store``).
@@ -501,6 +552,12 @@ class Checkpoint(_Strict):
     #: credentials: docs/external-effects.md); None: the local ledger entry is the effect. A resume
     #: under another service is refused before any request.
     service: Optional[str] = Field(default=None, min_length=1, max_length=2000)
+    #: Team mode and the policy the task is decided under (:class:`Team`); None or absent: a task
+    #: started with no reviewer registered and no policy (anyone may decide, one approval).
+    team: Optional[Team] = None
+    #: The approvals counted so far toward each pending call's quorum (:class:`Approval`); absent:
+    #: none (a task without a team).
+    approvals: list[Approval] = Field(default_factory=list)
 
     @field_validator("task_id", "idempotency_key")
     @classmethod

@@ -277,6 +277,20 @@ class Settings(BaseSettings):
         "between two); a provider without deduplication is tried again only when nothing was sent.",
         "anything but a whole number from 1 to 10"))
 
+    reviewer_token: Optional[str] = Field(None, alias="HITL_REVIEWER_TOKEN", repr=False, **_doc(
+        "secret text", "-", "unset",
+        "In team mode (once `reviewers add` registered one reviewer), the token of the reviewer "
+        "who runs the command: every decision (`resume`, `settle`, `review`) and `start --by` is "
+        "that reviewer's (docs/reviewers.md). An environment variable, never a flag: flags show in "
+        "process lists. Never written anywhere, never shown.",
+        "not UTF-8; a control character (the value is never echoed)"))
+    policy: Optional[str] = Field(None, alias="HITL_POLICY", **_doc(
+        "path", "-", "unset (one approval by anyone allowed to decide)",
+        "A TOML file: how many distinct reviewers must approve a call, which roles may decide, "
+        "whether the requester may approve, per channel (docs/reviewers.md). Its fingerprint is "
+        "recorded in each task at start; a task started under another policy is refused.",
+        "not UTF-8; a file that is missing, unreadable or not a valid policy (when it is read)"))
+
     @field_validator("lock_timeout", "request_timeout", "max_connections", "publish_timeout",
                      "publish_attempts", mode="plain")
     @classmethod
@@ -354,6 +368,23 @@ class Settings(BaseSettings):
                           "in an HTTP header (the value is never echoed)")
         return raw
 
+    @field_validator("reviewer_token", mode="plain")
+    @classmethod
+    def _secret_text(cls, raw: Any, info: ValidationInfo) -> str | None:
+        name = cls.model_fields[info.field_name or ""].alias
+        if not _is_text(raw):
+            raise Refused("settings", f"{name} is not valid UTF-8 text")
+        if not raw.isprintable():
+            raise Refused("settings", f"{name} holds a control character (a new line?) (the value is never echoed)")
+        return raw or None
+
+    @field_validator("policy", mode="plain")
+    @classmethod
+    def _policy(cls, raw: Any) -> str | None:
+        if not _is_text(raw) or not raw.isprintable():
+            raise Refused("settings", "HITL_POLICY is not a printable UTF-8 path")
+        return raw or None
+
     @field_validator("publish_idempotency", mode="plain")
     @classmethod
     def _publish_idempotency(cls, raw: Any) -> str:
@@ -401,16 +432,18 @@ class Settings(BaseSettings):
     def secrets(self) -> list[tuple[str, str]]:
         """``[(variable name, value as set)]`` for each secret variable that is set (possibly
         blank): the values :mod:`state.secrets` keeps out of every record."""
-        return _secrets(self.signing_key, self.openai_api_key, self.store_url, self.publish_token)
+        return _secrets(self.signing_key, self.openai_api_key, self.store_url, self.publish_token,
+                        self.reviewer_token)
 
 
-def _secrets(signing_key: str | None, openai_api_key: str | None,
-             store_url: str | None, publish_token: str | None = None) -> list[tuple[str, str]]:
-    """:attr:`Settings.secrets` of these four field values."""
+def _secrets(signing_key: str | None, openai_api_key: str | None, store_url: str | None,
+             publish_token: str | None = None, reviewer_token: str | None = None) -> list[tuple[str, str]]:
+    """:attr:`Settings.secrets` of these five field values."""
     return [(name, value) for name, value in (("HITL_SIGNING_KEY", signing_key),
                                               ("OPENAI_API_KEY", openai_api_key),
                                               ("HITL_STORE_URL", url_password(store_url)),
-                                              ("HITL_PUBLISH_TOKEN", publish_token))
+                                              ("HITL_PUBLISH_TOKEN", publish_token),
+                                              ("HITL_REVIEWER_TOKEN", reviewer_token))
             if value is not None]
 
 
@@ -420,7 +453,8 @@ VARIABLES: tuple[str, ...] = tuple(f.alias for f in Settings.model_fields.values
 _ALIASES: dict[str, str] = {name: f.alias for name, f in Settings.model_fields.items()}  # type: ignore[misc]
 _POSITIONS: dict[str, int] = {name: i for i, name in enumerate(Settings.model_fields)}
 #: The secret variables (their values are never shown, and redacted from what is written).
-SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL", "HITL_PUBLISH_TOKEN")
+SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL", "HITL_PUBLISH_TOKEN",
+               "HITL_REVIEWER_TOKEN")
 
 _last: tuple[tuple[Any, ...], Settings] | None = None
 
@@ -464,8 +498,8 @@ def values(*names: str) -> tuple[Any, ...]:
 
 
 def secret_pairs() -> list[tuple[str, str]]:
-    """:attr:`Settings.secrets` of the environment now, through :func:`values` (four lookups)."""
-    return _secrets(*values("signing_key", "openai_api_key", "store_url", "publish_token"))
+    """:attr:`Settings.secrets` of the environment now, through :func:`values` (five lookups)."""
+    return _secrets(*values("signing_key", "openai_api_key", "store_url", "publish_token", "reviewer_token"))
 
 
 def child_environment(**extra: str) -> dict[str, str]:

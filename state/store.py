@@ -29,6 +29,7 @@ from typing import Any, Iterator, Optional, Protocol, Union, runtime_checkable
 from state.errors import Refused
 from state.inspection import Inspected
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.reviewers import Reviewer
 from state.schema import Checkpoint, Decision
 from state.settings import settings
 from state.files.store import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
@@ -165,6 +166,27 @@ class TaskStore(Protocol):
         """Create the rejection record of ``task_id`` (and ``channel``) exactly once: ``(record,
         created)``; a second call returns the first record with ``created`` False. Raises
         ``Refused`` if a record for other content exists."""
+        ...
+
+    def reviewers(self) -> list[Reviewer]:
+        """Every registered reviewer (:class:`state.reviewers.Reviewer`), by name; ``[]``: not team
+        mode. Each record's signature is verified: raises ``Refused`` (``integrity``) on the first
+        that does not verify (fail closed: never a silent partial list)."""
+        ...
+
+    def reviewer_add(self, reviewer: Reviewer) -> None:
+        """Register ``reviewer`` (signed with the store's key; creates the key in a new state dir).
+        Raises ``Refused`` (``reviewer_exists``) if its name is taken, nothing written."""
+        ...
+
+    def reviewer_replace(self, reviewer: Reviewer) -> None:
+        """Replace the record of ``reviewer.name`` (a rotated token: the old one stops working).
+        Raises ``Refused`` (``no_reviewer``) if there is none, nothing written."""
+        ...
+
+    def reviewer_remove(self, name: str) -> None:
+        """Remove reviewer ``name`` (their token stops working). Raises ``Refused``
+        (``no_reviewer``) if there is none."""
         ...
 
     def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:

@@ -45,7 +45,8 @@ class CliResult:
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HITL_SIGNING_KEY", "HITL_STATE_DIR", "HITL_FAILPOINT", "HITL_FAILPOINT_LOG",
                  "HITL_DEBUG", "OPENAI_API_KEY", "HITL_STORE_URL", "HITL_PUBLISH_URL", "HITL_PUBLISH_TOKEN",
-                 "HITL_PUBLISH_IDEMPOTENCY", "HITL_PUBLISH_TIMEOUT", "HITL_PUBLISH_ATTEMPTS"):
+                 "HITL_PUBLISH_IDEMPOTENCY", "HITL_PUBLISH_TIMEOUT", "HITL_PUBLISH_ATTEMPTS",
+                 "HITL_REVIEWER_TOKEN", "HITL_POLICY"):
         monkeypatch.delenv(name, raising=False)
 
 

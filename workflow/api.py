@@ -70,7 +70,8 @@ def read_task(store: "TaskStore", task_id: str) -> dict[str, Any]:
 
 
 async def start(store: "TaskStore", app: "Application", *, task_id: str, title: str,
-                content: dict[str, str], input: Any, **options: Any) -> "Checkpoint":
+                content: dict[str, str], input: Any, by: Optional[str] = None, token: Optional[str] = None,
+                **options: Any) -> "Checkpoint":
     """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its gated call, then save
     a signed checkpoint (status ``waiting_for_approval``) and return it.
 
@@ -79,19 +80,26 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
     gated call must carry, exactly (its arguments minus ``channel``). ``options``: ``channels``
     (default one), ``model`` (an SDK ``Model``; default ``app.offline_model()``), ``spec``,
     ``budget``, ``expires_in_s``, ``trace_content``, ``on_event`` (:func:`workflow.hitl.start`).
+    ``by``: who asks (the requester); in team mode (a reviewer registered: docs/reviewers.md)
+    ``token`` is the requester's reviewer token, and ``by`` must be theirs. The policy in force
+    (``HITL_POLICY``) is recorded with the task (:func:`workflow.team.at_start`).
     Starting the same key again with the same content returns the saved task without running.
     Raises :class:`Refused` (nothing saved) if the key is taken, the agent did not ask for exactly
     this content, or the agent has not exactly one tool declared with :func:`effect_tool`."""
-    from workflow import hitl
+    from workflow import hitl, team
 
     _check_entry(task_id, title=title)
+    if by is not None:
+        _check_entry(task_id, by=by)
+    crew = team.at_start(store, team.channels_of(options.get("channels")), by, token)
     return await hitl.start(store, app, task_id=task_id, title=title, content=content, input=input,
-                            **options)
+                            team=crew, **options)
 
 
 async def decide(store: "TaskStore", app: "Application", task_id: str,
-                 decision: Union[Approve, Reject], *, by: str, call_id: Optional[str] = None,
-                 expect_revision: Optional[int] = None, **options: Any) -> "Checkpoint":
+                 decision: Union[Approve, Reject], *, by: Optional[str] = None, token: Optional[str] = None,
+                 call_id: Optional[str] = None, expect_revision: Optional[int] = None,
+                 **options: Any) -> "Checkpoint":
     """Record a human's ``decision`` (by ``by``) on one pending call of ``task_id`` (``call_id``;
     None: the only one), then resume the run from the checkpoint; returns the new checkpoint
     (``completed``, ``cancelled``, ``waiting_for_approval`` on the next calls, ``budget_exceeded``).
@@ -102,10 +110,16 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
     (docs/decision-table.md): repeating the decision that ended a task returns it unchanged, a
     reject of an executed call is refused. ``options``: ``model``, ``budget_changes``,
     ``trace_content``, ``on_event`` (:func:`workflow.hitl.decide`). Raises :class:`Refused`.
+
+    Team mode (docs/reviewers.md): ``token`` is the deciding reviewer's; the decision is theirs
+    (``by``, if given, must be their name: else ``not_you``), the task's policy must let them decide
+    the call, and an approval counts toward the call's quorum: until it is reached the returned
+    checkpoint is still ``waiting_for_approval`` (:func:`workflow.team.count`). Without reviewers,
+    ``by`` is required and taken as given (single-user mode).
     """
     from workflow import hitl
 
-    _check_entry(task_id, by=by)
+    by = _decider(store, task_id, by, token)
     if isinstance(decision, Approve):
         word, reason, always = "approve", decision.reason, decision.always
         edit = None if decision.edits is None else _edit(decision.edits)
@@ -118,8 +132,9 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
                              edit=edit, **options)
 
 
-async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: str, *, by: str,
-                 call_id: Optional[str] = None, reason: Optional[str] = None, **options: Any) -> "Checkpoint":
+async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: str, *,
+                 by: Optional[str] = None, token: Optional[str] = None, call_id: Optional[str] = None,
+                 reason: Optional[str] = None, **options: Any) -> "Checkpoint":
     """Record what a person found at the provider for a call in doubt (its effect went to a
     provider that cannot deduplicate, which may have acted: docs/external-effects.md) and go on.
 
@@ -129,14 +144,24 @@ async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: 
     is (the task shows ``publishing``; the next :func:`decide` with :class:`Approve` sends it once
     more). ``call_id``: the call in doubt, when several are. Raises :class:`Refused`
     (``not_in_doubt`` for a task or call not in doubt; ``unsafe_input``) with nothing written.
+    In team mode ``token`` authenticates who settles, as for :func:`decide`.
     """
     from workflow import settlement as settling
 
-    _check_entry(task_id, by=by)
+    by = _decider(store, task_id, by, token)
     if reason is not None:
         _check_reason(reason)
     return await settling.settle(store, app, task_id=task_id, outcome=outcome, by=by, call_id=call_id,
                                  reason=reason, **options)
+
+
+def _decider(store: "TaskStore", task_id: Any, by: Optional[str], token: Optional[str]) -> str:
+    """The checked ``by`` of a decision on ``task_id``: in team mode the reviewer of ``token``
+    (:func:`workflow.team.decider`), else ``by`` as given. Raises :class:`Refused`."""
+    from workflow import team
+
+    _check_entry(task_id, by=by if by is not None else "-")
+    return team.decider(store, by, token, store.load(task_id))
 
 
 def _check_reason(reason: Any) -> None:

@@ -209,12 +209,13 @@ def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channel
                      pending: list[dict[str, Any]],
                      run_state: str, rs_version: str, agent: dict[str, Any], spec: ModelSpec,
                      budget: Budget, spend: Any, expires_in_s: int,
-                     service: Optional[str] = None) -> dict[str, Any]:
+                     service: Optional[str] = None, team: Any = None) -> dict[str, Any]:
     """The body of revision 1 of a task's checkpoint (``waiting_for_approval``; every field of
     :class:`state.schema.Checkpoint` but ``mac`` and ``state_id``). ``agent`` is
     :func:`workflow.agent_check.describe` of the agent that ran; ``action`` the name of its tool
     with an effect; ``expires_in_s`` seconds from now; ``service``: where the effect goes (absent
-    when None: the local ledger)."""
+    when None: the local ledger); ``team``: a :class:`state.schema.Team` (absent when None:
+    single-user mode)."""
     now = now_iso()
     expires_at = clock.deadline(expires_in_s)
     versions = {"schema_version": SCHEMA_VERSION, "sdk_version": sdk_version(),
@@ -230,6 +231,7 @@ def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channel
         "created_at": now, "updated_at": now, "model": spec.model_dump(),
         "budget": budget.model_dump(), "spend": spend.model_dump(), "expires_at": expires_at,
         "approval_ttl_s": expires_in_s, **({"service": service} if service is not None else {}),
+        **({"team": team.model_dump(mode="json"), "approvals": []} if team is not None else {}),
     }
 
 
@@ -304,8 +306,12 @@ def check_revision(cp: Checkpoint, expected: int | None) -> None:
     """Refuse a decision made on a view of ``cp`` rendered at revision ``expected`` (e.g. the inbox
     page's form) when the checkpoint has moved on since (another reviewer, the CLI, an expiry).
     ``None``: the caller saw no particular revision (the CLI), nothing to check. Raises
-    :class:`Refused`; called under the task lock, right after the load, so nothing was decided."""
-    if expected is not None and cp.revision != expected:
+    :class:`Refused`; called under the task lock, right after the load, so nothing was decided.
+    Revisions that only recorded other reviewers' approvals toward a quorum
+    (:func:`workflow.team.only_approvals_since`) do not count: the page still shows what is decided."""
+    from workflow.team import only_approvals_since
+
+    if expected is not None and cp.revision != expected and not only_approvals_since(cp, expected):
         raise Refused("stale_revision", f"task {cp.task_id}: the task changed since the page was rendered (revision "
                       f"{expected}, now {cp.revision}); nothing was decided: look again")
 

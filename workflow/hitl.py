@@ -37,17 +37,16 @@ from agents.result import RunResult
 from workflow.budget import BudgetGuard, Pricing, apply_max_turns, blocked, make_budget, spend_from_run_state
 from state import secrets
 from state.errors import Next, Refused
-from state.schema import Budget, Checkpoint, ModelSpec
+from state.schema import Budget, Checkpoint, ModelSpec, Team
 from state.files.store import Store
-from workflow import calls, edits, guards, reconcile, streaming
+from workflow import calls, edits, guards, reconcile, streaming, team as quorum
 from workflow.agent_check import check_agent, describe, gated_tool
 from workflow.application import Application
 from workflow.observe import tracing
 
 DecisionWord = Literal["approve", "reject"]
 
-# No hosted trace export: traces go to the state dir (workflow/observe/tracing.py); nothing leaves the machine.
-tracing.install()
+tracing.install()  # no hosted trace export: traces go to the state dir (workflow/observe/tracing.py)
 # The SDK logs a failed model call before raising it; without a handler Python would print that next to
 # our STOPPED line. During each run, tracing.recording writes the SDK's warnings to the task's trace file.
 logging.getLogger("openai.agents").addHandler(logging.NullHandler())
@@ -57,7 +56,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str, con
                 input: str, channels: list[str] | None = None, model: Model | None = None,
                 spec: ModelSpec | None = None, budget: Budget | None = None,
                 expires_in_s: int = 86_400, trace_content: bool = False,
-                on_event: streaming.OnEvent | None = None) -> Checkpoint:
+                on_event: streaming.OnEvent | None = None, team: Team | None = None) -> Checkpoint:
     """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its action (its one tool
     declared through :mod:`workflow.effect`), then save the checkpoint (``waiting_for_approval``).
 
@@ -67,11 +66,11 @@ async def start(store: Store, app: Application, *, task_id: str, title: str, con
     ``budget`` the task's budget (default :func:`workflow.budget.make_budget`); the approval
     request is valid for ``expires_in_s`` seconds; traces go to the task's trace file
     (``trace_content``: unredacted; ``on_event``: stream the run, :mod:`workflow.streaming`);
-    ``channels`` (default ``["blog"]``): one call and one effect each. The same key with the same
-    title, content and channels returns the saved task without calling the model. Raises
-    :class:`Refused`, nothing saved, if the key is taken (other content, a ledger entry, a
-    rejection record), the agent has not one tool with an effect or did not ask for it with exactly
-    this content, the API key is missing, the budget cannot pay, or the provider fails.
+    ``channels`` (default ``["blog"]``): one call and one effect each; ``team``: who asked and the
+    policy (:func:`workflow.team.at_start`). The same key, title, content and channels returns the
+    saved task without calling the model. Raises :class:`Refused`, nothing saved, if the key is
+    taken (other content, a ledger entry, a rejection record), the agent has not one tool with an
+    effect or did not ask for it so, the API key is missing, the budget cannot pay, or the provider fails.
     """
     sha = guards.task_input(task_id, title, content, app.content_labels)  # before the model sees it
     channels = guards.task_channels(channels)
@@ -105,7 +104,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str, con
         return store.save(guards.first_checkpoint(
             task_id=task_id, action=action, title=title, sha=sha, channels=channels, pending=pending,
             run_state=run_state, rs_version=rs_version, agent=describe(agent), spec=spec, budget=budget,
-            spend=spend, expires_in_s=expires_in_s, service=service), failpoint="checkpoint:start")
+            spend=spend, expires_in_s=expires_in_s, service=service, team=team), failpoint="checkpoint:start")
 
 
 async def resume(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
@@ -125,11 +124,10 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
     do is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended a
     task returns it unchanged, a reject of an executed task or an approval after the deadline is
     refused. ``expect_revision``: the revision the reviewer saw; ``on_event``: stream the run (as
-    in :func:`start`); ``edit``: approve with edits (:mod:`workflow.edits`). ``checked``: what the
-    caller's :func:`workflow.reconcile.preflight` of this decision returned (a command line that
-    refuses before importing the SDK); under the lock the table is judged again
-    (:func:`workflow.reconcile.recheck`). Raises :class:`Refused` for every refusal, integrity,
-    drift or ledger mismatch.
+    in :func:`start`); ``edit``: approve with edits (:mod:`workflow.edits`). ``checked``: what
+    :func:`workflow.reconcile.preflight` returned (no SDK needed); under the lock the table is judged
+    again (:func:`workflow.reconcile.recheck`), and the policy's quorum (:func:`workflow.team.count`).
+    Raises :class:`Refused` for every refusal, integrity, drift or ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
     cp, verdict = checked or reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason,
@@ -165,6 +163,9 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         edits.check_sticky(cp, want, edit, always)  # sticky calls skip the check of edits
         rec = edits.with_edits(guards.decision_for(store, cp, items[call_id], want, by, reason, always),
                                edit, items[call_id].arguments)  # one on record wins
+        cp, go_on = quorum.count(store, cp, rec, edits=edit is not None, always=always)  # before state.approve
+        if not go_on:  # the policy wants more approvals: this one is recorded, nothing runs
+            return cp
         try:  # in memory first, so the SDK's own checks run before anything is written
             for d in calls.to_apply(cp, rec):  # replayed ones too; one per call, never a sticky rule
                 item = items[d.call_id]
@@ -182,8 +183,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
                 result = await run(agent, state, hooks=guard,  # the tool writes the ledger
-                                   run_config=tracing.run_config(task_id, "resume", cp.action,
-                                                                 app.rejection_text))
+                                   run_config=tracing.run_config(task_id, "resume", cp.action, app.rejection_text))
         except Exception as exc:
             return guards.after_failed_run(store, cp, exc, want, budget=budget, spend=spend)
         return await _finish(store, cp, agent, result, budget, guard.pricing, context)

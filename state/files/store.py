@@ -54,7 +54,9 @@ from state.paths import check_regular, check_state_dir, inside, open_regular, re
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.inspection import Inspected
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.reviewers import Reviewer
 from state.files import intents, rejections
+from state.files import reviewers as reviewer_files
 from state.files.ledger import Ledger
 # Helpers that live in other modules (no import cycle); their names stay importable from here.
 from state.paths import file_name  # noqa: F401
@@ -251,6 +253,22 @@ class Store:
     def intents(self) -> list[EffectIntent]:
         """See :meth:`state.store.TaskStore.intents` (:func:`state.files.intents.intents`)."""
         return intents.intents(self)
+
+    def reviewers(self) -> list[Reviewer]:
+        """See :meth:`state.store.TaskStore.reviewers` (:mod:`state.files.reviewers`)."""
+        return reviewer_files.reviewers(self)
+
+    def reviewer_add(self, reviewer: Reviewer) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_add` (:func:`state.files.reviewers.add`)."""
+        reviewer_files.add(self, reviewer)
+
+    def reviewer_replace(self, reviewer: Reviewer) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_replace` (:func:`state.files.reviewers.replace`)."""
+        reviewer_files.replace(self, reviewer)
+
+    def reviewer_remove(self, name: str) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_remove` (:func:`state.files.reviewers.remove`)."""
+        reviewer_files.remove(self, name)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`state.store.TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""

@@ -46,6 +46,7 @@ import psycopg
 from state import effects, failpoints, secrets
 from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
+from state.reviewers import Reviewer, seal, unseal
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
 from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
@@ -723,6 +724,51 @@ class PostgresStore:
         return sorted((self._intent(row) for row in rows), key=lambda i: (i.at, i.idempotency_key))
 
     # -- rejection records -------------------------------------------------------------------
+    def reviewers(self) -> list[Reviewer]:
+        """See :meth:`state.store.TaskStore.reviewers` (table ``reviewers``: each row's envelope
+        verified with :func:`state.reviewers.unseal`; no key is read while the table is empty)."""
+        with self._db() as conn:
+            rows = conn.execute("SELECT name, envelope FROM reviewers ORDER BY name").fetchall()
+        if not rows:
+            return []
+        key = self._key()
+        out = []
+        for name, envelope in rows:
+            rec = unseal(envelope, key, where=f"reviewer row {self._scrub(str(name))[:100]!r}")
+            if rec.name != name:
+                raise Refused("integrity", f"reviewer row {self._scrub(str(name))[:100]!r} holds another name's record")
+            out.append(rec)
+        return out
+
+    def reviewer_add(self, reviewer: Reviewer) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_add` (``INSERT … ON CONFLICT DO NOTHING``)."""
+        from psycopg.types.json import Jsonb
+
+        envelope = seal(reviewer, self._key(create=True))
+        with self._db() as conn:
+            done = conn.execute("INSERT INTO reviewers (name, envelope) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                                (reviewer.name, Jsonb(envelope))).rowcount
+        if not done:
+            raise Refused("reviewer_exists", f"reviewer {reviewer.name!r} is registered already; nothing written")
+
+    def reviewer_replace(self, reviewer: Reviewer) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_replace` (one ``UPDATE``)."""
+        from psycopg.types.json import Jsonb
+
+        envelope = seal(reviewer, self._key())
+        with self._db() as conn:
+            done = conn.execute("UPDATE reviewers SET envelope = %s WHERE name = %s",
+                                (Jsonb(envelope), reviewer.name)).rowcount
+        if not done:
+            raise Refused("no_reviewer", f"no reviewer {reviewer.name!r} is registered; nothing written")
+
+    def reviewer_remove(self, name: str) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_remove` (one ``DELETE``)."""
+        with self._db() as conn:
+            done = conn.execute("DELETE FROM reviewers WHERE name = %s", (name,)).rowcount
+        if not done:
+            raise Refused("no_reviewer", f"no reviewer {name!r} is registered; nothing changed")
+
     _REJECTION_COLUMNS = "task_id, content_sha256, call_id, by_name, at, reason, channel"
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:

@@ -224,9 +224,15 @@ def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, dec
     that counts). Returns the new checkpoint (still ``waiting_for_approval`` while other calls of the
     task wait); raises :class:`Refused` for every refusal (nothing decided), e.g. a call that is not
     pending."""
-    from workflow import guards, hitl
+    from workflow import guards, hitl, team
 
-    guards.check_revision(store.load(task_id), expect_revision)
+    cp = store.load(task_id)
+    if team.is_team(store, cp):  # fail closed: the page does not sign reviewers in
+        raise Refused("unauthenticated", f"task {task_id}: team mode: the browser inbox does not sign reviewers in, "
+                      "so it cannot decide; each reviewer decides with their own token "
+                      "(HITL_REVIEWER_TOKEN); nothing decided")
+    guards.check_revision(cp, expect_revision)
+    team.check_before(store, cp, call_id, decision, by)
     return asyncio.run(hitl.decide(store, application, task_id=task_id, decision=decision, by=by, reason=reason,
                                    call_id=call_id, expect_revision=expect_revision))
 
@@ -610,6 +616,12 @@ def serve(store: Any, application: Any, host: str, port: int, reviewer: str, all
     as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM, deciding with
     ``application`` (:class:`workflow.application.Application`). Raises
     :class:`Refused` before listening if the host or port cannot be used (see :func:`listen`)."""
+    from workflow import team
+
+    if team.is_team(store):  # fail closed: one --reviewer for everyone with the URL is not team mode
+        raise Refused("unauthenticated", "team mode (reviewers are registered): the browser inbox does not sign "
+                      "reviewers in, so it would decide as one name for everyone with its URL; decide with "
+                      "each reviewer's own token (HITL_REVIEWER_TOKEN); nothing started")
     sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
 

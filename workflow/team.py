@@ -1,0 +1,218 @@
+"""Team mode: who decides (authenticated reviewers), under which policy, and the quorum of
+approvals a call needs before the SDK is told it is approved (``state.approve``).
+
+- :func:`decider`: the ``by`` of a decision. In team mode (a reviewer registered, or a task
+  started in team mode) it is the reviewer whose token is given (``HITL_REVIEWER_TOKEN``, the
+  inbox's sign-in), and a different ``by`` is refused (``not_you``). Otherwise the name given, as in
+  single-user mode.
+- :func:`at_start`: what a new task records (:class:`state.schema.Team`): its requester, the policy's
+  fingerprint and the rules of its channels (:mod:`state.policy`).
+- :func:`check_decision`: before the lock, no SDK: the policy is the one the task started with,
+  and the policy lets this reviewer decide this call (roles; the requester may not approve).
+- :func:`count`: under the task's lock, before ``state.approve``: records this approval in the
+  checkpoint (an ``approval_recorded`` revision; the same reviewer counts once) and says whether
+  the call's quorum is reached. Until it is, the task stays ``waiting_for_approval`` and nothing
+  runs. A reject by a reviewer the policy allows cancels the call at once (a veto).
+
+The SDK's ``state.approve(item)`` takes no actor (``agents.run_state.RunState.approve``): who
+approved lives only in our records. Never imports the SDK.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from state import policy as policies
+from state import reviewers as people
+from state.clock import now_iso
+from state.errors import Refused
+from state.schema import Approval, ApprovalRule, Checkpoint, Decision, Team
+
+if TYPE_CHECKING:
+    from state.store import TaskStore
+
+#: The rule of a channel a task records none for (a task with no policy): one approval, anyone.
+ONE = ApprovalRule()
+
+
+def token_from_settings() -> Optional[str]:
+    """``HITL_REVIEWER_TOKEN`` (None if unset)."""
+    from state.settings import settings
+
+    return settings().reviewer_token
+
+
+def decider(store: "TaskStore", by: Optional[str], token: Optional[str], cp: Optional[Checkpoint] = None) -> str:
+    """The ``by`` of a decision (or of a requester, with no ``cp``). Team mode (``store`` has a
+    reviewer, or ``cp`` was started in team mode): the reviewer ``token`` belongs to
+    (:func:`state.reviewers.authenticate`), and ``by``, if given, must be their name. Otherwise
+    ``by``. Raises :class:`Refused` (``unauthenticated``, ``not_you``) with nothing changed."""
+    authenticated = cp is not None and cp.team is not None and cp.team.authenticated
+    if not (authenticated or people.team_mode(store)):
+        if by is None:
+            raise Refused("usage", "a decision needs the name of who decides (by); nothing changed")
+        return by
+    reviewer = people.authenticate(store, token)
+    if by is not None and by != reviewer.name:
+        raise Refused("not_you", f"the reviewer token is {reviewer.name!r}'s, not {by[:100]!r}'s: a decision "
+                      "is made by the reviewer whose token it carries; nothing changed")
+    return reviewer.name
+
+
+def channels_of(channels: Optional[list[str]]) -> list[str]:
+    """A task's channels as :func:`workflow.guards.task_channels` will have them (default one)."""
+    from state.schema import DEFAULT_CHANNEL
+
+    return list(channels or [DEFAULT_CHANNEL])
+
+
+def is_team(store: "TaskStore", cp: Optional[Checkpoint] = None) -> bool:
+    """True if a decision (on ``cp``, if given) must be authenticated: ``store`` has a reviewer,
+    or ``cp`` was started in team mode."""
+    return (cp is not None and cp.team is not None and cp.team.authenticated) or people.team_mode(store)
+
+
+def check_before(store: "TaskStore", cp: Checkpoint, call_id: Optional[str], decision: str, by: str, *,
+                 edits: bool = False, always: bool = False) -> None:
+    """:func:`check_decision` for the call ``call_id`` of ``cp`` (None: the only pending one), before
+    the lock and the SDK, so a refusal costs nothing; a call that is not pending is left to the
+    decision table. Raises :class:`Refused`."""
+    from workflow import calls
+
+    want = "approved" if decision in ("approve", "approved") else "rejected"
+    pending = [p for p in cp.pending if call_id is None or p.call_id == call_id]
+    if len(pending) != 1 or calls.decision_of(cp, pending[0].call_id) is not None:
+        check_policy(cp)
+        return
+    check_decision(store, cp, calls.channel_of(cp, pending[0].arguments), want, by, edits=edits, always=always)
+
+
+def at_start(store: "TaskStore", channels: list[str], by: Optional[str], token: Optional[str]) -> Optional[Team]:
+    """The :class:`state.schema.Team` a new task records, or None (no reviewer registered and no
+    policy: single-user mode). The policy in force (``HITL_POLICY``, :func:`state.policy.current`)
+    gives each of ``channels`` its rule. Raises :class:`Refused`: ``policy`` for a policy that
+    needs reviewers while none is registered; ``unauthenticated`` / ``not_you`` for a requester
+    whose token is missing or another's (in team mode, a ``by`` is authenticated like a decision;
+    and a policy that keeps the requester from approving needs to know who asks)."""
+    policy = policies.current()
+    team = people.team_mode(store)
+    if policy is None and not team:
+        return None
+    rules = {c: (policy.rule_for(c) if policy is not None else ONE) for c in channels}
+    if not team and any(r.needs_team() for r in rules.values()):
+        raise Refused("policy", "the policy asks for more than one approval, roles or a requester kept out, "
+                      "which needs reviewers who sign in: register one first (team mode); nothing saved")
+    if team and (by is not None or token or any(not r.requester_may_approve for r in rules.values())):
+        requester: Optional[str] = decider(store, by, token)
+    else:
+        requester = by
+    return Team(requested_by=requester, policy_sha256=policies.fingerprint(policy), rules=rules,
+                authenticated=team)
+
+
+def check_policy(cp: Checkpoint) -> None:
+    """Refuse a decision on ``cp`` under another policy than the one it was started with (the
+    fingerprint of ``HITL_POLICY`` now, vs. ``cp.team``; a task with no team was started with
+    none). Raises :class:`Refused` (``policy_changed``; ``policy`` for a file that is not valid)."""
+    now = policies.fingerprint(policies.current())
+    then = cp.team.policy_sha256 if cp.team is not None else None
+    if now != then:
+        raise Refused("policy_changed", f"task {cp.task_id} was started under "
+                      f"{'another policy' if then else 'no policy'} than the one in force now (HITL_POLICY"
+                      f"{' is unset' if now is None else ''}): a task is decided under the policy it was "
+                      "started with; nothing changed")
+
+
+def rule_of(cp: Checkpoint, channel: str) -> ApprovalRule:
+    """The rule ``cp`` records for ``channel`` (:data:`ONE` for a task with no team)."""
+    return cp.team.rules.get(channel, ONE) if cp.team is not None else ONE
+
+
+def approvals_of(cp: Checkpoint, call_id: str, arguments_sha256: Optional[str] = None) -> list[Approval]:
+    """The approvals counted for pending call ``call_id`` (of those arguments, if given), oldest first."""
+    return [a for a in cp.approvals
+            if a.call_id == call_id and (arguments_sha256 is None or a.arguments_sha256 == arguments_sha256)]
+
+
+def check_decision(store: "TaskStore", cp: Checkpoint, channel: str, decision: str, by: str, *,
+                   edits: bool = False, always: bool = False) -> ApprovalRule:
+    """What the policy says about ``by`` deciding (``approved`` / ``rejected``) a call of ``cp`` on
+    ``channel``; returns the rule. Reads only. Raises :class:`Refused`: ``policy_changed``;
+    ``unauthenticated`` (a team task whose reviewer ``by`` is no longer registered);
+    ``not_allowed`` (a role missing; the requester approving; edits or ``always`` where several
+    approvals are needed: each approver must approve the same call)."""
+    check_policy(cp)
+    rule = rule_of(cp, channel)
+    if cp.team is None or not (cp.team.authenticated or rule.needs_team()):
+        return rule
+    reviewer = people.find(store, by)
+    if reviewer is None:
+        raise Refused("unauthenticated", f"reviewer {by[:100]!r} is no longer registered; nothing changed")
+    if rule.roles is not None and not set(rule.roles) & set(reviewer.roles):
+        raise Refused("not_allowed", f"task {cp.task_id}: calls on channel {channel} are decided by "
+                      f"{' or '.join(rule.roles)}; {reviewer.name!r} has "
+                      f"{'role ' + ', '.join(reviewer.roles) if reviewer.roles else 'no role'}; nothing changed")
+    if decision == "approved" and not rule.requester_may_approve and cp.team.requested_by == reviewer.name:
+        raise Refused("not_allowed", f"task {cp.task_id}: {reviewer.name!r} asked for it, and the policy keeps "
+                      f"the requester from approving calls on channel {channel}; nothing changed")
+    if decision == "approved" and rule.approvals > 1 and (edits or always):
+        raise Refused("not_allowed", f"task {cp.task_id}: calls on channel {channel} need {rule.describe()}: "
+                      "each approves the call as it is, so approve with edits and always are not "
+                      "allowed there; nothing changed")
+    return rule
+
+
+def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = False,
+          always: bool = False) -> tuple[Checkpoint, bool]:
+    """Under the task's lock, before the SDK hears of decision ``rec``: ``(checkpoint, go_on)``.
+
+    ``go_on`` True: decide the call now (a reject; a replay of a decision on record; a task with
+    no team; or this approval reaches the call's quorum). Else the task waits for more approvals
+    and ``checkpoint`` is ``cp`` with this approval recorded (a new revision, event
+    ``approval_recorded``; compare-and-swap), or ``cp`` itself when ``rec.by`` was counted already.
+    In a team task, the approval that reaches the quorum is recorded too (each approval is one
+    revision and one ``task.approved`` event). Raises :class:`Refused` as :func:`check_decision`."""
+    from workflow.calls import decision_of
+
+    call_id, channel, arguments_sha256, decision, by = (rec.call_id, rec.channel, rec.arguments_sha256,
+                                                        rec.decision, rec.by)
+    if decision_of(cp, call_id) is not None:  # a replay: decided before (after a crash), counted then
+        return cp, True
+    rule = check_decision(store, cp, channel, decision, by, edits=edits, always=always)
+    if cp.team is None or decision != "approved":
+        return cp, True
+    counted = approvals_of(cp, call_id, arguments_sha256)
+    names = {a.by for a in counted}
+    if by not in names:
+        mine = Approval(call_id=call_id, channel=channel, arguments_sha256=arguments_sha256, by=by, at=now_iso(),
+                        revision=cp.revision + 1)
+        names.add(by)
+        detail: dict[str, Any] = {"call_id": call_id, "channel": channel, "by": by, "approvals": len(names),
+                                  "required": rule.approvals}
+        cp = store.save_revision(cp, failpoint="checkpoint:approval", event=("approval_recorded", detail),
+                                 approvals=[*cp.approvals, mine])
+    return cp, len(names) >= rule.approvals
+
+
+def only_approvals_since(cp: Checkpoint, revision: int) -> bool:
+    """True if every revision of ``cp`` after ``revision`` recorded only an approval (another
+    reviewer's, toward a quorum): a page rendered at ``revision`` still shows what is decided."""
+    later = [h for h in cp.history if h.revision > revision]
+    return bool(later) and all(h.event == "approval_recorded" for h in later) and \
+        {h.revision for h in later} == set(range(revision + 1, cp.revision + 1))
+
+
+def progress(cp: Checkpoint) -> list[dict[str, Any]]:
+    """For each pending call of ``cp``: ``{"call_id", "channel", "required", "approved_by",
+    "missing"}`` (``status --json``, ``show``, the inbox)."""
+    from workflow import calls
+
+    out = []
+    for call in cp.pending:
+        channel = calls.channel_of(cp, call.arguments)
+        rule = rule_of(cp, channel)
+        names = sorted({a.by for a in approvals_of(cp, call.call_id)})
+        out.append({"call_id": call.call_id, "channel": channel, "required": rule.approvals,
+                    "roles": rule.roles, "requester_may_approve": rule.requester_may_approve,
+                    "approved_by": names, "missing": max(rule.approvals - len(names), 0)})
+    return out
