@@ -65,6 +65,12 @@ def task_text(task: dict[str, Any]) -> str:
         lines.append(f"  decision: {d['decision']} by {one_line(d['by'])} at {one_line(d['at'])}{why}")
     if task["final_output"]:
         lines.append(f"  final output: {several_lines(task['final_output'], '    ')}")
+    if task.get("requested_by"):
+        lines.append(f"  requested by: {one_line(task['requested_by'])}")
+    for q in task.get("approvals", []):  # team mode: the quorum of each pending call
+        who = ", ".join(one_line(n) for n in q["approved_by"]) or "nobody yet"
+        lines.append(f"  approvals of {one_line(q['call_id'])}: {who} ({len(q['approved_by'])} of {q['required']}"
+                     + (f", {q['missing']} missing)" if q["missing"] else ")"))
     lines.append(f"  checkpoint: {one_line(task['checkpoint_path'])}")
     lines.extend(effect_lines(task))
     if task["status"] in ("publishing", "in_doubt"):

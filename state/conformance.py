@@ -53,6 +53,7 @@ __all__ = [
     "test_intent_get_gives_the_latest_attempt", "test_next_attempt_needs_a_settlement",
     "test_settlement_needs_an_intent_and_is_created_once", "test_intents_latest_per_key_oldest_first",
     "test_intent_key_must_be_its_task", "test_racing_intents_create_one",
+    "test_reviewers_are_added_once_listed_rotated_and_removed", "test_a_reviewer_record_edited_by_hand_is_refused",
 ]
 
 
@@ -63,11 +64,14 @@ class StoreFactory:
     ``make`` called again with the same folder gives another handle on the same storage (as a
     second process would: the race test uses one per thread); ``damage(store, task_id)``, if
     given, corrupts the stored checkpoint of ``task_id`` behind the store's back (so that it no
-    longer verifies); a store without such a hook skips the fail-closed test."""
+    longer verifies); a store without such a hook skips the fail-closed test.
+    ``tamper_reviewer(store, name, changes)``, if given, edits the stored record of reviewer
+    ``name`` behind the store's back (``changes`` applied, the signature kept)."""
 
     name: str
     make: Callable[[Path], Any]
     damage: Optional[Callable[[Any, str], None]] = None
+    tamper_reviewer: Optional[Callable[[Any, str, dict[str, Any]], None]] = None
 
 
 _AT = "2100-01-01T00:00:00.000000Z"
@@ -528,3 +532,64 @@ def test_racing_intents_create_one(store_factory: StoreFactory, tmp_path: Path) 
     winner = next(rec for rec, created in results if created)
     assert all(rec == winner for rec, _ in results)
     assert store_factory.make(tmp_path).intent_get("t-1") == winner
+
+
+def _reviewer(name: str, roles: Optional[list[str]] = None) -> Any:
+    from state import reviewers as people
+
+    token_id, token = people.new_token()
+    return people.record(name, roles or [], token, token_id, "2030-01-01T00:00:00Z"), token
+
+
+def test_reviewers_are_added_once_listed_rotated_and_removed(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A reviewer is registered once (a second add of the name is ``reviewer_exists``), listed by
+    name with its roles, found by its token only (the raw token is stored nowhere), rotated (the
+    old token stops working) and removed (``no_reviewer`` after)."""
+    from state import reviewers as people
+
+    store = store_factory.make(tmp_path)
+    assert store.reviewers() == [] and not people.team_mode(store)
+    bob, bob_token = _reviewer("bob", ["editor"])
+    alice, alice_token = _reviewer("alice")
+    store.reviewer_add(bob)
+    store.reviewer_add(alice)
+    with _raises(Refused, code="reviewer_exists"):
+        store.reviewer_add(_reviewer("bob")[0])
+    assert [(r.name, r.roles) for r in store.reviewers()] == [("alice", []), ("bob", ["editor"])]
+    assert people.authenticate(store, bob_token).name == "bob"
+    new, new_token = _reviewer("bob", ["editor"])
+    store.reviewer_replace(new)
+    with _raises(Refused, code="unauthenticated"):
+        people.authenticate(store, bob_token)
+    assert people.authenticate(store, new_token).name == "bob"
+    store.reviewer_remove("bob")
+    with _raises(Refused, code="no_reviewer"):
+        store.reviewer_remove("bob")
+    with _raises(Refused, code="no_reviewer"):
+        store.reviewer_replace(new)
+    with _raises(Refused, code="unauthenticated"):
+        people.authenticate(store, new_token)
+    assert [r.name for r in store.reviewers()] == ["alice"] and people.team_mode(store)
+    assert people.authenticate(store, alice_token).name == "alice"
+
+
+def test_a_reviewer_record_edited_by_hand_is_refused(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """A reviewer record whose signature does not verify (its roles changed by hand; one signed
+    with another key) is refused when the reviewers are read: fail closed, never trusted."""
+    from state import reviewers as people
+
+    store = store_factory.make(tmp_path)
+    rec, _ = _reviewer("mallory")
+    store.reviewer_add(rec)
+    forged = rec.model_copy(update={"roles": ["admin"]})
+    envelope = people.seal(rec, b"k" * 32)
+    forged_envelope = {**envelope, **forged.model_dump(mode="json")}
+    with _raises(Refused, code="integrity"):
+        people.unseal(forged_envelope, b"k" * 32, where="test")
+    with _raises(Refused, code="integrity"):
+        people.unseal(people.seal(forged, b"x" * 32), b"k" * 32, where="test")
+    if store_factory.tamper_reviewer is None:
+        return
+    store_factory.tamper_reviewer(store, "mallory", {"roles": ["admin"]})
+    with _raises(Refused, code="integrity"):
+        store.reviewers()

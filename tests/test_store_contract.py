@@ -7,6 +7,7 @@ contract (its capabilities, never faked)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,23 @@ def _damage_file(store: FileStore, task_id: str) -> None:
                     .replace('"x" + "', '"x', 1), encoding="utf-8")
 
 
+def _tamper_reviewer_file(store: FileStore, name: str, changes: dict) -> None:
+    """Edit the reviewer's file by hand, keeping its old signature."""
+    from state.files.reviewers import path_for
+
+    path = path_for(store, name)
+    path.write_text(json.dumps({**json.loads(path.read_text(encoding="utf-8")), **changes}), encoding="utf-8")
+
+
+def _tamper_reviewer_row(store, name: str, changes: dict) -> None:
+    """Edit the reviewer's row with plain SQL, keeping its old signature."""
+    from psycopg.types.json import Jsonb
+
+    with store._db() as conn:
+        (envelope,) = conn.execute("SELECT envelope FROM reviewers WHERE name = %s", (name,)).fetchone()
+        conn.execute("UPDATE reviewers SET envelope = %s WHERE name = %s", (Jsonb({**envelope, **changes}), name))
+
+
 def _damage_row(store, task_id: str) -> None:
     """Flip the title in the stored envelope with plain SQL, without re-signing it."""
     with store._db() as conn:
@@ -36,14 +54,15 @@ FACTORIES = ["file", "postgres", "postgres-pool"]
 @pytest.fixture(params=FACTORIES)
 def store_factory(request: pytest.FixtureRequest):
     if request.param == "file":
-        yield StoreFactory("file", make=lambda tmp: FileStore(tmp / "state"), damage=_damage_file)
+        yield StoreFactory("file", make=lambda tmp: FileStore(tmp / "state"), damage=_damage_file,
+                           tamper_reviewer=_tamper_reviewer_file)
         return
     from state.postgres.store import PostgresStore
 
     url = request.getfixturevalue("pg_url")
     if request.param == "postgres":
         yield StoreFactory("postgres", make=lambda tmp: PostgresStore(url, tmp / "state"),
-                           damage=_damage_row)
+                           damage=_damage_row, tamper_reviewer=_tamper_reviewer_row)
         return
     from psycopg_pool import ConnectionPool
 
@@ -51,7 +70,7 @@ def store_factory(request: pytest.FixtureRequest):
     try:
         yield StoreFactory("postgres-pool",
                            make=lambda tmp: PostgresStore(url, tmp / "state", pool=pool),
-                           damage=_damage_row)
+                           damage=_damage_row, tamper_reviewer=_tamper_reviewer_row)
     finally:
         pool.close()
 

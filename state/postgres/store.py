@@ -46,7 +46,8 @@ import psycopg
 from state import effects, failpoints, secrets
 from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
-from state.reviewers import Reviewer, seal, unseal
+from state import reviewers as people
+from state.reviewers import Reviewer
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
 from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
@@ -734,7 +735,7 @@ class PostgresStore:
         key = self._key()
         out = []
         for name, envelope in rows:
-            rec = unseal(envelope, key, where=f"reviewer row {self._scrub(str(name))[:100]!r}")
+            rec = people.unseal(envelope, key, where=f"reviewer row {self._scrub(str(name))[:100]!r}")
             if rec.name != name:
                 raise Refused("integrity", f"reviewer row {self._scrub(str(name))[:100]!r} holds another name's record")
             out.append(rec)
@@ -744,7 +745,7 @@ class PostgresStore:
         """See :meth:`state.store.TaskStore.reviewer_add` (``INSERT … ON CONFLICT DO NOTHING``)."""
         from psycopg.types.json import Jsonb
 
-        envelope = seal(reviewer, self._key(create=True))
+        envelope = people.seal(reviewer, self._key(create=True))
         with self._db() as conn:
             done = conn.execute("INSERT INTO reviewers (name, envelope) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                                 (reviewer.name, Jsonb(envelope))).rowcount
@@ -755,7 +756,7 @@ class PostgresStore:
         """See :meth:`state.store.TaskStore.reviewer_replace` (one ``UPDATE``)."""
         from psycopg.types.json import Jsonb
 
-        envelope = seal(reviewer, self._key())
+        envelope = people.seal(reviewer, self._key())
         with self._db() as conn:
             done = conn.execute("UPDATE reviewers SET envelope = %s WHERE name = %s",
                                 (Jsonb(envelope), reviewer.name)).rowcount

@@ -63,6 +63,7 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
         "revision": cp.revision,
         "checkpoint_path": str(store.checkpoint_path(cp.task_id)),
         **({"service": cp.service, "effects": effects} if cp.service is not None else {}),
+        **({"requested_by": cp.team.requested_by, "approvals": _progress(cp)} if cp.team is not None else {}),
     }
 
 
@@ -88,3 +89,9 @@ def ledger_view(store: TaskStore) -> dict[str, Any]:
 #: The ledger entry's fields shown only when set (a human settled the effect).
 _SETTLED = ("settled_by", "settle_reason")
 
+
+def _progress(cp: Checkpoint) -> list[dict[str, Any]]:
+    """:func:`workflow.team.progress` (who approved each pending call so far, how many are missing)."""
+    from workflow.team import progress
+
+    return progress(cp)
