@@ -279,8 +279,8 @@ class Settings(BaseSettings):
 
     reviewer_token: Optional[str] = Field(None, alias="HITL_REVIEWER_TOKEN", repr=False, **_doc(
         "secret text", "-", "unset",
-        "In team mode (once `reviewers add` registered one reviewer), the token of the reviewer "
-        "who runs the command: every decision (`resume`, `settle`, `review`) and `start --by` is "
+        "In team mode (once one reviewer is registered), the token of the reviewer who runs the "
+        "command: every decision (`resume`, `settle`, `review`) and the requester of a `start` is "
         "that reviewer's (docs/reviewers.md). An environment variable, never a flag: flags show in "
         "process lists. Never written anywhere, never shown.",
         "not UTF-8; a control character (the value is never echoed)"))
