@@ -228,8 +228,9 @@ MUTANTS: list[Mutant] = [
       "if False:", "tests/test_success_checks.py"),
     m("refused-start-leaves-files", GUARDS, "                    path.unlink(missing_ok=True)",
       "                    pass", "tests/test_refusals_leave_nothing.py"),
-    m("stale-page-decides", GUARDS, "if expected is not None and cp.revision != expected:", "if False:",
-      "tests/test_web.py"),
+    m("stale-page-decides", GUARDS,
+      "if expected is not None and cp.revision != expected and not only_approvals_since(cp, expected):",
+      "if False:", "tests/test_web.py"),
     m("start-over-ledger-entry", GUARDS,
       "if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):", "if False:",
       "tests/test_rollback.py", "tests/test_success_checks.py"),
@@ -353,6 +354,17 @@ MUTANTS: list[Mutant] = [
       'if any(publication.get(k) != arguments.get(k) for k in ("title", "body", "channel")):', "if False:",
       EXTERNAL_T),
     m("service-not-checked-at-resume", GUARDS, "    if url != cp.service:", "    if False:", EXTERNAL_T),
+    # team mode (workflow/team.py): the quorum, roles, the requester, the token behind by
+    m("quorum-of-one", "workflow/team.py", "    return cp, len(names) >= rule.approvals", "    return cp, True",
+      "tests/test_team.py"),
+    m("any-role-decides", "workflow/team.py",
+      "if rule.roles is not None and not set(rule.roles) & set(reviewer.roles):", "if False:", "tests/test_team.py"),
+    m("requester-approves", "workflow/team.py",
+      "if decision == \"approved\" and not rule.requester_may_approve and cp.team.requested_by == reviewer.name:",
+      "if False:", "tests/test_team.py"),
+    m("by-not-bound", "workflow/team.py", "    if by is not None and by != reviewer.name:", "    if False:",
+      "tests/test_team.py"),
+    m("policy-drift-ignored", "workflow/team.py", "    if now != then:", "    if False:", "tests/test_team.py"),
 ]
 
 

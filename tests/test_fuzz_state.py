@@ -323,7 +323,11 @@ def resigned(draw, cp: dict) -> tuple[str, Callable[[dict], None], bool]:
                 d["run_state_schema_version"] = value
         return f"{kind}:{value}:{both}", m, False
     if kind == "drop_field":
-        paths = [(k,) for k in cp if k != "mac"] + [("pending", 0, k) for k in cp["pending"][0]] + [
+        # service, team and approvals: absent means what null (or no approvals) means, by design
+        # (state.signing exempts them): dropping one that is null or empty changes nothing
+        same = {k for k in ("service", "team", "approvals") if cp.get(k) in (None, [])}
+        paths = [(k,) for k in cp if k != "mac" and k not in same] + [
+            ("pending", 0, k) for k in cp["pending"][0]] + [
             ("agent", k) for k in cp["agent"]] + [("history", 0, k) for k in ("at", "event", "revision")]
         path = draw(st.sampled_from(paths))
 

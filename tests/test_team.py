@@ -64,7 +64,7 @@ def test_the_token_is_shown_once_and_never_stored(cli, state_dir, team):
     everything = b"".join(v for v in snapshot(state_dir).values() if isinstance(v, bytes))
     for token in team.values():
         assert token.encode() not in everything
-        assert token.split("_")[2].encode() not in everything  # not even the secret part
+        assert token.split("_", 2)[2].encode() not in everything  # not even the secret part
     listed = cli("reviewers", "list", "--json").json()["reviewers"]
     assert [r["name"] for r in listed] == ["alice", "bob", "carol", "wendy"]
     assert all("token" not in r and "token_hash" not in r for r in listed)
@@ -276,3 +276,26 @@ def test_two_reviewers_racing_reach_the_quorum_once(state_dir, team, tmp_path):
     assert len(ledger_entries(state_dir)) == 1
     cp = json.loads(sorted((Path(state_dir) / "tasks").glob("*.json"))[-1].read_text(encoding="utf-8"))
     assert cp["status"] == "completed" and sorted(a["by"] for a in cp["approvals"]) == ["alice", "bob"]
+
+
+def test_always_cannot_carry_an_approval_past_another_channels_quorum(cli, state_dir, tmp_path, monkeypatch):
+    """The sticky rule decides the tool's calls on every channel: approving the blog call (one
+    approval needed) with always must not approve the news call (two needed)."""
+    from tests.conftest import start_calls
+
+    tokens = {name: _add(cli, name) for name in ("alice", "bob")}
+    policy = tmp_path / "p.toml"
+    policy.write_text("[default]\napprovals = 1\n[channels.news]\napprovals = 2\n", encoding="utf-8")
+    monkeypatch.setenv("HITL_POLICY", str(policy))
+    calls = start_calls(cli, "t2", "Title", "A draft.", "blog", "news")
+    before = snapshot(state_dir)
+    r = _approve(cli, monkeypatch, tokens["alice"], "t2", "--call", calls["blog"], "--always")
+    assert r.code == 1 and "always would also decide calls on channel news" in r.err, r.err
+    assert snapshot(state_dir) == before
+    r = _approve(cli, monkeypatch, tokens["alice"], "t2", "--call", calls["blog"])
+    assert r.code == 0, r.err
+    r = _approve(cli, monkeypatch, tokens["alice"], "t2", "--call", calls["news"])
+    assert r.code == 0 and r.json()["status"] == "waiting_for_approval"
+    assert len(ledger_entries(state_dir)) == 1  # blog only: news waits for its second reviewer
+    r = _approve(cli, monkeypatch, tokens["bob"], "t2", "--call", calls["news"])
+    assert r.code == 0 and r.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 2

@@ -119,6 +119,8 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
     """
     from workflow import hitl
 
+    if isinstance(decision, Approve) and decision.edits is not None:
+        _edit(decision.edits)  # refused before the store is read
     by = _decider(store, task_id, by, token)
     if isinstance(decision, Approve):
         word, reason, always = "approve", decision.reason, decision.always

@@ -50,7 +50,7 @@ def decider(store: "TaskStore", by: Optional[str], token: Optional[str], cp: Opt
     authenticated = cp is not None and cp.team is not None and cp.team.authenticated
     if not (authenticated or people.team_mode(store)):
         if by is None:
-            raise Refused("usage", "a decision needs the name of who decides (by); nothing changed")
+            raise Refused("unsafe_input", "the reviewer name must be a non-empty string; nothing written")
         return by
     reviewer = people.authenticate(store, token)
     if by is not None and by != reviewer.name:
@@ -159,6 +159,11 @@ def check_decision(store: "TaskStore", cp: Checkpoint, channel: str, decision: s
         raise Refused("not_allowed", f"task {cp.task_id}: calls on channel {channel} need {rule.describe()}: "
                       "each approves the call as it is, so approve with edits and always are not "
                       "allowed there; nothing changed")
+    if always:  # the sticky rule decides the tool's calls on every channel: each channel's rule must allow it
+        for other, its in sorted(cp.team.rules.items()):
+            if other != channel and (its.approvals > 1 or its != rule):
+                raise Refused("not_allowed", f"task {cp.task_id}: always would also decide calls on channel "
+                              f"{other}, which need {its.describe()}; decide each call on its own; nothing changed")
     return rule
 
 
