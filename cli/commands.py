@@ -87,8 +87,6 @@ def reviewers(store: Any, args: Any) -> dict[str, Any]:
     token_id, token = people.new_token()
     if args.action == "add":
         roles = people.clean_roles(args.roles)
-        if people.find(store, args.name) is not None:
-            raise Refused("reviewer_exists", f"reviewer {args.name!r} is registered already; nothing written")
         store.reviewer_add(people.record(args.name, roles, token, token_id, now_iso()))
     else:
         old = people.find(store, args.name)

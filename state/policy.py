@@ -29,7 +29,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from state.errors import Refused
-from state.schema import CHANNEL_FIELD, ApprovalRule, validation_message
+from state.schema import ApprovalRule, valid_channel, validation_message
 
 #: The largest policy file read, bytes.
 MAX_POLICY_BYTES = 64 * 1024
@@ -68,15 +68,13 @@ class Policy(BaseModel):
 
 
 def _check_names(policy: Policy) -> None:
-    import re
-
-    pattern = re.compile(CHANNEL_FIELD.replace("$", r"\Z"))
-    for channel, part in policy.channels.items():
-        if not pattern.match(channel):
+    """Channel and role names follow the channel rule (:func:`state.schema.valid_channel`)."""
+    for channel in policy.channels:
+        if not valid_channel(channel):
             raise ValueError(f"channel {channel[:40]!r} is not 1-32 of a-z, 0-9 and -")
     for rule in [policy.default, *policy.channels.values()]:
         for role in rule.roles or []:
-            if not isinstance(role, str) or not pattern.match(role):
+            if not valid_channel(role):
                 raise ValueError(f"role {str(role)[:40]!r} is not 1-32 of a-z, 0-9 and -")
 
 

@@ -27,13 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from state.errors import Next, Refused
 from state.integrity import compute_mac, verify_mac
-from state.schema import CHANNEL_FIELD, MAX_NAME_CHARS, check_text, validation_message
+from state.schema import MAX_NAME_CHARS, check_text, valid_channel, validation_message
 
 if TYPE_CHECKING:
     from state.store import TaskStore
 
-#: A role name: 1-32 of ``a-z0-9-`` (the channel rule).
-ROLE_FIELD = CHANNEL_FIELD
 #: ``hitl_<token_id: 16 hex>_<secret: 43 URL-safe base64 characters (32 random bytes)>``.
 TOKEN_PATTERN = re.compile(r"^hitl_(?P<id>[0-9a-f]{16})_(?P<secret>[A-Za-z0-9_-]{43})\Z")
 #: scrypt's cost (RFC 7914): about 16 MiB and 50 ms per hash on a laptop.
@@ -73,7 +71,7 @@ class Reviewer(BaseModel):
     @classmethod
     def _roles(cls, v: list[str]) -> list[str]:
         for role in v:
-            if not re.match(r"^[a-z0-9-]{1,32}\Z", role):
+            if not valid_channel(role):  # role names follow the channel rule
                 raise ValueError(f"role {role[:40]!r} is not 1-32 of a-z, 0-9 and -")
         if sorted(set(v)) != v:
             raise ValueError("roles must be sorted, without repeats")
@@ -97,7 +95,7 @@ def clean_roles(roles: Optional[list[str]]) -> list[str]:
     :class:`Refused` (``unsafe_input``) for a role that is not 1-32 of ``a-z0-9-``."""
     out = sorted(set(roles or []))
     for role in out:
-        if not re.match(r"^[a-z0-9-]{1,32}\Z", role):
+        if not valid_channel(role):
             raise Refused("unsafe_input", f"role {role[:40]!r} is not 1-32 of a-z, 0-9 and -; nothing written")
     if len(out) > MAX_ROLES:
         raise Refused("unsafe_input", f"at most {MAX_ROLES} roles; nothing written")

@@ -119,12 +119,10 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
     """
     from workflow import hitl
 
-    if isinstance(decision, Approve) and decision.edits is not None:
-        _edit(decision.edits)  # refused before the store is read
-    by = _decider(store, task_id, by, token)
+    edit = _edit(decision.edits) if isinstance(decision, Approve) and decision.edits is not None else None
+    by = _decider(store, task_id, by, token)  # after the edits: those are refused before the store is read
     if isinstance(decision, Approve):
         word, reason, always = "approve", decision.reason, decision.always
-        edit = None if decision.edits is None else _edit(decision.edits)
     elif isinstance(decision, Reject):
         word, reason, always, edit = "reject", decision.message, decision.always, None
     else:
