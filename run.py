@@ -3,7 +3,7 @@
     python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``publishing-service``, ``reviewers``
+``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``fail``, ``publishing-service``, ``reviewers``
 (docs/commands.md).
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("demo", "the whole story, narrated, with the offline model")
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
     A.serve_parser(sub)
-    A.settle_parser(sub)  # settle, publishing-service
+    A.settle_parser(sub)  # settle, fail, publishing-service
     A.team_parsers(sub)  # reviewers
     return parser
 
@@ -131,7 +131,9 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         cp = store.load(inbox.pick_task(store, args.task, waiting_only=False))
     elif args.command == "settle":  # a person's finding about a call in doubt (workflow/settlement.py)
         cp = commands.settle(store, args)
-    if args.command in ("start", "resume", "status", "settle"):  # one task: its view and its budget lines
+    elif args.command == "fail":  # the end of a task whose effect provably never ran
+        cp = commands.fail(store, args)
+    if args.command in ("start", "resume", "status", "settle", "fail"):  # one task: its view and its budget lines
         args.text_extra = budget_lines(cp)
         return task_view(store, cp)
     if args.command == "reviewers":  # team mode (docs/reviewers.md)

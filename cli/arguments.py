@@ -176,8 +176,8 @@ def serve_parser(sub: Any) -> None:
 
 
 def settle_parser(sub: Any) -> None:
-    """The ``settle`` subcommand (a person's finding about a call in doubt, ``workflow/settlement.py``)
-    and ``publishing-service`` (the reference service, ``tools/publishing_service.py``: its own
+    """The ``settle`` subcommand (a person's finding about a call in doubt, ``workflow/settlement.py``),
+    ``fail`` (the end of a task whose effect provably never ran) and ``publishing-service`` (the reference service, ``tools/publishing_service.py``: its own
     flags, passed on as they are)."""
     p = sub.add_parser("settle", help="record what you found at the service for a call in doubt")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
@@ -187,6 +187,12 @@ def settle_parser(sub: Any) -> None:
                    help="published: record it and finish the run; not-published: the next resume sends it again")
     p.add_argument("--by", required=True, type=text("--by", MAX_NAME_CHARS, True), help="who looked")
     p.add_argument("--reason", type=text("reason", MAX_REASON_CHARS, False), help="what was found, and where")
+    p = sub.add_parser("fail", help="end a task whose effect provably never ran: it ends failed, with your reason")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    p.add_argument("--task", type=key, required=True)
+    p.add_argument("--by", type=text("--by", MAX_NAME_CHARS, True), help="who ends it")
+    p.add_argument("--reason", required=True, type=text("reason", MAX_REASON_CHARS, False),
+                   help="why it ends (kept in the checkpoint)")
     p = sub.add_parser("publishing-service", add_help=False, prefix_chars="\0",
                        help="the reference publishing service (--port P --data DIR; --help for its switches)")
     p.add_argument("service_args", nargs=argparse.REMAINDER)

@@ -49,6 +49,17 @@ def settle(store: Any, args: Any) -> Any:
                                     call_id=args.call, reason=args.reason))
 
 
+def fail(store: Any, args: Any) -> Any:
+    """``fail --task T --by NAME --reason TEXT``: the checkpoint after the task ended ``failed``
+    (:func:`workflow.settlement.fail`; no SDK). Raises :class:`Refused`, nothing written."""
+    from state import secrets
+    from workflow import settlement
+
+    by = decider(store, args.task, args.by)
+    secrets.check_input("the reason", args.reason)
+    return settlement.fail(store, args.task, by=by, reason=args.reason)
+
+
 def decider(store: Any, task_id: Any, by: Any) -> str:
     """The ``by`` of a decision from this command line: in team mode the reviewer whose token is
     ``HITL_REVIEWER_TOKEN`` (``--by``, if given, must be theirs: :func:`workflow.team.decider`);

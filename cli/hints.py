@@ -59,6 +59,7 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "doctor_settle": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1])
     + " --outcome published|not-published --by NAME",  # the choice and the name are the human's
     "doctor_repair": lambda step: f"{PROGRAM} doctor --repair",
+    "doctor_fail": lambda step: command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT",
     "when_idle": lambda step: "when no run.py process is running",
     # effects through a service (workflow.external, workflow.settlement)
     "resume_again": lambda step: "; the same command sends again: "

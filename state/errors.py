@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 CODES = frozenset({
     # the decision table (workflow/reconcile.py)
     "conflict", "contradiction", "inconsistent", "no_entry", "executed", "rejected", "decided",
-    "expired", "begun",
+    "expired", "begun", "undecided", "failed",
     # a task, a call or a file that is not there, or not the one asked for
     "not_found", "ambiguous", "usage",
     # what was read cannot be trusted
@@ -31,7 +31,7 @@ CODES = frozenset({
     # input refused before anything is written
     "unsafe_input", "secret", "settings", "budget", "agent", "model",
     # effects through a service (workflow/external.py)
-    "in_doubt", "unconfirmed", "effect_conflict", "service_changed", "not_in_doubt",
+    "in_doubt", "unconfirmed", "effect_conflict", "service_changed", "not_in_doubt", "in_window",
     # team mode (state/reviewers.py, state/policy.py, workflow/team.py)
     "unauthenticated", "not_you", "not_allowed", "policy", "policy_changed", "reviewer_exists",
     "no_reviewer",

@@ -68,7 +68,7 @@ MAX_NAME_CHARS = 100
 #: Upper bound of ``Budget.max_turns`` (and of ``--max-turns``).
 MAX_TURNS_LIMIT = 1000
 
-Status = Literal["waiting_for_approval", "completed", "cancelled", "budget_exceeded", "expired"]
+Status = Literal["waiting_for_approval", "completed", "cancelled", "budget_exceeded", "expired", "failed"]
 DecisionKind = Literal["approved", "rejected"]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -348,7 +348,7 @@ class HistoryEvent(_Strict):
     event: Literal[
         "started", "decision_recorded", "resumed", "interrupted", "completed", "cancelled",
         "budget_exceeded",
-        "expired", "approval_recorded",
+        "expired", "approval_recorded", "effect_bound", "failed",
     ]
     revision: int = Field(ge=1)
     detail: dict[str, Any] = Field(default_factory=dict)
@@ -491,6 +491,24 @@ class Approval(_Strict):
     revision: int = Field(ge=1)
 
 
+class EffectBinding(_Strict):
+    """One attempt of an effect through a service, bound into the signed checkpoint before any
+    request of it is sent (:mod:`workflow.external`): ``idempotency_key`` (the ledger key of the
+    call's effect), ``attempt`` (from 1), ``request_key`` (the ``Idempotency-Key`` its requests
+    carry, 32 hex characters), ``sent_at`` (when the latest command began sending it) and
+    ``window_ends`` (until when a request of it could still reach the provider and act: the
+    latest command's tries, each given up after its timeout, plus the time the provider is allowed
+    to act on a request it received; both ISO-8601 UTC, on the wall clock). The intent record
+    written before it holds the same attempt and key: an intent missing for a bound attempt was
+    deleted, and the call is never sent again."""
+
+    idempotency_key: str = Field(min_length=1, max_length=300)
+    attempt: int = Field(ge=1, le=100)
+    request_key: str = Field(pattern=r"^[0-9a-f]{32}$")
+    sent_at: str = Field(min_length=1, max_length=40)
+    window_ends: str = Field(min_length=1, max_length=40)
+
+
 class Checkpoint(_Strict):
     """The checkpoint envelope, one JSON file per revision of a task (``tasks/<name>.r<N>.json`` in
     the state dir; the highest N is the checkpoint, ``state.files.store``).
@@ -558,6 +576,12 @@ class Checkpoint(_Strict):
     #: The approvals counted so far toward each pending call's quorum (:class:`Approval`); absent:
     #: none (a task without a team).
     approvals: list[Approval] = Field(default_factory=list)
+    #: The latest attempt of each effect through a service, bound before its request
+    #: (:class:`EffectBinding`); absent: none begun (a local-ledger task, or nothing sent yet).
+    effects: list[EffectBinding] = Field(default_factory=list, max_length=MAX_CHANNELS)
+    #: Why a task ended ``failed`` (no effect can have happened: the model did not carry out what
+    #: was approved, or a person ended a task whose effect provably never ran); absent otherwise.
+    failure: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
 
     @field_validator("task_id", "idempotency_key")
     @classmethod
@@ -590,6 +614,10 @@ class Checkpoint(_Strict):
         data = self.model_dump(mode="json")
         data.pop("mac")
         return data
+
+    def binding(self, key: str) -> Optional[EffectBinding]:
+        """The :class:`EffectBinding` of effect key ``key`` (its latest attempt bound), or None."""
+        return next((b for b in self.effects if b.idempotency_key == key), None)
 
     def edited_on(self, channel: str) -> Optional[Decision]:
         """The approval with edits that governs ``channel``: the latest decision recorded for a

@@ -48,6 +48,10 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 DEFAULT_PUBLISH_TIMEOUT_S = 5.0
 MAX_PUBLISH_TIMEOUT_S = 600.0
 DEFAULT_PUBLISH_ATTEMPTS = 3
+#: How long after a request was given up the publishing service may still act on it, seconds
+#: (``HITL_PUBLISH_SETTLE_AFTER``): until then nobody may settle the attempt as not published.
+DEFAULT_PUBLISH_SETTLE_AFTER_S = 300.0
+MAX_PUBLISH_SETTLE_AFTER_S = 7 * 86400.0
 MIN_REQUEST_TIMEOUT_S, MAX_REQUEST_TIMEOUT_S = 0.1, 300
 #: The inbox server: connections open at once; one more is answered 503 and closed.
 DEFAULT_MAX_CONNECTIONS = 100
@@ -276,6 +280,14 @@ class Settings(BaseSettings):
         "How many tries one command makes to reach the publishing service (0.2 s, then doubled, "
         "between two); a provider without deduplication is tried again only when nothing was sent.",
         "anything but a whole number from 1 to 10"))
+    publish_settle_after: float = Field(DEFAULT_PUBLISH_SETTLE_AFTER_S, alias="HITL_PUBLISH_SETTLE_AFTER",
+                                        ge=0, le=MAX_PUBLISH_SETTLE_AFTER_S, **_doc(
+        "number", "seconds", f"{DEFAULT_PUBLISH_SETTLE_AFTER_S:g}",
+        "How long after a request to the publishing service was given up the service may still act on "
+        "it (the longest it takes to act on a request it received). An attempt's window ends this long "
+        "after its last try could have been given up; until then `settle --outcome not-published` is "
+        "refused, with the time the window ends (docs/external-effects.md).",
+        f"anything but a number from 0 to {MAX_PUBLISH_SETTLE_AFTER_S:g}"))
 
     reviewer_token: Optional[str] = Field(None, alias="HITL_REVIEWER_TOKEN", repr=False, **_doc(
         "secret text", "-", "unset",
@@ -292,7 +304,7 @@ class Settings(BaseSettings):
         "not UTF-8; a file that is missing, unreadable or not a valid policy (when it is read)"))
 
     @field_validator("lock_timeout", "request_timeout", "max_connections", "publish_timeout",
-                     "publish_attempts", mode="plain")
+                     "publish_attempts", "publish_settle_after", mode="plain")
     @classmethod
     def _number(cls, raw: Any, info: ValidationInfo) -> float | int:
         field = cls.model_fields[info.field_name or ""]

@@ -56,8 +56,9 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
     except ValidationError as exc:
         raise Refused("integrity", f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
     # state_id: see state.state_id; service: absent in a task whose effect is the local ledger;
-    # team and approvals: absent in a task started with no reviewer and no policy
-    missing = _first_defaulted(cp, exempt={"state_id", "service", "team", "approvals"})
+    # team and approvals: absent in a task started with no reviewer and no policy; effects: no
+    # effect through a service begun; failure: a task that did not end failed
+    missing = _first_defaulted(cp, exempt={"state_id", "service", "team", "approvals", "effects", "failure"})
     if missing is not None:  # our writer writes every field: one filled in by a default is gone
         raise Refused("integrity", f"{where} is not a valid checkpoint: {missing}: Field required")
     if cp.idempotency_key != cp.task_id:

@@ -310,10 +310,11 @@ def test_doctor_reads_the_effects_folder_and_reports_a_symlink_or_fifo_there(cli
 SERVICE = "http://127.0.0.1:9/publish"  # recorded only: doctor never sends anything
 
 
-def _begun(state_dir, key, *, deduplicates, decision="approve"):
+def _begun(state_dir, key, *, deduplicates, decision="approve", sent=True):
     """A real task whose decision is recorded (a crash right after it, or a reject that finished),
     then what the gate writes before its request: the checkpoint names the service, and the
-    attempt's intent is recorded with no outcome. Returns the call ID."""
+    attempt's intent is recorded with no outcome; ``sent``: the attempt is bound into the
+    checkpoint too (a request may have been sent). Returns the call ID."""
     from conftest import resign
     from state import clock
     from state.files.store import Store
@@ -328,7 +329,9 @@ def _begun(state_dir, key, *, deduplicates, decision="approve"):
         assert crashed.code == 86
     else:
         assert step(state_dir, "resume", "--task", key, "--decision", decision).code == 0
-    resign(state_dir, checkpoint_file(state_dir, key), lambda d: d.update(service=SERVICE))
+    bound = [{"idempotency_key": key, "attempt": 1, "request_key": "b" * 32, "sent_at": clock.now_iso(),
+              "window_ends": clock.now_iso()}] if sent else []
+    resign(state_dir, checkpoint_file(state_dir, key), lambda d: d.update(service=SERVICE, effects=bound))
     store = Store(state_dir)
     cp = store.load(key)
     channel = cp.channels[0]
@@ -347,7 +350,9 @@ def test_doctor_says_resume_for_an_effect_not_confirmed(state_dir):
     (finding,) = r.json()["findings"]
     assert finding["kind"] == "effect_unconfirmed" and finding["task_id"] == "pub-1"
     assert SERVICE in finding["detail"] and "attempt 1" in finding["detail"]
-    assert finding["action"] == "python run.py resume --task pub-1 --decision approve"
+    assert finding["action"].startswith("python run.py resume --task pub-1 --decision approve; if the service "
+                                        "cannot confirm it")
+    assert finding["action"].endswith(" --outcome published|not-published --by NAME")  # the way out
     text = in_process(state_dir, "doctor")
     assert "effect_unconfirmed" in text.out and "action: python run.py resume --task pub-1" in text.out
 

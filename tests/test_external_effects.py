@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ if not HAS_FORK:
 #: The smaller matrix run on PostgreSQL (the signing key from the environment, as on several hosts).
 PG_POINTS = ["effect:intent:after", "effect:request:before", "effect:request:after", "ledger:record:after"]
 SIGNING = {"HITL_SIGNING_KEY": "ext-tests-signing-key-0123456789abcdef"}
+#: An attempt whose window ends soon: one try, given up after 0.2 s, and a provider that acts at once.
+SHORT_WINDOW = {"HITL_PUBLISH_TIMEOUT": "0.2", "HITL_PUBLISH_ATTEMPTS": "1", "HITL_PUBLISH_SETTLE_AFTER": "0"}
 
 
 class Service:
@@ -90,7 +93,7 @@ def service(tmp_path: Path):
 def env_for(url: str | None, idempotency: str = "key", **extra: str) -> dict[str, str]:
     """The environment of a command publishing through ``url`` (None: no service)."""
     env = {"HITL_PUBLISH_TOKEN": TOKEN, "HITL_PUBLISH_IDEMPOTENCY": idempotency, "HITL_PUBLISH_TIMEOUT": "5",
-           **extra}
+           "HITL_PUBLISH_SETTLE_AFTER": "0", **extra}
     if url is not None:
         env["HITL_PUBLISH_URL"] = url
     return env
@@ -325,9 +328,11 @@ def test_settled_as_not_published_goes_back_to_publishing_and_the_next_resume_se
                                                                                         tmp_path):
     svc = service(dedup=False)
     start(state_dir, svc.url, idempotency="none")
-    crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log", idempotency="none")
+    crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log", idempotency="none",
+          **SHORT_WINDOW)  # its window ends 0.2 s after the attempt was bound
     assert svc.posts() == 0  # it really did not reach the service; the program cannot know that
     assert shown(state_dir)["status"] == "in_doubt"
+    time.sleep(0.3)  # past the window: no request of the attempt can still act
     r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "not-published", "--by", "bea",
             "--json", idempotency="none")
     assert r.code == 0, r.err
@@ -343,17 +348,25 @@ def test_settled_as_not_published_goes_back_to_publishing_and_the_next_resume_se
     assert [i["attempt"] for i in intents(state_dir)] == [1, 2]
 
 
-def test_settle_is_refused_on_a_task_not_in_doubt_and_changes_nothing(service, state_dir, tmp_path):
-    svc = service()
-    start(state_dir, svc.url)
-    crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log")
-    assert shown(state_dir)["status"] == "publishing"  # a deduplicating provider: never in doubt
+@pytest.mark.parametrize("dedup", [True, False])
+def test_settle_is_refused_where_nothing_was_sent_and_changes_nothing(service, state_dir, tmp_path, dedup):
+    """An intent written, the process killed before its attempt was bound into the checkpoint: no
+    request of it can have been sent, so there is nothing to settle (the next resume sends it)."""
+    svc = service(dedup=dedup)
+    idempotency = "key" if dedup else "none"
+    start(state_dir, svc.url, idempotency=idempotency)
+    crash(state_dir, svc.url, "checkpoint:effect:before", tmp_path / "fp.log", idempotency=idempotency)
+    assert shown(state_dir)["status"] == "publishing"  # never sent: not in doubt, whatever the provider
     before = snapshot(state_dir)
     for outcome in ("published", "not-published"):
-        r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", outcome, "--by", "bea")
+        r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", outcome, "--by", "bea",
+                idempotency=idempotency)
         stopped(r, "is not in doubt", "nothing recorded")
     assert snapshot(state_dir) == before
     assert svc.posts() == 0 and not ledger_entries(state_dir)
+    r = cli(state_dir, svc.url, *APPROVE, idempotency=idempotency)  # the next resume sends it: once
+    assert r.code == 0, r.err
+    assert len(svc.publications()) == 1
 
 
 def test_a_409_is_never_reported_as_published(service, state_dir, tmp_path):

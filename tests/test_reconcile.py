@@ -11,7 +11,7 @@ import pytest
 
 from conftest import checkpoint_file, ledger_entries, resign, snapshot
 from state import clock
-from workflow.reconcile import ACTIONS, BEGUN, DECIDED, STATUSES, Evidence, cell_text, reconcile, rows
+from workflow.reconcile import ACTIONS, BEGUN, DECIDED, MAY_HAVE, STATUSES, Evidence, cell_text, reconcile, rows
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "decision-table.md"
 KEY = "dt-1"
@@ -22,7 +22,7 @@ def _doc_rows() -> list[list[str]]:
     rows = []
     for line in DOC.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 9 and cells[0] in STATUSES:
+        if len(cells) == 10 and cells[0] in STATUSES:
             rows.append(cells)
     return rows
 
@@ -90,9 +90,16 @@ def test_the_rules_hold_in_every_cell():
             if e.entry and e.rejection:
                 assert {approve.kind, reject.kind} == {"refuse"}
                 assert reconcile(e, "doctor").kind == "finding"
-            if e.begun:  # it may have happened: never rejected, expired or cancelled
+            if e.begun in MAY_HAVE:  # it may have happened: never rejected, expired, cancelled or failed
                 assert reject.kind == "refuse" and reconcile(e, "expire").kind == "skip"
+                assert reconcile(e, "fail").kind == "refuse"
                 assert reconcile(e, "doctor").kind == "finding"
+            fail = reconcile(e, "fail")
+            if e.entry:  # an executed action never ends failed
+                assert fail.kind == "refuse"
+            if fail.kind == "run":  # only where no effect can have happened, after an approval
+                assert not e.entry and e.begun in (None, "not_sent") and e.decided == "approved"
+                assert e.status in ("waiting_for_approval", "budget_exceeded") and not e.rejection
 
 
 def test_a_reject_is_refused_when_the_effect_was_begun():
@@ -149,8 +156,11 @@ def _build(cli, state_dir: Path, ev: Evidence) -> None:
         tool=call["tool"], arguments_sha256=arguments_sha256(call["arguments"]), channel="blog", always=False,
         source="human")
     rec = decision.model_dump(mode="json") if decision else None
+    # an attempt that may have been sent is bound into the checkpoint (not_sent: its intent only)
+    bound = [{"idempotency_key": KEY, "attempt": 1, "request_key": "a" * 32, "sent_at": clock.now_iso(),
+              "window_ends": clock.now_iso()}] if ev.begun in MAY_HAVE else []
     resign(state_dir, path, lambda d: d.update(status=ev.status, decision=rec, decisions=[rec] if rec else [],
-                                               **({"service": SERVICE} if ev.begun else {})))
+                                               **({"service": SERVICE, "effects": bound} if ev.begun else {})))
     store = Store(state_dir)
     if ev.begun:  # the intent the gate writes before its request (no settlement: publishing or in doubt)
         from state.records import EffectIntent
@@ -158,7 +168,7 @@ def _build(cli, state_dir: Path, ev: Evidence) -> None:
         store.intent_record(EffectIntent(
             idempotency_key=KEY, attempt=1, task_id=KEY, channel="blog", call_id=call["call_id"],
             action="publish_draft", content_sha256=cp["content_sha256"], request_key="a" * 32, service=SERVICE,
-            deduplicates=ev.begun == "publishing", at=clock.now_iso()))
+            deduplicates=ev.begun != "in_doubt", at=clock.now_iso()))
     if ev.entry:
         Ledger(store.ledger_dir).record(key=KEY, task_id=KEY, action="publish_draft", title="T",
                content_sha256=cp["content_sha256"])
@@ -173,7 +183,8 @@ PHRASES = {"conflict": "disagree", "inconsistent": "but records the decision",
            "contradiction": "evidence says otherwise",
            "no_entry": "has no entry",
            "executed": "executed", "rejected": "rejected", "decided": "already recorded",
-           "expired": "expired", "begun": "may have happened"}
+           "expired": "expired", "begun": "may have happened", "undecided": "waits for a decision",
+           "failed": "failed"}
 
 #: Every row and action, in time and (where it differs) overdue; an approve of an effect begun is
 #: left out: it runs the gate against the service (the gate's own tests drive it against a real one).
@@ -208,6 +219,18 @@ def test_every_row_behaves_as_its_cell_says(cli, state_dir, monkeypatch, ev, act
             status = r.json()["status"]
             assert status == ("completed" if action == "approve" else "cancelled")
             assert len(ledger_entries(state_dir)) == (1 if action == "approve" else entries_before)
+    elif action == "fail":
+        r = cli("fail", "--task", KEY, "--by", "tester", "--reason", "the service is gone", "--json")
+        if verdict.kind == "refuse":
+            r.assert_stopped()
+            assert PHRASES[verdict.code] in r.err, r.err
+            assert snapshot(state_dir) == before
+        elif verdict.kind == "unchanged":
+            assert r.code == 0, r.err
+            assert snapshot(state_dir) == before
+        else:
+            assert verdict.kind == "run" and r.code == 0, r.err
+            assert r.json()["status"] == "failed" and len(ledger_entries(state_dir)) == entries_before
     elif action == "expire":
         r = cli("expire", "--json")
         assert r.code == 0, r.err
@@ -229,8 +252,8 @@ def test_every_row_behaves_as_its_cell_says(cli, state_dir, monkeypatch, ev, act
                 assert mine[0]["action"].endswith(f"python run.py settle --task {KEY} --call {call} "
                                                   "--outcome published|not-published --by NAME")
                 assert SERVICE in mine[0]["detail"]
-            elif verdict.action:
-                assert mine[0]["action"] == f"python run.py resume --task {KEY} --decision {verdict.action}"
+            elif verdict.action:  # the resume first (an effect begun: then the way out if it cannot finish)
+                assert mine[0]["action"].startswith(f"python run.py resume --task {KEY} --decision {verdict.action}")
             else:
                 assert mine[0]["action"].startswith("a human must check")
         assert snapshot(state_dir) == before

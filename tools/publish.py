@@ -91,8 +91,10 @@ def publishing_service() -> Optional[external.Service]:
             raise external.Conflict(f"publication {publication.get('id')!r} under this key holds another draft")
         return publication
 
+    found = settings()
     return external.Service(url=client.url, deduplicates=deduplicates, find=find if deduplicates else None,
-                            attempts=settings().publish_attempts)
+                            attempts=found.publish_attempts, timeout_s=client.timeout_s,
+                            settle_after_s=found.publish_settle_after)
 
 
 @effect_tool(needs_approval=needs_publish_approval, private_channels={PREVIEW_CHANNEL}, answer=answer,

@@ -26,7 +26,16 @@ Fault switches, for the tests (counted over the process's life, POST only):
 - ``--fail-503 N``: the first N POSTs that pass the checks above answer ``503`` and store nothing;
 - ``--lose-answer N``: the first N POSTs that commit (created or replayed) close the connection
   without any answer: the publication is stored, the client cannot know;
-- ``--slow SECONDS``: every POST waits that long after committing, before answering.
+- ``--slow SECONDS``: every POST waits that long after committing, before answering;
+- ``--act-after SECONDS``: every POST waits that long before committing (a client that gives up
+  sooner leaves a request that still acts);
+- ``--answer-status CODE`` (with ``--answer-status-times N``, default every time): a POST that
+  committed answers ``CODE`` with an error body instead of its publication (it acted, and says
+  otherwise: the client must not take any answer for "nothing happened");
+- ``--ignore-filter``: ``GET ?idempotency_key=`` ignores the key and lists every publication (as many
+  APIs do with an unknown query parameter), in either mode;
+- ``--answer-bytes N``: every answer to a POST is padded to at least N bytes (a ``"padding"`` field),
+  written in pieces (an answer too large to read whole).
 
 The token comes from ``HITL_PUBLISH_TOKEN`` only (a flag would show in process lists); without it
 the service refuses to start and creates nothing. It is compared in constant time and never
@@ -75,8 +84,12 @@ _COLUMNS = "id, idempotency_key, title, body, channel, created_at"
 class _Faults:
     """The fault switches and their counters (thread-safe)."""
 
-    def __init__(self, fail_503: int, lose_answer: int, slow: float) -> None:
+    def __init__(self, fail_503: int, lose_answer: int, slow: float, *, act_after: float = 0.0,
+                 answer_status: Optional[int] = None, answer_status_times: int = 1 << 30,
+                 ignore_filter: bool = False, answer_bytes: int = 0) -> None:
         self.fail_503, self.lose_answer, self.slow = fail_503, lose_answer, slow
+        self.act_after, self.answer_status, self.answer_status_times = act_after, answer_status, answer_status_times
+        self.ignore_filter, self.answer_bytes = ignore_filter, answer_bytes
         self.posts = 0  # POSTs to PATH received, whatever their answer (GET STATS_PATH)
         self._lock = threading.Lock()
 
@@ -164,15 +177,28 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.verbose:  # the request line and status only: headers (the token) never
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
-    def _send(self, status: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:
+    def _send(self, status: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None,
+              pad_to: int = 0) -> None:
         data = json.dumps(payload).encode("utf-8")
+        pad = max(0, pad_to - len(data) - len(b',"padding":""'))
+        if pad:  # {..., "padding": "xxxx…"}, written in pieces (never held whole)
+            data = data[:-1] + b',"padding":"'
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(len(data) + (pad + 2 if pad else 0)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+        if pad:
+            piece = b"x" * 65536
+            try:
+                while pad > 0:
+                    self.wfile.write(piece[:pad])
+                    pad -= min(pad, len(piece))
+                self.wfile.write(b'"}')
+            except OSError:  # the client gave up reading: its choice
+                self.close_connection = True
 
     def _drain(self, length: int) -> None:
         """Read and drop up to ``length`` bytes (at most 1 MiB) of a body refused unread."""
@@ -203,6 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, {"posts": self.server.faults.posts})
         query = parse_qs(parts.query, keep_blank_values=True)
         key = query.get("idempotency_key", [None])[-1]
+        if self.server.faults.ignore_filter:
+            key = None  # an unknown query parameter, ignored: every publication is listed
         if key is not None and not self.server.dedup:
             return self._error(404, "this service does not look publications up by idempotency key")
         self._send(200, {"data": self.server.store.find(key)})
@@ -232,6 +260,8 @@ class _Handler(BaseHTTPRequestHandler):
         faults = self.server.faults
         if faults.take("fail_503"):
             return self._error(503, "unavailable (a fault switch): nothing was stored")
+        if faults.act_after:
+            time.sleep(faults.act_after)
         try:
             publication, created = self.server.store.create(key, fields)
         except sqlite3.Error as exc:  # it may or may not have been stored: the client must ask again
@@ -245,10 +275,13 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
+        if faults.answer_status is not None and faults.take("answer_status_times"):
+            return self._send(faults.answer_status, {"error": "an answer chosen by a fault switch (it acted)"},
+                              pad_to=faults.answer_bytes)
         if created:
-            return self._send(201, publication)
+            return self._send(201, publication, pad_to=faults.answer_bytes)
         if all(publication[f] == fields[f] for f in FIELDS):
-            return self._send(200, publication, {"Idempotent-Replayed": "true"})
+            return self._send(200, publication, {"Idempotent-Replayed": "true"}, pad_to=faults.answer_bytes)
         self._error(409, "this Idempotency-Key was used for another publication")
 
 
@@ -263,23 +296,27 @@ def _fields(raw: bytes) -> Optional[dict[str, str]]:
     return {f: data[f] for f in FIELDS}
 
 
-def _server(data_dir: Path, host: str, port: int, *, token: str, dedup: bool, fail_503: int,
-            lose_answer: int, slow: float, verbose: bool) -> _Server:
+def _server(data_dir: Path, host: str, port: int, *, token: str, dedup: bool, faults: _Faults,
+            verbose: bool) -> _Server:
     data_dir.mkdir(parents=True, exist_ok=True)
     return _Server((host, port), store=_Database(data_dir / DB_NAME), token=token, dedup=dedup,
-                   faults=_Faults(fail_503, lose_answer, slow), verbose=verbose)
+                   faults=faults, verbose=verbose)
 
 
 def start_in_thread(data_dir: Path, *, token: str, dedup: bool = True, fail_503: int = 0,
-                    lose_answer: int = 0, slow: float = 0.0) -> tuple[str, Callable[[], None]]:
+                    lose_answer: int = 0, slow: float = 0.0, act_after: float = 0.0,
+                    answer_status: Optional[int] = None, answer_status_times: int = 1 << 30,
+                    ignore_filter: bool = False, answer_bytes: int = 0) -> tuple[str, Callable[[], None]]:
     """Run the service in a background thread on ``127.0.0.1`` and a free port, storing in
-    ``data_dir`` (created if missing), accepting ``token`` (non-empty). Returns ``(url, stop)``:
-    ``url`` is ``http://127.0.0.1:PORT`` (no trailing slash); ``stop()`` shuts the server down and
-    closes its socket (call it once). For tests; :func:`main` is the command."""
+    ``data_dir`` (created if missing), accepting ``token`` (non-empty), with the fault switches of
+    the module docstring (``act_after``/``slow`` seconds, the others as the flags). Returns ``(url,
+    stop)``: ``url`` is ``http://127.0.0.1:PORT`` (no trailing slash); ``stop()`` shuts the server
+    down and closes its socket (call it once). For tests; :func:`main` is the command."""
     if not token:
         raise ValueError("the service needs a non-empty token")
-    server = _server(Path(data_dir), "127.0.0.1", 0, token=token, dedup=dedup, fail_503=fail_503,
-                     lose_answer=lose_answer, slow=slow, verbose=False)
+    faults = _Faults(fail_503, lose_answer, slow, act_after=act_after, answer_status=answer_status,
+                     answer_status_times=answer_status_times, ignore_filter=ignore_filter, answer_bytes=answer_bytes)
+    server = _server(Path(data_dir), "127.0.0.1", 0, token=token, dedup=dedup, faults=faults, verbose=False)
     thread = threading.Thread(target=server.serve_forever, name="publishing-service", daemon=True)
     thread.start()
 
@@ -311,6 +348,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _status(text: str) -> int:
+    value = int(text)
+    if not 200 <= value <= 599:
+        raise argparse.ArgumentTypeError("must be an HTTP status from 200 to 599")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -320,7 +364,8 @@ def _port(text: str) -> int:
 
 def main(argv: list[str]) -> int:
     """The command: ``[--port P] [--data DIR] [--no-dedup] [--fail-503 N] [--lose-answer N]
-    [--slow SECONDS] [--host H] [--verbose]``. Prints ``publishing service: http://HOST:PORT`` as
+    [--slow SECONDS] [--act-after SECONDS] [--answer-status CODE [--answer-status-times N]]
+    [--ignore-filter] [--answer-bytes N] [--host H] [--verbose]``. Prints ``publishing service: http://HOST:PORT`` as
     its first stdout line, then serves until Ctrl-C or SIGTERM; returns 0. Returns 1 with one
     ``STOPPED:`` line on stderr, having created nothing, when ``HITL_PUBLISH_TOKEN`` is unset or
     empty or the address cannot be bound; a bad flag exits 2 (argparse)."""
@@ -341,6 +386,16 @@ def main(argv: list[str]) -> int:
                         help="the first N POSTs commit, then close the connection unanswered")
     parser.add_argument("--slow", type=_seconds, default=0.0, metavar="SECONDS",
                         help="every POST waits this long after committing")
+    parser.add_argument("--act-after", type=_seconds, default=0.0, metavar="SECONDS",
+                        help="every POST waits this long before committing")
+    parser.add_argument("--answer-status", type=_status, default=None, metavar="CODE",
+                        help="a POST that committed answers CODE instead of its publication")
+    parser.add_argument("--answer-status-times", type=_count, default=1 << 30, metavar="N",
+                        help="only the first N POSTs that commit answer --answer-status (default: all)")
+    parser.add_argument("--ignore-filter", action="store_true",
+                        help="GET ?idempotency_key= ignores the key and lists every publication")
+    parser.add_argument("--answer-bytes", type=_count, default=0, metavar="N",
+                        help="pad every answer to a POST to at least N bytes")
     parser.add_argument("--verbose", action="store_true", help="one line per request on stderr")
     args = parser.parse_args(argv)
     try:
@@ -353,8 +408,10 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 1
     try:
-        server = _server(args.data, args.host, args.port, token=token, dedup=not args.no_dedup,
-                         fail_503=args.fail_503, lose_answer=args.lose_answer, slow=args.slow,
+        faults = _Faults(args.fail_503, args.lose_answer, args.slow, act_after=args.act_after,
+                         answer_status=args.answer_status, answer_status_times=args.answer_status_times,
+                         ignore_filter=args.ignore_filter, answer_bytes=args.answer_bytes)
+        server = _server(args.data, args.host, args.port, token=token, dedup=not args.no_dedup, faults=faults,
                          verbose=args.verbose)
     except (OSError, sqlite3.Error) as exc:
         print(f"STOPPED: the service could not start on {args.host}:{args.port} with {args.data}: "

@@ -284,6 +284,10 @@ class _Call:
     entry: Any
     #: The service the effect goes through (:mod:`workflow.external`), or None: a local effect.
     service: Optional[external.Service] = None
+    #: The checkpoint the approval was found in (read right before the effect; None for a call
+    #: on a private channel that ran without a human): the protocol through a service binds its
+    #: attempt into it (:func:`workflow.external.perform`).
+    cp: Any = None
 
     @classmethod
     def check(cls, ctx: Any, arguments: dict[str, Any], action: str, rule: Any, private: frozenset[str],
@@ -332,7 +336,7 @@ class _Call:
         call = cls(effect=Effect(idempotency_key=key, task_id=task_id, channel=channel,
                                  call_id=call_id, action=action),
                    arguments=arguments, store=store, sha=sha, gated=gated, title=title[:200],
-                   entry=None, service=service)
+                   entry=None, service=service, cp=cp if gated else None)
         if store.ledger_get(key) is not None:  # recorded: the store checks it is this task's and
             call.entry = call.write(None)[0]   # content's and returns it, never overwritten
         return call

@@ -23,9 +23,11 @@ from typing import Any, Callable, Optional
 
 
 class NotSent(Exception):
-    """Nothing reached the service, provably (the connection was refused, the address did not
-    resolve, the service answered 401 before acting): the gate may send again, whatever the
-    provider. ``retry=False`` for a cause that another try cannot cure (a wrong token)."""
+    """Nothing reached the service, provably: no connection was made (refused, the address did not
+    resolve, the connect timed out), or the client never finished writing the request. Never for
+    an answer: any answer at all means the request arrived. The gate may send again, whatever the
+    provider. ``retry=False`` for a cause that another try cannot cure (a URL the client cannot
+    send to)."""
 
     def __init__(self, message: str, *, retry: bool = True) -> None:
         super().__init__(message)
@@ -33,14 +35,27 @@ class NotSent(Exception):
 
 
 class MayHaveActed(Exception):
-    """The service may have acted: a timeout after the request was sent, the connection closed
-    before the answer, a 5xx. A deduplicating provider is asked again with the same key; with one
-    that cannot deduplicate the call is in doubt until a human settles it."""
+    """The request arrived, or may have: any answer that is not the outcome (a 4xx, a 5xx, an
+    answer too large or not what the contract says), a timeout after the request was sent, the
+    connection closed before the answer. A deduplicating provider is asked again with the same key
+    (in this command only when ``retry`` is True: a ``400`` gets the same answer however often it
+    is sent); with one that cannot deduplicate the call is in doubt until a human settles it."""
+
+    def __init__(self, message: str, *, retry: bool = True) -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 class Conflict(Exception):
-    """The service holds this idempotency key for other content (HTTP 409): never reported as
-    done, never sent again by the program; a human must look."""
+    """The service holds this idempotency key for other content (HTTP 409 from a deduplicating
+    provider): never reported as done, never sent again by the program; a human must look and
+    settle it. From a provider that cannot deduplicate, a 409 is only an answer: in doubt."""
+
+
+def _key_in(record: Any) -> Optional[str]:
+    """The ``idempotency_key`` a provider's record holds (a dict's ``"idempotency_key"``), or None."""
+    found = record.get("idempotency_key") if isinstance(record, dict) else None
+    return found if isinstance(found, str) else None
 
 
 @dataclass(frozen=True)
@@ -53,12 +68,21 @@ class Service:
     - ``deduplicates``: True when the provider honours the ``Idempotency-Key`` (the same key is
       never acted on twice): the gate then sends again with the same key after any failure; False
       when it ignores it: the gate never sends a call twice by itself;
-    - ``find(request_key, arguments) -> result | None``: ask the provider whether it acted on
-      that key (the result is what a send would have returned), with the call's ``arguments`` to
-      compare: a publication under the key with other content must raise :class:`Conflict`, never
-      be returned; only a deduplicating provider has it, and the gate asks it before sending again;
+    - ``find(request_key, arguments) -> record | None``: ask the provider whether it acted on
+      that key (the record is what a send would have returned), with the call's ``arguments`` to
+      compare: a record under the key with other content must raise :class:`Conflict`, never
+      be returned; only a deduplicating provider has it, and the gate asks it before sending again.
+      A record counts only if ``key_of(record)`` is the attempt's own key (a provider that ignores
+      an unknown query parameter answers with every record it holds): any other is ignored, and the
+      call is sent again with the same key, which such a provider never acts on twice;
+    - ``key_of(record) -> str | None``: the idempotency key a provider's record holds (default: a
+      dict's ``"idempotency_key"``);
     - ``attempts`` (1-10): how many tries one command makes, ``wait_s``: the first pause between
-      two tries, in seconds, doubled each time (tenacity's exponential wait, at most 5 s).
+      two tries, in seconds, doubled each time (tenacity's exponential wait, at most 5 s);
+    - ``timeout_s``: the longest one try may take, in seconds (the tool's function must give up by
+      then), and ``settle_after_s``: how long after a try was given up the provider may still act
+      on a request it received. Together they make the attempt's window
+      (:func:`window_s`): until it ends, nobody may settle the attempt as not done.
     """
 
     url: str
@@ -66,6 +90,9 @@ class Service:
     find: Optional[Callable[[str, dict[str, Any]], Optional[Any]]] = None
     attempts: int = 3
     wait_s: float = 0.2
+    timeout_s: float = 30.0
+    settle_after_s: float = 300.0
+    key_of: Callable[[Any], Optional[str]] = _key_in
 
 
 def current(service: Any) -> Optional[Service]:
@@ -77,17 +104,51 @@ def current(service: Any) -> Optional[Service]:
     return found
 
 
+def _tries_of(service: Service) -> int:
+    return max(1, min(10, service.attempts))
+
+
+def window_s(service: Service) -> float:
+    """Seconds from the moment a command begins sending an attempt until no request of it can
+    still act: the lookup's and the sends' tries, each given up after ``timeout_s``, the pauses
+    between them (at most 5 s each), and ``settle_after_s``. An upper bound, never less."""
+    tries = _tries_of(service)
+    one_round = tries * max(0.0, service.timeout_s) + sum(min(5.0, service.wait_s * 2 ** i) for i in range(tries - 1))
+    rounds = 2 if (service.deduplicates and service.find is not None) else 1
+    return rounds * one_round + max(0.0, service.settle_after_s)
+
+
+#: What :func:`request_key` signs: not a JSON object, so never the canonical JSON of a record.
+REQUEST_KEY_LABEL = b"hitl effect request key v1"
+
+
+def request_key(signing_key: bytes, state_id: Optional[str], idempotency_key: str, attempt: int) -> str:
+    """The ``Idempotency-Key`` of ``attempt`` of the effect ``idempotency_key``: 32 hex characters
+    of HMAC-SHA256 under the deployment's ``signing_key`` over the store's ``state_id``, the effect
+    key (the task and its channel) and the attempt number. Derived, never stored only in a file: a
+    state dir restored from a backup sends the same key again (and a deduplicating provider answers
+    with the first result), while two tasks, two channels, two attempts or two deployments (another
+    key or another store) never share one."""
+    import hashlib
+    import hmac
+    import json
+
+    message = REQUEST_KEY_LABEL + b"\n" + json.dumps([state_id or "", idempotency_key, attempt]).encode("utf-8")
+    return hmac.new(signing_key, message, hashlib.sha256).hexdigest()[:32]
+
+
 def _tries(service: Service, deduplicates: bool) -> Any:
     """tenacity's ``Retrying``: at most ``service.attempts`` tries, exponential waits from
     ``service.wait_s`` (at most 5 s); another try after :class:`NotSent` (unless it says
     ``retry=False``), and after :class:`MayHaveActed` only when the provider ``deduplicates`` (the
-    same key cannot act twice). The last exception is raised as it was."""
+    same key cannot act twice) and it says ``retry``. The last exception is raised as it was."""
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
     def again(exc: BaseException) -> bool:
-        return (isinstance(exc, NotSent) and exc.retry) or (deduplicates and isinstance(exc, MayHaveActed))
+        return ((isinstance(exc, NotSent) and exc.retry)
+                or (deduplicates and isinstance(exc, MayHaveActed) and exc.retry))
 
-    return Retrying(stop=stop_after_attempt(max(1, min(10, service.attempts))),
+    return Retrying(stop=stop_after_attempt(_tries_of(service)),
                     wait=wait_exponential(multiplier=service.wait_s, max=5), retry=retry_if_exception(again),
                     reraise=True)
 
@@ -97,109 +158,161 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _attempt_of(store: Any, cp: Any, key: str, task_id: str, action: str, sha: str) -> tuple[Any, Any, bool]:
+    """The attempt this command works on: ``(intent or None, binding or None, sent)``. ``sent``:
+    a request of the latest intent's attempt may have been sent (its binding is in the checkpoint).
+    Raises :class:`Refused` (``integrity``, nothing sent) when the checkpoint binds an attempt whose
+    intent is missing or holds another key (a record deleted or edited by hand)."""
+    from state.errors import Next, Refused
+    from state.records import check_intent_for
+
+    intent = store.intent_get(key)
+    bound = cp.binding(key)
+    if intent is not None:
+        check_intent_for(intent, task_id=task_id, content_sha256=sha, action=action)
+    if bound is not None and (intent is None or intent.attempt < bound.attempt
+                              or (intent.attempt == bound.attempt and intent.request_key != bound.request_key)):
+        raise Refused("integrity", [
+            f"{action} for task {task_id}: the checkpoint records that attempt {bound.attempt} of its effect was "
+            f"begun (Idempotency-Key {bound.request_key}), but its intent record is "
+            f"{'missing' if intent is None or intent.attempt < bound.attempt else 'for another key'}; nothing was "
+            "sent; a human must check", Next("doctor")], task_id=task_id)
+    sent = intent is not None and bound is not None and bound.attempt == intent.attempt
+    return intent, bound, sent
+
+
 def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[Any, Any, bool]:
     """The protocol of one effect through ``service``, after the gate's checks passed and the
-    ledger holds no entry for the call's key (``call``: the gate's ``workflow.effect._Call``;
-    ``send(effect)``: the tool's function with the call's arguments). Returns ``(result, entry,
-    created)`` as the local path does.
+    ledger holds no entry for the call's key (``call``: the gate's ``workflow.effect._Call``, with
+    the checkpoint it verified; ``send(effect)``: the tool's function with the call's arguments).
+    Returns ``(result, entry, created)`` as the local path does.
 
     1. The write-ahead intent of the attempt, durable before any request
-       (:meth:`state.store.TaskStore.intent_record`; its ``request_key`` is random, made once, so
-       every try of the attempt sends the same ``Idempotency-Key``). An attempt settled as not done
-       (:class:`state.records.Settlement`) is followed by a new one.
-    2. An intent written by an earlier command (the process died, the service was down, an answer
-       was lost): with a deduplicating provider the service is asked (``find``) and then sent the
-       same key again; with one that cannot deduplicate nothing is sent: the call is in doubt and
-       a human settles it.
-    3. The request, retried by :func:`_tries`; the outcome (the service's answer) recorded in the
-       ledger; only then is the model told.
+       (:meth:`state.store.TaskStore.intent_record`). Its ``request_key`` is derived
+       (:func:`request_key`), so every try of the attempt, and any copy of the state dir, sends the
+       same ``Idempotency-Key``. An attempt settled as not done is followed by a new one.
+    2. The attempt bound into the signed checkpoint (:class:`state.schema.EffectBinding`, event
+       ``effect_bound``), with the end of its window, before any request; an intent missing for a
+       bound attempt stops the call. An intent whose attempt was never bound was never sent.
+    3. An attempt that may have been sent by an earlier command: with a deduplicating provider the
+       service is asked (``find``; a record counts only under this attempt's key) and then sent the
+       same key again; with one that cannot deduplicate nothing is sent: the call is in doubt and a
+       human settles it.
+    4. The request, retried by :func:`_tries`; the outcome recorded in the ledger; only then is the
+       model told.
 
     Raises :class:`state.errors.Refused`: ``in_doubt`` (nothing sent by this command: settle it),
     ``unconfirmed`` (not confirmed; the same command sends again with the same key), ``effect_conflict``
-    (the service holds the key for other content), ``service_changed`` (an intent for another service).
+    (the service holds the key for other content), ``service_changed`` (an intent for another service),
+    ``integrity`` (a bound attempt's intent is missing).
     """
+    from datetime import timedelta
+
     from state import failpoints
-    from state.clock import now_iso
+    from state.clock import iso, now_iso, wall
     from state.errors import Next, Refused
-    from state.records import EffectIntent, Settlement, check_intent_for
+    from state.integrity import load_key
+    from state.records import EffectIntent
+    from state.schema import EffectBinding
 
-    store, e = call.store, call.effect
+    store, e, cp = call.store, call.effect, call.cp
     key, task_id = e.idempotency_key, e.task_id
-    intent = store.intent_get(key)
-    if intent is not None:
-        check_intent_for(intent, task_id=task_id, content_sha256=call.sha, action=e.action)
-        if intent.service != service.url:
-            raise Refused("service_changed", f"{e.action} for task {task_id}: its effect was begun with the service at "
-                          f"{intent.service}, not {service.url}; nothing was sent", task_id=task_id)
-    fresh = False
+    intent, bound, sent = _attempt_of(store, cp, key, task_id, e.action, call.sha)
+    if intent is not None and intent.service != service.url:
+        raise Refused("service_changed", f"{e.action} for task {task_id}: its effect was begun with the service at "
+                      f"{intent.service}, not {service.url}; nothing was sent", task_id=task_id)
     if intent is None or store.settlement_get(key, intent.attempt) is not None:
-        import uuid
-
-        intent, fresh = store.intent_record(EffectIntent(
-            idempotency_key=key, attempt=1 if intent is None else intent.attempt + 1, task_id=task_id,
-            channel=e.channel, call_id=e.call_id, action=e.action, content_sha256=call.sha,
-            request_key=uuid.uuid4().hex, service=service.url, deduplicates=service.deduplicates, at=now_iso()))
-    sent = f"{e.action} for task {task_id} on {e.channel}"
-    if not fresh and not intent.deduplicates:
+        attempt = 1 if intent is None else intent.attempt + 1
+        derived = request_key(load_key(store.root, create=False), cp.state_id, key, attempt)
+        intent, _created = store.intent_record(EffectIntent(
+            idempotency_key=key, attempt=attempt, task_id=task_id, channel=e.channel, call_id=e.call_id,
+            action=e.action, content_sha256=call.sha, request_key=derived, service=service.url,
+            deduplicates=service.deduplicates, at=now_iso()))
+        sent = (b := cp.binding(key)) is not None and b.attempt == intent.attempt
+    what = f"{e.action} for task {task_id} on {e.channel}"
+    if sent and not intent.deduplicates:
         raise Refused("in_doubt", [
-            f"{sent} is in doubt: a request was begun at {intent.at} and the service at {intent.service}, "
+            f"{what} is in doubt: a request was begun at {bound.sent_at} and the service at {intent.service}, "
             "which does not deduplicate, may have acted on it; nothing was sent again; a human must look at "
-            "the service and settle it", Next("settle", task_id, e.call_id)], task_id=task_id)
+            f"the service after {bound.window_ends} and settle it", Next("settle", task_id, e.call_id)],
+            task_id=task_id)
+    # bound before any request: a deleted intent is then detected, never sent again
+    started = wall()
+    binding = EffectBinding(idempotency_key=key, attempt=intent.attempt, request_key=intent.request_key,
+                            sent_at=iso(started), window_ends=iso(started + timedelta(seconds=window_s(service))))
+    store.save_revision(cp, failpoint="checkpoint:effect", event=("effect_bound", {
+        "idempotency_key": key, "attempt": intent.attempt, "call_id": e.call_id, "window_ends": binding.window_ends}),
+        effects=[*(b for b in cp.effects if b.idempotency_key != key), binding])
     effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
     failpoints.hit("effect:request:before")
     try:
         found = None
-        if not fresh and service.find is not None:  # ask before sending again: never guess
+        if sent and service.find is not None:  # ask before sending again: never guess
             try:
                 found = _tries(service, True)(service.find, intent.request_key, call.arguments)
             except (NotSent, MayHaveActed):
                 found = None  # the lookup failed: sending again with the same key is as safe
+            if found is not None and service.key_of(found) != intent.request_key:
+                found = None  # another key's record (a lookup that ignored the key): never adopted
         result = found if found is not None else _tries(service, intent.deduplicates)(send, effect)
     except Conflict as exc:
-        raise Refused("effect_conflict", [
-            f"{sent}: the service at {intent.service} holds Idempotency-Key {intent.request_key} for other "
-            f"content ({_one_line(exc)}); it was not published by this call; a human must check",
-            Next("doctor")], task_id=task_id) from None
+        if intent.deduplicates:
+            raise Refused("effect_conflict", [
+                f"{what}: the service at {intent.service} holds Idempotency-Key {intent.request_key} for other "
+                f"content ({_one_line(exc)}); it was not published by this call; a human must look at the "
+                "service and settle it", Next("settle", task_id, e.call_id)], task_id=task_id) from None
+        exc_for_doubt: BaseException = exc
     except NotSent as exc:
         if not intent.deduplicates:  # provably not sent: the next command may send it once more
+            from state.records import Settlement
+
             store.settlement_record(Settlement(idempotency_key=key, attempt=intent.attempt, task_id=task_id,
                                                by="program", at=now_iso(), reason=_one_line(exc)[:500],
                                                source="not_sent"))
         raise Refused("unconfirmed", [
-            f"{sent}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
+            f"{what}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
             "recorded and nothing was published", Next("resume_again", task_id)], task_id=task_id) from None
     except Exception as exc:
         if intent.deduplicates:
             raise Refused("unconfirmed", [
-                f"{sent}: the service at {intent.service} did not confirm it ({_one_line(exc)}); it may or may "
+                f"{what}: the service at {intent.service} did not confirm it ({_one_line(exc)}); it may or may "
                 f"not have acted, and a repeat with the same Idempotency-Key cannot act twice",
                 Next("resume_again", task_id)], task_id=task_id) from None
-        raise Refused("in_doubt", [
-            f"{sent} is in doubt: the service at {intent.service}, which does not deduplicate, may have acted "
-            f"({_one_line(exc)}); nothing will be sent again by the program; a human must look at the service "
-            "and settle it", Next("settle", task_id, e.call_id)], task_id=task_id) from None
-    failpoints.hit("effect:request:after")
-    return call.record(result)
+        exc_for_doubt = exc
+    else:
+        failpoints.hit("effect:request:after")
+        return call.record(result)
+    raise Refused("in_doubt", [
+        f"{what} is in doubt: the service at {intent.service}, which does not deduplicate, may have acted "
+        f"({_one_line(exc_for_doubt)}); nothing will be sent again by the program; a human must look at the "
+        f"service after {binding.window_ends} and settle it", Next("settle", task_id, e.call_id)],
+        task_id=task_id) from None
 
 
-def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None) -> Optional[dict[str, Any]]:
+def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None, cp: Any = None) -> Optional[dict[str, Any]]:
     """Where the effect of ``key`` stands, for the views (``show``, ``status``, ``ledger``, the inbox,
     ``doctor``): None when no effect through a service was begun for it (the local ledger), else
     ``{"state", "service", "attempt", "request_key", "since", "publication_id", "settled_by",
-    "not_sent"}``: ``state`` ``published`` (the ledger entry exists: ``entry`` or read now),
-    ``publishing`` (not confirmed; the same resume sends again: with the same ``request_key``, or,
-    when ``not_sent`` (``{"by", "at", "reason", "source"}``) says the attempt was settled as not
-    done, as attempt ``attempt + 1`` with a new key) or ``in_doubt`` (a provider without deduplication may have acted:
-    a human settles it). ``intent``: the key's latest intent when the caller read it already
-    (else it is read now). Raises ``Refused`` if a record is damaged."""
+    "not_sent", "sent", "window_ends"}``: ``state`` ``published`` (the ledger entry exists: ``entry``
+    or read now), ``publishing`` (not confirmed; the same resume sends again: with the same
+    ``request_key``, or, when ``not_sent`` (``{"by", "at", "reason", "source"}``) says the attempt was
+    settled as not done, as attempt ``attempt + 1`` with a new key; or the attempt was never sent)
+    or ``in_doubt`` (a provider without deduplication may have acted: a human settles it).
+    ``sent``: a request of the attempt may have been sent (the task's checkpoint ``cp`` binds it,
+    :class:`state.schema.EffectBinding`; True when ``cp`` is not given); ``window_ends``: until when a
+    request of it could still act (ISO-8601 UTC; None: not known). ``intent``: the key's latest
+    intent when the caller read it already (else it is read now). Raises ``Refused`` if a record is
+    damaged."""
     intent = intent if intent is not None else store.intent_get(key)
     if intent is None:
         return None
     entry = entry if entry is not None else store.ledger_get(key)
     settled = None if entry is not None else store.settlement_get(key, intent.attempt)
+    bound = cp.binding(key) if cp is not None else None
+    sent = cp is None or (bound is not None and bound.attempt == intent.attempt)
     if entry is not None:
         state = "published"
-    elif intent.deduplicates or settled is not None:
+    elif intent.deduplicates or settled is not None or not sent:
         state = "publishing"
     else:
         state = "in_doubt"
@@ -209,7 +322,8 @@ def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None) -
             "request_key": intent.request_key, "since": intent.at, "publication_id": pub,
             "settled_by": getattr(entry, "settled_by", None),
             "not_sent": None if settled is None else {"by": settled.by, "at": settled.at, "reason": settled.reason,
-                                                       "source": settled.source}}
+                                                       "source": settled.source},
+            "sent": sent, "window_ends": bound.window_ends if sent and bound is not None else None}
 
 
 def task_effects(store: Any, cp: Any) -> list[dict[str, Any]]:
@@ -222,7 +336,7 @@ def task_effects(store: Any, cp: Any) -> list[dict[str, Any]]:
 
     out = []
     for channel in cp.channels:
-        status = effect_status(store, effect_key(cp.task_id, channel, cp.channels))
+        status = effect_status(store, effect_key(cp.task_id, channel, cp.channels), cp=cp)
         if status is not None:
             out.append({"channel": channel, **status})
     return out

@@ -316,6 +316,21 @@ def check_revision(cp: Checkpoint, expected: int | None) -> None:
                       f"{expected}, now {cp.revision}); nothing was decided: look again")
 
 
+def rebased(store: Store, cp: Checkpoint) -> Checkpoint:
+    """``cp`` as the run that started from it must now write after it: the newest checkpoint when
+    every revision since ``cp`` only bound an attempt of an effect through a service (event
+    ``effect_bound``, written by the effect gate during the run, :func:`workflow.external.perform`),
+    else ``cp`` itself (its compare-and-swap then refuses a write that another process overtook).
+    Reads only."""
+    latest = store.load(cp.task_id)
+    if (latest.revision, latest.mac) == (cp.revision, cp.mac):
+        return cp
+    later = [h for h in latest.history if h.revision > cp.revision]
+    ours = ({h.revision for h in later} == set(range(cp.revision + 1, latest.revision + 1))
+            and all(h.event == "effect_bound" for h in later))
+    return latest if ours else cp
+
+
 def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, ToolApprovalItem]:
     """The interruptions to answer, by call_id: the RunState's interruptions must be exactly the
     pending calls the reviewer saw, and every decision recorded for a pending call must be for that
@@ -507,21 +522,29 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
     check)."""
     evidence = store
     entries = {c: evidence.ledger_get(calls.keys(cp, c)[0]) for c in cp.channels}
+    unmet = []  # channels approved with edits whose edited call the model never made
     for call_id, channel in calls.calls_of(cp):
         rec = calls.decision_of(cp, call_id)
         decided = rec.decision if rec else None
-        if decided == "approved" and entries[channel] is None:
+        if decided == "approved" and rec.edits is not None and entries[channel] is None:
+            unmet.append(channel)  # the call itself never runs (workflow/edits.py): nothing happened
+        elif decided == "approved" and entries[channel] is None:
             raise Refused("ledger_mismatch",
                           f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
         if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel):
             raise Refused("ledger_mismatch",
                           f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
     done = [e for e in entries.values() if e is not None]
-    status = "completed" if done else "cancelled"
+    unmet = [c for c in unmet if c not in [e.channel for e in done]]
+    status = "completed" if done else "failed" if unmet else "cancelled"
     final = final_output if isinstance(final_output, str) else json.dumps(final_output, default=str)
+    failure = (f"the run ended without the model's {cp.action} call carrying what was approved with edits on "
+               f"{', '.join(unmet)}; nothing was done there" if unmet else None)
     return {"status": status, "pending": [], "final_output": final,
+            **({"failure": failure} if failure is not None else {}),
             "event": (status, {"ledger": done[0].published_at if len(done) == 1 else
-                               [e.published_at for e in done] or None})}
+                               [e.published_at for e in done] or None,
+                               **({"failure": failure} if failure is not None else {})})}
 
 
 def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],

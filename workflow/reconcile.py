@@ -65,20 +65,24 @@ if TYPE_CHECKING:
     from state.store import TaskStore as Store
     from workflow.edits import Edit
 
-Action = Literal["approve", "reject", "expire", "doctor"]
-ACTIONS: tuple[Action, ...] = ("approve", "reject", "expire", "doctor")
-STATUSES = ("waiting_for_approval", "budget_exceeded", "completed", "cancelled", "expired")
+Action = Literal["approve", "reject", "expire", "fail", "doctor"]
+ACTIONS: tuple[Action, ...] = ("approve", "reject", "expire", "fail", "doctor")
+STATUSES = ("waiting_for_approval", "budget_exceeded", "completed", "cancelled", "expired", "failed")
 #: The statuses in which calls still wait for a decision.
 OPEN = ("waiting_for_approval", "budget_exceeded")
 DECIDED = (None, "approved", "rejected")
 #: The decision an ended task can never carry (our writer never ends one so).
-NEVER = {"completed": "rejected", "cancelled": "approved", "expired": "approved"}
+NEVER = {"completed": "rejected", "cancelled": "approved", "expired": "approved", "failed": "rejected"}
 
 #: The codes of a ``refuse`` verdict; :func:`refusal` turns one into its one-line message.
 REFUSALS = ("conflict", "contradiction", "inconsistent", "no_entry", "executed", "rejected", "decided", "expired",
-            "begun")
-#: What ``Evidence.begun`` may say: no effect begun, or the state of an intent without outcome.
-BEGUN = (None, "publishing", "in_doubt")
+            "begun", "undecided", "failed")
+#: What ``Evidence.begun`` may say: no effect begun, or the state of an intent without outcome:
+#: ``publishing`` and ``in_doubt`` may have happened; ``not_sent``: provably not (its latest attempt
+#: was never sent, or was found not done, and every earlier one was found not done).
+BEGUN = (None, "publishing", "in_doubt", "not_sent")
+#: The states of an effect begun that may have happened.
+MAY_HAVE = ("publishing", "in_doubt")
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ class Evidence:
     task and content exists), ``overdue`` (``expires_at`` has passed on :func:`state.clock.now`),
     ``begun`` (one of :data:`BEGUN`: None, or the state of an intent without a ledger entry for the
     call's effect key, :func:`workflow.external.effect_status`: ``"publishing"`` or
-    ``"in_doubt"``)."""
+    ``"in_doubt"``, or ``"not_sent"``: an intent whose effect provably did not happen)."""
 
     status: str
     decided: Optional[str]
@@ -140,8 +144,8 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
     human = _refuse("conflict") if ev.entry and ev.rejection else _refuse("contradiction")
 
     # Rule 1: evidence that contradicts itself or the checkpoint stops everyone.
-    if ev.entry and (ev.rejection or ev.decided == "rejected" or ev.status in ("cancelled", "expired")):
-        kind = ("cancelled_with_entry" if ev.status == "cancelled" else
+    if ev.entry and (ev.rejection or ev.decided == "rejected" or ev.status in ("cancelled", "expired", "failed")):
+        kind = ("cancelled_with_entry" if ev.status in ("cancelled", "failed") else
                 "executed_or_approved_but_rejected" if ev.rejection else "entry_without_approval")
         return _finding(kind) if action == "doctor" else (SKIP if action == "expire" else human)
     if ev.rejection and (ev.decided == "approved" or ev.status == "completed"):
@@ -155,13 +159,13 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
             SKIP if action == "expire" else _refuse("no_entry"))
 
     # Rule 5: an effect begun (an intent, no entry) may have happened.
-    if ev.begun is not None and not ev.entry:
+    if ev.begun in MAY_HAVE and not ev.entry:
         if ev.status not in OPEN or ev.rejection or ev.decided == "rejected":  # never cancelled
             return _finding("cancelled_with_intent") if action == "doctor" else (
                 SKIP if action == "expire" else _refuse("contradiction"))
         if action == "approve":  # the gate sends again with the same key, or refuses an in-doubt call
             return _refuse("expired") if ev.decided is None and ev.overdue else RUN  # a new approval
-        if action == "reject":
+        if action in ("reject", "fail"):  # it may have happened: settle it first
             return _refuse("begun")
         if action == "expire":
             return SKIP
@@ -169,14 +173,32 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
             return _finding("intent_without_approval")
         return (_finding("effect_in_doubt", "settle") if ev.begun == "in_doubt"
                 else _finding("effect_unconfirmed", "approve"))
+    # An effect found not done (or never sent) after an approval: sent again by the next approve, or
+    # ended by a person (``fail``). Anywhere else its intent is one no command of ours writes.
+    if ev.begun == "not_sent" and not ev.entry and ev.status != "failed":
+        if ev.status not in OPEN or ev.rejection or ev.decided != "approved":
+            return _finding("intent_without_approval") if action == "doctor" else (
+                SKIP if action == "expire" else _refuse("contradiction"))
+        if action == "doctor":
+            return _finding("effect_not_sent", "approve")
+        return {"approve": RUN, "reject": _refuse("decided"), "expire": SKIP, "fail": RUN}[action]
 
     # Ended tasks: the same decision again is a no-op; any other is refused.
     if ev.status == "completed":
-        return {"approve": UNCHANGED, "reject": _refuse("executed"), "expire": SKIP, "doctor": OK}[action]
+        return {"approve": UNCHANGED, "reject": _refuse("executed"), "expire": SKIP, "fail": _refuse("executed"),
+                "doctor": OK}[action]
     if ev.status == "cancelled":
-        return {"approve": _refuse("rejected"), "reject": UNCHANGED, "expire": SKIP, "doctor": OK}[action]
+        return {"approve": _refuse("rejected"), "reject": UNCHANGED, "expire": SKIP, "fail": _refuse("rejected"),
+                "doctor": OK}[action]
     if ev.status == "expired":
-        return {"approve": _refuse("expired"), "reject": UNCHANGED, "expire": SKIP, "doctor": OK}[action]
+        return {"approve": _refuse("expired"), "reject": UNCHANGED, "expire": SKIP, "fail": _refuse("expired"),
+                "doctor": OK}[action]
+    if ev.status == "failed":  # no effect happened, and none ever will: start a new task
+        if ev.rejection:
+            return _finding("executed_or_approved_but_rejected") if action == "doctor" else (
+                SKIP if action == "expire" else human)
+        return {"approve": _refuse("failed"), "reject": _refuse("failed"), "expire": SKIP, "fail": UNCHANGED,
+                "doctor": OK}[action]
 
     # Open tasks (waiting_for_approval, budget_exceeded): what is recorded or proven decides.
     if ev.decided == "approved" or ev.entry:  # an approval to replay, or an execution to record
@@ -184,6 +206,8 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
             return RUN
         if action == "reject":
             return _refuse("executed" if ev.entry else "decided")
+        if action == "fail":  # an approval never carried out: no effect happened
+            return _refuse("executed") if ev.entry else RUN
         if action == "expire":
             return SKIP
         if ev.entry and ev.decided is None:  # executed, but no approval on record: a human says
@@ -196,6 +220,8 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
             return _refuse("rejected" if ev.rejection else "decided")
         if action == "reject":
             return RUN
+        if action == "fail":
+            return _refuse("rejected")
         if action == "expire":
             return SKIP
         return _finding("rejection_not_finished" if ev.decided is None else "decision_not_finished",
@@ -205,6 +231,8 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
         return _refuse("expired") if ev.overdue else RUN
     if action == "reject":
         return RUN
+    if action == "fail":  # a person rejects it: the reject is what ends an undecided call
+        return _refuse("undecided")
     if action == "expire":
         return EXPIRE if ev.overdue else SKIP
     return OK
@@ -287,7 +315,8 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     decided = recorded.decision if recorded else None
     other = bool(call_id) and decided != "approved" and ran_before(cp, call_id, channel)
     several = len(cp.channels) > 1 or other  # a one-call task is judged exactly as before channels
-    status = "cancelled" if several and cp.status == "completed" and decided == "rejected" else cp.status
+    status = ("cancelled" if several and cp.status in ("completed", "failed") and decided == "rejected"
+              else cp.status)
     if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
     ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
@@ -299,14 +328,17 @@ def begun_of(store: "Store", cp: "Checkpoint", key: str, entry: Optional[LedgerE
     """``Evidence.begun`` for the effect key ``key`` of ``cp``: None when the task publishes to no
     service (``cp.service`` None: no intent is read, so read-only commands stay cheap), when no
     intent is recorded or when the ledger holds its entry (``entry``, or read now); else
-    ``"publishing"`` or ``"in_doubt"`` (:func:`workflow.external.effect_status`). Reads only;
+    ``"publishing"`` or ``"in_doubt"`` (:func:`workflow.external.effect_status`), or
+    ``"not_sent"`` when its latest attempt was never sent or was found not done. Reads only;
     raises :class:`Refused` if a record is damaged."""
     if cp.service is None or entry is not None or store.intent_get(key) is None:
         return None
     from workflow.external import effect_status
 
-    found = effect_status(store, key)
-    return None if found is None or found["state"] == "published" else found["state"]
+    found = effect_status(store, key, cp=cp)
+    if found is None or found["state"] == "published":
+        return None
+    return "not_sent" if found["not_sent"] is not None or not found["sent"] else found["state"]
 
 
 def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[str] = None) -> Verdict:
@@ -335,6 +367,26 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
             rejected_by=rejected.by if rejected else None,
             rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at), task_id=cp.task_id)
     return verdict
+
+
+def check_fail(store: "Store", cp: "Checkpoint") -> bool:
+    """Whether :func:`workflow.settlement.fail` may end ``cp``: True if it may (every call's verdict
+    for ``fail`` is ``run``, or the call executed: its ledger entry stands), False if the task is
+    ``failed`` already (unchanged). Raises :class:`Refused` with the first call's refusal
+    (``begun``, ``undecided``, ``rejected``, ``executed`` for a task with nothing left to end…).
+    Reads only."""
+    verdicts = []
+    for call_id, _channel in calls_of(cp) or [(None, None)]:
+        try:
+            verdicts.append(check(store, cp, "fail", call_id))
+        except Refused as exc:
+            if exc.code != "executed" or cp.status not in OPEN:
+                raise
+            # executed: it stands, and does not stop the task's other calls from ending
+    if not verdicts:  # every call executed: the task completes, it does not fail
+        raise Refused("executed", [f"task {cp.task_id}: every call executed; nothing to end",
+                                   Next("finish_approve")], task_id=cp.task_id)
+    return any(v.kind == "run" for v in verdicts)
 
 
 def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
@@ -408,7 +460,10 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
                     "it cannot be changed"],
         "expired": [f"approval expired: task {task_id} expired at {expires_at}; start a new task"],
         "begun": [f"task {task_id}: its effect was begun (an intent is recorded, no outcome yet), so it may "
-                  "have happened; a reject is refused", Next("doctor_explains")],
+                  "have happened; it is neither rejected nor ended until a person settles it", Next("doctor_explains")],
+        "undecided": [f"task {task_id}: a call waits for a decision; a reject ends it (cancelled)",
+                      Next("reject", task_id)],
+        "failed": [f"task {task_id} failed (nothing was done, and nothing will be); start a new task with a new key"],
     }[code]
 
 
@@ -424,7 +479,8 @@ def rows() -> list[Evidence]:
     """The table's rows, in order: every (status, recorded decision, ledger entry, rejection record)
     with nothing begun, each followed by the same evidence with an effect begun where that changes
     a cell (never with a ledger entry: it makes begun irrelevant): one row (``publishing``, standing
-    for both, :func:`begun_cell`) when ``publishing`` and ``in_doubt`` agree, else one for each."""
+    for both, :func:`begun_cell`) when ``publishing`` and ``in_doubt`` agree, else one for each;
+    then one with ``not_sent`` (an effect provably not done) where it changes a cell."""
     out = []
     for status in STATUSES:
         for decided in DECIDED:
@@ -432,11 +488,14 @@ def rows() -> list[Evidence]:
                 for rejection in (False, True):
                     ev = Evidence(status, decided, entry, rejection)
                     out.append(ev)
-                    cells = {b: [cell_text(replace(ev, begun=b), a) for a in ACTIONS] for b in BEGUN}
-                    if entry or cells["publishing"] == cells["in_doubt"] == cells[None]:
+                    if entry:
                         continue
-                    out.extend([replace(ev, begun="publishing"), replace(ev, begun="in_doubt")]
-                               if cells["publishing"] != cells["in_doubt"] else [replace(ev, begun="publishing")])
+                    cells = {b: [cell_text(replace(ev, begun=b), a) for a in ACTIONS] for b in BEGUN}
+                    if not cells["publishing"] == cells["in_doubt"] == cells[None]:
+                        out.extend([replace(ev, begun="publishing"), replace(ev, begun="in_doubt")]
+                                   if cells["publishing"] != cells["in_doubt"] else [replace(ev, begun="publishing")])
+                    if cells["not_sent"] != cells[None]:
+                        out.append(replace(ev, begun="not_sent"))
     return out
 
 
@@ -444,8 +503,8 @@ def begun_cell(ev: Evidence) -> str:
     """The ``effect begun`` column of :func:`rows`' row ``ev``: ``-`` (nothing begun), ``yes``
     (``publishing`` or ``in_doubt``: every cell is the same for both) or the one state when they
     differ."""
-    if ev.begun is None:
-        return "-"
+    if ev.begun in (None, "not_sent"):
+        return ev.begun or "-"
     other = "in_doubt" if ev.begun == "publishing" else "publishing"
     same = all(cell_text(ev, a) == cell_text(replace(ev, begun=other), a) for a in ACTIONS)
     return "yes" if same else ev.begun

@@ -1,9 +1,12 @@
-"""A human's finding about an effect that is in doubt: it was published, or it was not.
+"""A human's finding about an effect that may have happened: it was published, or it was not; and
+the end of a task whose effect provably never ran.
 
 A call is *in doubt* when its effect went to a provider that cannot deduplicate and the program
-cannot know whether the provider acted (a timeout, a lost answer, a crash after the request was
-begun): :mod:`workflow.external` never sends it again by itself. A person looks at the provider and
-says what they found:
+cannot know whether the provider acted (a timeout, an answer other than the outcome, a crash after
+the request was begun): :mod:`workflow.external` never sends it again by itself. An effect through a
+deduplicating provider that stays unconfirmed (the service holds the key for other content, or is
+gone for good) may have happened too. In both cases a person looks at the provider and says what
+they found (:func:`settle`):
 
 - ``published``: the ledger entry is written (``settled_by``, ``settle_reason``: who found it, and
   why), then the run finishes with the recorded approval replayed; the gate answers the model from
@@ -11,16 +14,22 @@ says what they found:
 - ``not_published``: a :class:`state.records.Settlement` of the attempt is written; the call is
   ``publishing`` again and the next ``resume`` sends it once more, as a new attempt.
 
-Either finding is refused for a call that is not in doubt (code ``not_in_doubt``). Both are
-recorded under the task's lock and re-checked there, and each record is created exclusively, so
-two people settling at once record one finding.
+Either finding is refused for a call whose effect cannot have happened or is confirmed (code
+``not_in_doubt``), and ``not_published`` is refused until the attempt's window has ended (code
+``in_window``): a request given up by the program may still reach the provider and act until then
+(:func:`workflow.external.window_s`). Both are recorded under the task's lock and re-checked there,
+and each record is created exclusively, so two people settling at once record one finding.
+
+Where no effect can have happened (nothing was approved as asked and carried out, every attempt of
+an effect through a service was found not done), :func:`fail` ends the task ``failed`` with the
+reason a person gives; they then start a new task.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from state.clock import now_iso
+from state.clock import now_iso, parse_iso, wall
 from state.errors import Next, Refused
 from state.records import Settlement
 from workflow import calls
@@ -30,19 +39,37 @@ Outcome = Literal["published", "not_published"]
 OUTCOMES: tuple[Outcome, ...] = ("published", "not_published")
 
 
+def settleable(status: Optional[dict[str, Any]]) -> bool:
+    """True if an effect in ``status`` (:func:`workflow.external.effect_status`) may have happened
+    and is not confirmed: ``in_doubt``, or ``publishing`` with a request of its latest attempt
+    possibly sent and not found not done. Such an effect is settled by a person."""
+    return (status is not None and status["state"] in ("in_doubt", "publishing") and status["sent"]
+            and status["not_sent"] is None)
+
+
 def in_doubt(store: Any, cp: Any) -> list[tuple[str, str, str, dict[str, Any]]]:
-    """The calls of ``cp`` whose effect is in doubt: ``[(call_id, channel, ledger key, status)]``,
-    ``status`` as :func:`workflow.external.effect_status` gives it. Empty for a task with no
-    service (``cp.service`` None). Raises ``Refused`` if a record is damaged."""
+    """The calls of ``cp`` whose effect a person may settle (:func:`settleable`): ``[(call_id,
+    channel, ledger key, status)]``, ``status`` as :func:`workflow.external.effect_status` gives
+    it. Empty for a task with no service (``cp.service`` None). Raises ``Refused`` if a record is
+    damaged."""
     if cp.service is None:
         return []
     out = []
     for call_id, channel in calls.calls_of(cp):
         key = calls.keys(cp, channel)[0]
-        status = effect_status(store, key)
-        if status is not None and status["state"] == "in_doubt":
+        status = effect_status(store, key, cp=cp)
+        if settleable(status):
             out.append((call_id, channel, key, status))
     return out
+
+
+def window_open(status: dict[str, Any]) -> Optional[str]:
+    """The ``window_ends`` of ``status`` (:func:`workflow.external.effect_status`) if it is still
+    ahead on the wall clock (a request may still reach the provider and act), else None. Judged on
+    the wall clock, never the test seam ``HITL_NOW``: moving that forward must not open a window
+    early."""
+    ends = status.get("window_ends")
+    return ends if ends is not None and wall() < parse_iso(ends) else None
 
 
 def pick(store: Any, cp: Any, call_id: Optional[str]) -> tuple[str, str, str, dict[str, Any]]:
@@ -54,8 +81,8 @@ def pick(store: Any, cp: Any, call_id: Optional[str]) -> tuple[str, str, str, di
         found = [f for f in found if f[0] == call_id]
     if not found:
         which = f"call {call_id} of task {cp.task_id}" if call_id else f"task {cp.task_id}"
-        raise Refused("not_in_doubt", [f"{which} is not in doubt (only an effect a provider without "
-                                       "deduplication may have acted on is settled); nothing recorded",
+        raise Refused("not_in_doubt", [f"{which} is not in doubt (only an effect that may have happened and "
+                                       "is not confirmed is settled); nothing recorded",
                                        Next("shows_status", cp.task_id)], task_id=cp.task_id)
     if len(found) > 1:
         raise Refused("ambiguous", [f"task {cp.task_id} has {len(found)} calls in doubt",
@@ -72,10 +99,11 @@ def record(store: Any, task_id: str, outcome: Outcome, *, by: str, call_id: Opti
     :class:`Refused` as :func:`pick` does (also when another person settled it meanwhile)."""
     if outcome not in OUTCOMES:
         raise Refused("usage", f"outcome {outcome!r} is neither published nor not_published")
-    pick(store, store.load(task_id), call_id)  # before the lock: a refusal leaves no lock file
+    _check_window(store.load(task_id), outcome, *pick(store, store.load(task_id), call_id))  # before the lock
     with store.task_lock(task_id):
         cp = store.load(task_id)
         call, channel, key, status = pick(store, cp, call_id)
+        _check_window(cp, outcome, call, channel, key, status)
         intent = store.intent_get(key)
         if outcome == "not_published":
             store.settlement_record(Settlement(idempotency_key=key, attempt=intent.attempt, task_id=task_id,
@@ -87,15 +115,52 @@ def record(store: Any, task_id: str, outcome: Outcome, *, by: str, call_id: Opti
     return cp, call
 
 
+def _check_window(cp: Any, outcome: Outcome, call: str, _channel: str, _key: str, status: dict[str, Any]) -> None:
+    """Refuse (``in_window``) a finding of ``not_published`` while a request of the attempt may
+    still reach the provider and act (:func:`window_open`), naming when that ends."""
+    ends = window_open(status) if outcome == "not_published" else None
+    if ends is not None:
+        raise Refused("in_window", [
+            f"call {call} of task {cp.task_id}: a request of attempt {status['attempt']} may still reach the "
+            f"service and act until {ends}; nothing recorded: wait until then, look at the service again, then "
+            "settle it", Next("settle", cp.task_id, call)], task_id=cp.task_id)
+
+
 async def settle(store: Any, app: Any, *, task_id: str, outcome: Outcome, by: str,
                  call_id: Optional[str] = None, reason: Optional[str] = None, **kwargs: Any) -> Any:
     """:func:`record`, then for ``published`` the run finishes: the recorded approval is replayed
     (:func:`workflow.hitl.decide`, ``kwargs`` passed on) and the gate answers the model from the
     ledger entry, sending nothing. Returns the checkpoint (``completed``, or waiting on other calls;
     for ``not_published`` unchanged: its shown status is ``publishing``). Raises :class:`Refused`."""
+    if outcome == "published":  # the run must be able to finish before anything is written
+        from workflow import hitl  # the SDK, only to finish the run
+
+        hitl.check_can_finish(store, app, task_id, kwargs.get("model"))
     cp, call = record(store, task_id, outcome, by=by, call_id=call_id, reason=reason)
     if outcome == "not_published":
         return store.load(task_id)
-    from workflow import hitl  # the SDK, only to finish the run
-
     return await hitl.decide(store, app, task_id=task_id, decision="approve", by=by, call_id=call, **kwargs)
+
+
+def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
+    """End ``task_id`` where no effect can have happened: ``failed`` with ``reason`` (who: ``by``),
+    or ``completed`` when another call of it executed (an executed action is never undone; the
+    failure is recorded all the same). The decision table (:func:`workflow.reconcile.reconcile`,
+    action ``fail``) allows it for an open task whose approved calls were never carried out, or
+    whose every attempt through a service was found not done; it refuses a task with an effect that
+    may have happened (``begun``: settle it first), a call still undecided (``undecided``: reject
+    it), a rejected one (``rejected``: reject finishes it) or an ended one. Judged before and again
+    under the task's lock. Returns the checkpoint. Raises :class:`Refused`, nothing written."""
+    from workflow import reconcile
+
+    reconcile.check_fail(store, store.load(task_id))  # before the lock: a refusal leaves no lock file
+    with store.task_lock(task_id):
+        cp = store.load(task_id)
+        if not reconcile.check_fail(store, cp):
+            return cp  # failed already: unchanged
+        executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)
+        status = "completed" if executed else "failed"
+        why = f"ended by {by}: {reason}"[:1000]
+        return store.save_revision(cp, failpoint="checkpoint:outcome", status=status, pending=[],
+                                   expires_at=None, failure=why,
+                                   event=("failed", {"by": by, "reason": reason, "status": status}))

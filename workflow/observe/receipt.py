@@ -358,7 +358,7 @@ def _effects(store: TaskStore, cp: Checkpoint, entries: dict[Any, Any]) -> list[
     out = []
     for channel in cp.channels:
         entry = entries.get(channel)
-        status = effect_status(store, effect_key(cp.task_id, channel, cp.channels), entry)
+        status = effect_status(store, effect_key(cp.task_id, channel, cp.channels), entry, cp=cp)
         if status is not None:
             out.append({"channel": channel, **status, "settle_reason": getattr(entry, "settle_reason", None)})
     return out

@@ -77,7 +77,8 @@ def ledger_view(store: TaskStore) -> dict[str, Any]:
     in_flight = []
     for intent in store.intents():
         if intent.idempotency_key not in recorded:
-            status = effect_status(store, intent.idempotency_key, intent=intent)  # not read again
+            cp = store.load(intent.task_id) if store.exists(intent.task_id) else None
+            status = effect_status(store, intent.idempotency_key, intent=intent, cp=cp)  # not read again
             if status is not None and status["state"] != "published":
                 in_flight.append({"idempotency_key": intent.idempotency_key, "state": status["state"],
                                   "service": intent.service, "attempt": intent.attempt, "since": intent.at,

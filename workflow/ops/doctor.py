@@ -163,6 +163,9 @@ DETAILS = {
     "effect_unconfirmed": "approved, but its effect through {service} is not confirmed (attempt {attempt}, "
                           "since {since}); the same resume sends it again (with the same Idempotency-Key, unless that "
                           "attempt was found not sent)",
+    "effect_not_sent": "approved, but its effect through {service} was found not done, or never sent (attempt "
+                       "{attempt}, since {since}); the same resume sends it again (a new attempt, a new key), or a "
+                       "person ends the task failed",
     "effect_in_doubt": "its effect through {service}, which does not deduplicate, may have happened (attempt "
                        "{attempt}, since {since}); nothing is sent again until a human settles it",
     "cancelled_with_intent": "the task is {status} with decision {decided!r}{in_ledger}, but its effect through "
@@ -171,26 +174,42 @@ DETAILS = {
                                "the task is {status} with no approval recorded",
 }
 #: The findings of an effect begun through a service: their detail names the intent.
-BEGUN = frozenset({"effect_unconfirmed", "effect_in_doubt", "cancelled_with_intent", "intent_without_approval"})
+BEGUN = frozenset({"effect_unconfirmed", "effect_in_doubt", "effect_not_sent", "cancelled_with_intent",
+                   "intent_without_approval"})
 
 
-def _intent(store: TaskStore, key: str, kind: str) -> dict[str, Any]:
+def _intent(store: TaskStore, key: str, kind: str, cp: Checkpoint) -> dict[str, Any]:
     """The intent's values a :data:`BEGUN` finding's detail names (``service``, ``attempt``,
-    ``since``, ``call_id``); empty for any other ``kind``."""
+    ``since``, ``call_id``, ``window_ends``: until when a request of it may still act, or None);
+    empty for any other ``kind``."""
     if kind not in BEGUN:
         return {}
     from workflow.external import effect_status
 
-    intent, status = store.intent_get(key), effect_status(store, key) or {}
+    intent, status = store.intent_get(key), effect_status(store, key, cp=cp) or {}
     return {"service": one_line(str(status.get("service"))), "attempt": status.get("attempt"),
-            "since": status.get("since"), "call_id": getattr(intent, "call_id", None)}
+            "since": status.get("since"), "call_id": getattr(intent, "call_id", None),
+            "window_ends": status.get("window_ends")}
 
 
-def _action(task_id: str, call_id: str | None, kind: str) -> tuple[Part, ...] | None:
-    """The action of a :data:`BEGUN` finding that is not a resume (``effect_in_doubt``: settle
-    ``call_id``; the contradictions: a human), or None (the caller words it)."""
+def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | None = None) -> tuple[Part, ...] | None:
+    """The action of a :data:`BEGUN` finding (``effect_in_doubt``: settle ``call_id``, after
+    ``window_ends`` when that is ahead; ``effect_unconfirmed``: resume, or settle when the service
+    cannot confirm it; ``effect_not_sent``: resume, or end it failed; the contradictions: a
+    human), or None (the caller words it)."""
+    from workflow.settlement import window_open
+
+    wait = window_open({"window_ends": window_ends})
+    look = f"wait until {wait} (a request may still act until then), then look at the service, then " if wait \
+        else "a human must look at the service, then "
     if kind == "effect_in_doubt" and call_id:
-        return ("a human must look at the service, then ", Next("doctor_settle", task_id, call_id))
+        return (look, Next("doctor_settle", task_id, call_id))
+    if kind == "effect_unconfirmed" and call_id:
+        return (Next("doctor_resume", task_id, "approve"), "; if the service cannot confirm it (it holds the key for "
+                "other content, or is gone for good), " + look, Next("doctor_settle", task_id, call_id))
+    if kind == "effect_not_sent":
+        return (Next("doctor_resume", task_id, "approve"), " sends it again; or, to give it up, ",
+                Next("doctor_fail", task_id))
     if kind == "cancelled_with_intent":
         return (HUMAN + " (an action that may have executed is never marked cancelled)",)
     if kind == "intent_without_approval":
@@ -228,11 +247,12 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
     if verdict.kind != "finding":
         return
     kind = verdict.code or ""
-    intent = _intent(store, key, kind) if store is not None else {}
+    intent = _intent(store, key, kind, cp) if store is not None else {}
     detail = DETAILS[kind].format(
         by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=cp.status,
         decided=ev.decided, in_ledger=" and in the ledger" if entry is not None else "", **intent)
-    action = _action(cp.task_id, intent.get("call_id"), kind) or _task_action(cp, kind, verdict.action)
+    action = (_action(cp.task_id, intent.get("call_id"), kind, intent.get("window_ends"))
+              or _task_action(cp, kind, verdict.action))
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
@@ -269,11 +289,11 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
         if verdict.kind != "finding":
             continue
         kind = verdict.code or ""
+        intent = _intent(store, keys(cp, channel)[0], kind, cp)
         detail = f"call {call_id} on {channel}: " + DETAILS[kind].format(
             by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
-            decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "",
-            **_intent(store, keys(cp, channel)[0], kind))
-        action = _action(cp.task_id, call_id, kind) or (
+            decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "", **intent)
+        action = _action(cp.task_id, call_id, kind, intent.get("window_ends")) or (
             (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else ASK_HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
