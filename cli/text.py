@@ -71,10 +71,14 @@ def task_text(task: dict[str, Any]) -> str:
         who = ", ".join(one_line(n) for n in q["approved_by"]) or "nobody yet"
         lines.append(f"  approvals of {one_line(q['call_id'])}: {who} ({len(q['approved_by'])} of {q['required']}"
                      + (f", {q['missing']} missing)" if q["missing"] else ")"))
+    if task.get("failure"):
+        lines.append(f"  failed: {one_line(task['failure'])}")
     lines.append(f"  checkpoint: {one_line(task['checkpoint_path'])}")
     lines.extend(effect_lines(task))
     if task["status"] in ("publishing", "in_doubt"):
         lines.append(f"  next: {effect_next(task)}")
+    elif task["status"] == "failed":
+        lines.append("  next: nothing was done, and nothing will be: start a new task with a new key")
     elif task["status"] == "waiting_for_approval":
         call = task["pending"][0]["call_id"] if len(task["pending"]) > 1 else None
         lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\")")
@@ -95,27 +99,50 @@ def effect_lines(task: dict[str, Any]) -> list[str]:
             why = "nothing reached the service" if n["source"] == "not_sent" else f"settled by {one_line(n['by'])}"
             out.append(f"  effect on {where}: publishing (attempt {e['attempt']} not published: {why}; the next "
                        f"resume sends it as attempt {e['attempt'] + 1}, with a new key)")
+        elif e["state"] == "publishing" and not e.get("sent", True):
+            out.append(f"  effect on {where}: publishing (attempt {e['attempt']} since {one_line(e['since'])}, "
+                       "never sent; the next resume sends it)")
         elif e["state"] == "publishing":
             out.append(f"  effect on {where}: publishing (attempt {e['attempt']} since {one_line(e['since'])}, "
                        f"not confirmed; Idempotency-Key {one_line(e['request_key'])})")
         else:
             out.append(f"  effect on {where}: IN DOUBT (attempt {e['attempt']} since {one_line(e['since'])}): "
-                       "the service, which does not deduplicate, may have published it; look there, then settle")
+                       f"the service, which does not deduplicate, may have published it; {_look(e)}")
     return out
+
+
+def _look(effect: dict[str, Any]) -> str:
+    """What a person does about an effect in doubt: wait until its window ends (a request may
+    still reach the service and act until then), or look at the service now; then settle."""
+    from workflow.settlement import window_open
+
+    ends = window_open(effect)
+    return (f"wait until {one_line(ends)} (a request may still act until then), then look there and settle"
+            if ends else "look there, then settle")
 
 
 def effect_next(task: dict[str, Any]) -> str:
     """The command a person pastes for a task ``publishing`` (the same resume: it sends again
     with the same Idempotency-Key) or ``in_doubt`` (settle, after looking at the service)."""
     if task["status"] == "publishing":
-        again = [e for e in task.get("effects", []) if e["state"] == "publishing" and not e.get("not_sent")]
-        return resume_hint(task["task_id"]) + (" (sends again with the same Idempotency-Key)" if again
-                                               else " (sends it once more)")
+        again = [e for e in task.get("effects", [])
+                 if e["state"] == "publishing" and not e.get("not_sent") and e.get("sent", True)]
+        if again:
+            return (resume_hint(task["task_id"]) + " (sends again with the same Idempotency-Key; if the service "
+                    "cannot confirm it, look there, then " + _settle(task, again) + ")")
+        return (resume_hint(task["task_id"]) + " (sends it once more; or, to give it up, "
+                + command("fail", "--task", task["task_id"]) + " --by NAME --reason TEXT)")
     doubt = [e for e in task.get("effects", []) if e["state"] == "in_doubt"]
-    calls = [d["call_id"] for d in task.get("decisions", []) if doubt and d["channel"] == doubt[0]["channel"]]
-    call = ["--call", calls[-1]] if len(doubt) > 1 and calls else []
-    return (command("settle", "--task", task["task_id"], *call, "--outcome", "published", "--by", "NAME")
-            + " (or --outcome not-published --by NAME: the next resume sends it once more)")
+    ends = [_look(e) for e in doubt if _look(e).startswith("wait")]
+    return ((ends[0].split(" (")[0] + ", look at the service, then " if ends else "")
+            + _settle(task, doubt) + " (or --outcome not-published --by NAME: the next resume sends it once more)")
+
+
+def _settle(task: dict[str, Any], effects: list[dict[str, Any]]) -> str:
+    """The settle command for the first of ``effects`` (``--call`` when the task has several)."""
+    calls = [d["call_id"] for d in task.get("decisions", []) if effects and d["channel"] == effects[0]["channel"]]
+    call = ["--call", calls[-1]] if len(task.get("effects", [])) > 1 and calls else []
+    return command("settle", "--task", task["task_id"], *call, "--outcome", "published", "--by", "NAME")
 
 
 def receipt_next(receipt: dict[str, Any]) -> str | None:

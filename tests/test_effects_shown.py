@@ -48,7 +48,10 @@ def test_show_names_the_effect_in_doubt_and_the_settle_command(cli, in_doubt, se
     lines = r.out.splitlines()
     assert lines[1].startswith("outcome: in_doubt;")
     assert lines[2].startswith(f"effect: blog through {service[0]}: IN DOUBT (attempt 1")
-    assert lines[3].startswith("next: python run.py settle --task n1 --outcome published --by NAME")
+    # a request given up may still act until the attempt's window ends: "wait until", never "look now"
+    assert "wait until " in lines[2] and "(a request may still act until then)" in lines[2]
+    assert lines[3].startswith("next: wait until ") and ", look at the service, then python run.py settle " \
+        "--task n1 --outcome published --by NAME" in lines[3]
     assert "effect intent written for blog (attempt 1" in r.out
     j = json.loads(cli("show", "--task", in_doubt, "--json").out)
     assert j["outcome"]["status"] == "in_doubt" and j["service"] == service[0]

@@ -340,7 +340,7 @@ def test_settled_as_not_published_goes_back_to_publishing_and_the_next_resume_se
     assert svc.posts() == 0
     text = cli(state_dir, svc.url, "status", "--task", KEY, idempotency="none").out
     assert "attempt 1 not published: settled by bea; the next resume sends it as attempt 2, with a new key" in text
-    assert "(sends it once more)" in text and "same Idempotency-Key" not in text  # the key is a new one
+    assert "(sends it once more;" in text and "same Idempotency-Key" not in text  # the key is a new one
     r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
     assert r.code == 0, r.err
     assert r.json()["status"] == "completed"

@@ -303,6 +303,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
             "executed": bool(entries),
             "ledger": entry.model_dump() if entry else None,
             "final_output": cp.final_output,
+            **({"failure": cp.failure} if cp.failure is not None else {}),
             **({"channels": [{"channel": c, "executed": e is not None,
                               "ledger": e.model_dump() if e else None}
                              for c, e in by_channel.items()]} if several else {}),
@@ -410,11 +411,17 @@ def effect_text(e: dict[str, Any]) -> str:
         by = f" (settled by {one_line(e['settled_by'])}{why})" if e["settled_by"] else ""
         return f"{where}: published{pub}{by}"
     since = f"attempt {e['attempt']}, intent written {one_line(e['since'])}"
+    if e["state"] == "publishing" and not e.get("sent", True):
+        return f"{where}: publishing ({since}; never sent): the next resume sends it"
     if e["state"] == "publishing":
         return (f"{where}: publishing ({since}; not confirmed; Idempotency-Key {one_line(e['request_key'])}): "
                 "the same resume sends it again with the same key")
-    return (f"{where}: IN DOUBT ({since}): the service does not deduplicate and may have published it; "
-            "look there, then settle it")
+    from workflow.settlement import window_open
+
+    ends = window_open(e)
+    look = (f"wait until {one_line(ends)} (a request may still act until then), then look there and settle it"
+            if ends else "look there, then settle it")
+    return f"{where}: IN DOUBT ({since}): the service does not deduplicate and may have published it; {look}"
 
 
 def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
@@ -438,6 +445,8 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
     lines.extend(f"effect: {effect_text(e)}" for e in r.get("effects", []))
     if next_step:
         lines.append(f"next: {next_step}")
+    if o.get("failure"):
+        lines.append(f"failed: {one_line(o['failure'])}")
     if o["final_output"]:
         lines.append(f"final output: {one_line(o['final_output'])}")
     lines.append(f"approval: {one_line(a['tool'])}({_fmt_args(a['arguments'])}) call_id={one_line(a['call_id'])}")

@@ -64,6 +64,7 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
         "checkpoint_path": str(store.checkpoint_path(cp.task_id)),
         **({"service": cp.service, "effects": effects} if cp.service is not None else {}),
         **({"requested_by": cp.team.requested_by, "approvals": _progress(cp)} if cp.team is not None else {}),
+        **({"failure": cp.failure} if cp.failure is not None else {}),
     }
 
 

@@ -29,7 +29,7 @@ WAITING = "waiting_for_approval"
 #: What ``list --status`` filters on: the stored statuses, and the two a task shows while its
 #: approved effect through a service is not confirmed (``publishing``, ``in_doubt``: derived as in
 #: :func:`workflow.observe.views.task_view`, the checkpoint itself still waits).
-STATUSES = (WAITING, "completed", "cancelled", "expired", "budget_exceeded", "publishing", "in_doubt")
+STATUSES = (WAITING, "completed", "cancelled", "expired", "failed", "budget_exceeded", "publishing", "in_doubt")
 
 
 def waiting_since(cp: Checkpoint) -> str:

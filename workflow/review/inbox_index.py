@@ -43,7 +43,7 @@ from workflow.review.inbox import WAITING, overdue, unverified_summary, waiting_
 #: Tasks per inbox page.
 PAGE_SIZE = 50
 #: What the status filter accepts: ``list --status``'s values, and ``all``.
-FILTERS = ("waiting_for_approval", "completed", "cancelled", "expired", "budget_exceeded", "publishing",
+FILTERS = ("waiting_for_approval", "completed", "cancelled", "expired", "failed", "budget_exceeded", "publishing",
            "in_doubt", "all")
 
 

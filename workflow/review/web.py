@@ -456,7 +456,10 @@ def _effects_shown(row: Any, hint: Callable[[Next], str]) -> list[dict[str, Any]
                 command = hint(Next("settle_command", row.task_id, calls[-1]))
         elif e["state"] == "publishing":
             command = hint(Next("doctor_resume", row.task_id, "approve"))
-        out.append({**e, "command": command})
+        from workflow.settlement import window_open
+
+        out.append({**e, "command": command, "sent": e.get("sent", True),
+                    "wait_until": window_open(e) if e["state"] == "in_doubt" else None})
     return out
 
 
