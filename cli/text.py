@@ -128,8 +128,10 @@ def effect_next(task: dict[str, Any]) -> str:
         again = [e for e in task.get("effects", [])
                  if e["state"] == "publishing" and not e.get("not_sent") and e.get("sent", True)]
         if again:
+            wait = [_look(e) for e in again if _look(e).startswith("wait")]
             return (resume_hint(task["task_id"]) + " (sends again with the same Idempotency-Key; if the service "
-                    "cannot confirm it, look there, then " + _settle(task, again) + ")")
+                    "cannot confirm it, " + (wait[0].split(" (")[0] + ", " if wait else "") + "look there, then "
+                    + _settle(task, again) + ")")
         return (resume_hint(task["task_id"]) + " (sends it once more; or, to give it up, "
                 + command("fail", "--task", task["task_id"]) + " --by NAME --reason TEXT)")
     doubt = [e for e in task.get("effects", []) if e["state"] == "in_doubt"]

@@ -244,6 +244,15 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
         "idempotency_key": key, "attempt": intent.attempt, "call_id": e.call_id, "window_ends": binding.window_ends}),
         effects=[*(b for b in cp.effects if b.idempotency_key != key), binding])
     effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
+    failures: list[BaseException] = []  # each failed try of this command
+
+    def one_try(effect: Any) -> Any:
+        try:
+            return send(effect)
+        except Exception as exc:
+            failures.append(exc)
+            raise
+
     failpoints.hit("effect:request:before")
     try:
         found = None
@@ -254,7 +263,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
                 found = None  # the lookup failed: sending again with the same key is as safe
             if found is not None and service.key_of(found) != intent.request_key:
                 found = None  # another key's record (a lookup that ignored the key): never adopted
-        result = found if found is not None else _tries(service, intent.deduplicates)(send, effect)
+        result = found if found is not None else _tries(service, intent.deduplicates)(one_try, effect)
     except Conflict as exc:
         if intent.deduplicates:
             raise Refused("effect_conflict", [
@@ -263,15 +272,22 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
                 "service and settle it", Next("settle", task_id, e.call_id)], task_id=task_id) from None
         exc_for_doubt: BaseException = exc
     except NotSent as exc:
-        if not intent.deduplicates:  # provably not sent: the next command may send it once more
+        # provably not sent: no try of this command reached the service, and no earlier command sent
+        # this attempt (a provider that cannot deduplicate never has it sent twice); the next
+        # command sends it once more, as a new attempt
+        if all(isinstance(f, NotSent) for f in failures) and not sent:
             from state.records import Settlement
 
             store.settlement_record(Settlement(idempotency_key=key, attempt=intent.attempt, task_id=task_id,
                                                by="program", at=now_iso(), reason=_one_line(exc)[:500],
                                                source="not_sent"))
+            raise Refused("unconfirmed", [
+                f"{what}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
+                "recorded and nothing was published", Next("resume_again", task_id)], task_id=task_id) from None
         raise Refused("unconfirmed", [
-            f"{what}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
-            "recorded and nothing was published", Next("resume_again", task_id)], task_id=task_id) from None
+            f"{what}: the service at {intent.service} did not confirm it (the last try: {_one_line(exc)}; an "
+            "earlier request of this attempt may have reached it, and a repeat with the same Idempotency-Key cannot "
+            "act twice)", Next("resume_again", task_id)], task_id=task_id) from None
     except Exception as exc:
         if intent.deduplicates:
             raise Refused("unconfirmed", [

@@ -1,0 +1,398 @@
+"""Effects through a service, hardened: every case counted at a reference service this test starts.
+
+- any answer means the request arrived: a provider that cannot deduplicate is in doubt after it,
+  never sent again by the program, and "not sent" is only a connection that was never made;
+- an attempt has a window: until it ends, nobody settles it as not published (judged on the wall
+  clock, never the test seam ``HITL_NOW``), and every view says "wait until";
+- the provider's idempotency key is derived from what a restored state dir cannot roll back;
+- a lookup's record counts only under the attempt's own key;
+- an attempt is bound into the signed checkpoint before its request: a deleted intent is detected;
+- an answer has a size bound;
+- every state a task can reach has a printed next command that takes it to an end
+  (:func:`test_every_reachable_state_is_moved_by_its_printed_next_command`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ledger_entries, snapshot
+from forking import HAS_FORK, in_process
+from test_external_effects import (APPROVE, KEY, SHORT_WINDOW, START, TOKEN, cli, crash, intents, service,  # noqa: F401
+                                   shown, start, stopped)
+from workflow import external
+
+ANSWERED_AFTER_ACTING = [408, 429, 400, 401, 403, 413, 422]
+
+
+# -- 1. an answer is not "nothing reached it" ------------------------------------------------------
+
+@pytest.mark.parametrize("status", ANSWERED_AFTER_ACTING)
+def test_an_answer_after_acting_puts_a_call_in_doubt_and_it_is_never_sent_again(service, state_dir, status):
+    svc = service(dedup=False, answer_status=status, answer_status_times=1)
+    start(state_dir, svc.url, idempotency="none")
+    r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
+    line = stopped(r, "is in doubt", f"{status}", "the request arrived")
+    assert "nothing reached" not in line and "not sent" not in line
+    assert len(svc.publications()) == 1 and svc.posts() == 1  # tried once: never again by itself
+    assert shown(state_dir)["status"] == "in_doubt"
+    again = cli(state_dir, svc.url, *APPROVE, idempotency="none")
+    stopped(again, "is in doubt")
+    assert len(svc.publications()) == 1 and svc.posts() == 1
+    assert not [i for i in intents(state_dir) if i["attempt"] > 1]  # no settlement of its own making
+
+
+@pytest.mark.parametrize("status,in_one_command", [(429, True), (503, True), (408, True), (400, False),
+                                                   (422, False)])
+def test_a_deduplicating_provider_is_asked_again_with_the_same_key(service, state_dir, status, in_one_command):
+    svc = service(answer_status=status, answer_status_times=1)
+    start(state_dir, svc.url)
+    r = cli(state_dir, svc.url, *APPROVE)
+    if not in_one_command:  # the same answer again would come: the next command asks again
+        stopped(r, "did not confirm it", "cannot act twice")
+        assert shown(state_dir)["status"] == "publishing"
+        r = cli(state_dir, svc.url, *APPROVE)
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    assert len(svc.publications()) == 1
+    assert {i["attempt"] for i in intents(state_dir)} == {1}  # one key throughout
+
+
+def test_only_a_connection_never_made_is_settled_as_not_sent(service, state_dir, tmp_path):
+    svc = service(dedup=False)
+    start(state_dir, svc.url, idempotency="none")
+    url = svc.url
+    svc.stop()  # nothing listens: connection refused
+    r = cli(state_dir, url, *APPROVE, idempotency="none", HITL_PUBLISH_ATTEMPTS="1")
+    stopped(r, "nothing reached the service")
+    task = shown(state_dir)
+    assert task["status"] == "publishing" and task["effects"][0]["not_sent"]["source"] == "not_sent"
+
+
+# -- 2. the window -----------------------------------------------------------------------------------
+
+SLOW = {"HITL_PUBLISH_TIMEOUT": "0.5", "HITL_PUBLISH_ATTEMPTS": "1", "HITL_PUBLISH_SETTLE_AFTER": "2.5"}
+
+
+def test_settling_not_published_is_refused_while_a_request_may_still_act(service, state_dir):
+    """The provider acts 1.5 s after the request; the command gives up after 0.5 s. A person who
+    looks at once sees nothing: settling "not published" then would publish twice."""
+    svc = service(dedup=False, act_after=1.5)
+    start(state_dir, svc.url, idempotency="none")
+    r = cli(state_dir, svc.url, *APPROVE, idempotency="none", **SLOW)
+    stopped(r, "is in doubt", "after ")
+    assert len(svc.publications()) == 0  # not yet
+    ends = shown(state_dir)["effects"][0]["window_ends"]
+    before = snapshot(state_dir)
+    for env in ({}, {"HITL_NOW": "2100-01-01T00:00:00Z"}):  # the test seam never opens a window early
+        r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "not-published", "--by", "bea",
+                idempotency="none", **env)
+        stopped(r, "may still reach the service and act until", ends, "wait until then")
+        assert r.err.count("\n") == 1
+    assert snapshot(state_dir) == before
+    status = cli(state_dir, svc.url, "status", "--task", KEY, idempotency="none").out
+    receipt = cli(state_dir, svc.url, "show", "--task", KEY, idempotency="none").out
+    for text in (status, receipt):
+        assert f"wait until {ends}" in text and "look at the service now" not in text
+    time.sleep(3.2)  # past the window: the request acted meanwhile
+    assert len(svc.publications()) == 1
+    after = cli(state_dir, svc.url, "status", "--task", KEY, idempotency="none").out
+    assert "wait until" not in after
+    # the person now sees the publication, and settles what they see
+    r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "published", "--by", "bea",
+            idempotency="none")
+    assert r.code == 0 and "completed" in r.out, r.err
+    assert len(svc.publications()) == 1
+
+
+def test_the_window_covers_every_try_and_the_time_the_provider_may_take():
+    service = external.Service(url="http://x", deduplicates=False, attempts=3, wait_s=0.2, timeout_s=5,
+                               settle_after_s=60)
+    assert external.window_s(service) == pytest.approx(3 * 5 + 0.2 + 0.4 + 60)
+    with_find = external.Service(url="http://x", deduplicates=True, find=lambda k, a: None, attempts=1,
+                                 timeout_s=2, settle_after_s=0)
+    assert external.window_s(with_find) == pytest.approx(2 * 2)  # the lookup's try, then the send's
+
+
+# -- 3. a key that cannot roll back ----------------------------------------------------------------
+
+def test_a_restored_state_dir_sends_the_same_key_and_publishes_once(service, state_dir, tmp_path):
+    svc = service()
+    start(state_dir, svc.url)
+    backup = tmp_path / "backup"
+    shutil.copytree(state_dir, backup)  # a backup taken before the approval
+    r = cli(state_dir, svc.url, *APPROVE)
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    [first] = svc.publications()
+    shutil.rmtree(state_dir)
+    shutil.copytree(backup, state_dir)  # restored after the task completed
+    r = cli(state_dir, svc.url, *APPROVE)
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    assert svc.publications() == [first]  # the provider answered with the first publication
+    [entry] = ledger_entries(state_dir)
+    assert entry["result"]["id"] == first["id"]
+
+
+def test_request_keys_differ_by_deployment_store_task_channel_and_attempt():
+    key = external.request_key
+    base = key(b"k" * 32, "a" * 32, "t-1", 1)
+    assert base == key(b"k" * 32, "a" * 32, "t-1", 1) and re.fullmatch(r"[0-9a-f]{32}", base)
+    others = {key(b"j" * 32, "a" * 32, "t-1", 1), key(b"k" * 32, "b" * 32, "t-1", 1),
+              key(b"k" * 32, "a" * 32, "t-2", 1), key(b"k" * 32, "a" * 32, "t-1#news", 1),
+              key(b"k" * 32, "a" * 32, "t-1", 2)}
+    assert base not in others and len(others) == 5
+
+
+def test_two_tasks_with_the_same_draft_publish_under_two_keys(service, state_dir):
+    svc = service()
+    for key in ("same-1", "same-2"):
+        r = cli(state_dir, svc.url, "start", "--key", key, "--title", "Same", "--draft", "Same text.", "--json")
+        assert r.code == 0, r.err
+        r = cli(state_dir, svc.url, "resume", "--task", key, "--decision", "approve", "--by", "ann", "--json")
+        assert r.code == 0 and r.json()["status"] == "completed", r.err
+    pubs = svc.publications()
+    assert len(pubs) == 2 and len({p["idempotency_key"] for p in pubs}) == 2
+
+
+# -- 4. a lookup counts only under the attempt's key -------------------------------------------------
+
+def test_a_lookup_that_ignores_the_key_never_adopts_another_tasks_publication(service, state_dir, tmp_path):
+    svc = service(ignore_filter=True)
+    for key in ("twin-a", "twin-b"):
+        assert cli(state_dir, svc.url, "start", "--key", key, "--title", "Twin", "--draft", "Twin text.").code == 0
+    r = cli(state_dir, svc.url, "resume", "--task", "twin-a", "--decision", "approve", "--by", "ann", "--json")
+    assert r.code == 0, r.err
+    log = tmp_path / "fp.log"
+    r = cli(state_dir, svc.url, "resume", "--task", "twin-b", "--decision", "approve", "--by", "ann",
+            HITL_FAILPOINT="effect:request:before", HITL_FAILPOINT_LOG=str(log))
+    assert r.code == 86, r.err
+    r = cli(state_dir, svc.url, "resume", "--task", "twin-b", "--decision", "approve", "--by", "ann", "--json")
+    assert r.code == 0, r.err  # it asked, found only twin-a's publication under another key, and sent its own
+    pubs = svc.publications()
+    assert len(pubs) == 2
+    ids = {e["task_id"]: e["result"]["id"] for e in ledger_entries(state_dir)}
+    assert ids["twin-a"] != ids["twin-b"] and set(ids.values()) == {p["id"] for p in pubs}
+
+
+@pytest.mark.skipif(not HAS_FORK, reason="the patched lookup reaches the command through fork")
+def test_the_gate_ignores_a_found_record_under_another_key(service, state_dir, tmp_path, monkeypatch):
+    """Whatever a tool's own lookup returns (here the reference client, patched to take the first
+    record whatever its key, as a careless client would), the gate counts it only under the
+    attempt's own key: it sends again with that key, and the provider keeps the publications apart."""
+    from tools.publishing_client import PublishingClient
+
+    svc = service(ignore_filter=True)
+    other = _publish_directly(svc, "Hello", "Published once.", key="f" * 32)  # the same draft, another key
+    monkeypatch.setattr(PublishingClient, "find", lambda self, key: svc.publications()[0])
+    start(state_dir, svc.url)
+    crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log")
+    r = cli(state_dir, svc.url, *APPROVE)
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    [entry] = ledger_entries(state_dir)
+    assert entry["result"]["id"] != other["id"] and len(svc.publications()) == 2
+
+
+def _publish_directly(svc: Any, title: str, body: str, *, key: str) -> dict[str, Any]:
+    import httpx
+
+    r = httpx.post(svc.url + "/v1/publications", json={"title": title, "body": body, "channel": "blog"},
+                   headers={"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": key}, timeout=10)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+# -- 7 (the bound part). a deleted intent is detected, not sent again ---------------------------------
+
+@pytest.mark.parametrize("dedup", [True, False])
+def test_a_deleted_intent_is_detected_and_nothing_is_sent(service, state_dir, tmp_path, dedup):
+    svc = service(dedup=dedup)
+    idempotency = "key" if dedup else "none"
+    start(state_dir, svc.url, idempotency=idempotency)
+    crash(state_dir, svc.url, "effect:request:after", tmp_path / "fp.log", idempotency=idempotency)
+    assert len(svc.publications()) == 1
+    for path in (state_dir / "effects").iterdir():
+        path.unlink()  # the intent, deleted by hand
+    before = svc.posts()
+    r = cli(state_dir, svc.url, *APPROVE, idempotency=idempotency)
+    stopped(r, "attempt 1 of its effect was begun", "intent record is missing", "nothing was sent")
+    assert svc.posts() == before and len(svc.publications()) == 1
+
+
+def test_an_intent_never_bound_was_never_sent_and_is_sent_now(service, state_dir, tmp_path):
+    """Killed after the intent and before the binding: no request can have left, even at a provider
+    that cannot deduplicate: the next resume sends it (once), and nothing is in doubt."""
+    svc = service(dedup=False)
+    start(state_dir, svc.url, idempotency="none")
+    crash(state_dir, svc.url, "checkpoint:effect:before", tmp_path / "fp.log", idempotency="none")
+    assert shown(state_dir)["status"] == "publishing" and svc.posts() == 0
+    r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    assert len(svc.publications()) == 1
+
+
+# -- 8. an answer has a size bound ------------------------------------------------------------------
+
+def test_an_answer_over_the_bound_is_given_up_and_counts_as_may_have_acted(service, state_dir):
+    from tools.publishing_client import MAX_ANSWER_BYTES, PublishingClient
+
+    svc = service(dedup=False, answer_bytes=4 * MAX_ANSWER_BYTES)
+    with pytest.raises(external.MayHaveActed, match=f"over {MAX_ANSWER_BYTES} bytes") as caught:
+        PublishingClient(svc.url, TOKEN, timeout_s=10).publish("k" * 32, "T", "B", "blog")
+    assert caught.value.retry is False
+    start(state_dir, svc.url, idempotency="none")
+    r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
+    stopped(r, "is in doubt", f"over {MAX_ANSWER_BYTES} bytes")
+    assert len(svc.publications()) == 2  # the client's own, and the task's: once each
+
+
+# -- 6. no task without a way out --------------------------------------------------------------------
+
+END = ("completed", "cancelled", "expired", "failed")
+
+
+def _commands(line: str) -> list[list[str]]:
+    """Every ``python run.py …`` command in a ``next:`` line, as argv after ``run.py``, with the
+    person's choices filled in (NAME, TEXT)."""
+    out = []
+    for part in line.split("python run.py ")[1:]:
+        words = shlex.split(re.split(r" \(|;|, or |\)", part)[0])
+        words = ["ann" if w == "NAME" else "nothing was done" if w == "TEXT" else w for w in words]
+        out.append(words)
+    return out
+
+
+def _where(task: dict[str, Any]) -> tuple[Any, ...]:
+    """Where a task stands, as a person sees it: its status and each effect's state (not the attempt
+    number or a date: a resume that only makes attempt n+1 fail as attempt n did moves nothing)."""
+    return task["status"], [(e["state"], bool(e["not_sent"]), e["sent"]) for e in task.get("effects", [])]
+
+
+def _person(state_dir: Path, svc: Any, idempotency: str, env: dict[str, str]) -> list[str]:
+    """A person who follows the printed ``next:`` line of ``status`` until the task ends: waits
+    where told to, looks at the service before settling (published if a publication with the
+    task's draft is there), tries the commands in the order printed and takes the first that
+    moves the task. Returns the statuses seen; fails if a printed command moves nothing."""
+    seen = []
+    for _ in range(8):
+        r = cli(state_dir, svc.url, "status", "--task", KEY, idempotency=idempotency, **env)
+        assert r.code == 0, r.err
+        status = r.out.split(": ", 1)[1].split(" (", 1)[0]
+        seen.append(status)
+        if status in END:
+            return seen
+        [line] = [li for li in r.out.splitlines() if li.startswith("  next: ")]
+        wait = re.search(r"wait until (\S+?),? ", line)
+        if wait:
+            from state.clock import parse_iso, wall
+
+            time.sleep(max(0.0, (parse_iso(wait.group(1)) - wall()).total_seconds()) + 0.1)
+        moved = False
+        for argv in _commands(line):
+            if argv[0] == "settle":
+                there = [p for p in svc.publications() if p["body"] == "Published once."]
+                argv = [*argv[:argv.index("--outcome") + 1], "published" if there else "not-published",
+                        *argv[argv.index("--outcome") + 2:]]
+            before = cli(state_dir, svc.url, "status", "--task", KEY, "--json", idempotency=idempotency).json()
+            r = cli(state_dir, svc.url, *argv, idempotency=idempotency, **env)
+            told = re.search(r"act until (\S+?);", r.err)  # "wait until then": the person waits, then again
+            if told:
+                from state.clock import parse_iso, wall
+
+                time.sleep(max(0.0, (parse_iso(told.group(1)) - wall()).total_seconds()) + 0.1)
+                cli(state_dir, svc.url, *argv, idempotency=idempotency, **env)
+            after = cli(state_dir, svc.url, "status", "--task", KEY, "--json", idempotency=idempotency).json()
+            if _where(after) != _where(before):
+                moved = True
+                break
+        assert moved, f"nothing printed moved the task from {status}: {line}"
+        assert len([p for p in svc.publications() if p["body"] == "Published once."]) <= 1
+    raise AssertionError(f"no end after {seen}")
+
+
+@pytest.mark.parametrize("scenario", ["waiting", "down_for_good_dedup", "down_for_good_none", "in_doubt_acted",
+                                      "in_doubt_not_acted", "conflict_409", "unconfirmed_400"])
+def test_every_reachable_state_is_moved_by_its_printed_next_command(service, state_dir, tmp_path, scenario):
+    dedup = scenario in ("down_for_good_dedup", "conflict_409", "unconfirmed_400", "waiting")
+    idempotency = "key" if dedup else "none"
+    env = dict(SHORT_WINDOW)
+    svc = service(dedup=dedup, **({"answer_status": 400} if scenario == "unconfirmed_400" else {}),
+                  **({"lose_answer": 1} if scenario == "in_doubt_acted" else {}))
+    start(state_dir, svc.url, idempotency=idempotency)
+    if scenario.startswith("down_for_good"):
+        class Gone:  # a service that never answers again: connection refused
+            url = svc.url
+
+            @staticmethod
+            def publications() -> list[Any]:
+                return []
+        svc.stop()
+        svc = Gone()
+        r = cli(state_dir, svc.url, *APPROVE, idempotency=idempotency, **env)
+        assert r.code == 1
+    elif scenario == "in_doubt_acted":
+        stopped(cli(state_dir, svc.url, *APPROVE, idempotency=idempotency, **env), "in doubt")
+    elif scenario == "in_doubt_not_acted":
+        crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log", idempotency=idempotency, **env)
+    elif scenario == "conflict_409":
+        crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log", idempotency=idempotency, **env)
+        [intent] = intents(state_dir)
+        _publish_directly(svc, "X", "Other.", key=intent["request_key"])
+        stopped(cli(state_dir, svc.url, *APPROVE, idempotency=idempotency, **env), "for other content")
+    elif scenario == "unconfirmed_400":
+        stopped(cli(state_dir, svc.url, *APPROVE, idempotency=idempotency, **env), "did not confirm it")
+    seen = _person(state_dir, svc, idempotency, env)
+    assert seen[-1] in END and len(seen) >= (1 if scenario == "waiting" else 2), seen
+    ours = [p for p in svc.publications() if p["body"] == "Published once."]
+    assert len(ours) <= 1
+    assert (seen[-1] == "completed") == bool(ours) or scenario == "unconfirmed_400"
+
+
+def _answers_in_text_after_edits(call: Any) -> Any:
+    """A model that, told to publish the draft approved with edits, answers in text instead."""
+    from agent.models import offline_responder
+    from agent.publisher import EDIT_HEADER
+    from agents.testing import ModelStep, assistant_message
+
+    last = call.input[-1] if isinstance(call.input, list) else {}
+    if isinstance(last, dict) and str(last.get("output", "")).startswith(EDIT_HEADER):
+        return ModelStep(output=[assistant_message("I would rather not publish that.")])
+    return offline_responder(call)
+
+
+def test_an_approval_with_edits_the_model_never_carries_out_ends_failed(cli, state_dir):
+    from agent import application
+    from agents.testing import ModelStep, ScriptedModel
+    from state.store import FileStore
+    from workflow import edits
+
+    assert cli("start", "--key", "ed-1", "--title", "T", "--draft", "Body.").code == 0
+    model = ScriptedModel([ModelStep.respond(_answers_in_text_after_edits) for _ in range(8)])
+    cp = asyncio.run(application.decide(FileStore(state_dir), task_id="ed-1", decision="approve", by="alice",
+                                        edit=edits.Edit(body="Better body."), model=model))
+    assert cp.status == "failed" and "approved with edits" in (cp.failure or "")
+    assert ledger_entries(state_dir) == []
+    text = in_process(state_dir, "status", "--task", "ed-1").out
+    assert "failed: the run ended without" in text and "start a new task" in text
+    for decision in ("approve", "reject"):
+        r = cli("resume", "--task", "ed-1", "--decision", decision)
+        r.assert_stopped()
+        assert "failed" in r.err
+    r = cli("fail", "--task", "ed-1", "--by", "ann", "--reason", "again", "--json")
+    assert r.code == 0 and r.json()["status"] == "failed"
+
+
+def test_fail_is_refused_where_an_effect_may_have_happened(service, state_dir):
+    svc = service(dedup=False, lose_answer=1)
+    start(state_dir, svc.url, idempotency="none")
+    stopped(cli(state_dir, svc.url, *APPROVE, idempotency="none"), "in doubt")
+    before = snapshot(state_dir)
+    r = cli(state_dir, svc.url, "fail", "--task", KEY, "--by", "ann", "--reason", "give up", idempotency="none")
+    stopped(r, "may have happened")
+    assert snapshot(state_dir) == before
