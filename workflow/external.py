@@ -18,6 +18,7 @@ below; any other exception means "it may have acted".
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -97,6 +98,20 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _answered(ask: Callable[..., Any]) -> Callable[..., Any]:
+    """``ask`` (``send`` or ``find``), its answer refused when it is awaitable: the request it
+    stands for has not run, so it is :class:`NotSent` (``retry=False``), never recorded. The gate
+    awaits an awaitable on its event loop before handing the answer here."""
+    def answered(*args: Any) -> Any:
+        answer = ask(*args)
+        if inspect.isawaitable(answer):
+            getattr(answer, "close", lambda: None)()  # a coroutine: never started, never run
+            raise NotSent(f"{getattr(ask, '__qualname__', type(ask).__name__)} answered with an awaitable "
+                          "that was not awaited", retry=False)
+        return answer
+    return answered
+
+
 def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[Any, Any, bool]:
     """The protocol of one effect through ``service``, after the gate's checks passed and the
     ledger holds no entry for the call's key (``call``: the gate's ``workflow.effect._Call``;
@@ -151,10 +166,10 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
         found = None
         if not fresh and service.find is not None:  # ask before sending again: never guess
             try:
-                found = _tries(service, True)(service.find, intent.request_key, call.arguments)
+                found = _tries(service, True)(_answered(service.find), intent.request_key, call.arguments)
             except (NotSent, MayHaveActed):
                 found = None  # the lookup failed: sending again with the same key is as safe
-        result = found if found is not None else _tries(service, intent.deduplicates)(send, effect)
+        result = found if found is not None else _tries(service, intent.deduplicates)(_answered(send), effect)
     except Conflict as exc:
         raise Refused("effect_conflict", [
             f"{sent}: the service at {intent.service} holds Idempotency-Key {intent.request_key} for other "
