@@ -249,18 +249,39 @@ def parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
     """Parse ``raw`` as strict UTF-8 JSON whose top level is an object.
 
     Duplicate keys, ``NaN``/``Infinity``, bad UTF-8 and non-objects are refused with
-    :class:`Refused` naming ``where`` (corrupted JSON → stop, never guess).
+    :class:`Refused` (``integrity``) naming ``where`` (corrupted JSON → stop, never guess): one
+    sentence saying what is wrong and where (the line and column of a syntax error, e.g. a file cut
+    short; the byte of bad UTF-8), that a human must check it, and ``doctor`` as the next step.
     """
     try:
         text = raw.decode("utf-8")
         data = json.loads(
             text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant
         )
-    except UnicodeDecodeError:
-        raise Refused("integrity", f"{where} is not valid UTF-8 (corrupted)") from None
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise _damaged(f"{where} is not valid UTF-8 (at byte {exc.start + 1}, on line {line})", "damaged") from None
     except (ValueError, RecursionError) as exc:
-        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise Refused("integrity", f"{where} is not valid JSON (corrupted): {msg}") from None
+        how = "damaged or cut short" if isinstance(exc, json.JSONDecodeError) else "damaged or edited"
+        raise _damaged(f"{where} is not valid JSON ({json_problem(exc)})", how) from None
     if not isinstance(data, dict):
-        raise Refused("integrity", f"{where} is not a JSON object (corrupted)")
+        raise _damaged(f"{where} is not a JSON object (its top level is {type(data).__name__})", "damaged or edited")
     return data
+
+
+def json_problem(exc: BaseException) -> str:
+    """What ``json.loads`` (with :func:`parse_json_object`'s hooks) refused, as a phrase: a syntax
+    error with its line and column (``unterminated string starting at line 1, column 2345``), a
+    duplicate key, a non-standard constant, or nesting too deep."""
+    if isinstance(exc, json.JSONDecodeError):  # its msg ends before the position (some with "at")
+        reason = exc.msg.removesuffix(" at")
+        return f"{reason[:1].lower()}{reason[1:]} at line {exc.lineno}, column {exc.colno}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return " ".join(str(exc).split())[:200]  # our hooks: "duplicate key 'title'", "non-standard JSON constant NaN"
+
+
+def _damaged(what: str, how: str) -> Refused:
+    """The refusal for a record that cannot be read: ``what`` is wrong, ``how`` it came to be (e.g.
+    ``damaged or cut short``), and the next step."""
+    return Refused("integrity", [f"{what}, so it was {how}; a human must check it", Next("doctor")])

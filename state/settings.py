@@ -58,6 +58,17 @@ DEFAULT_MAX_CONNECTIONS = 100
 MAX_MAX_CONNECTIONS = 1000  # below the usual limit of 1,024 open files per process
 #: ``HITL_TRACE_CONTENT`` values that turn it on (anything else leaves it off).
 TRUE_WORDS = ("1", "true", "yes")
+#: The longest value, in characters, of each text variable (its ``Field(max_length=…)``, checked by
+#: :func:`check_length` before anything else judges the value; a numeric variable has its range,
+#: ``HITL_PUBLISH_IDEMPOTENCY`` its two words). A URL: what the records that keep it accept (a
+#: task's and an intent's ``service``, ``state.schema.Checkpoint`` and ``state.records.EffectIntent``:
+#: 2,000); a timestamp: what a record's ``at`` accepts (40); a path: Linux's ``PATH_MAX`` (4,096
+#: bytes); a secret: far above any real key or token, so that none is cut; a word (flags, test seams): 100.
+MAX_URL_CHARS = 2000
+MAX_TIMESTAMP_CHARS = 40
+MAX_PATH_CHARS = 4096
+MAX_SECRET_CHARS = 4096
+MAX_WORD_CHARS = 100
 
 
 def _is_text(value: str) -> bool:
@@ -159,6 +170,20 @@ def bounded_number(raw: str, name: str, bounds: tuple[float, float], *, whole: b
     return int(value) if whole else value
 
 
+def max_length(field: Any) -> Optional[int]:
+    """The ``Field(max_length=…)`` of a text field, or None (a numeric field, or one of fixed words)."""
+    return next((m.max_length for m in field.metadata if hasattr(m, "max_length")), None)
+
+
+def check_length(raw: Any, name: str, bound: Optional[int]) -> None:
+    """Raise :class:`Refused` naming ``name`` (never the value: it may be a secret) if ``raw`` (an
+    environment value) is longer than ``bound`` characters, e.g. ``HITL_PUBLISH_URL is 2,101
+    characters long, over its bound of 2,000 (the value is not shown); shorten it or unset it``."""
+    if bound is not None and isinstance(raw, str) and len(raw) > bound:
+        raise Refused("settings", f"{name} is {len(raw):,} characters long, over its bound of {bound:,} (the value "
+                      "is not shown); shorten it or unset it")
+
+
 def _doc(type_: str, unit: str, default: str, does: str, refused: str) -> dict[str, Any]:
     """The documentation of one variable, kept on its field (read by :func:`markdown_table`)."""
     return {"description": does, "json_schema_extra": {"type": type_, "unit": unit, "default": default,
@@ -184,59 +209,64 @@ class Settings(BaseSettings):
         "advisory lock) held by another process before it stops.",
         f"anything but a number from 0 to {MAX_LOCK_TIMEOUT_S} (one day; empty, `abc`, `nan`, "
         "`inf`, `-1`, `1e308`)"))
-    now: Optional[datetime] = Field(None, alias="HITL_NOW", **_doc(
+    now: Optional[datetime] = Field(None, alias="HITL_NOW", max_length=MAX_TIMESTAMP_CHARS, **_doc(
         "ISO-8601 timestamp", "UTC unless an offset is given", "unset (the wall clock)",
         "Moves the clock that judges deadlines and ages forward (tests, demos): a deadline passes "
         "sooner, never later. Timestamps and new deadlines stay on the wall clock. An empty value "
         "counts as unset; the clock never goes before the wall clock whatever it says.",
-        "not a timestamp; not UTF-8; outside the years 2000-9000; earlier than the wall clock "
-        "(checked up front by every command)"))
-    signing_key: Optional[str] = Field(None, alias="HITL_SIGNING_KEY", repr=False, **_doc(
+        f"over {MAX_TIMESTAMP_CHARS} characters; not a timestamp; not UTF-8; outside the years 2000-9000; "
+        "earlier than the wall clock (checked up front by every command)"))
+    signing_key: Optional[str] = Field(None, alias="HITL_SIGNING_KEY", repr=False, max_length=MAX_SECRET_CHARS,
+                                       **_doc(
         "secret text", "UTF-8 bytes", "unset (use `signing.key` in the state dir)",
         "The key of the HMAC-SHA256 that signs every checkpoint: its UTF-8 bytes exactly as given "
         "(nothing stripped). Never written anywhere, never shown; values of 8+ characters are "
         "redacted from checkpoints, ledger and rejection records, any length from traces.",
-        "not UTF-8; empty; only whitespace; shorter than 16 bytes (the value is never echoed)"))
-    openai_api_key: Optional[str] = Field(None, alias="OPENAI_API_KEY", repr=False, **_doc(
+        f"not UTF-8; empty; only whitespace; shorter than 16 bytes; over {MAX_SECRET_CHARS} characters (the "
+        "value is never echoed)"))
+    openai_api_key: Optional[str] = Field(None, alias="OPENAI_API_KEY", repr=False, max_length=MAX_SECRET_CHARS,
+                                          **_doc(
         "secret text", "-", "unset (only the offline model works)",
         "The API key for `start --model NAME` (sent stripped of surrounding whitespace); also read "
         "to redact it wherever it could be echoed (checkpoints, ledger, traces, error messages).",
-        "not UTF-8 (the value is never echoed); unset or blank when a real model is asked for"))
-    state_dir: Optional[str] = Field(None, alias="HITL_STATE_DIR", **_doc(
+        f"not UTF-8 or over {MAX_SECRET_CHARS} characters (the value is never echoed); unset or blank when a "
+        "real model is asked for"))
+    state_dir: Optional[str] = Field(None, alias="HITL_STATE_DIR", max_length=MAX_PATH_CHARS, **_doc(
         "path", "-", "`.cache` in the current folder",
         "The state dir, when `--state-dir` is not given.",
-        "blank (spaces only or empty); a path that is not a usable folder (when it is used)"))
-    store_url: Optional[str] = Field(None, alias="HITL_STORE_URL", repr=False, **_doc(
+        f"blank (spaces only or empty); over {MAX_PATH_CHARS} characters; a path that is not a usable folder "
+        "(when it is used)"))
+    store_url: Optional[str] = Field(None, alias="HITL_STORE_URL", repr=False, max_length=MAX_URL_CHARS, **_doc(
         "URL (secret if it holds a password)", "-", "unset (the file store in the state dir)",
         "The store, when `--store` is not given: a `postgresql://` URL selects PostgreSQL "
         "(docs/postgres.md); the state dir then keeps only the signing key and the traces. Its "
         "password is never shown, never written, and redacted like the other secrets.",
-        "anything but a `postgresql://` or `postgres://` URL (the value is never echoed); empty "
-        "counts as unset"))
-    failpoint: Optional[str] = Field(None, alias="HITL_FAILPOINT", **_doc(
+        f"anything but a `postgresql://` or `postgres://` URL of at most {MAX_URL_CHARS} characters (the value "
+        "is never echoed); empty counts as unset"))
+    failpoint: Optional[str] = Field(None, alias="HITL_FAILPOINT", max_length=MAX_WORD_CHARS, **_doc(
         "text", "-", "unset (no crash point)",
         "Test seam: the named durable-write boundary (e.g. `checkpoint:decision:before`) ends the "
         "process there with exit code 86, like a power cut (`state/failpoints.py`).",
-        "nothing (a name that is never reached does nothing)"))
-    failpoint_log: Optional[str] = Field(None, alias="HITL_FAILPOINT_LOG", **_doc(
+        f"over {MAX_WORD_CHARS} characters (a name that is never reached does nothing)"))
+    failpoint_log: Optional[str] = Field(None, alias="HITL_FAILPOINT_LOG", max_length=MAX_PATH_CHARS, **_doc(
         "path", "-", "unset (no log)",
         "Test seam: append the name of every durable-write boundary reached to this file.",
-        "nothing (empty counts as unset)"))
-    failpoint_action: Optional[str] = Field(None, alias="HITL_FAILPOINT_ACTION", **_doc(
+        f"over {MAX_PATH_CHARS} characters (empty counts as unset)"))
+    failpoint_action: Optional[str] = Field(None, alias="HITL_FAILPOINT_ACTION", max_length=MAX_WORD_CHARS, **_doc(
         "text", "-", "unset (exit)",
         "Test seam: `hang` makes the armed `HITL_FAILPOINT` sleep instead of exiting, keeping its "
         "locks, so a test can kill the process mid-write.",
-        "nothing (any other value means exit)"))
-    trace_content: bool = Field(False, alias="HITL_TRACE_CONTENT", **_doc(
+        f"over {MAX_WORD_CHARS} characters (any other value means exit)"))
+    trace_content: bool = Field(False, alias="HITL_TRACE_CONTENT", max_length=MAX_WORD_CHARS, **_doc(
         "flag", "-", "off",
         "Same as `start/resume --trace-content`: the local trace keeps redacted previews of "
         "model input and output.",
-        "nothing (`1`, `true`, `yes` turn it on; any other value leaves it off)"))
-    debug: bool = Field(False, alias="HITL_DEBUG", **_doc(
+        f"over {MAX_WORD_CHARS} characters (`1`, `true`, `yes` turn it on; any other value leaves it off)"))
+    debug: bool = Field(False, alias="HITL_DEBUG", max_length=MAX_WORD_CHARS, **_doc(
         "flag", "-", "off",
         "An unexpected error or failed file operation shows its Python traceback instead of the one "
         "`STOPPED:` line.",
-        "nothing (any non-empty value, even `0`, turns it on)"))
+        f"over {MAX_WORD_CHARS} characters (any other non-empty value, even `0`, turns it on)"))
 
     request_timeout: float = Field(DEFAULT_REQUEST_TIMEOUT_S, alias="HITL_INBOX_REQUEST_TIMEOUT",
                                    ge=MIN_REQUEST_TIMEOUT_S, le=MAX_REQUEST_TIMEOUT_S, **_doc(
@@ -251,19 +281,22 @@ class Settings(BaseSettings):
         "answered `503` and closed at once.",
         f"anything but a whole number from 1 to {MAX_MAX_CONNECTIONS}"))
 
-    publish_url: Optional[str] = Field(None, alias="HITL_PUBLISH_URL", **_doc(
+    publish_url: Optional[str] = Field(None, alias="HITL_PUBLISH_URL", max_length=MAX_URL_CHARS, **_doc(
         "URL", "-", "unset (the effect is the local ledger entry)",
         "The publishing service `publish_draft` sends to (`http://` or `https://`, no user, "
         "password, query or fragment): `POST <url>/v1/publications` with an `Idempotency-Key` "
         "(docs/external-effects.md). Recorded in each task at start; a task started under another "
         "value is refused before any request.",
-        "anything but an `http(s)://host[:port][/path]` URL; a URL with credentials, a query or a "
-        "fragment (the value is never echoed); empty counts as unset"))
-    publish_token: Optional[str] = Field(None, alias="HITL_PUBLISH_TOKEN", repr=False, **_doc(
+        f"anything but an `http(s)://host[:port][/path]` URL of at most {MAX_URL_CHARS} characters (what a "
+        "task and an intent keep); a URL with credentials, a query or a fragment (the value is never echoed); "
+        "empty counts as unset"))
+    publish_token: Optional[str] = Field(None, alias="HITL_PUBLISH_TOKEN", repr=False, max_length=MAX_SECRET_CHARS,
+                                         **_doc(
         "secret text", "-", "unset (no `Authorization` header)",
         "The bearer token sent to the publishing service (and the one `publishing-service` "
         "accepts). Never written anywhere, never shown, redacted like the other secrets.",
-        "not UTF-8; a control character such as a new line (the value is never echoed)"))
+        f"not UTF-8; a control character such as a new line; over {MAX_SECRET_CHARS} characters (the value is "
+        "never echoed)"))
     publish_idempotency: Literal["key", "none"] = Field("key", alias="HITL_PUBLISH_IDEMPOTENCY", **_doc(
         "`key` or `none`", "-", "`key`",
         "Whether the publishing service deduplicates by the `Idempotency-Key` (`key`: exactly once, "
@@ -289,19 +322,21 @@ class Settings(BaseSettings):
         "refused, with the time the window ends (docs/external-effects.md).",
         f"anything but a number from 0 to {MAX_PUBLISH_SETTLE_AFTER_S:g}"))
 
-    reviewer_token: Optional[str] = Field(None, alias="HITL_REVIEWER_TOKEN", repr=False, **_doc(
+    reviewer_token: Optional[str] = Field(None, alias="HITL_REVIEWER_TOKEN", repr=False,
+                                          max_length=MAX_SECRET_CHARS, **_doc(
         "secret text", "-", "unset",
         "In team mode (once one reviewer is registered), the token of the reviewer who runs the "
         "command: every decision (`resume`, `settle`, `review`) and the requester of a `start` is "
         "that reviewer's (docs/reviewers.md). An environment variable, never a flag: flags show in "
         "process lists. Never written anywhere, never shown.",
-        "not UTF-8; a control character (the value is never echoed)"))
-    policy: Optional[str] = Field(None, alias="HITL_POLICY", **_doc(
+        f"not UTF-8; a control character; over {MAX_SECRET_CHARS} characters (the value is never echoed)"))
+    policy: Optional[str] = Field(None, alias="HITL_POLICY", max_length=MAX_PATH_CHARS, **_doc(
         "path", "-", "unset (one approval by anyone allowed to decide)",
         "A TOML file: how many distinct reviewers must approve a call, which roles may decide, "
         "whether the requester may approve, per channel (docs/reviewers.md). Its fingerprint is "
         "recorded in each task at start; a task started under another policy is refused.",
-        "not UTF-8; a file that is missing, unreadable or not a valid policy (when it is read)"))
+        f"not UTF-8; over {MAX_PATH_CHARS} characters; a file that is missing, unreadable or not a valid policy "
+        "(when it is read)"))
 
     @field_validator("lock_timeout", "request_timeout", "max_connections", "publish_timeout",
                      "publish_attempts", "publish_settle_after", mode="plain")
@@ -420,6 +455,15 @@ class Settings(BaseSettings):
     @classmethod
     def _debug(cls, raw: Any) -> bool:
         return bool(raw)
+
+    # Defined last, so it wraps every validator above: a value over its field's max_length is
+    # refused first, by name, before it is parsed, compared or kept anywhere.
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _length(cls, raw: Any, handler: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields[info.field_name or ""]
+        check_length(raw, field.alias or "", max_length(field))
+        return handler(raw)
 
     @property
     def signing_key_bytes(self) -> bytes | None:

@@ -398,9 +398,57 @@ def test_expire_never_cancels_a_task_whose_effect_was_begun(state_dir, monkeypat
     _begun(state_dir, "exp-3", deduplicates=True, decision=None)
     _begun(state_dir, "exp-4", deduplicates=False, decision=None)
     assert step(state_dir, "start", "--key", "exp-5", "--draft", "x").code == 0
-    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(days=30)))
+    moved = clock.wall() + timedelta(days=30)
+    monkeypatch.setenv("HITL_NOW", clock.iso(moved))
     r = in_process(state_dir, "expire", "--json")
     assert r.code == 0 and r.json()["expired"] == ["exp-5"], r.out
     for key in ("exp-1", "exp-2", "exp-3", "exp-4"):
         refused = in_process(state_dir, "expire", "--task", key)
-        assert refused.code == 1 and "not an overdue approval request" in refused.err
+        refused.assert_stopped()
+        assert f"task {key}: its effect on blog was begun at " in refused.err
+        assert "it is never marked expired (deadline " in refused.err and clock.iso(moved) in refused.err
+
+
+def test_expire_refusing_a_begun_effect_names_only_dates_of_the_records_and_the_moved_clock(state_dir, monkeypatch):
+    """Under a clock moved past the deadline, ``expire --task`` of a task whose effect was begun
+    says so, with the intent's date, the task's deadline and the clock's now (``HITL_NOW``), and
+    no other date; it never claims the task is not overdue. Nothing changes on disk."""
+    import re
+    from datetime import timedelta
+
+    from state import clock
+    from state.files.store import Store
+
+    _begun(state_dir, "exp-6", deduplicates=True)
+    store = Store(state_dir)
+    cp, intent = store.load("exp-6"), store.intent_get("exp-6")
+    before = snapshot(state_dir)
+    for moved in (clock.wall() + timedelta(days=30), clock.wall() + timedelta(days=400)):
+        monkeypatch.setenv("HITL_NOW", clock.iso(moved))
+        r = in_process(state_dir, "expire", "--task", "exp-6")
+        r.assert_stopped()
+        assert "not overdue" not in r.err and "not an overdue" not in r.err
+        assert (f"task exp-6: its effect on blog was begun at {intent.at} (an intent is recorded, no outcome "
+                f"yet), so it may have happened; it is never marked expired (deadline {cp.expires_at}, the clock "
+                f"says {clock.iso(moved)})") in r.err
+        dates = re.findall(r"\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d)", r.err)
+        assert dates and set(dates) <= {intent.at, cp.expires_at, clock.iso(moved)}, dates
+        assert snapshot(state_dir) == before
+
+
+def test_expire_of_a_task_not_yet_due_names_the_moved_clock(state_dir, monkeypatch):
+    from datetime import timedelta
+
+    from state import clock
+
+    assert step(state_dir, "start", "--key", "exp-7", "--draft", "x", "--expires-in", "2h").code == 0
+    from state.files.store import Store
+
+    deadline = Store(state_dir).load("exp-7").expires_at
+    moved = clock.parse_iso(deadline) - timedelta(minutes=30)
+    monkeypatch.setenv("HITL_NOW", clock.iso(moved))
+    before = snapshot(state_dir)
+    r = in_process(state_dir, "expire", "--task", "exp-7")
+    r.assert_stopped()
+    assert f"task exp-7 is not overdue (deadline {deadline}, the clock says {clock.iso(moved)})" in r.err
+    assert snapshot(state_dir) == before

@@ -259,3 +259,228 @@ def test_approve_with_edits_that_are_not_argument_values_is_refused_before_anyth
         with pytest.raises(Refused, match="the edits must be"):
             asyncio.run(decide(store, None, "t-1", Approve(edits=edits), by="alice"))
     assert not (tmp_path / "state").exists()
+
+
+# -- whatever the function is, its effect runs before the ledger entry ------------------------------
+
+def _plain_decorator(g: Any) -> Any:
+    """A decorator as people write them: ``functools.wraps`` hides that ``g`` is asynchronous."""
+    import functools
+
+    @functools.wraps(g)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return g(*args, **kwargs)
+
+    return wrapper
+
+
+class _Later:
+    """An awaitable that is not a coroutine (its ``__await__`` runs the effect)."""
+
+    def __init__(self, effect: Any) -> None:
+        self.effect = effect
+
+    def __await__(self) -> Any:
+        yield from asyncio.sleep(0).__await__()
+        RUNS.append(self.effect)
+        return {"delivered": len(RUNS)}
+
+
+class _Deliverer:
+    """A callable object whose ``__call__`` is asynchronous."""
+
+    async def __call__(self, effect: Any, title: str, body: str) -> dict:
+        """Deliver a note."""
+        await asyncio.sleep(0)
+        RUNS.append(effect)
+        return {"delivered": len(RUNS)}
+
+
+def _kind(kind: str) -> Any:
+    """``deliver`` declared through the gate as a function of ``kind``; each run appends to RUNS."""
+    import functools
+
+    from workflow import Effect, effect_tool
+
+    async def deliver(effect: Effect, title: str, body: str) -> dict:
+        """Deliver a note."""
+        await asyncio.sleep(0)
+        RUNS.append(effect)
+        return {"delivered": len(RUNS)}
+
+    def deliver_later(effect: Effect, title: str, body: str) -> Any:
+        """Deliver a note."""
+        return _Later(effect)
+
+    async def deliver_to(prefix: str, effect: Effect, title: str, body: str) -> dict:
+        """Deliver a note."""
+        RUNS.append(effect)
+        return {"delivered": len(RUNS), "prefix": prefix}
+
+    made = {"wraps": lambda: _plain_decorator(deliver), "awaitable": lambda: deliver_later,
+            "partial": lambda: functools.partial(deliver_to, "p"), "callable_object": _Deliverer}[kind]()
+    return effect_tool(made, name="deliver", done="delivered")
+
+
+@pytest.mark.parametrize("kind", ["wraps", "awaitable", "partial", "callable_object"])
+def test_an_awaitable_result_is_awaited_before_the_ledger_entry_whatever_the_function(kind, task, state_dir):
+    """A plain decorator over an ``async def`` (``functools.wraps`` hides ``iscoroutinefunction``),
+    a function returning an awaitable, a ``functools.partial`` and a callable object with an
+    asynchronous ``__call__``: the effect runs (once) before its ledger entry, which keeps its result."""
+    store, cp, call_id = task
+    tool = _kind(kind)
+    assert sorted(tool.params_json_schema["properties"]) == ["body", "title"]
+    cp = _approve(store, cp, call_id)
+    told = json.loads(_invoke(tool, store, cp, call_id))
+    assert len(RUNS) == 1 and RUNS[0].idempotency_key == KEY
+    assert told["delivered"] == 1
+    [entry] = ledger_entries(state_dir)
+    assert entry["result"] == told
+    assert json.loads(_invoke(tool, store, cp, call_id)) == told and len(RUNS) == 1
+
+
+def test_a_generator_is_refused_and_nothing_is_recorded(task, state_dir):
+    """A function whose body does not run when it is called (a generator): refused, no entry."""
+    from state.errors import Refused
+    from workflow import Effect, effect_tool
+
+    @effect_tool
+    def deliver(effect: Effect, title: str, body: str) -> Any:
+        """Deliver a note."""
+        RUNS.append(effect)
+        yield "delivered"
+
+    store, cp, call_id = task
+    cp = _approve(store, cp, call_id)
+    with pytest.raises(Refused, match="returned a generator, whose body has not run; nothing was done"):
+        _invoke(deliver, store, cp, call_id)
+    assert RUNS == [] and ledger_entries(state_dir) == []
+
+
+# -- the same through a service: counted at the service ---------------------------------------------
+
+TOKEN = "tok-effect-gate-0123456789abcdef"
+
+
+@pytest.fixture
+def publishing(tmp_path):
+    """A reference publishing service in a thread: ``(url, client, posts, publications)``:
+    ``posts()`` the number of POSTs it received, ``publications()`` what it holds (its IDs)."""
+    import httpx
+
+    from tools.publishing_client import PublishingClient
+    from tools.publishing_service import start_in_thread
+
+    url, stop = start_in_thread(tmp_path / "svc", token=TOKEN)
+
+    def posts() -> int:
+        r = httpx.get(url + "/v1/_stats", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+        return r.json()["posts"]
+
+    def publications() -> list[str]:
+        r = httpx.get(url + "/v1/publications", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+        return [p["id"] for p in r.json()["data"]]
+
+    yield url, PublishingClient(url, TOKEN, timeout_s=5), posts, publications
+    stop()
+
+
+def _invoke_through(tool: Any, url: str, store: Any, cp: Any, call_id: str) -> Any:
+    """:func:`_invoke` for a task started with the service at ``url``."""
+    from agents.tool_context import ToolContext
+
+    from state import open_stores
+
+    context = {"task_id": cp.task_id, "idempotency_key": cp.task_id, "content_sha256": cp.content_sha256,
+               "channels": list(cp.channels), "store": open_stores.token_for(store), "service": url}
+    args = json.dumps({"title": TITLE, "body": DRAFT})
+    ctx = ToolContext(context=context, tool_name=tool.name, tool_call_id=call_id, tool_arguments=args)
+    return asyncio.run(tool.on_invoke_tool(ctx, args))
+
+
+def test_through_a_service_a_decorated_async_function_publishes_before_it_is_recorded(task, state_dir, publishing):
+    """The decorated ``async def`` sends the request: one POST and one publication at the service,
+    then the ledger entry holding that publication."""
+    from workflow import Effect, effect_tool
+    from workflow.external import Service
+
+    url, client, posts, publications = publishing
+
+    @effect_tool(name="deliver", done="delivered", service=Service(url=url, find=lambda k, a: client.find(k)))
+    @_plain_decorator
+    async def deliver(effect: Effect, title: str, body: str) -> dict:
+        """Deliver a note."""
+        return await asyncio.to_thread(client.publish, effect.request_key, title, body, effect.channel)
+
+    store, cp, call_id = task
+    cp = _approve(store, cp, call_id)
+    told = json.loads(_invoke_through(deliver, url, store, cp, call_id))
+    assert posts() == 1 and publications() == [told["id"]]
+    [entry] = ledger_entries(state_dir)
+    assert entry["result"]["id"] == told["id"] and told["title"] == TITLE
+
+
+def test_through_a_service_a_decorated_async_lookup_is_awaited_before_anything_is_recorded(task, state_dir,
+                                                                                         publishing):
+    """A request whose answer was lost is asked about (``find``) before it is sent again: a ``find``
+    behind a plain decorator is awaited (it finds nothing), and the request is then sent once."""
+    from workflow import Effect, effect_tool
+    from workflow.external import MayHaveActed, Service
+    from state.errors import Refused
+
+    url, client, posts, publications = publishing
+    lost: list[str] = []
+    asked: list[str] = []
+
+    @_plain_decorator
+    async def find(request_key: str, arguments: dict) -> Any:
+        asked.append(request_key)
+        return await asyncio.to_thread(client.find, request_key)
+
+    @effect_tool(name="deliver", done="delivered", service=Service(url=url, find=find, attempts=1))
+    def deliver(effect: Effect, title: str, body: str) -> dict:
+        """Deliver a note."""
+        if not lost:
+            lost.append(effect.request_key)
+            raise MayHaveActed("the answer was lost before the request was sent")
+        return client.publish(effect.request_key, title, body, effect.channel)
+
+    store, cp, call_id = task
+    cp = _approve(store, cp, call_id)
+    with pytest.raises(Refused, match="did not confirm it"):
+        _invoke_through(deliver, url, store, cp, call_id)
+    assert posts() == 0 and ledger_entries(state_dir) == []
+    told = json.loads(_invoke_through(deliver, url, store, cp, call_id))
+    assert asked == lost and posts() == 1 and publications() == [told["id"]] and told["idempotency_key"] == lost[0]
+    [entry] = ledger_entries(state_dir)
+    assert entry["result"] == told
+
+
+def test_the_protocol_refuses_an_answer_that_is_still_awaitable(task, state_dir, publishing):
+    """The second defence, in :func:`workflow.external.perform` itself: a ``send`` that answers
+    with an awaitable (its request never ran) is not sent and not recorded: nothing at the service,
+    no ledger entry, and the command says nothing reached the service."""
+    from agents.tool_context import ToolContext
+
+    from state import open_stores
+    from state.errors import Refused
+    from workflow import effect, external
+
+    url, client, posts, publications = publishing
+    store, cp, call_id = task
+    cp = _approve(store, cp, call_id)
+
+    async def send(e: Any) -> dict:
+        return client.publish(e.request_key, TITLE, DRAFT, e.channel)
+
+    context = {"task_id": KEY, "content_sha256": cp.content_sha256, "channels": ["blog"],
+               "store": open_stores.token_for(store), "service": url}
+    args = json.dumps({"title": TITLE, "body": DRAFT})
+    ctx = ToolContext(context=context, tool_name="deliver", tool_call_id=call_id, tool_arguments=args)
+    effect._DONE["deliver"] = "delivered"
+    service = external.Service(url=url)
+    call = effect._Call.check(ctx, {"title": TITLE, "body": DRAFT}, "deliver", True, frozenset(), None,
+                              "content", service)
+    with pytest.raises(Refused, match="nothing reached the service .*send answered with an awaitable"):
+        external.perform(call, service, send)
+    assert posts() == 0 and publications() == [] and ledger_entries(state_dir) == []

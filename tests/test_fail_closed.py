@@ -680,3 +680,84 @@ def test_a_field_added_later_needs_a_schema_bump(cli, state_dir, v1_state, monke
     r = cli("status", "--task", v1_state.TASK_ID)
     r.assert_stopped()
     assert "note: Field required" in r.err and snapshot(state_dir) == before
+
+
+# -- A record cut short: where, and what to do next -------------------------------------------------
+
+def _cut(path: Path, keep: int) -> str:
+    """Keep the first ``keep`` bytes of ``path``; return what ``json.loads`` says of what is left,
+    as the message must: its reason (without a trailing "at"), line and column."""
+    data = path.read_bytes()[:keep]
+    path.write_bytes(data)
+    try:
+        json.loads(data)
+    except json.JSONDecodeError as exc:
+        reason = exc.msg.removesuffix(" at")
+        return f"is not valid JSON ({reason[:1].lower()}{reason[1:]} at line {exc.lineno}, column {exc.colno})"
+    raise AssertionError("the cut left valid JSON")
+
+
+def _stopped_where(cli, state_dir: Path, args: tuple[str, ...], says: str) -> None:
+    """One STOPPED sentence naming the position and ending with doctor, exit 1, nothing changed on disk."""
+    before = snapshot(state_dir)
+    r = cli(*args)
+    r.assert_stopped()
+    assert says + ", so it was damaged or cut short; a human must check it (python run.py doctor" in r.err, r.err
+    assert r.err.rstrip().endswith(")"), r.err  # the sentence is whole: it ends with its next step
+    assert snapshot(state_dir) == before
+
+
+@pytest.mark.parametrize("where", ["in_a_string", "half", "after_the_first_brace"])
+def test_a_truncated_checkpoint_names_the_line_and_column_and_the_next_step(cli, state_dir, where):
+    """It said ``not valid JSON (corrupted): Unterminated string starting at``: a sentence cut off,
+    with no position and no next step."""
+    _start(cli)
+    path = checkpoint_file(state_dir, KEY)
+    text = path.read_bytes()
+    keep = {"in_a_string": text.index(b'"run_state": "') + 30, "half": len(text) // 2, "after_the_first_brace": 1}
+    says = _cut(path, keep[where])
+    if where == "in_a_string":
+        assert "unterminated string starting at line " in says
+    for args in (("status", "--task", KEY), APPROVE):
+        _stopped_where(cli, state_dir, args, f"checkpoint {path.name} {says}")
+    r = cli("list")
+    r.assert_stopped()
+    assert f"checkpoint {path.name} {says}" in r.err and "(python run.py doctor lists every problem" in r.err
+
+
+def test_every_record_cut_short_names_its_line_and_column_and_the_next_step(cli, state_dir):
+    """The ledger entry, the rejection record and ``state.id`` go through the same parser as the
+    checkpoint: each, cut short, stops its command with the position and ``doctor``."""
+    _start(cli)
+    _start(cli, "fc-2")
+    cli(*APPROVE)
+    assert cli("resume", "--task", "fc-2", "--decision", "reject", "--reason", "no").code == 0
+    entry = next((state_dir / "ledger").glob("*.json"))
+    says = _cut(entry, entry.stat().st_size - 3)
+    _stopped_where(cli, state_dir, ("ledger",), f"ledger entry {entry.name} {says}")
+    rejection = next((state_dir / "rejections").glob("*.json"))
+    says = _cut(rejection, 20)
+    _stopped_where(cli, state_dir, ("resume", "--task", "fc-2", "--decision", "reject", "--reason", "no"),
+                   f"rejection record {rejection.name} {says}")
+    says = _cut(state_dir / "state.id", 5)
+    _stopped_where(cli, state_dir, ("start", "--key", "fc-3", "--draft", "x"), f"state.id {says}")
+
+
+@pytest.mark.parametrize("raw, says", [
+    (b'{"a": 1,\n "b": [1, 2,\n', "is not valid JSON (expecting value at line 3, column 1)"),
+    (b'{"a": "x\x01"}', "is not valid JSON (invalid control character at line 1, column 9)"),
+    (b'{"a": 1} []', "is not valid JSON (extra data at line 1, column 10)"),
+    (b'{"a": 1}\n{"b": "\xff"}', "is not valid UTF-8 (at byte 17, on line 2)"),
+    (b'{"a": 1, "a": 2}', "is not valid JSON (duplicate key 'a')"),
+    (b"[1]", "is not a JSON object (its top level is list)"),
+])
+def test_each_way_json_can_be_wrong_is_one_sentence_with_the_next_step(raw, says):
+    from cli.hints import text
+    from state.errors import Refused
+    from state.fileio import parse_json_object
+
+    with pytest.raises(Refused) as caught:
+        parse_json_object(raw, "intent record k.1.intent.json")
+    assert caught.value.code == "integrity"
+    assert text(caught.value).startswith(f"intent record k.1.intent.json {says}, so it was damaged")
+    assert text(caught.value).endswith("; a human must check it (python run.py doctor)")

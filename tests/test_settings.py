@@ -266,3 +266,59 @@ def test_a_publish_url_that_could_hold_a_secret_or_go_elsewhere_is_refused(monke
     monkeypatch.setenv("HITL_PUBLISH_URL", value)
     with pytest.raises(Refused, match="HITL_PUBLISH_URL"):
         settings()
+
+
+# -- one bound per setting, checked when the settings are read ------------------------------------
+
+BOUNDED = {name: field for name, field in Settings.model_fields.items() if settings_mod.max_length(field)}
+#: Per bounded variable: the start of a value that is otherwise acceptable (padded past the bound).
+LOOKS_RIGHT = {
+    "HITL_NOW": "2100-01-01T00:00:00Z", "HITL_SIGNING_KEY": "k" * 32, "OPENAI_API_KEY": "sk-test-",
+    "HITL_STATE_DIR": "/tmp/hitl-state-", "HITL_STORE_URL": "postgresql://127.0.0.1:1/db",
+    "HITL_FAILPOINT": "checkpoint:decision:before", "HITL_FAILPOINT_LOG": "/tmp/hitl-failpoints-",
+    "HITL_FAILPOINT_ACTION": "hang", "HITL_TRACE_CONTENT": "1", "HITL_DEBUG": "1",
+    "HITL_PUBLISH_URL": "http://127.0.0.1:9/", "HITL_PUBLISH_TOKEN": "tok-", "HITL_REVIEWER_TOKEN": "hitl_",
+    "HITL_POLICY": "/tmp/policy-",
+}
+
+
+def test_every_setting_has_one_bound_and_the_docs_say_it():
+    """A number its range, ``HITL_PUBLISH_IDEMPOTENCY`` its two words, every other variable its
+    length; a URL's is what the records that keep it accept."""
+    from typing import Literal, get_origin
+
+    from state.records import EffectIntent
+    from state.schema import Checkpoint
+
+    for name, field in Settings.model_fields.items():
+        kinds = [name in NUMERIC, get_origin(field.annotation) is Literal, name in BOUNDED]
+        assert kinds.count(True) == 1, name
+    assert {f.alias for f in BOUNDED.values()} == set(LOOKS_RIGHT)
+    for field in BOUNDED.values():
+        assert f"{settings_mod.max_length(field)} characters" in field.json_schema_extra["refused"], field.alias
+    service = [settings_mod.max_length(f) for f in (EffectIntent.model_fields["service"],
+                                                     Checkpoint.model_fields["service"])]
+    assert service == [settings_mod.max_length(BOUNDED["publish_url"])] * 2 == [settings_mod.MAX_URL_CHARS] * 2
+
+
+def test_a_value_at_its_bound_is_accepted(monkeypatch):
+    url = "http://127.0.0.1:9/" + "a" * (settings_mod.MAX_URL_CHARS - 19)
+    monkeypatch.setenv("HITL_PUBLISH_URL", url)
+    assert settings().publish_url == url
+
+
+@pytest.mark.parametrize("field", sorted(BOUNDED))
+def test_an_over_long_value_stops_the_command_before_the_agent_runs_or_anything_is_written(cli, state_dir,
+                                                                                          monkeypatch, field):
+    """``HITL_PUBLISH_URL`` over 2,000 characters used to pass: the agent ran, then the command
+    ended in ``unexpected error (ValidationError)`` with a trace file and a lock file left behind."""
+    from conftest import snapshot
+
+    name, bound = BOUNDED[field].alias, settings_mod.max_length(BOUNDED[field])
+    value = LOOKS_RIGHT[name] + "x" * (bound + 1 - len(LOOKS_RIGHT[name]))
+    monkeypatch.setenv(name, value)
+    r = cli("start", "--key", "long-1", "--draft", "x")
+    r.assert_stopped()
+    assert f"STOPPED: {name} is {bound + 1:,} characters long, over its bound of {bound:,}" in r.err
+    assert "x" * 20 not in r.err  # never the value: it may be a secret
+    assert snapshot(state_dir) == {}

@@ -33,6 +33,8 @@ from the SDK's ``FunctionTool.__wrapped__``), so a copy of the tool under anothe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import inspect
 import json
 import typing
@@ -179,7 +181,10 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
       recorded before the model is told (:func:`workflow.external.perform`); the task records the
       service's URL at start, and a call under another URL is refused.
 
-    The arguments ``fn`` is called with are the model's, validated by the SDK; ``channel`` (when
+    ``fn`` is a function (``def`` or ``async def``, behind any decorator), a ``functools.partial``
+    (arguments it fixed by keyword are not the model's) or a callable object: an awaitable it
+    returns is awaited on the run's event loop before anything is recorded; a generator is refused
+    (:class:`_Runner`). The arguments ``fn`` is called with are the model's, validated by the SDK; ``channel`` (when
     ``fn`` has that parameter) is the resolved channel. ``fn`` must be idempotent by
     ``effect.idempotency_key`` (docs/api.md). Errors: the gate raises :class:`Refused` (the run
     ends, nothing recorded); an exception from ``fn`` ends the run too, with no ledger entry.
@@ -191,17 +196,19 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
                                      done=done, content_word=content_word, service=service)
     from agents import RunContextWrapper, function_tool  # the SDK only where a tool is declared
 
-    sig = inspect.signature(fn)
+    source = _described(fn)
+    sig = source.signature
     params = list(sig.parameters.values())
     if not params:
-        raise TypeError(f"{fn.__qualname__}: its first parameter receives the Effect")
+        raise TypeError(f"{source.qualname}: its first parameter receives the Effect")
     # resolved where fn was written (Effect too, when fn's module imported it only locally)
-    hints = typing.get_type_hints(fn, localns={"Effect": Effect}, include_extras=True)
+    hints = typing.get_type_hints(source.annotated, localns={"Effect": Effect}, include_extras=True)
     rest = params[1:]
     defaults = {p.name: p.default for p in rest if p.default is not inspect.Parameter.empty}
-    action = name or fn.__name__
+    action = name or source.name
     _DONE[action] = done
     private = frozenset(private_channels)
+    run = _Runner(fn, action)
 
     def arguments_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         bound = sig.bind(None, *args, **kwargs).arguments
@@ -213,29 +220,19 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
             return answer(result, entry, created)
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
-    if inspect.iscoroutinefunction(fn):
-        async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-            call = await asyncio.to_thread(_Call.check, ctx, arguments_of(args, kwargs), action,
-                                           needs_approval, private, label, content_word, service)
-            if call.entry is not None:
-                return told(call.entry.result, call.entry, False)
-            if call.service is not None:  # the protocol runs in a thread; fn on this loop
-                loop = asyncio.get_running_loop()
-
-                def send(effect: Effect) -> Any:
-                    return asyncio.run_coroutine_threadsafe(fn(effect, **call.arguments), loop).result()
-                return told(*await asyncio.to_thread(external.perform, call, call.service, send))
-            result = await fn(call.effect, **call.arguments)
-            return told(*await asyncio.to_thread(call.record, result))
-    else:
-        def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            call = _Call.check(ctx, arguments_of(args, kwargs), action, needs_approval, private, label,
-                               content_word, service)
-            if call.entry is not None:
-                return told(call.entry.result, call.entry, False)
-            if call.service is not None:
-                return told(*external.perform(call, call.service, lambda effect: fn(effect, **call.arguments)))
-            return told(*call.record(fn(call.effect, **call.arguments)))
+    # Always asynchronous, whatever fn is: the SDK awaits it on the run's loop, and an awaitable fn
+    # returns (a plain decorator over an async def hides iscoroutinefunction) is awaited there too.
+    async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        call = await asyncio.to_thread(_Call.check, ctx, arguments_of(args, kwargs), action,
+                                       needs_approval, private, label, content_word, service)
+        if call.entry is not None:
+            return told(call.entry.result, call.entry, False)
+        loop = asyncio.get_running_loop()
+        if call.service is not None:  # the protocol runs in a thread; what fn returns is awaited on this loop
+            service_now = run.asking(call.service, loop)
+            return told(*await asyncio.to_thread(
+                external.perform, call, service_now, lambda effect: run.in_thread(loop, effect, call.arguments)))
+        return told(*await asyncio.to_thread(call.record, await run.on_loop(call.effect, call.arguments)))
 
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                 annotation=RunContextWrapper[Any])
@@ -244,12 +241,115 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
                               **{p.name: hints[p.name] for p in rest if p.name in hints},
                               **({"return": hints["return"]} if "return" in hints else {})}
     # The agent's fingerprint (agent_check.describe) names fn, not this wrapper.
-    invoke.__name__, invoke.__qualname__, invoke.__module__ = fn.__name__, fn.__qualname__, fn.__module__
-    invoke.__doc__ = fn.__doc__
+    invoke.__name__, invoke.__qualname__, invoke.__module__ = source.name, source.qualname, source.module
+    invoke.__doc__ = source.doc
     tool = function_tool(invoke, name_override=name, description_override=description,
                          needs_approval=needs_approval, failure_error_function=None)
     _SERVICES[function_identity(tool)] = service
     return effectful(tool)
+
+
+class _Declared(typing.NamedTuple):
+    """What a tool is declared from (:func:`_described`)."""
+
+    name: str
+    qualname: str
+    module: str
+    doc: Optional[str]
+    #: The function whose annotations (and globals) type the parameters.
+    annotated: Callable[..., Any]
+    #: How the function is called: the Effect first, then the model's arguments.
+    signature: inspect.Signature
+
+
+def _described(fn: Callable[..., Any]) -> _Declared:
+    """Names, docstring, annotations and signature of ``fn``: ``fn``'s own for a function or
+    method (through ``functools.wraps``), those of the function of a ``functools.partial`` (its
+    signature without the arguments it fixed by keyword: the model never sees them), and for a
+    callable object its class's names with its ``__call__``'s docstring and annotations. Raises
+    ``TypeError`` for a class or anything not callable."""
+    if not callable(fn) or inspect.isclass(fn):
+        raise TypeError(f"effect_tool needs a function, not {type(fn).__name__}")
+    sig = inspect.signature(fn)
+    if isinstance(fn, functools.partial):
+        fixed, inner = set(), fn
+        while isinstance(inner, functools.partial):
+            fixed, inner = fixed | set(inner.keywords), inner.func
+        sig = sig.replace(parameters=[p for p in sig.parameters.values() if p.name not in fixed])
+        return _described(inner)._replace(signature=sig)
+    if inspect.isroutine(fn):
+        return _Declared(fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__, fn, sig)
+    kind, call = type(fn), type(fn).__call__
+    return _Declared(kind.__name__, kind.__qualname__, kind.__module__, call.__doc__ or kind.__doc__, call, sig)
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """Runs an effect tool's function ``fn`` so that its effect has happened when its result is
+    recorded, whatever ``fn`` is: an ``async def`` (or a partial of one, or an object whose
+    ``__call__`` is one) is called on the run's event loop; anything else in a worker thread (as
+    the SDK runs a sync tool), and an awaitable it returns (a coroutine of a function behind a
+    plain decorator, a future, any ``__await__``) is awaited on the loop. A generator is refused:
+    its body has not run."""
+
+    fn: Callable[..., Any]
+    action: str
+
+    def _is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn) or (
+            not inspect.isroutine(self.fn) and inspect.iscoroutinefunction(getattr(self.fn, "__call__", None)))
+
+    async def on_loop(self, effect: Effect, arguments: dict[str, Any]) -> Any:
+        """``fn(effect, **arguments)``'s result, awaited until it is not awaitable. Raises
+        :class:`Refused` for a generator; what ``fn`` raises, as it was."""
+        if self._is_async():
+            result = self.fn(effect, **arguments)
+        else:
+            result = await asyncio.to_thread(self.fn, effect, **arguments)
+        return self._ran(await _awaited(result))
+
+    def in_thread(self, loop: asyncio.AbstractEventLoop, effect: Effect, arguments: dict[str, Any]) -> Any:
+        """:meth:`on_loop` from a worker thread while ``loop`` runs (the ``send`` of
+        :func:`workflow.external.perform`): a sync ``fn`` runs here, an awaitable is awaited on
+        ``loop``; a generator raises :class:`workflow.external.NotSent` (nothing was sent)."""
+        result = self.fn(effect, **arguments)
+        if inspect.isawaitable(result):
+            result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+        try:
+            return self._ran(result)
+        except Refused as exc:
+            raise external.NotSent(str(exc), retry=False) from None
+
+    def asking(self, service: external.Service, loop: asyncio.AbstractEventLoop) -> external.Service:
+        """``service`` whose ``find`` has an awaitable answer awaited on ``loop`` (called from a
+        worker thread): a lookup never answers with a coroutine that did not run."""
+        find = service.find
+        if find is None:
+            return service
+
+        def found(request_key: str, arguments: dict[str, Any]) -> Any:
+            answer = find(request_key, arguments)
+            if inspect.isawaitable(answer):
+                answer = asyncio.run_coroutine_threadsafe(_awaited(answer), loop).result()
+            return answer
+
+        return dataclasses.replace(service, find=found)
+
+    def _ran(self, result: Any) -> Any:
+        if inspect.isgenerator(result) or inspect.isasyncgen(result):
+            close = getattr(result, "close", None) if inspect.isgenerator(result) else None
+            if close is not None:
+                close()
+            raise Refused("refused", f"{self.action} returned a generator, whose body has not run; nothing was "
+                          f"{_DONE[self.action]} (declare a function that does the effect and returns its result)")
+        return result
+
+
+async def _awaited(result: Any) -> Any:
+    """``result`` awaited until it is not awaitable (an awaitable may answer with another)."""
+    while inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 def _gated(rule: Any, private: frozenset[str], ctx: Any, arguments: dict[str, Any], channel: str) -> bool:

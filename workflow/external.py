@@ -18,6 +18,7 @@ below; any other exception means "it may have acted".
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -158,6 +159,20 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _answered(ask: Callable[..., Any]) -> Callable[..., Any]:
+    """``ask`` (``send`` or ``find``), its answer refused when it is awaitable: the request it
+    stands for has not run, so it is :class:`NotSent` (``retry=False``), never recorded. The gate
+    awaits an awaitable on its event loop before handing the answer here."""
+    def answered(*args: Any) -> Any:
+        answer = ask(*args)
+        if inspect.isawaitable(answer):
+            getattr(answer, "close", lambda: None)()  # a coroutine: never started, never run
+            raise NotSent(f"{getattr(ask, '__qualname__', type(ask).__name__)} answered with an awaitable "
+                          "that was not awaited", retry=False)
+        return answer
+    return answered
+
+
 def _attempt_of(store: Any, cp: Any, key: str, task_id: str, action: str, sha: str) -> tuple[Any, Any, bool]:
     """The attempt this command works on: ``(intent or None, binding or None, sent)``. ``sent``:
     a request of the latest intent's attempt may have been sent (its binding is in the checkpoint).
@@ -248,7 +263,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
 
     def one_try(effect: Any) -> Any:
         try:
-            return send(effect)
+            return _answered(send)(effect)
         except Exception as exc:
             failures.append(exc)
             raise
@@ -258,7 +273,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
         found = None
         if sent and service.find is not None:  # ask before sending again: never guess
             try:
-                found = _tries(service, True)(service.find, intent.request_key, call.arguments)
+                found = _tries(service, True)(_answered(service.find), intent.request_key, call.arguments)
             except (NotSent, MayHaveActed):
                 found = None  # the lookup failed: sending again with the same key is as safe
             if found is not None and service.key_of(found) != intent.request_key:
@@ -305,7 +320,8 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
         task_id=task_id) from None
 
 
-def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None, cp: Any = None) -> Optional[dict[str, Any]]:
+def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None,
+                  cp: Any = None) -> Optional[dict[str, Any]]:
     """Where the effect of ``key`` stands, for the views (``show``, ``status``, ``ledger``, the inbox,
     ``doctor``): None when no effect through a service was begun for it (the local ledger), else
     ``{"state", "service", "attempt", "request_key", "since", "publication_id", "settled_by",

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 from state import clock
 from state.errors import Next, Refused, no_hint
-from state.schema import MAX_REASON_CHARS, Checkpoint, check_text
+from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, effect_key
 from state.revisions import every_or_stop
 from state.store import TaskStore
 from workflow import reconcile
@@ -189,10 +189,32 @@ def expire_overdue(store: TaskStore, task_id: Optional[str] = None) -> tuple[lis
 
 
 def _check_expirable(store: TaskStore, cp: Checkpoint) -> None:
-    """Raise :class:`Refused` unless the decision table lets ``expire`` mark ``cp`` expired."""
-    if reconcile.check(store, cp, "expire").kind != "expire":
-        raise Refused("usage", f"task {cp.task_id} is not an overdue approval request (status {cp.status}, "
-                      f"expires_at {cp.expires_at})")
+    """Raise :class:`Refused` unless the decision table lets ``expire`` mark ``cp`` expired: ``begun``
+    when an effect of the task was begun (an intent with no outcome: it may have happened), else
+    ``usage``. Every date the message names is a record's (the deadline, the intent's ``at``) or
+    :func:`state.clock.now`'s, the clock the deadline was judged on (moved by ``HITL_NOW``)."""
+    if reconcile.check(store, cp, "expire").kind == "expire":
+        return
+    now = clock.now()
+    dates = f"deadline {cp.expires_at or 'none'}, the clock says {clock.iso(now)}"
+    for channel in cp.channels:
+        key = effect_key(cp.task_id, channel, cp.channels)
+        if reconcile.begun_of(store, cp, key) is not None:
+            intent = store.intent_get(key)
+            raise Refused("begun", [
+                f"task {cp.task_id}: its effect on {channel} was begun at {intent.at if intent else '?'} (an intent "
+                f"is recorded, no outcome yet), so it may have happened; it is never marked expired ({dates})",
+                Next("doctor_explains")], task_id=cp.task_id)
+    if cp.expires_at is None or now < clock.parse_iso(cp.expires_at):
+        raise Refused("usage", f"task {cp.task_id} is not overdue ({dates}); nothing changed")
+    raise Refused("usage", f"task {cp.task_id} is past its deadline but not an undecided approval request "
+                  f"(status {cp.status}{_decided(cp)}; {dates}); only those are marked expired")
+
+
+def _decided(cp: Checkpoint) -> str:
+    """``", decision 'approved' by ann"`` for the task's last decision on record, or ``""``."""
+    last = cp.decision or (cp.decisions[-1] if cp.decisions else None)
+    return "" if last is None else f", decision {last.decision!r} by {last.by}"
 
 
 Ask = Callable[[str], str]
