@@ -177,7 +177,8 @@ def serve_parser(sub: Any) -> None:
 
 def settle_parser(sub: Any) -> None:
     """The ``settle`` subcommand (a person's finding about a call in doubt, ``workflow/settlement.py``),
-    ``fail`` (the end of a task whose effect provably never ran) and ``publishing-service`` (the reference service, ``tools/publishing_service.py``: its own
+    ``fail`` (the end of a task whose effect provably never ran) and
+    ``publishing-service`` (the reference service, ``tools/publishing_service.py``: its own
     flags, passed on as they are)."""
     p = sub.add_parser("settle", help="record what you found at the service for a call in doubt")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
