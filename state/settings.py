@@ -318,8 +318,8 @@ class Settings(BaseSettings):
         "number", "seconds", f"{DEFAULT_PUBLISH_SETTLE_AFTER_S:g}",
         "How long after a request to the publishing service was given up the service may still act on "
         "it (the longest it takes to act on a request it received). An attempt's window ends this long "
-        "after its last try could have been given up; until then `settle --outcome not-published` is "
-        "refused, with the time the window ends (docs/external-effects.md).",
+        "after its last try could have been given up; until then nobody may settle it as not published "
+        "(refused, with the time the window ends: docs/external-effects.md).",
         f"anything but a number from 0 to {MAX_PUBLISH_SETTLE_AFTER_S:g}"))
 
     reviewer_token: Optional[str] = Field(None, alias="HITL_REVIEWER_TOKEN", repr=False,

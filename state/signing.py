@@ -51,6 +51,10 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
     valid = envelope_signed(data, key)  # over the envelope's own fields as parsed
     if not valid:
         raise Refused("integrity", f"checkpoint integrity check failed for {name}")
+    later = sorted(LATER_FIELDS & set(data)) if version != SCHEMA_VERSION else []
+    if later:  # no writer of an older version wrote them: a current envelope relabelled
+        raise Refused("integrity", f"{where} has schema_version {version} but holds {', '.join(later)}, which no "
+                      "writer of that version wrote")
     try:  # an older version is migrated after its MAC is verified over the envelope as written
         cp = Checkpoint.model_validate(migrate(data))
     except ValidationError as exc:
@@ -64,6 +68,10 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
     if cp.idempotency_key != cp.task_id:
         raise Refused("integrity", f"{where}: idempotency_key {cp.idempotency_key!r} != task_id {cp.task_id!r}")
     return cp
+
+
+#: Fields only this version's writer writes (an envelope of an older version never holds them).
+LATER_FIELDS = frozenset({"effects", "failure"})
 
 
 def signed_by_any(envelopes: Iterable[Any], key: bytes) -> bool:

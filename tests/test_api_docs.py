@@ -46,4 +46,6 @@ def test_api_page_examples_run_and_print_what_the_page_says(tmp_path):
         "refused: rejected",
         "refused: in_doubt in_doubt 1",
         "completed 1",
+        "refused: unconfirmed publishing",
+        "failed ended by carol: the provider was shut down",
     ]

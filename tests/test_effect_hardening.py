@@ -410,3 +410,75 @@ def test_fail_is_refused_where_an_effect_may_have_happened(service, state_dir):
     r = cli(state_dir, svc.url, "fail", "--task", KEY, "--by", "ann", "--reason", "give up", idempotency="none")
     stopped(r, "may have happened")
     assert snapshot(state_dir) == before
+
+
+# -- 10. settle published: refused before it writes, or finished ---------------------------------------
+
+@pytest.mark.parametrize("url", [None, "http://127.0.0.1:9"])
+def test_settle_published_under_another_service_is_refused_before_anything_is_written(service, state_dir, url):
+    """From a shell with no ``HITL_PUBLISH_URL``, or another one, the run could not finish: refused
+    before the ledger entry is written, never half-done."""
+    svc = service(dedup=False, lose_answer=1)
+    start(state_dir, svc.url, idempotency="none")
+    stopped(cli(state_dir, svc.url, *APPROVE, idempotency="none", **SHORT_WINDOW), "in doubt")
+    time.sleep(0.3)
+    before = snapshot(state_dir)
+    r = cli(state_dir, url, "settle", "--task", KEY, "--outcome", "published", "--by", "bea", idempotency="none")
+    stopped(r, "was started to publish through", "nothing was sent")
+    assert "already done" not in r.err and snapshot(state_dir) == before and not ledger_entries(state_dir)
+    r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "published", "--by", "bea",
+            idempotency="none")
+    assert r.code == 0 and "completed" in r.out, r.err
+    assert len(svc.publications()) == 1
+
+
+NO_DEDUP_POINTS = ["effect:intent:before", "effect:intent:after", "checkpoint:effect:before", "checkpoint:effect:after",
+                   "effect:request:before", "effect:request:after", "ledger:record:before", "ledger:record:after",
+                   "checkpoint:outcome:before"]
+
+
+@pytest.mark.parametrize("point", NO_DEDUP_POINTS)
+def test_a_kill_at_each_point_at_a_provider_without_deduplication_ends_with_one_publication(
+        service, state_dir, tmp_path, point):
+    """The crash matrix for a provider that cannot deduplicate, finished by a person who follows
+    what the program prints (waiting out the window, looking at the service before settling)."""
+    svc = service(dedup=False)
+    start(state_dir, svc.url, idempotency="none")
+    crash(state_dir, svc.url, point, tmp_path / "fp.log", idempotency="none", **SHORT_WINDOW)
+    seen = _person(state_dir, svc, "none", dict(SHORT_WINDOW))
+    assert seen[-1] == "completed", seen
+    assert len(svc.publications()) == 1
+
+
+def test_the_documented_answer_table_is_the_clients():
+    """docs/external-effects.md, "What an answer means": each status it names has the meaning the
+    client gives it (an outcome, a conflict, tried again in the command or not)."""
+    from tools.publishing_client import meaning
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "external-effects.md").read_text(encoding="utf-8")
+    table = doc.split("## What an answer means", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in table.splitlines() if r.startswith("| `")]
+    expect = {0: ("outcome", False), 1: ("conflict", False), 2: ("may_have_acted", True),
+              3: ("may_have_acted", False)}
+    for i, row in enumerate(rows[:4]):
+        for status in re.findall(r"`(\d{3})`", row.split("|")[1]):
+            assert meaning(int(status)) == expect[i], (status, row)
+    assert meaning(503) == ("may_have_acted", True) and meaning(302) == ("may_have_acted", False)
+    assert meaning(418) == ("may_have_acted", False)
+
+
+def test_the_public_fail_ends_a_task_whose_service_is_gone_for_good(service, state_dir):
+    import workflow
+
+    svc = service()
+    start(state_dir, svc.url)
+    url = svc.url
+    svc.stop()
+    stopped(cli(state_dir, url, *APPROVE, HITL_PUBLISH_ATTEMPTS="1"), "nothing reached the service")
+    store = workflow.open_store(str(state_dir))
+    with pytest.raises(workflow.Refused) as bad:
+        workflow.fail(store, KEY, reason="x" * 2000, by="ann")
+    assert bad.value.code == "unsafe_input"
+    cp = workflow.fail(store, KEY, reason="the service was shut down", by="ann")
+    assert cp.status == "failed" and cp.failure == "ended by ann: the service was shut down"
+    assert workflow.fail(store, KEY, reason="again", by="ann").revision == cp.revision  # unchanged

@@ -33,7 +33,8 @@ START = ["start", "--key", KEY, "--title", "Hello", "--draft", "Published once."
 APPROVE = ["resume", "--task", KEY, "--decision", "approve", "--by", "ann", "--json"]
 REJECT = ["resume", "--task", KEY, "--decision", "reject", "--by", "ann", "--reason", "no", "--json"]
 #: Every failpoint around the request of one approved call, in the order a resume passes them.
-AROUND_THE_REQUEST = ["effect:intent:before", "effect:intent:after", "effect:request:before",
+AROUND_THE_REQUEST = ["effect:intent:before", "effect:intent:after", "checkpoint:effect:before",
+                      "checkpoint:effect:after", "effect:request:before",
                       "effect:request:after", "ledger:record:before", "ledger:record:after",
                       "checkpoint:outcome:before", "checkpoint:outcome:after"]
 #: Without fork every command is a fresh interpreter (~2 s or more): the points most likely to go wrong.

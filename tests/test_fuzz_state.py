@@ -308,7 +308,7 @@ def resigned(draw, cp: dict) -> tuple[str, Callable[[dict], None], bool]:
                 _rs(edit)(d)
         return f"{kind}:{where}:{field}:{new}", m, False
     if kind == "schema_version":
-        value = draw(_JSON.filter(lambda v: not (type(v) is int and v == 1)))
+        value = draw(_JSON.filter(lambda v: not (type(v) is int and v in (1, cp["schema_version"]))))  # 3: no change
         return f"{kind}:{value!r}", lambda d: d.update(schema_version=value), False
     if kind == "rs_schema_version":
         from agents.run_state import SUPPORTED_SCHEMA_VERSIONS

@@ -12,6 +12,7 @@ example); every other module is private to the library. The names are imported l
   :class:`Approve` or :class:`Reject`, :func:`read_task` to see where a task stands;
 - an effect through a network service: ``effect_tool(service=Service(...))``, the function raising
   :class:`NotSent`, :class:`MayHaveActed` or :class:`Conflict`; :func:`settle` a call in doubt;
+  :func:`fail` a task whose effect provably never ran;
 - every refusal raises :class:`Refused` (fail closed: nothing half-written).
 """
 
@@ -23,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # names for type checkers only: at run time they load on first use
     from state.errors import Refused
     from state.store import TaskStore
-    from workflow.api import Approve, Reject, decide, open_store, read_task, settle, start
+    from workflow.api import Approve, Reject, decide, fail, open_store, read_task, settle, start
     from workflow.application import Application
     from workflow.effect import Effect, effect_tool
     from workflow.external import Conflict, MayHaveActed, NotSent, Service
 
 __all__ = ["Application", "start", "decide", "Approve", "Reject", "read_task", "open_store",
            "effect_tool", "Effect", "Refused", "TaskStore", "Service", "NotSent", "MayHaveActed",
-           "Conflict", "settle"]
+           "Conflict", "settle", "fail"]
 
 #: Public name -> the module that defines it, imported on first use (by name: importing this
 #: package imports none of them, so ``import workflow.observe.views`` stays free of the SDK).
@@ -40,7 +41,7 @@ _HOME = {
     "Reject": "workflow.api", "read_task": "workflow.api", "open_store": "workflow.api",
     "effect_tool": "workflow.effect", "Effect": "workflow.effect",
     "Service": "workflow.external", "NotSent": "workflow.external", "MayHaveActed": "workflow.external",
-    "Conflict": "workflow.external", "settle": "workflow.api",
+    "Conflict": "workflow.external", "settle": "workflow.api", "fail": "workflow.api",
     "Refused": "state.errors",
     "TaskStore": "state.store",
 }

@@ -155,6 +155,22 @@ async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: 
                                  reason=reason, **options)
 
 
+def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = None,
+         token: Optional[str] = None) -> "Checkpoint":
+    """End ``task_id`` where no effect can have happened (an approval never carried out, or every
+    attempt through a service found not done): it ends ``failed`` with ``reason`` (text of at most
+    :data:`state.schema.MAX_REASON_CHARS` characters), ``completed`` if another of its calls
+    executed. Needs no SDK. Raises :class:`Refused`, nothing written: ``begun`` where an effect may
+    have happened (settle it first), ``undecided`` for a call nobody decided (reject it),
+    ``unsafe_input``; an ended task's own code. In team mode ``token`` authenticates who ends it, as
+    for :func:`decide` (:func:`workflow.settlement.fail`, docs/decision-table.md)."""
+    from workflow import settlement as settling
+
+    by = _decider(store, task_id, by, token)
+    _check_reason(reason)
+    return settling.fail(store, task_id, by=by, reason=reason)
+
+
 def _decider(store: "TaskStore", task_id: Any, by: Optional[str], token: Optional[str]) -> str:
     """The checked ``by`` of a decision on ``task_id``: in team mode the reviewer of ``token``
     (:func:`workflow.team.decider`), else ``by`` as given. Raises :class:`Refused`."""

@@ -189,17 +189,6 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         return await _finish(store, guards.rebased(store, cp), agent, result, budget, guard.pricing, context)
 
 
-def check_can_finish(store: Store, app: Application, task_id: str, model: Model | None = None) -> None:
-    """Refuse, before anything is written, what would stop a resume of ``task_id`` with ``app``'s
-    agent half-way: a checkpoint that does not verify, an agent changed since the save, another
-    service than the task was started with (:func:`workflow.guards.check_saved_against_code`).
-    Raises :class:`Refused`; writes nothing."""
-    cp = store.load(task_id)
-    agent = app.agent(cp.model, BudgetGuard(cp.budget, Pricing(cp.model, cp.budget)), model)
-    check_agent(agent)
-    guards.check_saved_against_code(cp, agent, app)
-
-
 async def decide(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
                  edit: edits.Edit | None = None, **kwargs: Any) -> Checkpoint:
     """:func:`resume` (``kwargs``: its own; ``checked`` serves this first decision only); then, while

@@ -135,11 +135,26 @@ async def settle(store: Any, app: Any, *, task_id: str, outcome: Outcome, by: st
     if outcome == "published":  # the run must be able to finish before anything is written
         from workflow import hitl  # the SDK, only to finish the run
 
-        hitl.check_can_finish(store, app, task_id, kwargs.get("model"))
+        _check_can_finish(store, app, task_id, kwargs.get("model"))
     cp, call = record(store, task_id, outcome, by=by, call_id=call_id, reason=reason)
     if outcome == "not_published":
         return store.load(task_id)
     return await hitl.decide(store, app, task_id=task_id, decision="approve", by=by, call_id=call, **kwargs)
+
+
+def _check_can_finish(store: Any, app: Any, task_id: str, model: Any = None) -> None:
+    """Refuse, before anything is written, what would stop the run of ``task_id`` with ``app``'s
+    agent half-way: a checkpoint that does not verify, an agent changed since the save, another
+    service than the task was started with (:func:`workflow.guards.check_saved_against_code`).
+    Raises :class:`Refused`; writes nothing. Imports the SDK."""
+    from workflow import guards
+    from workflow.agent_check import check_agent
+    from workflow.budget import BudgetGuard, Pricing
+
+    cp = store.load(task_id)
+    agent = app.agent(cp.model, BudgetGuard(cp.budget, Pricing(cp.model, cp.budget)), model)
+    check_agent(agent)
+    guards.check_saved_against_code(cp, agent, app)
 
 
 def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
