@@ -247,7 +247,8 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     assert {cp.status for cp in before.values()} == {"waiting_for_approval", "completed",
                                                      "cancelled", "budget_exceeded", "expired"}
     old.close()
-    for sql in ("DROP TABLE reviewers", "DROP TABLE effect_settlements", "DROP TABLE effect_intents",
+    for sql in ("ALTER TABLE ledger DROP COLUMN envelope", "ALTER TABLE rejections DROP COLUMN envelope",
+                "DROP TABLE reviewers", "DROP TABLE effect_settlements", "DROP TABLE effect_intents",
                 "ALTER TABLE ledger DROP COLUMN settled_by, DROP COLUMN settle_reason",
                 "DROP TABLE key_fingerprint",
                 "DROP INDEX rejections_by_task_channel", "ALTER TABLE rejections DROP COLUMN channel",
@@ -265,13 +266,25 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     assert _rows(pg_url, "SELECT version FROM schema_migrations ORDER BY version") == [
         (v,) for v in range(1, latest_version() + 1)]
     assert _rows(pg_url, "SELECT idempotency_key, channel FROM ledger") == [("v1-completed", None)]
-    assert new.rejection_get("v1-cancelled").by == "ops"
+    # the records that program wrote carry no signature: never trusted silently, named by doctor,
+    # and signed by doctor --repair, since each task's signed checkpoint proves them
+    from state.errors import Refused
+    from workflow.ops.doctor import doctor
+
+    with pytest.raises(Refused, match="is not signed"):
+        new.rejection_get("v1-cancelled")
+    report = doctor(new)
+    assert sorted((f["kind"], f["task_id"]) for f in report["findings"]) == [
+        ("not_judged", "v1-cancelled"), ("not_judged", "v1-completed"),  # notes: judged once signed
+        ("unsigned_record", "v1-cancelled"), ("unsigned_record", "v1-completed")], report
+    assert report["inconsistencies"] == 2
+    repaired = doctor(new, repair=True)
+    assert [r["kind"] for r in repaired["repairs"]] == ["unsigned_record"] * 2 and repaired["consistent"], repaired
+    assert new.rejection_get("v1-cancelled").by == "ops" and new.ledger_get("v1-completed") is not None
     # and the upgraded database goes on working: the waiting task is approved exactly once
     done = asyncio.run(application.resume(new, task_id="v1-waiting", decision="approve", by="ops"))
     assert done.status == "completed" and new.ledger_get("v1-waiting") is not None
     assert len(_rows(pg_url, "SELECT fingerprint FROM key_fingerprint")) == 1  # adopted by its key
-    from workflow.ops.doctor import doctor
-
     assert doctor(new)["consistent"]
 
 

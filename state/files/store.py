@@ -43,7 +43,7 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from state import effects, state_id
 
@@ -283,13 +283,14 @@ class Store:
         """See :meth:`state.store.TaskStore.rejection_remove` (:func:`state.files.rejections.remove`)."""
         rejections.remove(self, task_id, channel)
 
-    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
+    def inspect(self, *, repair: bool = False, adopt: Iterable[str] = ()) -> Iterator[Inspected]:
         """See :meth:`state.store.Inspectable.inspect` (:func:`state.files.inspect.inspect`: the
-        files, lock files and temp files of the state dir; ``repair`` deletes leftover temp files
-        and clears older revision files a crash left whole, each under its owner's lock)."""
+        files, lock files and temp files of the state dir; ``repair`` deletes leftover temp files,
+        clears older revision files a crash left whole, each under its owner's lock, and signs the
+        unsigned records a signed checkpoint proves or ``adopt`` names: :mod:`state.adoption`)."""
         from state.files.inspect import inspect  # only doctor needs it
 
-        return inspect(self, repair=repair)
+        return inspect(self, repair=repair, adopt=adopt)
 
     # -- locking -----------------------------------------------------------------------------
     @contextmanager
