@@ -137,16 +137,19 @@ def review(store: "TaskStore", found: Iterable[Unsigned], *, repair: bool, adopt
     ``remedy``: how this store's record is removed (e.g. ``move the file away``). A named record
     that is not in ``found`` is an ``adopt_not_found`` finding. Never raises :class:`Refused`."""
     vouched = set(adopt)
+    entries: dict[str, LedgerEntry] = {}  # unsigned entries proven here (signed, with repair)
     for item in sorted(found, key=lambda u: (ORDER.index(u.kind), u.where)):
-        proven, why = _judge(store, item)
+        proven, why = _judge(store, item, entries)
         person = item.where in vouched
         vouched.discard(item.where)
+        if proven and isinstance(item.record, LedgerEntry):
+            entries[item.record.idempotency_key] = item.record
         if not (repair and (proven or person)):
             yield _finding(item, proven, why, remedy)
             continue
         try:
             with store.task_lock(item.task_id, timeout=0):
-                proven, why = _judge(store, item)  # again, under the lock
+                proven, why = _judge(store, item, {})  # again, under the lock, from signed records only
                 if not (proven or person):
                     yield _finding(item, proven, why, remedy)
                     continue
@@ -162,18 +165,21 @@ def review(store: "TaskStore", found: Iterable[Unsigned], *, repair: bool, adopt
                       "(mistyped, or signed already); nothing was adopted for it")
 
 
-def _judge(store: "TaskStore", item: Unsigned) -> tuple[bool, str]:
-    """:func:`proof` of ``item`` with its task's checkpoint and its key's ledger entry as they are now."""
+def _judge(store: "TaskStore", item: Unsigned, proven: dict[str, LedgerEntry]) -> tuple[bool, str]:
+    """:func:`proof` of ``item`` with its task's checkpoint and its key's ledger entry as they are
+    now (signed), or else, for a report without repair, its unsigned entry that is ``proven`` (by
+    key): the one a repair would sign first."""
     try:
         cp: Optional[Checkpoint] = store.load(item.task_id)
     except Refused:
         cp = None
     entry = None
     if item.kind in ("effect_intent", "settlement"):
+        key = str(getattr(item.record, "idempotency_key"))
         try:
-            entry = store.ledger_get(str(getattr(item.record, "idempotency_key")))
+            entry = store.ledger_get(key)
         except Refused:
-            entry = None  # unsigned or damaged itself: no proof
+            entry = proven.get(key)  # unsigned itself: a proof only if it is proven
     return proof(item, cp, entry)
 
 
