@@ -29,7 +29,7 @@ from state.durable import create_exclusive
 from state.errors import Refused
 from state.fileio import parse_json_object
 from state.paths import file_name, inside, read_regular
-from state.files.sealing import sealed_bytes, unsealed
+from state.files.sealing import sealed_bytes, unsealed, verifying
 from state.records import EffectIntent, Settlement
 
 if TYPE_CHECKING:  # the file store calls these with itself
@@ -57,12 +57,15 @@ KINDS: dict[type[BaseModel], str] = {EffectIntent: "effect_intent", Settlement: 
 FILE_KINDS = {"intent": "effect_intent", "settled": "settlement"}
 
 
-def _parse(path: Path, model: type[M]) -> Optional[M]:
+def _parse(path: Path, model: type[M], keys: Optional[tuple[bytes, Optional[str]]] = None) -> Optional[M]:
+    """The verified record of ``model`` in ``effects/`` file ``path`` (``keys``:
+    :func:`state.files.sealing.verifying` of its state dir, if read already), or None if there is
+    no such file."""
     raw = read_regular(path, f"effect record {path.name}", limit=MAX_RECORD_BYTES)
     if raw is None:
         return None
     data = parse_json_object(raw, f"effect record {path.name}")
-    rec: M = unsealed(KINDS[model], data, path.parent.parent, f"effect record {path.name}")
+    rec: M = unsealed(KINDS[model], data, path.parent.parent, f"effect record {path.name}", keys)
     return rec
 
 
@@ -163,8 +166,9 @@ def intents(store: "Store") -> list[EffectIntent]:
         if attempt > latest.get(match["stem"], (0, path))[0]:
             latest[match["stem"]] = (attempt, path)
     out = []
+    keys = verifying(store.root) if latest else None  # read once, not once per record
     for attempt, path in latest.values():
-        rec = _parse(path, EffectIntent)
+        rec = _parse(path, EffectIntent, keys)
         if rec is None:
             raise Refused("ledger_mismatch", f"effect record {path.name} cannot be read (removed meanwhile?)")
         if f"{file_name(rec.idempotency_key)}.{rec.attempt}.intent.json" != path.name:

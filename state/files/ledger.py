@@ -32,7 +32,7 @@ from state.clock import now_iso
 from state.durable import create_exclusive
 from state.fileio import parse_json_object
 from state.paths import file_name
-from state.files.sealing import sealed_bytes, unsealed
+from state.files.sealing import sealed_bytes, unsealed, verifying
 from state.records import LedgerEntry, check_ledger_key, check_same_entry
 
 #: The record kind of a ledger entry's signed envelope (:data:`state.record_seal.KINDS`).
@@ -125,23 +125,27 @@ class Ledger:
         """Every entry, oldest first. Raises :class:`Refused` on any corrupt or misnamed file."""
         if not self.folder.is_dir():
             return []
-        out = [self.read_path(path) for path in self.folder.glob("*.json")]
+        paths = list(self.folder.glob("*.json"))
+        keys = verifying(self.folder.parent) if paths else None  # read once, not once per entry
+        out = [self.read_path(path, keys) for path in paths]
         return sorted(out, key=lambda e: (e.published_at, e.idempotency_key))
 
-    def read_path(self, path: Path) -> LedgerEntry:
-        """The entry in ledger file ``path`` (a regular file only). Raises :class:`Refused` if it is
-        missing, unreadable, not a regular file, corrupt, or named for another key."""
+    def read_path(self, path: Path, keys: Optional[tuple[bytes, Optional[str]]] = None) -> LedgerEntry:
+        """The entry in ledger file ``path`` (a regular file only; ``keys``: what it is verified
+        with, :func:`state.files.sealing.verifying`, if read already). Raises :class:`Refused` if it
+        is missing, unreadable, not a regular file, corrupt, does not verify, or is named for
+        another key."""
         raw = read_regular(path, f"ledger entry {path.name}", limit=MAX_ENTRY_BYTES)
         if raw is None:
             raise Refused("ledger_mismatch", f"ledger entry {path.name} cannot be read (No such file or directory)")
-        entry = self._parse(raw, path)
+        entry = self._parse(raw, path, keys)
         if path.stem != file_name(entry.idempotency_key):
             raise Refused("ledger_mismatch",
                           f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
         return entry
 
-    def _parse(self, raw: bytes, path: Path) -> LedgerEntry:
+    def _parse(self, raw: bytes, path: Path, keys: Optional[tuple[bytes, Optional[str]]] = None) -> LedgerEntry:
         """The verified entry in ``raw`` (the bytes of ``path``): :func:`state.files.sealing.unsealed`."""
         data: dict[str, Any] = parse_json_object(raw, f"ledger entry {path.name}")
-        entry: LedgerEntry = unsealed(KIND, data, self.folder.parent, f"ledger entry {path.name}")
+        entry: LedgerEntry = unsealed(KIND, data, self.folder.parent, f"ledger entry {path.name}", keys)
         return entry

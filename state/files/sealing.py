@@ -34,10 +34,20 @@ def sealed_bytes(kind: str, model: BaseModel, root: Path) -> bytes:
     return (json.dumps(envelope, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def unsealed(kind: str, data: dict[str, Any], root: Path, where: str) -> Any:
-    """The verified record of ``kind`` in ``data`` (a parsed file of state dir ``root``): see
-    :func:`state.record_seal.unseal_record`. An unsigned record is refused before any key is read.
-    Raises :class:`state.errors.Refused` (no signing key included)."""
-    check_signed(data, where)  # before the key: an unsigned record is named as such
+def verifying(root: Path) -> tuple[bytes, Optional[str]]:
+    """``(signing key, state ID or None)`` of state dir ``root``, what :func:`unsealed` verifies
+    with (read once for a listing of many records). Raises :class:`state.errors.Refused` if there
+    is no usable key or ``state.id`` is damaged."""
     ident: Optional[state_id.StateIdentity] = state_id.read(root)
-    return unseal_record(kind, data, load_key(root, create=False), ident.state_id if ident else None, where)
+    return load_key(root, create=False), ident.state_id if ident else None
+
+
+def unsealed(kind: str, data: dict[str, Any], root: Path, where: str,
+             keys: Optional[tuple[bytes, Optional[str]]] = None) -> Any:
+    """The verified record of ``kind`` in ``data`` (a parsed file of state dir ``root``): see
+    :func:`state.record_seal.unseal_record`; ``keys``: :func:`verifying` of ``root`` if the caller
+    read it already. An unsigned record is refused before any key is read. Raises
+    :class:`state.errors.Refused` (no signing key included)."""
+    check_signed(data, where)  # before the key: an unsigned record is named as such
+    key, sid = keys if keys is not None else verifying(root)
+    return unseal_record(kind, data, key, sid, where)

@@ -6,8 +6,9 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
     tasks/<name>.r<N>.json  revision N of a task's checkpoint envelope (state.schema.Checkpoint);
                           N has 6 digits or more (r000001, r000002 …); the highest N is the checkpoint
     ledger/<name>.json    one ledger entry per idempotency key (state.files.ledger)
+    rejections/<name>.json  one rejection record per task and channel (state.files.rejections)
     effects/<name>.<N>.intent.json / .settled.json  attempt N of an effect through a service
-                          (state.files.intents)
+                          (state.files.intents); each record file is signed (state.record_seal)
     locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
     traces/<name>.jsonl   the local trace of each task (workflow.observe.trace_log)
     signing.key           the MAC key, unless HITL_SIGNING_KEY is set
