@@ -388,3 +388,50 @@ def test_a_lock_timeout_postgresql_cannot_take_is_refused_before_the_database(pg
     assert r.code == 1 and f"HITL_LOCK_TIMEOUT={value!r} is not a number of seconds" in r.err
     assert _rows(pg_url, "SELECT task_id, revision FROM checkpoints") == before
     assert _rows(pg_url, "SELECT count(*) FROM ledger") == [(0,)]
+
+
+# -- signed records ----------------------------------------------------------------------------------
+
+
+def test_rows_copied_whole_from_another_database_with_the_same_key_are_refused(pg_url, pg_server, tmp_path,
+                                                                               monkeypatch):
+    """Why: two databases (two deployments) may share ``HITL_SIGNING_KEY``; every ledger,
+    rejection, intent and settlement row names its database's ``store_identity`` in its signed
+    envelope, so a row copied whole (every column, the envelope included) from the other database
+    verifies but is refused as another store's (``foreign_state``), and the task it would decide
+    goes nowhere."""
+    import psycopg
+
+    from conftest import fresh_schema_url
+    from state.conformance import _decision, _intent, _settlement
+    from state.errors import Refused
+    from state.postgres.store import PostgresStore
+
+    for name, value in SIGNING.items():
+        monkeypatch.setenv(name, value)
+    other_url = fresh_schema_url(pg_server)
+    ours, theirs = PostgresStore(pg_url, tmp_path / "a"), PostgresStore(other_url, tmp_path / "b")
+    for store in (ours, theirs):
+        store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
+        store.rejection_record("t-1", "a" * 64, _decision())
+        store.intent_record(_intent())
+        store.settlement_record(_settlement())
+    reads = {"effect_settlements": lambda: ours.settlement_get("t-1", 1),
+             "effect_intents": lambda: ours.intent_get("t-1"),
+             "ledger": lambda: ours.ledger_get("t-1"), "rejections": lambda: ours.rejection_get("t-1")}
+    key = {"effect_settlements": "idempotency_key", "effect_intents": "idempotency_key", "ledger": "idempotency_key",
+           "rejections": "task_id"}
+    with psycopg.connect(other_url, autocommit=True) as src, psycopg.connect(pg_url, autocommit=True) as dst:
+        for table, read in reads.items():
+            good = read()
+            cur = src.execute(f"SELECT * FROM {table} WHERE {key[table]} = 't-1'")
+            columns, row = [d.name for d in cur.description], cur.fetchone()
+            mine = dst.execute(f"SELECT * FROM {table} WHERE {key[table]} = 't-1'").fetchone()
+            copy = f"UPDATE {table} SET {', '.join(f'{c} = %s' for c in columns)} WHERE {key[table]} = 't-1'"
+            dst.execute(copy, row)  # every column of their row (the same key: a settlement's intent stays)
+            with pytest.raises(Refused, match="belongs to another state dir or store") as refused:
+                read()
+            assert refused.value.code == "foreign_state", table
+            dst.execute(copy, mine)  # put back: it reads again
+            assert read() == good, table
+    ours.close(), theirs.close()
