@@ -170,13 +170,13 @@ def sign_record(state_dir: Path, kind: str, fields: dict[str, Any], *, state_id:
 
 def record_path(state_dir: Path, kind: str, fields: dict[str, Any]) -> Path:
     """Where the file store keeps a record of ``kind`` with ``fields`` (its key fields)."""
-    from state.files.rejections import path_for_key
     from state.files.store import file_name
 
     if kind == "ledger_entry":
         return state_dir / "ledger" / (file_name(fields["idempotency_key"]) + ".json")
     if kind == "rejection":
-        return state_dir / "rejections" / path_for_key(fields["task_id"], fields.get("channel"))
+        channel = fields.get("channel")
+        return state_dir / "rejections" / (file_name(fields["task_id"] + (f"#{channel}" if channel else "")) + ".json")
     name = {"effect_intent": "intent", "settlement": "settled"}[kind]
     return state_dir / "effects" / f"{file_name(fields['idempotency_key'])}.{fields['attempt']}.{name}.json"
 
