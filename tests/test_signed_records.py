@@ -215,8 +215,9 @@ def test_an_intent_whose_request_key_was_changed_is_refused_and_nothing_is_sent_
     crash(state_dir, svc.url, "effect:request:after", tmp_path / "fp.log")
     assert len(svc.publications()) == 1 and svc.posts() == 1
     _edit_signed(_intent_file(state_dir), request_key="0" * 32)
-    stopped(cli(state_dir, svc.url, *APPROVE), "effect record", "integrity check failed")
-    assert len(svc.publications()) == 1 and svc.posts() == 1
+    r = cli(state_dir, svc.url, *APPROVE)
+    assert len(svc.publications()) == 1 and svc.posts() == 1  # (2 and 2 before: sent under the new key)
+    stopped(r, "effect record", "integrity check failed")
     assert not ledger_entries(state_dir)
 
 
@@ -228,8 +229,9 @@ def test_an_intent_whose_deduplicates_was_flipped_is_refused_and_nothing_is_sent
     crash(state_dir, svc.url, "effect:request:after", tmp_path / "fp.log", idempotency="none")
     assert len(svc.publications()) == 1 and shown(state_dir)["status"] == "in_doubt"
     _edit_signed(_intent_file(state_dir), deduplicates=True)
-    stopped(cli(state_dir, svc.url, *APPROVE, idempotency="none"), "integrity check failed")
-    assert len(svc.publications()) == 1 and svc.posts() == 1
+    r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
+    assert len(svc.publications()) == 1 and svc.posts() == 1  # (2 and 2 before: sent again)
+    stopped(r, "integrity check failed")
 
 
 @pytest.mark.parametrize("on", ["file", "postgres"])
@@ -252,8 +254,9 @@ def test_a_forged_settlement_is_refused_and_nothing_is_sent_twice(on, service, s
                          (KEY, KEY, forged["at"]))
     else:
         plant_record(state_dir, "settlement", forged, signed=False)
-    stopped(cli(state_dir, svc.url, *APPROVE, store=store, idempotency="none"), "settle", "is not signed")
-    assert len(svc.publications()) == 1 and svc.posts() == 1
+    r = cli(state_dir, svc.url, *APPROVE, store=store, idempotency="none")
+    assert len(svc.publications()) == 1 and svc.posts() == 1  # (2 and 2 before: attempt 2 sent)
+    stopped(r, "settle", "is not signed")
 
 
 def test_a_planted_intent_for_an_unapproved_task_never_publishes_and_doctor_names_it(service, state_dir):
@@ -302,9 +305,10 @@ def test_a_planted_ledger_entry_never_completes_a_task_that_published_nothing(on
             "idempotency_key": KEY, "task_id": KEY, "action": "publish_draft", "title": "Hello",
             "content_sha256": sha, "published_at": "2030-01-01T00:00:00Z", "channel": "blog", "approval": "human"},
             signed=False)
-    stopped(cli(state_dir, svc.url, *APPROVE, store=store), "ledger entry", "is not signed")
+    r = cli(state_dir, svc.url, *APPROVE, store=store)
+    assert _checkpoint(state_dir, store)["status"] == "waiting_for_approval"  # (completed before)
+    stopped(r, "ledger entry", "is not signed")
     assert svc.posts() == 0 and svc.publications() == []
-    assert _checkpoint(state_dir, store)["status"] == "waiting_for_approval"
 
 
 def _checkpoint(state_dir: Path, store: str | None = None) -> dict[str, Any]:
