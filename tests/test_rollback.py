@@ -89,7 +89,7 @@ def test_doctor_flags_a_forged_entry_on_an_expired_task(cli, state_dir, monkeypa
     plant_record(state_dir, "ledger_entry", entry, signed=False)  # by hand: not signed, never trusted
     r = cli("doctor", "--json")
     assert r.code == 1
-    assert {f["kind"] for f in r.json()["findings"]} == {"unsigned_unproven"}  # nothing proves it
+    assert {f["kind"] for f in r.json()["findings"]} == {"unsigned_unproven", "not_judged"}  # nothing proves it
     plant_record(state_dir, "ledger_entry", entry)  # signed (by a key holder): the table still flags it
     r = cli("doctor", "--json")
     assert r.code == 1
