@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", type=A.key)
     p = cmd("doctor", "check every task against the ledger (read-only unless --repair)")
     p.add_argument("--repair", action="store_true", help="apply only provable repairs, report each")
+    p.add_argument("--adopt", action="append", default=[], metavar="PATH",
+                   type=A.nonempty(A.text("--adopt", 4096, True)),
+                   help="with --repair: sign this unsigned record (as doctor names it) after you checked it")
     cmd("demo", "the whole story, narrated, with the offline model")
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
     A.serve_parser(sub)
@@ -152,7 +155,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return commands.review(store, args, commands.decide, task_view, commands.decider(store, None, args.by))
     if args.command == "doctor":
         from workflow.ops.doctor import doctor, with_actions  # SDK-free
-        return with_actions(doctor(store, repair=args.repair), hints.hint)
+        return with_actions(doctor(store, repair=args.repair, adopt=args.adopt), hints.hint)
     if args.command == "traps":
         from agent.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()

@@ -7,11 +7,13 @@ Goal: cost at 100,000 entries <= 1.5x the cost at 100.
 Method
 ------
 1. For each size N, a fresh ledger folder is filled with N entries written directly as files of
-   the real shape and name (``file_name(key).json``; setup only, not timed, not fsynced).
+   the real shape and name (``file_name(key).json``, each the signed envelope of
+   ``state/record_seal.py``; setup only, not timed, not fsynced).
 2. The timed operation is exactly what ``publish_draft`` does for a new key:
    ``Ledger.record(key=<new key>, ...)``, i.e. check (``get``: one ``open`` that fails) + write a temp
    file + fsync + exclusive ``os.link`` + unlink the temp + fsync the folder. A second figure times a
-   check alone (``Ledger.get`` of an existing key: one open + read + parse).
+   check alone (``Ledger.get`` of an existing key: one open + read + parse, and the signature
+   verified: the signing key and ``state.id`` read, one HMAC).
 3. The sizes are measured interleaved (one operation on each ledger per round, ``--reps`` rounds),
    so both see the same disk, cache and fsync conditions; the first 20 rounds are warm-up.
 4. Each operation is timed with ``time.perf_counter_ns``; the figure is the MEDIAN, which ignores
@@ -40,21 +42,26 @@ from state.schema import content_sha256  # noqa: E402
 from state.clock import now_iso  # noqa: E402
 from state.files.store import file_name  # noqa: E402
 from state.files.ledger import Ledger  # noqa: E402
+from state.integrity import load_key  # noqa: E402
+from state.record_seal import seal_record  # noqa: E402
+from state.records import LedgerEntry  # noqa: E402
+from state import state_id  # noqa: E402
 
 SHA = content_sha256("T", "benchmark body")
 WARMUP = 20
 
 
 def fill(folder: Path, n: int) -> None:
-    """Write ``n`` entries of the real shape directly (setup; not timed)."""
+    """Write ``n`` signed entries of the real shape directly (setup; not timed)."""
     folder.mkdir(parents=True)
     stamp = now_iso()
+    key, sid = load_key(folder.parent, create=True), state_id.ensure(folder.parent).state_id
     for i in range(n):
-        key = f"existing-{i}"
-        entry = {"idempotency_key": key, "task_id": key, "action": "publish_draft", "title": "T",
-                 "content_sha256": SHA, "published_at": stamp}
-        (folder / (file_name(key) + ".json")).write_text(json.dumps(entry, indent=2) + "\n",
-                                                          encoding="utf-8")
+        name = f"existing-{i}"
+        entry = LedgerEntry(idempotency_key=name, task_id=name, action="publish_draft", title="T",
+                            content_sha256=SHA, published_at=stamp)
+        (folder / (file_name(name) + ".json")).write_text(
+            json.dumps(seal_record("ledger_entry", entry, key, sid), indent=2) + "\n", encoding="utf-8")
 
 
 def main() -> None:

@@ -29,6 +29,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "doctor": _doctor(""),
     "doctor_lists": _doctor(" lists every problem"),
     "doctor_explains": _doctor(" explains where each task stands"),
+    "doctor_unsigned": _doctor(" names each unsigned record; doctor --repair signs those a signed checkpoint "
+                               "proves"),
     "doctor_lists_others": _doctor(" lists every problem; status --task ID still shows the others"),
     "status": lambda step: f" ({command('status', '--task', *step.args)})",
     "see_status": lambda step: f"; run {command('status', '--task', *step.args)} to see where it stands",
@@ -60,6 +62,7 @@ HINTS: dict[str, Callable[[Next], str]] = {
     + " --outcome published|not-published --by NAME",  # the choice and the name are the human's
     "doctor_repair": lambda step: f"{PROGRAM} doctor --repair",
     "doctor_fail": lambda step: command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT",
+    "doctor_adopt": lambda step: command("doctor", "--repair", "--adopt", step.args[0]),
     "when_idle": lambda step: "when no run.py process is running",
     # effects through a service (workflow.external, workflow.settlement)
     "resume_again": lambda step: "; the same command sends again: "

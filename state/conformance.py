@@ -54,6 +54,7 @@ __all__ = [
     "test_settlement_needs_an_intent_and_is_created_once", "test_intents_latest_per_key_oldest_first",
     "test_intent_key_must_be_its_task", "test_racing_intents_create_one",
     "test_reviewers_are_added_once_listed_rotated_and_removed", "test_a_reviewer_record_edited_by_hand_is_refused",
+    "test_records_that_decide_an_effect_are_read_only_if_they_verify",
 ]
 
 
@@ -66,12 +67,22 @@ class StoreFactory:
     given, corrupts the stored checkpoint of ``task_id`` behind the store's back (so that it no
     longer verifies); a store without such a hook skips the fail-closed test.
     ``tamper_reviewer(store, name, changes)``, if given, edits the stored record of reviewer
-    ``name`` behind the store's back (``changes`` applied, the signature kept)."""
+    ``name`` behind the store's back (``changes`` applied, the signature kept).
+    ``read_record(store, kind, key)`` and ``write_record(store, kind, key, data)``, if given, read
+    and replace, behind the store's back, the stored form of a record that decides an effect
+    (:mod:`state.record_seal`: ``kind`` ``ledger_entry``, ``effect_intent``, ``settlement`` or
+    ``rejection``; ``key`` ``(idempotency_key,)``, ``(idempotency_key, attempt)`` or ``(task_id,
+    channel)``): the signed envelope as a dict, or, written without ``mac``, the plain fields an
+    earlier version kept. ``make_other(folder)``: a fresh, empty store of *other* storage (another
+    state dir, another database) on this machine; default ``make``."""
 
     name: str
     make: Callable[[Path], Any]
     damage: Optional[Callable[[Any, str], None]] = None
     tamper_reviewer: Optional[Callable[[Any, str, dict[str, Any]], None]] = None
+    read_record: Optional[Callable[[Any, str, tuple[Any, ...]], dict[str, Any]]] = None
+    write_record: Optional[Callable[[Any, str, tuple[Any, ...], dict[str, Any]], None]] = None
+    make_other: Optional[Callable[[Path], Any]] = None
 
 
 _AT = "2100-01-01T00:00:00.000000Z"
@@ -593,3 +604,79 @@ def test_a_reviewer_record_edited_by_hand_is_refused(store_factory: StoreFactory
     store_factory.tamper_reviewer(store, "mallory", {"roles": ["admin"]})
     with _raises(Refused, code="integrity"):
         store.reviewers()
+
+
+#: Each record kind: how the suite writes one for task ``t`` (into ``store``), its key, and how it
+#: is read back (the read a command makes before it decides whether an effect runs).
+_RECORDS: dict[str, tuple[Callable[[Any, str], Any], Callable[[str], tuple[Any, ...]], Callable[[Any, str], Any]]] = {
+    "ledger_entry": (lambda s, t: s.ledger_record(key=t, task_id=t, action="publish_draft", title="T",
+                                                  content_sha256="a" * 64),
+                     lambda t: (t,), lambda s, t: s.ledger_get(t)),
+    "effect_intent": (lambda s, t: s.intent_record(_intent(t, task_id=t)), lambda t: (t, 1),
+                      lambda s, t: s.intent_get(t)),
+    "settlement": (lambda s, t: s.settlement_record(_settlement(t, task_id=t)), lambda t: (t, 1),
+                   lambda s, t: s.settlement_get(t, 1)),
+    "rejection": (lambda s, t: s.rejection_record(t, "a" * 64, _decision()), lambda t: (t, None),
+                  lambda s, t: s.rejection_get(t)),
+}
+
+
+def test_records_that_decide_an_effect_are_read_only_if_they_verify(store_factory: StoreFactory,
+                                                                     tmp_path: Path) -> None:
+    """Every record that decides whether an effect runs (ledger entry, effect intent, settlement,
+    rejection record) is signed with the store's key, bound to its store and its own key: one with
+    a field edited behind the store's back, one without a signature (as an earlier version wrote
+    it), a valid one moved to another task's key, and one copied from another state dir or
+    database that uses the same signing key are each refused where they are read (and so is a
+    listing that holds it); put back, the record reads again. Skipped for a store without the
+    ``read_record``/``write_record`` hooks."""
+    import shutil
+
+    from state.integrity import KEY_FILE
+
+    if store_factory.read_record is None or store_factory.write_record is None:
+        raise unittest.SkipTest(f"{store_factory.name}: no hooks to read and write a stored record")
+    read, write = store_factory.read_record, store_factory.write_record
+    store = store_factory.make(tmp_path / "a")
+    other = (store_factory.make_other or store_factory.make)(tmp_path / "b")
+    for t in ("t-1", "t-2"):
+        store.intent_record(_intent(t, task_id=t))  # a settlement needs its intent
+    other.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.copy(store.root / KEY_FILE, other.root / KEY_FILE)  # the same signing key (and its 0600 mode)
+    other.intent_record(_intent("t-1"))
+    edits = {"ledger_entry": {"content_sha256": "b" * 64}, "effect_intent": {"request_key": "f" * 32},
+             "settlement": {"by": "mallory"}, "rejection": {"by": "mallory"}}
+    for kind, (make, key_of, get) in _RECORDS.items():
+        for t in ("t-1", "t-2"):
+            if kind != "effect_intent":
+                make(store, t)
+        if kind != "effect_intent":
+            make(other, "t-1")
+        key = key_of("t-1")
+        original = read(store, kind, key)
+        good = get(store, "t-1")
+        assert good is not None and original.get("record") == kind and "mac" in original, original
+        cases = {
+            "edited": ({**original, **edits[kind]}, "integrity", "integrity check failed"),
+            "unsigned": ({k: v for k, v in original.items() if k not in ("record", "state_id", "mac")},
+                         "integrity", "is not signed"),
+            "moved": (read(store, kind, key_of("t-2")), None, ""),
+            "copied": (read(other, kind, key), "foreign_state", "belongs to another state dir or store"),
+        }
+        for case, (data, code, says) in cases.items():
+            write(store, kind, key, data)
+            try:
+                with _raises(Refused, says, code=code):
+                    get(store, "t-1")
+                if kind == "ledger_entry":
+                    with _raises(Refused):
+                        store.ledger_entries()
+                if kind == "effect_intent":
+                    with _raises(Refused):
+                        store.intents()
+            except AssertionError as exc:
+                raise AssertionError(f"{store_factory.name}, {kind}, {case}: {exc}") from None
+            write(store, kind, key, original)
+            assert get(store, "t-1") == good, (kind, case)  # put back: it reads again
+    for s in (store, other):
+        getattr(s, "close", lambda: None)()

@@ -3,7 +3,8 @@
 One model each, shared by the file store (``state/files/``) and PostgreSQL (``state/postgres/``), so a
 record means the same wherever it is kept, and the rules every store applies before it records or
 accepts a ledger entry (:func:`check_ledger_key`, :func:`check_same_entry`); each store decides
-only how a record is written exclusively.
+only how a record is written exclusively. Every store keeps each record signed, as whatever the
+model dumps (:mod:`state.record_seal`): the models themselves know nothing of signatures.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """The state dir's identity: a random ID in ``<state dir>/state.id`` that every checkpoint carries.
 
+Every signed record (ledger entry, effect intent, settlement, rejection record:
+:mod:`state.record_seal`) carries it too, so a record copied from another state dir that shares the
+key is refused like a copied checkpoint. A record is always written after ``state.id`` exists
+(:func:`ensure` creates it if a record comes first).
+
 Why: the MAC proves a checkpoint was signed with our key, not *where* it belongs. With
 ``HITL_SIGNING_KEY`` shared by several state dirs (a secret-store key, docs/threat-model.md), a checkpoint
 copied from one state dir into another verified, so the same task could be approved in both and

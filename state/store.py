@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Iterator, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Iterable, Iterator, Optional, Protocol, Union, runtime_checkable
 
 from state.errors import Refused
 from state.inspection import Inspected
@@ -222,13 +222,14 @@ class Inspectable(Protocol):
     """Capability: the store lists what ``doctor`` judges (``workflow.ops.doctor``), so doctor
     needs no knowledge of how a store keeps its records."""
 
-    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
+    def inspect(self, *, repair: bool = False, adopt: Iterable[str] = ()) -> Iterator[Inspected]:
         """The store's own findings and every task to judge, as :mod:`state.inspection` records,
         in the order a report lists them: :class:`state.inspection.Problem` (something the store
-        found: an unreadable record, a busy task, a leftover temp file),
+        found: an unreadable record, an unsigned one, a busy task, a leftover temp file),
         :class:`state.inspection.Repaired` (with ``repair``: what it repaired, only what is
-        provable), :class:`state.inspection.TaskCheck` (a verified checkpoint, held under its task
-        lock until the next record is asked for), and last one :class:`state.inspection.Counted`.
+        provable, and the unsigned records a person named in ``adopt``: :mod:`state.adoption`),
+        :class:`state.inspection.TaskCheck` (a verified checkpoint, held under its task lock until
+        the next record is asked for), and last one :class:`state.inspection.Counted`.
         Never raises ``Refused`` for a damaged record (it becomes a ``Problem``); without
         ``repair`` it writes nothing but lock files of tasks that have one already."""
         ...

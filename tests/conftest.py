@@ -154,6 +154,46 @@ def ledger_entries(state_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
 
+def sign_record(state_dir: Path, kind: str, fields: dict[str, Any], *, state_id: str | None = None,
+                key: bytes | None = None) -> dict[str, Any]:
+    """The signed envelope (``state.record_seal``) of ``fields`` as a record of ``kind``
+    (``ledger_entry``, ``effect_intent``, ``settlement``, ``rejection``), signed with the state dir's
+    key (or ``key``) for its ``state.id`` (created if missing; or ``state_id``). ``fields`` are not
+    validated: like :func:`resign`, this is a key holder (or a bug in our own writer) writing a
+    record, so tests reach the checks behind the MAC."""
+    from state import state_id as identity
+    from state.integrity import compute_mac, load_key
+
+    body = {"record": kind, "state_id": state_id or identity.ensure(state_dir).state_id, **fields}
+    return {**body, "mac": compute_mac(body, key if key is not None else load_key(state_dir, create=True))}
+
+
+def record_path(state_dir: Path, kind: str, fields: dict[str, Any]) -> Path:
+    """Where the file store keeps a record of ``kind`` with ``fields`` (its key fields)."""
+    from state.files.store import file_name
+
+    if kind == "ledger_entry":
+        return state_dir / "ledger" / (file_name(fields["idempotency_key"]) + ".json")
+    if kind == "rejection":
+        channel = fields.get("channel")
+        return state_dir / "rejections" / (file_name(fields["task_id"] + (f"#{channel}" if channel else "")) + ".json")
+    name = {"effect_intent": "intent", "settlement": "settled"}[kind]
+    return state_dir / "effects" / f"{file_name(fields['idempotency_key'])}.{fields['attempt']}.{name}.json"
+
+
+def plant_record(state_dir: Path, kind: str, fields: dict[str, Any], *, signed: bool = True,
+                 path: Path | None = None) -> Path:
+    """Write a record of ``kind`` with ``fields`` into the file store by hand, where the store keeps
+    it (or at ``path``): signed (:func:`sign_record`: a crash simulated, a key holder's record), or
+    with ``signed=False`` exactly as an earlier version wrote it (no signature: refused). Returns
+    its path."""
+    path = path or record_path(state_dir, kind, fields)
+    data = sign_record(state_dir, kind, fields) if signed else fields
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
 def checkpoint_file(state_dir: Path, task_id: str) -> Path:
     """The file holding the checkpoint of ``task_id`` now: its newest revision file
     ``tasks/<name>.r<N>.json`` (the name revision 1 will have if there is none yet)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ledger_entries
+from conftest import ledger_entries, plant_record
 
 KEY, TITLE, DRAFT, AT = "eg-1", "Title", "Body.", "2030-01-01T00:00:00+00:00"
 RUNS: list[Any] = []
@@ -169,8 +169,7 @@ def test_ledger_entries_without_a_result_stay_readable_and_results_round_trip(tm
     ledger = Ledger(tmp_path / "ledger")
     old = {"idempotency_key": "o-1", "task_id": "o-1", "action": "publish_draft", "title": "T",
            "content_sha256": "a" * 64, "published_at": AT}
-    ledger.folder.mkdir(parents=True)
-    ledger.path_for("o-1").write_text(json.dumps(old), encoding="utf-8")
+    plant_record(tmp_path, "ledger_entry", old)  # signed, without a result field
     assert ledger.get("o-1").result is None
     entry, created = ledger.record(key="n-1", task_id="n-1", title="T", content_sha256="b" * 64,
                                    channel="email", approval="human", action="send_email",

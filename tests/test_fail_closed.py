@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import checkpoint_file, ledger_entries, resign, snapshot, use_app
+from conftest import checkpoint_file, ledger_entries, resign, sign_record, snapshot, use_app
 
 KEY = "fc-1"
 DRAFT = "Body of the draft."
@@ -567,6 +567,10 @@ CORRUPT = {
     "bad_action": ({"add": ("action", "send email")}, "is not valid: action"),
     "misnamed_file": ({"set": {"idempotency_key": "fc-other", "task_id": "fc-other"}}, "names key 'fc-other'"),
     "task_differs_from_key": ({"add": ("task_id", "fc-other")}, "idempotency_key and task_id differ"),
+    # the signature itself (every dict case above is signed, to reach the checks behind it)
+    "unsigned": ({"unsigned": True}, "is not signed (written by an earlier version of this program, or by hand)"),
+    "edited_after_signing": ({"edit": ("title", "Edited")}, "ledger entry integrity check failed"),
+    "another_kind": ({"kind": "rejection"}, "is not a signed ledger entry (it says 'rejection')"),
 }
 
 
@@ -579,13 +583,17 @@ def _corrupt(path: Path, how: str, sha: str) -> str:
     elif how == "nan":
         data = json.dumps({**entry, "title": float("nan")}).encode()
     elif isinstance(data, dict):
+        kind = data.get("kind", "ledger_entry")
         if "drop" in data:
             entry.pop(data["drop"])
         elif "set" in data:
             entry.update(data["set"])
-        else:
+        elif "add" in data:
             entry[data["add"][0]] = data["add"][1]
-        data = json.dumps(entry).encode()
+        signed = entry if data.get("unsigned") else sign_record(path.parent.parent, kind, entry)
+        if "edit" in data:
+            signed[data["edit"][0]] = data["edit"][1]
+        data = json.dumps(signed).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return says
@@ -621,8 +629,10 @@ def test_a_ledger_entry_of_another_action_under_the_tasks_key_stops(cli, state_d
     _start(cli)
     path = state_dir / "ledger" / (file_name(KEY) + ".json")
     sha = json.loads(checkpoint_file(state_dir, KEY).read_text(encoding="utf-8"))["content_sha256"]
-    _corrupt(path, "bad_action", sha)
-    path.write_text(path.read_text(encoding="utf-8").replace('"send email"', '"send_email"'), encoding="utf-8")
+    entry = json.loads(json.dumps(GOOD_ENTRY).replace("CONTENT", sha))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(sign_record(state_dir, "ledger_entry", {**entry, "action": "send_email"})),
+                    encoding="utf-8")
     says = f"ledger already holds key {KEY!r} for action 'send_email', not 'publish_draft' (key/action mismatch)"
     _refused(cli, state_dir, *APPROVE, says=says)
     assert cli("ledger").code == 0  # the entry itself is well formed: another program's action

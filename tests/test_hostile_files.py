@@ -386,11 +386,15 @@ def test_dangling_ledger_symlink_stops_before_the_decision(cli, state_dir, tmp_p
 def test_ledger_record_race_lost_and_entry_gone_is_a_clear_stop(tmp_path, monkeypatch):
     """os.link says the entry exists, but reading it finds nothing: a named STOPPED, never a bare
     AssertionError (which reached the user as an empty message)."""
+    from state import state_id
     from state.errors import Refused
     from state.files import ledger as ledger_mod
+    from state.integrity import load_key
+
     def link_lost(src, dst, *a, **k):
         raise FileExistsError(dst)
 
+    load_key(tmp_path, create=True), state_id.ensure(tmp_path)  # what signs the entry: there already
     monkeypatch.setattr(os, "link", link_lost)  # the link every exclusive create goes through
     ledger = ledger_mod.Ledger(tmp_path / "ledger")
     with pytest.raises(Refused, match=r"ledger entry k-1--[0-9a-f]{12}\.json could not be created"):

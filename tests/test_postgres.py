@@ -247,7 +247,8 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     assert {cp.status for cp in before.values()} == {"waiting_for_approval", "completed",
                                                      "cancelled", "budget_exceeded", "expired"}
     old.close()
-    for sql in ("DROP TABLE reviewers", "DROP TABLE effect_settlements", "DROP TABLE effect_intents",
+    for sql in ("ALTER TABLE ledger DROP COLUMN envelope", "ALTER TABLE rejections DROP COLUMN envelope",
+                "DROP TABLE reviewers", "DROP TABLE effect_settlements", "DROP TABLE effect_intents",
                 "ALTER TABLE ledger DROP COLUMN settled_by, DROP COLUMN settle_reason",
                 "DROP TABLE key_fingerprint",
                 "DROP INDEX rejections_by_task_channel", "ALTER TABLE rejections DROP COLUMN channel",
@@ -265,13 +266,25 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     assert _rows(pg_url, "SELECT version FROM schema_migrations ORDER BY version") == [
         (v,) for v in range(1, latest_version() + 1)]
     assert _rows(pg_url, "SELECT idempotency_key, channel FROM ledger") == [("v1-completed", None)]
-    assert new.rejection_get("v1-cancelled").by == "ops"
+    # the records that program wrote carry no signature: never trusted silently, named by doctor,
+    # and signed by doctor --repair, since each task's signed checkpoint proves them
+    from state.errors import Refused
+    from workflow.ops.doctor import doctor
+
+    with pytest.raises(Refused, match="is not signed"):
+        new.rejection_get("v1-cancelled")
+    report = doctor(new)
+    assert sorted((f["kind"], f["task_id"]) for f in report["findings"]) == [
+        ("not_judged", "v1-cancelled"), ("not_judged", "v1-completed"),  # notes: judged once signed
+        ("unsigned_record", "v1-cancelled"), ("unsigned_record", "v1-completed")], report
+    assert report["inconsistencies"] == 2
+    repaired = doctor(new, repair=True)
+    assert [r["kind"] for r in repaired["repairs"]] == ["unsigned_record"] * 2 and repaired["consistent"], repaired
+    assert new.rejection_get("v1-cancelled").by == "ops" and new.ledger_get("v1-completed") is not None
     # and the upgraded database goes on working: the waiting task is approved exactly once
     done = asyncio.run(application.resume(new, task_id="v1-waiting", decision="approve", by="ops"))
     assert done.status == "completed" and new.ledger_get("v1-waiting") is not None
     assert len(_rows(pg_url, "SELECT fingerprint FROM key_fingerprint")) == 1  # adopted by its key
-    from workflow.ops.doctor import doctor
-
     assert doctor(new)["consistent"]
 
 
@@ -375,3 +388,50 @@ def test_a_lock_timeout_postgresql_cannot_take_is_refused_before_the_database(pg
     assert r.code == 1 and f"HITL_LOCK_TIMEOUT={value!r} is not a number of seconds" in r.err
     assert _rows(pg_url, "SELECT task_id, revision FROM checkpoints") == before
     assert _rows(pg_url, "SELECT count(*) FROM ledger") == [(0,)]
+
+
+# -- signed records ----------------------------------------------------------------------------------
+
+
+def test_rows_copied_whole_from_another_database_with_the_same_key_are_refused(pg_url, pg_server, tmp_path,
+                                                                               monkeypatch):
+    """Why: two databases (two deployments) may share ``HITL_SIGNING_KEY``; every ledger,
+    rejection, intent and settlement row names its database's ``store_identity`` in its signed
+    envelope, so a row copied whole (every column, the envelope included) from the other database
+    verifies but is refused as another store's (``foreign_state``), and the task it would decide
+    goes nowhere."""
+    import psycopg
+
+    from conftest import fresh_schema_url
+    from state.conformance import _decision, _intent, _settlement
+    from state.errors import Refused
+    from state.postgres.store import PostgresStore
+
+    for name, value in SIGNING.items():
+        monkeypatch.setenv(name, value)
+    other_url = fresh_schema_url(pg_server)
+    ours, theirs = PostgresStore(pg_url, tmp_path / "a"), PostgresStore(other_url, tmp_path / "b")
+    for store in (ours, theirs):
+        store.ledger_record(key="t-1", task_id="t-1", action="publish_draft", title="T", content_sha256="a" * 64)
+        store.rejection_record("t-1", "a" * 64, _decision())
+        store.intent_record(_intent())
+        store.settlement_record(_settlement())
+    reads = {"effect_settlements": lambda: ours.settlement_get("t-1", 1),
+             "effect_intents": lambda: ours.intent_get("t-1"),
+             "ledger": lambda: ours.ledger_get("t-1"), "rejections": lambda: ours.rejection_get("t-1")}
+    key = {"effect_settlements": "idempotency_key", "effect_intents": "idempotency_key", "ledger": "idempotency_key",
+           "rejections": "task_id"}
+    with psycopg.connect(other_url, autocommit=True) as src, psycopg.connect(pg_url, autocommit=True) as dst:
+        for table, read in reads.items():
+            good = read()
+            cur = src.execute(f"SELECT * FROM {table} WHERE {key[table]} = 't-1'")
+            columns, row = [d.name for d in cur.description], cur.fetchone()
+            mine = dst.execute(f"SELECT * FROM {table} WHERE {key[table]} = 't-1'").fetchone()
+            copy = f"UPDATE {table} SET {', '.join(f'{c} = %s' for c in columns)} WHERE {key[table]} = 't-1'"
+            dst.execute(copy, row)  # every column of their row (the same key: a settlement's intent stays)
+            with pytest.raises(Refused, match="belongs to another state dir or store") as refused:
+                read()
+            assert refused.value.code == "foreign_state", table
+            dst.execute(copy, mine)  # put back: it reads again
+            assert read() == good, table
+    ours.close(), theirs.close()

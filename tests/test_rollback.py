@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import checkpoint_file, ledger_entries, restore_checkpoint, snapshot
+from conftest import checkpoint_file, ledger_entries, plant_record, restore_checkpoint, snapshot
 
 
 @pytest.fixture
@@ -80,16 +80,17 @@ def test_reject_writes_the_rejection_record_before_the_decision(cli, state_dir):
 def test_doctor_flags_a_forged_entry_on_an_expired_task(cli, state_dir, monkeypatch):
     import json
 
-    from state.files.store import file_name
-
     cli("start", "--key", "ex-1", "--title", "T", "--draft", "D", "--expires-in", "90s")
     monkeypatch.setenv("HITL_NOW", "2999-01-01T00:00:00Z")
     assert cli("expire").code == 0
     cp = json.loads(checkpoint_file(state_dir, "ex-1").read_text(encoding="utf-8"))
-    (state_dir / "ledger").mkdir(exist_ok=True)
-    (state_dir / "ledger" / (file_name("ex-1") + ".json")).write_text(json.dumps({
-        "idempotency_key": "ex-1", "task_id": "ex-1", "action": "publish_draft", "title": "T",
-        "content_sha256": cp["content_sha256"], "published_at": "2026-01-01T00:00:00Z"}), encoding="utf-8")
+    entry = {"idempotency_key": "ex-1", "task_id": "ex-1", "action": "publish_draft", "title": "T",
+             "content_sha256": cp["content_sha256"], "published_at": "2026-01-01T00:00:00Z"}
+    plant_record(state_dir, "ledger_entry", entry, signed=False)  # by hand: not signed, never trusted
+    r = cli("doctor", "--json")
+    assert r.code == 1
+    assert {f["kind"] for f in r.json()["findings"]} == {"unsigned_unproven", "not_judged"}  # nothing proves it
+    plant_record(state_dir, "ledger_entry", entry)  # signed (by a key holder): the table still flags it
     r = cli("doctor", "--json")
     assert r.code == 1
     assert "entry_without_approval" in {f["kind"] for f in r.json()["findings"]}

@@ -48,6 +48,50 @@ def _damage_row(store, task_id: str) -> None:
                      "'\"title\": \"x') WHERE task_id = %s", (task_id,))
 
 
+def _record_file(store: FileStore, kind: str, key: tuple) -> Path:
+    """The file of the record of ``kind`` at ``key`` in the file store."""
+    from state.files import intents, rejections
+    from state.files.ledger import Ledger
+
+    if kind == "ledger_entry":
+        return Ledger(store.ledger_dir).path_for(key[0])
+    if kind == "rejection":
+        return rejections.path_for(store, *key)
+    return intents.path_for(store, *key, "intent" if kind == "effect_intent" else "settled")
+
+
+def _read_record_file(store: FileStore, kind: str, key: tuple) -> dict:
+    return json.loads(_record_file(store, kind, key).read_text(encoding="utf-8"))
+
+
+def _write_record_file(store: FileStore, kind: str, key: tuple, data: dict) -> None:
+    _record_file(store, kind, key).write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+#: Each record kind's table and key columns in PostgreSQL.
+_TABLES = {"ledger_entry": ("ledger", "idempotency_key = %s"),
+           "effect_intent": ("effect_intents", "idempotency_key = %s AND attempt = %s"),
+           "settlement": ("effect_settlements", "idempotency_key = %s AND attempt = %s"),
+           "rejection": ("rejections", "task_id = %s AND coalesce(channel, '') = coalesce(%s::text, '')")}
+
+
+def _read_record_row(store, kind: str, key: tuple) -> dict:
+    """The row's signed envelope, as a dict."""
+    table, where = _TABLES[kind]
+    with store._db() as conn:
+        (envelope,) = conn.execute(f"SELECT envelope FROM {table} WHERE {where}", key).fetchone()
+    return json.loads(envelope)
+
+
+def _write_record_row(store, kind: str, key: tuple, data: dict) -> None:
+    """Replace the row's envelope with plain SQL: ``data`` as JSON text, or null for a record
+    without ``mac`` (what an earlier version kept: the columns alone)."""
+    table, where = _TABLES[kind]
+    with store._db() as conn:
+        conn.execute(f"UPDATE {table} SET envelope = %s WHERE {where}",
+                     (json.dumps(data) if "mac" in data else None, *key))
+
+
 FACTORIES = ["file", "postgres", "postgres-pool"]
 
 
@@ -55,14 +99,19 @@ FACTORIES = ["file", "postgres", "postgres-pool"]
 def store_factory(request: pytest.FixtureRequest):
     if request.param == "file":
         yield StoreFactory("file", make=lambda tmp: FileStore(tmp / "state"), damage=_damage_file,
-                           tamper_reviewer=_tamper_reviewer_file)
+                           tamper_reviewer=_tamper_reviewer_file, read_record=_read_record_file,
+                           write_record=_write_record_file)
         return
+    from conftest import fresh_schema_url
     from state.postgres.store import PostgresStore
 
     url = request.getfixturevalue("pg_url")
+    other_url = fresh_schema_url(request.getfixturevalue("pg_server"))  # another database, as far as a store sees
+    rows = {"read_record": _read_record_row, "write_record": _write_record_row,
+            "make_other": lambda tmp: PostgresStore(other_url, tmp / "state")}
     if request.param == "postgres":
         yield StoreFactory("postgres", make=lambda tmp: PostgresStore(url, tmp / "state"),
-                           damage=_damage_row, tamper_reviewer=_tamper_reviewer_row)
+                           damage=_damage_row, tamper_reviewer=_tamper_reviewer_row, **rows)
         return
     from psycopg_pool import ConnectionPool
 
@@ -70,7 +119,7 @@ def store_factory(request: pytest.FixtureRequest):
     try:
         yield StoreFactory("postgres-pool",
                            make=lambda tmp: PostgresStore(url, tmp / "state", pool=pool),
-                           damage=_damage_row, tamper_reviewer=_tamper_reviewer_row)
+                           damage=_damage_row, tamper_reviewer=_tamper_reviewer_row, **rows)
     finally:
         pool.close()
 

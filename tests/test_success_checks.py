@@ -13,11 +13,10 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from conftest import checkpoint_file, ledger_entries, resign, restore_checkpoint, snapshot
+from conftest import checkpoint_file, ledger_entries, plant_record, resign, restore_checkpoint, snapshot
 
 
 def _start(cli, key="check-1", draft="Body text", title="T"):
@@ -167,13 +166,9 @@ def test_check_corrupted_ledger_stops(cli, state_dir):
 def test_check_key_mismatch_stops(cli, state_dir):
     """The ledger holds this key for other content: stop, never publish or overwrite."""
     _start(cli)
-    ledger = state_dir / "ledger"
-    ledger.mkdir()
-    from state.files.store import file_name
-
-    (ledger / (file_name("check-1") + ".json")).write_text(json.dumps({
+    plant_record(state_dir, "ledger_entry", {  # signed: the content check behind the signature
         "idempotency_key": "check-1", "task_id": "check-1", "action": "publish_draft", "title": "T",
-        "content_sha256": "0" * 64, "published_at": "2026-01-01T00:00:00Z"}), encoding="utf-8")
+        "content_sha256": "0" * 64, "published_at": "2026-01-01T00:00:00Z"})
     before = snapshot(state_dir)
     r = cli("resume", "--task", "check-1", "--decision", "approve")
     r.assert_stopped()

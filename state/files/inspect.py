@@ -15,6 +15,11 @@ and one ``not_locked`` problem says so. Without the lock a task a live process i
 look half-finished; on a state dir nobody can write, nobody is writing. ``repair`` repairs
 nothing there. A lock file that is a symlink or a folder is an ``unusable_lock`` problem.
 
+Unsigned records (``ledger/``, ``rejections/``, ``effects/``: a valid record without a signature,
+written by an earlier version or by hand) are handed to :func:`state.adoption.review` first: each is
+a finding, and with ``repair`` the ones a signed checkpoint proves (and those a person named in
+``adopt``) are signed in place (a temp file, then ``os.replace``), under the task's lock.
+
 Repairs (``repair``): deleting leftover temp files, and clearing (to 0 bytes, under the task's
 lock) older revision files that a crash left whole between a write and its cleanup. Every write
 of a task's files happens under that task's lock (``locks/<owner>.lock``; the signing key under
@@ -32,17 +37,20 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 from filelock import FileLock, Timeout
 
+from state.adoption import Unsigned, review
 from state.errors import Refused
-from state.fileio import TEMP_NAME, make_dirs
+from state.fileio import TEMP_NAME, fsync_dir, make_dirs, parse_json_object, remove_temp, write_temp
 from state.files import intents, rejections
-from state.files.ledger import Ledger
+from state.files.ledger import MAX_ENTRY_BYTES, Ledger
+from state.files.sealing import sealed_bytes
 from state.inspection import Counted, Inspected, Problem, Records, Repaired, TaskCheck
 from state.integrity import KEY_FILE
-from state.paths import file_name
+from state.paths import file_name, read_regular
+from state.record_seal import is_unsigned, legacy_fields
 from state.records import LedgerEntry
 from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
@@ -110,9 +118,20 @@ class _Probe:
             self.lock.release()
 
 
-def inspect(store: "Store", *, repair: bool = False) -> Iterator[Inspected]:
+#: How a person removes a record of this store that nothing proves (a finding's remedy).
+REMOVE = "otherwise move the file away"
+
+
+def inspect(store: "Store", *, repair: bool = False, adopt: Iterable[str] = ()) -> Iterator[Inspected]:
     """The records of :meth:`state.store.Inspectable.inspect` for the file store ``store`` (module
-    docstring). Never raises :class:`Refused` for a damaged file."""
+    docstring); ``adopt``: the paths of unsigned records a person vouched for
+    (:func:`state.adoption.review`). Never raises :class:`Refused` for a damaged file."""
+    reported: set[str] = set()  # unsigned records, named once (not again as unreadable)
+    for item in review(store, list(_unsigned(store)), repair=repair, adopt=adopt,
+                       sign=lambda u: _sign(store, u), remedy=REMOVE):
+        if isinstance(item, Problem):
+            reported.add(item.path)
+        yield item
     entries: dict[str, tuple[LedgerEntry, Path]] = {}
     ledger = Ledger(store.ledger_dir)
     n_entries = 0
@@ -122,10 +141,11 @@ def inspect(store: "Store", *, repair: bool = False) -> Iterator[Inspected]:
             try:
                 entry = ledger.read_path(path)  # a regular file only (a FIFO would block)
             except Refused as exc:
-                yield Problem("unreadable_ledger_entry", str(path), str(exc))
+                if str(path) not in reported:
+                    yield Problem("unreadable_ledger_entry", str(path), str(exc))
                 continue
             entries[path.stem] = (entry, path)
-    yield from _effect_problems(store)
+    yield from (p for p in _effect_problems(store) if p.path not in reported)
     seen_stems: set[str] = set()
     unlocked: list[str] = []  # the OS's reasons, when a lock could not be taken (read-only)
     n_tasks = 0
@@ -226,6 +246,61 @@ def _effect_problems(store: "Store") -> Iterator[Problem]:
             intents.read_path(path)
         except Refused as exc:
             yield Problem("unreadable_effect_record", str(path), str(exc))
+
+
+def _unsigned(store: "Store") -> Iterator[Unsigned]:
+    """Every valid record of ``ledger/``, ``rejections/`` and ``effects/`` that carries no signature
+    (:func:`state.record_seal.is_unsigned`) and is named for its own key: what an earlier version
+    wrote. A file that cannot be read, or is not a valid record of its kind, is left to the scans
+    that report it as unreadable."""
+    folders = ((store.ledger_dir, lambda name: "ledger_entry"), (rejections.folder(store), lambda name: "rejection"),
+               (intents.folder(store), lambda name: intents.FILE_KINDS.get(name.rsplit(".", 2)[-2], "")))
+    for folder, kind_of in folders:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            kind = kind_of(path.name)
+            try:
+                raw = read_regular(path, f"record {path.name}", limit=MAX_ENTRY_BYTES)
+                data = parse_json_object(raw or b"", f"record {path.name}")
+            except Refused:
+                continue
+            record = legacy_fields(kind, data) if kind and is_unsigned(data) else None
+            if record is not None and path.name == _file_name(kind, record):
+                yield Unsigned(kind, str(path), record, locator=(path, raw))
+
+
+def _file_name(kind: str, record: object) -> str:
+    """The name the file of ``record`` (of ``kind``) has in its folder."""
+    if kind == "ledger_entry":
+        return file_name(getattr(record, "idempotency_key")) + ".json"
+    if kind == "rejection":
+        return rejections.path_for_key(getattr(record, "task_id"), getattr(record, "channel"))
+    name = "intent" if kind == "effect_intent" else "settled"
+    return f"{file_name(getattr(record, 'idempotency_key'))}.{getattr(record, 'attempt')}.{name}.json"
+
+
+def _sign(store: "Store", item: Unsigned) -> None:
+    """Replace the unsigned record of ``item`` with its signed envelope (:mod:`state.record_seal`):
+    a temp file, then ``os.replace``, then an fsync of the folder. Raises :class:`Refused` if the
+    file changed since it was read (nothing replaced), or cannot be replaced."""
+    path, raw = item.locator
+    data = sealed_bytes(item.kind, item.record, store.root)
+    if read_regular(path, f"record {path.name}", limit=MAX_ENTRY_BYTES) != raw:
+        raise Refused("refused", f"{path.name} changed while doctor read it; run doctor again")
+    rec = item.record
+    owner = file_name(getattr(rec, "idempotency_key", None) or rejections.key_of(getattr(rec, "task_id"),
+                                                                                 getattr(rec, "channel")))
+    try:
+        tmp = write_temp(path.parent, data, owner=owner)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            remove_temp(tmp)
+            raise
+    except OSError as exc:
+        raise Refused("refused", f"{path.name} cannot be replaced ({exc.strerror or type(exc).__name__})") from None
+    fsync_dir(path.parent)
 
 
 def _temp_files(store: "Store") -> Iterator[Path]:

@@ -6,25 +6,31 @@ Layout: ``<state dir>/effects/<file_name(key)>.<attempt>.intent.json`` (an
 :class:`state.records.Settlement`: that attempt did not happen). Each is created with
 :func:`state.durable.create_exclusive` (temp file, fsync, ``os.link``), so two processes can never
 both write attempt ``n`` of a key: the one that loses reads the winner's. Nothing is ever rewritten
-or removed. The ledger entry (``ledger/``) stays the one proof that an effect happened.
+or removed (but by ``doctor --repair``, which signs an unsigned record of an earlier version that a
+signed checkpoint proves: :mod:`state.adoption`). The ledger entry (``ledger/``) stays the one proof
+that an effect happened.
+
+Each file is a signed envelope (:mod:`state.record_seal`, kinds ``effect_intent`` and
+``settlement``): one that does not verify, was written without a signature, belongs to another state
+dir, or is named for another key, attempt or kind is refused (fail closed), so a hand edit can
+neither make a call be sent again nor block it silently.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from state import effects, secrets
 from state.durable import create_exclusive
 from state.errors import Refused
 from state.fileio import parse_json_object
 from state.paths import file_name, inside, read_regular
+from state.files.sealing import sealed_bytes, unsealed, verifying
 from state.records import EffectIntent, Settlement
-from state.schema import validation_message
 
 if TYPE_CHECKING:  # the file store calls these with itself
     from state.files.store import Store
@@ -45,15 +51,22 @@ def path_for(store: "Store", key: str, attempt: int, kind: str) -> Path:
     return inside(store.root, folder(store) / f"{file_name(key)}.{attempt}.{kind}.json", f"{kind} record of {key!r}")
 
 
-def _parse(path: Path, model: type[M]) -> Optional[M]:
+#: The record kind of each model's signed envelope (:data:`state.record_seal.KINDS`).
+KINDS: dict[type[BaseModel], str] = {EffectIntent: "effect_intent", Settlement: "settlement"}
+#: The record kind of each file kind (the name's ``intent`` / ``settled``).
+FILE_KINDS = {"intent": "effect_intent", "settled": "settlement"}
+
+
+def _parse(path: Path, model: type[M], keys: Optional[tuple[bytes, Optional[str]]] = None) -> Optional[M]:
+    """The verified record of ``model`` in ``effects/`` file ``path`` (``keys``:
+    :func:`state.files.sealing.verifying` of its state dir, if read already), or None if there is
+    no such file."""
     raw = read_regular(path, f"effect record {path.name}", limit=MAX_RECORD_BYTES)
     if raw is None:
         return None
     data = parse_json_object(raw, f"effect record {path.name}")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise Refused("ledger_mismatch", f"effect record {path.name} is not valid: {validation_message(exc)}") from None
+    rec: M = unsealed(KINDS[model], data, path.parent.parent, f"effect record {path.name}", keys)
+    return rec
 
 
 def _read(path: Path, model: type[M], key: str, attempt: int) -> Optional[M]:
@@ -110,7 +123,7 @@ def _create(store: "Store", rec: M, kind: str, spec: object, failpoint: str) -> 
     key, attempt = getattr(rec, "idempotency_key"), getattr(rec, "attempt")
     body = secrets.redact(rec.model_dump(exclude_unset=True), spec, what=f"{kind} record of key {key!r}",
                           closed_keys=True)
-    data = (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    data = sealed_bytes(KINDS[type(rec)], type(rec).model_validate(body), store.root)  # signed: state.record_seal
     created = create_exclusive(path_for(store, key, attempt, kind), data, owner=file_name(key), failpoint=failpoint)
     if created:
         effects.note(getattr(rec, "task_id"), "wrote the effect's intent" if kind == "intent"
@@ -153,8 +166,9 @@ def intents(store: "Store") -> list[EffectIntent]:
         if attempt > latest.get(match["stem"], (0, path))[0]:
             latest[match["stem"]] = (attempt, path)
     out = []
+    keys = verifying(store.root) if latest else None  # read once, not once per record
     for attempt, path in latest.values():
-        rec = _parse(path, EffectIntent)
+        rec = _parse(path, EffectIntent, keys)
         if rec is None:
             raise Refused("ledger_mismatch", f"effect record {path.name} cannot be read (removed meanwhile?)")
         if f"{file_name(rec.idempotency_key)}.{rec.attempt}.intent.json" != path.name:

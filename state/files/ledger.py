@@ -1,11 +1,14 @@
 """The side-effect ledger: one JSON file per idempotency key, created exclusively.
 
 Each executed action (the task's gated tool) is an entry here, so "did it run?" is "does
-``ledger/<name>.json`` exist?". Layout: ``<state dir>/ledger/<file_name(key)>.json`` holding
-``{"idempotency_key", "task_id", "action", "title", "content_sha256", "published_at", "channel",
-"approval"}``; every entry written now names its channel (a one-channel task's too, under the task
-key); ``channel`` and ``approval`` are absent from entries written before a task could have several
-channels (read as None: one channel, approved by a human).
+``ledger/<name>.json`` exist?". Layout: ``<state dir>/ledger/<file_name(key)>.json`` holding the
+signed envelope (:mod:`state.record_seal`, kind ``ledger_entry``) of ``{"idempotency_key",
+"task_id", "action", "title", "content_sha256", "published_at", "channel", "approval"}``: the
+fields, plus ``record``, ``state_id`` and ``mac``. An entry that does not verify (edited, written
+by hand or by an earlier version without a signature, copied from another state dir, moved to
+another key's name) is refused, never trusted. Every entry written now names its channel (a
+one-channel task's too, under the task key); ``channel`` and ``approval`` are absent from entries
+written before a task could have several channels (read as None: one channel, approved by a human).
 
 Why one file per key (and not one big JSON file): recording must be atomic across processes and must
 not re-read or rewrite the whole ledger. An entry is written to a temp file, fsynced, then published
@@ -19,21 +22,21 @@ entry, return the first; same key with a different task or content → refuse (f
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import ValidationError
-
 from state import effects, secrets
 from state.errors import Next, Refused
-from state.schema import validation_message
 from state.paths import inside, read_regular
 from state.clock import now_iso
 from state.durable import create_exclusive
 from state.fileio import parse_json_object
 from state.paths import file_name
+from state.files.sealing import sealed_bytes, unsealed, verifying
 from state.records import LedgerEntry, check_ledger_key, check_same_entry
+
+#: The record kind of a ledger entry's signed envelope (:data:`state.record_seal.KINDS`).
+KIND = "ledger_entry"
 
 
 #: A ledger entry is a few hundred bytes; anything far larger is not one of ours.
@@ -53,8 +56,9 @@ class Ledger:
                       f"ledger entry of key {key!r}")
 
     def get(self, key: str) -> LedgerEntry | None:
-        """The entry for ``key``, or None. Raises :class:`Refused` if the file is corrupt, names
-        another key (never rewritten), or is not a regular file (a symlink, dangling or not, a FIFO:
+        """The entry for ``key``, or None. Raises :class:`Refused` if the file is corrupt, does not
+        verify (:mod:`state.record_seal`), names another key (never rewritten), or is not a
+        regular file (a symlink, dangling or not, a FIFO:
         see :func:`state.paths.read_regular`)."""
         path = self.path_for(key)
         raw = read_regular(path, f"ledger entry {path.name}", limit=MAX_ENTRY_BYTES)
@@ -104,7 +108,7 @@ class Ledger:
             record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER,
                                     what=f"ledger entry of key {key!r}", closed_keys=True)
             entry = LedgerEntry.model_validate(record)
-            data = (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode()
+            data = sealed_bytes(KIND, entry, self.folder.parent)  # signed: state.record_seal
             if create_exclusive(self.path_for(key), data, owner=file_name(key),
                                 failpoint="ledger:record"):
                 effects.note(task_id, "published it (ledger entry written)")
@@ -121,26 +125,27 @@ class Ledger:
         """Every entry, oldest first. Raises :class:`Refused` on any corrupt or misnamed file."""
         if not self.folder.is_dir():
             return []
-        out = [self.read_path(path) for path in self.folder.glob("*.json")]
+        paths = list(self.folder.glob("*.json"))
+        keys = verifying(self.folder.parent) if paths else None  # read once, not once per entry
+        out = [self.read_path(path, keys) for path in paths]
         return sorted(out, key=lambda e: (e.published_at, e.idempotency_key))
 
-    def read_path(self, path: Path) -> LedgerEntry:
-        """The entry in ledger file ``path`` (a regular file only). Raises :class:`Refused` if it is
-        missing, unreadable, not a regular file, corrupt, or named for another key."""
+    def read_path(self, path: Path, keys: Optional[tuple[bytes, Optional[str]]] = None) -> LedgerEntry:
+        """The entry in ledger file ``path`` (a regular file only; ``keys``: what it is verified
+        with, :func:`state.files.sealing.verifying`, if read already). Raises :class:`Refused` if it
+        is missing, unreadable, not a regular file, corrupt, does not verify, or is named for
+        another key."""
         raw = read_regular(path, f"ledger entry {path.name}", limit=MAX_ENTRY_BYTES)
         if raw is None:
             raise Refused("ledger_mismatch", f"ledger entry {path.name} cannot be read (No such file or directory)")
-        entry = self._parse(raw, path)
+        entry = self._parse(raw, path, keys)
         if path.stem != file_name(entry.idempotency_key):
             raise Refused("ledger_mismatch",
                           f"ledger entry {path.name} names key {entry.idempotency_key!r} (key mismatch)")
         return entry
 
-    @staticmethod
-    def _parse(raw: bytes, path: Path) -> LedgerEntry:
+    def _parse(self, raw: bytes, path: Path, keys: Optional[tuple[bytes, Optional[str]]] = None) -> LedgerEntry:
+        """The verified entry in ``raw`` (the bytes of ``path``): :func:`state.files.sealing.unsealed`."""
         data: dict[str, Any] = parse_json_object(raw, f"ledger entry {path.name}")
-        try:
-            return LedgerEntry.model_validate(data)
-        except ValidationError as exc:
-            raise Refused("ledger_mismatch",
-                          f"ledger entry {path.name} is not valid: {validation_message(exc)}") from None
+        entry: LedgerEntry = unsealed(KIND, data, self.folder.parent, f"ledger entry {path.name}", keys)
+        return entry

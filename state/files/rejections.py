@@ -11,31 +11,34 @@ Shape: ``{"task_id", "content_sha256", "call_id", "by", "at", "reason"}`` (``at`
 plus ``"channel"`` for a task with several channels: each (task, channel) has its own record,
 ``rejections/<file_name(effect key)>.json`` (:func:`state.schema.effect_key`); a one-channel task's
 record is keyed by the task key alone and has no ``channel``, as before channels existed.
+The file is a signed envelope (:mod:`state.record_seal`, kind ``rejection``): one that does not
+verify, was written without a signature, belongs to another state dir or names another task or
+channel is refused, never trusted.
 What it does not stop: someone who deletes the record *and* restores the checkpoint (see
 docs/refusals.md, "The MAC: what it does and does not stop").
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from pydantic import ValidationError
-
 from state import effects, secrets
 from state.errors import Refused
-from state.schema import (Decision, validation_message)
+from state.schema import Decision
 from state.durable import create_exclusive
 from state.fileio import fsync_dir, parse_json_object
 from state.paths import read_regular
 from state.paths import file_name
+from state.files.sealing import sealed_bytes, unsealed
 from state.records import RECORDED, RejectionRecord
 
 if TYPE_CHECKING:  # the file store calls these with itself
     from state.files.store import Store
 
 MAX_RECORD_BYTES = 64 * 1024
+#: The record kind of a rejection record's signed envelope (:data:`state.record_seal.KINDS`).
+KIND = "rejection"
 
 
 def folder(store: "Store") -> Path:
@@ -43,14 +46,21 @@ def folder(store: "Store") -> Path:
     return store.root / "rejections"
 
 
-def _key(task_id: str, channel: Optional[str]) -> str:
+def key_of(task_id: str, channel: Optional[str]) -> str:
+    """The key of the rejection record of ``task_id`` (and ``channel``): the task ID, or
+    ``<task ID>#<channel>``."""
     return task_id if channel is None else f"{task_id}#{channel}"
 
 
 def path_for(store: "Store", task_id: str, channel: Optional[str] = None) -> Path:
     """``rejections/<file_name(key)>.json``, ``key`` the task ID, or ``<task ID>#<channel>`` when
     ``channel`` is given (:func:`state.schema.channel_scope`)."""
-    return folder(store) / (file_name(_key(task_id, channel)) + ".json")
+    return folder(store) / path_for_key(task_id, channel)
+
+
+def path_for_key(task_id: str, channel: Optional[str] = None) -> str:
+    """The file name of the rejection record of ``task_id`` (and ``channel``): ``<file_name(key)>.json``."""
+    return file_name(key_of(task_id, channel)) + ".json"
 
 
 def get(store: "Store", task_id: str, channel: Optional[str] = None) -> RejectionRecord | None:
@@ -62,10 +72,7 @@ def get(store: "Store", task_id: str, channel: Optional[str] = None) -> Rejectio
     if raw is None:
         return None
     data = parse_json_object(raw, f"rejection record {path.name}")
-    try:
-        rec = RejectionRecord.model_validate(data)
-    except ValidationError as exc:
-        raise Refused("integrity", f"rejection record {path.name} is not valid: {validation_message(exc)}") from None
+    rec: RejectionRecord = unsealed(KIND, data, store.root, f"rejection record {path.name}")
     if rec.task_id != task_id or rec.channel != channel:
         raise Refused("integrity", f"rejection record {path.name} names task {rec.task_id!r} channel "
                       f"{rec.channel!r}, not {task_id!r} channel {channel!r}")
@@ -92,8 +99,8 @@ def record(store: "Store", task_id: str, content_sha256: str, decision: Decision
         # before the file is created (state.secrets)
         body = secrets.redact(rec.model_dump(exclude_unset=True), secrets.REJECTION,
                               what=f"rejection record of task {task_id}", closed_keys=True)
-        data = (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        key = _key(task_id, channel)
+        data = sealed_bytes(KIND, RejectionRecord.model_validate(body), store.root)  # signed: state.record_seal
+        key = key_of(task_id, channel)
         created = create_exclusive(path_for(store, task_id, channel), data, owner=file_name(key),
                                    failpoint="rejection:record")  # False: another process won
         if created:

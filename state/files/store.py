@@ -6,8 +6,9 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
     tasks/<name>.r<N>.json  revision N of a task's checkpoint envelope (state.schema.Checkpoint);
                           N has 6 digits or more (r000001, r000002 …); the highest N is the checkpoint
     ledger/<name>.json    one ledger entry per idempotency key (state.files.ledger)
+    rejections/<name>.json  one rejection record per task and channel (state.files.rejections)
     effects/<name>.<N>.intent.json / .settled.json  attempt N of an effect through a service
-                          (state.files.intents)
+                          (state.files.intents); each record file is signed (state.record_seal)
     locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
     traces/<name>.jsonl   the local trace of each task (workflow.observe.trace_log)
     signing.key           the MAC key, unless HITL_SIGNING_KEY is set
@@ -43,7 +44,7 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from state import effects, state_id
 
@@ -283,13 +284,14 @@ class Store:
         """See :meth:`state.store.TaskStore.rejection_remove` (:func:`state.files.rejections.remove`)."""
         rejections.remove(self, task_id, channel)
 
-    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
+    def inspect(self, *, repair: bool = False, adopt: Iterable[str] = ()) -> Iterator[Inspected]:
         """See :meth:`state.store.Inspectable.inspect` (:func:`state.files.inspect.inspect`: the
-        files, lock files and temp files of the state dir; ``repair`` deletes leftover temp files
-        and clears older revision files a crash left whole, each under its owner's lock)."""
+        files, lock files and temp files of the state dir; ``repair`` deletes leftover temp files,
+        clears older revision files a crash left whole, each under its owner's lock, and signs the
+        unsigned records a signed checkpoint proves or ``adopt`` names: :mod:`state.adoption`)."""
         from state.files.inspect import inspect  # only doctor needs it
 
-        return inspect(self, repair=repair)
+        return inspect(self, repair=repair, adopt=adopt)
 
     # -- locking -----------------------------------------------------------------------------
     @contextmanager

@@ -38,7 +38,7 @@ import json
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 from urllib.parse import urlsplit
 
 import psycopg
@@ -53,6 +53,8 @@ from state.paths import check_regular, file_name
 from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
                            check_ledger_key, check_same_entry)
 from state.revisions import every_or_stop, next_revision
+from state.adoption import Unsigned, review
+from state.record_seal import KINDS, check_signed, seal_record, unseal_record
 from state.signing import seal, signed_by_any, verify_envelope
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.settings import settings, url_password
@@ -64,6 +66,8 @@ MIGRATION_LOCK = 0x6869746C  # "hitl"
 _migrated: set[str] = set()  # URLs this process has seen at the latest schema version
 #: The schema version that added ``key_fingerprint`` (an older one, in tests, has no such table).
 KEY_FINGERPRINT_VERSION = 4
+#: The longest signed record envelope a row may hold (a file holds at most 64 KiB).
+MAX_RECORD_CHARS = 64 * 1024
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -499,14 +503,23 @@ class PostgresStore:
         with self._mutex:
             self._lock_sessions.append(conn)
 
-    def inspect(self, *, repair: bool = False) -> Iterator[Inspected]:
-        """See :meth:`state.store.Inspectable.inspect`: every ledger row and checkpoint row, each
-        task read again under its lock taken without waiting (a task a live process holds is a
-        ``busy`` problem). There are no temp files or lock files, so ``repair`` has nothing to
-        repair. Every ``path`` names the database (never its password)."""
+    def inspect(self, *, repair: bool = False, adopt: Iterable[str] = ()) -> Iterator[Inspected]:
+        """See :meth:`state.store.Inspectable.inspect`: the unsigned record rows first
+        (:func:`state.adoption.review`: with ``repair`` the ones a signed checkpoint proves, and
+        those ``adopt`` names, get their signed envelope), then every ledger row and checkpoint row,
+        each task read again under its lock taken without waiting (a task a live process holds is a
+        ``busy`` problem). There are no temp files or lock files to repair. Every ``path`` names the
+        database (never its password)."""
+        reported: set[str] = set()  # unsigned rows, named once (not again as unreadable)
+        for item in review(self, self._unsigned(), repair=repair, adopt=adopt, sign=self._sign,
+                           remedy="otherwise delete the row"):
+            if isinstance(item, Problem):
+                reported.add(item.path)
+            yield item
         entries, bad_entries = self.ledger_scan()
         for bad in bad_entries:
-            yield Problem("unreadable_ledger_entry", bad["file"], bad["error"])
+            if bad["file"] not in reported:
+                yield Problem("unreadable_ledger_entry", bad["file"], bad["error"])
         by_key = {e.idempotency_key: e for e in entries}
         good, bad_tasks = self.scan()
         for bad in bad_tasks:
@@ -546,24 +559,110 @@ class PostgresStore:
         return Records(entry=entry, entry_name=entry.idempotency_key if entry is not None else "",
                        rejection=rejected)
 
+    # -- signed records (state.record_seal) ---------------------------------------------------
+    def _sealed(self, kind: str, model: Any) -> str:
+        """The signed envelope of ``model`` (a record of ``kind``) as the JSON text a row keeps:
+        signed with this machine's key (its fingerprint recorded, as a checkpoint write does),
+        bound to this database's ``store_identity``."""
+        key = self._key(create=True)
+        self.check_key(key, record=True)  # before the first write: this database's key from now on
+        return json.dumps(seal_record(kind, model, key, self.store_id()), ensure_ascii=False)
+
+    def _unsealed(self, kind: str, columns: dict[str, Any], envelope: Optional[str], where: str) -> Any:
+        """The verified record of ``kind`` in a row: its ``envelope`` (the signed JSON text; None in a
+        row written by an earlier version: refused as unsigned) verified by
+        :func:`state.record_seal.unseal_record` for this database, and every one of the row's
+        other ``columns`` (field → value) equal to the signed record's (a row moved to another key,
+        or a column edited, is refused). Raises :class:`Refused` naming ``where``."""
+        if envelope is None:
+            check_signed({}, where)  # raises: not signed
+        try:
+            data = json.loads(envelope) if len(envelope) <= MAX_RECORD_CHARS else None
+        except (ValueError, RecursionError):
+            data = None
+        if not isinstance(data, dict):
+            raise Refused("integrity", f"{where} has an envelope that is not a JSON object (damaged)")
+        check_signed(data, where)
+        rec = unseal_record(kind, data, self._key(), self.store_id(), where)
+        mine = rec.model_dump(mode="json")
+        for name, value in columns.items():
+            if mine.get(name) != value:
+                raise Refused("integrity", f"{where}: its row says {name} {self._scrub(repr(value))[:80]} but its "
+                              f"signed envelope says {self._scrub(repr(mine.get(name)))[:80]} (moved to another key, "
+                              "or edited); a human must check")
+        return rec
+
+    #: Each record kind's table, its key columns, and how its columns read as the model's fields.
+    _TABLES = {"ledger_entry": ("ledger", ("idempotency_key",)),
+               "rejection": ("rejections", ("task_id", "channel")),
+               "effect_intent": ("effect_intents", ("idempotency_key", "attempt")),
+               "settlement": ("effect_settlements", ("idempotency_key", "attempt"))}
+
+    def _unsigned(self) -> list[Unsigned]:
+        """Every row written by an earlier version (``envelope`` null) that is a valid record of its
+        kind (one that is not stays an unreadable record), as :class:`state.adoption.Unsigned`
+        (``where``: ``<location>/<table>/<key>[/<attempt>]``, the ledger's as ``ledger_scan``
+        names it; ``locator``: the row's key)."""
+        queries = {"ledger_entry": (self._LEDGER_COLUMNS, self._LEDGER_COLUMNS.split(", ")),
+                   "rejection": (self._REJECTION_COLUMNS, list(self._REJECTION_FIELDS)),
+                   "effect_intent": (self._INTENT_COLUMNS, self._INTENT_COLUMNS.split(", ")),
+                   "settlement": (self._SETTLEMENT_COLUMNS, list(self._SETTLEMENT_FIELDS))}
+        found = []
+        for kind, (columns, fields) in queries.items():
+            table, keys = self._TABLES[kind]
+            with self._db() as conn:
+                rows = conn.execute(f"SELECT {columns} FROM {table} WHERE envelope IS NULL").fetchall()
+            for row in rows:
+                data = dict(zip(fields, row))
+                try:
+                    if kind == "ledger_entry":
+                        data = self._ledger_columns(row)
+                    record = KINDS[kind][0].model_validate(data)
+                except (ValueError, Refused):
+                    continue  # not a valid record: reported where it is read
+                locator = tuple(data[k] for k in keys)
+                tail = "/".join(str(v) for v in locator if v is not None)
+                where = f"{self.ledger_dir}/{row[0]}" if kind == "ledger_entry" else f"{self.location}/{table}/{tail}"
+                found.append(Unsigned(kind, self._scrub(where), record, locator=locator))
+        return found
+
+    def _sign(self, item: Unsigned) -> None:
+        """Give the unsigned row of ``item`` its signed envelope (``UPDATE … WHERE <its key> AND
+        envelope IS NULL``). Raises :class:`Refused` if the row is gone or was signed meanwhile."""
+        table, keys = self._TABLES[item.kind]
+        envelope = self._sealed(item.kind, item.record)
+        match = " AND ".join(f"coalesce({k}, '') = coalesce(%s::text, '')" if k == "channel" else f"{k} = %s"
+                             for k in keys)
+        with self._db() as conn:
+            done = conn.execute(f"UPDATE {table} SET envelope = %s WHERE {match} AND envelope IS NULL",
+                                (envelope, *item.locator)).rowcount
+        if done != 1:
+            raise Refused("refused", f"{item.where} changed while doctor read it; run doctor again")
+
     # -- ledger ------------------------------------------------------------------------------
     _LEDGER_COLUMNS = ("idempotency_key, task_id, action, title, content_sha256, published_at, "
                        "channel, approval, result, settled_by, settle_reason")
 
-    def _entry(self, row: tuple[Any, ...]) -> LedgerEntry:
-        names = self._LEDGER_COLUMNS.split(", ")
+    def _ledger_columns(self, row: tuple[Any, ...]) -> dict[str, Any]:
+        """A ledger row's columns (without its envelope) as a record's fields (``result``: parsed)."""
+        data = dict(zip(self._LEDGER_COLUMNS.split(", "), row))
         try:
-            data = dict(zip(names, row))
             data["result"] = None if data["result"] is None else json.loads(data["result"])  # JSON text
-            return LedgerEntry.model_validate(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError):
             raise Refused("ledger_mismatch", f"ledger entry {row[0]!r} in {self.location} is not valid "
-                          f"({self._scrub(str(exc).splitlines()[0])})") from None
+                          "(result: not JSON)") from None
+        return data
+
+    def _entry(self, row: tuple[Any, ...]) -> LedgerEntry:
+        """The verified entry of a ledger row ``(*_LEDGER_COLUMNS, envelope)``."""
+        entry: LedgerEntry = self._unsealed("ledger_entry", self._ledger_columns(row[:-1]), row[-1],
+                                            f"ledger entry {self._scrub(repr(row[0]))[:100]} in {self.location}")
+        return entry
 
     def ledger_get(self, key: str) -> Optional[LedgerEntry]:
         """See :meth:`state.store.TaskStore.ledger_get`."""
         with self._db() as conn:
-            row = conn.execute(f"SELECT {self._LEDGER_COLUMNS} FROM ledger "
+            row = conn.execute(f"SELECT {self._LEDGER_COLUMNS}, envelope FROM ledger "
                                "WHERE idempotency_key = %s", (key,)).fetchone()
         if row is None:
             return None
@@ -573,16 +672,20 @@ class PostgresStore:
         return entry
 
     def ledger_entries(self) -> list[LedgerEntry]:
-        """See :meth:`state.store.TaskStore.ledger_entries`."""
-        return sorted(self.ledger_scan()[0], key=lambda e: (e.published_at, e.idempotency_key))
+        """See :meth:`state.store.TaskStore.ledger_entries` (fail closed: the first row that does
+        not verify raises :class:`Refused`)."""
+        return sorted((self._entry(row) for row in self._ledger_rows()),
+                      key=lambda e: (e.published_at, e.idempotency_key))
+
+    def _ledger_rows(self) -> list[tuple[Any, ...]]:
+        with self._db() as conn:
+            return conn.execute(f"SELECT {self._LEDGER_COLUMNS}, envelope FROM ledger "
+                                "ORDER BY idempotency_key COLLATE \"C\"").fetchall()
 
     def ledger_scan(self) -> tuple[list[LedgerEntry], list[dict[str, str]]]:
-        """``(every valid entry, [{"file", "error"}] for each row that is not one)``."""
-        with self._db() as conn:
-            rows = conn.execute(f"SELECT {self._LEDGER_COLUMNS} FROM ledger "
-                                "ORDER BY idempotency_key COLLATE \"C\"").fetchall()
+        """``(every entry that verifies, [{"file", "error"}] for each row that does not)``."""
         good, bad = [], []
-        for row in rows:
+        for row in self._ledger_rows():
             try:
                 good.append(self._entry(row))
             except Refused as exc:
@@ -594,8 +697,8 @@ class PostgresStore:
                       result: Any = None, settled_by: Optional[str] = None,
                       settle_reason: Optional[str] = None) -> tuple[LedgerEntry, bool]:
         """See :meth:`state.store.TaskStore.ledger_record`: ``INSERT … ON CONFLICT DO
-        NOTHING``, then read back and compared (failpoints ``ledger:record:before`` /
-        ``:after``)."""
+        NOTHING`` of the row and its signed envelope, then read back and compared (failpoints
+        ``ledger:record:before`` / ``:after``)."""
         check_ledger_key(key, task_id, channel)
         existing = self.ledger_get(key)
         if existing is None:
@@ -606,15 +709,16 @@ class PostgresStore:
             record = secrets.redact(entry.model_dump(), secrets.LEDGER,
                                     what=f"ledger entry of key {key!r}", closed_keys=True)
             entry = LedgerEntry.model_validate(record)
+            envelope = self._sealed("ledger_entry", entry)
             failpoints.hit("ledger:record:before")
             with self._db() as conn:
                 cur = conn.execute(
-                    f"INSERT INTO ledger ({self._LEDGER_COLUMNS}) VALUES "
-                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING",
+                    f"INSERT INTO ledger ({self._LEDGER_COLUMNS}, envelope) VALUES "
+                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING",
                     (entry.idempotency_key, entry.task_id, entry.action, entry.title,
                      entry.content_sha256, entry.published_at, entry.channel, entry.approval,
                      None if entry.result is None else json.dumps(entry.result, ensure_ascii=False),
-                     entry.settled_by, entry.settle_reason))
+                     entry.settled_by, entry.settle_reason, envelope))
             if cur.rowcount == 1:
                 failpoints.hit("ledger:record:after")
                 effects.note(task_id, "published it (ledger entry written)")
@@ -631,28 +735,28 @@ class PostgresStore:
     _INTENT_COLUMNS = ("idempotency_key, attempt, task_id, channel, call_id, action, content_sha256, "
                        "request_key, service, deduplicates, at")
     _SETTLEMENT_COLUMNS = "idempotency_key, attempt, task_id, by_name, at, reason, source"
+    _SETTLEMENT_FIELDS = ("idempotency_key", "attempt", "task_id", "by", "at", "reason", "source")
 
     def _intent(self, row: tuple[Any, ...]) -> EffectIntent:
-        try:
-            return EffectIntent.model_validate(dict(zip(self._INTENT_COLUMNS.split(", "), row)))
-        except ValueError as exc:
-            raise Refused("ledger_mismatch", f"intent of key {row[0]!r} attempt {row[1]} in {self.location} is "
-                          f"not valid ({self._scrub(str(exc).splitlines()[0])})") from None
+        """The verified intent of a row ``(*_INTENT_COLUMNS, envelope)``."""
+        intent: EffectIntent = self._unsealed(
+            "effect_intent", dict(zip(self._INTENT_COLUMNS.split(", "), row[:-1])), row[-1],
+            f"intent of key {self._scrub(repr(row[0]))[:100]} attempt {row[1]} in {self.location}")
+        return intent
 
     def _settlement(self, row: tuple[Any, ...]) -> Settlement:
-        data = dict(zip(("idempotency_key", "attempt", "task_id", "by", "at", "reason", "source"), row))
-        try:
-            return Settlement.model_validate(data)
-        except ValueError as exc:
-            raise Refused("ledger_mismatch", f"settlement of key {row[0]!r} attempt {row[1]} in {self.location} "
-                          f"is not valid ({self._scrub(str(exc).splitlines()[0])})") from None
+        """The verified settlement of a row ``(*_SETTLEMENT_COLUMNS, envelope)``."""
+        settled: Settlement = self._unsealed(
+            "settlement", dict(zip(self._SETTLEMENT_FIELDS, row[:-1])), row[-1],
+            f"settlement of key {self._scrub(repr(row[0]))[:100]} attempt {row[1]} in {self.location}")
+        return settled
 
     def _intent_of(self, key: str, attempt: Optional[int] = None) -> Optional[EffectIntent]:
         """The intent of ``key``'s ``attempt`` (default: its latest), or None."""
         with self._db() as conn:
-            row = conn.execute(f"SELECT {self._INTENT_COLUMNS} FROM effect_intents WHERE idempotency_key = %s "
-                               "AND (%s::integer IS NULL OR attempt = %s) ORDER BY attempt DESC LIMIT 1",
-                               (key, attempt, attempt)).fetchone()
+            row = conn.execute(f"SELECT {self._INTENT_COLUMNS}, envelope FROM effect_intents "
+                               "WHERE idempotency_key = %s AND (%s::integer IS NULL OR attempt = %s) "
+                               "ORDER BY attempt DESC LIMIT 1", (key, attempt, attempt)).fetchone()
         return None if row is None else self._intent(row)
 
     def intent_get(self, key: str) -> Optional[EffectIntent]:
@@ -662,26 +766,28 @@ class PostgresStore:
     def settlement_get(self, key: str, attempt: int) -> Optional[Settlement]:
         """See :meth:`state.store.TaskStore.settlement_get`."""
         with self._db() as conn:
-            row = conn.execute(f"SELECT {self._SETTLEMENT_COLUMNS} FROM effect_settlements "
+            row = conn.execute(f"SELECT {self._SETTLEMENT_COLUMNS}, envelope FROM effect_settlements "
                                "WHERE idempotency_key = %s AND attempt = %s", (key, attempt)).fetchone()
         return None if row is None else self._settlement(row)
 
     def intent_record(self, intent: EffectIntent) -> tuple[EffectIntent, bool]:
-        """See :meth:`state.store.TaskStore.intent_record`: ``INSERT … ON CONFLICT DO NOTHING``,
-        then read back (failpoints ``effect:intent:before`` / ``:after``, the second only when this
-        call created it). Raises :class:`Refused` if attempt ``n - 1`` has no settlement."""
+        """See :meth:`state.store.TaskStore.intent_record`: ``INSERT … ON CONFLICT DO NOTHING``
+        of the row and its signed envelope, then read back (failpoints ``effect:intent:before`` /
+        ``:after``, the second only when this call created it). Raises :class:`Refused` if attempt
+        ``n - 1`` has no settlement."""
         key, attempt = intent.idempotency_key, intent.attempt
         if attempt > 1 and self.settlement_get(key, attempt - 1) is None:
             raise Refused("ledger_mismatch", f"attempt {attempt} of key {key!r} follows an attempt that was "
                           "never settled; refusing")
         body = secrets.redact(intent.model_dump(), secrets.INTENT, what=f"intent record of key {key!r}",
                               closed_keys=True)
+        envelope = self._sealed("effect_intent", EffectIntent.model_validate(body))
         failpoints.hit("effect:intent:before")
         with self._db() as conn:
             cur = conn.execute(
-                f"INSERT INTO effect_intents ({self._INTENT_COLUMNS}) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key, attempt) DO NOTHING",
-                tuple(body[name] for name in self._INTENT_COLUMNS.split(", ")))
+                f"INSERT INTO effect_intents ({self._INTENT_COLUMNS}, envelope) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key, attempt) DO NOTHING",
+                (*(body[name] for name in self._INTENT_COLUMNS.split(", ")), envelope))
         created = cur.rowcount == 1
         if created:
             failpoints.hit("effect:intent:after")
@@ -693,20 +799,20 @@ class PostgresStore:
 
     def settlement_record(self, settlement: Settlement) -> tuple[Settlement, bool]:
         """See :meth:`state.store.TaskStore.settlement_record`: ``INSERT … ON CONFLICT DO
-        NOTHING``, then read back (failpoints ``effect:settle:before`` / ``:after``). Raises
-        :class:`Refused` if its attempt has no intent."""
+        NOTHING`` of the row and its signed envelope, then read back (failpoints
+        ``effect:settle:before`` / ``:after``). Raises :class:`Refused` if its attempt has no intent."""
         key, attempt = settlement.idempotency_key, settlement.attempt
         if self._intent_of(key, attempt) is None:
             raise Refused("ledger_mismatch", f"no intent of key {key!r} attempt {attempt} to settle")
         body = secrets.redact(settlement.model_dump(), secrets.SETTLEMENT,
                               what=f"settled record of key {key!r}", closed_keys=True)
+        envelope = self._sealed("settlement", Settlement.model_validate(body))
         failpoints.hit("effect:settle:before")
         with self._db() as conn:
             cur = conn.execute(
-                f"INSERT INTO effect_settlements ({self._SETTLEMENT_COLUMNS}) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key, attempt) DO NOTHING",
-                (body["idempotency_key"], body["attempt"], body["task_id"], body["by"], body["at"],
-                 body["reason"], body["source"]))
+                f"INSERT INTO effect_settlements ({self._SETTLEMENT_COLUMNS}, envelope) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (idempotency_key, attempt) DO NOTHING",
+                (*(body[name] for name in self._SETTLEMENT_FIELDS), envelope))
         created = cur.rowcount == 1
         if created:
             failpoints.hit("effect:settle:after")
@@ -718,10 +824,10 @@ class PostgresStore:
 
     def intents(self) -> list[EffectIntent]:
         """See :meth:`state.store.TaskStore.intents`: the highest attempt of every key, oldest
-        first (by ``at``, then key). Raises :class:`Refused` on the first row that is not valid."""
+        first (by ``at``, then key). Raises :class:`Refused` on the first row that does not verify."""
         with self._db() as conn:
-            rows = conn.execute(f"SELECT DISTINCT ON (idempotency_key) {self._INTENT_COLUMNS} FROM effect_intents "
-                                "ORDER BY idempotency_key, attempt DESC").fetchall()
+            rows = conn.execute(f"SELECT DISTINCT ON (idempotency_key) {self._INTENT_COLUMNS}, envelope "
+                                "FROM effect_intents ORDER BY idempotency_key, attempt DESC").fetchall()
         return sorted((self._intent(row) for row in rows), key=lambda i: (i.at, i.idempotency_key))
 
     # -- rejection records -------------------------------------------------------------------
@@ -771,22 +877,18 @@ class PostgresStore:
             raise Refused("no_reviewer", f"no reviewer {name!r} is registered; nothing changed")
 
     _REJECTION_COLUMNS = "task_id, content_sha256, call_id, by_name, at, reason, channel"
+    _REJECTION_FIELDS = ("task_id", "content_sha256", "call_id", "by", "at", "reason", "channel")
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
-        """See :meth:`state.store.TaskStore.rejection_get`."""
+        """See :meth:`state.store.TaskStore.rejection_get` (the row's signed envelope verified)."""
         with self._db() as conn:
-            row = conn.execute(f"SELECT {self._REJECTION_COLUMNS} FROM rejections WHERE task_id = %s "
+            row = conn.execute(f"SELECT {self._REJECTION_COLUMNS}, envelope FROM rejections WHERE task_id = %s "
                                "AND coalesce(channel, '') = %s", (task_id, channel or "")).fetchone()
         if row is None:
             return None
-        data = dict(zip(("task_id", "content_sha256", "call_id", "by", "at", "reason", "channel"), row))
-        if data["channel"] is None:  # a one-channel task's record has no channel field at all
-            del data["channel"]
-        try:
-            rec = RejectionRecord.model_validate(data)
-        except ValueError as exc:
-            raise Refused("integrity", f"rejection record of task {task_id!r} in {self.location} is not valid "
-                          f"({self._scrub(str(exc).splitlines()[0])})") from None
+        rec: RejectionRecord = self._unsealed(
+            "rejection", dict(zip(self._REJECTION_FIELDS, row[:-1])), row[-1],
+            f"rejection record of task {self._scrub(repr(task_id))[:100]} in {self.location}")
         if rec.task_id != task_id or rec.channel != channel:
             raise Refused("integrity", f"rejection record {task_id!r} names task {rec.task_id!r} "
                           f"(channel {rec.channel!r})")
@@ -795,7 +897,8 @@ class PostgresStore:
     def rejection_record(self, task_id: str, content_sha256: str, decision: Decision,
                          channel: Optional[str] = None) -> tuple[RejectionRecord, bool]:
         """See :meth:`state.store.TaskStore.rejection_record` (``INSERT … ON CONFLICT DO
-        NOTHING``, read back; failpoints ``rejection:record:before`` / ``:after``)."""
+        NOTHING`` of the row and its signed envelope, read back; failpoints
+        ``rejection:record:before`` / ``:after``)."""
         existing = self.rejection_get(task_id, channel)
         created = False
         if existing is None:
@@ -804,14 +907,14 @@ class PostgresStore:
                                   reason=decision.reason, channel=channel)
             body = secrets.redact(rec.model_dump(), secrets.REJECTION,
                                   what=f"rejection record of task {task_id}", closed_keys=True)
+            envelope = self._sealed("rejection", RejectionRecord.model_validate(body))
             failpoints.hit("rejection:record:before")
             with self._db() as conn:
                 cur = conn.execute(
-                    f"INSERT INTO rejections ({self._REJECTION_COLUMNS}) VALUES "
-                    "(%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (task_id, (coalesce(channel, ''))) "
+                    f"INSERT INTO rejections ({self._REJECTION_COLUMNS}, envelope) VALUES "
+                    "(%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (task_id, (coalesce(channel, ''))) "
                     "DO NOTHING",
-                    (body["task_id"], body["content_sha256"], body["call_id"], body["by"],
-                     body["at"], body["reason"], body.get("channel")))
+                    (*(body.get(name) for name in self._REJECTION_FIELDS), envelope))
             created = cur.rowcount == 1
             if created:
                 failpoints.hit("rejection:record:after")

@@ -33,10 +33,21 @@ Findings (``kind``: what it means → the recommended ``action``):
 ``cancelled_with_intent``  ``cancelled``/``expired`` or rejected, yet its effect was begun (it may
                            have happened) → a human
 ``intent_without_approval`` waiting, its effect begun, no approval recorded → a human
+``unsigned_record``        a ledger entry, effect intent, settlement or rejection record without
+                           a signature (written by an earlier version, or by hand), which the
+                           task's signed checkpoint proves (``state.adoption``) →
+                           ``doctor --repair`` signs it
+``unsigned_unproven``      the same, but nothing signed proves it → a human checks it (the task,
+                           the service); if it is genuine, ``doctor --repair --adopt <its path>``
+                           signs it; if not, it is removed by hand. Until then every command that
+                           reads it stops
+``adopt_not_found``        ``--adopt`` named something that is not an unsigned record → a human
 ``leftover_temp``          ``.tmp-<owner>.*.part`` left by a process that died mid-write →
                            ``doctor --repair`` deletes it (provable: see below)
 ``unknown_temp``           a ``.tmp-*.part`` of unknown owner → delete by hand when no run.py runs
 ``busy`` (note)            a live process holds the task's lock → run doctor again later
+``not_judged`` (note)      a task with an unsigned record (above) is judged once that record is
+                           signed or removed: nothing is proven from it meanwhile
 ``not_locked`` (note)      the locks could not be taken because the state dir cannot be written
                            (read-only mount, no write permission): every task was still checked,
                            read-only, without its lock; nothing was repaired
@@ -50,15 +61,16 @@ half-finished; on a state dir nobody can write, nobody is writing. ``--repair`` 
 there: a ``leftover_temp`` is reported with "not repaired". A lock file that is a symlink or a
 folder is still ``unusable_lock``.
 
-Repairs (``--repair``): deleting ``leftover_temp`` files, and clearing (to 0 bytes, under the task's
-lock) older revision files that a crash left whole between a write and its cleanup (nobody reads
-them: ``state.files.store``). Every write of a task's files
-happens under that task's lock (``locks/<owner>.lock``; the signing key under
-``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose
-owner's lock doctor holds belongs to no live
-process: deleting it is provably safe. Nothing else is repaired: marking a task completed needs a
-new signed checkpoint carrying the finished RunState, which only ``resume`` (with the SDK) can
-produce from the ledger entry; everything else needs a human.
+Repairs (``--repair``): signing the ``unsigned_record`` records a signed checkpoint proves (and,
+with ``--adopt PATH``, the ones a person vouched for: ``state.adoption``), deleting
+``leftover_temp`` files, and clearing (to 0 bytes, under the task's lock) older revision files
+that a crash left whole between a write and its cleanup (nobody reads them: ``state.files.store``).
+Every write of a task's files happens under that task's lock (``locks/<owner>.lock``; the signing
+key under ``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file
+whose owner's lock doctor holds belongs to no live process: deleting it is provably safe. Nothing
+else is repaired: marking a task completed needs a new signed checkpoint carrying the finished
+RunState, which only ``resume`` (with the SDK) can produce from the ledger entry; everything else
+needs a human.
 
 Lock files are not findings: filelock uses OS locks (``flock`` / ``msvcrt.locking``), which the OS
 drops when the holder dies, so a lock file left by a killed process does not block anyone
@@ -73,7 +85,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from state.errors import Next, Part, Refused
 from state.inspection import Counted, Problem, Records, Repaired, TaskCheck
@@ -85,7 +97,9 @@ from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
-NOTES = frozenset({"busy", "not_locked"})
+NOTES = frozenset({"busy", "not_locked", "not_judged"})
+#: The findings of an unsigned record (``state.adoption``): its task is not judged until it is settled.
+UNSIGNED = frozenset({"unsigned_record", "unsigned_unproven"})
 
 
 @dataclass
@@ -311,6 +325,7 @@ PROBLEM_ACTIONS: dict[str, tuple[Part, ...]] = {
     "busy": ("run doctor again when it finishes",),
     "unknown_temp": ("delete it by hand ", Next("when_idle")),
     "leftover_temp": (Next("doctor_repair"), " deletes it"),
+    "unsigned_record": (Next("doctor_repair"), " signs it (the task's signed checkpoint proves it)"),
     "not_locked": ("nothing, if nobody writes this state dir; to check under locks or to repair, "
                    "run doctor where the state dir is writable",),
 }
@@ -319,15 +334,20 @@ PROBLEM_ACTIONS: dict[str, tuple[Part, ...]] = {
 def _finding(problem: Problem) -> Finding:
     """The report's line for a problem the store found."""
     action = PROBLEM_ACTIONS.get(problem.kind, ASK_HUMAN)
+    if problem.kind == "unsigned_unproven":  # a person vouches for this very record, or removes it
+        action = ("a human must check it (the task's receipt; for an effect, the service); if it is genuine, ",
+                  Next("doctor_adopt", problem.path), " signs it")
     if problem.remedy:
         action += (f" ({problem.remedy})",)
     return Finding(problem.kind, problem.task_id, problem.path, problem.detail, action)
 
 
-def doctor(store: TaskStore, *, repair: bool = False) -> dict[str, Any]:
+def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = ()) -> dict[str, Any]:
     """Check every task of ``store`` against its ledger; with ``repair`` let the store make the
-    repairs it can prove (the file store: leftover temp files, older revision files a crash left
-    whole). See the module docstring.
+    repairs it can prove (unsigned records a signed checkpoint proves; the file store: leftover
+    temp files, older revision files a crash left whole) and sign the unsigned records ``adopt``
+    names (each exactly as a finding's ``path`` gave it: a person vouched for them). See the
+    module docstring.
 
     Works over any :class:`state.store.Inspectable` store: the store lists its own problems and
     each task (held under its lock while it is judged here, :mod:`state.inspection`), and this
@@ -338,12 +358,24 @@ def doctor(store: TaskStore, *, repair: bool = False) -> dict[str, Any]:
     if not isinstance(store, Inspectable):
         raise Refused("usage", f"the store {store.location} cannot be checked by doctor (it lists no "
                       "records to check); nothing was read")
+    adopt = tuple(adopt)
+    if adopt and not repair:
+        raise Refused("usage", "adopting unsigned records is a repair: it needs repair as well; nothing was read")
     report = Report(state_dir=store.location, repair=repair)
-    for item in store.inspect(repair=repair):
+    unsigned: set[str] = set()  # tasks with an unsigned record: not judged (the store lists those first)
+    # ``adopt`` only when given: a store written before it existed still works without it
+    for item in store.inspect(repair=repair, adopt=adopt) if adopt else store.inspect(repair=repair):
         if isinstance(item, Problem):
             report.findings.append(_finding(item))
+            if item.kind in UNSIGNED and item.task_id is not None:
+                unsigned.add(item.task_id)
         elif isinstance(item, Repaired):
             report.repairs.append({"kind": item.kind, "path": item.path, "result": item.result})
+        elif isinstance(item, TaskCheck) and item.checkpoint.task_id in unsigned:
+            item.claim(keys(item.checkpoint, c)[0] for c in item.checkpoint.channels)
+            report.findings.append(Finding("not_judged", item.checkpoint.task_id, item.where,
+                                           "not judged while a record of this task is unsigned (named above)",
+                                           ("sign or remove that record first, then run doctor again",)))
         elif isinstance(item, TaskCheck):
             _judge(store, item, report)
         elif isinstance(item, Counted):

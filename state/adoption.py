@@ -1,0 +1,191 @@
+"""Unsigned records of an earlier version: named by ``doctor``, signed only when provable or vouched for.
+
+Since every record that decides an effect is signed (:mod:`state.record_seal`), a ledger entry,
+effect intent, settlement or rejection record without a signature is refused wherever it is read:
+an earlier version of this program wrote it, or someone did by hand, and nothing tells the two
+apart. Never trusted silently; one explicit step adopts it. Each store lists its unsigned records
+as :class:`Unsigned` (valid records of their kind, only unsigned; one that is not even valid stays
+an unreadable record) and hands them to :func:`review` from its ``inspect``
+(:meth:`state.store.Inspectable.inspect`). For each, :func:`proof` says whether the task's
+*signed* checkpoint proves it:
+
+- a ledger entry: its task is ``completed``, and the checkpoint records an approval (without
+  edits) of a call of the task's action on the entry's channel, whose key is the entry's, for
+  exactly the entry's content (:meth:`state.schema.Checkpoint.expected_sha256`). A completed task
+  never runs again, so signing its entry can neither publish nor suppress a publication;
+- a rejection record: the checkpoint records that very reject (same call, reviewer, time and
+  channel) of the task's content. Signing it can only keep refusing an approval the checkpoint
+  already refuses;
+- an effect intent or settlement: its key has a signed ledger entry of the same task (signed
+  before, or in this same run), for the intent's action and content, and the task is
+  ``completed``: the entry decides first (nothing is ever sent for a key that has one), so the
+  record only tells the story.
+
+Without ``repair`` each is a finding: ``unsigned_record`` (provable: ``doctor --repair`` signs it)
+or ``unsigned_unproven`` (nothing signed proves it: a person checks it and either removes it or
+names it to be adopted). With ``repair``, a provable record is signed in place, under its task's
+lock (the proof checked again under it): a :class:`state.inspection.Repaired`; a record a person
+named in ``adopt`` (its ``where``, exactly as ``doctor`` printed it) is signed whatever the proof
+says: that person vouched for it. Everything else is left as it is.
+
+Never imports the SDK; imports ``state`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Union
+
+from pydantic import BaseModel
+
+from state.errors import Refused
+from state.inspection import Problem, Repaired
+from state.record_seal import KINDS
+from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.schema import Checkpoint, effect_key
+
+if TYPE_CHECKING:
+    from state.store import TaskStore
+
+#: The order records are reviewed in: ledger entries first (an intent's proof is its key's entry).
+ORDER = ("ledger_entry", "rejection", "effect_intent", "settlement")
+#: Finding kinds: a record a signed checkpoint proves, and one nothing signed proves.
+PROVABLE, UNPROVEN = "unsigned_record", "unsigned_unproven"
+#: The finding of a record named to be adopted that is not an unsigned record of this store.
+NOT_FOUND = "adopt_not_found"
+
+
+@dataclass(frozen=True)
+class Unsigned:
+    """One unsigned record a store found: ``kind`` (:data:`state.record_seal.KINDS`), ``where``
+    (how ``doctor`` names it: its file, or ``<location>/<table>/<key>``), ``record`` (its fields as
+    written, validated as the model of ``kind``) and ``locator`` (what the store needs to sign it
+    in place: a path, a row's key; opaque here)."""
+
+    kind: str
+    where: str
+    record: BaseModel
+    locator: Any = None
+
+    @property
+    def task_id(self) -> str:
+        """The task the record is for."""
+        return str(getattr(self.record, "task_id"))
+
+    @property
+    def label(self) -> str:
+        """How a message names its kind (``ledger entry``, ``effect intent`` …)."""
+        return KINDS[self.kind][1]
+
+
+def proof(item: Unsigned, cp: Optional[Checkpoint], entry: Optional[LedgerEntry] = None) -> tuple[bool, str]:
+    """``(proven, why)``: whether ``cp`` (the verified checkpoint of ``item``'s task, None if none
+    verifies) and, for an intent or settlement, ``entry`` (its key's *signed* ledger entry, None if
+    there is none) prove ``item`` (rules: module docstring); ``why`` says what proves it or what is
+    missing, in a few words."""
+    rec = item.record
+    if cp is None or cp.task_id != item.task_id:
+        return False, f"no signed checkpoint of task {item.task_id!r} verifies"
+    if isinstance(rec, LedgerEntry):
+        return _entry_proof(rec, cp)
+    if isinstance(rec, RejectionRecord):
+        return _rejection_proof(rec, cp)
+    assert isinstance(rec, (EffectIntent, Settlement))
+    if cp.status != "completed":
+        return False, f"the task is {cp.status}, not completed"
+    if entry is None or entry.task_id != cp.task_id:
+        return False, "its key has no signed ledger entry of this task"
+    if isinstance(rec, EffectIntent) and (rec.action, rec.content_sha256) != (entry.action, entry.content_sha256):
+        return False, "its key's ledger entry is for another action or content"
+    return True, "its key's signed ledger entry decides (the task is completed)"
+
+
+def _entry_proof(rec: LedgerEntry, cp: Checkpoint) -> tuple[bool, str]:
+    if cp.status != "completed":
+        return False, f"the task is {cp.status}, not completed"
+    if rec.action != cp.action:
+        return False, f"the entry is for action {rec.action!r}, the task's is {cp.action!r}"
+    for channel in cp.channels:
+        if effect_key(cp.task_id, channel, cp.channels) != rec.idempotency_key or rec.channel not in (None, channel):
+            continue
+        if rec.content_sha256 != cp.expected_sha256(channel):
+            return False, f"the entry's content is not the content approved on {channel}"
+        if any(d.channel == channel and d.decision == "approved" and d.edits is None for d in cp.decisions):
+            return True, f"the signed checkpoint is completed with an approval on {channel} for this content"
+        return False, f"the checkpoint records no approval on {channel}"
+    return False, "the entry's key is none of the task's channels"
+
+
+def _rejection_proof(rec: RejectionRecord, cp: Checkpoint) -> tuple[bool, str]:
+    if rec.content_sha256 != cp.content_sha256:
+        return False, "the record is for other content than the task's"
+    for d in cp.decisions:
+        scope = None if len(cp.channels) == 1 else d.channel
+        if (d.decision, d.call_id, d.by, d.at, scope) == ("rejected", rec.call_id, rec.by, rec.at, rec.channel):
+            return True, f"the signed checkpoint records this reject (by {rec.by} at {rec.at})"
+    return False, "the checkpoint records no such reject"
+
+
+Reviewed = Union[Problem, Repaired]
+
+
+def review(store: "TaskStore", found: Iterable[Unsigned], *, repair: bool, adopt: Iterable[str] = (),
+           sign: Callable[[Unsigned], None], remedy: Optional[str] = None) -> Iterator[Reviewed]:
+    """The findings and repairs of ``found`` (a store's unsigned records), in :data:`ORDER`: see
+    the module docstring. ``sign(item)`` signs one record in place (the store's; raises
+    :class:`Refused` if it cannot); ``adopt``: the ``where`` of each record a person vouched for;
+    ``remedy``: how this store's record is removed (e.g. ``move the file away``). A named record
+    that is not in ``found`` is an ``adopt_not_found`` finding. Never raises :class:`Refused`."""
+    vouched = set(adopt)
+    entries: dict[str, LedgerEntry] = {}  # unsigned entries proven here (signed, with repair)
+    for item in sorted(found, key=lambda u: (ORDER.index(u.kind), u.where)):
+        proven, why = _judge(store, item, entries)
+        person = item.where in vouched
+        vouched.discard(item.where)
+        if proven and isinstance(item.record, LedgerEntry):
+            entries[item.record.idempotency_key] = item.record
+        if not (repair and (proven or person)):
+            yield _finding(item, proven, why, remedy)
+            continue
+        try:
+            with store.task_lock(item.task_id, timeout=0):
+                proven, why = _judge(store, item, {})  # again, under the lock, from signed records only
+                if not (proven or person):
+                    yield _finding(item, proven, why, remedy)
+                    continue
+                sign(item)
+        except Refused as exc:
+            yield Problem(PROVABLE if proven else UNPROVEN, item.where,
+                          f"{item.label} written without a signature; not signed: {exc}", task_id=item.task_id)
+            continue
+        yield Repaired(PROVABLE, item.where, f"signed: {why}" if proven else
+                       f"signed: a person vouched for it ({why})")
+    for where in sorted(vouched):
+        yield Problem(NOT_FOUND, where, "named to be adopted, but it is not an unsigned record of this store "
+                      "(mistyped, or signed already); nothing was adopted for it")
+
+
+def _judge(store: "TaskStore", item: Unsigned, proven: dict[str, LedgerEntry]) -> tuple[bool, str]:
+    """:func:`proof` of ``item`` with its task's checkpoint and its key's ledger entry as they are
+    now (signed), or else, for a report without repair, its unsigned entry that is ``proven`` (by
+    key): the one a repair would sign first."""
+    try:
+        cp: Optional[Checkpoint] = store.load(item.task_id)
+    except Refused:
+        cp = None
+    entry = None
+    if item.kind in ("effect_intent", "settlement"):
+        key = str(getattr(item.record, "idempotency_key"))
+        try:
+            entry = store.ledger_get(key)
+        except Refused:
+            entry = proven.get(key)  # unsigned itself: a proof only if it is proven
+    return proof(item, cp, entry)
+
+
+def _finding(item: Unsigned, proven: bool, why: str, remedy: Optional[str]) -> Problem:
+    head = f"{item.label} written without a signature (by an earlier version of this program, or by hand): not trusted"
+    if proven:
+        return Problem(PROVABLE, item.where, f"{head}; {why}", task_id=item.task_id)
+    return Problem(UNPROVEN, item.where, f"{head}, and nothing signed proves it ({why})", task_id=item.task_id,
+                   remedy=remedy)
