@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,8 @@ import pytest
 
 from conftest import checkpoint_file, ledger_entries, plant_record, record_path, sign_record, snapshot
 from forking import in_process, run_cli
-from test_external_effects import (APPROVE, KEY, REJECT, SIGNING, START, Service, cli, crash, shown, start,
-                                   stopped)
+from test_external_effects import (APPROVE, KEY, REJECT, SHORT_WINDOW, SIGNING, START, Service, cli, crash, shown,
+                                   start, stopped)
 
 ENVELOPE = ("record", "state_id", "mac")
 OTHER = "ext-2"
@@ -150,7 +151,8 @@ def _setup(kind: str, state_dir: Path, svc: Service, log: Path, store: str | Non
     command and its environment."""
     if kind == "settlement":
         start(state_dir, svc.url, store=store, idempotency="none")
-        crash(state_dir, svc.url, "effect:request:before", log, store=store, idempotency="none")
+        crash(state_dir, svc.url, "effect:request:before", log, store=store, idempotency="none", **SHORT_WINDOW)
+        time.sleep(0.3)  # past the attempt's window
         r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "not-published", "--by", "bea",
                 store=store, idempotency="none")
         assert r.code == 0, r.err
