@@ -110,6 +110,10 @@ class EffectIntent(BaseModel):
     service: str = Field(min_length=1, max_length=2000)
     deduplicates: bool
     at: str = Field(min_length=1, max_length=40)
+    #: True: written by a version that binds each attempt into the signed checkpoint before any
+    #: request of it (:class:`state.schema.EffectBinding`), so an attempt not bound was never sent.
+    #: False (an intent of an earlier version, adopted): a request may have left unbound.
+    bound_first: bool = False
 
     @field_validator("task_id")
     @classmethod

@@ -482,3 +482,23 @@ def test_the_public_fail_ends_a_task_whose_service_is_gone_for_good(service, sta
     cp = workflow.fail(store, KEY, reason="the service was shut down", by="ann")
     assert cp.status == "failed" and cp.failure == "ended by ann: the service was shut down"
     assert workflow.fail(store, KEY, reason="again", by="ann").revision == cp.revision  # unchanged
+
+
+def test_an_intent_of_an_earlier_version_is_never_taken_as_never_sent(service, state_dir):
+    """An earlier version sent requests without binding the attempt into the checkpoint: its intent
+    (adopted after a person vouched for it) has no ``bound_first``, so a missing binding proves
+    nothing, and at a provider that cannot deduplicate the call is in doubt, not sent again."""
+    from conftest import plant_record
+    from state.files.store import Store
+
+    svc = service(dedup=False)
+    start(state_dir, svc.url, idempotency="none")
+    cp = Store(state_dir).load(KEY)
+    plant_record(state_dir, "effect_intent", {
+        "idempotency_key": KEY, "attempt": 1, "task_id": KEY, "channel": "blog", "call_id": cp.pending[0].call_id,
+        "action": "publish_draft", "content_sha256": cp.content_sha256, "request_key": "c" * 32,
+        "service": svc.url, "deduplicates": False, "at": "2026-01-01T00:00:00.000000Z"})
+    assert shown(state_dir)["status"] == "in_doubt"  # a request may have left: never "never sent"
+    r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
+    stopped(r, "is in doubt")
+    assert svc.posts() == 0

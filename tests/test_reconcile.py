@@ -168,7 +168,7 @@ def _build(cli, state_dir: Path, ev: Evidence) -> None:
         store.intent_record(EffectIntent(
             idempotency_key=KEY, attempt=1, task_id=KEY, channel="blog", call_id=call["call_id"],
             action="publish_draft", content_sha256=cp["content_sha256"], request_key="a" * 32, service=SERVICE,
-            deduplicates=ev.begun != "in_doubt", at=clock.now_iso()))
+            deduplicates=ev.begun != "in_doubt", at=clock.now_iso(), bound_first=True))
     if ev.entry:
         Ledger(store.ledger_dir).record(key=KEY, task_id=KEY, action="publish_draft", title="T",
                content_sha256=cp["content_sha256"])

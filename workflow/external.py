@@ -192,7 +192,7 @@ def _attempt_of(store: Any, cp: Any, key: str, task_id: str, action: str, sha: s
             f"begun (Idempotency-Key {bound.request_key}), but its intent record is "
             f"{'missing' if intent is None or intent.attempt < bound.attempt else 'for another key'}; nothing was "
             "sent; a human must check", Next("doctor")], task_id=task_id)
-    sent = intent is not None and bound is not None and bound.attempt == intent.attempt
+    sent = intent is not None and ((bound is not None and bound.attempt == intent.attempt) or not intent.bound_first)
     return intent, bound, sent
 
 
@@ -242,8 +242,8 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
         intent, _created = store.intent_record(EffectIntent(
             idempotency_key=key, attempt=attempt, task_id=task_id, channel=e.channel, call_id=e.call_id,
             action=e.action, content_sha256=call.sha, request_key=derived, service=service.url,
-            deduplicates=service.deduplicates, at=now_iso()))
-        sent = (b := cp.binding(key)) is not None and b.attempt == intent.attempt
+            deduplicates=service.deduplicates, at=now_iso(), bound_first=True))
+        sent = ((b := cp.binding(key)) is not None and b.attempt == intent.attempt) or not intent.bound_first
     what = f"{e.action} for task {task_id} on {e.channel}"
     if sent and not intent.deduplicates:
         raise Refused("in_doubt", [
@@ -341,7 +341,7 @@ def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None,
     entry = entry if entry is not None else store.ledger_get(key)
     settled = None if entry is not None else store.settlement_get(key, intent.attempt)
     bound = cp.binding(key) if cp is not None else None
-    sent = cp is None or (bound is not None and bound.attempt == intent.attempt)
+    sent = cp is None or (bound is not None and bound.attempt == intent.attempt) or not intent.bound_first
     if entry is not None:
         state = "published"
     elif intent.deduplicates or settled is not None or not sent:
