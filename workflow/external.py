@@ -247,9 +247,10 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     what = f"{e.action} for task {task_id} on {e.channel}"
     if sent and not intent.deduplicates:
         raise Refused("in_doubt", [
-            f"{what} is in doubt: a request was begun at {bound.sent_at} and the service at {intent.service}, "
-            "which does not deduplicate, may have acted on it; nothing was sent again; a human must look at "
-            f"the service after {bound.window_ends} and settle it", Next("settle", task_id, e.call_id)],
+            f"{what} is in doubt: a request was begun at {bound.sent_at if bound else intent.at} and the service at "
+            f"{intent.service}, which does not deduplicate, may have acted on it; nothing was sent again; a human must "
+            f"look at the service{' after ' + bound.window_ends if bound else ''} and settle it",
+            Next("settle", task_id, e.call_id)],
             task_id=task_id)
     # bound before any request: a deleted intent is then detected, never sent again
     started = wall()
