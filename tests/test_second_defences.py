@@ -296,6 +296,19 @@ def test_tool_refuses_when_a_rejection_record_exists_whatever_the_checkpoint_say
     _refused_by_tool(state_dir, store, cp, call.call_id, "a reject by alice")
 
 
+def test_tool_refuses_when_a_rejection_record_exists_on_the_second_channel(state_dir):
+    """Why: the rejection record the tool reads right before the effect is the one of the call's
+    own channel, on every channel: a reject of ``news`` (the task's second channel) recorded
+    meanwhile stops ``news``'s approved call too, while ``blog`` still publishes."""
+    store, cp = _task(state_dir, ["blog", "news"])
+    blog, news = _call(cp, "blog"), _call(cp, "news")
+    store.rejection_record(KEY, cp.content_sha256, _decision(news, "news", "rejected"), "news")
+    cp = _record(store, cp, _decision(blog, "blog"), _decision(news, "news"))
+    _refused_by_tool(state_dir, store, cp, news.call_id, "a reject by alice", channel="news")
+    out = json.loads(_invoke(store, cp, blog.call_id, channel="blog"))
+    assert out["result"] == "published" and [e["channel"] for e in ledger_entries(state_dir)] == ["blog"]
+
+
 def test_tool_asks_for_a_human_on_every_public_channel(state_dir):
     """Why: the approval rule decides whether the SDK pauses at all; it says "no approval needed"
     only for a well-formed call to the private preview channel of a task that has it."""

@@ -106,6 +106,26 @@ def test_a_call_that_is_not_pending_is_refused(cli, state_dir):
     assert "no pending call 'call_nope'" in r.err and snapshot(state_dir) == before
 
 
+def test_expire_leaves_a_task_alone_unless_every_call_of_it_may_expire(cli, state_dir, monkeypatch):
+    """Past the deadline, with the blog call approved (published) and only the news call still
+    waiting, ``expire`` (the sweep and by name) leaves the task alone: marked expired, it would be
+    an ended task with a published call. The news call can still be rejected."""
+    from datetime import timedelta
+
+    from state import clock
+
+    task = _start(cli, "blog", "news")
+    assert _decide(cli, _call(task, "blog"), "approve")["status"] == "waiting_for_approval"
+    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(days=3)))
+    tasks_before = snapshot(state_dir / "tasks")
+    assert cli("expire", "--json").json() == {"expired": []}
+    r = cli("expire", "--task", KEY)
+    assert r.code == 1 and "not an overdue approval request" in r.err, r.err
+    assert snapshot(state_dir / "tasks") == tasks_before and _keys(state_dir) == [f"{KEY}#blog"]
+    done = _decide(cli, _call(task, "news"), "reject")
+    assert done["status"] == "completed" and _keys(state_dir) == [f"{KEY}#blog"]
+
+
 def test_sticky_approve_decides_the_rest_and_an_explicit_reject_stands(cli, state_dir):
     """Reject one call explicitly, then approve another with --always: the sticky rule decides the
     third (recorded as ``source: sticky``), never the explicitly rejected one."""
