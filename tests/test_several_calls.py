@@ -158,6 +158,28 @@ def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
     assert _keys(state_dir) == [f"{KEY}#preview"]
 
 
+def test_a_preview_call_with_other_content_is_refused_though_it_needs_no_human(cli, state_dir, monkeypatch):
+    """The private channel spares the human, not the content check: a preview call carrying
+    another body than the task's draft is refused by the tool, and nothing is published."""
+    from agents.testing import ModelStep, ScriptedModel, function_call
+
+    from conftest import use_app
+
+    draft = "A draft for several channels."
+
+    def respond(call):
+        return ModelStep(output=[
+            function_call("publish_draft", {"title": "T", "body": draft, "channel": "blog"}, call_id="c_blog"),
+            function_call("publish_draft", {"title": "T", "body": "Not the draft.", "channel": "preview"},
+                          call_id="c_preview")])
+
+    use_app(monkeypatch, offline_model=lambda: ScriptedModel([ModelStep.respond(respond) for _ in range(4)]))
+    r = cli("start", "--key", KEY, "--title", "T", "--draft", draft, "--channel", "blog", "--channel", "preview")
+    r.assert_stopped()
+    assert "differs from the draft that was started and approved" in r.err, r.err
+    assert ledger_entries(state_dir) == []
+
+
 def test_a_task_with_only_the_preview_channel_is_refused_before_anything(cli, state_dir):
     r = cli("start", "--key", KEY, "--draft", "D", "--channel", "preview")
     r.assert_stopped()
