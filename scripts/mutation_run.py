@@ -9,6 +9,14 @@ restores the file, and prints ``caught`` or ``MISSED``. The last line is::
 
     mutation score: N/M caught (P %)
 
+Most entries weaken a check *partly* (:func:`p`: the check stays and still refuses the obvious
+case): one channel of two (the rejection record read on a task's first channel only), one path of
+two (the policy checked before the lock but not under it), one field of several (an intent
+compared without its content fingerprint), a bound moved by one (a quorum of two met by one
+approval). Removing a check whole (:func:`m`) is caught by its most obvious test; a partial
+weakening only by a test of the case left out, which is where tests go missing.
+``tests/test_mutation_list.py`` keeps the partial ones the majority.
+
 Exit code 0 when the score is at least ``--min-score`` (default 95), 1 below it, 2 when the list
 does not match the code: a snippet that is not found exactly once (the code moved), a replacement
 that does not compile, a named test file that does not exist. The list therefore cannot rot
@@ -30,7 +38,7 @@ Usage::
 
     python scripts/mutation_run.py                 # every mutant
     python scripts/mutation_run.py --only mac-prefix approval-other-call
-    python scripts/mutation_run.py --list          # the list, nothing run
+    python scripts/mutation_run.py --list          # the list (partly / whole), nothing run
     python scripts/mutation_run.py --check         # only check the snippets (as the test does)
 
 Never part of ``python -m pytest``: a full run takes several minutes.
@@ -55,18 +63,26 @@ DIRECT = "tests/test_second_defences.py"
 @dataclass(frozen=True)
 class Mutant:
     """One weakening: in ``file`` (relative to the repo), ``snippet`` (exact text, found exactly
-    once) becomes ``replacement``; ``tests`` (relative paths) must then fail."""
+    once) becomes ``replacement``; ``tests`` (relative paths) must then fail. ``partial``: the
+    weakened check still refuses some of what it refused (one channel of two, one path of two,
+    one field of several, a bound moved by one), rather than nothing at all."""
 
     id: str
     file: str
     snippet: str
     replacement: str
     tests: tuple[str, ...]
+    partial: bool = False
 
 
 def m(id: str, file: str, snippet: str, replacement: str, *tests: str) -> Mutant:
-    """A :class:`Mutant` whose tests are :data:`DIRECT` first, then ``tests``."""
+    """A :class:`Mutant` that removes a check whole; its tests are :data:`DIRECT` first, then ``tests``."""
     return Mutant(id, file, snippet, replacement, (DIRECT, *tests))
+
+
+def p(id: str, file: str, snippet: str, replacement: str, *tests: str) -> Mutant:
+    """A :class:`Mutant` that weakens a check partly (``partial``); tests as for :func:`m`."""
+    return Mutant(id, file, snippet, replacement, (DIRECT, *tests), partial=True)
 
 
 INTEGRITY, STORAGE, REJ, SECRETS = ("state/integrity.py", "state/files/store.py", "state/files/rejections.py",
@@ -76,19 +92,24 @@ SIGNING, RECORDS = "state/signing.py", "state/records.py"
 GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconcile.py",
                                           "workflow/trust.py", "workflow/calls.py", "workflow/edits.py")
 EXTERNAL, EXTERNAL_T = "workflow/external.py", "tests/test_external_effects.py"
+TEAM = "workflow/team.py"
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
                                        "tests/test_reconcile.py")
 
-#: The weakenings. Grouped as the threat model groups the checks.
+#: The weakenings, grouped as the threat model groups the checks. Most weaken a check partly
+#: (:func:`p`): one channel of two, one path of two, one field of several, an off-by-one in a bound,
+#: so the check still refuses the obvious case and only a test of the other case catches it; the
+#: rest (:func:`m`) remove a check whole.
 MUTANTS: list[Mutant] = [
-    # -- the MAC and the envelope --------------------------------------------------------------
-    m("mac-prefix", INTEGRITY, "return hmac.compare_digest(compute_mac(body, key), mac)",
+    # -- the MAC, the envelope and the key -------------------------------------------------------
+    p("mac-prefix", INTEGRITY, "return hmac.compare_digest(compute_mac(body, key), mac)",
       "return hmac.compare_digest(compute_mac(body, key)[:8], mac[:8])", FAIL_CLOSED),
-    m("mac-not-compared", INTEGRITY, "return hmac.compare_digest(compute_mac(body, key), mac)",
-      "return isinstance(mac, str)", FAIL_CLOSED),
-    m("key-replaced-next-to-checkpoints", INTEGRITY, "    if n:\n        raise Refused(",
-      "    if False:\n        raise Refused(", FAIL_CLOSED),
-    m("mac-skipped-for-v1", SIGNING, "valid = envelope_signed(data, key)",
+    p("mac-leaves-out-the-run-state", INTEGRITY, 'return hmac.new(key, canonical_json(body), "sha256").hexdigest()',
+      'return hmac.new(key, canonical_json({k: v for k, v in body.items() if k != "run_state"}), '
+      '"sha256").hexdigest()', FAIL_CLOSED),
+    p("key-replaced-next-to-one-checkpoint", INTEGRITY, "    if n:\n        raise Refused(",
+      "    if n > 1:\n        raise Refused(", FAIL_CLOSED),
+    p("mac-skipped-for-v1", SIGNING, "valid = envelope_signed(data, key)",
       "valid = version == 1 or envelope_signed(data, key)", FAIL_CLOSED),
     m("mac-failure-ignored", SIGNING, "    if not valid:\n        raise Refused(\"integrity\", f\"checkpoint integrity",
       "    if False:\n        raise Refused(\"integrity\", f\"checkpoint integrity", FAIL_CLOSED),
@@ -99,22 +120,27 @@ MUTANTS: list[Mutant] = [
     m("checkpoint-under-another-name", STORAGE, "if stem != file_name(cp.task_id):", "if False:",
       FAIL_CLOSED),
     m("envelope-key-not-task", SIGNING, "if cp.idempotency_key != cp.task_id:", "if False:", FAIL_CLOSED),
-    m("missing-field-defaulted", SIGNING,
-      "    if missing is not None:  # our writer", "    if False:  # our writer", FAIL_CLOSED),
-    m("state-id-not-bound", STORAGE,
-      "state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)", "pass",
+    p("missing-field-in-a-list-defaulted", SIGNING, '            if hasattr(type(item), "model_fields"):',
+      '            if hasattr(type(item), "model_fields") and not isinstance(value, list):', FAIL_CLOSED,
+      "tests/test_edits.py"),
+    p("legacy-checkpoint-adopted-by-name-only", "state/state_id.py",
+      "if ident is None or ident.adopted.get(file) == mac:", "if ident is None or file in ident.adopted:",
       "tests/test_hostile_files.py", "tests/test_crash_recovery.py"),
     m("cache-ignores-key", STORAGE,
       "return known[3] if hmac.compare_digest(load_key(root, create=False), known[1]) else None",
       "return known[3]", FAIL_CLOSED),
-    m("compare-and-swap-dropped", STORAGE,
-      'if data.get("revision") != cp.revision or data.get("mac") != cp.mac:', "if False:",
+    p("compare-and-swap-on-the-revision-only", STORAGE,
+      'if data.get("revision") != cp.revision or data.get("mac") != cp.mac:', 'if data.get("revision") != cp.revision:',
       "tests/test_lost_lock.py", "tests/test_second_defences.py"),
     m("checkpoint-not-redacted", SIGNING, "    body = secrets.redact_checkpoint(body)\n", "", REDACTION),
+    p("key-floor-off-by-one", "state/settings.py", "    if len(key) < MIN_KEY_BYTES:",
+      "    if len(key) < MIN_KEY_BYTES - 1:", "tests/test_trust.py"),
+    p("short-key-file-accepted", INTEGRITY, '    return check_key_bytes(key, f"signing key {path.name}")',
+      "    return key", "tests/test_trust.py"),
     # -- rejection records ---------------------------------------------------------------------
-    m("rejection-of-another-channel", REJ, "if rec.task_id != task_id or rec.channel != channel:",
+    p("rejection-of-another-channel", REJ, "if rec.task_id != task_id or rec.channel != channel:",
       "if rec.task_id != task_id:", "tests/test_several_calls.py"),
-    m("rejection-of-another-task", REJ, "if rec.task_id != task_id or rec.channel != channel:",
+    p("rejection-of-another-task", REJ, "if rec.task_id != task_id or rec.channel != channel:",
       "if rec.channel != channel:", FAIL_CLOSED),
     m("rejection-for-other-content", REJ, "    if existing.content_sha256 != content_sha256:",
       "    if False:", RECONCILE_T),
@@ -122,49 +148,51 @@ MUTANTS: list[Mutant] = [
       "body = secrets.redact(rec.model_dump(exclude_unset=True), secrets.REJECTION,",
       "body = (lambda v, *a, **k: v)(rec.model_dump(exclude_unset=True), secrets.REJECTION,", REDACTION),
     # -- secrets -------------------------------------------------------------------------------
-    m("secret-escaped-once-only", SECRETS, "    for _ in range(2):", "    for _ in range(1):", REDACTION),
-    m("secret-no-unicode-escapes", SECRETS, "for s in level for a in (False, True)}",
+    p("secret-escaped-once-only", SECRETS, "    for _ in range(2):", "    for _ in range(1):", REDACTION),
+    p("secret-no-unicode-escapes", SECRETS, "for s in level for a in (False, True)}",
       "for s in level for a in (False,)}", REDACTION),
     m("free-text-kept", SECRETS, "            return REDACTED\n        if isinstance(v, bool)",
       "            return v\n        if isinstance(v, bool)", REDACTION),
-    m("open-field-altered", SECRETS,
+    p("open-field-altered", SECRETS,
       "            if mode == \"open\":\n                refuse(path, name)\n            return REDACTED",
       "            return REDACTED", REDACTION),
-    m("input-not-checked", SECRETS, "    if name is not None:\n        named_as = ",
-      "    if False:\n        named_as = ", REDACTION),
-    m("long-secrets-only", SECRETS, "MIN_CHARS = 8\n", "MIN_CHARS = 64\n", REDACTION),
+    p("input-checked-for-one-secret-only", SECRETS, "    name = _Finder(named(MIN_CHARS)).find(value)",
+      "    name = _Finder(named(MIN_CHARS)[:1]).find(value)", REDACTION),
+    p("long-secrets-only", SECRETS, "MIN_CHARS = 8\n", "MIN_CHARS = 64\n", REDACTION),
     m("run-state-not-redacted", SECRETS,
       "    if not finder or finder.find(text) is None:\n        return text",
       "    if True:\n        return text", REDACTION),
     # -- the tool, right before its effect -----------------------------------------------------
-    m("tool-content-hash-dropped", EFFECT, "        if sha != expected:\n            raise Refused(",
-      "        if False:\n            raise Refused(", FAIL_CLOSED),
-    m("approval-of-another-call", EFFECT, "and d.channel == channel and d.call_id == call_id",
+    p("tool-content-unchecked-on-private-channels", EFFECT, "        if sha != expected:\n            raise Refused(",
+      "        if gated and sha != expected:\n            raise Refused(", FAIL_CLOSED, "tests/test_several_calls.py"),
+    p("approval-of-another-call", EFFECT, "and d.channel == channel and d.call_id == call_id",
       "and d.channel == channel", "tests/test_several_calls.py"),
-    m("approval-on-another-channel", EFFECT, "and d.channel == channel and d.call_id == call_id",
+    p("approval-on-another-channel", EFFECT, "and d.channel == channel and d.call_id == call_id",
       "and d.call_id == call_id", "tests/test_several_calls.py"),
-    m("approval-with-edits-runs-original", EFFECT, 'd.decision == "approved" and d.edits is None and',
+    p("approval-with-edits-runs-original", EFFECT, 'd.decision == "approved" and d.edits is None and',
       'd.decision == "approved" and', "tests/test_edits.py"),
-    m("any-decision-is-approval", EFFECT, 'd.decision == "approved" and d.edits is None and',
+    p("any-decision-is-approval", EFFECT, 'd.decision == "approved" and d.edits is None and',
       "d.edits is None and", FAIL_CLOSED),
-    m("rejection-record-ignored-by-tool", EFFECT,
-      "    if rejected is not None:\n        raise Refused(\"rejected\", [\n            f\"{action} for task",
-      "    if False:\n"
-      "        raise Refused(\"rejected\", [\n            f\"{action} for task", "tests/test_lost_lock.py"),
+    p("rejection-record-read-on-the-first-channel-only", EFFECT,
+      "    if rejected is not None:\n        raise Refused(\"rejected\", [",
+      "    if rejected is not None and channel == task[\"channels\"][0]:\n        raise Refused(\"rejected\", [",
+      "tests/test_several_calls.py", "tests/test_lost_lock.py"),
     m("gate-trusts-the-rule", EFFECT, "    if channel not in private:\n        return True\n", "",
       "tests/test_gate_rules.py"),
-    m("gate-judges-the-parsed-arguments", EFFECT, "content_of(as_sent(ctx, arguments))", "content_of(arguments)",
+    p("gate-takes-none-for-false", EFFECT, "    return said is not False\n", "    return bool(said)\n",
+      "tests/test_gate_rules.py"),
+    p("gate-judges-the-parsed-arguments", EFFECT, "content_of(as_sent(ctx, arguments))", "content_of(arguments)",
       "tests/test_typed_content.py"),
     m("approval-not-checked", EFFECT, "cp = _check_approved(store, task, action, channel, call_id) if gated else None",
       "cp = None", FAIL_CLOSED),
-    m("channel-not-the-tasks", EFFECT, "if not valid_channel(channel) or channel not in channels:",
+    p("channel-not-the-tasks", EFFECT, "if not valid_channel(channel) or channel not in channels:",
       "if not valid_channel(channel):", "tests/test_several_calls.py"),
-    m("unnamed-channel-of-several", EFFECT, "if channel is None and len(channels) == 1:",
+    p("unnamed-channel-of-several", EFFECT, "if channel is None and len(channels) == 1:",
       "if channel is None:", "tests/test_several_calls.py"),
-    m("public-channel-ungated", PUBLISH,
+    p("public-channel-ungated", PUBLISH,
       'return not (well_formed and params["channel"] == PREVIEW_CHANNEL\n', "return not (well_formed\n",
       "tests/test_several_calls.py"),
-    m("preview-ungated-outside-its-task", PUBLISH,
+    p("preview-ungated-outside-its-task", PUBLISH,
       "                and isinstance(channels, list) and PREVIEW_CHANNEL in channels)",
       "                and True)", "tests/test_several_calls.py"),
     # -- the ledger ----------------------------------------------------------------------------
@@ -174,8 +202,8 @@ MUTANTS: list[Mutant] = [
     m("check-same-ignores-content", RECORDS,
       "    if entry.content_sha256 != content_sha256:\n        raise Refused(",
       "    if False:\n        raise Refused(", FAIL_CLOSED),
-    m("ledger-key-of-another-channel", RECORDS, 'if key not in (task_id, f"{task_id}#{channel}"):',
-      "if False:", "tests/test_several_calls.py"),
+    p("ledger-key-checked-for-its-task-only", RECORDS, 'if key not in (task_id, f"{task_id}#{channel}"):',
+      'if key.partition("#")[0] != task_id:', "tests/test_several_calls.py"),
     m("ledger-entry-of-another-key", LEDGER, "        if entry.idempotency_key != key:",
       "        if False:", FAIL_CLOSED),
     m("ledger-file-of-another-key", LEDGER, "if path.stem != file_name(entry.idempotency_key):",
@@ -188,18 +216,20 @@ MUTANTS: list[Mutant] = [
       "record = secrets.redact(entry.model_dump(exclude_unset=True), secrets.LEDGER,",
       "record = (lambda v, *a, **k: v)(entry.model_dump(exclude_unset=True), secrets.LEDGER,", REDACTION),
     # -- the guards of the human-in-the-loop story ---------------------------------------------
-    m("bind-ignores-tool", GUARDS, "item is None or rec.tool != item.name or (", "item is None or (",
+    p("bind-ignores-tool", GUARDS, "item is None or rec.tool != item.name or (", "item is None or (",
       FAIL_CLOSED),
-    m("bind-ignores-arguments", GUARDS,
+    p("bind-ignores-arguments", GUARDS,
       '            rec.arguments_sha256 != arguments_sha256(json.loads(item.arguments or "{}"))\n',
       "            False\n", FAIL_CLOSED),
-    m("bind-ignores-call-id", GUARDS, "        item = items.get(rec.call_id)\n",
+    p("bind-ignores-call-id", GUARDS, "        item = items.get(rec.call_id)\n",
       "        item = next(iter(items.values()))\n", FAIL_CLOSED),
-    m("bind-ignores-pending", GUARDS,
-      "if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:", "if False:", FAIL_CLOSED),
+    p("pending-compared-by-call-id-only", GUARDS,
+      "if pending_calls(interruptions) != [p.model_dump() for p in cp.pending]:",
+      'if [c["call_id"] for c in pending_calls(interruptions)] != [p.call_id for p in cp.pending]:', FAIL_CLOSED),
     m("other-tool-saved", GUARDS, "        if call[\"tool\"] != action:", "        if False:", FAIL_CLOSED),
-    m("other-draft-saved", GUARDS, 'if not carries_the_draft(call["arguments"], sha, channels):',
-      "if False:", FAIL_CLOSED),
+    p("other-draft-saved-after-the-first-call", GUARDS, 'if not carries_the_draft(call["arguments"], sha, channels):',
+      'if call is pending[0] and not carries_the_draft(call["arguments"], sha, channels):', FAIL_CLOSED,
+      "tests/test_several_calls.py"),
     m("channel-asked-twice", GUARDS, "        if channel in seen:", "        if False:",
       "tests/test_several_calls.py"),
     m("run-state-version-unchecked", GUARDS, "    if version != cp.run_state_schema_version:",
@@ -208,41 +238,48 @@ MUTANTS: list[Mutant] = [
     m("agent-drift-ignored", GUARDS, "    if changes:\n"
       "        raise Refused(\"drift\", f\"task {cp.task_id}: the agent changed",
       "    if False:\n        raise Refused(\"drift\", f\"task {cp.task_id}: the agent changed", FAIL_CLOSED),
-    m("sdk-minor-ignored", GUARDS, 'if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:',
-      "if False:", FAIL_CLOSED),
+    p("sdk-major-version-only", GUARDS, 'if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:',
+      'if cp.sdk_version.split(".")[:1] != sdk_version().split(".")[:1]:', FAIL_CLOSED),
     m("reject-after-effect", GUARDS,
       "                if evidence.ledger_get(key) is not None:\n"
       "                    raise Refused(\"executed\", refusal(\"executed\"",
       "                if False:\n                    raise Refused(\"executed\", refusal(\"executed\"",
       "tests/test_lost_lock.py"),
-    m("reject-without-record", GUARDS,
+    p("sticky-reject-without-record", GUARDS,
       '            if _makes_record(cp, r):\n                if evidence.rejection_record(',
-      '            if False:\n                if evidence.rejection_record(', "tests/test_rollback.py"),
+      '            if r is rec and _makes_record(cp, r):\n                if evidence.rejection_record(',
+      "tests/test_rollback.py", "tests/test_several_calls.py"),
     m("refused-reject-keeps-record", GUARDS,
       "            evidence.rejection_remove(cp.task_id, scope)\n",
       "            pass\n", "tests/test_refusals_leave_nothing.py", "tests/test_lost_lock.py"),
-    m("approved-without-entry", GUARDS, 'if decided == "approved" and entries[channel] is None:',
-      "if False:", "tests/test_success_checks.py"),
-    m("rejected-with-entry", GUARDS,
+    p("approved-without-entry-on-another-channel", GUARDS,
+      'if decided == "approved" and entries[channel] is None:',
+      'if decided == "approved" and entries[channel] is None and channel == cp.channels[0]:',
+      "tests/test_success_checks.py"),
+    p("rejected-with-entry-on-another-channel", GUARDS,
       'if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel):',
-      "if False:", "tests/test_success_checks.py"),
+      'if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel)'
+      " and channel == cp.channels[0]:", "tests/test_success_checks.py"),
     m("refused-start-leaves-files", GUARDS, "                    path.unlink(missing_ok=True)",
       "                    pass", "tests/test_refusals_leave_nothing.py"),
     m("stale-page-decides", GUARDS,
       "if expected is not None and cp.revision != expected and not only_approvals_since(cp, expected):",
       "if False:", "tests/test_web.py"),
-    m("start-over-ledger-entry", GUARDS,
-      "if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):", "if False:",
+    p("stale-page-with-an-approval-among-its-changes", "workflow/team.py",
+      'all(h.event == "approval_recorded" for h in later)', 'any(h.event == "approval_recorded" for h in later)',
+      "tests/test_team.py"),
+    p("start-over-ledger-entry-of-a-channel", GUARDS,
+      "if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):",
+      "if any(evidence.ledger_get(k) is not None for k in [task_id]):",
       "tests/test_rollback.py", "tests/test_success_checks.py"),
-    m("start-over-rejection", GUARDS,
-      "if any(evidence.rejection_get(task_id, c) is not None for c in scopes):", "if False:",
-      "tests/test_rollback.py"),
+    p("start-over-rejection-of-a-channel", GUARDS, "    scopes = [None, *channels] if len(channels) > 1 else [None]",
+      "    scopes = [None]", "tests/test_rollback.py"),
     m("preview-only-task", GUARDS, "    if channels == [PREVIEW_CHANNEL]:", "    if False:",
       "tests/test_several_calls.py"),
     # -- what a stored RunState may claim --------------------------------------------------------
-    m("approval-kind-ignored", TRUST, "if (call_id, kind) not in recorded:",
+    p("approval-kind-ignored", TRUST, "if (call_id, kind) not in recorded:",
       "if call_id not in {c for c, _ in recorded}:", FAIL_CLOSED),
-    m("edits-as-approval-in-run-state", TRUST,
+    p("edits-as-approval-in-run-state", TRUST,
       'recorded = {(d.call_id, "rejected" if d.edits else d.decision) for d in cp.decisions}',
       'recorded = {(d.call_id, k) for d in cp.decisions'
       ' for k in ({d.decision, "rejected"} if d.edits else {d.decision})}',
@@ -257,29 +294,32 @@ MUTANTS: list[Mutant] = [
       "    if hidden:\n        raise Refused(", "    if False:\n        raise Refused(", FAIL_CLOSED),
     m("hosted-mcp-approvals-allowed", TRUST,
       'if isinstance(top, dict) and top.get("hosted_mcp_approvals"):', "if False:", FAIL_CLOSED),
-    m("rejection-messages-unchecked", TRUST,
+    p("rejection-messages-unchecked", TRUST,
       "if not isinstance(messages, dict) or set(messages) - rejected:",
       "if not isinstance(messages, dict):", FAIL_CLOSED),
     m("draft-content-unchecked", TRUST,
       "and content_fingerprint(content) == sha", "and True", FAIL_CLOSED),
-    m("draft-channel-unchecked", TRUST,
+    p("draft-without-channel-in-a-task-with-several", TRUST,
       'channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (',
-      "channel_ok = True or (", "tests/test_several_calls.py"),
-    m("pending-not-the-draft", TRUST,
+      'channel_ok = (arguments.get("channel") in channels if "channel" in arguments else True) or (',
+      "tests/test_several_calls.py"),
+    p("pending-after-the-first-not-the-draft", TRUST,
       "        if not carries_its_draft(cp, call):\n            raise Refused(",
-      "        if False:\n            raise Refused(", FAIL_CLOSED),
+      "        if call is cp.pending[0] and not carries_its_draft(cp, call):\n            raise Refused(",
+      FAIL_CLOSED, "tests/test_several_calls.py"),
     # -- the decision table ----------------------------------------------------------------------
-    m("table-entry-and-rejection", RECONCILE,
-      'if ev.entry and (ev.rejection or ev.decided == "rejected" or ev.status in ("cancelled", "expired", "failed")):',
-      "if False:", RECONCILE_T),
-    m("table-approve-after-deadline", RECONCILE, 'return _refuse("expired") if ev.overdue else RUN',
-      "return RUN", RECONCILE_T),
-    m("table-never-decision", RECONCILE,
-      "if ev.decided is not None and NEVER.get(ev.status) == ev.decided:", "if False:", RECONCILE_T),
+    p("table-entry-on-an-expired-task", RECONCILE,
+      'ev.decided == "rejected" or ev.status in ("cancelled", "expired", "failed")):',
+      'ev.decided == "rejected" or ev.status in ("cancelled", "failed")):', RECONCILE_T),
+    p("table-approve-after-deadline-over-budget", RECONCILE, 'return _refuse("expired") if ev.overdue else RUN',
+      'return _refuse("expired") if ev.overdue and ev.status != "budget_exceeded" else RUN', RECONCILE_T),
+    p("table-never-decision-of-an-expired-task", RECONCILE,
+      'NEVER = {"completed": "rejected", "cancelled": "approved", "expired": "approved", "failed": "rejected"}',
+      'NEVER = {"completed": "rejected", "cancelled": "approved", "failed": "rejected"}', RECONCILE_T),
     m("table-completed-without-entry", RECONCILE, 'if ev.status == "completed" and not ev.entry:',
       "if False:", RECONCILE_T),
-    m("table-approve-a-rejected-task", RECONCILE, 'return _refuse("rejected" if ev.rejection else "decided")',
-      "return RUN", RECONCILE_T),
+    p("table-approve-a-decided-reject", RECONCILE, 'return _refuse("rejected" if ev.rejection else "decided")',
+      'return _refuse("rejected") if ev.rejection else RUN', RECONCILE_T),
     m("evidence-rejection-other-content", RECONCILE,
       "if rejected is not None and rejected.content_sha256 != cp.content_sha256:", "if False:",
       RECONCILE_T),
@@ -289,22 +329,24 @@ MUTANTS: list[Mutant] = [
       "        pass\n", FAIL_CLOSED),
     m("reviewer-name-secret", RECONCILE, '    secrets.check_input([\"the reviewer name\", Next(\"input_by\")], by)\n',
       "", REDACTION),
+    p("expire-when-one-call-may", RECONCILE, '        return EXPIRE if verdicts == {"expire"} else SKIP',
+      '        return EXPIRE if "expire" in verdicts else SKIP', "tests/test_several_calls.py"),
     # -- several calls -----------------------------------------------------------------------------
-    m("sticky-overrides-decided", CALLS,
+    p("sticky-overrides-decided", CALLS,
       "if p.call_id == rec.call_id or p.tool != rec.tool or decision_of(cp, p.call_id) is not None:",
       "if p.call_id == rec.call_id:", "tests/test_several_calls.py"),
     m("sticky-rule-given-to-the-sdk", "workflow/hitl.py", "                    state.approve(item)\n",
       "                    state.approve(item, always_approve=d.always)\n", "tests/test_sticky_new_calls.py"),
-    m("replay-skips-sticky-made", CALLS, "    return [d for d in cp.decisions if d.call_id in pending]\n",
+    p("replay-skips-sticky-made", CALLS, "    return [d for d in cp.decisions if d.call_id in pending]\n",
       '    return [d for d in cp.decisions if d.call_id in pending and d.source == "human"]\n',
       "tests/test_second_defences.py", "tests/test_several_calls.py"),
-    m("sticky-covers-other-tools", CALLS, "if p.call_id == rec.call_id or p.tool != rec.tool or",
+    p("sticky-covers-other-tools", CALLS, "if p.call_id == rec.call_id or p.tool != rec.tool or",
       "if p.call_id == rec.call_id or", "tests/test_several_calls.py", "tests/test_sticky_new_calls.py",
       "tests/test_second_defences.py"),
-    m("sticky-overrides-a-decision", CALLS,
+    p("sticky-overrides-a-decision", CALLS,
       "or decision_of(cp, p.call_id) is not None:\n            continue",
       "or False:\n            continue", "tests/test_several_calls.py", "tests/test_sticky_new_calls.py"),
-    m("unnamed-call-of-several", CALLS, "        if len(cp.pending) == 1:\n            return cp.pending[0]",
+    p("unnamed-call-of-several", CALLS, "        if len(cp.pending) == 1:\n            return cp.pending[0]",
       "        if cp.pending:\n            return cp.pending[0]", "tests/test_several_calls.py"),
     m("edited-call-judged", CALLS, "        if d.edits is None:\n            out.setdefault(d.call_id, d.channel)",
       "        if True:\n            out.setdefault(d.call_id, d.channel)", "tests/test_edits.py"),
@@ -312,11 +354,15 @@ MUTANTS: list[Mutant] = [
     m("call-id-unchecked", GUARDS, "        if problem is not None:\n"
     "            raise Refused(\"agent\", f\"the agent's",
       "        if False:\n            raise Refused(\"agent\", f\"the agent's", "tests/test_terminal_output.py"),
-    m("printed-raw", "state/terminal.py",
-      'return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))', "return str(text)",
+    p("call-id-with-a-trailing-newline", "state/schema.py",
+      'CALL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_CALL_ID_CHARS}}}\\Z")',
+      'CALL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_CALL_ID_CHARS}}}$")', "tests/test_terminal_output.py"),
+    p("printed-with-the-escape-kept", "state/terminal.py",
+      'return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))',
+      'return "".join(c if c.isprintable() or c == "\\x1b" else ascii(c)[1:-1] for c in str(text))',
       "tests/test_terminal_output.py"),
-    m("command-unquoted", "cli/shell.py", "return shlex.quote(str(value))", "return str(value)",
-      "tests/test_terminal_output.py"),
+    p("command-quoted-only-with-a-space", "cli/shell.py", "return shlex.quote(str(value))",
+      'return shlex.quote(str(value)) if " " in str(value) else str(value)', "tests/test_terminal_output.py"),
     m("revision-file-overwritten", "state/fileio.py", "            os.link(tmp, path)\n        except FileExistsError:",
       "            os.replace(tmp, path)\n        except FileExistsError:", "tests/test_lost_lock.py"),
     m("another-tool-call-waits", GUARDS, "    if others:\n        tools =", "    if False:\n        tools =",
@@ -329,13 +375,19 @@ MUTANTS: list[Mutant] = [
     m("foreign-key-in-the-database", "state/postgres/store.py",
       "        if not hmac.compare_digest(str(row[0]), mine):", "        if False:",
       "tests/test_two_deployments.py"),
+    p("database-row-of-another-store", "state/postgres/store.py", "        if cp.state_id != self.store_id():",
+      "        if cp.state_id is None:", "tests/test_two_deployments.py"),
     # -- approve with edits --------------------------------------------------------------------
     m("complying-any-content", EDITS,
       "and carries_the_draft(call.arguments, rec.edits.edited_sha256, cp.channels)):", "and True):",
       "tests/test_edits.py"),
-    m("edits-with-sticky", EDITS, "    if edit is not None and sticky:", "    if False:", "tests/test_edits.py"),
-    m("always-while-edits-wait", EDITS,
-      'if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):', "if False:",
+    p("edits-with-sticky-judged-by-the-first-decision", EDITS,
+      'sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)',
+      'sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions[:1])',
+      "tests/test_edits.py"),
+    p("always-while-edits-wait-on-the-first-channel", EDITS,
+      'if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):',
+      'if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels[:1]):',
       "tests/test_edits.py"),
     m("plain-approve-of-unseen-content", EDITS,
       'if call.call_id == call_id and want == "approved" and edit is None:', "if False:",
@@ -343,29 +395,44 @@ MUTANTS: list[Mutant] = [
     m("edits-with-always", EDITS, "    if edit is not None and rec.always:", "    if False:",
       "tests/test_edits.py"),
     # -- effects through a service (workflow/external.py) ---------------------------------------
-    m("in-doubt-sent-again", EXTERNAL,
-      "    if sent and not intent.deduplicates:\n        raise Refused(\"in_doubt\"",
-      "    if False:\n        raise Refused(\"in_doubt\"", EXTERNAL_T),
-    m("retry-when-it-may-have-acted", EXTERNAL,
+    p("in-doubt-judged-by-the-setting-now", EXTERNAL, "    if sent and not intent.deduplicates:",
+      "    if sent and not service.deduplicates:", EXTERNAL_T),
+    p("retry-when-it-may-have-acted", EXTERNAL,
       "or (deduplicates and isinstance(exc, MayHaveActed) and exc.retry))",
       "or (isinstance(exc, MayHaveActed) and exc.retry))", EXTERNAL_T),
     m("a-new-key-every-command", EXTERNAL,
       "if intent is None or store.settlement_get(key, intent.attempt) is not None:", "if True:", EXTERNAL_T),
-    m("found-publication-not-compared", PUBLISH,
-      'if any(publication.get(k) != arguments.get(k) for k in ("title", "body", "channel")):', "if False:",
-      EXTERNAL_T),
-    m("service-not-checked-at-resume", GUARDS, "    if url != cp.service:", "    if False:", EXTERNAL_T),
-    # team mode (workflow/team.py): the quorum, roles, the requester, the token behind by
-    m("quorum-of-one", "workflow/team.py", "    return cp, len(names) >= rule.approvals", "    return cp, True",
+    p("intent-content-not-compared", RECORDS,
+      "    if (intent.task_id, intent.action, intent.content_sha256) != (task_id, action, content_sha256):",
+      "    if (intent.task_id, intent.action) != (task_id, action):", EXTERNAL_T),
+    p("found-publication-compared-by-title", PUBLISH,
+      'if any(publication.get(k) != arguments.get(k) for k in ("title", "body", "channel")):',
+      'if any(publication.get(k) != arguments.get(k) for k in ("title", "channel")):', EXTERNAL_T),
+    p("service-checked-only-when-one-is-set", GUARDS, "    if url != cp.service:",
+      "    if url is not None and url != cp.service:", EXTERNAL_T),
+    # team mode (workflow/team.py, state/policy.py): the quorum, roles, the requester, the token behind by
+    p("quorum-off-by-one", TEAM, "    return cp, len(names) >= rule.approvals",
+      "    return cp, len(names) >= rule.approvals - 1", "tests/test_team.py"),
+    p("any-role-rejects", TEAM, "if rule.roles is not None and not set(rule.roles) & set(reviewer.roles):",
+      'if decision == "approved" and rule.roles is not None and not set(rule.roles) & set(reviewer.roles):',
       "tests/test_team.py"),
-    m("any-role-decides", "workflow/team.py",
-      "if rule.roles is not None and not set(rule.roles) & set(reviewer.roles):", "if False:", "tests/test_team.py"),
-    m("requester-approves", "workflow/team.py",
+    p("role-checked-only-before-the-lock", TEAM,
+      "    rule = check_decision(store, cp, channel, decision, by, edits=edits, always=always)\n"
+      "    if cp.team is None",
+      "    rule = rule_of(cp, channel)\n    if cp.team is None", "tests/test_team.py"),
+    p("lone-reject-counted-as-an-approval", TEAM,
+      '    if cp.team is None or decision != "approved":\n        return cp, True',
+      "    if cp.team is None:\n        return cp, True", "tests/test_team.py"),
+    m("requester-approves", TEAM,
       "if decision == \"approved\" and not rule.requester_may_approve and cp.team.requested_by == reviewer.name:",
       "if False:", "tests/test_team.py"),
-    m("by-not-bound", "workflow/team.py", "    if by is not None and by != reviewer.name:", "    if False:",
+    p("always-past-another-channels-roles", TEAM, "if other != channel and (its.approvals > 1 or its != rule):",
+      "if other != channel and its.approvals > 1:", "tests/test_team.py"),
+    m("by-not-bound", TEAM, "    if by is not None and by != reviewer.name:", "    if False:",
       "tests/test_team.py"),
-    m("policy-drift-ignored", "workflow/team.py", "    if now != then:", "    if False:", "tests/test_team.py"),
+    p("policy-fingerprint-of-the-default-only", "state/policy.py",
+      '    data = json.dumps(policy.model_dump(mode="json"), sort_keys=True',
+      '    data = json.dumps(policy.default.model_dump(mode="json"), sort_keys=True', "tests/test_team.py"),
 ]
 
 
@@ -453,8 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list or args.check:
         if args.list:
             for mu in chosen:
-                print(f"{mu.id:36} {mu.file:24} {' '.join(mu.tests)}")
-        print(f"{len(MUTANTS)} mutants, every snippet found exactly once")
+                print(f"{mu.id:46} {'partly' if mu.partial else 'whole':6} {mu.file:24} {' '.join(mu.tests)}")
+        print(f"{len(MUTANTS)} mutants ({sum(mu.partial for mu in MUTANTS)} weaken a check partly), every snippet "
+              "found exactly once")
         return 0
 
     with tempfile.TemporaryDirectory(prefix="hitl-mutation-") as tmp:
@@ -481,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
                 missed.append(mu.id)
             verdict = "caught" if ok else "MISSED"
             extra = "" if outcome in ("passed", "failed") else f" ({outcome})"
-            print(f"[{i:2}/{len(chosen)}] {verdict:6} {mu.id:36} {mu.file}{extra}  {took:.0f} s"
+            print(f"[{i:3}/{len(chosen)}] {verdict:6} {mu.id:46} {mu.file}{extra}  {took:.0f} s"
                   + (f"  by {by}" if by else ""), flush=True)
     total = len(chosen)
     pct = 100.0 * caught / total if total else 100.0

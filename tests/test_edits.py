@@ -275,3 +275,26 @@ def test_the_programs_approval_of_the_edited_call_is_labelled_auto_not_a_typed_r
     r = cli("resume", "--task", "t-3", "--decision", "approve", "--by", "dave", "--reason", AUTO_REASON)
     assert r.code == 0 and "  decision: approved by dave at " in r.out, r.err
     assert f" reason={AUTO_REASON!r}" in r.out and "(auto:" not in r.out  # typed by a human: shown as such
+
+
+def test_edits_on_the_second_channel_keep_a_sticky_approval_out_too(cli, state_dir):
+    """The check that keeps ``--always`` out while a call approved with edits waits looks at every
+    channel of the task, not only its first: edits given on ``news`` (the second channel) refuse a
+    sticky approve of ``blog``, with nothing changed; decided one by one, exactly the edited draft
+    is published on ``news`` and the draft as started on ``blog``."""
+    r = cli("start", "--key", "t-4", "--title", TITLE, "--draft", BODY, "--channel", "blog",
+            "--channel", "news", "--json")
+    assert r.code == 0, r.err
+    calls = {p["arguments"]["channel"]: p["call_id"] for p in r.json()["pending"]}
+    r = cli("resume", "--task", "t-4", "--call", calls["news"], "--decision", "approve", "--by", "alice",
+            "--edit-title", "Release notes")
+    assert r.code == 0, r.err
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "t-4", "--call", calls["blog"], "--decision", "approve", "--always")
+    r.assert_stopped()
+    assert "decide this call without --always" in r.err and snapshot(state_dir) == before
+    assert ledger_entries(state_dir) == []
+    r = cli("resume", "--task", "t-4", "--call", calls["blog"], "--decision", "approve", "--by", "bob", "--json")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    published = {e["channel"]: e["content_sha256"] for e in ledger_entries(state_dir)}
+    assert published == {"blog": content_sha256(TITLE, BODY), "news": content_sha256("Release notes", BODY)}

@@ -385,6 +385,54 @@ def test_a_409_is_never_reported_as_published(service, state_dir, tmp_path):
     assert [p["title"] for p in svc.publications()] == ["Other"]
 
 
+def test_a_publication_found_under_the_key_with_the_same_title_and_another_body_is_not_adopted(service, state_dir,
+                                                                                               tmp_path):
+    """The lookup after a crash compares every field of the draft, not only the title: a publication
+    under this call's key with the same title and another body is never recorded as this call's."""
+    svc = service()
+    start(state_dir, svc.url)
+    crash(state_dir, svc.url, "effect:intent:after", tmp_path / "fp.log")
+    [intent] = intents(state_dir)
+    other = httpx.post(svc.url + "/v1/publications", json={"title": "Hello", "body": "Not ours.", "channel": "blog"},
+                       headers={"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": intent["request_key"]})
+    assert other.status_code == 201
+    r = cli(state_dir, svc.url, *APPROVE)
+    stopped(r, "for other content", "not published")
+    assert not ledger_entries(state_dir) and shown(state_dir)["status"] == "publishing"
+    assert [(p["title"], p["body"]) for p in svc.publications()] == [("Hello", "Not ours.")]
+
+
+def test_an_intent_whose_content_fingerprint_was_edited_stops_the_command_and_sends_nothing(service, state_dir,
+                                                                                            tmp_path):
+    """An intent is this call's only if its task, action AND content fingerprint are the call's:
+    one whose ``content_sha256`` was edited (the rest left as it was) is refused before any request."""
+    import hashlib
+
+    svc = service()
+    start(state_dir, svc.url)
+    crash(state_dir, svc.url, "effect:intent:after", tmp_path / "fp.log")
+    [path] = [p for p in sorted((state_dir / "effects").rglob("*intent*")) if p.is_file()]
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["content_sha256"] = hashlib.sha256(b"another draft").hexdigest()
+    path.write_text(json.dumps(data), encoding="utf-8")
+    r = cli(state_dir, svc.url, *APPROVE)
+    r.assert_stopped()
+    assert svc.posts() == 0 and svc.publications() == [] and not ledger_entries(state_dir)
+
+
+def test_a_call_in_doubt_stays_in_doubt_after_the_setting_is_switched_to_key(service, state_dir):
+    """Whether a call may be sent again is judged by what the intent recorded when it was sent
+    (a provider that does not deduplicate), not by ``HITL_PUBLISH_IDEMPOTENCY`` now: switched to
+    ``key`` afterwards, the call is still in doubt and nothing is sent again."""
+    svc = service(dedup=False, lose_answer=1)
+    _in_doubt(state_dir, svc)
+    for _ in range(2):
+        r = cli(state_dir, svc.url, *APPROVE, idempotency="key")
+        stopped(r, "is in doubt", "nothing was sent again")
+        assert svc.posts() == 1 and len(svc.publications()) == 1
+    assert shown(state_dir)["status"] == "in_doubt" and not ledger_entries(state_dir)
+
+
 # -- the token and the service's address -----------------------------------------------------------
 
 

@@ -124,6 +124,19 @@ def test_a_private_channel_runs_without_a_human_when_the_rule_lets_it(state_dir)
     assert SENT == ["t-1"] and store.ledger_get("t-1").approval == "not_needed"
 
 
+def test_a_rule_answering_none_on_a_private_channel_needs_an_approval_on_record(state_dir):
+    """On a private channel only an answer of exactly False lets a call run without a human: a
+    rule that says True to the start-time probes and None (not False) to the real call lets the
+    SDK run it unpaused, and the gate, asking the same rule, refuses it with nothing sent."""
+    tool = effect_tool(_send, name="send", needs_approval=lambda ctx, args, call_id: True if call_id == "probe"
+                       else None, private_channels={"mail"})
+    store = Store(state_dir)
+    with pytest.raises(Refused) as refused:
+        _start(store, _app([tool], [function_call("send", CONTENT, call_id="c1")]))
+    assert refused.value.code == "integrity" and "without a human approval on record" in str(refused.value)
+    assert SENT == [] and store.ledger_get("t-1") is None
+
+
 def test_a_second_approval_with_edits_of_any_content_is_a_fresh_decision(state_dir):
     """Approved with edits, the model asks for something else; the reviewer edits again (not
     refused as another action's call: the content's arguments are the task's, whatever they are

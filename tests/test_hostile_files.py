@@ -337,6 +337,23 @@ def test_legacy_checkpoints_are_adopted_and_stay_readable(cli, state_dir):
     assert r.code == 0, r.err
 
 
+def test_an_adopted_legacy_checkpoint_replaced_by_another_is_refused(cli, state_dir):
+    """A legacy checkpoint is adopted by its file name AND its MAC: another legacy checkpoint put
+    under an adopted name afterwards (one from a state dir that shares the key) is refused."""
+    _start(cli, "old-1")
+    _start(cli, "old-2")
+    _make_legacy(state_dir, "old-1")
+    _make_legacy(state_dir, "old-2")
+    (state_dir / "state.id").unlink()
+    assert cli("resume", "--task", "old-1", "--decision", "approve").code == 0  # state.id adopts old-2
+    resign(state_dir, checkpoint_file(state_dir, "old-2"), lambda d: d.update(title="Another title"))
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "old-2", "--decision", "approve")
+    r.assert_stopped()
+    assert "carries no state ID and was not here when this state dir got its state.id" in r.err
+    assert snapshot(state_dir) == before and len(ledger_entries(state_dir)) == 1
+
+
 def test_legacy_checkpoint_copied_in_later_is_refused(cli, state_dir, tmp_path):
     _start(cli, "old-1")
     legacy = tmp_path / "legacy.json"

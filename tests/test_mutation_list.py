@@ -40,6 +40,19 @@ def test_the_list_covers_the_safety_core():
     assert all(mu.tests[0] == "tests/test_second_defences.py" for mu in run.MUTANTS)
 
 
+def test_most_weakenings_are_partial():
+    """Why: a check removed whole is caught by its most obvious test; one weakened partly (one
+    channel of two, one path of two, one field of several, a bound moved by one) only by a test of
+    the case left out, which is where tests go missing. Most entries weaken partly, and a partial
+    one never just removes its statement."""
+    run = _script()
+    partial = [mu for mu in run.MUTANTS if mu.partial]
+    assert 2 * len(partial) > len(run.MUTANTS), (len(partial), len(run.MUTANTS))
+    removals = {"", "pass", "if False:", "if True:"}
+    assert [mu.id for mu in partial if mu.replacement.strip() in removals] == []
+    assert [mu.id for mu in partial if mu.replacement.lstrip().startswith(("if False:", "pass\n"))] == []
+
+
 def test_a_moved_snippet_is_reported(tmp_path):
     """Why: the check itself must be able to fail: a snippet missing from its file, or found twice,
     is named with its mutant's id."""

@@ -105,6 +105,20 @@ def test_signing_key_as_reviewer_name_is_refused(cli, state_dir, monkeypatch):
              says="the reviewer name (--by) contains the value of HITL_SIGNING_KEY")
 
 
+def test_input_is_checked_for_every_secret_set_not_only_the_longest(cli, state_dir, monkeypatch):
+    """With several secret variables set, a reviewer name holding the shortest of them (here the
+    publishing service's token, next to a longer API key and signing key) is refused like one
+    holding the longest."""
+    token = "pub-token-0123"
+    monkeypatch.setenv("HITL_SIGNING_KEY", "signing-secret-value-42-which-is-long")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdef0123456789-and-longer-still")
+    monkeypatch.setenv("HITL_PUBLISH_TOKEN", token)
+    assert cli(*START).code == 0
+    line = _refused(cli, state_dir, *REJECT, "--by", f"me {token}",
+                    says="the reviewer name (--by) contains the value of HITL_PUBLISH_TOKEN")
+    assert token not in line
+
+
 @pytest.mark.parametrize("flag", ["--key", "--title", "--draft"])
 def test_start_input_holding_the_api_key_is_refused_before_any_write(cli, state_dir, monkeypatch, flag):
     api_key = "sk-proj-abcdef0123456789"

@@ -155,3 +155,21 @@ def test_a_reject_that_crashed_right_after_its_decision_write_still_blocks_a_res
     r = cli("resume", "--task", "rb-1", "--decision", "approve", "--by", "alice")
     r.assert_stopped()
     assert "can never be approved" in r.err and ledger_entries(state_dir) == []
+
+
+def test_a_sticky_reject_that_crashed_after_its_decision_write_blocks_every_channel_of_a_backup(cli, state_dir):
+    """The same for a reject with ``--always`` on a two-channel task: the record of each call it
+    decides (blog's, and news's made by the sticky rule) is there before the decision is written,
+    so neither call of a backup put back can be approved."""
+    from conftest import run_subprocess, start_calls
+
+    calls = start_calls(cli, "rb-2", "T", "secret launch date", "blog", "news")
+    revision_1 = checkpoint_file(state_dir, "rb-2").read_bytes()
+    r = run_subprocess(state_dir, "resume", "--task", "rb-2", "--call", calls["blog"], "--decision", "reject",
+                       "--always", "--by", "bob", env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert r.code == 86, r
+    restore_checkpoint(state_dir, "rb-2", revision_1)
+    for channel in ("news", "blog"):
+        r = cli("resume", "--task", "rb-2", "--call", calls[channel], "--decision", "approve", "--by", "alice")
+        r.assert_stopped()
+        assert "can never be approved" in r.err and ledger_entries(state_dir) == []

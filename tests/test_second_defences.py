@@ -127,6 +127,23 @@ def test_mac_of_the_envelope_is_checked_in_full_by_every_reader(state_dir):
     assert refused.value.code == "integrity"
 
 
+def test_mac_covers_the_run_state_so_an_edit_of_it_alone_fails_the_mac(state_dir):
+    """Why: the serialized RunState is what the SDK trusts (its approvals, its pending calls) and
+    is not authenticated by the SDK; one word of it edited without re-signing must fail the MAC
+    itself, before any check behind the MAC is reached."""
+    from state.errors import Refused
+    from state.files.store import Store
+
+    _task(state_dir)
+    path = checkpoint_file(state_dir, KEY)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert DRAFT in data["run_state"]
+    data["run_state"] = data["run_state"].replace(DRAFT, "Another body.")
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with pytest.raises(Refused, match=f"checkpoint integrity check failed for {path.name}"):
+        Store(state_dir).load(KEY)
+
+
 def test_a_lost_signing_key_is_never_replaced_while_checkpoints_exist(state_dir):
     """Why: every checkpoint was signed with the lost key; a new key made on the next write would
     leave all of them unreadable for ever. Refused with nothing created."""
@@ -294,6 +311,19 @@ def test_tool_refuses_when_a_rejection_record_exists_whatever_the_checkpoint_say
     store.rejection_record(KEY, cp.content_sha256, _decision(call, "blog", "rejected"))
     cp = _record(store, cp, _decision(call, "blog"))
     _refused_by_tool(state_dir, store, cp, call.call_id, "a reject by alice")
+
+
+def test_tool_refuses_when_a_rejection_record_exists_on_the_second_channel(state_dir):
+    """Why: the rejection record the tool reads right before the effect is the one of the call's
+    own channel, on every channel: a reject of ``news`` (the task's second channel) recorded
+    meanwhile stops ``news``'s approved call too, while ``blog`` still publishes."""
+    store, cp = _task(state_dir, ["blog", "news"])
+    blog, news = _call(cp, "blog"), _call(cp, "news")
+    store.rejection_record(KEY, cp.content_sha256, _decision(news, "news", "rejected"), "news")
+    cp = _record(store, cp, _decision(blog, "blog"), _decision(news, "news"))
+    _refused_by_tool(state_dir, store, cp, news.call_id, "a reject by alice", channel="news")
+    out = json.loads(_invoke(store, cp, blog.call_id, channel="blog"))
+    assert out["result"] == "published" and [e["channel"] for e in ledger_entries(state_dir)] == ["blog"]
 
 
 def test_tool_asks_for_a_human_on_every_public_channel(state_dir):
@@ -552,6 +582,23 @@ def test_bind_refuses_a_decision_whose_call_id_is_not_an_interruption(state_dir)
         guards.bind(ghost, items)
 
 
+def test_every_pending_call_must_carry_the_draft_not_only_the_first(state_dir):
+    """Why: a decision on one call is written only if every pending call is the task's action
+    with the draft expected on its channel; a second call whose body was changed (a re-signed
+    file, a bug) must stop it as the first would."""
+    from state.errors import Refused
+    from workflow.trust import check_pending_is_the_draft
+
+    _, cp = _task(state_dir, ["blog", "news"])
+    check_pending_is_the_draft(cp)
+    news = _call(cp, "news")
+    assert cp.pending[0].call_id != news.call_id
+    changed = news.model_copy(update={"arguments": {**news.arguments, "body": "Another body."}})
+    forged = cp.model_copy(update={"pending": [changed if p.call_id == news.call_id else p for p in cp.pending]})
+    with pytest.raises(Refused, match=f"the pending call {news.call_id} is not publish_draft of the draft"):
+        check_pending_is_the_draft(forged)
+
+
 def _pending(call_id: str, **arguments: Any) -> dict[str, Any]:
     return {"call_id": call_id, "tool": "publish_draft",
             "arguments": {"title": TITLE, "body": DRAFT, **arguments}}
@@ -571,6 +618,9 @@ def test_first_run_saves_only_calls_of_publish_draft_with_the_draft_on_distinct_
     with pytest.raises(Refused) as refused:
         check_draft_call([_pending("a", channel="blog", body="other")], sha, channels, "publish_draft")
     assert refused.value.code == "agent"
+    with pytest.raises(Refused, match="does not carry the draft as given"):  # every call, not only the first
+        check_draft_call([_pending("a", channel="blog"), _pending("b", channel="news", body="other")], sha, channels,
+                         "publish_draft")
     with pytest.raises(Refused, match="does not carry the draft as given"):
         check_draft_call([_pending("a", channel="preview")], sha, channels, "publish_draft")
     with pytest.raises(Refused) as refused:
@@ -605,6 +655,27 @@ def test_outcome_refuses_a_rejected_call_that_has_a_ledger_entry(state_dir):
     assert guards.outcome(store, approved, "done")["status"] == "completed"
 
 
+def test_outcome_checks_the_ledger_of_every_channel_not_only_the_first(state_dir):
+    """Why: each channel is its own effect: with blog published as approved, an approved news call
+    without its entry, or a rejected news call with one, is a contradiction all the same."""
+    from state.errors import Refused
+    from workflow import guards
+
+    store, cp = _task(state_dir, ["blog", "news"])
+    blog, news = _call(cp, "blog"), _call(cp, "news")
+    store.ledger_record(key=f"{KEY}#blog", task_id=KEY, action="publish_draft", title=TITLE,
+                        content_sha256=cp.content_sha256, channel="blog", approval="human")
+    both = cp.model_copy(update={"decisions": [_decision(blog, "blog"), _decision(news, "news")]})
+    with pytest.raises(Refused, match="approved, but the tool left no ledger entry"):
+        guards.outcome(store, both, "done")
+    store.ledger_record(key=f"{KEY}#news", task_id=KEY, action="publish_draft", title=TITLE,
+                        content_sha256=cp.content_sha256, channel="news", approval="human")
+    assert guards.outcome(store, both, "done")["status"] == "completed"
+    rejected = cp.model_copy(update={"decisions": [_decision(blog, "blog"), _decision(news, "news", "rejected")]})
+    with pytest.raises(Refused, match="rejected, but the ledger shows it executed"):
+        guards.outcome(store, rejected, "done")
+
+
 @pytest.mark.parametrize("channels, key", [(["blog"], KEY), (["blog", "news"], f"{KEY}#news")])
 def test_start_refuses_a_key_whose_effect_is_already_in_the_ledger(state_dir, channels, key):
     """Why: a checkpoint lost or deleted does not undo an effect; a new task under a key (or a
@@ -623,6 +694,24 @@ def test_start_refuses_a_key_whose_effect_is_already_in_the_ledger(state_dir, ch
     with pytest.raises(Refused) as refused:
         guards.existing_task(store, KEY, TITLE, _sha(), channels, "publish_draft")
     assert refused.value.code == "executed"
+
+
+@pytest.mark.parametrize("channels, scope", [(["blog"], None), (["blog", "news"], "news")])
+def test_start_refuses_a_key_rejected_before_on_any_of_its_channels(state_dir, channels, scope):
+    """Why: a reject outlives the checkpoint it was recorded with; a new task under the key would
+    ask again for what a human refused, on that channel as on a one-channel task."""
+    from conftest import remove_checkpoint
+    from state.errors import Refused
+    from workflow import guards
+    from state.store import FileStore
+
+    store, cp = _task(state_dir, channels)
+    call = _call(cp, scope or "blog")
+    store.rejection_record(KEY, cp.content_sha256, _decision(call, scope or "blog", "rejected"), scope)
+    remove_checkpoint(state_dir, KEY)  # lost: the rejection record stays
+    with pytest.raises(Refused) as refused:
+        guards.existing_task(FileStore(state_dir), KEY, TITLE, _sha(), channels, "publish_draft")
+    assert refused.value.code == "rejected"
 
 
 def test_preflight_refuses_a_reviewer_name_or_reason_holding_a_secret(state_dir, monkeypatch):

@@ -106,6 +106,26 @@ def test_a_call_that_is_not_pending_is_refused(cli, state_dir):
     assert "no pending call 'call_nope'" in r.err and snapshot(state_dir) == before
 
 
+def test_expire_leaves_a_task_alone_unless_every_call_of_it_may_expire(cli, state_dir, monkeypatch):
+    """Past the deadline, with the blog call approved (published) and only the news call still
+    waiting, ``expire`` (the sweep and by name) leaves the task alone: marked expired, it would be
+    an ended task with a published call. The news call can still be rejected."""
+    from datetime import timedelta
+
+    from state import clock
+
+    task = _start(cli, "blog", "news")
+    assert _decide(cli, _call(task, "blog"), "approve")["status"] == "waiting_for_approval"
+    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(days=3)))
+    tasks_before = snapshot(state_dir / "tasks")
+    assert cli("expire", "--json").json() == {"expired": []}
+    r = cli("expire", "--task", KEY)
+    assert r.code == 1 and "not an overdue approval request" in r.err, r.err
+    assert snapshot(state_dir / "tasks") == tasks_before and _keys(state_dir) == [f"{KEY}#blog"]
+    done = _decide(cli, _call(task, "news"), "reject")
+    assert done["status"] == "completed" and _keys(state_dir) == [f"{KEY}#blog"]
+
+
 def test_sticky_approve_decides_the_rest_and_an_explicit_reject_stands(cli, state_dir):
     """Reject one call explicitly, then approve another with --always: the sticky rule decides the
     third (recorded as ``source: sticky``), never the explicitly rejected one."""
@@ -136,6 +156,28 @@ def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
     done = _decide(cli, _call(task, "blog"), "reject")
     assert done["status"] == "completed"  # the preview ran: the task is not cancelled
     assert _keys(state_dir) == [f"{KEY}#preview"]
+
+
+def test_a_preview_call_with_other_content_is_refused_though_it_needs_no_human(cli, state_dir, monkeypatch):
+    """The private channel spares the human, not the content check: a preview call carrying
+    another body than the task's draft is refused by the tool, and nothing is published."""
+    from agents.testing import ModelStep, ScriptedModel, function_call
+
+    from conftest import use_app
+
+    draft = "A draft for several channels."
+
+    def respond(call):
+        return ModelStep(output=[
+            function_call("publish_draft", {"title": "T", "body": draft, "channel": "blog"}, call_id="c_blog"),
+            function_call("publish_draft", {"title": "T", "body": "Not the draft.", "channel": "preview"},
+                          call_id="c_preview")])
+
+    use_app(monkeypatch, offline_model=lambda: ScriptedModel([ModelStep.respond(respond) for _ in range(4)]))
+    r = cli("start", "--key", KEY, "--title", "T", "--draft", draft, "--channel", "blog", "--channel", "preview")
+    r.assert_stopped()
+    assert "differs from the draft that was started and approved" in r.err, r.err
+    assert ledger_entries(state_dir) == []
 
 
 def test_a_task_with_only_the_preview_channel_is_refused_before_anything(cli, state_dir):

@@ -299,3 +299,90 @@ def test_always_cannot_carry_an_approval_past_another_channels_quorum(cli, state
     assert len(ledger_entries(state_dir)) == 1  # blog only: news waits for its second reviewer
     r = _approve(cli, monkeypatch, tokens["bob"], "t2", "--call", calls["news"])
     assert r.code == 0 and r.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 2
+
+
+def test_a_decision_through_the_api_by_a_reviewer_without_the_role_is_refused_under_the_lock(cli, state_dir, team,
+                                                                                             monkeypatch):
+    """The command line checks the policy before it takes the lock; a caller of the API
+    (``workflow.decide``) has only the check under the lock, right before the SDK is told: a
+    reviewer whose role the rule does not allow is refused there, with nothing changed."""
+    import asyncio
+
+    from agent.application import APP
+    from state.errors import Refused
+    from state.files.store import Store
+    from workflow import Approve, Reject, decide
+
+    _start(cli, monkeypatch, team["wendy"])
+    token = _add(cli, "rex", "reader")
+    before = snapshot(state_dir)
+    for decision in (Approve(), Reject(message="no")):
+        with pytest.raises(Refused) as refused:
+            asyncio.run(decide(Store(state_dir), APP, "t1", decision, token=token))
+        assert refused.value.code == "not_allowed" and "'rex' has role reader" in str(refused.value)
+        assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+
+
+def test_a_reject_by_a_reviewer_without_the_role_is_refused(cli, state_dir, team, monkeypatch):
+    """The roles decide who may reject as well as who may approve: a veto by a reviewer the
+    policy does not allow is refused, and the task goes on waiting for the editors."""
+    _start(cli, monkeypatch, team["alice"])
+    _as(monkeypatch, team["wendy"])  # a writer
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "t1", "--decision", "reject", "--reason", "no", "--json")
+    assert r.code == 1 and "decided by editor" in r.err and "'wendy' has role writer" in r.err, r.err
+    assert snapshot(state_dir) == before
+    assert _approve(cli, monkeypatch, team["bob"]).json()["status"] == "waiting_for_approval"
+
+
+def test_a_lone_reject_under_a_quorum_of_two_cancels_at_once_and_never_counts_as_an_approval(cli, state_dir, team,
+                                                                                            monkeypatch):
+    """Two approvals are needed, one reject is enough: the first decision, a reject, cancels the
+    call at once; it is recorded as no one's approval, and later approvals publish nothing."""
+    _start(cli, monkeypatch, team["wendy"])
+    _as(monkeypatch, team["carol"])
+    r = cli("resume", "--task", "t1", "--decision", "reject", "--reason", "no", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
+    cp = json.loads(sorted((state_dir / "tasks").glob("*.json"))[-1].read_text(encoding="utf-8"))
+    assert cp["approvals"] == [] and cp["decision"]["decision"] == "rejected" and cp["decision"]["by"] == "carol"
+    for name in ("alice", "bob"):
+        assert _approve(cli, monkeypatch, team[name]).code == 1
+    assert ledger_entries(state_dir) == []
+
+
+def test_a_change_to_a_channels_table_of_the_policy_is_refused_like_a_change_to_the_default(cli, state_dir, team,
+                                                                                           monkeypatch, tmp_path):
+    """The fingerprint a task records is of the whole policy: changing only ``[channels.news]``
+    (here not even a channel of the task) is another policy too."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY + "[channels.news]\napprovals = 3\n", encoding="utf-8")
+    _start(cli, monkeypatch, team["wendy"])
+    policy.write_text(POLICY + "[channels.news]\napprovals = 2\n", encoding="utf-8")
+    before = snapshot(state_dir)
+    r = _approve(cli, monkeypatch, team["alice"])
+    assert r.code == 1 and "another policy" in r.err, r.err
+    assert snapshot(state_dir) == before
+
+
+def test_always_cannot_carry_an_approval_past_another_channels_role_rule(cli, state_dir, tmp_path, monkeypatch):
+    """The sticky rule decides the tool's calls on every channel: approving the blog call (anyone)
+    with always must not approve the news call, which only a reviewer with the role ``legal`` may
+    decide, even though both need one approval."""
+    from tests.conftest import start_calls
+
+    tokens = {"alice": _add(cli, "alice"), "lee": _add(cli, "lee", "legal")}
+    policy = tmp_path / "p.toml"
+    policy.write_text('[default]\napprovals = 1\n[channels.news]\nroles = ["legal"]\n', encoding="utf-8")
+    monkeypatch.setenv("HITL_POLICY", str(policy))
+    calls = start_calls(cli, "t3", "Title", "A draft.", "blog", "news")
+    before = snapshot(state_dir)
+    r = _approve(cli, monkeypatch, tokens["alice"], "t3", "--call", calls["blog"], "--always")
+    assert r.code == 1 and "always would also decide calls on channel news" in r.err, r.err
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+    r = _approve(cli, monkeypatch, tokens["alice"], "t3", "--call", calls["news"])
+    assert r.code == 1 and "decided by legal" in r.err
+    r = _approve(cli, monkeypatch, tokens["alice"], "t3", "--call", calls["blog"])
+    assert r.code == 0 and r.json()["status"] == "waiting_for_approval", r.err
+    r = _approve(cli, monkeypatch, tokens["lee"], "t3", "--call", calls["news"])
+    assert r.code == 0 and r.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 2

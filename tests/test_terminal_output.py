@@ -113,6 +113,19 @@ def test_start_refuses_a_call_id_that_is_not_plain_and_leaves_nothing(cli, state
     assert not (tmp_path / "PWNED").exists()
 
 
+def test_a_call_id_with_a_trailing_newline_is_refused_at_entry(cli, state_dir, monkeypatch):
+    """The pattern must match the whole ID: a ``$`` would match before a final newline, and
+    ``call_5`` plus one newline would pass as a plain word and break every line it is printed on."""
+    from state.schema import call_id_problem
+
+    assert call_id_problem("call_5") is None
+    assert "'call_5\\n' (7 characters) is not a plain call ID" in call_id_problem("call_5\n")
+    _use_model(monkeypatch, ["call_5\n"])
+    r = cli("start", "--key", "n-1", "--title", "T", "--draft", "D")
+    assert "is not a plain call ID" in _stopped_line(r)
+    assert snapshot(state_dir) == {}
+
+
 def test_an_over_long_call_id_on_a_fresh_state_dir_leaves_no_folder(cli, state_dir, monkeypatch):
     _use_model(monkeypatch, [LONG])
     r = cli("start", "--key", "n-1", "--title", "T", "--draft", "D")

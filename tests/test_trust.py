@@ -149,6 +149,25 @@ def test_weak_key_file_is_refused_by_the_same_rule(cli, state_dir, contents, mes
     assert message in r.err
 
 
+def test_a_short_key_file_in_a_fresh_state_dir_signs_nothing(cli, state_dir):
+    """The rule holds where the key is used to sign, not only where it is read back: a key file
+    of 15 bytes put in a state dir with no checkpoint yet (nothing signed with it, so no MAC can
+    fail) is refused before the first checkpoint is written, with nothing written."""
+    import secrets
+
+    from conftest import snapshot
+
+    state_dir.mkdir(mode=0o700)
+    key = state_dir / "signing.key"
+    key.write_bytes(secrets.token_hex(15).encode("ascii") + b"\n")
+    key.chmod(0o600)
+    before = snapshot(state_dir)
+    r = cli("start", "--key", "k-1", "--draft", "x")
+    r.assert_stopped()
+    assert "signing key signing.key is too short" in r.err
+    assert snapshot(state_dir) == before
+
+
 # -- a state dir another user could write (POSIX StrictModes) ----------------------------------
 
 POSIX_UIDS = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="no uids or mode bits on this OS")

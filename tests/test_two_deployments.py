@@ -65,6 +65,30 @@ def test_the_fingerprint_names_the_key_without_holding_it(pg_url, tmp_path):
     assert key.hex() not in stored and KEY_A["HITL_SIGNING_KEY"] not in stored
 
 
+def test_a_checkpoint_row_copied_into_another_database_with_the_same_key_is_refused(pg_server, pg_url, tmp_path):
+    """Two databases, one ``HITL_SIGNING_KEY`` (the MAC verifies in either, and the key's
+    fingerprint is the same): a checkpoint row copied from one into the other is bound to its
+    database by the state ID in its signed envelope, so it is refused there, nothing published,
+    and the task is still approved once in its own database."""
+    from conftest import fresh_schema_url
+
+    other = fresh_schema_url(pg_server)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _pg(a, pg_url, KEY_A, "start", "--key", "t-1", "--draft", "Once.").code == 0
+    assert _pg(b, other, KEY_A, "start", "--key", "b-1", "--draft", "Its own.").code == 0
+    [row] = _rows(pg_url, "SELECT task_id, revision, status, mac, envelope FROM checkpoints WHERE task_id = 't-1'")
+    _rows(other, "INSERT INTO checkpoints (task_id, revision, status, mac, envelope) VALUES (%s, %s, %s, %s, %s)",
+          row)
+    for args in (("status", "--task", "t-1"), ("resume", "--task", "t-1", "--decision", "approve")):
+        line = _one_stopped_line(_pg(b, other, KEY_A, *args))
+        assert "belongs to another store" in line, (args, line)
+    assert _rows(other, "SELECT count(*) FROM ledger") == [(0,)]
+    assert _rows(other, "SELECT revision, mac FROM checkpoints WHERE task_id = 't-1'") == [(row[1], row[3])]
+    r = _pg(a, pg_url, KEY_A, "resume", "--task", "t-1", "--decision", "approve", "--json")
+    assert r.code == 0 and json.loads(r.out)["status"] == "completed", r.err
+    assert _rows(pg_url, "SELECT count(*) FROM ledger") == [(1,)]
+
+
 def test_two_deployments_racing_on_an_empty_database_one_key_wins(pg_url, tmp_path):
     """Two processes per key start tasks at once on an empty database: one key's fingerprint is
     recorded, every checkpoint written is signed with it, the other key's processes are refused."""
