@@ -92,6 +92,7 @@ SIGNING, RECORDS = "state/signing.py", "state/records.py"
 GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconcile.py",
                                           "workflow/trust.py", "workflow/calls.py", "workflow/edits.py")
 EXTERNAL, EXTERNAL_T = "workflow/external.py", "tests/test_external_effects.py"
+HARDENING_T = "tests/test_effect_hardening.py"
 TEAM = "workflow/team.py"
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
                                        "tests/test_reconcile.py")
@@ -395,6 +396,30 @@ MUTANTS: list[Mutant] = [
     m("edits-with-always", EDITS, "    if edit is not None and rec.always:", "    if False:",
       "tests/test_edits.py"),
     # -- effects through a service (workflow/external.py) ---------------------------------------
+    # an answer means the request arrived; the window; the derived key; the lookup by key; the binding
+    p("a-401-taken-for-not-sent", "tools/publishing_client.py",
+      '    raise MayHaveActed(f"{where} (the request arrived; the service may have acted)", retry=retry)',
+      '    raise (NotSent if status == 401 else MayHaveActed)(f"{where} (the service may have acted)", retry=retry)',
+      HARDENING_T),
+    p("window-judged-on-the-test-seam", "workflow/settlement.py",
+      "return ends if ends is not None and wall() < parse_iso(ends) else None",
+      "return ends if ends is not None and __import__('state.clock').clock.now() < parse_iso(ends) else None",
+      HARDENING_T),
+    p("settled-not-sent-after-an-earlier-send", EXTERNAL,
+      "if all(isinstance(f, NotSent) for f in failures) and not sent:",
+      "if all(isinstance(f, NotSent) for f in failures):", HARDENING_T),
+    p("an-earlier-versions-intent-taken-as-never-sent", EXTERNAL,
+      "or not intent.bound_first)\n    return intent, bound, sent", ")\n    return intent, bound, sent", HARDENING_T),
+    m("a-found-record-of-another-key-adopted", EXTERNAL,
+      "if found is not None and service.key_of(found) != intent.request_key:", "if False:", HARDENING_T),
+    p("a-random-key-per-attempt", EXTERNAL,
+      'json.dumps([state_id or "", idempotency_key, attempt])', "__import__('os').urandom(8).hex()", HARDENING_T),
+    m("a-deleted-intent-not-detected", EXTERNAL,
+      "    if bound is not None and (intent is None or intent.attempt < bound.attempt",
+      "    if bound is not None and (False", HARDENING_T),
+    p("fail-after-an-effect-that-may-have-happened", RECONCILE,
+      '        if action in ("reject", "fail"):  # it may have happened: settle it first',
+      '        if action == "reject":  # it may have happened: settle it first', HARDENING_T),
     p("in-doubt-judged-by-the-setting-now", EXTERNAL, "    if sent and not intent.deduplicates:",
       "    if sent and not service.deduplicates:", EXTERNAL_T),
     p("retry-when-it-may-have-acted", EXTERNAL,

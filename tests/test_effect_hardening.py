@@ -502,3 +502,27 @@ def test_an_intent_of_an_earlier_version_is_never_taken_as_never_sent(service, s
     r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
     stopped(r, "is in doubt")
     assert svc.posts() == 0
+
+
+def test_a_connection_refused_after_an_earlier_send_of_the_attempt_is_not_settled_as_not_sent(service, state_dir):
+    """A deduplicating provider acted and its answer was lost (the attempt was sent); then it went
+    down. The connection refused now proves nothing about the earlier request: the attempt stays
+    (the same key), and once the provider is back the same resume gets the first publication."""
+    svc = service(lose_answer=1)
+    start(state_dir, svc.url)
+    r = cli(state_dir, svc.url, *APPROVE, HITL_PUBLISH_ATTEMPTS="1")
+    stopped(r, "did not confirm it")
+    assert len(svc.publications()) == 1
+    url, port, data = svc.url, int(svc.url.rsplit(":", 1)[1]), svc.data_dir
+    svc.stop()
+    r = cli(state_dir, url, *APPROVE, HITL_PUBLISH_ATTEMPTS="1")
+    stopped(r, "did not confirm it", "an earlier request of this attempt may have reached it")
+    [effect] = shown(state_dir)["effects"]
+    assert effect["attempt"] == 1 and effect["not_sent"] is None
+    back = Service(data, port=port)
+    try:
+        r = cli(state_dir, url, *APPROVE)
+        assert r.code == 0 and r.json()["status"] == "completed", r.err
+        assert len(back.publications()) == 1
+    finally:
+        back.stop()

@@ -306,17 +306,19 @@ def _server(data_dir: Path, host: str, port: int, *, token: str, dedup: bool, fa
 def start_in_thread(data_dir: Path, *, token: str, dedup: bool = True, fail_503: int = 0,
                     lose_answer: int = 0, slow: float = 0.0, act_after: float = 0.0,
                     answer_status: Optional[int] = None, answer_status_times: int = 1 << 30,
-                    ignore_filter: bool = False, answer_bytes: int = 0) -> tuple[str, Callable[[], None]]:
+                    ignore_filter: bool = False, answer_bytes: int = 0,
+                    port: int = 0) -> tuple[str, Callable[[], None]]:
     """Run the service in a background thread on ``127.0.0.1`` and a free port, storing in
     ``data_dir`` (created if missing), accepting ``token`` (non-empty), with the fault switches of
     the module docstring (``act_after``/``slow`` seconds, the others as the flags). Returns ``(url,
-    stop)``: ``url`` is ``http://127.0.0.1:PORT`` (no trailing slash); ``stop()`` shuts the server
-    down and closes its socket (call it once). For tests; :func:`main` is the command."""
+    stop)``: ``url`` is ``http://127.0.0.1:PORT`` (no trailing slash; ``port`` 0 picks a free one, a
+    given one serves the same address again after a stop); ``stop()`` shuts the server down and
+    closes its socket (call it once). For tests; :func:`main` is the command."""
     if not token:
         raise ValueError("the service needs a non-empty token")
     faults = _Faults(fail_503, lose_answer, slow, act_after=act_after, answer_status=answer_status,
                      answer_status_times=answer_status_times, ignore_filter=ignore_filter, answer_bytes=answer_bytes)
-    server = _server(Path(data_dir), "127.0.0.1", 0, token=token, dedup=dedup, faults=faults, verbose=False)
+    server = _server(Path(data_dir), "127.0.0.1", port, token=token, dedup=dedup, faults=faults, verbose=False)
     thread = threading.Thread(target=server.serve_forever, name="publishing-service", daemon=True)
     thread.start()
 

@@ -365,7 +365,8 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
             decided=ev.decided,
             decided_by=recorded.by if recorded else None,
             rejected_by=rejected.by if rejected else None,
-            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at), task_id=cp.task_id)
+            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at, task=cp.task_id),
+            task_id=cp.task_id)
     return verdict
 
 
@@ -433,14 +434,18 @@ def _judged(store: "Store", cp: "Checkpoint", decision: Action, call_id: Optiona
 
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
             decided_by: Optional[str] = None, rejected_by: Optional[str] = None,
-            rejected_at: Optional[str] = None, expires_at: Optional[str] = None) -> list[Part]:
+            rejected_at: Optional[str] = None, expires_at: Optional[str] = None,
+            task: Optional[str] = None) -> list[Part]:
     """The one-line message (without ``STOPPED:``) for a ``refuse`` verdict's ``code``, naming what
     was found and what may still be done, as the parts of a :class:`Refused` message (strings and
-    :class:`~state.errors.Next` steps). Raises ``KeyError`` for an unknown code."""
+    :class:`~state.errors.Next` steps). ``task_id`` is how the message names the task (e.g. ``t-1
+    (call c-2)``), ``task`` its ID for the next steps (default ``task_id``). Raises ``KeyError`` for
+    an unknown code."""
+    task = task or task_id
     doctor: list[Part] = ["a human must check", Next("doctor")]
     if code == "expired" and status != "expired":
         return [f"approval expired: task {task_id} expired at {expires_at}; it can only be "
-                "rejected", Next("reject", task_id), " or marked expired", Next("expire")]
+                "rejected", Next("reject", task), " or marked expired", Next("expire")]
     if code == "rejected" and rejected_by is not None and status != "cancelled":
         return [f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
                 "approved (the rejection record outlives any older copy of the checkpoint)"]
@@ -462,7 +467,7 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
         "begun": [f"task {task_id}: its effect was begun (an intent is recorded, no outcome yet), so it may "
                   "have happened; it is neither rejected nor ended until a person settles it", Next("doctor_explains")],
         "undecided": [f"task {task_id}: a call waits for a decision; a reject ends it (cancelled)",
-                      Next("reject", task_id)],
+                      Next("reject", task)],
         "failed": [f"task {task_id} failed (nothing was done, and nothing will be); start a new task with a new key"],
     }[code]
 
