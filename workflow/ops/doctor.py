@@ -2,7 +2,7 @@
 
 What it reads: whatever the store lists through its one capability for it,
 :meth:`state.store.Inspectable.inspect` (:mod:`state.inspection`): the file store reads every
-checkpoint (the newest revision file of each task in ``tasks/``), every ledger entry
+checkpoint (the newest revision file of each task, in its folder ``checkpoints/<name>/``), every ledger entry
 (``ledger/*.json``), the lock files (``locks/*.lock``) and temp files (``.tmp-*.part``) of the
 state dir (:mod:`state.files.inspect`); PostgreSQL its rows. Each task is read under its own
 lock (taken without waiting), so a task a live process is working on is reported as ``busy``
@@ -36,7 +36,12 @@ Findings (``kind``: what it means → the recommended ``action``):
 ``leftover_temp``          ``.tmp-<owner>.*.part`` left by a process that died mid-write →
                            ``doctor --repair`` deletes it (provable: see below)
 ``unknown_temp``           a ``.tmp-*.part`` of unknown owner → delete by hand when no run.py runs
+``old_layout_conflict``    a file of ``tasks/`` (the layout before one folder per task) newer than
+                           its task's checkpoint in ``checkpoints/``, or of its revision with other
+                           bytes → a human (never removed by ``--repair``)
 ``busy`` (note)            a live process holds the task's lock → run doctor again later
+``old_layout`` (note)      tasks still in ``tasks/``, found by listing that whole folder →
+                           ``doctor --repair`` moves each into its folder
 ``not_locked`` (note)      the locks could not be taken because the state dir cannot be written
                            (read-only mount, no write permission): every task was still checked,
                            read-only, without its lock; nothing was repaired
@@ -50,9 +55,11 @@ half-finished; on a state dir nobody can write, nobody is writing. ``--repair`` 
 there: a ``leftover_temp`` is reported with "not repaired". A lock file that is a symlink or a
 folder is still ``unusable_lock``.
 
-Repairs (``--repair``): deleting ``leftover_temp`` files, and clearing (to 0 bytes, under the task's
+Repairs (``--repair``): deleting ``leftover_temp`` files, clearing (to 0 bytes, under the task's
 lock) older revision files that a crash left whole between a write and its cleanup (nobody reads
-them: ``state.files.store``). Every write of a task's files
+them: ``state.files.store``), and moving each task still in ``tasks/`` into its folder under its
+lock (``old_layout``: copy its checkpoint, remove the files it supersedes, then the empty folder;
+each step leaves a readable task, ``state.files.store``). Every write of a task's files
 happens under that task's lock (``locks/<owner>.lock``; the signing key under
 ``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose
 owner's lock doctor holds belongs to no live
@@ -85,7 +92,7 @@ from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
-NOTES = frozenset({"busy", "not_locked"})
+NOTES = frozenset({"busy", "not_locked", "old_layout"})
 
 
 @dataclass
@@ -291,6 +298,7 @@ PROBLEM_ACTIONS: dict[str, tuple[Part, ...]] = {
     "busy": ("run doctor again when it finishes",),
     "unknown_temp": ("delete it by hand ", Next("when_idle")),
     "leftover_temp": (Next("doctor_repair"), " deletes it"),
+    "old_layout": (Next("doctor_repair"), " moves each task into its folder"),
     "not_locked": ("nothing, if nobody writes this state dir; to check under locks or to repair, "
                    "run doctor where the state dir is writable",),
 }
@@ -307,7 +315,7 @@ def _finding(problem: Problem) -> Finding:
 def doctor(store: TaskStore, *, repair: bool = False) -> dict[str, Any]:
     """Check every task of ``store`` against its ledger; with ``repair`` let the store make the
     repairs it can prove (the file store: leftover temp files, older revision files a crash left
-    whole). See the module docstring.
+    whole, tasks still in the layout before one folder per task). See the module docstring.
 
     Works over any :class:`state.store.Inspectable` store: the store lists its own problems and
     each task (held under its lock while it is judged here, :mod:`state.inspection`), and this
