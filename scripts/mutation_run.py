@@ -102,7 +102,7 @@ MUTANTS: list[Mutant] = [
     m("missing-field-defaulted", SIGNING,
       "    if missing is not None:  # our writer", "    if False:  # our writer", FAIL_CLOSED),
     m("state-id-not-bound", STORAGE,
-      "state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)", "pass",
+      "state_id.check_bound(self.identity(), shown, cp.state_id, cp.mac, adopted_as=adopted)", "pass",
       "tests/test_hostile_files.py", "tests/test_crash_recovery.py"),
     m("cache-ignores-key", STORAGE,
       "return known[3] if hmac.compare_digest(load_key(root, create=False), known[1]) else None",
@@ -110,6 +110,21 @@ MUTANTS: list[Mutant] = [
     m("compare-and-swap-dropped", STORAGE,
       'if data.get("revision") != cp.revision or data.get("mac") != cp.mac:', "if False:",
       "tests/test_lost_lock.py", "tests/test_second_defences.py"),
+    # -- one folder per task, and the move out of tasks/ ----------------------------------------
+    m("task-folder-unchecked", STORAGE,
+      '        check_own_folder(folder, f"checkpoint folder {CHECKPOINTS_DIR}/{stem}")\n', "",
+      "tests/test_task_folders.py"),
+    m("old-layout-continued-in-tasks", STORAGE,
+      "        return self.task_dir(file_name(task_id)) / revision_name(revision)",
+      "        stem = file_name(task_id)\n"
+      "        if not self.folder_revisions(stem) and self.old_revisions(stem):\n"
+      "            return self.tasks_dir / revision_file_name(stem, revision)\n"
+      "        return self.task_dir(stem) / revision_name(revision)", "tests/test_task_folders.py"),
+    m("newer-old-file-removed", "state/files/inspect.py",
+      "    held = _revision_of(revision, old)\n    if held is None:",
+      "    return True\n    held = _revision_of(revision, old)\n    if held is None:", "tests/test_task_folders.py"),
+    m("moved-checkpoint-not-adopted", STORAGE, "cp.state_id, cp.mac, adopted_as=adopted)",
+      "cp.state_id, cp.mac, adopted_as=())", "tests/test_task_folders.py"),
     m("checkpoint-not-redacted", SIGNING, "    body = secrets.redact_checkpoint(body)\n", "", REDACTION),
     # -- rejection records ---------------------------------------------------------------------
     m("rejection-of-another-channel", REJ, "if rec.task_id != task_id or rec.channel != channel:",
@@ -323,7 +338,7 @@ MUTANTS: list[Mutant] = [
       "tests/test_exercise.py"),
     m("foreign-channel-call-waits", GUARDS, "    if astray:\n", "    if False:\n",
       "tests/test_sticky_new_calls.py"),
-    m("foreign-key-on-the-state-dir", "state/files/store.py", "    if files:\n"
+    m("foreign-key-on-the-state-dir", "state/files/store.py", "    if counted:\n"
     "        raise Refused(\"foreign_state\", f\"none of the",
       "    if False:\n        raise Refused(\"foreign_state\", f\"none of the", "tests/test_two_deployments.py"),
     m("foreign-key-in-the-database", "state/postgres/store.py",
