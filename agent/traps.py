@@ -161,7 +161,7 @@ async def product_resume_twice(store: Store) -> dict[str, Any]:
     before = path.read_bytes()
     await application.resume(store, task_id="trap-a", decision="approve", by="alice")
     second = await application.resume(store, task_id="trap-a", decision="approve", by="alice")
-    for newer in sorted(path.parent.glob(path.name.split(".r0")[0] + ".r*.json")):
+    for _, newer in store.folder_revisions(path.parent.name):  # the task's folder
         if newer != path:  # a restore of the task's files from the backup taken before
             newer.unlink()
     path.write_bytes(before)  # the same saved state, resumed again

@@ -125,7 +125,8 @@ MUTANTS: list[Mutant] = [
       '            if hasattr(type(item), "model_fields") and not isinstance(value, list):', FAIL_CLOSED,
       "tests/test_edits.py"),
     p("legacy-checkpoint-adopted-by-name-only", "state/state_id.py",
-      "if ident is None or ident.adopted.get(file) == mac:", "if ident is None or file in ident.adopted:",
+      "if ident is None or any(ident.adopted.get(name) == mac for name in (file, *adopted_as)):",
+      "if ident is None or any(name in ident.adopted for name in (file, *adopted_as)):",
       "tests/test_hostile_files.py", "tests/test_crash_recovery.py"),
     m("cache-ignores-key", STORAGE,
       "return known[3] if hmac.compare_digest(load_key(root, create=False), known[1]) else None",
@@ -133,6 +134,21 @@ MUTANTS: list[Mutant] = [
     p("compare-and-swap-on-the-revision-only", STORAGE,
       'if data.get("revision") != cp.revision or data.get("mac") != cp.mac:', 'if data.get("revision") != cp.revision:',
       "tests/test_lost_lock.py", "tests/test_second_defences.py"),
+    # -- one folder per task, and the move out of tasks/ ----------------------------------------
+    m("task-folder-unchecked", STORAGE,
+      '        check_own_folder(folder, f"checkpoint folder {CHECKPOINTS_DIR}/{stem}")\n', "",
+      "tests/test_task_folders.py"),
+    m("old-layout-continued-in-tasks", STORAGE,
+      "        return self.task_dir(file_name(task_id)) / revision_name(revision)",
+      "        stem = file_name(task_id)\n"
+      "        if not self.folder_revisions(stem) and self.old_revisions(stem):\n"
+      "            return self.tasks_dir / revision_file_name(stem, revision)\n"
+      "        return self.task_dir(stem) / revision_name(revision)", "tests/test_task_folders.py"),
+    m("newer-old-file-removed", "state/files/inspect.py",
+      "    held = _revision_of(revision, old)\n    if held is None:",
+      "    return True\n    held = _revision_of(revision, old)\n    if held is None:", "tests/test_task_folders.py"),
+    m("moved-checkpoint-not-adopted", STORAGE, "cp.state_id, cp.mac, adopted_as=adopted)",
+      "cp.state_id, cp.mac, adopted_as=())", "tests/test_task_folders.py"),
     m("checkpoint-not-redacted", SIGNING, "    body = secrets.redact_checkpoint(body)\n", "", REDACTION),
     p("key-floor-off-by-one", "state/settings.py", "    if len(key) < MIN_KEY_BYTES:",
       "    if len(key) < MIN_KEY_BYTES - 1:", "tests/test_trust.py"),
@@ -370,7 +386,7 @@ MUTANTS: list[Mutant] = [
       "tests/test_exercise.py"),
     m("foreign-channel-call-waits", GUARDS, "    if astray:\n", "    if False:\n",
       "tests/test_sticky_new_calls.py"),
-    m("foreign-key-on-the-state-dir", "state/files/store.py", "    if files:\n"
+    m("foreign-key-on-the-state-dir", "state/files/store.py", "    if counted:\n"
     "        raise Refused(\"foreign_state\", f\"none of the",
       "    if False:\n        raise Refused(\"foreign_state\", f\"none of the", "tests/test_two_deployments.py"),
     m("foreign-key-in-the-database", "state/postgres/store.py",

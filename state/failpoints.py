@@ -10,7 +10,9 @@ whatever lock it holds), so a test can ``kill -9`` a process caught mid-write.
 
 Names (each with ``:before`` and ``:after``): ``links_probe``, ``signing_key`` and ``state_id`` (first
 checkpoint of a state dir),
-``checkpoint:start``, ``checkpoint:decision``, ``ledger:record``, ``checkpoint:outcome``.
+``checkpoint:start``, ``checkpoint:decision``, ``ledger:record``, ``checkpoint:outcome``;
+``checkpoint:migrate`` (``doctor --repair`` copying a task's checkpoint out of ``tasks/``, the
+layout before per-task folders, into its folder).
 """
 
 from __future__ import annotations

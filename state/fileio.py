@@ -42,7 +42,10 @@ TEMP_NAME = re.compile(r"^\.tmp-(?P<owner>.+)\.[a-z0-9_]{8}\.part\Z")
 def make_dirs(folder: Path) -> None:
     """Create ``folder`` and any missing parents with mode ``0o700`` (owner only; the umask can only
     remove bits from it), so no folder this program creates is writable, or listable, by another
-    user. Existing folders are left as they are. Raises ``OSError`` as ``Path.mkdir`` does."""
+    user; the folder holding each one created is fsynced (:func:`fsync_dir`), so a file later
+    made durable in a new folder (a task's first checkpoint in ``checkpoints/<name>/``) cannot be
+    lost with its folder's name in a power cut. Existing folders are left as they are. Raises
+    ``OSError`` as ``Path.mkdir`` does."""
     missing = []
     probe = folder
     while not probe.is_dir() and probe.parent != probe:
@@ -50,6 +53,7 @@ def make_dirs(folder: Path) -> None:
         probe = probe.parent
     for path in reversed(missing):
         path.mkdir(mode=0o700, exist_ok=True)
+        fsync_dir(path.parent)
 
 
 def fsync_dir(folder: Path) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 from state.durable import create_exclusive
 from state.errors import Refused
 from state.fileio import owner_lock
-from state.paths import check_key_file, read_regular
+from state.paths import CHECKPOINTS_DIR, OLD_TASKS_DIR, check_key_file, read_regular
 from state.schema import canonical_json
 from state.settings import MIN_KEY_BYTES, check_key_bytes, settings  # noqa: F401  (the one key rule)
 
@@ -127,16 +127,20 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
 
 def check_key_creatable(state_dir: Path) -> None:
     """Raise :class:`Refused` if a new ``signing.key`` would have to be created (``HITL_SIGNING_KEY``
-    unset, no key file) although ``<state_dir>/tasks`` holds checkpoints: each was signed with the
-    lost key, and a new one would make all of them unreadable. Touches nothing on disk."""
+    unset, no key file) although the state dir holds checkpoints (a task folder in
+    ``<state_dir>/checkpoints``, a ``*.json`` in ``<state_dir>/tasks``, the layout before it): each
+    was signed with the lost key, and a new one would make all of them unreadable. Touches nothing
+    on disk; lists those folders only when the key is missing."""
     if settings().signing_key is not None or os.path.lexists(state_dir / KEY_FILE):
         return
-    tasks = state_dir / "tasks"
-    n = sum(1 for _ in tasks.glob("*.json")) if tasks.is_dir() else 0
+    n, where = 0, state_dir / CHECKPOINTS_DIR
+    for folder, pattern in ((state_dir / OLD_TASKS_DIR, "*.json"), (state_dir / CHECKPOINTS_DIR, "[!.]*")):
+        found = sum(1 for _ in folder.glob(pattern)) if folder.is_dir() else 0
+        n, where = n + found, folder if found else where
     if n:
         raise Refused("integrity",
             f"signing key missing but {n} checkpoint{'s exist' if n != 1 else ' exists'} in "
-            f"{tasks}; restore {KEY_FILE} or set {KEY_ENV}"
+            f"{where}; restore {KEY_FILE} or set {KEY_ENV}"
         )
 
 

@@ -2,7 +2,7 @@
 
 Task IDs and keys are already restricted to ``A-Za-z0-9._:-`` (``state.schema.KEY_PATTERN``), so a
 name can never climb out of its folder. What is left is the layout on disk: a state dir path that
-runs through a regular file, or a ``tasks``/``ledger``/``locks``/``traces`` entry that is a file or
+runs through a regular file, or a ``checkpoints``/``ledger``/``locks``/``traces`` entry that is a file or
 a symlink to a folder elsewhere. Writing through such a symlink would put checkpoints, ledger entries
 or traces outside the state dir, so we refuse it before any file is touched: the state dir path is
 resolved and checked so that nothing is written outside it.
@@ -39,8 +39,13 @@ from state.errors import Refused
 from state.fileio import make_dirs  # noqa: F401  (paths.make_dirs: owner-only folders, state.fileio)
 from state.schema import valid_effect_key
 
+#: The folder of the per-task checkpoint folders (``checkpoints/<name>/r<N>.json``), and the folder of
+#: the layouts before them (``tasks/<name>.r<N>.json``, ``tasks/<name>.json``: read, never written),
+#: see ``state.files.store``.
+CHECKPOINTS_DIR = "checkpoints"
+OLD_TASKS_DIR = "tasks"
 #: The folders a state dir may hold (see ``state.files.store``); each must be a plain folder inside it.
-SUBDIRS = ("tasks", "ledger", "locks", "traces", "rejections", "effects", "reviewers")
+SUBDIRS = (CHECKPOINTS_DIR, OLD_TASKS_DIR, "ledger", "locks", "traces", "rejections", "effects", "reviewers")
 #: Single files at the top of a state dir; each must be a regular file (not a symlink) if present.
 TOP_FILES = ("signing.key", "state.id")
 
@@ -123,6 +128,32 @@ def _check_entry(path: Path, what: str, uid: int, *, secret: bool, follow: bool)
         raise Refused("unsafe_file", f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
     if not follow and not stat.S_ISREG(st.st_mode):
         return  # a symlink, FIFO …: refused by name by check_regular / open_regular instead
+    _check_stat(st, path, what, uid, secret=secret)
+
+
+def check_own_folder(path: Path, what: str) -> bool:
+    """Check a folder below the state dir that this program creates (a task's folder
+    ``checkpoints/<name>``): True if it exists, False if it does not. Raises :class:`Refused` naming
+    ``what`` if it exists but is not a plain folder (a symlink, a file, a FIFO …: ``lstat``, never
+    followed), or, where the OS has uids, is owned by another user or writable by group or others
+    (:func:`check_owner_only`'s rule for the state dir's own folders). One ``lstat``."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:  # e.g. a name below a regular file
+        raise Refused("unsafe_file", f"{what} cannot be checked ({exc.strerror or type(exc).__name__})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise Refused("unsafe_file", f"{what} is {_kind(st.st_mode)}, not a folder; refusing to read or write "
+                      "through it")
+    uid = _owner_uid()
+    if uid is not None:
+        _check_stat(st, path, what, uid, secret=False)
+    return True
+
+
+def _check_stat(st: os.stat_result, path: Path, what: str, uid: int, *, secret: bool) -> None:
+    """The owner and mode rules of :func:`_check_entry` for ``path`` as ``st`` describes it."""
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid != uid:
         raise Refused("unsafe_state_dir", f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid}); refusing "
@@ -148,7 +179,7 @@ def check_owner_only(root: Path, probe: Path | None = None) -> None:
       by group or others; ``signing.key`` also if group or others may read it (must be 0600).
 
     ``probe`` given means ``root`` does not exist yet: only its future parent is checked. Cost: at
-    most ten ``stat`` calls. Touches nothing on disk.
+    most a dozen ``stat`` calls. Touches nothing on disk.
     """
     uid = _owner_uid()
     if uid is None:

@@ -21,8 +21,11 @@ process linked first: use theirs), under ``locks/state.id.lock``, between failpo
 
 Checkpoints without ``state_id`` (written before this field existed, e.g.
 ``tests/fixtures/checkpoint_v1.json``) are *legacy*: accepted while the state dir has no
-``state.id``; when ``state.id`` is created, every legacy checkpoint then in ``tasks/`` is *adopted*
-(its file name and MAC recorded in ``adopted``) and stays readable; its next revision carries the ID.
+``state.id``; when ``state.id`` is created, every legacy checkpoint then in the state dir is
+*adopted* (its file name and MAC recorded in ``adopted``; a file of a task's folder
+``checkpoints/<name>/r<N>.json`` under the name it had before per-task folders,
+``<name>.r<N>.json``) and stays readable, wherever ``doctor --repair`` moves it; its next revision
+carries the ID.
 A legacy checkpoint that arrives later (copied in) is refused. If ``state.id`` is missing while a
 checkpoint carrying an ID exists, a new ID is never created (every such checkpoint would become
 unreadable): restore ``state.id``.
@@ -43,7 +46,7 @@ from state.clock import now_iso
 from state.durable import create_exclusive
 from state.errors import Refused
 from state.fileio import owner_lock, parse_json_object
-from state.paths import read_regular
+from state.paths import CHECKPOINTS_DIR, OLD_TASKS_DIR, read_regular
 from state.schema import MAX_CHECKPOINT_BYTES
 
 STATE_ID_FILE = "state.id"
@@ -77,12 +80,14 @@ def read(root: Path) -> StateIdentity | None:
     return StateIdentity(sid, dict(adopted))
 
 
-def check_bound(ident: StateIdentity | None, file: str, state_id: str | None, mac: str) -> None:
+def check_bound(ident: StateIdentity | None, file: str, state_id: str | None, mac: str,
+                *, adopted_as: tuple[str, ...] = ()) -> None:
     """Raise :class:`Refused` unless checkpoint ``file`` (its envelope's ``state_id`` and ``mac``)
     belongs to the state dir whose identity is ``ident`` (None: no ``state.id`` yet). Rules: module
-    docstring."""
+    docstring. ``adopted_as``: the other names it may have been adopted under (the names a file of
+    a task's folder had in ``tasks/``); the MAC must match the one adopted under that name."""
     if state_id is None:
-        if ident is None or ident.adopted.get(file) == mac:
+        if ident is None or any(ident.adopted.get(name) == mac for name in (file, *adopted_as)):
             return
         raise Refused("foreign_state",
             f"checkpoint {file} belongs to another state dir (it carries no state ID and was not "
@@ -100,23 +105,39 @@ def check_bound(ident: StateIdentity | None, file: str, state_id: str | None, ma
         )
 
 
-def _scan(tasks_dir: Path) -> tuple[dict[str, str], int]:
-    """``({file name: mac} of legacy checkpoints, number of checkpoints carrying a state ID)``.
-    Files that cannot be read or parsed are skipped (every load refuses them anyway)."""
+def _checkpoint_files(root: Path) -> list[tuple[str, Path]]:
+    """``[(name, file)]`` of every checkpoint file of state dir ``root``: each ``*.json`` of
+    ``tasks/`` under its own name, and each ``checkpoints/<stem>/r<N>.json`` under the name it would
+    have had in ``tasks/`` (``<stem>.r<N>.json``). Lists every task's folder: used only when
+    ``state.id`` is missing or created."""
+    found: list[tuple[str, Path]] = []
+    old = root / OLD_TASKS_DIR
+    if old.is_dir():
+        found += [(path.name, path) for path in sorted(old.glob("*.json"))]
+    folders = root / CHECKPOINTS_DIR
+    if folders.is_dir():
+        for folder in sorted(folders.iterdir()):
+            if folder.is_dir() and not folder.is_symlink():
+                found += [(f"{folder.name}.{path.name}", path) for path in sorted(folder.glob("r*.json"))]
+    return found
+
+
+def _scan(root: Path) -> tuple[dict[str, str], int]:
+    """``({file name: mac} of legacy checkpoints, number of checkpoints carrying a state ID)`` of
+    state dir ``root`` (:func:`_checkpoint_files`). Files that cannot be read or parsed are
+    skipped (every load refuses them anyway)."""
     legacy: dict[str, str] = {}
     bound = 0
-    if not tasks_dir.is_dir():
-        return legacy, bound
-    for path in sorted(tasks_dir.glob("*.json")):
+    for name, path in _checkpoint_files(root):
         try:
-            raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
-            data = parse_json_object(raw or b"", f"checkpoint {path.name}")
+            raw = read_regular(path, f"checkpoint {name}", limit=MAX_CHECKPOINT_BYTES)
+            data = parse_json_object(raw or b"", f"checkpoint {name}")
         except Refused:
             continue
         if data.get("state_id") is not None:
             bound += 1
         elif isinstance(data.get("mac"), str):
-            legacy[path.name] = data["mac"]
+            legacy[name] = data["mac"]
     return legacy, bound
 
 
@@ -125,11 +146,11 @@ def check_creatable(root: Path) -> None:
     (creating a new ID would make each of them unreadable). Touches nothing on disk."""
     if os.path.lexists(root / STATE_ID_FILE):
         return
-    _, bound = _scan(root / "tasks")
+    _, bound = _scan(root)
     if bound:
         raise Refused("foreign_state",
             f"{STATE_ID_FILE} missing but {bound} checkpoint{'s carry' if bound != 1 else ' carries'} "
-            f"a state ID in {root / 'tasks'}; restore {STATE_ID_FILE} from a backup"
+            f"a state ID in {root}; restore {STATE_ID_FILE} from a backup"
         )
 
 
@@ -149,7 +170,7 @@ def ensure(root: Path) -> StateIdentity:
         if ident is not None:
             return ident  # another process created it first; use theirs
         check_creatable(root)
-        legacy, _ = _scan(root / "tasks")
+        legacy, _ = _scan(root)
         data = {"state_id": secrets.token_hex(16), "created_at": now_iso(), "adopted": legacy}
         # False if another process linked first (without our lock: a foreign writer): read theirs
         create_exclusive(path, (json.dumps(data, indent=2) + "\n").encode("ascii"),

@@ -212,6 +212,11 @@ class FileBacked(Protocol):
         """``[(stem, newest checkpoint file)]`` of every task, by stem."""
         ...
 
+    def iter_task_files(self, hints: Optional[dict[str, Path]] = None) -> Iterator[tuple[str, Path]]:
+        """The same pairs one at a time, in no particular order; ``hints`` (stem → the newest file
+        a previous call found) spares listing a task's folder that did not change."""
+        ...
+
     def load_newest(self, stem: str, path: Optional[Path] = None) -> Optional[tuple[Path, Checkpoint]]:
         """``(file, verified checkpoint)`` of the newest revision of ``stem``, or None."""
         ...

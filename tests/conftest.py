@@ -196,7 +196,8 @@ def plant_record(state_dir: Path, kind: str, fields: dict[str, Any], *, signed: 
 
 def checkpoint_file(state_dir: Path, task_id: str) -> Path:
     """The file holding the checkpoint of ``task_id`` now: its newest revision file
-    ``tasks/<name>.r<N>.json`` (the name revision 1 will have if there is none yet)."""
+    ``checkpoints/<name>/r<N>.json`` (the name revision 1 will have if there is none yet; its
+    folder may not exist then)."""
     from state.files.store import Store
 
     return Store(state_dir).checkpoint_path(task_id)
@@ -207,18 +208,19 @@ def remove_checkpoint(state_dir: Path, task_id: str) -> None:
     from state.files.store import Store, file_name
 
     store = Store(state_dir)
-    for _, name in store._revisions(file_name(task_id)):
-        (store.tasks_dir / name).unlink()
+    for _, path in store._revisions(file_name(task_id)):
+        path.unlink()
 
 
 def next_revision_file(state_dir: Path, task_id: str, mutate) -> Path:
     """Write the task's next revision file as another writer would, by hand: a copy of the newest
     with ``mutate(dict)`` applied, ``revision`` raised by one, re-signed (see :func:`resign`)."""
-    from state.files.store import Store, file_name, revision_file_name
+    from state.files.store import Store
 
     newest = checkpoint_file(state_dir, task_id)
     data = json.loads(newest.read_text(encoding="utf-8"))
-    nxt = Store(state_dir).tasks_dir / revision_file_name(file_name(task_id), data["revision"] + 1)
+    nxt = Store(state_dir).revision_path(task_id, data["revision"] + 1)
+    nxt.parent.mkdir(parents=True, exist_ok=True)
     nxt.write_bytes(newest.read_bytes())
     resign(state_dir, nxt, lambda d: (mutate(d), d.update(revision=d["revision"] + 1)))
     return nxt
@@ -228,14 +230,15 @@ def restore_checkpoint(state_dir: Path, task_id: str, data: bytes) -> Path:
     """Put ``data`` (a checkpoint's bytes, saved earlier) back as the checkpoint of ``task_id``, as
     a restore of the task's files from a backup would: every newer revision file is removed and
     ``data`` goes back under the name of its own revision. Returns that path."""
-    from state.files.store import Store, file_name, revision_file_name
+    from state.files.store import Store, file_name
 
     store = Store(state_dir)
     revision = json.loads(data)["revision"]
-    for number, name in store._revisions(file_name(task_id)):
+    for number, path in store._revisions(file_name(task_id)):
         if number > revision:
-            (store.tasks_dir / name).unlink()
-    path = store.tasks_dir / revision_file_name(file_name(task_id), revision)
+            path.unlink()
+    path = store.revision_path(task_id, revision)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
 

@@ -209,7 +209,7 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     assert effect["state"] == "published" and effect["publication_id"] == entries[3]["result"]["id"]
     assert "1 publication, though its first answer was lost" in r.err
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
-    assert not (tmp_path / "demo" / "tasks").exists() and not (tmp_path / "demo" / "ledger").exists()
+    assert not (tmp_path / "demo" / "checkpoints").exists() and not (tmp_path / "demo" / "ledger").exists()
     _demo_narration_reads_correctly(r.err)
 
 

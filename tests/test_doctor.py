@@ -126,10 +126,11 @@ def _plant_temps(state_dir):
     from state.files.store import file_name
 
     stem = file_name("doc-1")
-    ours = [state_dir / "tasks" / f".tmp-{stem}.abcd1234.part",
+    folder = state_dir / "checkpoints" / stem  # the task's folder
+    ours = [folder / f".tmp-{stem}.abcd1234.part",
             state_dir / "ledger" / f".tmp-{stem}.zz_99xyz.part",
             state_dir / ".tmp-signing.key.k3y0000a.part"]
-    unknown = state_dir / "tasks" / ".tmp-x8d7q2.part"
+    unknown = folder / ".tmp-x8d7q2.part"
     (state_dir / "ledger").mkdir(exist_ok=True)
     for p in [*ours, unknown]:
         p.write_bytes(b'{"half": ')
@@ -176,7 +177,7 @@ def test_doctor_repair_leaves_a_busy_tasks_temp_alone(state_dir, tmp_path):
     holder = spawn(state_dir, "resume", "--task", "doc-1", "--decision", "approve",
                    env={"HITL_FAILPOINT": "checkpoint:decision:after",
                         "HITL_FAILPOINT_ACTION": "hang", "HITL_FAILPOINT_LOG": str(log)})
-    tmp = state_dir / "tasks" / f".tmp-{file_name('doc-1')}.abcd1234.part"
+    tmp = state_dir / "checkpoints" / file_name("doc-1") / f".tmp-{file_name('doc-1')}.abcd1234.part"
     try:
         import time
 
@@ -233,7 +234,7 @@ def test_doctor_works_over_any_inspectable_store(cli, state_dir):
     _start(cli, "any-2")
     cli("resume", "--task", "any-1", "--decision", "approve")
     _ledger_file(state_dir, "any-1").unlink()
-    (state_dir / "tasks" / ".tmp-stray").write_text("x")
+    (checkpoint_file(state_dir, "any-1").parent / ".tmp-stray").write_text("x")
     expected = doctor(Store(state_dir))
     assert sorted(f["kind"] for f in expected["findings"]) == ["completed_without_entry", "unknown_temp"]
     assert doctor(_Wrapped(Store(state_dir))) == expected

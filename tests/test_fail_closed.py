@@ -67,6 +67,11 @@ def _call_id(state_dir: Path, key: str = KEY) -> str:
 # -- 1. Integrity ---------------------------------------------------------------------------------
 
 
+def _shown(path: Path) -> str:
+    """How a message names checkpoint file ``path``: ``<task folder>/r<N>.json``."""
+    return f"{path.parent.name}/{path.name}"
+
+
 def test_mac_mismatch_one_byte_edited_stops(cli, state_dir):
     _start(cli)
     path = checkpoint_file(state_dir, KEY)
@@ -74,7 +79,7 @@ def test_mac_mismatch_one_byte_edited_stops(cli, state_dir):
     i = raw.index(b'"title": "Title"') + len(b'"title": "')
     path.write_bytes(raw[:i] + b"S" + raw[i + 1:])  # still valid JSON, one byte differs
     for args in (APPROVE, ("status", "--task", KEY), ("list",)):
-        _refused(cli, state_dir, *args, says=f"checkpoint integrity check failed for {path.name}")
+        _refused(cli, state_dir, *args, says=f"checkpoint integrity check failed for {_shown(path)}")
 
 
 def test_missing_key_file_stops(cli, state_dir):
@@ -308,7 +313,7 @@ def test_checkpoint_under_another_tasks_name_stops(cli, state_dir):
     _start(cli, key="fc-a", draft="Draft A")
     _start(cli, key="fc-b", draft="Draft B")
     shutil.copyfile(checkpoint_file(state_dir, "fc-a"), checkpoint_file(state_dir, "fc-b"))
-    name = checkpoint_file(state_dir, "fc-b").name
+    name = _shown(checkpoint_file(state_dir, "fc-b"))
     says = f"checkpoint {name} holds task 'fc-a', whose file name would differ"
     for args in (("resume", "--task", "fc-b", "--decision", "approve"), ("status", "--task", "fc-b")):
         _refused(cli, state_dir, *args, says=says)
@@ -390,7 +395,7 @@ def test_state_dir_below_a_file_stops(tmp_path, capsys):
     assert blocker.read_text(encoding="utf-8") == "x"
 
 
-@pytest.mark.parametrize("sub", ["tasks", "ledger", "locks"])
+@pytest.mark.parametrize("sub", ["checkpoints", "tasks", "ledger", "locks"])
 def test_state_subfolder_that_is_a_file_stops(cli, state_dir, sub):
     state_dir.mkdir()
     (state_dir / sub).write_text("x", encoding="utf-8")
@@ -402,7 +407,7 @@ def test_state_subfolder_that_is_a_file_stops(cli, state_dir, sub):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges on Windows")
-@pytest.mark.parametrize("sub", ["tasks", "ledger", "locks"])
+@pytest.mark.parametrize("sub", ["checkpoints", "tasks", "ledger", "locks"])
 def test_state_subfolder_symlinked_outside_stops(cli, state_dir, tmp_path, sub):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -426,7 +431,7 @@ def _fixture_state(state_dir, monkeypatch, maker: str):
     sys.path.insert(0, str(FIXTURES))
     fx = importlib.import_module(maker)
     monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
-    (state_dir / "tasks").mkdir(parents=True)
+    checkpoint_file(state_dir, fx.TASK_ID).parent.mkdir(parents=True)
     shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
     shutil.copyfile(fx.FIXTURE.with_suffix(".state.id"), state_dir / "state.id")
     return fx
@@ -495,6 +500,7 @@ def test_a_v2_approval_with_edits_migrates_and_its_call_finishes_with_the_edited
 
     key = v2_state.EDITED_ID
     saved = json.loads(v2_state.EDITED.read_text(encoding="utf-8"))
+    Store(state_dir).revision_path(key, saved["revision"]).parent.mkdir(parents=True)
     shutil.copyfile(v2_state.EDITED, Store(state_dir).revision_path(key, saved["revision"]))
     task = cli("status", "--task", key, "--json").json()
     assert task["schema_version"] == 3 and task["status"] == "waiting_for_approval"

@@ -161,15 +161,22 @@ def test_open_regular_without_o_nofollow_checks_with_lstat(state_dir, tmp_path, 
 
 
 @HAS_FIFO
+@pytest.mark.parametrize("where", ["folder", "tasks"])
 @pytest.mark.parametrize("command", [("list",), ("resume", "--decision", "approve"), ("doctor",)])
-def test_fifo_checkpoint_does_not_hang(cli, state_dir, command):
+def test_fifo_checkpoint_does_not_hang(cli, state_dir, command, where):
+    """A FIFO as a task's newest revision file (in its folder), or as a stray file of ``tasks/``
+    (the layout before per-task folders, still read)."""
     _start(cli)
-    fifo = state_dir / "tasks" / "evil.json"
+    if where == "folder":
+        fifo, shown = checkpoint_file(state_dir, KEY).with_name("r000002.json"), f"{_stem(KEY)}/r000002.json"
+    else:
+        (state_dir / "tasks").mkdir(mode=0o700)
+        fifo, shown = state_dir / "tasks" / "evil.json", "evil.json"
     os.mkfifo(fifo)
     before = snapshot(state_dir)
     with unblocked(fifo):
         r = cli(*command)
-    assert "checkpoint evil.json is a FIFO, not a regular file" in r.err + r.out, r.err
+    assert f"checkpoint {shown} is a FIFO, not a regular file" in r.err + r.out, r.err
     assert r.code == 1 and "Traceback" not in r.err
     assert snapshot(state_dir) == before
     if command == ("doctor",):
@@ -273,12 +280,13 @@ def two_dirs(tmp_path, monkeypatch):
 
 def test_checkpoint_copied_to_another_state_dir_is_refused(two_dirs):
     a, b, call = two_dirs
+    checkpoint_file(b, KEY).parent.mkdir(mode=0o700)
     shutil.copyfile(checkpoint_file(a, KEY), checkpoint_file(b, KEY))
     before = snapshot(b)
     for args in (("resume", "--task", KEY, "--decision", "approve"), ("status", "--task", KEY)):
         r = call(b, *args)
         r.assert_stopped()
-        assert f"checkpoint {checkpoint_file(b, KEY).name} belongs to another state dir" in r.err
+        assert f"checkpoint {_stem(KEY)}/r000001.json belongs to another state dir" in r.err
     assert snapshot(b) == before and ledger_entries(b) == []
     # the original still works where it belongs: published once, in one ledger
     assert call(a, "resume", "--task", KEY, "--decision", "approve").code == 0
@@ -375,7 +383,7 @@ def test_v1_fixture_without_state_id_still_loads_and_is_bound_on_resume(cli, sta
     import make_checkpoint_v1 as fx
 
     monkeypatch.setenv("HITL_SIGNING_KEY", fx.FIXTURE_KEY)
-    (state_dir / "tasks").mkdir(parents=True)
+    checkpoint_file(state_dir, fx.TASK_ID).parent.mkdir(parents=True)
     shutil.copyfile(fx.FIXTURE, checkpoint_file(state_dir, fx.TASK_ID))
     resign(state_dir, checkpoint_file(state_dir, fx.TASK_ID), lambda d: d.pop("state_id"))  # legacy
     r = cli("resume", "--task", fx.TASK_ID, "--decision", "approve")

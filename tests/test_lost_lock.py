@@ -215,7 +215,7 @@ def test_a_checkpoint_write_is_a_compare_and_swap_on_the_revision(cli, state_dir
     with pytest.raises(Refused, match=r"changed on disk since it was read \(revision 1 -> 2\)"):
         store.save_revision(stale, failpoint="t", event=("resumed", {}))
     assert checkpoint_file(state_dir, KEY).read_bytes() == on_disk
-    assert not list((state_dir / "tasks").glob(".tmp-*"))  # no temp file left behind
+    assert not list(state_dir.rglob(".tmp-*"))  # no temp file left behind
 
 
 def test_two_starts_of_one_key_create_the_checkpoint_once(cli, state_dir):
@@ -346,7 +346,7 @@ def test_many_writers_of_the_same_revision_exactly_one_wins(cli, state_dir, monk
     assert len(won) == 1 and len(lost) == writers - 1, (won, lost)
     assert all("changed on disk since it was read (revision 1 -> 2)" in m for m in lost)
     assert Store(state_dir).load(KEY) == won[0]
-    assert not list((state_dir / "tasks").glob(".tmp-*"))
+    assert not list(state_dir.rglob(".tmp-*"))
 
 
 def test_a_writer_that_read_long_ago_cannot_recreate_a_cleared_revision(cli, state_dir, monkeypatch):
@@ -373,7 +373,7 @@ def test_a_writer_that_read_long_ago_cannot_recreate_a_cleared_revision(cli, sta
     with pytest.raises(Refused, match=r"changed on disk since it was read \(revision 1 -> 2\)"):
         Store(state_dir).save_revision(stale, failpoint="t", event=("resumed", {}), title="stale")
     monkeypatch.undo()
-    sizes = {p.name: p.stat().st_size for p in (state_dir / "tasks").glob("*.json")}
+    sizes = {p.name: p.stat().st_size for p in checkpoint_file(state_dir, KEY).parent.glob("*.json")}
     assert len(sizes) == 4 and sorted(sizes.values()).count(0) == 4 - KEPT_REVISIONS
     cp = Store(state_dir).load(KEY)
     assert cp.revision == 4 and cp.title == "T"

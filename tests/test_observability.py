@@ -572,7 +572,7 @@ def test_list_with_an_unreadable_checkpoint_names_it_and_points_to_doctor(cli, s
     assert r.code == 1 and "good-1" in r.out and "bad-1" not in r.out and "Traceback" not in r.err
     assert [line for line in r.err.splitlines() if line.strip()] == [r.err.strip()]
     assert r.err.startswith("STOPPED: 1 checkpoint is not listed")
-    assert f"integrity check failed for {path.name}" in r.err and "python run.py doctor" in r.err
+    assert f"integrity check failed for {path.parent.name}/{path.name}" in r.err and "python run.py doctor" in r.err
     assert cli("status", "--task", "good-1").code == 0
     assert snapshot(state_dir) == before
 

@@ -128,7 +128,7 @@ def test_tampered_checkpoint_is_refused_and_sends_nothing(project):
 
 def test_pre_approval_checkpoint_put_back_after_the_effect_still_one_entry(project):
     ok(run(project, *START))
-    tasks = project / "state-dir" / "tasks"
+    tasks = project / "state-dir" / "checkpoints"
     backup = project / "backup"
     shutil.copytree(tasks, backup)
     ok(run(project, *APPROVE))

@@ -330,10 +330,11 @@ def test_500_on_resume_leaves_the_checkpoint_resumable(cli, state_dir, http):
     for field in ("run_state", "status", "spend", "budget", "model", "pending"):
         assert after[field] == before[field], field
     assert after["decision"]["reason"] == "typo"
-    frozen = snapshot(state_dir / "tasks")
+    frozen = snapshot(state_dir / "checkpoints")
+    assert frozen
     provider.failures = [(503, {"error": {"message": "down"}})] * 3
     cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "typo").assert_stopped()
-    assert snapshot(state_dir / "tasks") == frozen  # a failed resume changes nothing
+    assert snapshot(state_dir / "checkpoints") == frozen  # a failed resume changes nothing
     r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "typo", "--json")
     assert r.code == 0 and r.json()["status"] == "cancelled"
 

@@ -1,7 +1,8 @@
 """The file store's revision files, and what a file system may refuse them.
 
-Each write of a checkpoint creates ``tasks/<name>.r<N>.json`` with ``os.link`` (``state.files.store``):
-the newest revision is the checkpoint, older ones are cleared but keep their names. Here: a reader
+Each write of a checkpoint creates ``checkpoints/<name>/r<N>.json`` with ``os.link``
+(``state.files.store``): the newest revision is the checkpoint, older ones are cleared but keep their
+names. Here: a reader
 never falls back to an older revision, a reader that picked a revision cleared meanwhile reads the
 newer one, a crash between a write and its cleanup is harmless and ``doctor --repair`` finishes it,
 the inbox lists one row per task. And the two things Windows and some file systems do to these
@@ -20,7 +21,7 @@ import pytest
 
 from conftest import checkpoint_file, ledger_entries, snapshot
 from state import fileio as files
-from state.files.store import KEPT_REVISIONS, Store
+from state.files.store import KEPT_REVISIONS, Store, file_name
 
 KEY = "rv-1"
 
@@ -30,19 +31,25 @@ def _approved(cli) -> None:
     assert cli("resume", "--task", KEY, "--decision", "approve").code == 0
 
 
+def _folder(state_dir: Path) -> Path:
+    return state_dir / "checkpoints" / file_name(KEY)
+
+
 def _sizes(state_dir: Path) -> dict[str, int]:
-    return {p.name: p.stat().st_size for p in sorted((state_dir / "tasks").glob("*.json"))}
+    """The task's revision files (in its folder) → their sizes."""
+    return {p.name: p.stat().st_size for p in sorted(_folder(state_dir).glob("*.json"))}
 
 
 def test_each_write_is_a_new_revision_file_and_older_ones_are_cleared(cli, state_dir):
     _approved(cli)
     sizes = _sizes(state_dir)
     names = list(sizes)
-    assert [n.rsplit(".", 2)[1] for n in names] == ["r000001", "r000002", "r000003"]
+    assert names == ["r000001.json", "r000002.json", "r000003.json"]
     assert [sizes[n] > 0 for n in names] == [False] * (3 - KEPT_REVISIONS) + [True] * KEPT_REVISIONS
     assert checkpoint_file(state_dir, KEY).name == names[-1]
     shown = cli("status", "--task", KEY, "--json").json()
-    assert shown["checkpoint_path"].endswith(names[-1]) and shown["revision"] == 3
+    assert shown["checkpoint_path"] == str(_folder(state_dir) / names[-1]) and shown["revision"] == 3
+    assert not (state_dir / "tasks").exists()  # the layout before per-task folders is never written
 
 
 def test_a_newest_revision_that_does_not_verify_stops_and_is_never_replaced_by_an_older_one(cli, state_dir):
@@ -53,7 +60,7 @@ def test_a_newest_revision_that_does_not_verify_stops_and_is_never_replaced_by_a
                       encoding="utf-8")
     r = cli("status", "--task", KEY)
     r.assert_stopped()
-    assert f"checkpoint integrity check failed for {newest.name}" in r.err
+    assert f"checkpoint integrity check failed for {file_name(KEY)}/{newest.name}" in r.err
     newest.write_bytes(b"")
     r = cli("status", "--task", KEY)
     r.assert_stopped()
@@ -62,7 +69,7 @@ def test_a_newest_revision_that_does_not_verify_stops_and_is_never_replaced_by_a
 
 def test_a_revision_file_holding_another_revision_stops(cli, state_dir):
     _approved(cli)
-    files_ = sorted((state_dir / "tasks").glob("*.json"))
+    files_ = sorted(_folder(state_dir).glob("*.json"))
     files_[-1].write_bytes(files_[-2].read_bytes())  # revision 2's bytes under revision 3's name
     r = cli("status", "--task", KEY)
     r.assert_stopped()
@@ -72,7 +79,7 @@ def test_a_revision_file_holding_another_revision_stops(cli, state_dir):
 def test_a_reader_that_picked_a_revision_cleared_meanwhile_reads_the_newer_one(cli, state_dir, monkeypatch):
     _approved(cli)
     store = Store(state_dir)
-    cleared = sorted((state_dir / "tasks").glob("*.json"))[0]
+    cleared = sorted(_folder(state_dir).glob("*.json"))[0]
     assert cleared.stat().st_size == 0
     real, calls = Store._newest, []
 
@@ -178,18 +185,21 @@ def test_a_state_dir_without_hard_links_is_refused_up_front_leaving_nothing(cli,
 
 def test_a_checkpoint_of_the_layout_before_revision_files_is_read_and_continued(cli, state_dir):
     """A state dir written before revision files holds ``tasks/<name>.json``: it is the task's
-    checkpoint until its first revision file exists, and the next write continues from it."""
-    from state.files.store import file_name
-
+    checkpoint while its folder holds no revision file, and the next write continues from it in the
+    task's folder (the file of ``tasks/`` stays, untouched, until ``doctor --repair`` moves the task:
+    tests/test_task_folders.py)."""
     assert cli("start", "--key", KEY, "--title", "T", "--draft", "Older layout.").code == 0
     first = checkpoint_file(state_dir, KEY)
-    legacy = first.with_name(file_name(KEY) + ".json")
+    legacy = state_dir / "tasks" / (file_name(KEY) + ".json")
+    legacy.parent.mkdir(mode=0o700)
     first.rename(legacy)
+    first.parent.rmdir()
+    before = legacy.read_bytes()
     assert cli("status", "--task", KEY, "--json").json()["checkpoint_path"] == str(legacy)
     r = cli("resume", "--task", KEY, "--decision", "approve", "--json")
     assert r.code == 0, r.err
     assert r.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
-    sizes = _sizes(state_dir)
-    assert list(sizes) == [legacy.name, f"{file_name(KEY)}.r000002.json", f"{file_name(KEY)}.r000003.json"]
-    assert sizes[legacy.name] == 0  # cleared once two revisions follow it
-    assert cli("doctor", "--json").json()["consistent"]
+    assert list(_sizes(state_dir)) == ["r000002.json", "r000003.json"]
+    assert legacy.read_bytes() == before  # read, never written
+    report = cli("doctor", "--json").json()
+    assert report["consistent"] and [f["kind"] for f in report["findings"]] == ["old_layout"]

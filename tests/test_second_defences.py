@@ -239,7 +239,7 @@ def test_a_copied_v1_checkpoint_edited_by_hand_is_refused_by_the_store(state_dir
     from state.files.store import Store
 
     data, _ = v1_envelope
-    (state_dir / "tasks").mkdir(parents=True)
+    checkpoint_file(state_dir, fx.TASK_ID).parent.mkdir(parents=True)
     shutil.copyfile(FIXTURES / "checkpoint_v1.state.id", state_dir / "state.id")
     data["status"] = "completed"
     checkpoint_file(state_dir, fx.TASK_ID).write_text(json.dumps(data), encoding="utf-8")

@@ -256,9 +256,9 @@ def test_ctrl_c_during_a_streamed_resume_leaves_the_run_as_before(cli, state_dir
             assert after[field] == before[field], field
         assert after["decision"]["decision"] == {"approve": "approved", "reject": "rejected"}[decision]
         assert len(ledger_entries(state_dir)) == (1 if decision == "approve" else 0)
-        frozen = snapshot(state_dir / "tasks")
+        frozen = snapshot(state_dir / "checkpoints")
         r = cli("resume", "--task", "t-1", "--decision", decision, "--reason", REASON, "--json")
         assert r.code == 0, r.err
     assert r.json()["status"] == ("completed" if decision == "approve" else "cancelled")
-    assert snapshot(state_dir / "tasks") != frozen
+    assert snapshot(state_dir / "checkpoints") != frozen
     assert len(ledger_entries(state_dir)) == (1 if decision == "approve" else 0)

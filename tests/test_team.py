@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, RUN_PY, ledger_entries, snapshot
+from tests.conftest import ROOT, RUN_PY, checkpoint_file, ledger_entries, snapshot
 
 POLICY = """
 [default]
@@ -96,7 +96,7 @@ def test_start_by_is_authenticated_and_recorded_as_the_requester(cli, state_dir,
     _as(monkeypatch, team["wendy"])
     r = cli("start", "--key", "t1", "--draft", "A draft.", "--by", "alice")
     assert r.code == 1 and "not 'alice'" in r.err
-    assert not (state_dir / "tasks").exists() or not list((state_dir / "tasks").glob("*.json"))
+    assert not (state_dir / "checkpoints").exists() or not list((state_dir / "checkpoints").rglob("*.json"))
     _as(monkeypatch, None)  # the policy keeps the requester out, so who asks must be known
     r = cli("start", "--key", "t1", "--draft", "A draft.")
     assert r.code == 1 and "HITL_REVIEWER_TOKEN" in r.err
@@ -117,7 +117,7 @@ def test_two_of_three_each_approval_recorded_and_the_same_reviewer_counts_once(c
     done = _approve(cli, monkeypatch, team["bob"])
     assert done.code == 0, done.err
     assert done.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
-    cp = json.loads(sorted((state_dir / "tasks").glob("*.json"))[-1].read_text(encoding="utf-8"))
+    cp = json.loads(checkpoint_file(state_dir, "t1").read_text(encoding="utf-8"))
     assert [a["by"] for a in cp["approvals"]] == ["alice", "bob"]
     assert [h["detail"]["by"] for h in cp["history"] if h["event"] == "approval_recorded"] == ["alice", "bob"]
     assert cp["decision"]["by"] == "bob"
@@ -274,7 +274,7 @@ def test_two_reviewers_racing_reach_the_quorum_once(state_dir, team, tmp_path):
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert len(ledger_entries(state_dir)) == 1
-    cp = json.loads(sorted((Path(state_dir) / "tasks").glob("*.json"))[-1].read_text(encoding="utf-8"))
+    cp = json.loads(checkpoint_file(Path(state_dir), "t1").read_text(encoding="utf-8"))
     assert cp["status"] == "completed" and sorted(a["by"] for a in cp["approvals"]) == ["alice", "bob"]
 
 

@@ -152,7 +152,8 @@ def test_a_resumed_run_asking_again_with_such_a_call_id_saves_no_new_call(cli, s
     assert "already done:" in line and "task k-1: published it (ledger entry written)" in line
     status = cli("status", "--task", "k-1", "--json").json()
     assert [p["call_id"] for p in status["pending"]] == ["call_first"]
-    saved = b"".join(p.read_bytes() for p in (state_dir / "tasks").iterdir())
+    saved = b"".join(p.read_bytes() for p in (state_dir / "checkpoints").rglob("*.json"))
+    assert saved
     assert HOSTILE[kind][:20].encode() not in saved.replace(b"\\n", b"\n")
 
 

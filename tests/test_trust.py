@@ -200,15 +200,15 @@ def used(cli, state_dir):
         assert cli("start", "--key", key, "--draft", f"draft {key}").code == 0
     assert cli("resume", "--task", "k-2", "--decision", "approve").code == 0
     assert cli("resume", "--task", "k-4", "--decision", "reject").code == 0
-    for name in ("tasks", "ledger", "locks", "traces", "rejections"):
+    for name in ("checkpoints", "ledger", "locks", "traces", "rejections"):
         assert (state_dir / name).is_dir(), name
     return state_dir
 
 
 @POSIX_UIDS
 @pytest.mark.parametrize("command", COMMANDS.values(), ids=list(COMMANDS))
-@pytest.mark.parametrize("folder, mode", [("", 0o777), ("tasks", 0o777), ("ledger", 0o777),
-                                          ("tasks", 0o770), ("", 0o775)])
+@pytest.mark.parametrize("folder, mode", [("", 0o777), ("checkpoints", 0o777), ("ledger", 0o777),
+                                          ("checkpoints", 0o770), ("", 0o775)])
 def test_group_or_world_writable_state_dir_or_folder_stops_every_command(cli, used, folder, mode,
                                                                           command):
     target = used / folder if folder else used
@@ -266,7 +266,7 @@ def test_writable_state_id_stops_but_a_readable_one_is_fine(cli, used):
 
 
 @AS_ROOT
-@pytest.mark.parametrize("name", ["", "tasks", "ledger", "locks", "signing.key", "state.id"])
+@pytest.mark.parametrize("name", ["", "checkpoints", "ledger", "locks", "signing.key", "state.id"])
 def test_entry_owned_by_another_user_stops(cli, used, name):
     target = used / name if name else used
     os.chown(target, OTHER_UID, -1)
@@ -281,13 +281,14 @@ def test_entry_owned_by_another_user_stops(cli, used, name):
 def _plant(victim: Path, attacker: Path, tmp_path: Path, *, chown: bool) -> None:
     """Another user, who cannot read the victim's signing.key, replaces it with their own and
     plants a state.id and a checkpoint for the same key with their content (the victim's dir and
-    tasks/ are 0777)."""
+    its task folders are 0777)."""
     from conftest import run_in_process
 
     assert run_in_process(attacker, "start", "--key", "k-1", "--title", "T",
                           "--draft", "ATTACKER CONTENT").code == 0
     victim.chmod(0o777)
-    (victim / "tasks").chmod(0o777)
+    (victim / "checkpoints").chmod(0o777)
+    checkpoint_file(victim, "k-1").parent.chmod(0o777)
     for rel in ("signing.key", "state.id", str(checkpoint_file(attacker, "k-1").relative_to(attacker))):
         (victim / rel).unlink()  # allowed: the folder is world-writable, no sticky bit
         shutil.copy2(attacker / rel, victim / rel)
@@ -303,14 +304,15 @@ def test_planted_key_state_id_and_checkpoint_are_refused_end_to_end(cli, used, t
     r.assert_stopped()
     assert "writable by group or others" in r.err
     assert tree(used) == before
-    assert not (used / "ledger" / (checkpoint_file(used, "k-1").name)).exists()
+    assert not (used / "ledger" / (file_name("k-1") + ".json")).exists()
     # the owner tightens the modes but the planted files stay: still refused, by owner
     used.chmod(0o700)
-    (used / "tasks").chmod(0o700)
+    (used / "checkpoints").chmod(0o700)
+    (used / "checkpoints" / file_name("k-1")).chmod(0o700)
     r = cli("resume", "--task", "k-1", "--decision", "approve")
     r.assert_stopped()
     assert f"signing.key is owned by uid {OTHER_UID}" in r.err
-    assert not (used / "ledger" / (checkpoint_file(used, "k-1").name)).exists()
+    assert not (used / "ledger" / (file_name("k-1") + ".json")).exists()
 
 
 @AS_ROOT
@@ -363,7 +365,7 @@ def test_folders_are_created_owner_only_whatever_the_umask(tmp_path):
     finally:
         os.umask(old)
     entries = [tmp_path / "a", tmp_path / "a" / "b", state, *state.rglob("*")]
-    assert {p.name for p in state.iterdir()} >= {"tasks", "ledger", "locks", "traces", "rejections"}
+    assert {p.name for p in state.iterdir()} >= {"checkpoints", "ledger", "locks", "traces", "rejections"}
     for p in entries:
         mode = stat.S_IMODE(p.stat().st_mode)
         assert mode & 0o077 == 0, (str(p), oct(mode))
@@ -463,7 +465,7 @@ def test_doctor_on_a_read_only_state_dir_still_reports_damage(read_only_state, t
     raw = path.read_bytes()
     path.write_bytes(raw.replace(b'"revision": 1', b'"revision": 7'))  # tampered, not re-signed
     # a leftover temp: --repair must say it did not delete it
-    (state / "tasks" / f".tmp-{file_name('k-1')}.abcdefgh.part").write_bytes(b"half")
+    (path.parent / f".tmp-{file_name('k-1')}.abcdefgh.part").write_bytes(b"half")
     make_read_only()
     r = _doctor_as(NOBODY, state, tmp_path, "--json", "--repair")
     assert r.code == 1

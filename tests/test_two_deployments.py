@@ -164,7 +164,7 @@ def test_list_on_files_shows_what_verifies_and_names_what_does_not(cli, state_di
     r = cli("list")
     line = _one_stopped_line(r)
     assert "f-1" in r.out and "f-2" not in r.out
-    assert "1 checkpoint is not listed" in line and f"integrity check failed for {path.name}" in line
+    assert "1 checkpoint is not listed" in line and f"integrity check failed for {path.parent.name}/{path.name}" in line
     assert snapshot(state_dir) == before
 
 

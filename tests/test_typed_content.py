@@ -105,4 +105,4 @@ def test_content_values_other_than_json_strings_numbers_or_booleans_are_refused(
     with pytest.raises(Refused) as refused:
         _start(store, _app({"order_id": "A-1"}), {"order_id": "A-1", "amount_cents": bad})
     assert refused.value.code == "usage" and "JSON string, number or boolean" in str(refused.value)
-    assert not (state_dir / "tasks").exists()
+    assert not (state_dir / "checkpoints").exists() and not (state_dir / "tasks").exists()

@@ -372,7 +372,8 @@ def _clone(state_dir: Path, source: str, new_id: str, at: str) -> None:
     from state.files.store import file_name
 
     src = checkpoint_file(state_dir, source)
-    dst = src.with_name(file_name(new_id) + ".json")
+    dst = src.parent.parent / file_name(new_id) / src.name  # its own folder, the same revision
+    dst.parent.mkdir(mode=0o700)
     dst.write_bytes(src.read_bytes())
 
     def rename(data):

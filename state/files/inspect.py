@@ -1,6 +1,7 @@
 """What the file store hands ``doctor``: :meth:`state.files.store.Store.inspect`.
 
-It reads every checkpoint (the newest revision file of each task in ``tasks/``), every ledger
+It reads every checkpoint (the newest revision file of each task: its folder in ``checkpoints/``,
+or ``tasks/``, the layouts before per-task folders), every ledger
 entry (``ledger/*.json``), every effect intent and settlement (``effects/*.json``: one that
 cannot be read, a symlink or FIFO included, is an ``unreadable_effect_record`` problem), the lock
 files (``locks/*.lock``) and temp files (``.tmp-*.part``) of the state dir, and yields
@@ -20,8 +21,13 @@ written by an earlier version or by hand) are handed to :func:`state.adoption.re
 a finding, and with ``repair`` the ones a signed checkpoint proves (and those a person named in
 ``adopt``) are signed in place (a temp file, then ``os.replace``), under the task's lock.
 
-Repairs (``repair``): deleting leftover temp files, and clearing (to 0 bytes, under the task's
-lock) older revision files that a crash left whole between a write and its cleanup. Every write
+Repairs (``repair``): deleting leftover temp files, clearing (to 0 bytes, under the task's lock)
+older revision files that a crash left whole between a write and its cleanup, and moving each task
+still in ``tasks/`` into its folder (:func:`_move_old`, under the task's lock; then ``tasks/``
+itself is removed once empty). Without ``repair`` a state dir with files in ``tasks/`` gets one
+``old_layout`` note (a task of ``tasks/`` is found by listing that whole folder until it moves);
+a file of ``tasks/`` newer than its task's checkpoint in ``checkpoints/`` (or of the same
+revision with other bytes) is an ``old_layout_conflict``, never removed. Every write
 of a task's files happens under that task's lock (``locks/<owner>.lock``; the signing key under
 ``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file whose
 owner's lock is held here belongs to no live process: deleting it is provably safe. Lock files
@@ -37,22 +43,24 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Generator, Iterable, Iterator, Optional
 
 from filelock import FileLock, Timeout
 
 from state.adoption import Unsigned, review
+from state.durable import create_exclusive
 from state.errors import Refused
 from state.fileio import TEMP_NAME, fsync_dir, make_dirs, parse_json_object, remove_temp, write_temp
 from state.files import intents, rejections
 from state.files.ledger import MAX_ENTRY_BYTES, Ledger
 from state.files.sealing import sealed_bytes
 from state.inspection import Counted, Inspected, Problem, Records, Repaired, TaskCheck
-from state.integrity import KEY_FILE
+from state.integrity import KEY_FILE, load_key
 from state.paths import file_name, read_regular
 from state.record_seal import is_unsigned, legacy_fields
 from state.records import LedgerEntry
-from state.schema import Checkpoint
+from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint
+from state.signing import verify_envelope
 from state.state_id import STATE_ID_FILE
 
 if TYPE_CHECKING:  # the store calls this module with itself
@@ -150,30 +158,36 @@ def inspect(store: "Store", *, repair: bool = False, adopt: Iterable[str] = ()) 
     unlocked: list[str] = []  # the OS's reasons, when a lock could not be taken (read-only)
     n_tasks = 0
 
-    if store.tasks_dir.is_dir():
-        for stem, path in store.task_files():  # each task's newest revision file
-            n_tasks += 1
-            seen_stems.add(stem)
-            probe = _Probe(store, stem, create=False)
-            with probe as held:
-                if probe.read_only:
-                    unlocked.append(probe.read_only)
-                if not held:
-                    yield (Problem("unusable_lock", str(probe.path), probe.error) if probe.error else
-                           Problem("busy", str(path), "a live process holds this task's lock"))
-                    continue
-                try:
-                    path, cp = store.load_newest(stem) or (path, store.load_path(path))
-                except Refused as exc:
-                    yield Problem("unreadable_checkpoint", str(path), str(exc), remedy=RESTORE)
-                    continue
-                if repair and not probe.read_only:  # a crash between a write and its cleanup
-                    cleared = store.clear_older(cp.task_id)
-                    if cleared:
-                        yield Repaired("older_revision", str(path),
-                                       f"cleared {cleared} older revision file(s)")
-                yield TaskCheck(cp, str(path), records=lambda cp=cp: _records(store, cp, entries),
-                                claim=lambda keys: seen_stems.update(file_name(k) for k in keys))
+    old_files = store.old_task_files()  # tasks/: the layouts before per-task folders
+    for stem, path in store.task_files():  # each task's newest revision file
+        n_tasks += 1
+        seen_stems.add(stem)
+        moving = repair and stem in old_files  # a write: the lock is taken, its file created if need be
+        probe = _Probe(store, stem, create=moving)
+        with probe as held:
+            if probe.read_only:
+                unlocked.append(probe.read_only)
+            if not held:
+                yield (Problem("unusable_lock", str(probe.path), probe.error) if probe.error else
+                       Problem("busy", str(path), "a live process holds this task's lock"))
+                continue
+            try:
+                path, cp = store.load_newest(stem) or (path, store.load_path(path))
+            except Refused as exc:
+                yield Problem("unreadable_checkpoint", str(path), str(exc), remedy=RESTORE)
+                continue
+            if repair and not probe.read_only:  # a crash between a write and its cleanup
+                cleared = store.clear_older(cp.task_id, every=True)
+                if cleared:
+                    yield Repaired("older_revision", str(path),
+                                   f"cleared {cleared} older revision file(s)")
+            if stem in old_files and not (repair and not probe.read_only):
+                yield from _old_conflicts(store, stem, cp, path, old_files[stem])
+            elif stem in old_files:
+                moved = yield from _move_old(store, stem, cp, path, old_files[stem])
+                path = moved or path
+            yield TaskCheck(cp, str(path), records=lambda cp=cp: _records(store, cp, entries),
+                            claim=lambda keys: seen_stems.update(file_name(k) for k in keys))
 
     for stem, (entry, path) in sorted(entries.items()):
         if stem not in seen_stems:
@@ -214,6 +228,7 @@ def inspect(store: "Store", *, repair: bool = False, adopt: Iterable[str] = ()) 
             except OSError as exc:
                 yield Problem("leftover_temp", str(tmp),
                               detail + f"; delete failed: {exc.strerror or type(exc).__name__}")
+    yield from _old_layout_left(store, repair=repair and not unlocked)
     if unlocked:
         yield Problem("not_locked", str(store.locks_dir),
                       f"the state dir cannot be written ({unlocked[0]}), so no lock could be taken: "
@@ -304,9 +319,143 @@ def _sign(store: "Store", item: Unsigned) -> None:
 
 
 def _temp_files(store: "Store") -> Iterator[Path]:
-    for folder in (store.root, store.tasks_dir, store.ledger_dir, rejections.folder(store), intents.folder(store)):
+    task_folders = sorted(p for p in store.checkpoints_dir.iterdir() if p.is_dir() and not p.is_symlink()) \
+        if store.checkpoints_dir.is_dir() else []
+    for folder in (store.root, store.tasks_dir, store.ledger_dir, rejections.folder(store), intents.folder(store),
+                   *task_folders):
         if folder.is_dir():
             yield from sorted(folder.glob(".tmp-*"))
+
+
+def _revision_of(revision: int, path: Path) -> Optional[int]:
+    """The revision a file of ``tasks/`` holds: the one its name says; for a ``<stem>.json``
+    (``revision`` 0) the one in its content, 0 if it is empty (cleared: older than two revisions),
+    None if it cannot be read."""
+    if revision:
+        return revision
+    try:
+        raw = read_regular(path, f"checkpoint {path.name}", limit=MAX_CHECKPOINT_BYTES)
+        if not raw:
+            return 0
+        found = parse_json_object(raw, f"checkpoint {path.name}").get("revision")
+    except Refused:
+        return None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    """True if files ``a`` and ``b`` can both be read and hold the same bytes."""
+    try:
+        first = read_regular(a, a.name, limit=MAX_CHECKPOINT_BYTES)
+        return first is not None and first == read_regular(b, b.name, limit=MAX_CHECKPOINT_BYTES)
+    except Refused:
+        return False
+
+
+def _removable(store: "Store", newest: Path, checkpoint: int, revision: int, old: Path) -> bool:
+    """True if file ``old`` of ``tasks/`` (``revision`` as :meth:`Store.old_revisions` names it)
+    holds nothing the task's checkpoint ``newest`` (revision ``checkpoint``, in the task's folder)
+    does not supersede: an older revision, an emptied one, or the same revision with the same bytes."""
+    held = _revision_of(revision, old)
+    if held is None:
+        return False
+    if held < checkpoint:
+        return True
+    try:
+        empty = os.lstat(old).st_size == 0
+    except OSError:
+        return False
+    return held == checkpoint and (empty or _same_bytes(old, newest))
+
+
+def _old_conflicts(store: "Store", stem: str, cp: Checkpoint, path: Path,
+                   old: list[tuple[int, Path]]) -> Iterator[Problem]:
+    """An ``old_layout_conflict`` for each file of ``tasks/`` that the task's checkpoint ``cp``
+    (file ``path``) does not supersede; none while the checkpoint is itself in ``tasks/``."""
+    if not store._in_folder(path):
+        return
+    for revision, old_path in old:
+        if not _removable(store, path, cp.revision, revision, old_path):
+            yield _conflict(store, cp, path, old_path)
+
+
+def _conflict(store: "Store", cp: Checkpoint, path: Path, old_path: Path) -> Problem:
+    """The ``old_layout_conflict`` of file ``old_path`` of ``tasks/`` that task ``cp``'s checkpoint
+    (file ``path``, in its folder) does not supersede."""
+    folder = f"{store.checkpoints_dir.name}/{path.parent.name}/"
+    return Problem("old_layout_conflict", str(old_path),
+                   f"{old_path.name} in {store.tasks_dir.name}/ is newer than the task's checkpoint "
+                   f"{store.label(path)} (revision {cp.revision}) or differs from it; the checkpoint is the one "
+                   f"in {folder} (written by an older version after the upgrade, or a backup put back into "
+                   f"{store.tasks_dir.name}/?)", task_id=cp.task_id,
+                   remedy=f"move it away, or put it into {folder} under the name of its own revision with every "
+                          "newer revision file removed")
+
+
+def _move_old(store: "Store", stem: str, cp: Checkpoint, path: Path,
+              old: list[tuple[int, Path]]) -> Generator[Inspected, None, Optional[Path]]:
+    """Move task ``stem`` out of ``tasks/`` (its files ``old``), its lock held: if its folder holds
+    no revision yet, copy its checkpoint ``cp`` (read from ``path``, the newest file of ``tasks/``)
+    into it under the name of its own revision (exclusive create, failpoint ``checkpoint:migrate``),
+    then remove each file of ``tasks/`` the folder's checkpoint supersedes (:func:`_removable`).
+    A crash at any point leaves a readable task (``state.files.store``). Yields a ``Repaired`` or
+    the problems found; returns the task's checkpoint file in its folder (None if not moved)."""
+    if not store._in_folder(path):
+        where = f"checkpoint {path.name}"
+        try:  # the bytes copied are the checkpoint verified as cp, or nothing is copied
+            raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES) or b""
+            again = verify_envelope(parse_json_object(raw, where), load_key(store.root, create=False),
+                                    where=where, name=path.name)
+            if (again.task_id, again.revision, again.mac) != (cp.task_id, cp.revision, cp.mac):
+                raise Refused("integrity", f"{where} changed while it was being moved; a human must check")
+        except Refused as exc:
+            yield Problem("unreadable_checkpoint", str(path), str(exc), remedy=RESTORE)
+            return None
+        target = store.revision_path(cp.task_id, cp.revision)
+        create_exclusive(target, raw, owner=stem, failpoint="checkpoint:migrate")  # False: it is there
+    found = store.folder_revisions(stem)
+    if not found:
+        return None
+    newest_revision, newest = found[-1]
+    try:
+        moved = store.load_path(newest)  # what every reader now takes: it must verify
+    except Refused as exc:
+        yield Problem("unreadable_checkpoint", str(newest), str(exc), remedy=RESTORE)
+        return None
+    removed, kept = 0, []
+    for revision, old_path in old:
+        if not _removable(store, newest, newest_revision, revision, old_path):
+            yield _conflict(store, moved, newest, old_path)
+            continue
+        try:
+            old_path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # e.g. in use on Windows: the next repair removes it
+            kept.append(f"{old_path.name} ({exc.strerror or type(exc).__name__})")
+    yield Repaired("old_layout", str(newest),
+                   f"moved task {cp.task_id} from {store.tasks_dir.name}/ ({removed} file(s) removed)"
+                   + (f"; left {', '.join(kept)} for the next repair" if kept else ""))
+    return newest
+
+
+def _old_layout_left(store: "Store", *, repair: bool) -> Iterator[Inspected]:
+    """One ``old_layout`` note if ``tasks/`` still holds checkpoint files; with ``repair`` and none
+    left, ``tasks/`` is removed if it is empty (a stray file keeps it, harmlessly)."""
+    left = store.old_task_files()
+    if left:
+        yield Problem("old_layout", str(store.tasks_dir),
+                      f"{len(left)} task(s) still in {store.tasks_dir.name}/, the layout before one folder per "
+                      f"task: a task there is found by listing that whole folder until it moves to "
+                      f"{store.checkpoints_dir.name}/<name>/")
+        return
+    if repair and store.tasks_dir.is_dir() and not store.tasks_dir.is_symlink():
+        try:
+            store.tasks_dir.rmdir()  # only if empty; a folder, never replaced: safe on Windows too
+        except OSError:
+            return
+        yield Repaired("old_layout", str(store.tasks_dir), "removed the empty folder")
 
 
 def _is_stem(owner: str) -> bool:

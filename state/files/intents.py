@@ -18,6 +18,7 @@ neither make a call be sent again nor block it silently.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, TypeVar
@@ -30,7 +31,7 @@ from state.errors import Refused
 from state.fileio import parse_json_object
 from state.paths import file_name, inside, read_regular
 from state.files.sealing import sealed_bytes, unsealed, verifying
-from state.records import EffectIntent, Settlement
+from state.records import MAX_ATTEMPTS, EffectIntent, Settlement
 
 if TYPE_CHECKING:  # the file store calls these with itself
     from state.files.store import Store
@@ -96,14 +97,19 @@ def read_path(path: Path) -> EffectIntent | Settlement:
 
 
 def _attempts(store: "Store", key: str, kind: str) -> list[int]:
-    stem = file_name(key)
+    """The attempts of ``key`` that have a ``kind`` record (``intent`` or ``settled``), lowest
+    first. Attempt 1, 2, … is probed by name (``lstat``) up to the first that has neither an intent
+    nor a settlement (attempt n is begun only after n - 1 is settled, so attempts have no gaps), at
+    most :data:`state.records.MAX_ATTEMPTS`: the cost is the key's own attempts, however many
+    records ``effects/`` holds. Raises :class:`Refused` if a path resolves outside the state dir."""
     out = []
-    if folder(store).is_dir():
-        for path in folder(store).glob(f"{stem}.*.{kind}.json"):
-            match = _NAME.match(path.name)
-            if match and match["stem"] == stem:
-                out.append(int(match["attempt"]))
-    return sorted(out)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        here = [k for k in ("intent", "settled") if os.path.lexists(path_for(store, key, attempt, k))]
+        if not here:
+            break
+        if kind in here:
+            out.append(attempt)
+    return out
 
 
 def intent_get(store: "Store", key: str) -> Optional[EffectIntent]:

@@ -3,8 +3,9 @@
 Layout of a state dir (default ``.cache/`` under the current directory, or ``--state-dir`` /
 ``HITL_STATE_DIR``)::
 
-    tasks/<name>.r<N>.json  revision N of a task's checkpoint envelope (state.schema.Checkpoint);
-                          N has 6 digits or more (r000001, r000002 …); the highest N is the checkpoint
+    checkpoints/<name>/r<N>.json  revision N of a task's checkpoint envelope (state.schema.Checkpoint);
+                          N has 6 digits or more (r000001, r000002 …); the highest N is the checkpoint.
+                          One folder per task: loading or saving a task lists its own folder only
     ledger/<name>.json    one ledger entry per idempotency key (state.files.ledger)
     rejections/<name>.json  one rejection record per task and channel (state.files.rejections)
     effects/<name>.<N>.intent.json / .settled.json  attempt N of an effect through a service
@@ -13,6 +14,8 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
     traces/<name>.jsonl   the local trace of each task (workflow.observe.trace_log)
     signing.key           the MAC key, unless HITL_SIGNING_KEY is set
     state.id              the state dir's random ID, carried by every checkpoint (state.state_id)
+    tasks/<name>.r<N>.json, tasks/<name>.json   the layouts before per-task folders: read, never
+                          written, moved into ``checkpoints/`` by ``doctor --repair`` (below)
 
 ``<name>`` is the key made safe for every file system (see :func:`file_name`).
 
@@ -21,18 +24,34 @@ write → flush → fsync → ``os.link`` to the final name (fails if that name 
 folder where the OS allows it. A reader therefore sees no file or the whole file, never half.
 
 A checkpoint's compare-and-swap is that exclusive create: revision N+1 is written only by the
-process whose ``os.link`` created ``<name>.r<N+1>.json``, one system call, after it checked that
-the highest revision on disk is still exactly the N it read. Every writer names its file after the
-revision it read plus one, so two writers that read the same N race for the same name and exactly
-one wins; the other is refused (nothing written), however the two are interleaved. The content of
-revisions older than the newest two is cleared (the file becomes 0 bytes, :data:`KEPT_REVISIONS`),
-but the names stay: a removed name could be created again by a writer that read an old revision
-long ago. A crash before the clearing leaves an older revision whole, which nobody reads;
-``doctor --repair`` clears it. A checkpoint file ``<name>.json`` (the layout before revision files)
-is read as the task's checkpoint while it has no revision file.
+process whose ``os.link`` created ``checkpoints/<name>/r<N+1>.json``, one system call, after it
+checked that the highest revision on disk is still exactly the N it read. Every writer names its
+file after the revision it read plus one, in the task's one folder, so two writers that read the
+same N race for the same name and exactly one wins; the other is refused (nothing written),
+however the two are interleaved. The content of revisions older than the newest two is cleared
+(the file becomes 0 bytes, :data:`KEPT_REVISIONS`), but the names stay: a removed name could be
+created again by a writer that read an old revision long ago (its compare passed then; its link
+would succeed now). A crash before the clearing leaves an older revision whole, which nobody
+reads; ``doctor --repair`` clears it. Old names cost only their own task: a load lists the task's
+folder, never another task's.
+
+The layouts before per-task folders (a state dir written by an older version): ``tasks/`` holding
+``<name>.r<N>.json`` revision files side by side, or one ``<name>.json`` per task (older still,
+counted as revision 0 among a task's files, its revision in its content). They are read, never
+written: a task whose folder holds no revision file is read from ``tasks/`` (a listing of that
+whole folder, as before), and its next write creates revision N+1 in its folder, which from then
+on is the checkpoint (the folder wins; every writer races for that one name, whatever layout it
+read N from). ``doctor --repair`` moves the rest, one task at a time under its lock: it copies the
+task's newest file from ``tasks/`` into its folder under the name of its own revision (exclusive
+create, failpoint ``checkpoint:migrate``), then removes the task's files from ``tasks/``, and last
+removes ``tasks/`` once it is empty. Each step leaves a readable, consistent task: before the copy
+``tasks/`` is read; after it both places hold the same bytes and the folder wins; a file of
+``tasks/`` newer than the folder's checkpoint is never removed (a human must look). Without
+``tasks/`` a task with no folder is known to have no checkpoint with one ``lstat``.
+
 Every read goes through :func:`state.paths.read_regular`: a symlink, FIFO or device where a file
-should be is refused by name instead of followed or blocked on.
-This module never imports the SDK, so read-only commands stay fast.
+should be is refused by name instead of followed or blocked on; a task folder that is not a plain
+folder is refused too. This module never imports the SDK, so read-only commands stay fast.
 """
 
 from __future__ import annotations
@@ -51,10 +70,11 @@ from state import effects, state_id
 from state import fileio as files
 from state.errors import Next, Refused
 from state.integrity import KEY_FILE, check_key_creatable, load_key
-from state.paths import check_regular, check_state_dir, inside, open_regular, read_regular
+from state.paths import (CHECKPOINTS_DIR, OLD_TASKS_DIR, check_own_folder, check_regular, check_state_dir, inside,
+                         open_regular, read_regular)
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.inspection import Inspected
-from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.records import MAX_ATTEMPTS, EffectIntent, LedgerEntry, RejectionRecord, Settlement
 from state.reviewers import Reviewer
 from state.files import intents, rejections
 from state.files import reviewers as reviewer_files
@@ -77,17 +97,37 @@ KEPT_REVISIONS = 2
 #: because a newer one was written meanwhile.
 _READ_TRIES = 3
 
-#: ``<stem>.r<N>.json``: a stem is ``file_name(key)`` (it ends in ``--`` and 12 hex characters).
+#: ``r<N>.json`` in a task's folder.
+_FOLDER_REVISION = re.compile(r"^r(?P<rev>[0-9]{6,})\.json\Z")
+#: ``<stem>.r<N>.json`` in ``tasks/`` (the layout before per-task folders): a stem is
+#: ``file_name(key)`` (it ends in ``--`` and 12 hex characters).
 _REVISION_NAME = re.compile(r"^(?P<stem>.+--[0-9a-f]{12})\.r(?P<rev>[0-9]{6,})\.json\Z")
 
 
+def revision_name(revision: int) -> str:
+    """``r<revision, 6 digits or more>.json``, e.g. ``r000003.json``: a revision's file in its task's folder."""
+    return f"r{revision:06d}.json"
+
+
+def parse_folder_revision(name: str) -> int | None:
+    """The revision of a file name written by :func:`revision_name`, or None (any other name, a
+    non-canonical spelling such as ``r0000003.json`` included: one revision, one name)."""
+    found = _FOLDER_REVISION.match(name)
+    if found is None:
+        return None
+    revision = int(found["rev"])
+    return revision if revision_name(revision) == name else None
+
+
 def revision_file_name(stem: str, revision: int) -> str:
-    """``<stem>.r<revision, 6 digits or more>.json``, e.g. ``demo-001--0b1e2a3c4d5e.r000003.json``."""
+    """``<stem>.r<revision, 6 digits or more>.json``, e.g. ``demo-001--0b1e2a3c4d5e.r000003.json``:
+    the name revision ``revision`` had in ``tasks/`` before per-task folders (also the name
+    ``state.id`` adopted a checkpoint under, :mod:`state.state_id`)."""
     return f"{stem}.r{revision:06d}.json"
 
 
 def parse_revision_name(name: str) -> tuple[str, int] | None:
-    """``(stem, revision)`` of a revision file name written by :func:`revision_file_name`, or None
+    """``(stem, revision)`` of a file name written by :func:`revision_file_name`, or None
     (any other name, a non-canonical spelling such as ``r0000003`` included: one revision, one name)."""
     found = _REVISION_NAME.match(name)
     if found is None:
@@ -122,7 +162,8 @@ class Store:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.tasks_dir = root / "tasks"
+        self.checkpoints_dir = root / CHECKPOINTS_DIR
+        self.tasks_dir = root / OLD_TASKS_DIR  # the layouts before per-task folders: read, never written
         self.locks_dir = root / files.LOCKS_DIR
         self.ledger_dir = root / "ledger"
         self.traces_dir = root / "traces"
@@ -131,73 +172,159 @@ class Store:
     # -- paths -------------------------------------------------------------------------------
     def checkpoint_path(self, task_id: str) -> Path:
         """The file holding the checkpoint of ``task_id`` now: its newest revision file
-        ``tasks/<file_name(task_id)>.r<N>.json`` (or a ``<name>.json`` of the older layout);
-        for a task with no file yet, the name its first revision will have. Guaranteed to be
-        inside ``root``."""
+        ``checkpoints/<file_name(task_id)>/r<N>.json`` (or a file of ``tasks/``, the layouts before
+        per-task folders, while its folder holds none); for a task with no file yet, the name its
+        first revision will have. Guaranteed to be inside ``root``; lists the task's own folder
+        only (and ``tasks/``, while it exists, for a task whose folder holds no revision).
+        Raises :class:`Refused` as :meth:`task_dir` does."""
         stem = file_name(task_id)
-        path = self._newest(stem) or self.tasks_dir / revision_file_name(stem, 1)
+        path = self._newest(stem) or self.task_dir(stem) / revision_name(1)
         return inside(self.root, path, f"checkpoint of task {task_id!r}")
 
     def revision_path(self, task_id: str, revision: int) -> Path:
-        """``tasks/<file_name(task_id)>.r<revision>.json``, inside ``root``."""
-        path = self.tasks_dir / revision_file_name(file_name(task_id), revision)
-        return inside(self.root, path, f"checkpoint of task {task_id!r}")
+        """``checkpoints/<file_name(task_id)>/r<revision>.json``, inside ``root``."""
+        return self.task_dir(file_name(task_id)) / revision_name(revision)
 
-    def _names(self) -> list[str]:
-        """The names in ``tasks/`` (none if it does not exist), hidden temp files left out."""
+    def task_dir(self, stem: str) -> Path:
+        """``checkpoints/<stem>``: the folder of one task's revision files (it may not exist yet).
+        Raises :class:`Refused` if it resolves outside ``root``, or exists but is not a plain
+        folder (a symlink, a file, a FIFO …: never listed, read or written through) or (POSIX) is
+        owned by another user or writable by group or others
+        (:func:`state.paths.check_own_folder`). A few ``lstat`` calls; lists nothing."""
+        folder = inside(self.root, self.checkpoints_dir / stem, f"checkpoint folder of {stem}")
+        check_own_folder(folder, f"checkpoint folder {CHECKPOINTS_DIR}/{stem}")
+        return folder
+
+    def label(self, path: Path) -> str:
+        """How messages name checkpoint file ``path``: ``<stem>/r<N>.json`` for a file of a task's
+        folder, the file name for one of ``tasks/``."""
+        return f"{path.parent.name}/{path.name}" if self._in_folder(path) else path.name
+
+    def _in_folder(self, path: Path) -> bool:
+        """True if ``path`` is a file of a task's folder (``checkpoints/<stem>/…``), by its path."""
+        return path.parent.parent == self.checkpoints_dir
+
+    def folder_revisions(self, stem: str) -> list[tuple[int, Path]]:
+        """``[(revision, file)]`` of the revision files in ``stem``'s folder, lowest first (none if
+        it has no folder). Lists that one folder (names that are not a revision's are left out).
+        Raises :class:`Refused` as :meth:`task_dir` does."""
+        return _revisions_in(self.task_dir(stem))
+
+    def old_revisions(self, stem: str) -> list[tuple[int, Path]]:
+        """``[(revision, file)]`` of ``stem``'s files in ``tasks/`` (the layouts before per-task
+        folders), lowest first; a ``<stem>.json`` counts as revision 0. Lists all of ``tasks/``
+        (one ``lstat`` when it does not exist)."""
+        found = []
+        for name in self._old_names():
+            if name == stem + ".json":
+                found.append((0, self.tasks_dir / name))
+            elif name.startswith(stem + ".r"):
+                parsed = parse_revision_name(name)
+                if parsed is not None and parsed[0] == stem:
+                    found.append((parsed[1], self.tasks_dir / name))
+        return sorted(found)
+
+    def old_task_files(self) -> dict[str, list[tuple[int, Path]]]:
+        """Every file of ``tasks/`` by stem: ``{stem: [(revision, file)], lowest first}``; each
+        ``*.json`` that is not a revision file counts as a ``<stem>.json`` (revision 0), so a stray
+        file is read, and refused, rather than ignored. Lists ``tasks/`` once."""
+        found: dict[str, list[tuple[int, Path]]] = {}
+        for name in self._old_names():
+            if not name.endswith(".json"):
+                continue
+            parsed = parse_revision_name(name)
+            stem, revision = parsed if parsed is not None else (name[:-len(".json")], 0)
+            found.setdefault(stem, []).append((revision, self.tasks_dir / name))
+        return {stem: sorted(revisions) for stem, revisions in found.items()}
+
+    def _old_names(self) -> list[str]:
+        """The names in ``tasks/`` (none if it does not exist: one ``lstat``), hidden temp files left out."""
+        if not os.path.lexists(self.tasks_dir):
+            return []
         try:
             return [n for n in os.listdir(self.tasks_dir) if not n.startswith(".")]
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def _revisions(self, stem: str) -> list[tuple[int, str]]:
-        """``[(revision, file name)]`` of ``stem``'s checkpoint files, lowest first; a file of the
-        older layout (``<stem>.json``) counts as revision 0."""
-        found = []
-        for name in self._names():
-            if name == stem + ".json":
-                found.append((0, name))
-            elif name.startswith(stem + ".r"):
-                parsed = parse_revision_name(name)
-                if parsed is not None and parsed[0] == stem:
-                    found.append((parsed[1], name))
-        return sorted(found)
+    def _revisions(self, stem: str) -> list[tuple[int, Path]]:
+        """``[(revision, file)]`` of ``stem``'s checkpoint files, lowest first: those of its folder;
+        if it holds none, those of ``tasks/`` (module docstring: the folder wins)."""
+        return self.folder_revisions(stem) or self.old_revisions(stem)
 
     def _newest(self, stem: str) -> Path | None:
         """The newest checkpoint file of ``stem`` (see :meth:`_revisions`), or None."""
         found = self._revisions(stem)
-        return self.tasks_dir / found[-1][1] if found else None
+        return found[-1][1] if found else None
 
     def task_files(self) -> list[tuple[str, Path]]:
-        """``[(stem, newest checkpoint file)]`` for every task in ``tasks/``, by stem: each
-        ``*.json`` that is not a revision file counts as a task of the older layout (so a stray
-        file is read, and refused, rather than ignored). Lists the folder once."""
-        newest: dict[str, tuple[int, str]] = {}
-        for name in self._names():
-            if not name.endswith(".json"):
-                continue
-            parsed = parse_revision_name(name)
-            stem, revision = parsed if parsed is not None else (name[:-len(".json")], 0)
-            if stem not in newest or newest[stem] < (revision, name):
-                newest[stem] = (revision, name)
-        return [(stem, self.tasks_dir / newest[stem][1]) for stem in sorted(newest)]
+        """``[(stem, newest checkpoint file)]`` for every task, by stem (:meth:`iter_task_files`)."""
+        return sorted(self.iter_task_files())
+
+    def iter_task_files(self, hints: Optional[dict[str, Path]] = None) -> Iterator[tuple[str, Path]]:
+        """``(stem, newest checkpoint file)`` of every task, in no particular order and one at a
+        time (a caller may stop early): each folder of ``checkpoints/`` that holds a revision file,
+        then each task of ``tasks/`` that has no such folder. An entry of ``checkpoints/`` that is
+        not a plain folder (a symlink, a FIFO, a ``*.json`` file; other regular files, a note a
+        person left, are ignored as in ``tasks/``) counts as a task whose file is the entry itself,
+        so it is read, and refused, rather than ignored. Lists ``checkpoints/``, each task's folder
+        and ``tasks/``.
+
+        ``hints`` (stem → the newest file a previous call found, e.g. the inbox's): a hinted
+        ``…/r<N>.json`` that still exists while ``…/r<N+1>.json`` does not is still the newest
+        (a writer creates N+1 after reading N, and names are never removed), so that folder is not
+        listed again: two ``lstat`` calls instead of a listing."""
+        seen: set[str] = set()
+        hints = hints or {}
+        try:
+            entries = os.scandir(self.checkpoints_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            entries = None
+        if entries is not None:
+            with entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    if not entry.is_dir(follow_symlinks=False):
+                        if entry.name.endswith(".json") or not entry.is_file(follow_symlinks=False):
+                            seen.add(entry.name)  # a symlink, a FIFO, a stray checkpoint: refused by name
+                            yield entry.name, self.checkpoints_dir / entry.name
+                        continue
+                    hinted = hints.get(entry.name)
+                    if hinted is not None and _still_newest(hinted, entry.path):
+                        seen.add(entry.name)
+                        yield entry.name, hinted
+                        continue
+                    newest = _newest_name_in(entry.path)  # (names only: this runs once per task)
+                    if newest is not None:
+                        seen.add(entry.name)
+                        yield entry.name, self.checkpoints_dir / entry.name / newest
+        for stem, found in self.old_task_files().items():
+            if stem not in seen:
+                yield stem, found[-1][1]
 
     def load_newest(self, stem: str, path: Path | None = None) -> tuple[Path, Checkpoint] | None:
         """``(file, checkpoint)`` of the newest revision of ``stem`` (verified as
         :meth:`load_path`), or None if it has no file. ``path``: the newest file as a listing just
         found it (saves listing the folder again). If the file cannot be read and a newer revision
-        was written meanwhile (an older one's content is cleared), the newer one is read instead;
-        otherwise the refusal is raised (fail closed: never an older revision instead)."""
-        path = path or self._newest(stem)
+        was written meanwhile (an older one's content is cleared; ``doctor --repair`` moved a file of
+        ``tasks/``), the newer one is read instead; otherwise the refusal is raised (fail closed:
+        never an older revision instead, and never "no task" for a file that could not be read)."""
+        if path is None:
+            path = self._newest(stem)
+        elif self._in_folder(path):
+            self.task_dir(path.parent.name)  # a folder a listing found: checked as a load checks it
         for attempt in range(_READ_TRIES):
             if path is None:
                 return None
             try:
                 return path, self.load_path(path)
-            except Refused:
-                newer = self._newest(stem)
-                if attempt == _READ_TRIES - 1 or newer == path:
-                    raise
+            except Refused as exc:
+                try:
+                    newer = self._newest(stem)
+                except Refused:
+                    newer = None
+                if attempt == _READ_TRIES - 1 or newer is None or newer == path:
+                    raise exc from None
                 path = newer
         return None
 
@@ -320,7 +447,8 @@ class Store:
     # -- checkpoints -------------------------------------------------------------------------
     def exists(self, task_id: str) -> bool:
         """True if a checkpoint file exists for ``task_id`` (as a name: a dangling symlink counts,
-        and :meth:`load` then refuses it)."""
+        and :meth:`load` then refuses it). Lists the task's own folder (and ``tasks/`` while it
+        exists, if that folder holds no revision)."""
         return self._newest(file_name(task_id)) is not None
 
     def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
@@ -332,7 +460,7 @@ class Store:
             try:
                 found = self.load_newest(stem, path)
             except Refused as exc:
-                bad.append({"file": path.name, "error": str(exc)})
+                bad.append({"file": self.label(path), "error": str(exc)})
                 continue
             if found is not None:
                 good.append(found[1])
@@ -352,9 +480,9 @@ class Store:
 
         Raises :class:`Refused` if it is missing, not JSON, not a valid envelope of our schema
         version, fails the MAC, or names another task or revision than its file. A newest file that
-        does not verify stops (fail closed): an older revision is never read instead.
+        does not verify stops (fail closed): an older revision is never read instead. Lists the
+        task's own folder only (module docstring), whatever else the state dir holds.
         """
-        inside(self.root, self.tasks_dir, f"checkpoint of task {task_id!r}")
         found = self.load_newest(file_name(task_id))
         if found is None:
             raise Refused("not_found", f"no task {task_id!r} in {self.root}")
@@ -364,8 +492,11 @@ class Store:
         return cp
 
     def load_path(self, path: Path) -> Checkpoint:
-        """Read and verify one checkpoint file (see :meth:`load`)."""
-        where = f"checkpoint {path.name}"
+        """Read and verify one checkpoint file (see :meth:`load`): a revision file of a task's
+        folder (``checkpoints/<stem>/r<N>.json``: the folder names the task, the file the
+        revision) or a file of ``tasks/`` (``<stem>.r<N>.json``, or ``<stem>.json``)."""
+        shown = self.label(path)
+        where = f"checkpoint {shown}"
         raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
         if raw is None:
             raise Refused("integrity", f"{where} cannot be read (No such file or directory)")
@@ -377,16 +508,25 @@ class Store:
         if cp is None:
             data = parse_json_object(raw, where)
             key = load_key(self.root, create=False)
-            cp = verify_envelope(data, key, where=where, name=path.name)
+            cp = verify_envelope(data, key, where=where, name=shown)
             _verified.put(path, raw, key, cp)
-        parsed = parse_revision_name(path.name)
-        stem = parsed[0] if parsed is not None else path.name[:-len(".json")]
+        if self._in_folder(path):
+            stem, revision = path.parent.name, parse_folder_revision(path.name)
+            if revision is None:
+                raise Refused("integrity", f"{where} is not named r<N>.json (N: 6 digits or more); a human "
+                              "must check")
+            # the names it had in tasks/, under which state.id may have adopted it (state.state_id)
+            adopted = (revision_file_name(stem, revision), stem + ".json")
+        else:
+            parsed = parse_revision_name(path.name)
+            stem = parsed[0] if parsed is not None else path.name[:-len(".json")]
+            revision, adopted = (parsed[1] if parsed is not None else None), ()
         if stem != file_name(cp.task_id):
             raise Refused("integrity", f"{where} holds task {cp.task_id!r}, whose file name would differ")
-        if parsed is not None and parsed[1] != cp.revision:
+        if revision is not None and revision != cp.revision:
             raise Refused("integrity", f"{where} holds revision {cp.revision}, not the revision its name says "
-                          f"({parsed[1]}); a human must check (a backup goes back under its own name)")
-        state_id.check_bound(self.identity(), path.name, cp.state_id, cp.mac)
+                          f"({revision}); a human must check (a backup goes back under its own name)")
+        state_id.check_bound(self.identity(), shown, cp.state_id, cp.mac, adopted_as=adopted)
         return cp
 
     def identity(self) -> state_id.StateIdentity | None:
@@ -411,15 +551,19 @@ class Store:
         if os.path.lexists(self.root / KEY_FILE):
             load_key(self.root, create=False)
         if settings().signing_key is not None and not self.exists(task_id):
-            check_signs_here(self.tasks_dir, [path for _, path in self.task_files()],
+            check_signs_here(self.root, (path for _, path in self.iter_task_files()),
                              load_key(self.root, create=False))
         if self.identity() is None:
             state_id.check_creatable(self.root)
             self._check_links()
         stem = file_name(task_id)
         check_regular(self.ledger_dir / (stem + ".json"), f"ledger entry {stem}.json")
-        for path in sorted(intents.folder(self).glob(f"{stem}.*.json")):  # its effect records so far
-            check_regular(path, f"effect record effects/{path.name}")
+        for attempt in range(1, MAX_ATTEMPTS + 1):  # its effect records so far, probed by name:
+            records = [intents.folder(self) / f"{stem}.{attempt}.{kind}.json" for kind in ("intent", "settled")]
+            if not any(os.path.lexists(path) for path in records):
+                break  # attempt n is begun only after n - 1 is settled: no later one
+            for path in records:
+                check_regular(path, f"effect record effects/{path.name}")
         check_regular(self.traces_dir / (stem + ".jsonl"), f"trace file traces/{stem}.jsonl",
                       writing=True)
 
@@ -451,14 +595,14 @@ class Store:
         found = self._revisions(file_name(cp.task_id))
         if not found:
             raise _changed(cp.task_id, cp.revision, "no file")
-        named, name = found[-1]
-        if named not in (0, cp.revision):  # 0: a file of the older layout, judged by its content
+        named, path = found[-1]
+        if named not in (0, cp.revision):  # 0: a <stem>.json of tasks/, judged by its content
             raise _changed(cp.task_id, cp.revision, named)
-        path = self.tasks_dir / name
-        raw = read_regular(path, f"checkpoint {name}", limit=MAX_CHECKPOINT_BYTES)
+        where = f"checkpoint {self.label(path)}"
+        raw = read_regular(path, where, limit=MAX_CHECKPOINT_BYTES)
         if raw is not None and _verified.holds(path, raw, cp):
             return  # exactly the bytes this process verified or wrote for cp
-        data = parse_json_object(raw, f"checkpoint {name}") if raw else {}
+        data = parse_json_object(raw, where) if raw else {}
         if data.get("revision") != cp.revision or data.get("mac") != cp.mac:
             raise _changed(cp.task_id, cp.revision, data.get("revision", "no file"))
 
@@ -467,9 +611,10 @@ class Store:
 
         ``expect`` is the checkpoint this write follows (compare-and-swap, see
         :meth:`save_revision`): the new revision must be ``expect.revision + 1``, and its file
-        ``<name>.r<revision>.json`` is created only if the newest revision on disk is still exactly
-        ``expect`` and no other process created that name first (``os.link``: one system call
-        decides; module docstring). None means a new task: its first revision is created
+        ``checkpoints/<name>/r<revision>.json`` is created only if the newest revision on disk is
+        still exactly ``expect`` (read from its folder, or from ``tasks/`` while the folder holds
+        none) and no other process created that name first (``os.link``: one system call decides;
+        module docstring). None means a new task: its first revision is created
         exclusively, and :class:`Refused` is raised if the task has any file already. The state
         dir's ID (``state.id``, created with the first checkpoint, after a check that the file
         system can make hard links: :func:`state.durable.check_links`) goes into the envelope's
@@ -513,22 +658,23 @@ class Store:
         effects.note(cp.task_id, f"checkpoint saved at revision {cp.revision} ({cp.status})")
         return cp
 
-    def clear_older(self, task_id: str) -> int:
-        """Clear the content (truncate to 0 bytes) of every revision file of ``task_id`` older
-        than the newest :data:`KEPT_REVISIONS`, and of a file of the older layout once two
-        revisions exist; the names stay (module docstring). Returns how many files it cleared.
-        Best effort: a file it cannot clear (gone, not a regular file, in use) is left for
-        ``doctor --repair``; never raises for one."""
-        found = self._revisions(file_name(task_id))
-        if len(found) < KEPT_REVISIONS:
-            return 0
+    def clear_older(self, task_id: str, *, every: bool = False) -> int:
+        """Clear the content (truncate to 0 bytes) of the revision files in ``task_id``'s folder
+        older than the newest :data:`KEPT_REVISIONS`; the names stay (module docstring). After a
+        write (``every`` False) it walks down from the newest of those and stops at the first one
+        already empty (the ones below were cleared by earlier writes), so a write costs the same
+        however many revisions the task has; ``every`` (``doctor --repair``) looks at each one.
+        Returns how many files it cleared. Best effort: a file it cannot clear (gone, not a regular
+        file, in use) is left for ``doctor --repair``; never raises for one."""
+        found = self.folder_revisions(file_name(task_id))
         cleared = 0
-        for _, name in found[:-KEPT_REVISIONS]:
-            path = self.tasks_dir / name
+        for _, path in reversed(found[:-KEPT_REVISIONS]):
             try:
                 if os.lstat(path).st_size == 0:
-                    continue
-                fd = open_regular(path, f"checkpoint {name}", os.O_WRONLY)  # never through a link
+                    if every:
+                        continue
+                    break
+                fd = open_regular(path, f"checkpoint {self.label(path)}", os.O_WRONLY)  # never through a link
             except (OSError, Refused):
                 continue
             try:
@@ -541,7 +687,46 @@ class Store:
         return cleared
 
 
-def _envelopes(files: list[Path]) -> Iterator[Any]:
+def _still_newest(hinted: Path, folder: str) -> bool:
+    """True if ``hinted`` is a revision file of task folder ``folder`` that exists while the next
+    revision's name does not (``Store.iter_task_files``'s hints). Two ``lstat`` calls."""
+    revision = parse_folder_revision(hinted.name)
+    if revision is None or str(hinted.parent) != folder:
+        return False
+    return os.path.lexists(hinted) and not os.path.lexists(os.path.join(folder, revision_name(revision + 1)))
+
+
+def _newest_name_in(folder: str) -> str | None:
+    """The name of the newest revision file (``r<N>.json``) in task folder ``folder``, or None."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    best: tuple[int, str] | None = None
+    for name in names:
+        if name[:1] == "r":
+            revision = parse_folder_revision(name)
+            if revision is not None and (best is None or revision > best[0]):
+                best = (revision, name)
+    return best[1] if best is not None else None
+
+
+def _revisions_in(folder: Path) -> list[tuple[int, Path]]:
+    """``[(revision, file)]`` of the revision files (``r<N>.json``) in task folder ``folder``,
+    lowest first; none if it does not exist. Lists that folder only."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for name in names:
+        revision = parse_folder_revision(name)
+        if revision is not None:
+            found.append((revision, folder / name))
+    return sorted(found)
+
+
+def _envelopes(files: Iterable[Path]) -> Iterator[Any]:
     """The parsed envelope of each of ``files`` in turn (a file that cannot be read or parsed is
     skipped: it never verifies)."""
     for path in files:
@@ -561,16 +746,23 @@ def _changed(task_id: str, revision: int, now: Any) -> Refused:
         task_id=task_id)
 
 
-def check_signs_here(tasks_dir: Path, files: list[Path], key: bytes) -> None:
-    """Raise :class:`Refused` if ``files`` (the newest checkpoint file of each task in
-    ``tasks_dir``: ``Store.task_files``) are some but ``key`` signed none of them: another
+def check_signs_here(root: Path, files: Iterable[Path], key: bytes) -> None:
+    """Raise :class:`Refused` if ``files`` (the newest checkpoint file of each task of the state
+    dir ``root``: ``Store.iter_task_files``) are some but ``key`` signed none of them: another
     deployment with another ``HITL_SIGNING_KEY`` on this state dir, whose first task would make
-    every listing of the other's stop. Reads files until one verifies (the first, as a rule);
-    files that cannot be read or parsed count, but never verify. Touches nothing."""
-    if signed_by_any(_envelopes(files), key):
+    every listing of the other's stop. Reads files (taken one at a time) until one verifies (the
+    first, as a rule); files that cannot be read or parsed count, but never verify. Touches nothing."""
+    counted: list[Path] = []
+
+    def each() -> Iterator[Path]:
+        for path in files:
+            counted.append(path)
+            yield path
+
+    if signed_by_any(_envelopes(each()), key):
         return
-    if files:
-        raise Refused("foreign_state", f"none of the {len(files)} checkpoints in {tasks_dir} is signed with this "
+    if counted:
+        raise Refused("foreign_state", f"none of the {len(counted)} checkpoints in {root} is signed with this "
                       "HITL_SIGNING_KEY: another deployment with another key shares this state "
                       "dir? Use the key they were signed with, or another state dir; nothing was "
                       "written")

@@ -2,7 +2,7 @@
 
 What it reads: whatever the store lists through its one capability for it,
 :meth:`state.store.Inspectable.inspect` (:mod:`state.inspection`): the file store reads every
-checkpoint (the newest revision file of each task in ``tasks/``), every ledger entry
+checkpoint (the newest revision file of each task, in its folder ``checkpoints/<name>/``), every ledger entry
 (``ledger/*.json``), the lock files (``locks/*.lock``) and temp files (``.tmp-*.part``) of the
 state dir (:mod:`state.files.inspect`); PostgreSQL its rows. Each task is read under its own
 lock (taken without waiting), so a task a live process is working on is reported as ``busy``
@@ -45,9 +45,14 @@ Findings (``kind``: what it means → the recommended ``action``):
 ``leftover_temp``          ``.tmp-<owner>.*.part`` left by a process that died mid-write →
                            ``doctor --repair`` deletes it (provable: see below)
 ``unknown_temp``           a ``.tmp-*.part`` of unknown owner → delete by hand when no run.py runs
+``old_layout_conflict``    a file of ``tasks/`` (the layout before one folder per task) newer than
+                           its task's checkpoint in ``checkpoints/``, or of its revision with other
+                           bytes → a human (never removed by ``--repair``)
 ``busy`` (note)            a live process holds the task's lock → run doctor again later
 ``not_judged`` (note)      a task with an unsigned record (above) is judged once that record is
                            signed or removed: nothing is proven from it meanwhile
+``old_layout`` (note)      tasks still in ``tasks/``, found by listing that whole folder →
+                           ``doctor --repair`` moves each into its folder
 ``not_locked`` (note)      the locks could not be taken because the state dir cannot be written
                            (read-only mount, no write permission): every task was still checked,
                            read-only, without its lock; nothing was repaired
@@ -63,14 +68,16 @@ folder is still ``unusable_lock``.
 
 Repairs (``--repair``): signing the ``unsigned_record`` records a signed checkpoint proves (and,
 with ``--adopt PATH``, the ones a person vouched for: ``state.adoption``), deleting
-``leftover_temp`` files, and clearing (to 0 bytes, under the task's lock) older revision files
-that a crash left whole between a write and its cleanup (nobody reads them: ``state.files.store``).
-Every write of a task's files happens under that task's lock (``locks/<owner>.lock``; the signing
-key under ``locks/signing.key.lock``, ``state.id`` under ``locks/state.id.lock``), so a temp file
-whose owner's lock doctor holds belongs to no live process: deleting it is provably safe. Nothing
-else is repaired: marking a task completed needs a new signed checkpoint carrying the finished
-RunState, which only ``resume`` (with the SDK) can produce from the ledger entry; everything else
-needs a human.
+``leftover_temp`` files, clearing (to 0 bytes, under the task's lock) older revision files that a
+crash left whole between a write and its cleanup (nobody reads them: ``state.files.store``), and
+moving each task still in ``tasks/`` into its folder under its lock (``old_layout``: copy its
+checkpoint, remove the files it supersedes, then the empty folder; each step leaves a readable
+task, ``state.files.store``). Every write of a task's files happens under that task's lock
+(``locks/<owner>.lock``; the signing key under ``locks/signing.key.lock``, ``state.id`` under
+``locks/state.id.lock``), so a temp file whose owner's lock doctor holds belongs to no live
+process: deleting it is provably safe. Nothing else is repaired: marking a task completed needs a
+new signed checkpoint carrying the finished RunState, which only ``resume`` (with the SDK) can
+produce from the ledger entry; everything else needs a human.
 
 Lock files are not findings: filelock uses OS locks (``flock`` / ``msvcrt.locking``), which the OS
 drops when the holder dies, so a lock file left by a killed process does not block anyone
@@ -100,6 +107,7 @@ from workflow.reconcile import Evidence, reconcile
 NOTES = frozenset({"busy", "not_locked", "not_judged"})
 #: The findings of an unsigned record (``state.adoption``): its task is not judged until it is settled.
 UNSIGNED = frozenset({"unsigned_record", "unsigned_unproven"})
+NOTES = frozenset({"busy", "not_locked", "old_layout"})
 
 
 @dataclass
@@ -326,6 +334,7 @@ PROBLEM_ACTIONS: dict[str, tuple[Part, ...]] = {
     "unknown_temp": ("delete it by hand ", Next("when_idle")),
     "leftover_temp": (Next("doctor_repair"), " deletes it"),
     "unsigned_record": (Next("doctor_repair"), " signs it (the task's signed checkpoint proves it)"),
+    "old_layout": (Next("doctor_repair"), " moves each task into its folder"),
     "not_locked": ("nothing, if nobody writes this state dir; to check under locks or to repair, "
                    "run doctor where the state dir is writable",),
 }
@@ -345,9 +354,9 @@ def _finding(problem: Problem) -> Finding:
 def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = ()) -> dict[str, Any]:
     """Check every task of ``store`` against its ledger; with ``repair`` let the store make the
     repairs it can prove (unsigned records a signed checkpoint proves; the file store: leftover
-    temp files, older revision files a crash left whole) and sign the unsigned records ``adopt``
-    names (each exactly as a finding's ``path`` gave it: a person vouched for them). See the
-    module docstring.
+    temp files, older revision files a crash left whole, tasks still in the layout before one
+    folder per task) and sign the unsigned records ``adopt`` names (each exactly as a finding's
+    ``path`` gave it: a person vouched for them). See the module docstring.
 
     Works over any :class:`state.store.Inspectable` store: the store lists its own problems and
     each task (held under its lock while it is judged here, :mod:`state.inspection`), and this

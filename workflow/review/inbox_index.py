@@ -4,10 +4,12 @@ imports the SDK.
 ``python run.py list`` reads and verifies every checkpoint each time it runs (one process, one
 look). A server answers the same question every few seconds, so :class:`InboxIndex` keeps, per
 task, the summary row of the checkpoint that verified (MAC, schema, state dir: exactly
-``Store.load_path``) together with the name and identity of its newest revision file when it was
+``Store.load_path``) together with the path and identity of its newest revision file when it was
 read: inode, device, size, modification and change times in nanoseconds. The next listing reads
-the folder once and only ``stat``\\ s each newest file; a file whose name or identity differs, or a
-new task, is read and verified again before its row is shown. A checkpoint that does not verify
+``checkpoints/`` once and, for each task, checks that its newest file is still there and the next
+revision's name is not (``Store.iter_task_files`` with hints: no listing of the task's folder)
+and ``stat``\\ s that file; a file whose path or identity differs, or a new task, is read and
+verified again before its row is shown. A checkpoint that does not verify
 is never shown, nor left out silently: like ``list``, the page lists what verifies and says how
 many could not be verified and why the first failed (:meth:`InboxIndex.listing`); if nothing
 verifies, the listing stops. Every write of a checkpoint creates a new
@@ -149,12 +151,13 @@ class InboxIndex:
             self._rows, self._keys = {}, keys
         fresh: dict[str, tuple[tuple[Any, ...], Row]] = {}
         bad: list[dict[str, str]] = []
-        for stem, path in store.task_files():  # what Store.scan reads: each task's newest file
+        hints = {stem: Path(known[0][0]) for stem, known in self._rows.items() if known[0]}
+        for stem, path in store.iter_task_files(hints):  # what Store.scan reads: each task's newest file
             ident = _identity(path)
             if ident is None:  # removed since the folder was read
                 continue
             known = self._rows.get(stem)
-            if known is not None and known[0] == (path.name, *ident):
+            if known is not None and known[0] == (str(path), *ident):
                 fresh[stem] = known
                 continue
             try:  # identity first, then the read: a file changed in between is read again next time
@@ -163,7 +166,7 @@ class InboxIndex:
                 bad.append({"file": path.name, "error": str(exc)})
                 continue
             if found is not None:  # a newer revision read instead: its identity is taken next time
-                fresh[stem] = ((path.name, *ident) if found[0] == path else (), row_of(found[1]))
+                fresh[stem] = ((str(path), *ident) if found[0] == path else (), row_of(found[1]))
         self._rows = fresh
         return [row for _, row in fresh.values()], sorted(bad, key=lambda b: b["error"])
 
