@@ -26,8 +26,8 @@ import pytest
 
 from conftest import ledger_entries, snapshot
 from forking import HAS_FORK, in_process
-from test_external_effects import (APPROVE, KEY, SHORT_WINDOW, TOKEN, Service, cli, crash, intents, shown, start,
-                                   stopped)
+from test_external_effects import (APPROVE, KEY, SHORT_WINDOW, START, TOKEN, Service, cli, crash, intents, shown,
+                                   start, stopped)
 from workflow import external
 
 ANSWERED_AFTER_ACTING = [408, 429, 400, 401, 403, 413, 422]
@@ -277,7 +277,8 @@ def _commands(line: str) -> list[list[str]]:
     out = []
     for part in line.split("python run.py ")[1:]:
         words = shlex.split(re.split(r" \(|;|, or |\)", part)[0])
-        words = ["ann" if w == "NAME" else "nothing was done" if w == "TEXT" else w for w in words]
+        words = ["ann" if w == "NAME" else "nothing was done" if w == "TEXT" else "approve" if w == "approve|reject"
+                 else w for w in words]
         out.append(words)
     return out
 
@@ -330,15 +331,20 @@ def _person(state_dir: Path, svc: Any, idempotency: str, env: dict[str, str]) ->
     raise AssertionError(f"no end after {seen}")
 
 
-@pytest.mark.parametrize("scenario", ["waiting", "down_for_good_dedup", "down_for_good_none", "in_doubt_acted",
-                                      "in_doubt_not_acted", "conflict_409", "unconfirmed_400"])
+@pytest.mark.parametrize("scenario", ["waiting", "budget_exceeded", "down_for_good_dedup", "down_for_good_none",
+                                      "in_doubt_acted", "in_doubt_not_acted", "conflict_409", "unconfirmed_400"])
 def test_every_reachable_state_is_moved_by_its_printed_next_command(service, state_dir, tmp_path, scenario):
-    dedup = scenario in ("down_for_good_dedup", "conflict_409", "unconfirmed_400", "waiting")
+    dedup = scenario in ("down_for_good_dedup", "conflict_409", "unconfirmed_400", "waiting", "budget_exceeded")
     idempotency = "key" if dedup else "none"
     env = dict(SHORT_WINDOW)
     svc = service(dedup=dedup, **({"answer_status": 400} if scenario == "unconfirmed_400" else {}),
                   **({"lose_answer": 1} if scenario == "in_doubt_acted" else {}))
-    start(state_dir, svc.url, idempotency=idempotency)
+    if scenario == "budget_exceeded":  # one turn: the start spends it, the approval cannot be paid
+        r = cli(state_dir, svc.url, *START, "--max-turns", "1", idempotency=idempotency)
+        assert r.code == 0, r.err
+        assert cli(state_dir, svc.url, *APPROVE, idempotency=idempotency).json()["status"] == "budget_exceeded"
+    else:
+        start(state_dir, svc.url, idempotency=idempotency)
     if scenario.startswith("down_for_good"):
         class Gone:  # a service that never answers again: connection refused
             url = svc.url

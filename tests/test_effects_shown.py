@@ -109,6 +109,8 @@ def test_the_inbox_shows_the_in_doubt_badge_and_the_settle_command_it_does_not_r
     task = client.get(f"/task/{in_doubt}")
     seen = _visible(task.text)
     assert task.status_code == 200 and "in_doubt" in seen and "This inbox does not settle it." in seen
+    # the attempt's window is open: wait, never "look now"
+    assert "A request may still reach it and act until" in seen and "wait until then, then look at the service" in seen
     assert "python run.py settle --task n1 --call call_" in seen and "--outcome published --by NAME" in seen
     assert 'class="decide"' not in task.text  # no Approve button for a call that may have happened
 
