@@ -28,23 +28,10 @@ from conftest import ledger_entries, snapshot
 from forking import HAS_FORK, in_process
 from test_external_effects import (APPROVE, KEY, SHORT_WINDOW, START, TOKEN, Service, cli, crash, intents, shown,
                                    start, stopped)
+from test_external_effects import service  # noqa: F401  (the fixture: a started reference service)
 from workflow import external
 
 ANSWERED_AFTER_ACTING = [408, 429, 400, 401, 403, 413, 422]
-
-
-@pytest.fixture
-def service(tmp_path: Path):
-    """``service(**switches)`` → a started reference :class:`Service` (stopped at the end)."""
-    started: list[Service] = []
-
-    def make(**switches: Any) -> Service:
-        started.append(Service(tmp_path / f"svc{len(started)}", **switches))
-        return started[-1]
-
-    yield make
-    for svc in started:
-        svc.stop()
 
 
 # -- 1. an answer is not "nothing reached it" ------------------------------------------------------

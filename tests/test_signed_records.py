@@ -31,24 +31,10 @@ from conftest import checkpoint_file, ledger_entries, plant_record, record_path,
 from forking import in_process, run_cli
 from test_external_effects import (APPROVE, KEY, REJECT, SHORT_WINDOW, SIGNING, START, Service, cli, crash, shown,
                                    start, stopped)
+from test_external_effects import service  # noqa: F401  (the fixture: a started reference service)
 
 ENVELOPE = ("record", "state_id", "mac")
 OTHER = "ext-2"
-
-
-@pytest.fixture
-def service(tmp_path: Path):
-    """``service(**switches)`` → a started reference service (stopped at the end of the test)."""
-    started: list[Service] = []
-
-    def make(**switches: Any) -> Service:
-        svc = Service(tmp_path / f"svc{len(started)}", **switches)
-        started.append(svc)
-        return svc
-
-    yield make
-    for svc in started:
-        svc.stop()
 
 
 # -- where the records are, on either store -----------------------------------------------------------
