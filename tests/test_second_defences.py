@@ -140,7 +140,7 @@ def test_mac_covers_the_run_state_so_an_edit_of_it_alone_fails_the_mac(state_dir
     assert DRAFT in data["run_state"]
     data["run_state"] = data["run_state"].replace(DRAFT, "Another body.")
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    with pytest.raises(Refused, match=f"checkpoint integrity check failed for {path.name}"):
+    with pytest.raises(Refused, match=f"checkpoint integrity check failed for {path.parent.name}/{path.name}"):
         Store(state_dir).load(KEY)
 
 

@@ -117,11 +117,11 @@ def test_expire_leaves_a_task_alone_unless_every_call_of_it_may_expire(cli, stat
     task = _start(cli, "blog", "news")
     assert _decide(cli, _call(task, "blog"), "approve")["status"] == "waiting_for_approval"
     monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(days=3)))
-    tasks_before = snapshot(state_dir / "tasks")
+    tasks_before = snapshot(state_dir / "checkpoints")
     assert cli("expire", "--json").json() == {"expired": []}
     r = cli("expire", "--task", KEY)
-    assert r.code == 1 and "not an overdue approval request" in r.err, r.err
-    assert snapshot(state_dir / "tasks") == tasks_before and _keys(state_dir) == [f"{KEY}#blog"]
+    assert r.code == 1 and "past its deadline but not an undecided approval request" in r.err, r.err
+    assert tasks_before and snapshot(state_dir / "checkpoints") == tasks_before and _keys(state_dir) == [f"{KEY}#blog"]
     done = _decide(cli, _call(task, "news"), "reject")
     assert done["status"] == "completed" and _keys(state_dir) == [f"{KEY}#blog"]
 

@@ -344,7 +344,7 @@ def test_a_lone_reject_under_a_quorum_of_two_cancels_at_once_and_never_counts_as
     r = cli("resume", "--task", "t1", "--decision", "reject", "--reason", "no", "--json")
     assert r.code == 0, r.err
     assert r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
-    cp = json.loads(sorted((state_dir / "tasks").glob("*.json"))[-1].read_text(encoding="utf-8"))
+    cp = json.loads(checkpoint_file(state_dir, "t1").read_text(encoding="utf-8"))
     assert cp["approvals"] == [] and cp["decision"]["decision"] == "rejected" and cp["decision"]["by"] == "carol"
     for name in ("alice", "bob"):
         assert _approve(cli, monkeypatch, team[name]).code == 1

@@ -104,10 +104,9 @@ from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
-NOTES = frozenset({"busy", "not_locked", "not_judged"})
+NOTES = frozenset({"busy", "not_locked", "not_judged", "old_layout"})
 #: The findings of an unsigned record (``state.adoption``): its task is not judged until it is settled.
 UNSIGNED = frozenset({"unsigned_record", "unsigned_unproven"})
-NOTES = frozenset({"busy", "not_locked", "old_layout"})
 
 
 @dataclass
