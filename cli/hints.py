@@ -67,6 +67,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
     # effects through a service (workflow.external, workflow.settlement)
     "resume_again": lambda step: "; the same command sends again: "
                                  + command("resume", "--task", *step.args, "--decision", "approve"),
+    "or_fail": lambda step: ("; if the service is gone for good, end the task: "
+                             + command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT"),
     "settle": lambda step: ("; then " + command("settle", "--task", step.args[0], "--call", step.args[1],
                                                 "--outcome", "published", "--by", "NAME")
                             + " or --outcome not-published --by NAME"),

@@ -7,6 +7,7 @@ from typing import Any
 
 from cli.hints import command
 from state.schema import Checkpoint
+from workflow.external import advice
 from workflow.observe.budget_view import model_line, spent_line
 from workflow.observe.views import one_line, several_lines
 
@@ -105,20 +106,22 @@ def effect_lines(task: dict[str, Any]) -> list[str]:
         elif e["state"] == "publishing":
             out.append(f"  effect on {where}: publishing (attempt {e['attempt']} since {one_line(e['since'])}, "
                        f"not confirmed; Idempotency-Key {one_line(e['request_key'])})")
+        elif e["state"] == "not_published":
+            out.append(f"  effect on {where}: not published (attempt {e['attempt']} found not done; the task ended)")
         else:
             out.append(f"  effect on {where}: IN DOUBT (attempt {e['attempt']} since {one_line(e['since'])}): "
-                       f"the service, which does not deduplicate, may have published it; {_look(e)}")
+                       f"the service, which does not deduplicate, may have published it; "
+                       f"{one_line(advice(e.get('window_ends')))}")
     return out
 
 
 def _look(effect: dict[str, Any]) -> str:
-    """What a person does about an effect in doubt: wait until its window ends (a request may
-    still reach the service and act until then), or look at the service now; then settle."""
+    """``wait until T`` while the attempt's window is open (a request may still reach the service
+    and act until then), else ``""``."""
     from workflow.settlement import window_open
 
     ends = window_open(effect)
-    return (f"wait until {one_line(ends)} (a request may still act until then), then look there and settle"
-            if ends else "look there, then settle")
+    return f"wait until {one_line(ends)}" if ends else ""
 
 
 def effect_next(task: dict[str, Any]) -> str:
@@ -128,16 +131,19 @@ def effect_next(task: dict[str, Any]) -> str:
         again = [e for e in task.get("effects", [])
                  if e["state"] == "publishing" and not e.get("not_sent") and e.get("sent", True)]
         if again:
-            wait = [_look(e) for e in again if _look(e).startswith("wait")]
+            wait = [_look(e) for e in again if _look(e)]
             return (resume_hint(task["task_id"]) + " (sends again with the same Idempotency-Key; if the service "
-                    "cannot confirm it, " + (wait[0].split(" (")[0] + ", " if wait else "") + "look there, then "
+                    "cannot confirm it, " + (wait[0] + ", " if wait else "") + "look there, then "
                     + _settle(task, again) + ")")
         return (resume_hint(task["task_id"]) + " (sends it once more; or, to give it up, "
                 + command("fail", "--task", task["task_id"]) + " --by NAME --reason TEXT)")
     doubt = [e for e in task.get("effects", []) if e["state"] == "in_doubt"]
-    ends = [_look(e) for e in doubt if _look(e).startswith("wait")]
-    return ((ends[0].split(" (")[0] + ", look at the service, then " if ends else "")
-            + _settle(task, doubt) + " (or --outcome not-published --by NAME: the next resume sends it once more)")
+    wait = [_look(e) for e in doubt if _look(e)]
+    if wait:  # published: settle at once; not there: only once no request can still act
+        return (f"look at the service; if it is there: {_settle(task, doubt)}; if not, {wait[0]}, look again, "
+                "then the same with --outcome not-published (the next resume sends it once more)")
+    return (f"look at the service, then {_settle(task, doubt)} (or --outcome not-published --by NAME: the next "
+            "resume sends it once more)")
 
 
 def _settle(task: dict[str, Any], effects: list[dict[str, Any]]) -> str:

@@ -364,8 +364,8 @@ def test_doctor_says_settle_for_an_effect_in_doubt(state_dir):
     assert r.code == 1
     (finding,) = r.json()["findings"]
     assert finding["kind"] == "effect_in_doubt" and SERVICE in finding["detail"]
-    assert finding["action"] == ("a human must look at the service, then python run.py settle --task doubt-1 "
-                                 f"--call {call} --outcome published|not-published --by NAME")
+    assert finding["action"] == ("a human looks at the service, then settles it: python run.py settle --task "
+                                 f"doubt-1 --call {call} --outcome published|not-published --by NAME")
     assert "python run.py settle --task doubt-1" in in_process(state_dir, "doctor").out
 
 

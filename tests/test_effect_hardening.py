@@ -88,7 +88,7 @@ def test_settling_not_published_is_refused_while_a_request_may_still_act(service
     svc = service(dedup=False, act_after=1.5)
     start(state_dir, svc.url, idempotency="none")
     r = cli(state_dir, svc.url, *APPROVE, idempotency="none", **SLOW)
-    stopped(r, "is in doubt", "after ")
+    stopped(r, "is in doubt", "if it is there, settle it as published now; if not, wait until ")
     assert len(svc.publications()) == 0  # not yet
     ends = shown(state_dir)["effects"][0]["window_ends"]
     before = snapshot(state_dir)
@@ -519,3 +519,19 @@ def test_a_connection_refused_after_an_earlier_send_of_the_attempt_is_not_settle
         assert len(back.publications()) == 1
     finally:
         back.stop()
+
+
+def test_a_service_that_ignores_the_key_though_declared_to_keep_it_is_never_sent_a_call_twice(service, state_dir):
+    """``HITL_PUBLISH_IDEMPOTENCY=key`` (the default) for a provider that ignores the key: its answer
+    lost after it acted, the program asks before trying again, learns that the provider has no
+    lookup by key (404), and stops: in doubt, never sent again (it used to publish 3 times per
+    command)."""
+    svc = service(dedup=False, lose_answer=1)
+    start(state_dir, svc.url)
+    for _ in range(2):
+        r = cli(state_dir, svc.url, *APPROVE)
+        stopped(r, "is in doubt", "does not deduplicate by the key", "nothing will be sent again")
+        assert len(svc.publications()) == 1 and svc.posts() == 1
+    r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "published", "--by", "bea")
+    assert r.code == 0 and "completed" in r.out, r.err
+    assert len(svc.publications()) == 1

@@ -48,10 +48,11 @@ def test_show_names_the_effect_in_doubt_and_the_settle_command(cli, in_doubt, se
     lines = r.out.splitlines()
     assert lines[1].startswith("outcome: in_doubt;")
     assert lines[2].startswith(f"effect: blog through {service[0]}: IN DOUBT (attempt 1")
-    # a request given up may still act until the attempt's window ends: "wait until", never "look now"
-    assert "wait until " in lines[2] and "(a request may still act until then)" in lines[2]
-    assert lines[3].startswith("next: wait until ") and ", look at the service, then python run.py settle " \
-        "--task n1 --outcome published --by NAME" in lines[3]
+    # a request given up may still act until the attempt's window ends: "published" may be settled
+    # at once, "not published" only after the window ("wait until"), never "look now and settle"
+    assert "if it is there, settle it as published now; if not, wait until " in lines[2]
+    assert lines[3].startswith("next: look at the service; if it is there: python run.py settle --task n1 "
+                               "--outcome published --by NAME; if not, wait until ")
     assert "effect intent written for blog (attempt 1" in r.out
     j = json.loads(cli("show", "--task", in_doubt, "--json").out)
     assert j["outcome"]["status"] == "in_doubt" and j["service"] == service[0]
@@ -110,7 +111,7 @@ def test_the_inbox_shows_the_in_doubt_badge_and_the_settle_command_it_does_not_r
     seen = _visible(task.text)
     assert task.status_code == 200 and "in_doubt" in seen and "This inbox does not settle it." in seen
     # the attempt's window is open: wait, never "look now"
-    assert "A request may still reach it and act until" in seen and "wait until then, then look at the service" in seen
+    assert "if not, a request may still reach it and act until" in seen and "wait until then and look again" in seen
     assert "python run.py settle --task n1 --call call_" in seen and "--outcome published --by NAME" in seen
     assert 'class="decide"' not in task.text  # no Approve button for a call that may have happened
 

@@ -738,7 +738,8 @@ def test_a_truncated_checkpoint_names_the_line_and_column_and_the_next_step(cli,
         _stopped_where(cli, state_dir, args, f"checkpoint {path.parent.name}/{path.name} {says}")
     r = cli("list")
     r.assert_stopped()
-    assert f"checkpoint {path.parent.name}/{path.name} {says}" in r.err and "(python run.py doctor lists every problem" in r.err
+    assert f"checkpoint {path.parent.name}/{path.name} {says}" in r.err
+    assert "(python run.py doctor lists every problem" in r.err
 
 
 def test_every_record_cut_short_names_its_line_and_column_and_the_next_step(cli, state_dir):

@@ -16,7 +16,7 @@ import pytest
 
 from tools.publishing_client import PublishingClient, from_settings
 from tools.publishing_service import start_in_thread
-from workflow.external import Conflict, MayHaveActed, NotSent
+from workflow.external import Conflict, MayHaveActed, NotDeduplicating, NotSent
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "s3cret-token-for-tests-0123456789"
@@ -94,7 +94,7 @@ def test_without_dedup_every_post_creates_and_there_is_no_lookup(service):
     pubs = listed(url)
     assert len(pubs) == 2 and pubs[0]["id"] != pubs[1]["id"] and pubs[0]["idempotency_key"] is None
     assert httpx.get(f"{url}/v1/publications", params={"idempotency_key": "k1"}, headers=AUTH).status_code == 404
-    with pytest.raises(MayHaveActed):
+    with pytest.raises(NotDeduplicating, match="no lookup by idempotency key"):  # it shows it ignores keys
         PublishingClient(url, TOKEN, timeout_s=5).find("k1")
 
 

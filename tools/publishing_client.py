@@ -28,7 +28,7 @@ from typing import Any, NoReturn, Optional
 
 import httpx
 
-from workflow.external import Conflict, MayHaveActed, NotSent
+from workflow.external import Conflict, MayHaveActed, NotDeduplicating, NotSent
 
 PATH = "/v1/publications"
 #: The largest answer read, in bytes: a larger one is given up and counts as "may have acted".
@@ -190,11 +190,12 @@ class PublishingClient:
         """The publication the service holds under ``request_key`` (the first one whose
         ``idempotency_key`` is exactly ``request_key``: a service that ignores the filter and lists
         every publication never lends this key another's), or None when it holds none. Only a
-        deduplicating service can answer: a ``404`` (no lookup) raises :class:`MayHaveActed`, as do
-        the failures of :meth:`publish`; :class:`NotSent` when nothing reached it."""
+        deduplicating service can answer: a ``404`` (no lookup by key) raises
+        :class:`NotDeduplicating` (``HITL_PUBLISH_IDEMPOTENCY=key`` for a service that ignores the
+        key); the failures of :meth:`publish` raise as there; :class:`NotSent` when nothing reached it."""
         response = self._request("GET", {"idempotency_key": request_key})
         if response.status_code == 404:
-            raise MayHaveActed(f"GET {response.request.url}: 404, the service has no lookup by idempotency key")
+            raise NotDeduplicating(f"GET {response.request.url}: 404, the service has no lookup by idempotency key")
         if response.status_code != 200:
             _fail(response)
         data = _json(response)

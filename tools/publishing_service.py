@@ -183,22 +183,21 @@ class _Handler(BaseHTTPRequestHandler):
         pad = max(0, pad_to - len(data) - len(b',"padding":""'))
         if pad:  # {..., "padding": "xxxx…"}, written in pieces (never held whole)
             data = data[:-1] + b',"padding":"'
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data) + (pad + 2 if pad else 0)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-        if pad:
-            piece = b"x" * 65536
-            try:
-                while pad > 0:
-                    self.wfile.write(piece[:pad])
-                    pad -= min(pad, len(piece))
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data) + (pad + 2 if pad else 0)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+            if pad:
+                piece = b"x" * 65536
+                for start in range(0, pad, len(piece)):
+                    self.wfile.write(piece[:min(len(piece), pad - start)])
                 self.wfile.write(b'"}')
-            except OSError:  # the client gave up reading: its choice
-                self.close_connection = True
+        except OSError:  # the client gave up waiting or reading (its choice): what was done stands
+            self.close_connection = True
 
     def _drain(self, length: int) -> None:
         """Read and drop up to ``length`` bytes (at most 1 MiB) of a body refused unread."""

@@ -47,6 +47,12 @@ class MayHaveActed(Exception):
         self.retry = retry
 
 
+class NotDeduplicating(Exception):
+    """The provider shows that it does not deduplicate by the key, though the tool declares that it
+    does (its lookup by key does not exist: HTTP 404). A request already sent may have acted, and
+    one sent again may act again: the program never sends the call again; a human settles it."""
+
+
 class Conflict(Exception):
     """The service holds this idempotency key for other content (HTTP 409 from a deduplicating
     provider): never reported as done, never sent again by the program; a human must look and
@@ -155,8 +161,25 @@ def _tries(service: Service, deduplicates: bool) -> Any:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:300]
+    text = " ".join(str(exc).split())
+    if len(text) > 300:  # cut at a word, and say so
+        text = text[:300].rsplit(" ", 1)[0] + " …"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def advice(window_ends: Optional[str], now: Optional[Any] = None) -> str:
+    """What a person does about an effect that may have happened, its attempt's window ending at
+    ``window_ends`` (ISO-8601 UTC, or None: unknown or over), judged on the wall clock (``now``:
+    for tests; never the test seam): look at the service; if the effect is there, settle it
+    published at once; if not, and the window is still open, wait until it ends (a request may
+    still act until then), look again, then settle it."""
+    from state.clock import parse_iso, wall
+
+    if window_ends is not None and (now or wall()) < parse_iso(window_ends):
+        return (f"a human looks at the service: if it is there, settle it as published now; if not, wait until "
+                f"{window_ends} (a request may still reach it and act until then), look again, then settle it")
+    return "a human looks at the service, then settles it"
+
 
 
 def _answered(ask: Callable[..., Any]) -> Callable[..., Any]:
@@ -248,9 +271,8 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     if sent and not intent.deduplicates:
         raise Refused("in_doubt", [
             f"{what} is in doubt: a request was begun at {bound.sent_at if bound else intent.at} and the service at "
-            f"{intent.service}, which does not deduplicate, may have acted on it; nothing was sent again; a human must "
-            f"look at the service{' after ' + bound.window_ends if bound else ''} and settle it",
-            Next("settle", task_id, e.call_id)],
+            f"{intent.service}, which does not deduplicate, may have acted on it; nothing was sent again; "
+            f"{advice(bound.window_ends if bound else None)}", Next("settle", task_id, e.call_id)],
             task_id=task_id)
     # bound before any request: a deleted intent is then detected, never sent again
     started = wall()
@@ -262,7 +284,21 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
     failures: list[BaseException] = []  # each failed try of this command
 
+    def look_up() -> Any:
+        """The provider's record under this attempt's key, or None (a failed lookup: sending again
+        with the same key is as safe); :class:`NotDeduplicating` goes through."""
+        try:
+            found = _tries(service, True)(_answered(service.find), intent.request_key, call.arguments)
+        except (NotSent, MayHaveActed):
+            return None
+        # another key's record (a lookup that ignored the key) is never adopted
+        return found if found is not None and service.key_of(found) == intent.request_key else None
+
     def one_try(effect: Any) -> Any:
+        if failures and isinstance(failures[-1], MayHaveActed) and service.find is not None:
+            found = look_up()  # ask before sending again, in this command too: never guess
+            if found is not None:
+                return found
         try:
             return _answered(send)(effect)
         except Exception as exc:
@@ -271,15 +307,14 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
 
     failpoints.hit("effect:request:before")
     try:
-        found = None
-        if sent and service.find is not None:  # ask before sending again: never guess
-            try:
-                found = _tries(service, True)(_answered(service.find), intent.request_key, call.arguments)
-            except (NotSent, MayHaveActed):
-                found = None  # the lookup failed: sending again with the same key is as safe
-            if found is not None and service.key_of(found) != intent.request_key:
-                found = None  # another key's record (a lookup that ignored the key): never adopted
+        found = look_up() if sent and service.find is not None else None  # ask before sending again
         result = found if found is not None else _tries(service, intent.deduplicates)(one_try, effect)
+    except NotDeduplicating as exc:
+        raise Refused("in_doubt", [
+            f"{what} is in doubt: the service at {intent.service} shows it does not deduplicate by the key "
+            f"({_one_line(exc)}), though it is declared to; a request of it may have acted, and nothing will be sent "
+            f"again by the program; {advice(binding.window_ends)}", Next("settle", task_id, e.call_id)],
+            task_id=task_id) from None
     except Conflict as exc:
         if intent.deduplicates:
             raise Refused("effect_conflict", [
@@ -299,7 +334,8 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
                                                source="not_sent"))
             raise Refused("unconfirmed", [
                 f"{what}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
-                "recorded and nothing was published", Next("resume_again", task_id)], task_id=task_id) from None
+                "recorded and nothing was published", Next("resume_again", task_id), Next("or_fail", task_id)],
+                task_id=task_id) from None
         raise Refused("unconfirmed", [
             f"{what}: the service at {intent.service} did not confirm it (the last try: {_one_line(exc)}; an "
             "earlier request of this attempt may have reached it, and a repeat with the same Idempotency-Key cannot "
@@ -316,9 +352,8 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
         return call.record(result)
     raise Refused("in_doubt", [
         f"{what} is in doubt: the service at {intent.service}, which does not deduplicate, may have acted "
-        f"({_one_line(exc_for_doubt)}); nothing will be sent again by the program; a human must look at the "
-        f"service after {binding.window_ends} and settle it", Next("settle", task_id, e.call_id)],
-        task_id=task_id) from None
+        f"({_one_line(exc_for_doubt)}); nothing will be sent again by the program; {advice(binding.window_ends)}",
+        Next("settle", task_id, e.call_id)], task_id=task_id) from None
 
 
 def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None,
@@ -329,10 +364,12 @@ def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None,
     "not_sent", "sent", "window_ends"}``: ``state`` ``published`` (the ledger entry exists: ``entry``
     or read now), ``publishing`` (not confirmed; the same resume sends again: with the same
     ``request_key``, or, when ``not_sent`` (``{"by", "at", "reason", "source"}``) says the attempt was
-    settled as not done, as attempt ``attempt + 1`` with a new key; or the attempt was never sent)
-    or ``in_doubt`` (a provider without deduplication may have acted: a human settles it).
-    ``sent``: a request of the attempt may have been sent (the task's checkpoint ``cp`` binds it,
-    :class:`state.schema.EffectBinding`; True when ``cp`` is not given); ``window_ends``: until when a
+    settled as not done, as attempt ``attempt + 1`` with a new key; or the attempt was never sent),
+    ``in_doubt`` (a provider without deduplication may have acted: a human settles it) or
+    ``not_published`` (found not done or never sent, and the task ended ``failed``: none will be).
+    ``sent``: a request of the attempt may have been sent and it was not found not done (the task's
+    checkpoint ``cp`` binds it, :class:`state.schema.EffectBinding`; an intent of an earlier version
+    counts as sent; True when ``cp`` is not given and nothing was settled); ``window_ends``: until when a
     request of it could still act (ISO-8601 UTC; None: not known). ``intent``: the key's latest
     intent when the caller read it already (else it is read now). Raises ``Refused`` if a record is
     damaged."""
@@ -342,9 +379,12 @@ def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None,
     entry = entry if entry is not None else store.ledger_get(key)
     settled = None if entry is not None else store.settlement_get(key, intent.attempt)
     bound = cp.binding(key) if cp is not None else None
-    sent = cp is None or (bound is not None and bound.attempt == intent.attempt) or not intent.bound_first
+    sent = (cp is None or (bound is not None and bound.attempt == intent.attempt) or not intent.bound_first) \
+        and settled is None
     if entry is not None:
         state = "published"
+    elif cp is not None and cp.status == "failed" and not sent:
+        state = "not_published"  # found not done, and the task ended: it never will be
     elif intent.deduplicates or settled is not None or not sent:
         state = "publishing"
     else:

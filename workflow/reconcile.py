@@ -338,7 +338,9 @@ def begun_of(store: "Store", cp: "Checkpoint", key: str, entry: Optional[LedgerE
     found = effect_status(store, key, cp=cp)
     if found is None or found["state"] == "published":
         return None
-    return "not_sent" if found["not_sent"] is not None or not found["sent"] else found["state"]
+    if found["state"] == "not_published" or found["not_sent"] is not None or not found["sent"]:
+        return "not_sent"
+    return found["state"]
 
 
 def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[str] = None) -> Verdict:

@@ -416,12 +416,12 @@ def effect_text(e: dict[str, Any]) -> str:
     if e["state"] == "publishing":
         return (f"{where}: publishing ({since}; not confirmed; Idempotency-Key {one_line(e['request_key'])}): "
                 "the same resume sends it again with the same key")
-    from workflow.settlement import window_open
+    if e["state"] == "not_published":
+        return f"{where}: not published ({since}; found not done; the task ended)"
+    from workflow.external import advice
 
-    ends = window_open(e)
-    look = (f"wait until {one_line(ends)} (a request may still act until then), then look there and settle it"
-            if ends else "look there, then settle it")
-    return f"{where}: IN DOUBT ({since}): the service does not deduplicate and may have published it; {look}"
+    return (f"{where}: IN DOUBT ({since}): the service does not deduplicate and may have published it; "
+            f"{one_line(advice(e.get('window_ends')))}")
 
 
 def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:

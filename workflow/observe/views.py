@@ -80,7 +80,7 @@ def ledger_view(store: TaskStore) -> dict[str, Any]:
         if intent.idempotency_key not in recorded:
             cp = store.load(intent.task_id) if store.exists(intent.task_id) else None
             status = effect_status(store, intent.idempotency_key, intent=intent, cp=cp)  # not read again
-            if status is not None and status["state"] != "published":
+            if status is not None and status["state"] not in ("published", "not_published"):
                 in_flight.append({"idempotency_key": intent.idempotency_key, "state": status["state"],
                                   "service": intent.service, "attempt": intent.attempt, "since": intent.at,
                                   "task_id": intent.task_id, "channel": intent.channel})

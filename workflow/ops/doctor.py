@@ -218,11 +218,9 @@ def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | Non
     ``window_ends`` when that is ahead; ``effect_unconfirmed``: resume, or settle when the service
     cannot confirm it; ``effect_not_sent``: resume, or end it failed; the contradictions: a
     human), or None (the caller words it)."""
-    from workflow.settlement import window_open
+    from workflow.external import advice
 
-    wait = window_open({"window_ends": window_ends})
-    look = f"wait until {wait} (a request may still act until then), then look at the service, then " if wait \
-        else "a human must look at the service, then "
+    look = advice(window_ends) + ": "
     if kind == "effect_in_doubt" and call_id:
         return (look, Next("doctor_settle", task_id, call_id))
     if kind == "effect_unconfirmed" and call_id:

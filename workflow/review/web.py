@@ -438,7 +438,7 @@ def effect_badge(effect: dict[str, Any]) -> str:
     without a publication id)."""
     if effect["state"] == "published":
         return f"published as {effect['publication_id']}" if effect.get("publication_id") else "published"
-    return "in doubt" if effect["state"] == "in_doubt" else "publishing"
+    return {"in_doubt": "in doubt", "not_published": "not published"}.get(effect["state"], "publishing")
 
 
 def _effects_shown(row: Any, hint: Callable[[Next], str]) -> list[dict[str, Any]]:
