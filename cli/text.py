@@ -100,9 +100,6 @@ def effect_lines(task: dict[str, Any]) -> list[str]:
             why = "nothing reached the service" if n["source"] == "not_sent" else f"settled by {one_line(n['by'])}"
             out.append(f"  effect on {where}: publishing (attempt {e['attempt']} not published: {why}; the next "
                        f"resume sends it as attempt {e['attempt'] + 1}, with a new key)")
-        elif e["state"] == "publishing" and not e.get("sent", True):
-            out.append(f"  effect on {where}: publishing (attempt {e['attempt']} since {one_line(e['since'])}, "
-                       "never sent; the next resume sends it)")
         elif e["state"] == "publishing":
             out.append(f"  effect on {where}: publishing (attempt {e['attempt']} since {one_line(e['since'])}, "
                        f"not confirmed; Idempotency-Key {one_line(e['request_key'])})")

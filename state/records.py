@@ -110,10 +110,11 @@ class EffectIntent(BaseModel):
     service: str = Field(min_length=1, max_length=2000)
     deduplicates: bool
     at: str = Field(min_length=1, max_length=40)
-    #: True: written by a version that binds each attempt into the signed checkpoint before any
-    #: request of it (:class:`state.schema.EffectBinding`), so an attempt not bound was never sent.
-    #: False (an intent of an earlier version, adopted): a request may have left unbound.
-    bound_first: bool = False
+    #: Until when a request of this attempt, sent by the command that wrote it, could still reach the
+    #: provider and act (ISO-8601 UTC; :func:`workflow.external.window_s`); a later command that sends
+    #: the attempt again extends it in the checkpoint (:class:`state.schema.EffectBinding`). None in
+    #: an intent of an earlier version.
+    window_ends: Optional[str] = Field(default=None, min_length=1, max_length=40)
 
     @field_validator("task_id")
     @classmethod

@@ -500,7 +500,8 @@ class EffectBinding(_Strict):
     latest command's tries, each given up after its timeout, plus the time the provider is allowed
     to act on a request it received; both ISO-8601 UTC, on the wall clock). The intent record
     written before it holds the same attempt and key: an intent missing for a bound attempt was
-    deleted, and the call is never sent again."""
+    deleted, and the call is never sent again. A later command that sends the attempt again never
+    shortens ``window_ends``."""
 
     idempotency_key: str = Field(min_length=1, max_length=300)
     attempt: int = Field(ge=1, le=100)

@@ -278,7 +278,7 @@ REJECTION = by_path(closed=[("task_id",), ("content_sha256",), ("at",), ("channe
 #: An effect's write-ahead intent (``state.records.EffectIntent``): no free text; the call ID is open.
 INTENT = by_path(closed=[(k,) for k in ("idempotency_key", "attempt", "task_id", "channel", "action",
                                         "content_sha256", "request_key", "service", "deduplicates", "at",
-                                        "bound_first")],
+                                        "window_ends")],
                  open_=[("call_id",)])
 
 #: A settlement (``state.records.Settlement``): only ``reason`` is free text.

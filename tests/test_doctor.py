@@ -340,7 +340,7 @@ def _begun(state_dir, key, *, deduplicates, decision="approve", sent=True):
     store.intent_record(EffectIntent(
         idempotency_key=key, attempt=1, task_id=key, channel=channel, call_id=call_id,
         action=cp.action, content_sha256=cp.expected_sha256(channel), request_key="b" * 32, service=SERVICE,
-        deduplicates=deduplicates, at=clock.now_iso(), bound_first=True))
+        deduplicates=deduplicates, at=clock.now_iso()))
     return call_id
 
 

@@ -226,16 +226,113 @@ def test_a_deleted_intent_is_detected_and_nothing_is_sent(service, state_dir, tm
     assert svc.posts() == before and len(svc.publications()) == 1
 
 
-def test_an_intent_never_bound_was_never_sent_and_is_sent_now(service, state_dir, tmp_path):
-    """Killed after the intent and before the binding: no request can have left, even at a provider
-    that cannot deduplicate: the next resume sends it (once), and nothing is in doubt."""
+def test_the_newest_checkpoint_revision_deleted_after_a_send_sends_nothing_again(service, state_dir, tmp_path):
+    """The attempt's binding is in the newest revision; deleting that one file (no key needed) must
+    not make the attempt look never sent: its intent alone says it was begun, so at a provider that
+    cannot deduplicate the call is in doubt, with the intent's own window."""
+    svc = service(dedup=False, lose_answer=1)
+    start(state_dir, svc.url, idempotency="none")
+    stopped(cli(state_dir, svc.url, *APPROVE, idempotency="none"), "is in doubt")
+    assert len(svc.publications()) == 1
+    from conftest import checkpoint_file
+
+    checkpoint_file(state_dir, KEY).unlink()  # the revision that bound the attempt
+    task = shown(state_dir)
+    assert task["status"] == "in_doubt" and task["effects"][0]["window_ends"]
+    stopped(cli(state_dir, svc.url, *APPROVE, idempotency="none"), "is in doubt")
+    assert svc.posts() == 1 and len(svc.publications()) == 1
+
+
+def test_a_deleted_intent_of_a_call_in_doubt_never_lets_the_task_fail_as_nothing_done(service, state_dir):
+    """The intent of a call in doubt deleted by hand: the checkpoint still binds its attempt, so
+    status, doctor and fail all see that an effect may have happened; none says "nothing was done"."""
+    svc = service(dedup=False, lose_answer=1)
+    start(state_dir, svc.url, idempotency="none")
+    stopped(cli(state_dir, svc.url, *APPROVE, idempotency="none"), "is in doubt")
+    for path in (state_dir / "effects").iterdir():
+        path.unlink()
+    before = snapshot(state_dir)
+    stopped(cli(state_dir, svc.url, "fail", "--task", KEY, "--by", "bob", "--reason", "gone",
+                idempotency="none"), "intent record is missing", "it may have happened")
+    stopped(cli(state_dir, svc.url, "status", "--task", KEY, idempotency="none"), "intent record is missing")
+    report = in_process(state_dir, "doctor", "--json")
+    assert report.code == 1 and any("intent record is missing" in f["detail"] for f in report.json()["findings"])
+    assert snapshot(state_dir) == before and len(svc.publications()) == 1
+
+
+def test_a_later_resume_never_shortens_the_window(service, state_dir):
+    """A resume with a shorter HITL_PUBLISH_SETTLE_AFTER re-binds the attempt: its window keeps the
+    earlier command's end, so settling "not published" stays refused until then."""
+    svc = service(act_after=30)  # acts long after every command has given up
+    start(state_dir, svc.url)
+    slow = {"HITL_PUBLISH_TIMEOUT": "0.2", "HITL_PUBLISH_ATTEMPTS": "1"}
+    stopped(cli(state_dir, svc.url, *APPROVE, HITL_PUBLISH_SETTLE_AFTER="120", **slow), "did not confirm it")
+    first = shown(state_dir)["effects"][0]["window_ends"]
+    stopped(cli(state_dir, svc.url, *APPROVE, HITL_PUBLISH_SETTLE_AFTER="0", **slow), "did not confirm it")
+    assert shown(state_dir)["effects"][0]["window_ends"] == first
+    stopped(cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "not-published", "--by", "bob"),
+            f"act until {first}")
+
+
+def test_a_restored_state_dir_and_an_outage_never_move_a_deduplicating_provider_to_a_new_key(service, state_dir,
+                                                                                             tmp_path):
+    """Restored from before the approval, then the service down: the program must not call the
+    attempt "not sent" on its own (the provider may hold it from before the restore) and move to a
+    new key; with the same key again, the provider answers with the first publication."""
+    svc = service()
+    start(state_dir, svc.url)
+    backup = tmp_path / "backup"
+    shutil.copytree(state_dir, backup)
+    assert cli(state_dir, svc.url, *APPROVE).code == 0
+    [first] = svc.publications()
+    shutil.rmtree(state_dir)
+    shutil.copytree(backup, state_dir)
+    url, port, data = svc.url, int(svc.url.rsplit(":", 1)[1]), svc.data_dir
+    svc.stop()
+    stopped(cli(state_dir, url, *APPROVE, HITL_PUBLISH_ATTEMPTS="1"), "nothing reached the service")
+    assert shown(state_dir)["effects"][0]["not_sent"] is None  # attempt 1 kept
+    back = Service(data, port=port)
+    try:
+        r = cli(state_dir, url, *APPROVE)
+        assert r.code == 0 and r.json()["status"] == "completed", r.err
+        assert back.publications() == [first]
+    finally:
+        back.stop()
+
+
+def test_the_kind_of_provider_is_pinned_to_the_task_like_its_url(service, state_dir):
+    """Begun with ``HITL_PUBLISH_IDEMPOTENCY=none``, resumed from a shell without it (``key``): a
+    provider that cannot deduplicate would be sent retries. Refused, nothing sent."""
     svc = service(dedup=False)
     start(state_dir, svc.url, idempotency="none")
-    crash(state_dir, svc.url, "checkpoint:effect:before", tmp_path / "fp.log", idempotency="none")
-    assert shown(state_dir)["status"] == "publishing" and svc.posts() == 0
-    r = cli(state_dir, svc.url, *APPROVE, idempotency="none")
-    assert r.code == 0 and r.json()["status"] == "completed", r.err
-    assert len(svc.publications()) == 1
+    url = svc.url
+    svc.stop()
+    stopped(cli(state_dir, url, *APPROVE, idempotency="none", HITL_PUBLISH_ATTEMPTS="1"), "nothing reached")
+    back = Service(svc.data_dir, port=int(url.rsplit(":", 1)[1]), dedup=False)
+    try:
+        r = cli(state_dir, url, *APPROVE)  # HITL_PUBLISH_IDEMPOTENCY=key now
+        stopped(r, "which does not deduplicate", "which deduplicates", "nothing was sent")
+        assert back.posts() == 0
+    finally:
+        back.stop()
+
+
+def test_a_publication_of_other_content_than_sent_is_never_recorded_as_this_calls(service, state_dir, monkeypatch):
+    """The provider answers with a publication whose body is not what was sent (it changed it):
+    never recorded as published; a person looks (a 409-like conflict at a deduplicating provider)."""
+    from tools.publishing_client import PublishingClient
+
+    svc = service()
+    start(state_dir, svc.url)
+    real = PublishingClient.publish
+
+    def altered(self, request_key, title, body, channel):  # what a provider that edits content answers
+        return {**real(self, request_key, title, body, channel), "body": body + " [edited by the provider]"}
+
+    monkeypatch.setattr(PublishingClient, "publish", altered)
+    r = cli(state_dir, svc.url, *APPROVE)
+    stopped(r, "holds other content than was sent")
+    assert not ledger_entries(state_dir)
 
 
 # -- 8. an answer has a size bound ------------------------------------------------------------------
@@ -280,9 +377,13 @@ def _person(state_dir: Path, svc: Any, idempotency: str, env: dict[str, str]) ->
     """A person who follows the printed ``next:`` line of ``status`` until the task ends: waits
     where told to, looks at the service before settling (published if a publication with the
     task's draft is there), tries the commands in the order printed and takes the first that
-    moves the task. Returns the statuses seen; fails if a printed command moves nothing."""
-    seen = []
-    for _ in range(8):
+    moves the task; a command that only led back to where the task stood before (a resume to a
+    service gone for good) is not tried again. Returns the statuses seen; fails if a printed command
+    moves nothing."""
+    seen: list[str] = []
+    been: list[tuple[Any, ...]] = []
+    useless: set[str] = set()
+    for _ in range(10):
         r = cli(state_dir, svc.url, "status", "--task", KEY, idempotency=idempotency, **env)
         assert r.code == 0, r.err
         status = r.out.split(": ", 1)[1].split(" (", 1)[0]
@@ -296,7 +397,8 @@ def _person(state_dir: Path, svc: Any, idempotency: str, env: dict[str, str]) ->
 
             time.sleep(max(0.0, (parse_iso(wait.group(1)) - wall()).total_seconds()) + 0.1)
         moved = False
-        for argv in _commands(line):
+        commands = _commands(line)
+        for argv in [c for c in commands if c[0] not in useless] or commands:
             if argv[0] == "settle":
                 there = [p for p in svc.publications() if p["body"] == "Published once."]
                 argv = [*argv[:argv.index("--outcome") + 1], "published" if there else "not-published",
@@ -312,6 +414,9 @@ def _person(state_dir: Path, svc: Any, idempotency: str, env: dict[str, str]) ->
             after = cli(state_dir, svc.url, "status", "--task", KEY, "--json", idempotency=idempotency).json()
             if _where(after) != _where(before):
                 moved = True
+                if _where(after) in been:
+                    useless.add(argv[0])
+                been.append(_where(before))
                 break
         assert moved, f"nothing printed moved the task from {status}: {line}"
         assert len([p for p in svc.publications() if p["body"] == "Published once."]) <= 1
@@ -463,11 +568,11 @@ def test_the_documented_answer_table_is_the_clients():
 def test_the_public_fail_ends_a_task_whose_service_is_gone_for_good(service, state_dir):
     import workflow
 
-    svc = service()
-    start(state_dir, svc.url)
+    svc = service(dedup=False)
+    start(state_dir, svc.url, idempotency="none")
     url = svc.url
     svc.stop()
-    stopped(cli(state_dir, url, *APPROVE, HITL_PUBLISH_ATTEMPTS="1"), "nothing reached the service")
+    stopped(cli(state_dir, url, *APPROVE, idempotency="none", HITL_PUBLISH_ATTEMPTS="1"), "nothing reached the service")
     store = workflow.open_store(str(state_dir))
     with pytest.raises(workflow.Refused) as bad:
         workflow.fail(store, KEY, reason="x" * 2000, by="ann")
@@ -479,8 +584,8 @@ def test_the_public_fail_ends_a_task_whose_service_is_gone_for_good(service, sta
 
 def test_an_intent_of_an_earlier_version_is_never_taken_as_never_sent(service, state_dir):
     """An earlier version sent requests without binding the attempt into the checkpoint: its intent
-    (adopted after a person vouched for it) has no ``bound_first``, so a missing binding proves
-    nothing, and at a provider that cannot deduplicate the call is in doubt, not sent again."""
+    (adopted after a person vouched for it) has no window and no binding, which proves nothing: at a
+    provider that cannot deduplicate the call is in doubt, not sent again."""
     from conftest import plant_record
     from state.files.store import Store
 

@@ -351,14 +351,14 @@ def test_settled_as_not_published_goes_back_to_publishing_and_the_next_resume_se
 
 
 @pytest.mark.parametrize("dedup", [True, False])
-def test_settle_is_refused_where_nothing_was_sent_and_changes_nothing(service, state_dir, tmp_path, dedup):
-    """An intent written, the process killed before its attempt was bound into the checkpoint: no
-    request of it can have been sent, so there is nothing to settle (the next resume sends it)."""
+def test_settle_is_refused_where_nothing_was_begun_and_changes_nothing(service, state_dir, tmp_path, dedup):
+    """The process killed before the intent: nothing was begun, so there is nothing to settle (the
+    next resume sends it)."""
     svc = service(dedup=dedup)
     idempotency = "key" if dedup else "none"
     start(state_dir, svc.url, idempotency=idempotency)
-    crash(state_dir, svc.url, "checkpoint:effect:before", tmp_path / "fp.log", idempotency=idempotency)
-    assert shown(state_dir)["status"] == "publishing"  # never sent: not in doubt, whatever the provider
+    crash(state_dir, svc.url, "effect:intent:before", tmp_path / "fp.log", idempotency=idempotency)
+    assert shown(state_dir)["status"] == "waiting_for_approval"  # an approval recorded, nothing begun
     before = snapshot(state_dir)
     for outcome in ("published", "not-published"):
         r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", outcome, "--by", "bea",
@@ -424,12 +424,13 @@ def test_an_intent_whose_content_fingerprint_was_edited_stops_the_command_and_se
 def test_a_call_in_doubt_stays_in_doubt_after_the_setting_is_switched_to_key(service, state_dir):
     """Whether a call may be sent again is judged by what the intent recorded when it was sent
     (a provider that does not deduplicate), not by ``HITL_PUBLISH_IDEMPOTENCY`` now: switched to
-    ``key`` afterwards, the call is still in doubt and nothing is sent again."""
+    ``key`` afterwards, the command is refused (the kind of provider is the task's, like its URL),
+    the call is still in doubt and nothing is sent again."""
     svc = service(dedup=False, lose_answer=1)
     _in_doubt(state_dir, svc)
     for _ in range(2):
         r = cli(state_dir, svc.url, *APPROVE, idempotency="key")
-        stopped(r, "is in doubt", "nothing was sent again")
+        stopped(r, "which does not deduplicate", "which deduplicates", "nothing was sent")
         assert svc.posts() == 1 and len(svc.publications()) == 1
     assert shown(state_dir)["status"] == "in_doubt" and not ledger_entries(state_dir)
 

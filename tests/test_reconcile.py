@@ -156,19 +156,22 @@ def _build(cli, state_dir: Path, ev: Evidence) -> None:
         tool=call["tool"], arguments_sha256=arguments_sha256(call["arguments"]), channel="blog", always=False,
         source="human")
     rec = decision.model_dump(mode="json") if decision else None
-    # an attempt that may have been sent is bound into the checkpoint (not_sent: its intent only)
+    # the attempt is bound into the checkpoint (not_sent: and then settled as not done)
     bound = [{"idempotency_key": KEY, "attempt": 1, "request_key": "a" * 32, "sent_at": clock.now_iso(),
-              "window_ends": clock.now_iso()}] if ev.begun in MAY_HAVE else []
+              "window_ends": clock.now_iso()}] if ev.begun else []
     resign(state_dir, path, lambda d: d.update(status=ev.status, decision=rec, decisions=[rec] if rec else [],
                                                **({"service": SERVICE, "effects": bound} if ev.begun else {})))
     store = Store(state_dir)
-    if ev.begun:  # the intent the gate writes before its request (no settlement: publishing or in doubt)
-        from state.records import EffectIntent
+    if ev.begun:  # the intent the gate writes before its request (a settlement for not_sent)
+        from state.records import EffectIntent, Settlement
 
         store.intent_record(EffectIntent(
             idempotency_key=KEY, attempt=1, task_id=KEY, channel="blog", call_id=call["call_id"],
             action="publish_draft", content_sha256=cp["content_sha256"], request_key="a" * 32, service=SERVICE,
-            deduplicates=ev.begun != "in_doubt", at=clock.now_iso(), bound_first=True))
+            deduplicates=ev.begun != "in_doubt", at=clock.now_iso()))
+        if ev.begun == "not_sent":
+            store.settlement_record(Settlement(idempotency_key=KEY, attempt=1, task_id=KEY, by="tester",
+                                               at=clock.now_iso(), source="human"))
     if ev.entry:
         Ledger(store.ledger_dir).record(key=KEY, task_id=KEY, action="publish_draft", title="T",
                content_sha256=cp["content_sha256"])

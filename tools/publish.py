@@ -113,4 +113,8 @@ def publish_draft(effect: Effect, title: str, body: str, channel: Optional[str] 
     found = publishing_client.from_settings()
     if found is None:  # the setting went away mid-run: the gate checked it, so this is a race
         raise external.NotSent("HITL_PUBLISH_URL is no longer set", retry=False)
-    return found[0].publish(effect.request_key, title, body, effect.channel)
+    publication = found[0].publish(effect.request_key, title, body, effect.channel)
+    sent = {"title": title, "body": body, "channel": effect.channel}
+    if any(publication.get(k) != v for k, v in sent.items()):  # what it holds is not what was approved
+        raise external.Conflict(f"publication {str(publication.get('id'))[:40]!r} holds other content than was sent")
+    return publication

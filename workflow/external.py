@@ -196,27 +196,43 @@ def _answered(ask: Callable[..., Any]) -> Callable[..., Any]:
     return answered
 
 
-def _attempt_of(store: Any, cp: Any, key: str, task_id: str, action: str, sha: str) -> tuple[Any, Any, bool]:
-    """The attempt this command works on: ``(intent or None, binding or None, sent)``. ``sent``:
-    a request of the latest intent's attempt may have been sent (its binding is in the checkpoint).
-    Raises :class:`Refused` (``integrity``, nothing sent) when the checkpoint binds an attempt whose
-    intent is missing or holds another key (a record deleted or edited by hand)."""
-    from state.errors import Next, Refused
+def _attempt_of(store: Any, cp: Any, key: str, task_id: str, action: str, sha: str) -> tuple[Any, Any]:
+    """The latest attempt of ``key``: ``(intent or None, binding or None)``, checked against each
+    other. Raises :class:`Refused` (``integrity``, nothing sent) when the checkpoint binds an
+    attempt whose intent is missing or holds another key (a record deleted or edited by hand), and
+    (``ledger_mismatch``) when the intent is for another task, action or content."""
     from state.records import check_intent_for
 
     intent = store.intent_get(key)
-    bound = cp.binding(key)
     if intent is not None:
         check_intent_for(intent, task_id=task_id, content_sha256=sha, action=action)
+    bound = check_bound(cp, key, intent, action)
+    return intent, bound
+
+
+def check_bound(cp: Any, key: str, intent: Any, action: str = "the effect") -> Any:
+    """The :class:`state.schema.EffectBinding` of ``key`` in ``cp`` (or None) after checking that the
+    intent the store holds (``intent``, or None) is the one it binds, or a later attempt. Raises
+    :class:`Refused` (``integrity``): an intent missing for a bound attempt, or one under another
+    key, was deleted or edited by hand; nothing may be judged from what is left."""
+    from state.errors import Next, Refused
+
+    bound = cp.binding(key)
     if bound is not None and (intent is None or intent.attempt < bound.attempt
                               or (intent.attempt == bound.attempt and intent.request_key != bound.request_key)):
         raise Refused("integrity", [
-            f"{action} for task {task_id}: the checkpoint records that attempt {bound.attempt} of its effect was "
+            f"{action} for task {cp.task_id}: the checkpoint records that attempt {bound.attempt} of its effect was "
             f"begun (Idempotency-Key {bound.request_key}), but its intent record is "
-            f"{'missing' if intent is None or intent.attempt < bound.attempt else 'for another key'}; nothing was "
-            "sent; a human must check", Next("doctor")], task_id=task_id)
-    sent = intent is not None and ((bound is not None and bound.attempt == intent.attempt) or not intent.bound_first)
-    return intent, bound, sent
+            f"{'missing' if intent is None or intent.attempt < bound.attempt else 'for another key'}; it may have "
+            "happened; nothing was sent; a human must check", Next("doctor")], task_id=cp.task_id)
+    return bound
+
+
+def _later(a: Optional[str], b: Optional[str]) -> Optional[str]:
+    """The later of two ISO-8601 UTC times (either may be None)."""
+    from state.clock import parse_iso
+
+    return max((t for t in (a, b) if t is not None), key=parse_iso, default=None)
 
 
 def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[Any, Any, bool]:
@@ -226,23 +242,26 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     Returns ``(result, entry, created)`` as the local path does.
 
     1. The write-ahead intent of the attempt, durable before any request
-       (:meth:`state.store.TaskStore.intent_record`). Its ``request_key`` is derived
-       (:func:`request_key`), so every try of the attempt, and any copy of the state dir, sends the
-       same ``Idempotency-Key``. An attempt settled as not done is followed by a new one.
+       (:meth:`state.store.TaskStore.intent_record`), with the end of its window. Its
+       ``request_key`` is derived (:func:`request_key`), so every try of the attempt, and any copy
+       of the state dir, sends the same ``Idempotency-Key``. An attempt settled as not done is
+       followed by a new one, with the provider's kind the first attempt was made with.
     2. The attempt bound into the signed checkpoint (:class:`state.schema.EffectBinding`, event
-       ``effect_bound``), with the end of its window, before any request; an intent missing for a
-       bound attempt stops the call. An intent whose attempt was never bound was never sent.
-    3. An attempt that may have been sent by an earlier command: with a deduplicating provider the
-       service is asked (``find``; a record counts only under this attempt's key) and then sent the
-       same key again; with one that cannot deduplicate nothing is sent: the call is in doubt and a
-       human settles it.
-    4. The request, retried by :func:`_tries`; the outcome recorded in the ledger; only then is the
-       model told.
+       ``effect_bound``), its window never shortened, before any request; an intent missing for a
+       bound attempt stops the call.
+    3. An attempt an earlier command began (its intent is there, whether or not it was bound): with
+       a deduplicating provider the service is asked (``find``; a record counts only under this
+       attempt's key) and then sent the same key again; with one that cannot deduplicate nothing is
+       sent: the call is in doubt and a human settles it.
+    4. The request, retried by :func:`_tries`, the lookup asked before each retry, and the records
+       read again right before each try (an attempt settled or taken over by another process
+       meanwhile is never sent); the outcome recorded in the ledger; only then is the model told.
 
     Raises :class:`state.errors.Refused`: ``in_doubt`` (nothing sent by this command: settle it),
     ``unconfirmed`` (not confirmed; the same command sends again with the same key), ``effect_conflict``
-    (the service holds the key for other content), ``service_changed`` (an intent for another service),
-    ``integrity`` (a bound attempt's intent is missing).
+    (the service holds the key for other content), ``service_changed`` (an intent for another
+    service, or another kind of provider), ``integrity`` (a bound attempt's intent is missing),
+    ``stale_revision`` (another process took the attempt over), ``refused`` (the most attempts made).
     """
     from datetime import timedelta
 
@@ -250,39 +269,60 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     from state.clock import iso, now_iso, wall
     from state.errors import Next, Refused
     from state.integrity import load_key
-    from state.records import EffectIntent
+    from state.records import MAX_ATTEMPTS, EffectIntent
     from state.schema import EffectBinding
 
     store, e, cp = call.store, call.effect, call.cp
     key, task_id = e.idempotency_key, e.task_id
-    intent, bound, sent = _attempt_of(store, cp, key, task_id, e.action, call.sha)
-    if intent is not None and intent.service != service.url:
-        raise Refused("service_changed", f"{e.action} for task {task_id}: its effect was begun with the service at "
-                      f"{intent.service}, not {service.url}; nothing was sent", task_id=task_id)
-    if intent is None or store.settlement_get(key, intent.attempt) is not None:
+    what = f"{e.action} for task {task_id} on {e.channel}"
+    intent, bound = _attempt_of(store, cp, key, task_id, e.action, call.sha)
+    if intent is not None and (intent.service, intent.deduplicates) != (service.url, service.deduplicates):
+        kind = {True: "deduplicates", False: "does not deduplicate"}
+        raise Refused("service_changed", [
+            f"{what}: its effect was begun with the service at {intent.service}, which {kind[intent.deduplicates]}, "
+            f"but this process has the service at {service.url}, which {kind[service.deduplicates]}; nothing was "
+            "sent", Next("shows_status", task_id)], task_id=task_id)
+    started = wall()
+    window = window_s(service)
+    fresh = intent is None or store.settlement_get(key, intent.attempt) is not None
+    if fresh:
         attempt = 1 if intent is None else intent.attempt + 1
+        if attempt > MAX_ATTEMPTS:
+            raise Refused("refused", [f"{what}: its effect was tried {MAX_ATTEMPTS} times, each found not done; "
+                                      "nothing was sent", Next("or_fail", task_id)], task_id=task_id)
         derived = request_key(load_key(store.root, create=False), cp.state_id, key, attempt)
-        intent, _created = store.intent_record(EffectIntent(
+        intent, fresh = store.intent_record(EffectIntent(
             idempotency_key=key, attempt=attempt, task_id=task_id, channel=e.channel, call_id=e.call_id,
             action=e.action, content_sha256=call.sha, request_key=derived, service=service.url,
-            deduplicates=service.deduplicates, at=now_iso(), bound_first=True))
-        sent = ((b := cp.binding(key)) is not None and b.attempt == intent.attempt) or not intent.bound_first
-    what = f"{e.action} for task {task_id} on {e.channel}"
-    if sent and not intent.deduplicates:
+            deduplicates=service.deduplicates, at=iso(started),
+            window_ends=iso(started + timedelta(seconds=window))))
+    if not fresh and not intent.deduplicates:  # begun by an earlier command: it may have acted
+        ends = _later(intent.window_ends, bound.window_ends if bound and bound.attempt == intent.attempt else None)
         raise Refused("in_doubt", [
-            f"{what} is in doubt: a request was begun at {bound.sent_at if bound else intent.at} and the service at "
-            f"{intent.service}, which does not deduplicate, may have acted on it; nothing was sent again; "
-            f"{advice(bound.window_ends if bound else None)}", Next("settle", task_id, e.call_id)],
-            task_id=task_id)
-    # bound before any request: a deleted intent is then detected, never sent again
-    started = wall()
+            f"{what} is in doubt: a request was begun at {intent.at} and the service at {intent.service}, which "
+            f"does not deduplicate, may have acted on it; nothing was sent again; {advice(ends)}",
+            Next("settle", task_id, e.call_id)], task_id=task_id)
+    # bound before any request, its window never shortened: a deleted intent is then detected
+    mine = bound if bound is not None and bound.attempt == intent.attempt else None
     binding = EffectBinding(idempotency_key=key, attempt=intent.attempt, request_key=intent.request_key,
-                            sent_at=iso(started), window_ends=iso(started + timedelta(seconds=window_s(service))))
-    store.save_revision(cp, failpoint="checkpoint:effect", event=("effect_bound", {
+                            sent_at=iso(started), window_ends=_later(
+                                iso(started + timedelta(seconds=window)), mine.window_ends if mine else None) or "")
+    bound_cp = store.save_revision(cp, failpoint="checkpoint:effect", event=("effect_bound", {
         "idempotency_key": key, "attempt": intent.attempt, "call_id": e.call_id, "window_ends": binding.window_ends}),
         effects=[*(b for b in cp.effects if b.idempotency_key != key), binding])
     effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
     failures: list[BaseException] = []  # each failed try of this command
+
+    def still_mine() -> None:
+        """Right before a request: the attempt is not settled, and the checkpoint still binds it as
+        this command did (no other process took it over while this one waited, whatever the lock
+        files say). Raises :class:`Refused`, nothing sent."""
+        latest = store.load(task_id)
+        if latest.binding(key) != binding or store.settlement_get(key, intent.attempt) is not None:
+            raise Refused("stale_revision", [
+                f"{what}: while this command waited, another process settled or took over attempt "
+                f"{intent.attempt} (revision {bound_cp.revision} -> {latest.revision}); nothing was sent by this "
+                "command", Next("shows_status", task_id)], task_id=task_id)
 
     def look_up() -> Any:
         """The provider's record under this attempt's key, or None (a failed lookup: sending again
@@ -299,6 +339,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
             found = look_up()  # ask before sending again, in this command too: never guess
             if found is not None:
                 return found
+        still_mine()
         try:
             return _answered(send)(effect)
         except Exception as exc:
@@ -307,7 +348,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
 
     failpoints.hit("effect:request:before")
     try:
-        found = look_up() if sent and service.find is not None else None  # ask before sending again
+        found = look_up() if not fresh and service.find is not None else None  # ask before sending again
         result = found if found is not None else _tries(service, intent.deduplicates)(one_try, effect)
     except NotDeduplicating as exc:
         raise Refused("in_doubt", [
@@ -323,23 +364,27 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
                 "service and settle it", Next("settle", task_id, e.call_id)], task_id=task_id) from None
         exc_for_doubt: BaseException = exc
     except NotSent as exc:
-        # provably not sent: no try of this command reached the service, and no earlier command sent
-        # this attempt (a provider that cannot deduplicate never has it sent twice); the next
-        # command sends it once more, as a new attempt
-        if all(isinstance(f, NotSent) for f in failures) and not sent:
-            from state.records import Settlement
+        # provably not sent, at a provider that cannot deduplicate: no try of this command reached it,
+        # and this command began the attempt; the next one sends it once more, as a new attempt. A
+        # deduplicating provider keeps the attempt: sending its key again is always safe, and a
+        # local "not sent" can be wrong (a restored state dir forgets an earlier send)
+        if all(isinstance(f, NotSent) for f in failures) and fresh:
+            if not intent.deduplicates:
+                from state.records import Settlement
 
-            store.settlement_record(Settlement(idempotency_key=key, attempt=intent.attempt, task_id=task_id,
-                                               by="program", at=now_iso(), reason=_one_line(exc)[:500],
-                                               source="not_sent"))
+                store.settlement_record(Settlement(idempotency_key=key, attempt=intent.attempt, task_id=task_id,
+                                                   by="program", at=now_iso(), reason=_one_line(exc)[:500],
+                                                   source="not_sent"))
             raise Refused("unconfirmed", [
                 f"{what}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
-                "recorded and nothing was published", Next("resume_again", task_id), Next("or_fail", task_id)],
-                task_id=task_id) from None
+                "recorded and nothing was published", Next("resume_again", task_id),
+                *([] if intent.deduplicates else [Next("or_fail", task_id)])], task_id=task_id) from None
         raise Refused("unconfirmed", [
             f"{what}: the service at {intent.service} did not confirm it (the last try: {_one_line(exc)}; an "
             "earlier request of this attempt may have reached it, and a repeat with the same Idempotency-Key cannot "
             "act twice)", Next("resume_again", task_id)], task_id=task_id) from None
+    except Refused:
+        raise  # still_mine: nothing sent
     except Exception as exc:
         if intent.deduplicates:
             raise Refused("unconfirmed", [
@@ -364,23 +409,23 @@ def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None,
     "not_sent", "sent", "window_ends"}``: ``state`` ``published`` (the ledger entry exists: ``entry``
     or read now), ``publishing`` (not confirmed; the same resume sends again: with the same
     ``request_key``, or, when ``not_sent`` (``{"by", "at", "reason", "source"}``) says the attempt was
-    settled as not done, as attempt ``attempt + 1`` with a new key; or the attempt was never sent),
+    settled as not done, as attempt ``attempt + 1`` with a new key),
     ``in_doubt`` (a provider without deduplication may have acted: a human settles it) or
-    ``not_published`` (found not done or never sent, and the task ended ``failed``: none will be).
-    ``sent``: a request of the attempt may have been sent and it was not found not done (the task's
-    checkpoint ``cp`` binds it, :class:`state.schema.EffectBinding`; an intent of an earlier version
-    counts as sent; True when ``cp`` is not given and nothing was settled); ``window_ends``: until when a
-    request of it could still act (ISO-8601 UTC; None: not known). ``intent``: the key's latest
-    intent when the caller read it already (else it is read now). Raises ``Refused`` if a record is
-    damaged."""
+    ``not_published`` (found not done, and the task ended ``failed``: none will be).
+    ``sent``: a request of the attempt may have been sent (it was begun, and not found not done);
+    ``window_ends``: until when a request of it could still act (ISO-8601 UTC, the later of the
+    intent's and the checkpoint's binding's; None: not known). ``intent``: the key's latest intent
+    when the caller read it already (else it is read now); ``cp``: the task's checkpoint, whose
+    binding is checked against the intent.
+    Raises ``Refused`` if a record is damaged, or a bound attempt's intent is missing."""
     intent = intent if intent is not None else store.intent_get(key)
+    bound = check_bound(cp, key, intent) if cp is not None else None  # a deleted intent: raises
     if intent is None:
         return None
     entry = entry if entry is not None else store.ledger_get(key)
     settled = None if entry is not None else store.settlement_get(key, intent.attempt)
-    bound = cp.binding(key) if cp is not None else None
-    sent = (cp is None or (bound is not None and bound.attempt == intent.attempt) or not intent.bound_first) \
-        and settled is None
+    mine = bound if bound is not None and bound.attempt == intent.attempt else None
+    sent = settled is None  # an attempt begun may have been sent, unless it was found not done
     if entry is not None:
         state = "published"
     elif cp is not None and cp.status == "failed" and not sent:
@@ -396,7 +441,8 @@ def effect_status(store: Any, key: str, entry: Any = None, intent: Any = None,
             "settled_by": getattr(entry, "settled_by", None),
             "not_sent": None if settled is None else {"by": settled.by, "at": settled.at, "reason": settled.reason,
                                                        "source": settled.source},
-            "sent": sent, "window_ends": bound.window_ends if sent and bound is not None else None}
+            "sent": sent, "window_ends": _later(intent.window_ends, mine.window_ends if mine else None) if sent
+            else None}
 
 
 def task_effects(store: Any, cp: Any) -> list[dict[str, Any]]:

@@ -79,7 +79,8 @@ REFUSALS = ("conflict", "contradiction", "inconsistent", "no_entry", "executed",
             "begun", "undecided", "failed")
 #: What ``Evidence.begun`` may say: no effect begun, or the state of an intent without outcome:
 #: ``publishing`` and ``in_doubt`` may have happened; ``not_sent``: provably not (its latest attempt
-#: was never sent, or was found not done, and every earlier one was found not done).
+#: was found not done, by a person or by the program when no connection was ever made, and every
+#: earlier one was found not done).
 BEGUN = (None, "publishing", "in_doubt", "not_sent")
 #: The states of an effect begun that may have happened.
 MAY_HAVE = ("publishing", "in_doubt")
@@ -173,7 +174,7 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
             return _finding("intent_without_approval")
         return (_finding("effect_in_doubt", "settle") if ev.begun == "in_doubt"
                 else _finding("effect_unconfirmed", "approve"))
-    # An effect found not done (or never sent) after an approval: sent again by the next approve, or
+    # An effect found not done after an approval: sent again by the next approve, or
     # ended by a person (``fail``). Anywhere else its intent is one no command of ours writes.
     if ev.begun == "not_sent" and not ev.entry and ev.status != "failed":
         if ev.status not in OPEN or ev.rejection or ev.decided != "approved":
@@ -329,16 +330,20 @@ def begun_of(store: "Store", cp: "Checkpoint", key: str, entry: Optional[LedgerE
     service (``cp.service`` None: no intent is read, so read-only commands stay cheap), when no
     intent is recorded or when the ledger holds its entry (``entry``, or read now); else
     ``"publishing"`` or ``"in_doubt"`` (:func:`workflow.external.effect_status`), or
-    ``"not_sent"`` when its latest attempt was never sent or was found not done. Reads only;
+    ``"not_sent"`` when its latest attempt was found not done. Reads only;
     raises :class:`Refused` if a record is damaged."""
-    if cp.service is None or entry is not None or store.intent_get(key) is None:
+    if cp.service is None or entry is not None:
         return None
-    from workflow.external import effect_status
+    from workflow.external import check_bound, effect_status
 
-    found = effect_status(store, key, cp=cp)
+    intent = store.intent_get(key)
+    check_bound(cp, key, intent)  # an attempt bound, its intent deleted: raises, nothing is judged
+    if intent is None:
+        return None
+    found = effect_status(store, key, intent=intent, cp=cp)
     if found is None or found["state"] == "published":
         return None
-    if found["state"] == "not_published" or found["not_sent"] is not None or not found["sent"]:
+    if found["state"] == "not_published" or found["not_sent"] is not None:
         return "not_sent"
     return found["state"]
 

@@ -411,8 +411,6 @@ def effect_text(e: dict[str, Any]) -> str:
         by = f" (settled by {one_line(e['settled_by'])}{why})" if e["settled_by"] else ""
         return f"{where}: published{pub}{by}"
     since = f"attempt {e['attempt']}, intent written {one_line(e['since'])}"
-    if e["state"] == "publishing" and not e.get("sent", True):
-        return f"{where}: publishing ({since}; never sent): the next resume sends it"
     if e["state"] == "publishing":
         return (f"{where}: publishing ({since}; not confirmed; Idempotency-Key {one_line(e['request_key'])}): "
                 "the same resume sends it again with the same key")

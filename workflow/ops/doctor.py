@@ -184,7 +184,7 @@ DETAILS = {
     "effect_unconfirmed": "approved, but its effect through {service} is not confirmed (attempt {attempt}, "
                           "since {since}); the same resume sends it again (with the same Idempotency-Key, unless that "
                           "attempt was found not sent)",
-    "effect_not_sent": "approved, but its effect through {service} was found not done, or never sent (attempt "
+    "effect_not_sent": "approved, but its effect through {service} was found not done (attempt "
                        "{attempt}, since {since}); the same resume sends it again (a new attempt, a new key), or a "
                        "person ends the task failed",
     "effect_in_doubt": "its effect through {service}, which does not deduplicate, may have happened (attempt "
