@@ -6,7 +6,9 @@ Every durable write calls :func:`hit` with a name before and after it (e.g.
 like a power cut for everything not yet fsynced), or ``HITL_FAILPOINT_LOG=<file>`` to append each name
 reached, so a test can enumerate every boundary of a flow without a hand-written list.
 ``HITL_FAILPOINT_ACTION=hang`` makes the armed failpoint sleep instead of exiting (the process keeps
-whatever lock it holds), so a test can ``kill -9`` a process caught mid-write.
+whatever lock it holds), so a test can ``kill -9`` a process caught mid-write; ``stop`` (POSIX)
+makes it stop itself (``SIGSTOP``), so a test can let others act and then ``SIGCONT`` it: a process
+suspended mid-flow.
 
 Names (each with ``:before`` and ``:after``): ``links_probe``, ``signing_key`` and ``state_id`` (first
 checkpoint of a state dir),
@@ -18,6 +20,7 @@ layout before per-task folders, into its folder).
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from state.settings import values
@@ -38,4 +41,7 @@ def hit(name: str) -> None:
         if action == "hang":
             while True:  # until killed
                 time.sleep(3600)
+        if action == "stop" and hasattr(signal, "SIGSTOP"):
+            os.kill(os.getpid(), signal.SIGSTOP)  # until SIGCONT: then on, as if nothing happened
+            return
         os._exit(CRASH_EXIT_CODE)

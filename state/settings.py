@@ -255,7 +255,8 @@ class Settings(BaseSettings):
     failpoint_action: Optional[str] = Field(None, alias="HITL_FAILPOINT_ACTION", max_length=MAX_WORD_CHARS, **_doc(
         "text", "-", "unset (exit)",
         "Test seam: `hang` makes the armed `HITL_FAILPOINT` sleep instead of exiting, keeping its "
-        "locks, so a test can kill the process mid-write.",
+        "locks, so a test can kill the process mid-write; `stop` makes it stop itself (POSIX "
+        "`SIGSTOP`) until the test continues it.",
         f"over {MAX_WORD_CHARS} characters (any other value means exit)"))
     trace_content: bool = Field(False, alias="HITL_TRACE_CONTENT", max_length=MAX_WORD_CHARS, **_doc(
         "flag", "-", "off",

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shlex
 import shutil
@@ -266,6 +267,8 @@ def test_a_later_resume_never_shortens_the_window(service, state_dir):
     svc = service(act_after=30)  # acts long after every command has given up
     start(state_dir, svc.url)
     slow = {"HITL_PUBLISH_TIMEOUT": "0.2", "HITL_PUBLISH_ATTEMPTS": "1"}
+    # the first command's window (kept in the intent) is short; the second's long; the third's short
+    stopped(cli(state_dir, svc.url, *APPROVE, HITL_PUBLISH_SETTLE_AFTER="0", **slow), "did not confirm it")
     stopped(cli(state_dir, svc.url, *APPROVE, HITL_PUBLISH_SETTLE_AFTER="120", **slow), "did not confirm it")
     first = shown(state_dir)["effects"][0]["window_ends"]
     stopped(cli(state_dir, svc.url, *APPROVE, HITL_PUBLISH_SETTLE_AFTER="0", **slow), "did not confirm it")
@@ -640,3 +643,39 @@ def test_a_service_that_ignores_the_key_though_declared_to_keep_it_is_never_sent
     r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "published", "--by", "bea")
     assert r.code == 0 and "completed" in r.out, r.err
     assert len(svc.publications()) == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="a process stopped and continued, seen in /proc")
+def test_a_sender_suspended_while_another_settles_its_attempt_sends_nothing(service, state_dir, tmp_path):
+    """A resume suspended right before its request (a stopped process, a suspended VM) while its lock
+    file is deleted, the window passes and a person settles the attempt "not published": continued,
+    it reads the records again before the request and sends nothing (it used to send the old key)."""
+    import signal
+
+    from forking import spawn
+
+    svc = service()
+    start(state_dir, svc.url)
+    log = tmp_path / "fp.log"
+    proc = spawn(state_dir, *APPROVE, env={"HITL_PUBLISH_TOKEN": TOKEN, "HITL_PUBLISH_URL": svc.url,
+                                           "HITL_FAILPOINT": "effect:request:before", "HITL_FAILPOINT_ACTION": "stop",
+                                           "HITL_FAILPOINT_LOG": str(log), **SHORT_WINDOW})
+    try:
+        for _ in range(600):  # until it stopped itself at the failpoint
+            if log.exists() and "effect:request:before" in log.read_text(encoding="utf-8"):
+                with open(f"/proc/{proc.pid}/stat", encoding="utf-8") as fh:
+                    if fh.read().split(") ", 1)[1].startswith("T"):
+                        break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the resume never stopped at its failpoint")
+        for lock in (state_dir / "locks").glob("*"):
+            lock.unlink()  # the lock file deleted under the stopped holder
+        time.sleep(0.5)  # past the attempt's window
+        r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "not-published", "--by", "bea")
+        assert r.code == 0, r.err
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    done = proc.wait()
+    assert done.code == 1 and "another process settled or took over attempt 1" in done.err, done.err
+    assert svc.posts() == 0
