@@ -27,8 +27,8 @@ import pytest
 
 from conftest import ledger_entries, snapshot
 from forking import HAS_FORK, in_process
-from test_external_effects import (APPROVE, KEY, SHORT_WINDOW, START, TOKEN, Service, cli, crash, intents, shown,
-                                   start, stopped)
+from test_external_effects import (APPROVE, KEY, SHORT_WINDOW, START, TOKEN, Service, cli, crash, intents,
+                                   publish_directly, shown, start, stopped)
 from test_external_effects import service  # noqa: F401  (the fixture: a started reference service)
 from workflow import external
 
@@ -191,7 +191,7 @@ def test_the_gate_ignores_a_found_record_under_another_key(service, state_dir, t
     from tools.publishing_client import PublishingClient
 
     svc = service(ignore_filter=True)
-    other = _publish_directly(svc, "Hello", "Published once.", key="f" * 32)  # the same draft, another key
+    other = publish_directly(svc, "Hello", "Published once.", key="f" * 32)  # the same draft, another key
     monkeypatch.setattr(PublishingClient, "find", lambda self, key: svc.publications()[0])
     start(state_dir, svc.url)
     crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log")
@@ -199,15 +199,6 @@ def test_the_gate_ignores_a_found_record_under_another_key(service, state_dir, t
     assert r.code == 0 and r.json()["status"] == "completed", r.err
     [entry] = ledger_entries(state_dir)
     assert entry["result"]["id"] != other["id"] and len(svc.publications()) == 2
-
-
-def _publish_directly(svc: Any, title: str, body: str, *, key: str) -> dict[str, Any]:
-    import httpx
-
-    r = httpx.post(svc.url + "/v1/publications", json={"title": title, "body": body, "channel": "blog"},
-                   headers={"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": key}, timeout=10)
-    assert r.status_code == 201, r.text
-    return r.json()
 
 
 # -- 7 (the bound part). a deleted intent is detected, not sent again ---------------------------------
@@ -458,7 +449,7 @@ def test_every_reachable_state_is_moved_by_its_printed_next_command(service, sta
     elif scenario == "conflict_409":
         crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log", idempotency=idempotency, **env)
         [intent] = intents(state_dir)
-        _publish_directly(svc, "X", "Other.", key=intent["request_key"])
+        publish_directly(svc, "X", "Other.", key=intent["request_key"])
         stopped(cli(state_dir, svc.url, *APPROVE, idempotency=idempotency, **env), "for other content")
     elif scenario == "unconfirmed_400":
         stopped(cli(state_dir, svc.url, *APPROVE, idempotency=idempotency, **env), "did not confirm it")

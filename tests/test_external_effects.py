@@ -76,6 +76,14 @@ class Service:
             self._stop = None
 
 
+def publish_directly(svc: Service, title: str, body: str, *, key: str) -> dict[str, Any]:
+    """A publication made at ``svc`` by someone else, under ``key`` (201 asserted); returns it."""
+    r = httpx.post(svc.url + "/v1/publications", json={"title": title, "body": body, "channel": "blog"},
+                   headers={"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": key}, timeout=10)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
 @pytest.fixture
 def service(tmp_path: Path):
     """``service(**switches)`` → a started :class:`Service` (stopped at the end of the test)."""
@@ -376,9 +384,7 @@ def test_a_409_is_never_reported_as_published(service, state_dir, tmp_path):
     start(state_dir, svc.url)
     crash(state_dir, svc.url, "effect:intent:after", tmp_path / "fp.log")
     [intent] = intents(state_dir)
-    other = httpx.post(svc.url + "/v1/publications", json={"title": "Other", "body": "Not ours.", "channel": "blog"},
-                       headers={"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": intent["request_key"]})
-    assert other.status_code == 201
+    publish_directly(svc, "Other", "Not ours.", key=intent["request_key"])
     r = cli(state_dir, svc.url, *APPROVE)
     stopped(r, "holds Idempotency-Key", "for other content", "not published")
     assert not ledger_entries(state_dir)
@@ -394,9 +400,7 @@ def test_a_publication_found_under_the_key_with_the_same_title_and_another_body_
     start(state_dir, svc.url)
     crash(state_dir, svc.url, "effect:intent:after", tmp_path / "fp.log")
     [intent] = intents(state_dir)
-    other = httpx.post(svc.url + "/v1/publications", json={"title": "Hello", "body": "Not ours.", "channel": "blog"},
-                       headers={"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": intent["request_key"]})
-    assert other.status_code == 201
+    publish_directly(svc, "Hello", "Not ours.", key=intent["request_key"])
     r = cli(state_dir, svc.url, *APPROVE)
     stopped(r, "for other content", "not published")
     assert not ledger_entries(state_dir) and shown(state_dir)["status"] == "publishing"

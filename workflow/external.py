@@ -167,19 +167,24 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def advice(window_ends: Optional[str], now: Optional[Any] = None) -> str:
-    """What a person does about an effect that may have happened, its attempt's window ending at
-    ``window_ends`` (ISO-8601 UTC, or None: unknown or over), judged on the wall clock (``now``:
-    for tests; never the test seam): look at the service; if the effect is there, settle it
-    published at once; if not, and the window is still open, wait until it ends (a request may
-    still act until then), look again, then settle it."""
+def window_open(window_ends: Optional[str]) -> Optional[str]:
+    """``window_ends`` (ISO-8601 UTC) if it is still ahead on the wall clock: a request of the
+    attempt may still reach the provider and act; else None. Judged on the wall clock, never the
+    test seam ``HITL_NOW``: moving that forward must not end a window early."""
     from state.clock import parse_iso, wall
 
-    if window_ends is not None and (now or wall()) < parse_iso(window_ends):
+    return window_ends if window_ends is not None and wall() < parse_iso(window_ends) else None
+
+
+def advice(window_ends: Optional[str]) -> str:
+    """What a person does about an effect that may have happened, its attempt's window ending at
+    ``window_ends`` (ISO-8601 UTC, or None: unknown or over; :func:`window_open`): look at the
+    service; if the effect is there, settle it published at once; if not, and the window is still
+    open, wait until it ends (a request may still act until then), look again, then settle it."""
+    if window_open(window_ends):
         return (f"a human looks at the service: if it is there, settle it as published now; if not, wait until "
                 f"{window_ends} (a request may still reach it and act until then), look again, then settle it")
     return "a human looks at the service, then settles it"
-
 
 
 def _answered(ask: Callable[..., Any]) -> Callable[..., Any]:

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from state.clock import now_iso, parse_iso, wall
+from state.clock import now_iso
 from state.errors import Next, Refused
 from state.records import Settlement
 from workflow import calls
+from workflow import external
 from workflow.external import effect_status
 
 Outcome = Literal["published", "not_published"]
@@ -64,12 +65,9 @@ def in_doubt(store: Any, cp: Any) -> list[tuple[str, str, str, dict[str, Any]]]:
 
 
 def window_open(status: dict[str, Any]) -> Optional[str]:
-    """The ``window_ends`` of ``status`` (:func:`workflow.external.effect_status`) if it is still
-    ahead on the wall clock (a request may still reach the provider and act), else None. Judged on
-    the wall clock, never the test seam ``HITL_NOW``: moving that forward must not open a window
-    early."""
-    ends = status.get("window_ends")
-    return ends if ends is not None and wall() < parse_iso(ends) else None
+    """The ``window_ends`` of ``status`` (:func:`workflow.external.effect_status`) while it is
+    still ahead (:func:`workflow.external.window_open`), else None."""
+    return external.window_open(status.get("window_ends"))
 
 
 def pick(store: Any, cp: Any, call_id: Optional[str]) -> tuple[str, str, str, dict[str, Any]]:
