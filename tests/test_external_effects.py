@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import RUN_PY, ROOT, ledger_entries, snapshot
+from conftest import RUN_PY, ROOT, ledger_entries, sign_record, snapshot
 from forking import HAS_FORK, in_process, run_cli, spawn_together
 from tools.publishing_service import start_in_thread
 
@@ -418,11 +418,15 @@ def test_an_intent_whose_content_fingerprint_was_edited_stops_the_command_and_se
     crash(state_dir, svc.url, "effect:intent:after", tmp_path / "fp.log")
     [path] = [p for p in sorted((state_dir / "effects").rglob("*intent*")) if p.is_file()]
     data = json.loads(path.read_text(encoding="utf-8"))
-    data["content_sha256"] = hashlib.sha256(b"another draft").hexdigest()
-    path.write_text(json.dumps(data), encoding="utf-8")
-    r = cli(state_dir, svc.url, *APPROVE)
-    r.assert_stopped()
-    assert svc.posts() == 0 and svc.publications() == [] and not ledger_entries(state_dir)
+    fields = {k: v for k, v in data.items() if k not in ("record", "state_id", "mac")}
+    fields["content_sha256"] = hashlib.sha256(b"another draft").hexdigest()
+    for signed in (False, True):  # edited by hand (the signature fails), then re-signed by a key holder
+        path.write_text(json.dumps(sign_record(state_dir, "effect_intent", fields) if signed
+                                   else {**data, "content_sha256": fields["content_sha256"]}), encoding="utf-8")
+        r = cli(state_dir, svc.url, *APPROVE)
+        r.assert_stopped()
+        assert ("not this call's" in r.err) if signed else ("integrity check failed" in r.err), r.err
+        assert svc.posts() == 0 and svc.publications() == [] and not ledger_entries(state_dir)
 
 
 def test_a_call_in_doubt_stays_in_doubt_after_the_setting_is_switched_to_key(service, state_dir):
