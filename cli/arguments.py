@@ -204,9 +204,10 @@ def team_parsers(sub: Any) -> None:
     p = sub.add_parser("reviewers", help="register reviewers: team mode (docs/reviewers.md)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
     what = p.add_subparsers(dest="action", required=True)
-    for name, help_ in (("add", "register a reviewer and print their token once"), ("list", "every reviewer"),
-                        ("remove", "remove a reviewer (their token stops working)"),
-                        ("rotate", "a new token for a reviewer (the old one stops working)")):
+    for name, help_ in (("add", "register a reviewer and print their token once (the first one: --role admin)"),
+                        ("list", "every reviewer"),
+                        ("remove", "remove a reviewer (their token stops working; an admin's token needed)"),
+                        ("rotate", "a new token for a reviewer (the old one stops working; an admin's token needed)")):
         q = what.add_parser(name, help=help_)
         q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
         if name != "list":

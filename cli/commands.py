@@ -83,29 +83,21 @@ def start_team(store: Any, args: Any) -> Any:
 
 
 def reviewers(store: Any, args: Any) -> dict[str, Any]:
-    """``reviewers add NAME [--role R]… | list | remove NAME | rotate NAME``: ``{"action",
+    """``reviewers add NAME [--role R]… | list | remove NAME | rotate NAME``: ``{"action", "version",
     "reviewers": [{"name", "roles", "added_at", "rotated_at"}]}`` for ``list``; ``{"action", "name",
-    "roles", "token"}`` for ``add`` and ``rotate`` (the token is printed this once, never stored:
-    :mod:`state.reviewers`); ``{"action", "name"}`` for ``remove``. Raises :class:`Refused`."""
+    "roles", "version", "token"}`` for ``add`` and ``rotate`` (the token is printed this once, never
+    stored); ``{"action", "name", "roles", "version"}`` for ``remove``. Every change is an admin's,
+    authenticated by ``HITL_REVIEWER_TOKEN``, except the first ``add``, which must give ``--role
+    admin`` (:func:`state.reviewers.administer`). Raises :class:`Refused`, nothing written."""
     from state import reviewers as people
     from state.clock import now_iso
+    from workflow import team
 
     if args.action == "list":
-        return {"action": "list", "reviewers": [r.public() for r in store.reviewers()]}
-    if args.action == "remove":
-        store.reviewer_remove(args.name)
-        return {"action": "remove", "name": args.name}
-    token_id, token = people.new_token()
-    if args.action == "add":
-        roles = people.clean_roles(args.roles)
-        store.reviewer_add(people.record(args.name, roles, token, token_id, now_iso()))
-    else:
-        old = people.find(store, args.name)
-        if old is None:
-            raise Refused("no_reviewer", f"no reviewer {args.name!r} is registered; nothing written")
-        roles = list(old.roles)
-        store.reviewer_replace(people.record(args.name, roles, token, token_id, old.added_at, now_iso()))
-    return {"action": args.action, "name": args.name, "roles": roles, "token": token}
+        current = store.reviewer_list()
+        return {"action": "list", "version": current.version, "reviewers": [r.public() for r in current.reviewers]}
+    return people.administer(store, args.action, args.name, token=team.token_from_settings(), at=now_iso(),
+                             roles=getattr(args, "roles", None))
 
 
 def publishing_service(args: Any) -> int:

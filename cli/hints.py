@@ -76,6 +76,7 @@ HINTS: dict[str, Callable[[Next], str]] = {
                                            "--outcome", "published", "--by", "NAME"),
     # team mode (state.reviewers, workflow.team)
     "reviewers_list": lambda step: f" ({PROGRAM} reviewers list names each reviewer)",
+    "reviewers_add_admin": lambda step: f" ({PROGRAM} reviewers add NAME --role admin)",
     # the browser inbox (workflow.review.web, workflow.review.inbox_index)
     "that_serve": lambda step: f" that {PROGRAM} serve",
     "or_expire": lambda step: f", or {PROGRAM} expire",

@@ -195,12 +195,15 @@ def team_text(command: str, result: dict[str, Any]) -> str:
         rows = result["reviewers"]
         if not rows:
             return "no reviewers: single-user mode (any --by decides)"
-        return "\n".join(f"  {one_line(r['name'])}  roles: {one_line(', '.join(r['roles']) or '-')}  added "
-                         f"{one_line(r['added_at'])}"
-                         + (f"  rotated {one_line(r['rotated_at'])}" if r["rotated_at"] else "") for r in rows)
+        return f"reviewer list version {result['version']}:\n" + "\n".join(
+            f"  {one_line(r['name'])}  roles: {one_line(', '.join(r['roles']) or '-')}  added "
+            f"{one_line(r['added_at'])}" + (f"  rotated {one_line(r['rotated_at'])}" if r["rotated_at"] else "")
+            for r in rows)
     if action == "remove":
-        return f"removed reviewer {one_line(result['name'])!r}: their token no longer works"
+        return (f"removed reviewer {one_line(result['name'])!r}: their token no longer works (reviewer list "
+                f"version {result['version']})")
     verb = "registered reviewer" if action == "add" else "new token for reviewer"
-    return (f"{verb} {one_line(result['name'])!r} (roles: {one_line(', '.join(result['roles']) or '-')})\n"
+    return (f"{verb} {one_line(result['name'])!r} (roles: {one_line(', '.join(result['roles']) or '-')}; reviewer "
+            f"list version {result['version']})\n"
             f"  token (shown this once, only its hash is kept): {result['token']}\n"
             f"  give it to them; they decide with HITL_REVIEWER_TOKEN=<token> {PROGRAM} resume ...")

@@ -94,6 +94,7 @@ GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconc
 EXTERNAL, EXTERNAL_T = "workflow/external.py", "tests/test_external_effects.py"
 HARDENING_T = "tests/test_effect_hardening.py"
 TEAM = "workflow/team.py"
+REVIEWERS, TEAM_T, CONTRACT_T = "state/reviewers.py", "tests/test_team.py", "tests/test_store_contract.py"
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
                                        "tests/test_reconcile.py")
 
@@ -485,6 +486,20 @@ MUTANTS: list[Mutant] = [
     p("policy-fingerprint-of-the-default-only", "state/policy.py",
       '    data = json.dumps(policy.model_dump(mode="json"), sort_keys=True',
       '    data = json.dumps(policy.default.model_dump(mode="json"), sort_keys=True', "tests/test_team.py"),
+    # who may change the reviewer list, and what an old record of it may do (state/reviewers.py)
+    m("admin-not-checked", REVIEWERS, "        if not admin.is_admin:\n", "        if False:\n", TEAM_T),
+    p("admin-checked-only-for-add", REVIEWERS, "        if not admin.is_admin:\n",
+      '        if not admin.is_admin and action == "add":\n', TEAM_T),
+    p("last-admin-removable", REVIEWERS, "    if not new.admins():\n",
+      "    if not new.admins() and not expect.reviewers:\n", TEAM_T, CONTRACT_T),
+    m("a-removed-reviewer-counted", TEAM, "    if cp.team.authenticated:  # only reviewers still registered",
+      "    if False:  # only reviewers still registered", TEAM_T),
+    m("old-reviewer-list-revives-a-token", "state/files/reviewers.py", "    refuse_revived(lst, where, hits)\n",
+      "", TEAM_T, CONTRACT_T),
+    p("reviewer-list-version-checked-one-way", "state/files/reviewers.py", "    if lst.version != version:\n",
+      "    if lst.version > version:\n", TEAM_T, CONTRACT_T),
+    m("first-reviewer-list-of-another-key", "state/files/reviewers.py",
+      "            store.check_key_signs_here(load_key(", "            (lambda *a: None)(load_key(", TEAM_T),
 ]
 
 

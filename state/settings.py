@@ -328,7 +328,8 @@ class Settings(BaseSettings):
         "secret text", "-", "unset",
         "In team mode (once one reviewer is registered), the token of the reviewer who runs the "
         "command: every decision (`resume`, `settle`, `review`) and the requester of a `start` is "
-        "that reviewer's (docs/reviewers.md). An environment variable, never a flag: flags show in "
+        "that reviewer's, and every change of the reviewer list (`reviewers add`, `remove`, `rotate`) "
+        "needs an admin's (docs/reviewers.md). An environment variable, never a flag: flags show in "
         "process lists. Never written anywhere, never shown.",
         f"not UTF-8; a control character; over {MAX_SECRET_CHARS} characters (the value is never echoed)"))
     policy: Optional[str] = Field(None, alias="HITL_POLICY", max_length=MAX_PATH_CHARS, **_doc(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, RUN_PY, checkpoint_file, ledger_entries, snapshot
+from tests.conftest import ROOT, RUN_PY, TeamAdmin, add_reviewer, checkpoint_file, ledger_entries, snapshot
 
 POLICY = """
 [default]
@@ -21,20 +21,12 @@ requester_may_approve = false
 """
 
 
-def _add(cli, name: str, *roles: str) -> str:
-    args = ["reviewers", "add", name]
-    for role in roles:
-        args += ["--role", role]
-    r = cli(*args, "--json")
-    assert r.code == 0, r.err
-    return r.json()["token"]
-
-
 @pytest.fixture
-def team(cli, state_dir, tmp_path, monkeypatch):
-    """Three editors and one writer, the policy above in force; returns name → token."""
-    tokens = {name: _add(cli, name, "editor") for name in ("alice", "bob", "carol")}
-    tokens["wendy"] = _add(cli, "wendy", "writer")
+def team(cli, state_dir, tmp_path, monkeypatch, team_admin: TeamAdmin):
+    """An admin (root), three editors and one writer, the policy above in force; returns name →
+    token of the editors and the writer (root's: ``team_admin.token``)."""
+    tokens = {name: team_admin.add(name, "editor") for name in ("alice", "bob", "carol")}
+    tokens["wendy"] = team_admin.add("wendy", "writer")
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY, encoding="utf-8")
     monkeypatch.setenv("HITL_POLICY", str(policy))
@@ -66,7 +58,7 @@ def test_the_token_is_shown_once_and_never_stored(cli, state_dir, team):
         assert token.encode() not in everything
         assert token.split("_", 2)[2].encode() not in everything  # not even the secret part
     listed = cli("reviewers", "list", "--json").json()["reviewers"]
-    assert [r["name"] for r in listed] == ["alice", "bob", "carol", "wendy"]
+    assert [r["name"] for r in listed] == ["alice", "bob", "carol", "root", "wendy"]
     assert all("token" not in r and "token_hash" not in r for r in listed)
 
 
@@ -85,7 +77,7 @@ def test_by_is_bound_to_the_token(cli, state_dir, team, monkeypatch):
     _start(cli, monkeypatch, team["wendy"])
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, team["bob"], "t1", "--by", "alice")
-    assert r.code == 1 and "not 'alice'" in r.err and "'bob'" in r.err
+    assert r.code == 1 and "belongs to 'bob', but the name given is 'alice'" in r.err, r.err
     assert snapshot(state_dir) == before
     r = _approve(cli, monkeypatch, team["bob"], "t1", "--by", "bob")
     assert r.code == 0, r.err
@@ -95,7 +87,7 @@ def test_by_is_bound_to_the_token(cli, state_dir, team, monkeypatch):
 def test_start_by_is_authenticated_and_recorded_as_the_requester(cli, state_dir, team, monkeypatch):
     _as(monkeypatch, team["wendy"])
     r = cli("start", "--key", "t1", "--draft", "A draft.", "--by", "alice")
-    assert r.code == 1 and "not 'alice'" in r.err
+    assert r.code == 1 and "belongs to 'wendy', but the name given is 'alice'" in r.err, r.err
     assert not (state_dir / "checkpoints").exists() or not list((state_dir / "checkpoints").rglob("*.json"))
     _as(monkeypatch, None)  # the policy keeps the requester out, so who asks must be known
     r = cli("start", "--key", "t1", "--draft", "A draft.")
@@ -123,10 +115,10 @@ def test_two_of_three_each_approval_recorded_and_the_same_reviewer_counts_once(c
     assert cp["decision"]["by"] == "bob"
 
 
-def test_a_reviewer_without_the_role_is_refused(cli, state_dir, team, monkeypatch):
+def test_a_reviewer_without_the_role_is_refused(cli, state_dir, team, monkeypatch, team_admin):
     _start(cli, monkeypatch, team["alice"])
-    _add(cli, "rex", "reader")
-    token = json.loads(cli("reviewers", "rotate", "rex", "--json").out)["token"]
+    team_admin.add("rex", "reader")
+    token = json.loads(team_admin.run("reviewers", "rotate", "rex", "--json").out)["token"]
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, token)
     assert r.code == 1 and "decided by editor" in r.err and "'rex' has role reader" in r.err
@@ -151,7 +143,7 @@ def test_a_reject_by_an_allowed_reviewer_vetoes_after_an_approval(cli, state_dir
     assert _approve(cli, monkeypatch, team["bob"]).code == 1  # a rejected call is never approved later
 
 
-def test_a_reviewer_removed_after_signing_in_cannot_decide(cli, state_dir, team, monkeypatch):
+def test_a_reviewer_removed_after_signing_in_cannot_decide(cli, state_dir, team, monkeypatch, team_admin):
     """The token is checked first (the CLI, the page); the reviewer is looked up again under the
     task's lock, right before the SDK is told: one removed in between is refused."""
     from state.files.store import Store
@@ -160,7 +152,7 @@ def test_a_reviewer_removed_after_signing_in_cannot_decide(cli, state_dir, team,
     _start(cli, monkeypatch, team["wendy"])
     store = Store(state_dir)
     by = quorum.decider(store, None, team["alice"], store.load("t1"))
-    assert cli("reviewers", "remove", "alice").code == 0
+    assert team_admin.run("reviewers", "remove", "alice").code == 0
     from state.errors import Refused
 
     with pytest.raises(Refused) as caught:
@@ -214,10 +206,19 @@ def test_single_user_mode_stays_without_reviewers(cli, state_dir):
     assert r.code == 0 and r.json()["status"] == "completed"
 
 
-def test_a_task_started_in_team_mode_stays_one_when_every_reviewer_is_removed(cli, state_dir, team, monkeypatch):
+def test_a_task_started_in_team_mode_stays_one_when_every_reviewer_is_removed(cli, state_dir, team, monkeypatch,
+                                                                             team_admin):
+    """Every reviewer but the last admin is removed (the last admin cannot be), then the whole
+    reviewer folder is deleted by hand: team mode is off for new tasks, never for this one."""
+    import shutil
+
     _start(cli, monkeypatch, team["wendy"])
     for name in team:
-        assert cli("reviewers", "remove", name).code == 0
+        assert team_admin.run("reviewers", "remove", name).code == 0
+    r = team_admin.run("reviewers", "remove", "root")
+    assert r.code == 1 and "last admin" in r.err, r.err
+    shutil.rmtree(state_dir / "reviewers")
+    assert cli("reviewers", "list", "--json").json()["reviewers"] == []
     monkeypatch.delenv("HITL_POLICY")
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, None, "t1", "--by", "anyone")
@@ -230,14 +231,14 @@ def test_the_browser_inbox_refuses_to_serve_in_team_mode(cli, state_dir, team):
     assert r.code == 1 and "does not sign reviewers in" in r.err
 
 
-def test_reviewers_add_refuses_a_taken_name_and_bad_roles_with_nothing_written(cli, state_dir, team):
+def test_reviewers_add_refuses_a_taken_name_and_bad_roles_with_nothing_written(cli, state_dir, team, team_admin):
     before = snapshot(state_dir)
     for args, words in ((("alice",), "registered already"), (("zed", "--role", "Bad Role"), "is not 1-32")):
-        r = cli("reviewers", "add", *args)
+        r = team_admin.run("reviewers", "add", *args)
         assert r.code == 1 and words in r.err, r.err
         assert snapshot(state_dir) == before
-    assert cli("reviewers", "remove", "nobody").code == 1
-    assert cli("reviewers", "rotate", "nobody").code == 1
+    assert team_admin.run("reviewers", "remove", "nobody").code == 1
+    assert team_admin.run("reviewers", "rotate", "nobody").code == 1
     assert snapshot(state_dir) == before
 
 
@@ -278,12 +279,13 @@ def test_two_reviewers_racing_reach_the_quorum_once(state_dir, team, tmp_path):
     assert cp["status"] == "completed" and sorted(a["by"] for a in cp["approvals"]) == ["alice", "bob"]
 
 
-def test_always_cannot_carry_an_approval_past_another_channels_quorum(cli, state_dir, tmp_path, monkeypatch):
+def test_always_cannot_carry_an_approval_past_another_channels_quorum(cli, state_dir, tmp_path, monkeypatch,
+                                                                      team_admin):
     """The sticky rule decides the tool's calls on every channel: approving the blog call (one
     approval needed) with always must not approve the news call (two needed)."""
     from tests.conftest import start_calls
 
-    tokens = {name: _add(cli, name) for name in ("alice", "bob")}
+    tokens = {name: team_admin.add(name) for name in ("alice", "bob")}
     policy = tmp_path / "p.toml"
     policy.write_text("[default]\napprovals = 1\n[channels.news]\napprovals = 2\n", encoding="utf-8")
     monkeypatch.setenv("HITL_POLICY", str(policy))
@@ -302,7 +304,7 @@ def test_always_cannot_carry_an_approval_past_another_channels_quorum(cli, state
 
 
 def test_a_decision_through_the_api_by_a_reviewer_without_the_role_is_refused_under_the_lock(cli, state_dir, team,
-                                                                                             monkeypatch):
+                                                                                             monkeypatch, team_admin):
     """The command line checks the policy before it takes the lock; a caller of the API
     (``workflow.decide``) has only the check under the lock, right before the SDK is told: a
     reviewer whose role the rule does not allow is refused there, with nothing changed."""
@@ -314,7 +316,7 @@ def test_a_decision_through_the_api_by_a_reviewer_without_the_role_is_refused_un
     from workflow import Approve, Reject, decide
 
     _start(cli, monkeypatch, team["wendy"])
-    token = _add(cli, "rex", "reader")
+    token = team_admin.add("rex", "reader")
     before = snapshot(state_dir)
     for decision in (Approve(), Reject(message="no")):
         with pytest.raises(Refused) as refused:
@@ -365,13 +367,14 @@ def test_a_change_to_a_channels_table_of_the_policy_is_refused_like_a_change_to_
     assert snapshot(state_dir) == before
 
 
-def test_always_cannot_carry_an_approval_past_another_channels_role_rule(cli, state_dir, tmp_path, monkeypatch):
+def test_always_cannot_carry_an_approval_past_another_channels_role_rule(cli, state_dir, tmp_path, monkeypatch,
+                                                                         team_admin):
     """The sticky rule decides the tool's calls on every channel: approving the blog call (anyone)
     with always must not approve the news call, which only a reviewer with the role ``legal`` may
     decide, even though both need one approval."""
     from tests.conftest import start_calls
 
-    tokens = {"alice": _add(cli, "alice"), "lee": _add(cli, "lee", "legal")}
+    tokens = {"alice": team_admin.add("alice"), "lee": team_admin.add("lee", "legal")}
     policy = tmp_path / "p.toml"
     policy.write_text('[default]\napprovals = 1\n[channels.news]\nroles = ["legal"]\n', encoding="utf-8")
     monkeypatch.setenv("HITL_POLICY", str(policy))
@@ -386,3 +389,257 @@ def test_always_cannot_carry_an_approval_past_another_channels_role_rule(cli, st
     assert r.code == 0 and r.json()["status"] == "waiting_for_approval", r.err
     r = _approve(cli, monkeypatch, tokens["lee"], "t3", "--call", calls["news"])
     assert r.code == 0 and r.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 2
+
+
+# -- who may change the list, a removed reviewer, an old record put back, another deployment's key --
+# Each on the file store and on PostgreSQL (a fresh schema of the session's server), through the CLI.
+ANOTHER_KEY = "another-deployment-signing-key-0123456789"
+_TABLES = ("reviewer_lists", "reviewer_revocations", "reviewers", "checkpoints", "history", "ledger",
+           "key_fingerprint")
+
+
+class OnStore:
+    """The CLI on one store (``kind``: ``file`` or ``postgres``) from the state dir ``state_dir``,
+    and what is stored, read without our code."""
+
+    def __init__(self, kind: str, state_dir: Path, url: str | None) -> None:
+        self.kind, self.state_dir, self.url = kind, state_dir, url
+
+    def cli(self, *args: str, state_dir: Path | None = None):
+        from tests.conftest import run_in_process
+
+        return run_in_process(state_dir or self.state_dir, *(["--store", self.url] if self.url else []), *args)
+
+    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cur = conn.execute(sql, args)
+            return cur.fetchall() if cur.description else []
+
+    def snap(self) -> dict:
+        """Every file of the state dir and, on PostgreSQL, every row of the tables that matter."""
+        out: dict = {"files": snapshot(self.state_dir)}
+        if self.url:
+            for table in _TABLES:  # a table not created yet (a fresh schema) holds no row
+                there = self._rows("SELECT to_regclass(%s) IS NOT NULL", (table,))[0][0]
+                out[table] = sorted(map(repr, self._rows(f"SELECT * FROM {table}"))) if there else []
+        return out
+
+    def ledger(self) -> list:
+        return ledger_entries(self.state_dir) if not self.url else self._rows("SELECT idempotency_key FROM ledger")
+
+    def lists(self) -> dict[int, bytes]:
+        """Every stored version of the reviewer list: version → its file's bytes / its row's envelope."""
+        if self.url:
+            return {v: e.encode() for v, e in self._rows("SELECT version, envelope FROM reviewer_lists")}
+        folder = self.state_dir / "reviewers"
+        return {int(p.name[1:-5]): p.read_bytes() for p in folder.glob("r*.json")}
+
+    def put_lists(self, lists: dict[int, bytes]) -> None:
+        """Make the stored versions exactly ``lists``, as a restore of the files from a backup (or of
+        the rows from a dump) would."""
+        if self.url:
+            self._rows("DELETE FROM reviewer_lists")
+            for v, data in lists.items():
+                self._rows("INSERT INTO reviewer_lists (version, envelope) VALUES (%s, %s)", (v, data.decode()))
+            return
+        folder = self.state_dir / "reviewers"
+        for path in folder.glob("r*.json"):
+            path.unlink()
+        for v, data in lists.items():
+            (folder / f"r{v:06d}.json").write_bytes(data)
+
+
+@pytest.fixture(params=["file", "postgres"])
+def on_store(request, state_dir) -> OnStore:
+    if request.param == "file":
+        return OnStore("file", state_dir, None)
+    return OnStore("postgres", state_dir, request.getfixturevalue("pg_url"))
+
+
+def _as_token(token: str | None):
+    """A context: ``HITL_REVIEWER_TOKEN`` set to ``token`` (None: unset) for the block."""
+    import contextlib
+    import os
+
+    @contextlib.contextmanager
+    def held():
+        was = os.environ.pop("HITL_REVIEWER_TOKEN", None)
+        if token is not None:
+            os.environ["HITL_REVIEWER_TOKEN"] = token
+        try:
+            yield
+        finally:
+            os.environ.pop("HITL_REVIEWER_TOKEN", None)
+            if was is not None:
+                os.environ["HITL_REVIEWER_TOKEN"] = was
+    return held()
+
+
+def _team_on(s: OnStore, tmp_path: Path, monkeypatch) -> dict[str, str]:
+    """root (admin), alice, bob, carol (editors), wendy (writer) on ``s``, the 2-editor policy in
+    force; name → token."""
+    r = add_reviewer(s.cli, "root", "admin")
+    assert r.code == 0, r.err
+    tokens = {"root": r.json()["token"]}
+    for name, role in (("alice", "editor"), ("bob", "editor"), ("carol", "editor"), ("wendy", "writer")):
+        r = add_reviewer(s.cli, name, role, token=tokens["root"])
+        assert r.code == 0, r.err
+        tokens[name] = r.json()["token"]
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY, encoding="utf-8")
+    monkeypatch.setenv("HITL_POLICY", str(policy))
+    return tokens
+
+
+def test_the_first_reviewer_must_be_an_admin_and_every_change_then_needs_an_admins_token(on_store):
+    """Team mode begins with an admin: a first ``reviewers add`` without ``--role admin`` is
+    refused (nothing written: not even the state dir). From then on every add, remove and rotate
+    needs ``HITL_REVIEWER_TOKEN`` of a reviewer with the role admin: none, a forged one and an
+    editor's are each one STOPPED line, nothing written."""
+    s = on_store
+    empty = s.snap()
+    r = s.cli("reviewers", "add", "alice", "--role", "editor")
+    r.assert_stopped()
+    assert "first reviewer registered must have the role admin" in r.err and s.snap() == empty
+    root = add_reviewer(s.cli, "root", "admin").json()["token"]
+    alice = add_reviewer(s.cli, "alice", "editor", token=root).json()["token"]
+    before = s.snap()
+    forged = "hitl_" + root.split("_")[1] + "_" + "A" * 43  # root's token ID, another secret
+    for token, says in ((None, "HITL_REVIEWER_TOKEN"), (forged, "not valid"), (alice, "role admin")):
+        for args in (("add", "dave", "--role", "admin"), ("remove", "root"), ("rotate", "alice"),
+                     ("rotate", "root")):
+            with _as_token(token):
+                r = s.cli("reviewers", *args)
+            r.assert_stopped()
+            assert says in r.err, (args, r.err)
+            assert s.snap() == before, args
+    with _as_token(root):
+        assert s.cli("reviewers", "add", "dave", "--role", "editor").code == 0
+    assert [x["name"] for x in s.cli("reviewers", "list", "--json").json()["reviewers"]] == ["alice", "dave", "root"]
+
+
+def test_a_requester_cannot_register_editors_to_approve_her_own_task(on_store, tmp_path, monkeypatch):
+    """The attack: a writer whose policy wants two editors, and keeps her out, registers two editors
+    of her own and approves with both. Without an admin's token she cannot register anyone: each
+    try is refused, nothing written, and her task goes on waiting for the real editors."""
+    s = on_store
+    tokens = _team_on(s, tmp_path, monkeypatch)
+    with _as_token(tokens["wendy"]):
+        assert s.cli("start", "--key", "t1", "--draft", "A draft.").code == 0
+    before = s.snap()
+    for token in (tokens["wendy"], None):
+        for name in ("dave", "erin"):
+            r = add_reviewer(s.cli, name, "editor", token=token)
+            r.assert_stopped()
+            assert s.snap() == before
+    with _as_token(tokens["wendy"]):
+        r = s.cli("resume", "--task", "t1", "--decision", "approve")
+    r.assert_stopped()
+    assert s.snap() == before and s.ledger() == []
+
+
+def test_the_last_admin_cannot_be_removed(on_store, tmp_path, monkeypatch):
+    """Another admin may be removed, the last one never: the list, once begun, always has someone
+    who can change it, and never becomes empty (which would turn team mode off)."""
+    s = on_store
+    tokens = _team_on(s, tmp_path, monkeypatch)
+    with _as_token(tokens["root"]):
+        ada = s.cli("reviewers", "add", "ada", "--role", "admin", "--role", "editor", "--json").json()["token"]
+    with _as_token(ada):
+        assert s.cli("reviewers", "remove", "root").code == 0
+        before = s.snap()
+        r = s.cli("reviewers", "remove", "ada")
+    r.assert_stopped()
+    assert "last admin" in r.err and s.snap() == before
+    assert "ada" in [x["name"] for x in s.cli("reviewers", "list", "--json").json()["reviewers"]]
+
+
+def test_a_reviewer_removed_after_approving_is_not_counted(on_store, tmp_path, monkeypatch):
+    """bob approves, bob is removed, carol approves: two of two are needed and only carol is still
+    registered, so nothing is published and the task waits; status shows bob as not counted.
+    alice's approval then reaches the quorum."""
+    s = on_store
+    tokens = _team_on(s, tmp_path, monkeypatch)
+    with _as_token(tokens["wendy"]):
+        assert s.cli("start", "--key", "t1", "--draft", "A draft.").code == 0
+    with _as_token(tokens["bob"]):
+        assert s.cli("resume", "--task", "t1", "--decision", "approve").code == 0
+    with _as_token(tokens["root"]):
+        assert s.cli("reviewers", "remove", "bob").code == 0
+    with _as_token(tokens["carol"]):
+        r = s.cli("resume", "--task", "t1", "--decision", "approve", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "waiting_for_approval" and s.ledger() == []
+    shown = s.cli("status", "--task", "t1", "--json").json()["approvals"][0]
+    assert shown["approved_by"] == ["carol"] and shown["not_counted"] == ["bob"] and shown["missing"] == 1
+    with _as_token(tokens["alice"]):
+        r = s.cli("resume", "--task", "t1", "--decision", "approve", "--json")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    assert len(s.ledger()) == 1
+
+
+@pytest.mark.parametrize("action", ["remove", "rotate"])
+def test_an_old_reviewer_record_put_back_does_not_revive_its_token(on_store, tmp_path, monkeypatch, action):
+    """bob's token is revoked (bob removed, or his token rotated). Putting an old record of the list
+    back, as a restore from a backup (files) or a dump (rows) would, never makes bob's old token
+    valid again: the old version restored as it was (every newer one gone), or its record under the
+    newest version's name, is refused by every command that reads the list, with nothing written."""
+    s = on_store
+    tokens = _team_on(s, tmp_path, monkeypatch)
+    with _as_token(tokens["wendy"]):
+        assert s.cli("start", "--key", "t1", "--draft", "A draft.").code == 0
+    old = s.lists()
+    with _as_token(tokens["root"]):
+        assert s.cli("reviewers", action, "bob").code == 0
+    new = s.lists()
+    newest = max(new)
+    for case, lists in (("restored", old), ("renamed", {**new, newest: old[max(old)]})):
+        s.put_lists(lists)
+        before = s.snap()
+        with _as_token(tokens["bob"]):
+            r = s.cli("resume", "--task", "t1", "--decision", "approve")
+        r.assert_stopped()
+        says = "revoked" if case == "restored" else f"holds version {max(old)}, not the version"
+        assert says in r.err, (case, r.err)
+        assert s.snap() == before and s.ledger() == []
+        for args in (("reviewers", "list"), ("reviewers", "add", "mallory", "--role", "admin")):
+            with _as_token(tokens["root"]):
+                s.cli(*args).assert_stopped()
+        assert s.snap() == before
+        s.put_lists(new)
+    with _as_token(tokens["bob"]):
+        r = s.cli("resume", "--task", "t1", "--decision", "approve")
+    r.assert_stopped()
+    assert "not valid" in r.err  # the newest list back: bob's old token is simply not valid
+
+
+def test_another_deployment_cannot_change_the_reviewer_list(on_store, tmp_path, monkeypatch):
+    """A machine with another HITL_SIGNING_KEY on the same store (its own state dir for PostgreSQL,
+    the same state dir for files) is refused before it writes, by every change of the list (even
+    with the admin's token), and by the first list of a store whose checkpoints another key
+    signed; each refusal names HITL_SIGNING_KEY. The team goes on as before."""
+    s = on_store
+    elsewhere = tmp_path / "b" if s.url else s.state_dir
+    with _as_token(None):
+        assert s.cli("start", "--key", "t0", "--draft", "Before the team.").code == 0
+    before = s.snap()
+    monkeypatch.setenv("HITL_SIGNING_KEY", ANOTHER_KEY)
+    r = s.cli("reviewers", "add", "eve", "--role", "admin", state_dir=elsewhere)
+    r.assert_stopped()
+    assert "HITL_SIGNING_KEY" in r.err and s.snap() == before
+    monkeypatch.delenv("HITL_SIGNING_KEY")
+    tokens = _team_on(s, tmp_path, monkeypatch)
+    before = s.snap()
+    monkeypatch.setenv("HITL_SIGNING_KEY", ANOTHER_KEY)
+    for args in (("add", "eve", "--role", "admin"), ("remove", "alice"), ("rotate", "root")):
+        for token in (tokens["root"], None):
+            with _as_token(token):
+                r = s.cli("reviewers", *args, state_dir=elsewhere)
+            r.assert_stopped()
+            assert "HITL_SIGNING_KEY" in r.err, (args, r.err)
+            assert s.snap() == before
+    monkeypatch.delenv("HITL_SIGNING_KEY")
+    listed = s.cli("reviewers", "list", "--json").json()
+    assert [x["name"] for x in listed["reviewers"]] == ["alice", "bob", "carol", "root", "wendy"]

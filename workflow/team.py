@@ -54,8 +54,9 @@ def decider(store: "TaskStore", by: Optional[str], token: Optional[str], cp: Opt
         return by
     reviewer = people.authenticate(store, token)
     if by is not None and by != reviewer.name:
-        raise Refused("not_you", f"the reviewer token is {reviewer.name!r}'s, not {by[:100]!r}'s: a decision "
-                      "is made by the reviewer whose token it carries; nothing changed")
+        raise Refused("not_you", f"the reviewer token (HITL_REVIEWER_TOKEN) belongs to {reviewer.name!r}, but the "
+                      f"name given is {by[:100]!r}: a decision is made by the reviewer whose token it carries; "
+                      "nothing changed")
     return reviewer.name
 
 
@@ -176,7 +177,10 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     and ``checkpoint`` is ``cp`` with this approval recorded (a new revision, event
     ``approval_recorded``; compare-and-swap), or ``cp`` itself when ``rec.by`` was counted already.
     In a team task, the approval that reaches the quorum is recorded too (each approval is one
-    revision and one ``task.approved`` event). Raises :class:`Refused` as :func:`check_decision`."""
+    revision and one ``task.approved`` event). In a task started in team mode, an approval counts
+    only while its reviewer is still registered with a role the rule allows, when the quorum is
+    reached (a reviewer removed since is not counted; the list is read again here, under the
+    lock). Raises :class:`Refused` as :func:`check_decision`."""
     from workflow.calls import decision_of
 
     call_id, channel, arguments_sha256, decision, by = (rec.call_id, rec.channel, rec.arguments_sha256,
@@ -188,6 +192,8 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
         return cp, True
     counted = approvals_of(cp, call_id, arguments_sha256)
     names = {a.by for a in counted}
+    if cp.team.authenticated:  # only reviewers still registered, with a role the rule allows, count
+        names &= {r.name for r in store.reviewers() if rule.roles is None or set(rule.roles) & set(r.roles)}
     if by not in names:
         mine = Approval(call_id=call_id, channel=channel, arguments_sha256=arguments_sha256, by=by, at=now_iso(),
                         revision=cp.revision + 1)
@@ -207,9 +213,12 @@ def only_approvals_since(cp: Checkpoint, revision: int) -> bool:
         {h.revision for h in later} == set(range(revision + 1, cp.revision + 1))
 
 
-def progress(cp: Checkpoint) -> list[dict[str, Any]]:
-    """For each pending call of ``cp``: ``{"call_id", "channel", "required", "approved_by",
-    "missing"}`` (``status --json``, ``show``, the inbox)."""
+def progress(cp: Checkpoint, registered: Optional[dict[str, list[str]]] = None) -> list[dict[str, Any]]:
+    """For each pending call of ``cp``: ``{"call_id", "channel", "required", "roles",
+    "requester_may_approve", "approved_by", "missing"}`` (``status --json``, ``show``, the inbox).
+    ``registered`` (reviewer name → roles, the list now; given for a task started in team mode):
+    ``approved_by`` then holds only the approvals that count (:func:`count`), and
+    ``"not_counted"`` the others (reviewers removed since, or without a role the rule allows)."""
     from workflow import calls
 
     out = []
@@ -217,7 +226,13 @@ def progress(cp: Checkpoint) -> list[dict[str, Any]]:
         channel = calls.channel_of(cp, call.arguments)
         rule = rule_of(cp, channel)
         names = sorted({a.by for a in approvals_of(cp, call.call_id)})
+        dropped: list[str] = []
+        if registered is not None:
+            dropped = [n for n in names if n not in registered or not (
+                rule.roles is None or set(rule.roles) & set(registered[n]))]
+            names = [n for n in names if n not in dropped]
         out.append({"call_id": call.call_id, "channel": channel, "required": rule.approvals,
                     "roles": rule.roles, "requester_may_approve": rule.requester_may_approve,
-                    "approved_by": names, "missing": max(rule.approvals - len(names), 0)})
+                    "approved_by": names, "missing": max(rule.approvals - len(names), 0),
+                    **({"not_counted": dropped} if dropped else {})})
     return out

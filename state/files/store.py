@@ -10,6 +10,8 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
     rejections/<name>.json  one rejection record per task and channel (state.files.rejections)
     effects/<name>.<N>.intent.json / .settled.json  attempt N of an effect through a service
                           (state.files.intents); each record file is signed (state.record_seal)
+    reviewers/r<N>.json   version N of the reviewer list (team mode); reviewers/revoked/<token ID>.json:
+                          each token that left it (state.files.reviewers)
     locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
     traces/<name>.jsonl   the local trace of each task (workflow.observe.trace_log)
     signing.key           the MAC key, unless HITL_SIGNING_KEY is set
@@ -75,7 +77,7 @@ from state.paths import (CHECKPOINTS_DIR, OLD_TASKS_DIR, check_own_folder, check
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.inspection import Inspected
 from state.records import MAX_ATTEMPTS, EffectIntent, LedgerEntry, RejectionRecord, Settlement
-from state.reviewers import Reviewer
+from state.reviewers import Reviewer, ReviewerList
 from state.files import intents, rejections
 from state.files import reviewers as reviewer_files
 from state.files.ledger import Ledger
@@ -384,19 +386,15 @@ class Store:
 
     def reviewers(self) -> list[Reviewer]:
         """See :meth:`state.store.TaskStore.reviewers` (:mod:`state.files.reviewers`)."""
-        return reviewer_files.reviewers(self)
+        return list(reviewer_files.reviewer_list(self).reviewers)
 
-    def reviewer_add(self, reviewer: Reviewer) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_add` (:func:`state.files.reviewers.add`)."""
-        reviewer_files.add(self, reviewer)
+    def reviewer_list(self) -> ReviewerList:
+        """See :meth:`state.store.TaskStore.reviewer_list` (:func:`state.files.reviewers.reviewer_list`)."""
+        return reviewer_files.reviewer_list(self)
 
-    def reviewer_replace(self, reviewer: Reviewer) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_replace` (:func:`state.files.reviewers.replace`)."""
-        reviewer_files.replace(self, reviewer)
-
-    def reviewer_remove(self, name: str) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_remove` (:func:`state.files.reviewers.remove`)."""
-        reviewer_files.remove(self, name)
+    def reviewer_save(self, expect: ReviewerList, new: ReviewerList) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_save` (:func:`state.files.reviewers.save`)."""
+        reviewer_files.save(self, expect, new)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`state.store.TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""
@@ -535,6 +533,12 @@ class Store:
         if self._ident is None:
             self._ident = state_id.read(self.root)
         return self._ident
+
+    def check_key_signs_here(self, key: bytes) -> None:
+        """Raise :class:`Refused` (``foreign_state``, naming ``HITL_SIGNING_KEY``) if ``key`` signed
+        none of the checkpoints of this state dir although there are some: another deployment's key
+        (:func:`check_signs_here`). Reads checkpoint files until one verifies; writes nothing."""
+        check_signs_here(self.root, (path for _, path in self.iter_task_files()), key)
 
     def check_writable(self, task_id: str) -> None:
         """Pre-flight for ``start`` and ``resume``: refuse, before anything is written for

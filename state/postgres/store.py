@@ -47,7 +47,7 @@ from state import effects, failpoints, secrets
 from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
 from state import reviewers as people
-from state.reviewers import Reviewer
+from state.reviewers import Reviewer, ReviewerList
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
 from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
@@ -830,52 +830,95 @@ class PostgresStore:
                                 "FROM effect_intents ORDER BY idempotency_key, attempt DESC").fetchall()
         return sorted((self._intent(row) for row in rows), key=lambda i: (i.at, i.idempotency_key))
 
-    # -- rejection records -------------------------------------------------------------------
+    # -- the reviewer list (state.reviewers) ----------------------------------------------------
     def reviewers(self) -> list[Reviewer]:
-        """See :meth:`state.store.TaskStore.reviewers` (table ``reviewers``: each row's envelope
-        verified with :func:`state.reviewers.unseal`; no key is read while the table is empty)."""
+        """See :meth:`state.store.TaskStore.reviewers`."""
+        return list(self.reviewer_list().reviewers)
+
+    def reviewer_list(self) -> ReviewerList:
+        """See :meth:`state.store.TaskStore.reviewer_list`: the row of the highest version of
+        ``reviewer_lists`` (its envelope verified with :func:`state.reviewers.unseal_list` for this
+        database, its version column the one it holds), none of its tokens among
+        ``reviewer_revocations``. Refused while the table ``reviewers`` of an earlier version holds a
+        row. No key is read while there is no list."""
         with self._db() as conn:
-            rows = conn.execute("SELECT name, envelope FROM reviewers ORDER BY name").fetchall()
-        if not rows:
-            return []
-        key = self._key()
-        out = []
-        for name, envelope in rows:
-            rec = people.unseal(envelope, key, where=f"reviewer row {self._scrub(str(name))[:100]!r}")
-            if rec.name != name:
-                raise Refused("integrity", f"reviewer row {self._scrub(str(name))[:100]!r} holds another name's record")
-            out.append(rec)
-        return out
-
-    def reviewer_add(self, reviewer: Reviewer) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_add` (``INSERT … ON CONFLICT DO NOTHING``)."""
-        from psycopg.types.json import Jsonb
-
-        envelope = people.seal(reviewer, self._key(create=True))
+            row = conn.execute("SELECT version, envelope FROM reviewer_lists ORDER BY version DESC LIMIT 1").fetchone()
+            earlier = conn.execute("SELECT count(*) FROM reviewers").fetchone()
+            revoked = conn.execute("SELECT count(*) FROM reviewer_revocations").fetchone() if row is None else None
+        if earlier and earlier[0]:
+            raise Refused("integrity", f"the table reviewers in the PostgreSQL store {self.location} holds "
+                          f"{earlier[0]} reviewer record(s) of an earlier version of this program (not bound to this "
+                          "database, no admin): they are not trusted. Delete them (DELETE FROM reviewers) and "
+                          "register the reviewers again, an admin first; nothing changed")
+        if row is None:
+            if revoked and revoked[0]:
+                raise Refused("integrity", f"the reviewer list of the PostgreSQL store {self.location} is missing "
+                              f"although {revoked[0]} reviewer token(s) were revoked: deleted by hand? Restore it "
+                              "from a backup; a human must check; nothing changed")
+            return people.EMPTY
+        version, envelope = row
+        where = f"reviewer list version {version} in {self.location}"
+        try:
+            data = json.loads(envelope) if len(envelope) <= people.MAX_LIST_BYTES else None
+        except (ValueError, RecursionError):
+            data = None
+        key, sid = self._key(), self.store_id()
+        lst = people.unseal_list(data, key, sid, where=where)
+        if lst.version != version:
+            raise Refused("integrity", f"{where} holds version {lst.version}, not the version its row says: an older "
+                          "list put back under a newer version? a human must check")
         with self._db() as conn:
-            done = conn.execute("INSERT INTO reviewers (name, envelope) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                                (reviewer.name, Jsonb(envelope))).rowcount
-        if not done:
-            raise Refused("reviewer_exists", f"reviewer {reviewer.name!r} is registered already; nothing written")
+            hits = conn.execute("SELECT token_id, envelope FROM reviewer_revocations WHERE token_id = ANY(%s)",
+                                ([r.token_id for r in lst.reviewers],)).fetchall()
+        people.refuse_revived(lst, where, {token_id: self._revocation(token_id, text, key, sid)
+                                           for token_id, text in hits})
+        return lst
 
-    def reviewer_replace(self, reviewer: Reviewer) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_replace` (one ``UPDATE``)."""
-        from psycopg.types.json import Jsonb
+    def _revocation(self, token_id: str, text: str, key: bytes, sid: str) -> Optional[people.Revoked]:
+        """The verified revocation of a row, or None if it does not verify (it revokes all the same)."""
+        try:
+            rec = people.unseal_revocation(json.loads(text) if len(text) <= MAX_RECORD_CHARS else None, key, sid,
+                                           where=f"revocation of token {token_id[:16]!r} in {self.location}")
+        except (Refused, ValueError, RecursionError):
+            return None
+        return rec if rec.token_id == token_id else None
 
-        envelope = people.seal(reviewer, self._key())
-        with self._db() as conn:
-            done = conn.execute("UPDATE reviewers SET envelope = %s WHERE name = %s",
-                                (Jsonb(envelope), reviewer.name)).rowcount
-        if not done:
-            raise Refused("no_reviewer", f"no reviewer {reviewer.name!r} is registered; nothing written")
+    def reviewer_save(self, expect: ReviewerList, new: ReviewerList) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_save`: after every check (the list read again
+        and verified with this machine's key, which must be this database's:
+        :meth:`check_key`, recorded by the first write), one transaction inserts the row of
+        ``new.version`` (``ON CONFLICT DO NOTHING``: a version another writer took is refused) and a
+        revocation row for every token ``new`` revokes (failpoints ``reviewers:list:before`` /
+        ``:after``)."""
+        people.check_successor(expect, new)
+        now = self.reviewer_list()  # verified with this key: another deployment's is refused here
+        if now != expect:
+            raise self._list_changed(expect.version, now.version)
+        key = self._key(create=True)
+        self.check_key(key, record=True)  # before the first write: this database's key from now on
+        sid = self.store_id()
+        envelope = json.dumps(people.seal_list(new, key, sid), ensure_ascii=False)
+        if len(envelope) > people.MAX_LIST_BYTES:
+            raise Refused("unsafe_input", f"the reviewer list would be more than the {people.MAX_LIST_BYTES} "
+                          "characters a reader accepts; nothing written")
+        revocations = [(r.token_id, json.dumps(people.seal_revocation(r, key, sid))) for r in new.revoked]
+        failpoints.hit("reviewers:list:before")
+        with self._db() as conn, conn.transaction():
+            done = conn.execute("INSERT INTO reviewer_lists (version, envelope) VALUES (%s, %s) "
+                                "ON CONFLICT DO NOTHING", (new.version, envelope)).rowcount
+            if done != 1:
+                raise self._list_changed(expect.version, new.version)
+            for token_id, text in revocations:
+                conn.execute("INSERT INTO reviewer_revocations (token_id, envelope) VALUES (%s, %s) "
+                             "ON CONFLICT DO NOTHING", (token_id, text))
+        failpoints.hit("reviewers:list:after")
 
-    def reviewer_remove(self, name: str) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_remove` (one ``DELETE``)."""
-        with self._db() as conn:
-            done = conn.execute("DELETE FROM reviewers WHERE name = %s", (name,)).rowcount
-        if not done:
-            raise Refused("no_reviewer", f"no reviewer {name!r} is registered; nothing changed")
+    @staticmethod
+    def _list_changed(expected: int, now: int) -> Refused:
+        return Refused("stale_revision", f"the reviewer list changed since it was read (version {expected} -> "
+                       f"{now} or later): another admin changed it; nothing written; run the command again")
 
+    # -- rejection records -------------------------------------------------------------------
     _REJECTION_COLUMNS = "task_id, content_sha256, call_id, by_name, at, reason, channel"
     _REJECTION_FIELDS = ("task_id", "content_sha256", "call_id", "by", "at", "reason", "channel")
 

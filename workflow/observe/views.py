@@ -63,7 +63,7 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
         "revision": cp.revision,
         "checkpoint_path": str(store.checkpoint_path(cp.task_id)),
         **({"service": cp.service, "effects": effects} if cp.service is not None else {}),
-        **({"requested_by": cp.team.requested_by, "approvals": _progress(cp)} if cp.team is not None else {}),
+        **({"requested_by": cp.team.requested_by, "approvals": _progress(store, cp)} if cp.team is not None else {}),
         **({"failure": cp.failure} if cp.failure is not None else {}),
     }
 
@@ -92,8 +92,12 @@ def ledger_view(store: TaskStore) -> dict[str, Any]:
 _SETTLED = ("settled_by", "settle_reason")
 
 
-def _progress(cp: Checkpoint) -> list[dict[str, Any]]:
-    """:func:`workflow.team.progress` (who approved each pending call so far, how many are missing)."""
+def _progress(store: TaskStore, cp: Checkpoint) -> list[dict[str, Any]]:
+    """:func:`workflow.team.progress` (who approved each pending call so far, how many are missing);
+    for a waiting task started in team mode, only the approvals that count (the reviewer list is
+    read: raises :class:`state.errors.Refused` as it does)."""
     from workflow.team import progress
 
-    return progress(cp)
+    if cp.team is None or not cp.team.authenticated or not cp.pending:
+        return progress(cp)
+    return progress(cp, {r.name: list(r.roles) for r in store.reviewers()})
