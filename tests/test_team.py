@@ -643,3 +643,43 @@ def test_another_deployment_cannot_change_the_reviewer_list(on_store, tmp_path, 
     monkeypatch.delenv("HITL_SIGNING_KEY")
     listed = s.cli("reviewers", "list", "--json").json()
     assert [x["name"] for x in listed["reviewers"]] == ["alice", "bob", "carol", "root", "wendy"]
+
+
+def test_a_reviewer_registered_again_without_the_role_is_not_counted(cli, state_dir, team, monkeypatch, team_admin):
+    """The quorum counts a reviewer still registered with a role the rule allows: bob approves as an
+    editor, is removed and registered again as a writer; his approval no longer counts."""
+    _start(cli, monkeypatch, team["wendy"])
+    assert _approve(cli, monkeypatch, team["bob"]).code == 0
+    assert team_admin.run("reviewers", "remove", "bob").code == 0
+    team_admin.add("bob", "writer")
+    r = _approve(cli, monkeypatch, team["carol"])
+    assert r.code == 0 and r.json()["status"] == "waiting_for_approval", r.err
+    shown = r.json()["approvals"][0]
+    assert shown["approved_by"] == ["carol"] and shown["not_counted"] == ["bob"] and ledger_entries(state_dir) == []
+    assert _approve(cli, monkeypatch, team["alice"]).json()["status"] == "completed"
+
+
+def test_a_crash_before_a_revocation_is_written_is_made_good_by_the_next_change(state_dir, team_admin):
+    """The file store writes the new list first, then the revocation of each token it revokes. A
+    process that dies in between (failpoint ``reviewers:revoke:before``) leaves the old token
+    invalid (the newest list does not hold it) and its revocation missing; the next change of the
+    list creates it, after which the old list put back is refused again."""
+    from tests.conftest import run_subprocess
+
+    bob = team_admin.add("bob", "editor")
+    old = {p.name: p.read_bytes() for p in (state_dir / "reviewers").glob("r*.json")}
+    env = {"HITL_REVIEWER_TOKEN": team_admin.token, "HITL_FAILPOINT": "reviewers:revoke:before"}
+    crashed = run_subprocess(state_dir, "reviewers", "remove", "bob", env=env)
+    assert crashed.code == 86, crashed.err
+    revoked = state_dir / "reviewers" / "revoked"
+    assert not revoked.exists() or list(revoked.glob("*.json")) == []
+    token_id = bob.split("_")[1]
+    team_admin.add("carol", "editor")  # the next change
+    assert (revoked / f"{token_id}.json").exists()
+    for path in (state_dir / "reviewers").glob("r*.json"):
+        path.unlink()
+    for name, data in old.items():
+        (state_dir / "reviewers" / name).write_bytes(data)
+    r = team_admin.cli("reviewers", "list")
+    r.assert_stopped()
+    assert "'bob' with a token that was revoked" in r.err
