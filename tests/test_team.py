@@ -683,3 +683,27 @@ def test_a_crash_before_a_revocation_is_written_is_made_good_by_the_next_change(
     r = team_admin.cli("reviewers", "list")
     r.assert_stopped()
     assert "'bob' with a token that was revoked" in r.err
+
+
+def test_a_reviewer_record_of_an_earlier_version_is_named_and_never_trusted(on_store, tmp_path, monkeypatch):
+    """Before the list, each reviewer was a record of its own (``reviewers/<hash>.json``, a row of the
+    table ``reviewers``), not bound to the store and with no admin. One found (left from before, or
+    put back) stops every command that needs the list, naming it, with nothing written: never
+    ignored, never trusted."""
+    s = on_store
+    tokens = _team_on(s, tmp_path, monkeypatch)
+    old = {"record": "reviewer", "name": "mallory", "roles": ["admin"], "token_id": "0" * 16,
+           "token_hash": "scrypt$16384$8$1$" + "0" * 32 + "$" + "0" * 64, "added_at": "2030-01-01T00:00:00Z",
+           "rotated_at": None, "mac": "0" * 64}
+    if s.url:
+        s._rows("INSERT INTO reviewers (name, envelope) VALUES (%s, %s::jsonb)", ("mallory", json.dumps(old)))
+    else:
+        (s.state_dir / "reviewers" / ("ab" * 16 + ".json")).write_text(json.dumps(old), encoding="utf-8")
+    before = s.snap()
+    for args in (("reviewers", "list"), ("reviewers", "add", "dave", "--role", "editor"),
+                 ("start", "--key", "t1", "--draft", "A draft.")):
+        with _as_token(tokens["root"]):
+            r = s.cli(*args)
+        r.assert_stopped()
+        assert "earlier version" in r.err, (args, r.err)
+        assert s.snap() == before
