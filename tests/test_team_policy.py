@@ -104,13 +104,14 @@ def test_only_a_reviewer_the_rule_allows_settles_and_an_intern_never_causes_a_se
         assert r.code == 1 and "in doubt" in r.err, r.err
         assert team.task()["status"] == "in_doubt" and len(svc.publications()) == 1
         time.sleep(0.3)  # past the attempt's window: "not published" would be accepted from a reviewer allowed
-        before, files = team.task(), snapshot(team.state_dir)
+        before = team.task()
         for who, words in (("ivy", "'ivy' has role intern"), ("alice", "'alice' asked for it")):
             for outcome in ("not-published", "published"):
+                files = snapshot(team.state_dir)
                 r = team.run(who, "settle", "--task", "t1", "--outcome", outcome, "--by", who)
                 r.assert_stopped()
                 assert words in r.err, r.err
-                assert snapshot(team.state_dir) == files  # not even a lock file: refused before the lock
+                assert snapshot(team.state_dir) == files  # nothing written, not even a trace line
             r = team.run(who, "resume", "--task", "t1", "--decision", "approve")
             assert r.code == 1, r.err
         assert team.task() == before
@@ -136,7 +137,7 @@ def test_only_a_reviewer_the_rule_allows_ends_a_task_with_fail(team, monkeypatch
         r = team.run(who, "fail", "--task", "t1", "--reason", "the service is gone")
         r.assert_stopped()
         assert words in r.err, r.err
-        assert snapshot(team.state_dir) == files  # not even a lock file: refused before the lock
+        assert snapshot(team.state_dir) == files  # nothing written
     assert team.task() == before
     r = team.run("bob", "fail", "--task", "t1", "--reason", "the service is gone", "--json")
     assert r.code == 0 and r.json()["status"] == "failed", r.err
