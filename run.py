@@ -3,8 +3,8 @@
     python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``fail``, ``publishing-service``, ``reviewers``
-(docs/commands.md).
+``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``fail``, ``publishing-service``, ``reviewers``,
+``policy`` (docs/commands.md).
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never
 import the SDK; ``review`` only to decide.
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     A.serve_parser(sub)
     A.settle_parser(sub)  # settle, fail, publishing-service
     A.team_parsers(sub)  # reviewers
+    A.policy_parsers(sub)  # policy set | show
     return parser
 
 
@@ -138,19 +139,21 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         cp = commands.fail(store, args)
     if args.command in ("start", "resume", "status", "settle", "fail"):  # one task: its view and its budget lines
         args.text_extra = budget_lines(cp)
+        args.text_team = not args.json and commands.team_hint(store, cp)  # next: says a token is needed
         return task_view(store, cp)
-    if args.command == "reviewers":  # team mode (docs/reviewers.md)
-        return commands.reviewers(store, args)
+    if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
+        return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)
     if args.command == "list":
         return inbox.inbox_view(store, args.status)
     if args.command == "ledger":
         return ledger_view(store)
     if args.command == "show":
         from workflow.observe.receipt import build_receipt
-        return build_receipt(store, inbox.pick_task(store, args.task, waiting_only=False))
-    if args.command == "expire":
-        expired, busy = inbox.expire_overdue(store, args.task)
-        return {"expired": expired, **({"busy": busy} if busy else {})}
+        shown = inbox.pick_task(store, args.task, waiting_only=False)
+        args.text_team = not args.json and commands.team_hint(store, store.load(shown))
+        return build_receipt(store, shown)
+    if args.command == "expire":  # in team mode an admin's (HITL_REVIEWER_TOKEN)
+        return commands.expire(store, args)
     if args.command == "review":
         return commands.review(store, args, commands.decide, task_view, commands.decider(store, None, args.by))
     if args.command == "doctor":
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if result is not None:
         try:
             output.print_result(args.command, result, args.json, getattr(args, "text_extra", None),
-                                vars(args).get("printer"))
+                                vars(args).get("printer"), team=bool(vars(args).get("text_team")))
             sys.stdout.flush()
         except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
             raise

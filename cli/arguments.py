@@ -216,6 +216,26 @@ def team_parsers(sub: Any) -> None:
             q.add_argument("--role", action="append", dest="roles", default=[], help="repeatable, e.g. editor")
 
 
+def policy_parsers(sub: Any) -> None:
+    """``policy set FILE | show [--version N]`` (the approval policy in the store, ``state/policy.py``)."""
+    p = sub.add_parser("policy", help="the approval policy in the store: set (an admin) or show (docs/reviewers.md)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    what = p.add_subparsers(dest="action", required=True)
+    q = what.add_parser("set", help="store the rules of a TOML file as the next version (an admin's token)")
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    q.add_argument("file", metavar="FILE", type=text("FILE", 4096, True))
+    q = what.add_parser("show", help="the policy in force (or an earlier version)")
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    q.add_argument("--version", type=version, help="an earlier version (every version is kept)")
+
+
+def version(value: str) -> int:
+    """``--version``: a whole number from 1."""
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= 10**9:
+        raise argparse.ArgumentTypeError(f"--version must be a whole number from 1, not {value[:40]!r}")
+    return int(value)
+
+
 def run_flags(p: argparse.ArgumentParser) -> None:
     """Add the flags of a command that runs the agent (``start``, ``resume``): ``--trace-content``
     and ``--stream`` (``Runner.run_streamed``, events printed as they arrive)."""

@@ -74,9 +74,21 @@ def decider(store: Any, task_id: Any, by: Any) -> str:
     return team.decider(store, by, team.token_from_settings(), cp)
 
 
+def team_hint(store: Any, cp: Any) -> bool:
+    """True if a decision on ``cp`` needs a reviewer's token (:func:`workflow.team.is_team`): the
+    ``next:`` lines then say so. Reads the reviewer list (never fails the command: a list that
+    cannot be read says nothing here, and the decision itself refuses)."""
+    from workflow import team
+
+    try:
+        return team.is_team(store, cp)
+    except Refused:
+        return True
+
+
 def start_team(store: Any, args: Any) -> Any:
     """The :class:`state.schema.Team` of a task ``start`` makes (``--by``, ``HITL_REVIEWER_TOKEN``
-    and ``HITL_POLICY``: :func:`workflow.team.at_start`), or None in single-user mode."""
+    and the store's policy: :func:`workflow.team.at_start`), or None in single-user mode."""
     from workflow import team
 
     return team.at_start(store, team.channels_of(args.channels), args.by, team.token_from_settings())
@@ -98,6 +110,45 @@ def reviewers(store: Any, args: Any) -> dict[str, Any]:
         return {"action": "list", "version": current.version, "reviewers": [r.public() for r in current.reviewers]}
     return people.administer(store, args.action, args.name, token=team.token_from_settings(), at=now_iso(),
                              roles=getattr(args, "roles", None))
+
+
+def expire(store: Any, args: Any) -> dict[str, Any]:
+    """``expire [--task T]``: ``{"expired": [IDs], "busy": [IDs] (only if any)}``
+    (:func:`workflow.review.inbox.expire_overdue`). In team mode it needs an admin's token in
+    ``HITL_REVIEWER_TOKEN``, who is recorded as having done it; else the OS login name is."""
+    from cli.arguments import reviewer
+    from workflow import team
+    from workflow.review import inbox
+
+    expired, busy = inbox.expire_overdue(store, args.task, token=team.token_from_settings(), by=reviewer(None))
+    return {"expired": expired, **({"busy": busy} if busy else {})}
+
+
+def policy(store: Any, args: Any) -> dict[str, Any]:
+    """``policy set FILE | show [--version N]``: the policy version as
+    :meth:`state.policy.PolicyRecord.public` gives it (``{"version": null, …, "rules": null}``
+    while none was set), plus ``"changed"`` (bool) for ``set``. ``set`` needs an admin's token in
+    ``HITL_REVIEWER_TOKEN`` (:func:`workflow.team.require_admin`); a file with the same rules as
+    the latest version adds no version. Raises :class:`Refused`, nothing written."""
+    from state import policy as policies
+    from state.clock import now_iso
+    from workflow import team
+
+    if args.action == "show":
+        rec = store.policy_get(args.version)
+        if rec is None and args.version is not None:
+            raise Refused("not_found", f"no policy version {args.version} in the store")
+        shown = rec.public() if rec is not None else {"version": None, "sha256": None, "set_by": None,
+                                                      "set_at": None, "rules": None}
+        return {"action": "show", **shown}
+    rules = policies.load(args.file)  # before the token: a bad file is named whoever runs it
+    admin = team.require_admin(store, team.token_from_settings(), "setting the policy")
+    latest = store.policy_get()
+    if latest is not None and latest.sha256 == policies.fingerprint(rules):
+        return {"action": "set", **latest.public(), "changed": False}
+    rec = policies.new_record(rules, (latest.version if latest else 0) + 1, admin.name, now_iso())
+    store.policy_record(rec)
+    return {"action": "set", **rec.public(), "changed": True}
 
 
 def publishing_service(args: Any) -> int:

@@ -121,10 +121,11 @@ def problem_after(command: str, result: Any) -> str | None:
 
 
 def print_result(command: str, result: dict[str, Any], as_json: bool,
-                 extra: list[str] | None = None, printer: EventPrinter | None = None) -> None:
+                 extra: list[str] | None = None, printer: EventPrinter | None = None, *, team: bool = False) -> None:
     """Print ``result`` of ``command``: one JSON object (``as_json``), else its text; ``extra``
     lines (the budget) go before a task's ``next:`` line; a final output ``printer`` (the
-    command's ``--stream``) already showed is not printed again."""
+    command's ``--stream``) already showed is not printed again; ``team``: a decision on the task
+    needs a reviewer's token, and its ``next:`` line says so."""
     if as_json:
         print(json_line(result))
     elif command == "list":
@@ -132,7 +133,7 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
     elif command == "show":
         from workflow.observe.receipt import receipt_text
 
-        print(receipt_text(result, receipt_next(result)))
+        print(receipt_text(result, receipt_next(result, team=team)))
     elif command == "expire":
         print(f"expired: {one_line(', '.join(result['expired']))}" if result["expired"] else "nothing expired")
         if result.get("busy"):
@@ -157,6 +158,10 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
         from cli.text import team_text
 
         print(team_text(command, result))
+    elif command == "policy":
+        from cli.text import policy_text
+
+        print(policy_text(result))
     elif command == "doctor":
         from workflow.ops.doctor import doctor_text
 
@@ -164,7 +169,7 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
     else:
         final = result.get("final_output")
         shown = printer is not None and final is not None and printer.final_shown == final
-        lines = task_text({**result, "final_output": "(streamed above)"} if shown else result).splitlines()
+        lines = task_text({**result, "final_output": "(streamed above)"} if shown else result, team=team).splitlines()
         at = len(lines) - 1 if lines[-1].startswith("  next:") else len(lines)
         print("\n".join([*lines[:at], *(extra or []), *lines[at:]]))
 

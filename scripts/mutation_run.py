@@ -93,7 +93,7 @@ GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconc
                                           "workflow/trust.py", "workflow/calls.py", "workflow/edits.py")
 EXTERNAL, EXTERNAL_T = "workflow/external.py", "tests/test_external_effects.py"
 HARDENING_T = "tests/test_effect_hardening.py"
-TEAM = "workflow/team.py"
+TEAM, TEAM_POLICY_T = "workflow/team.py", "tests/test_team_policy.py"
 REVIEWERS, TEAM_T, CONTRACT_T = "state/reviewers.py", "tests/test_team.py", "tests/test_store_contract.py"
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
                                        "tests/test_reconcile.py")
@@ -504,6 +504,17 @@ MUTANTS: list[Mutant] = [
       "    if lst.version > version:\n", TEAM_T, CONTRACT_T),
     m("first-reviewer-list-of-another-key", "state/files/reviewers.py",
       "            store.check_key_signs_here(load_key(", "            (lambda *a: None)(load_key(", TEAM_T),
+    # the policy in the store, and who may settle, fail and expire (state/policy.py, workflow/team.py)
+    m("policy-read-from-the-environment", TEAM, "    stored = store.policy_get()\n",
+      "    stored = None  # as when the requester's environment named no policy file\n", TEAM_POLICY_T),
+    m("settle-without-a-role", "workflow/settlement.py", "    team.check_settle(store, cp, [found[1]], by)\n",
+      "    pass\n", TEAM_POLICY_T),
+    p("settle-by-the-requester", TEAM, '        _allowed(store, cp, channel, "approved", by)',
+      '        _allowed(store, cp, channel, "rejected", by)', TEAM_POLICY_T),
+    m("expire-without-an-admin", "workflow/review/inbox.py", "    if team.is_team(store, first):",
+      "    if False:", TEAM_POLICY_T),
+    p("policy-version-not-looked-up", TEAM, "        if stored is None or stored.sha256 != cp.team.policy_sha256:",
+      "        if stored is not None and stored.sha256 != cp.team.policy_sha256:", "tests/test_team.py"),
 ]
 
 

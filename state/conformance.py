@@ -57,6 +57,7 @@ __all__ = [
     "test_an_older_reviewer_list_put_back_is_refused",
     "test_another_deployments_key_cannot_read_or_change_the_reviewer_list",
     "test_records_that_decide_an_effect_are_read_only_if_they_verify",
+    "test_policy_versions_only_grow_and_every_version_stays_readable", "test_racing_policy_sets_store_one_version",
 ]
 
 
@@ -74,13 +75,13 @@ class StoreFactory:
     that version, as a restore of an older backup would.
     ``read_record(store, kind, key)`` and ``write_record(store, kind, key, data)``, if given, read
     and replace, behind the store's back, the stored form of a record that decides an effect
-    (:mod:`state.record_seal`: ``kind`` ``ledger_entry``, ``effect_intent``, ``settlement`` or
-    ``rejection``; ``key`` ``(idempotency_key,)``, ``(idempotency_key, attempt)`` or ``(task_id,
-    channel)``): the signed envelope as a dict, or, written without ``mac``, the plain fields an
-    earlier version kept. ``make_other(folder)``: a fresh, empty store of *other* storage (another
-    state dir, another database) on this machine; default ``make``. ``another_key()``: a context
-    manager in which this process signs with another signing key than the store's (another
-    deployment's machine, e.g. another ``HITL_SIGNING_KEY``)."""
+    (:mod:`state.record_seal`: ``kind`` ``ledger_entry``, ``effect_intent``, ``settlement``,
+    ``rejection`` or ``policy``; ``key`` ``(idempotency_key,)``, ``(idempotency_key, attempt)``,
+    ``(task_id, channel)`` or ``(version,)``): the signed envelope as a dict, or, written without
+    ``mac``, the plain fields an earlier version kept. ``make_other(folder)``: a fresh, empty store
+    of *other* storage (another state dir, another database) on this machine; default ``make``.
+    ``another_key()``: a context manager in which this process signs with another signing key than
+    the store's (another deployment's machine, e.g. another ``HITL_SIGNING_KEY``)."""
 
     name: str
     make: Callable[[Path], Any]
@@ -732,18 +733,20 @@ _RECORDS: dict[str, tuple[Callable[[Any, str], Any], Callable[[str], tuple[Any, 
                    lambda s, t: s.settlement_get(t, 1)),
     "rejection": (lambda s, t: s.rejection_record(t, "a" * 64, _decision()), lambda t: (t, None),
                   lambda s, t: s.rejection_get(t)),
+    "policy": (lambda s, t: s.policy_record(_policy(int(t[-1]))), lambda t: (int(t[-1]),),
+               lambda s, t: s.policy_get(int(t[-1]))),
 }
 
 
 def test_records_that_decide_an_effect_are_read_only_if_they_verify(store_factory: StoreFactory,
                                                                      tmp_path: Path) -> None:
     """Every record that decides whether an effect runs (ledger entry, effect intent, settlement,
-    rejection record) is signed with the store's key, bound to its store and its own key: one with
-    a field edited behind the store's back, one without a signature (as an earlier version wrote
-    it), a valid one moved to another task's key, and one copied from another state dir or
-    database that uses the same signing key are each refused where they are read (and so is a
-    listing that holds it); put back, the record reads again. Skipped for a store without the
-    ``read_record``/``write_record`` hooks."""
+    rejection record, a version of the approval policy) is signed with the store's key, bound to
+    its store and its own key: one with a field edited behind the store's back, one without a
+    signature (as an earlier version wrote it), a valid one moved to another task's key, and one
+    copied from another state dir or database that uses the same signing key are each refused
+    where they are read (and so is a listing that holds it); put back, the record reads again.
+    Skipped for a store without the ``read_record``/``write_record`` hooks."""
     import shutil
 
     from state.integrity import KEY_FILE
@@ -759,7 +762,7 @@ def test_records_that_decide_an_effect_are_read_only_if_they_verify(store_factor
     shutil.copy(store.root / KEY_FILE, other.root / KEY_FILE)  # the same signing key (and its 0600 mode)
     other.intent_record(_intent("t-1"))
     edits = {"ledger_entry": {"content_sha256": "b" * 64}, "effect_intent": {"request_key": "f" * 32},
-             "settlement": {"by": "mallory"}, "rejection": {"by": "mallory"}}
+             "settlement": {"by": "mallory"}, "rejection": {"by": "mallory"}, "policy": {"set_by": "mallory"}}
     for kind, (make, key_of, get) in _RECORDS.items():
         for t in ("t-1", "t-2"):
             if kind != "effect_intent":
@@ -794,3 +797,71 @@ def test_records_that_decide_an_effect_are_read_only_if_they_verify(store_factor
             assert get(store, "t-1") == good, (kind, case)  # put back: it reads again
     for s in (store, other):
         getattr(s, "close", lambda: None)()
+
+
+def _policy(version: int, approvals: int = 2) -> Any:
+    """A policy record of ``version`` (its default: ``approvals`` approvals by an editor)."""
+    from state.policy import new_record, parse
+
+    rules = parse(f'[default]\napprovals = {approvals}\nroles = ["editor"]\n[channels.news]\napprovals = 1\n')
+    return new_record(rules, version, "ada", _AT)
+
+
+def test_policy_versions_only_grow_and_every_version_stays_readable(store_factory: StoreFactory,
+                                                                    tmp_path: Path) -> None:
+    """No policy until one is stored; versions are 1, 2, … (one that is not the next is refused,
+    ``policy_changed``, nothing written); the latest is the one without a version asked for; every
+    version stays readable as it was stored."""
+    store = store_factory.make(tmp_path)
+    assert store.policy_get() is None and store.policy_get(1) is None
+    with _raises(Refused, code="policy_changed"):
+        store.policy_record(_policy(2))  # not the next: 1 is
+    assert store.policy_get() is None
+    first, second = _policy(1), _policy(2, approvals=3)
+    store.policy_record(first)
+    with _raises(Refused, code="policy_changed"):
+        store.policy_record(_policy(1, approvals=1))  # version 1 is taken: never replaced
+    store.policy_record(second)
+    with _raises(Refused, code="policy_changed"):
+        store.policy_record(_policy(4))
+    again = store_factory.make(tmp_path)  # another handle, as another process
+    assert again.policy_get() == second and again.policy_get(2) == second and again.policy_get(1) == first
+    assert again.policy_get(1).rules.rule_for("blog").approvals == 2 and again.policy_get(3) is None
+    for s in (store, again):
+        getattr(s, "close", lambda: None)()
+
+
+def test_racing_policy_sets_store_one_version(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """Eight writers that read the same latest version store the next one at once: exactly one
+    does, the others are refused (``policy_changed``), and the stored version is the winner's."""
+    store = store_factory.make(tmp_path)
+    store.policy_record(_policy(1))
+    barrier = threading.Barrier(8)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        mine = store_factory.make(tmp_path)
+        try:
+            rec = _policy(2, approvals=i + 1)
+            barrier.wait(timeout=30)
+            try:
+                mine.policy_record(rec)
+                results.append(rec)
+            except Refused as exc:
+                results.append(exc.code)
+        except BaseException as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+        finally:
+            getattr(mine, "close", lambda: None)()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    won = [r for r in results if not isinstance(r, str)]
+    assert len(won) == 1 and sorted(r for r in results if isinstance(r, str)) == ["policy_changed"] * 7, results
+    assert store_factory.make(tmp_path).policy_get() == won[0]
+    getattr(store, "close", lambda: None)()

@@ -45,7 +45,8 @@ from state.schema import valid_effect_key
 CHECKPOINTS_DIR = "checkpoints"
 OLD_TASKS_DIR = "tasks"
 #: The folders a state dir may hold (see ``state.files.store``); each must be a plain folder inside it.
-SUBDIRS = (CHECKPOINTS_DIR, OLD_TASKS_DIR, "ledger", "locks", "traces", "rejections", "effects", "reviewers")
+SUBDIRS = (CHECKPOINTS_DIR, OLD_TASKS_DIR, "ledger", "locks", "traces", "rejections", "effects", "reviewers",
+           "policies")
 #: Single files at the top of a state dir; each must be a regular file (not a symlink) if present.
 TOP_FILES = ("signing.key", "state.id")
 

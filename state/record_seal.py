@@ -1,8 +1,9 @@
 """Signing the records that decide whether an effect runs: the one wrapper both stores use.
 
 A ledger entry (the effect happened), an effect intent (an attempt was begun), a settlement (an
-attempt did not happen) and a rejection record (a human rejected) each decide what the next command
-does: send, send again, never send, or refuse. So each is signed with the store's signing key, like
+attempt did not happen), a rejection record (a human rejected) and a version of the approval policy
+(who must approve: :mod:`state.policy`) each decide what the next command does: send, send again,
+never send, or refuse. So each is signed with the store's signing key, like
 a checkpoint, in a record type of its own: the envelope a store keeps is
 
 ``{"record": <kind>, "state_id": <the store's ID>, **<the model's fields>, "mac": <hex HMAC-SHA256>}``
@@ -15,7 +16,8 @@ a checkpoint, in a record type of its own: the envelope a store keeps is
 - ``state_id``: the state dir (``state.id``, :mod:`state.state_id`) or PostgreSQL database
   (``store_identity``) it was written in, so a record copied into another store that uses the same
   key is refused (``foreign_state``);
-- the model's own key fields (``idempotency_key`` and ``attempt``, or ``task_id`` and ``channel``):
+- the model's own key fields (``idempotency_key`` and ``attempt``, ``task_id`` and ``channel``, or a
+  policy's ``version``):
   the store compares them with where it found the record (the file name, the row's key columns), so
   a valid record renamed or moved to another key is refused.
 
@@ -36,6 +38,7 @@ from typing import Any, Mapping, Optional, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from state.errors import Next, Refused
+from state.policy import PolicyRecord
 from state.integrity import compute_mac, envelope_signed
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
 from state.schema import validation_message
@@ -47,6 +50,7 @@ KINDS: Mapping[str, tuple[type[BaseModel], str, str]] = {
     "effect_intent": (EffectIntent, "effect intent", "ledger_mismatch"),
     "settlement": (Settlement, "settlement", "ledger_mismatch"),
     "rejection": (RejectionRecord, "rejection record", "integrity"),
+    "policy": (PolicyRecord, "policy record", "integrity"),
 }
 #: The envelope's own fields: a model may not have a field of these names.
 ENVELOPE_FIELDS = ("record", "state_id", "mac")

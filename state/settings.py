@@ -30,7 +30,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.timestamps import parse_iso
 
 #: The shortest signing key accepted, in bytes, from either source (see :func:`check_key_bytes`).
@@ -327,18 +327,18 @@ class Settings(BaseSettings):
                                           max_length=MAX_SECRET_CHARS, **_doc(
         "secret text", "-", "unset",
         "In team mode (once one reviewer is registered), the token of the reviewer who runs the "
-        "command: every decision (`resume`, `settle`, `review`) and the requester of a `start` is "
-        "that reviewer's, and every change of the reviewer list (`reviewers add`, `remove`, `rotate`) "
-        "needs an admin's (docs/reviewers.md). An environment variable, never a flag: flags show in "
-        "process lists. Never written anywhere, never shown.",
+        "command: every decision (`resume`, `settle`, `fail`, `review`) and the requester of a "
+        "`start` is that reviewer's; `policy set`, `expire` and every change of the reviewer list "
+        "(`reviewers add`, `remove`, `rotate`) need an admin's (docs/reviewers.md). An environment "
+        "variable, never a flag: flags show in process lists. Never written anywhere, never shown.",
         f"not UTF-8; a control character; over {MAX_SECRET_CHARS} characters (the value is never echoed)"))
     policy: Optional[str] = Field(None, alias="HITL_POLICY", max_length=MAX_PATH_CHARS, **_doc(
-        "path", "-", "unset (one approval by anyone allowed to decide)",
-        "A TOML file: how many distinct reviewers must approve a call, which roles may decide, "
-        "whether the requester may approve, per channel (docs/reviewers.md). Its fingerprint is "
-        "recorded in each task at start; a task started under another policy is refused.",
-        f"not UTF-8; over {MAX_PATH_CHARS} characters; a file that is missing, unreadable or not a valid policy "
-        "(when it is read)"))
+        "-", "-", "unset",
+        "No longer read. The approval policy lives in the store, signed and versioned: an admin sets "
+        "it with `policy set FILE` (docs/reviewers.md), so no process's environment chooses the rules "
+        "its own task is decided under. Set, it stops every command, saying so.",
+        f"any value but empty (every command stops: unset it and use `policy set`); over {MAX_PATH_CHARS} "
+        "characters"))
 
     @field_validator("lock_timeout", "request_timeout", "max_connections", "publish_timeout",
                      "publish_attempts", "publish_settle_after", mode="plain")
@@ -429,10 +429,12 @@ class Settings(BaseSettings):
 
     @field_validator("policy", mode="plain")
     @classmethod
-    def _policy(cls, raw: Any) -> str | None:
-        if not _is_text(raw) or not raw.isprintable():
-            raise Refused("settings", "HITL_POLICY is not a printable UTF-8 path")
-        return raw or None
+    def _policy(cls, raw: Any) -> None:
+        if raw:  # the policy a task is decided under is never one its requester's environment names
+            raise Refused("settings", ["HITL_POLICY is set, but it is no longer read: the approval policy lives in "
+                                       "the store, where an admin sets it", Next("policy_set"),
+                                       "; unset HITL_POLICY (nothing was done)"])
+        return None
 
     @field_validator("publish_idempotency", mode="plain")
     @classmethod

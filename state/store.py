@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator, Optional, Protocol, Union, runtime_c
 from state.errors import Refused
 from state.inspection import Inspected
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.policy import PolicyRecord
 from state.reviewers import Reviewer, ReviewerList
 from state.schema import Checkpoint, Decision
 from state.settings import settings
@@ -195,6 +196,20 @@ class TaskStore(Protocol):
     def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
         """Remove the rejection record of ``task_id`` (and ``channel``; only to undo one this
         process just created for a refused command); no error if there is none."""
+        ...
+
+    def policy_get(self, version: Optional[int] = None) -> Optional[PolicyRecord]:
+        """Version ``version`` of the approval policy (:class:`state.policy.PolicyRecord`; None:
+        the latest), or None if there is no such version (``None`` with no version stored: no
+        policy was ever set). Each record's signature is verified, and that it is the version it is
+        stored as: raises ``Refused`` (``integrity``, ``foreign_state``) otherwise."""
+        ...
+
+    def policy_record(self, record: PolicyRecord) -> None:
+        """Store ``record`` (signed with the store's key) as the next version of the policy,
+        exactly once. Compare-and-swap: raises ``Refused`` (``policy_changed``), nothing written,
+        unless ``record.version`` is one more than the latest version stored (1 for the first)
+        and no other writer stored that version first. No version is ever changed or removed."""
         ...
 
 

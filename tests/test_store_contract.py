@@ -80,6 +80,10 @@ def _record_file(store: FileStore, kind: str, key: tuple) -> Path:
         return Ledger(store.ledger_dir).path_for(key[0])
     if kind == "rejection":
         return rejections.path_for(store, *key)
+    if kind == "policy":
+        from state.files import policies
+
+        return policies.path_for(store, *key)
     return intents.path_for(store, *key, "intent" if kind == "effect_intent" else "settled")
 
 
@@ -95,7 +99,8 @@ def _write_record_file(store: FileStore, kind: str, key: tuple, data: dict) -> N
 _TABLES = {"ledger_entry": ("ledger", "idempotency_key = %s"),
            "effect_intent": ("effect_intents", "idempotency_key = %s AND attempt = %s"),
            "settlement": ("effect_settlements", "idempotency_key = %s AND attempt = %s"),
-           "rejection": ("rejections", "task_id = %s AND coalesce(channel, '') = coalesce(%s::text, '')")}
+           "rejection": ("rejections", "task_id = %s AND coalesce(channel, '') = coalesce(%s::text, '')"),
+           "policy": ("policies", "version = %s")}
 
 
 def _read_record_row(store, kind: str, key: tuple) -> dict:
@@ -108,11 +113,12 @@ def _read_record_row(store, kind: str, key: tuple) -> dict:
 
 def _write_record_row(store, kind: str, key: tuple, data: dict) -> None:
     """Replace the row's envelope with plain SQL: ``data`` as JSON text, or null for a record
-    without ``mac`` (what an earlier version kept: the columns alone)."""
+    without ``mac`` (what an earlier version kept: the columns alone; a policy, which no earlier
+    version kept in a table, gets the unsigned fields as its envelope)."""
     table, where = _TABLES[kind]
     with store._db() as conn:
         conn.execute(f"UPDATE {table} SET envelope = %s WHERE {where}",
-                     (json.dumps(data) if "mac" in data else None, *key))
+                     (json.dumps(data) if "mac" in data or kind == "policy" else None, *key))
 
 
 @contextmanager

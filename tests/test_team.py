@@ -1,6 +1,8 @@
 """Team mode: reviewers who are who they say (a token each, only its hash stored), the policy's
-quorum before the SDK's ``state.approve``, roles, the requester kept out, a veto, and a policy
-changed under a waiting task. Through the command line (in process) unless a race needs processes."""
+quorum before the SDK's ``state.approve``, roles, the requester kept out, a veto, and the policy
+in the store (set by an admin, versioned; a task decided under the version it started under).
+Through the command line (in process) unless a race needs processes. tests/test_team_policy.py
+runs what involves a store (settle, fail, expire, the requester's environment) on both stores."""
 
 from __future__ import annotations
 
@@ -21,15 +23,24 @@ requester_may_approve = false
 """
 
 
+def _set_policy(cli, monkeypatch, admin: str, text: str, tmp_path: Path, name: str = "policy.toml") -> dict:
+    """``policy set`` of ``text`` (written to ``name`` in ``tmp_path``) with the admin token ``admin``."""
+    policy = tmp_path / name
+    policy.write_text(text, encoding="utf-8")
+    _as(monkeypatch, admin)
+    r = cli("policy", "set", str(policy), "--json")
+    assert r.code == 0, r.err
+    return r.json()
+
+
 @pytest.fixture
 def team(cli, state_dir, tmp_path, monkeypatch, team_admin: TeamAdmin):
-    """An admin (root), three editors and one writer, the policy above in force; returns name →
-    token of the editors and the writer (root's: ``team_admin.token``)."""
+    """An admin (root), three editors and one writer, the policy above set by the admin (version
+    1); returns name → token of the editors and the writer (root's: ``team_admin.token``)."""
     tokens = {name: team_admin.add(name, "editor") for name in ("alice", "bob", "carol")}
     tokens["wendy"] = team_admin.add("wendy", "writer")
-    policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY, encoding="utf-8")
-    monkeypatch.setenv("HITL_POLICY", str(policy))
+    assert _set_policy(cli, monkeypatch, team_admin.token, POLICY, tmp_path)["version"] == 1
+    _as(monkeypatch, None)
     return tokens
 
 
@@ -52,9 +63,9 @@ def _approve(cli, monkeypatch, token: str | None, key: str = "t1", *extra: str):
     return cli("resume", "--task", key, "--decision", "approve", *extra, "--json")
 
 
-def test_the_token_is_shown_once_and_never_stored(cli, state_dir, team):
+def test_the_token_is_shown_once_and_never_stored(cli, state_dir, team, team_admin):
     everything = b"".join(v for v in snapshot(state_dir).values() if isinstance(v, bytes))
-    for token in team.values():
+    for token in [*team.values(), team_admin.token]:
         assert token.encode() not in everything
         assert token.split("_", 2)[2].encode() not in everything  # not even the secret part
     listed = cli("reviewers", "list", "--json").json()["reviewers"]
@@ -161,43 +172,191 @@ def test_a_reviewer_removed_after_signing_in_cannot_decide(cli, state_dir, team,
     assert _approve(cli, monkeypatch, team["alice"]).code == 1
 
 
-def test_a_policy_changed_under_a_waiting_task_is_refused(cli, state_dir, team, monkeypatch, tmp_path):
+def test_a_policy_set_after_start_does_not_strand_a_waiting_task_it_decides_under_its_version(cli, state_dir, team,
+                                                                                               monkeypatch, tmp_path,
+                                                                                               team_admin):
+    """A task records the policy version it started under and is decided under it: a later
+    ``policy set`` (here one approval, by anyone) neither strands it nor lowers its quorum; a task
+    started after it is decided under the new version."""
     _start(cli, monkeypatch, team["wendy"])
-    changed = tmp_path / "policy.toml"
-    changed.write_text(POLICY.replace("approvals = 2", "approvals = 1"), encoding="utf-8")
+    assert _set_policy(cli, monkeypatch, team_admin.token, "[default]\napprovals = 1\n", tmp_path,
+                       "v2.toml")["version"] == 2
+    first = _approve(cli, monkeypatch, team["alice"])
+    assert first.code == 0 and first.json()["status"] == "waiting_for_approval", first.err  # still 2 of 2
+    assert ledger_entries(state_dir) == []
+    assert _approve(cli, monkeypatch, team["wendy"]).code == 1  # still editors only
+    done = _approve(cli, monkeypatch, team["bob"])
+    assert done.code == 0 and done.json()["status"] == "completed", done.err
+    _start(cli, monkeypatch, team["wendy"], "t2")
+    r = _approve(cli, monkeypatch, team["wendy"], "t2")  # version 2: one approval, anyone
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    cps = [json.loads(checkpoint_file(state_dir, t).read_text(encoding="utf-8"))["team"] for t in ("t1", "t2")]
+    assert [c["policy_version"] for c in cps] == [1, 2]
+
+
+def test_a_policy_version_removed_or_rewritten_under_a_waiting_task_is_refused(cli, state_dir, team, monkeypatch):
+    """Every version is kept: a task whose version is gone from the store, or holds other rules
+    (re-signed by a key holder), is refused, never decided under another version."""
+    from state.policy import Policy, fingerprint
+    from tests.conftest import sign_record
+
+    _start(cli, monkeypatch, team["wendy"])
+    path = state_dir / "policies" / "v000001.json"
+    original = path.read_bytes()
+    data = json.loads(original)
+    data["rules"]["default"]["approvals"] = 1
+    data["sha256"] = fingerprint(Policy.model_validate(data["rules"]))
+    fields = {k: v for k, v in data.items() if k not in ("record", "state_id", "mac")}
+    for damage in ("removed", "rewritten"):
+        if damage == "removed":
+            path.unlink()
+        else:
+            path.write_text(json.dumps(sign_record(state_dir, "policy", fields)), encoding="utf-8")
+        before = snapshot(state_dir)
+        r = _approve(cli, monkeypatch, team["alice"])
+        assert r.code == 1 and "policy version 1" in r.err and "a human must check" in r.err, r.err
+        assert snapshot(state_dir) == before
+        path.write_bytes(original)
+    assert _approve(cli, monkeypatch, team["alice"]).json()["status"] == "waiting_for_approval"
+
+
+def test_a_task_started_before_the_policy_moved_into_the_store_is_approved_only_under_the_same_rules(
+        cli, state_dir, team, monkeypatch, tmp_path):
+    """A task an earlier version started (its rules from a file the requester's environment named;
+    no policy version recorded) cannot be approved unless a stored version has the same rules; it
+    may still be rejected."""
+    from tests.conftest import resign
+
+    for key in ("old-1", "old-2"):
+        _start(cli, monkeypatch, team["wendy"], key)
+        resign(state_dir, checkpoint_file(state_dir, key), lambda d: (
+            d["team"].pop("policy_version"), d["team"].update(policy_sha256="a" * 64,
+                                                              rules={"blog": {"approvals": 1, "roles": None,
+                                                                              "requester_may_approve": True}})))
     before = snapshot(state_dir)
-    r = _approve(cli, monkeypatch, team["alice"])
-    assert r.code == 1 and "another policy" in r.err
-    monkeypatch.delenv("HITL_POLICY")
-    r = _approve(cli, monkeypatch, team["alice"])
-    assert r.code == 1 and "HITL_POLICY is unset" in r.err
+    r = _approve(cli, monkeypatch, team["wendy"], "old-1")
+    assert r.code == 1 and "before the approval policy moved into the store" in r.err, r.err
     assert snapshot(state_dir) == before
-    changed.write_text("# the same rules, other spacing and comments\n" + POLICY.replace(" = ", "="), encoding="utf-8")
-    monkeypatch.setenv("HITL_POLICY", str(changed))
-    assert _approve(cli, monkeypatch, team["alice"]).code == 0  # the fingerprint is of the rules
+    _as(monkeypatch, team["carol"])
+    r = cli("resume", "--task", "old-2", "--decision", "reject", "--reason", "start it again", "--json")
+    assert r.code == 0 and r.json()["status"] == "cancelled", r.err
 
 
-def test_a_bad_policy_file_is_one_stopped_line(cli, state_dir, tmp_path, monkeypatch):
+def test_bad_policy_files_are_one_stopped_line_naming_every_error_and_nothing_is_stored(cli, state_dir, team,
+                                                                                      monkeypatch, tmp_path,
+                                                                                      team_admin):
+    """Each bad file is one ``STOPPED:`` line (code ``policy``) and nothing is stored: every error
+    of a file is named (here two), a file nested deeper than Python's TOML parser follows is
+    refused (it used to be ``unexpected error (RecursionError)``), and so is an empty one (it used
+    to be taken as the default policy)."""
+    from state import policy as policies
+    from state.errors import Refused
+
     bad = tmp_path / "bad.toml"
-    for text, words in (("[default]\napprovals = 0\n", "not a valid policy"), ("[default\n", "not valid TOML"),
-                        ("[default]\nquorum = 2\n", "not a valid policy"),
-                        ('[channels."Bad Name"]\napprovals = 2\n', "not a valid policy")):
+    cases = [("[default]\napprovals = 0\nquorum = 2\n", ["2 errors", "default.approvals", "default.quorum"]),
+             ('[default]\nroles = ["Bad Role", "ok"]\n[channels."Bad Name"]\napprovals = 11\n',
+              ["3 errors", "channels.'Bad Name'.approvals", "role 'Bad Role'", "a channel name is 1-32"]),
+             ("x = " + "[" * 5000 + "]" * 5000 + "\n", ["nests tables or arrays too deeply"]),
+             ("[default]\napprovals = " + "[" * 900 + "]" * 900 + "\n", ["nests tables or arrays too deeply"]),
+             ("", ["is empty"]), ("# only a comment\n\n", ["is empty"]), ("[default\n", ["not valid TOML"])]
+    _as(monkeypatch, team_admin.token)
+    before = snapshot(state_dir)
+    for text, words in cases:
         bad.write_text(text, encoding="utf-8")
-        monkeypatch.setenv("HITL_POLICY", str(bad))
-        r = cli("start", "--key", "t1", "--draft", "A draft.")
-        assert r.code == 1 and words in r.err and "Traceback" not in r.err, r.err
-        assert snapshot(state_dir) == {}
-    monkeypatch.setenv("HITL_POLICY", str(tmp_path / "missing.toml"))
-    assert "does not exist" in cli("start", "--key", "t1", "--draft", "A draft.").err
+        r = cli("policy", "set", str(bad))
+        r.assert_stopped()
+        assert all(w in r.err for w in words), (words, r.err)
+        assert snapshot(state_dir) == before
+        with pytest.raises(Refused) as refused:
+            policies.parse(text)
+        assert refused.value.code == "policy"
+    bad.write_bytes(b"[default]\napprovals = 1\n" + b"#" * policies.MAX_POLICY_BYTES)
+    assert "is over" in cli("policy", "set", str(bad)).err
+    assert "does not exist" in cli("policy", "set", str(tmp_path / "missing.toml")).err
+    assert snapshot(state_dir) == before
+    assert cli("policy", "show", "--json").json()["version"] == 1
 
 
-def test_a_policy_that_needs_reviewers_is_refused_without_them(cli, state_dir, tmp_path, monkeypatch):
+def test_only_an_admin_sets_the_policy_and_show_shows_every_version(cli, state_dir, team, monkeypatch, tmp_path,
+                                                                    team_admin):
+    """``policy set`` needs an admin's token (none, or an editor's, is refused with nothing
+    stored); the same rules again store nothing; a change in a channel's table alone is a new
+    version; ``policy show`` shows the latest, ``--version N`` an earlier one."""
     policy = tmp_path / "p.toml"
-    policy.write_text(POLICY, encoding="utf-8")
-    monkeypatch.setenv("HITL_POLICY", str(policy))
+    policy.write_text(POLICY + "[channels.news]\napprovals = 3\n", encoding="utf-8")
+    before = snapshot(state_dir)
+    for token, words in ((None, "HITL_REVIEWER_TOKEN"), (team["alice"], "needs an admin")):
+        _as(monkeypatch, token)
+        r = cli("policy", "set", str(policy))
+        r.assert_stopped()
+        assert words in r.err, r.err
+        assert snapshot(state_dir) == before
+    _as(monkeypatch, team_admin.token)
+    second = cli("policy", "set", str(policy), "--json").json()
+    assert (second["version"], second["changed"], second["set_by"]) == (2, True, "root")
+    again = cli("policy", "set", str(policy), "--json").json()
+    assert (again["version"], again["changed"]) == (2, False)
+    policy.write_text(POLICY + "[channels.news]\napprovals = 2\n", encoding="utf-8")  # only a channel's table
+    assert cli("policy", "set", str(policy), "--json").json()["version"] == 3
+    _as(monkeypatch, None)
+    shown = cli("policy", "show", "--json").json()
+    assert shown["version"] == 3 and shown["rules"]["channels"]["news"]["approvals"] == 2
+    assert cli("policy", "show", "--version", "2", "--json").json()["rules"]["channels"]["news"]["approvals"] == 3
+    text = cli("policy", "show", "--version", "1").out
+    assert "policy version 1" in text and "default: 2 approvals by editor, not the requester" in text
+    assert cli("policy", "show", "--version", "9").code == 1
+
+
+def test_hitl_policy_in_the_environment_stops_every_command_saying_where_the_policy_is(cli, state_dir, team,
+                                                                                       monkeypatch, tmp_path):
+    own = tmp_path / "mine.toml"
+    own.write_text("[default]\napprovals = 1\n", encoding="utf-8")
+    monkeypatch.setenv("HITL_POLICY", str(own))
+    before = snapshot(state_dir)
+    for args in (("start", "--key", "t9", "--draft", "A draft."), ("status",), ("policy", "show")):
+        r = cli(*args)
+        r.assert_stopped()
+        assert "HITL_POLICY is set, but it is no longer read" in r.err and "policy set FILE" in r.err, r.err
+    assert snapshot(state_dir) == before
+
+
+def test_every_approval_is_shown_with_who_and_when_after_completion(cli, state_dir, team, monkeypatch):
+    """``status --json`` and ``show`` name each reviewer whose approval counted, with when, not
+    only the last approver (the decision)."""
+    _start(cli, monkeypatch, team["wendy"])
+    _approve(cli, monkeypatch, team["alice"])
+    assert _approve(cli, monkeypatch, team["bob"]).json()["status"] == "completed"
+    _as(monkeypatch, None)
+    log = cli("status", "--task", "t1", "--json").json()["approval_log"]
+    assert [a["by"] for a in log] == ["alice", "bob"] and all(a["at"] for a in log)
+    receipt = cli("show", "--task", "t1", "--json").json()
+    assert [(a["by"], a["at"]) for a in receipt["approval"]["approvals"]] == [(a["by"], a["at"]) for a in log]
+    for text in (cli("status", "--task", "t1").out, cli("show", "--task", "t1").out):
+        assert f"by alice at {log[0]['at']}, bob at {log[1]['at']}" in text, text
+
+
+def test_the_next_line_says_a_token_is_needed_in_team_mode_only(cli, state_dir, team, monkeypatch, tmp_path):
+    _start(cli, monkeypatch, team["wendy"])
+    _as(monkeypatch, None)
+    line = [x for x in cli("status", "--task", "t1").out.splitlines() if x.startswith("  next:")]
+    assert line and "HITL_REVIEWER_TOKEN" in line[0], line
+    from tests.conftest import run_in_process
+
+    alone = tmp_path / "alone"
+    assert run_in_process(alone, "start", "--key", "s1", "--draft", "A draft.").code == 0
+    assert "HITL_REVIEWER_TOKEN" not in run_in_process(alone, "status", "--task", "s1").out
+
+
+def test_a_policy_that_needs_reviewers_is_refused_once_they_are_all_gone(cli, state_dir, team, monkeypatch):
+    """The last admin cannot be removed, so only a reviewer folder deleted by hand leaves the stored
+    policy, which needs reviewers, without any: a new task is refused, nothing written."""
+    import shutil
+
+    shutil.rmtree(state_dir / "reviewers")
+    before = snapshot(state_dir)
     r = cli("start", "--key", "t1", "--draft", "A draft.")
     assert r.code == 1 and "register one first" in r.err
-    assert snapshot(state_dir) == {}
+    assert snapshot(state_dir) == before
 
 
 def test_single_user_mode_stays_without_reviewers(cli, state_dir):
@@ -219,7 +378,6 @@ def test_a_task_started_in_team_mode_stays_one_when_every_reviewer_is_removed(cl
     assert r.code == 1 and "last admin" in r.err, r.err
     shutil.rmtree(state_dir / "reviewers")
     assert cli("reviewers", "list", "--json").json()["reviewers"] == []
-    monkeypatch.delenv("HITL_POLICY")
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, None, "t1", "--by", "anyone")
     assert r.code == 1 and "team mode" in r.err
@@ -264,7 +422,6 @@ def test_two_reviewers_racing_reach_the_quorum_once(state_dir, team, tmp_path):
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HITL_", "OPENAI_"))}
-    env["HITL_POLICY"] = os.environ["HITL_POLICY"]
     base = [sys.executable, str(RUN_PY), "--state-dir", str(state_dir)]
     r = subprocess.run([*base, "start", "--key", "t1", "--draft", "A draft."], cwd=ROOT, capture_output=True,
                        text=True, env={**env, "HITL_REVIEWER_TOKEN": team["wendy"]}, timeout=120)
@@ -286,9 +443,9 @@ def test_always_cannot_carry_an_approval_past_another_channels_quorum(cli, state
     from tests.conftest import start_calls
 
     tokens = {name: team_admin.add(name) for name in ("alice", "bob")}
-    policy = tmp_path / "p.toml"
-    policy.write_text("[default]\napprovals = 1\n[channels.news]\napprovals = 2\n", encoding="utf-8")
-    monkeypatch.setenv("HITL_POLICY", str(policy))
+    _set_policy(cli, monkeypatch, team_admin.token, "[default]\napprovals = 1\n[channels.news]\napprovals = 2\n",
+                tmp_path)
+    _as(monkeypatch, None)
     calls = start_calls(cli, "t2", "Title", "A draft.", "blog", "news")
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, tokens["alice"], "t2", "--call", calls["blog"], "--always")
@@ -353,18 +510,20 @@ def test_a_lone_reject_under_a_quorum_of_two_cancels_at_once_and_never_counts_as
     assert ledger_entries(state_dir) == []
 
 
-def test_a_change_to_a_channels_table_of_the_policy_is_refused_like_a_change_to_the_default(cli, state_dir, team,
-                                                                                           monkeypatch, tmp_path):
-    """The fingerprint a task records is of the whole policy: changing only ``[channels.news]``
-    (here not even a channel of the task) is another policy too."""
-    policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY + "[channels.news]\napprovals = 3\n", encoding="utf-8")
+def test_a_change_to_a_channels_table_alone_is_a_new_policy_version(cli, state_dir, team, monkeypatch, tmp_path,
+                                                                    team_admin):
+    """The fingerprint of a version is of the whole policy: changing only ``[channels.news]`` (here
+    not even a channel of the task) stores a new version, and a task started under the earlier one
+    keeps it."""
+    assert _set_policy(cli, monkeypatch, team_admin.token, POLICY + "[channels.news]\napprovals = 3\n", tmp_path)[
+        "version"] == 2
     _start(cli, monkeypatch, team["wendy"])
-    policy.write_text(POLICY + "[channels.news]\napprovals = 2\n", encoding="utf-8")
-    before = snapshot(state_dir)
-    r = _approve(cli, monkeypatch, team["alice"])
-    assert r.code == 1 and "another policy" in r.err, r.err
-    assert snapshot(state_dir) == before
+    changed = _set_policy(cli, monkeypatch, team_admin.token, POLICY + "[channels.news]\napprovals = 2\n", tmp_path)
+    assert (changed["version"], changed["changed"]) == (3, True)
+    view = _approve(cli, monkeypatch, team["alice"]).json()
+    assert view["status"] == "waiting_for_approval" and view["approvals"][0]["required"] == 2
+    cp = json.loads(checkpoint_file(state_dir, "t1").read_text(encoding="utf-8"))
+    assert cp["team"]["policy_version"] == 2
 
 
 def test_always_cannot_carry_an_approval_past_another_channels_role_rule(cli, state_dir, tmp_path, monkeypatch,
@@ -375,9 +534,9 @@ def test_always_cannot_carry_an_approval_past_another_channels_role_rule(cli, st
     from tests.conftest import start_calls
 
     tokens = {"alice": team_admin.add("alice"), "lee": team_admin.add("lee", "legal")}
-    policy = tmp_path / "p.toml"
-    policy.write_text('[default]\napprovals = 1\n[channels.news]\nroles = ["legal"]\n', encoding="utf-8")
-    monkeypatch.setenv("HITL_POLICY", str(policy))
+    _set_policy(cli, monkeypatch, team_admin.token, '[default]\napprovals = 1\n[channels.news]\nroles = ["legal"]\n',
+                tmp_path)
+    _as(monkeypatch, None)
     calls = start_calls(cli, "t3", "Title", "A draft.", "blog", "news")
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, tokens["alice"], "t3", "--call", calls["blog"], "--always")
@@ -394,7 +553,7 @@ def test_always_cannot_carry_an_approval_past_another_channels_role_rule(cli, st
 # -- who may change the list, a removed reviewer, an old record put back, another deployment's key --
 # Each on the file store and on PostgreSQL (a fresh schema of the session's server), through the CLI.
 ANOTHER_KEY = "another-deployment-signing-key-0123456789"
-_TABLES = ("reviewer_lists", "reviewer_revocations", "reviewers", "checkpoints", "history", "ledger",
+_TABLES = ("reviewer_lists", "reviewer_revocations", "reviewers", "policies", "checkpoints", "history", "ledger",
            "key_fingerprint")
 
 
@@ -478,8 +637,8 @@ def _as_token(token: str | None):
 
 
 def _team_on(s: OnStore, tmp_path: Path, monkeypatch) -> dict[str, str]:
-    """root (admin), alice, bob, carol (editors), wendy (writer) on ``s``, the 2-editor policy in
-    force; name → token."""
+    """root (admin), alice, bob, carol (editors), wendy (writer) on ``s``, the 2-editor policy set
+    by root (``policy set``, version 1); name → token."""
     r = add_reviewer(s.cli, "root", "admin")
     assert r.code == 0, r.err
     tokens = {"root": r.json()["token"]}
@@ -489,7 +648,9 @@ def _team_on(s: OnStore, tmp_path: Path, monkeypatch) -> dict[str, str]:
         tokens[name] = r.json()["token"]
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY, encoding="utf-8")
-    monkeypatch.setenv("HITL_POLICY", str(policy))
+    with _as_token(tokens["root"]):
+        r = s.cli("policy", "set", str(policy), "--json")
+    assert r.code == 0 and r.json()["version"] == 1, r.err
     return tokens
 
 

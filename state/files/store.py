@@ -8,6 +8,7 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
                           One folder per task: loading or saving a task lists its own folder only
     ledger/<name>.json    one ledger entry per idempotency key (state.files.ledger)
     rejections/<name>.json  one rejection record per task and channel (state.files.rejections)
+    policies/v<N>.json    version N of the approval policy, signed, never rewritten (state.files.policies)
     effects/<name>.<N>.intent.json / .settled.json  attempt N of an effect through a service
                           (state.files.intents); each record file is signed (state.record_seal)
     reviewers/r<N>.json   version N of the reviewer list (team mode); reviewers/revoked/<token ID>.json:
@@ -77,8 +78,10 @@ from state.paths import (CHECKPOINTS_DIR, OLD_TASKS_DIR, check_own_folder, check
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.inspection import Inspected
 from state.records import MAX_ATTEMPTS, EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.policy import PolicyRecord
 from state.reviewers import Reviewer, ReviewerList
 from state.files import intents, rejections
+from state.files import policies as policy_files
 from state.files import reviewers as reviewer_files
 from state.files.ledger import Ledger
 # Helpers that live in other modules (no import cycle); their names stay importable from here.
@@ -395,6 +398,14 @@ class Store:
     def reviewer_save(self, expect: ReviewerList, new: ReviewerList) -> None:
         """See :meth:`state.store.TaskStore.reviewer_save` (:func:`state.files.reviewers.save`)."""
         reviewer_files.save(self, expect, new)
+
+    def policy_get(self, version: Optional[int] = None) -> Optional[PolicyRecord]:
+        """See :meth:`state.store.TaskStore.policy_get` (:func:`state.files.policies.get`)."""
+        return policy_files.get(self, version)
+
+    def policy_record(self, record: PolicyRecord) -> None:
+        """See :meth:`state.store.TaskStore.policy_record` (:func:`state.files.policies.record`)."""
+        policy_files.record(self, record)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`state.store.TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""

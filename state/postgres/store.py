@@ -48,6 +48,7 @@ from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
 from state import reviewers as people
 from state.reviewers import Reviewer, ReviewerList
+from state.policy import PolicyRecord, raced as policy_raced
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
 from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
@@ -975,3 +976,35 @@ class PostgresStore:
             conn.execute("DELETE FROM rejections WHERE task_id = %s AND coalesce(channel, '') = %s",
                          (task_id, channel or ""))
         effects.forget(task_id, RECORDED)
+
+    # -- the approval policy (state.policy) ---------------------------------------------------
+    def policy_get(self, version: Optional[int] = None) -> Optional[PolicyRecord]:
+        """See :meth:`state.store.TaskStore.policy_get` (table ``policies``: the row's envelope
+        verified as a signed ``policy`` record of this database, and its ``version`` column equal to
+        the signed one's)."""
+        with self._db() as conn:
+            if version is None:
+                row = conn.execute("SELECT version, envelope FROM policies ORDER BY version DESC LIMIT 1").fetchone()
+            else:
+                row = conn.execute("SELECT version, envelope FROM policies WHERE version = %s", (version,)).fetchone()
+        if row is None:
+            return None
+        rec: PolicyRecord = self._unsealed("policy", {"version": row[0]}, row[1],
+                                           f"policy version {row[0]} in {self.location}")
+        return rec
+
+    def policy_record(self, record: PolicyRecord) -> None:
+        """See :meth:`state.store.TaskStore.policy_record` (the latest version read and the next one
+        inserted in one transaction; ``INSERT … ON CONFLICT DO NOTHING`` on the version: of two
+        writers that read the same latest version, one inserts)."""
+        envelope = self._sealed("policy", record)
+        with self._db() as conn:
+            with conn.transaction():
+                row = conn.execute("SELECT coalesce(max(version), 0) FROM policies").fetchone()
+                latest = int(row[0]) if row else 0
+                if record.version != latest + 1:
+                    raise policy_raced(record.version, latest)
+                done = conn.execute("INSERT INTO policies (version, envelope) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                                    (record.version, envelope)).rowcount
+        if done != 1:
+            raise policy_raced(record.version, record.version)
