@@ -79,7 +79,6 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "reviewers_add_admin": lambda step: f" ({PROGRAM} reviewers add NAME --role admin)",
     "policy_set": lambda step: f" (HITL_REVIEWER_TOKEN=<an admin's token> {PROGRAM} policy set FILE; "
                                f"{PROGRAM} policy show shows it)",
-    "add_admin": lambda step: f" ({PROGRAM} reviewers add NAME --role admin)",
     # the browser inbox (workflow.review.web, workflow.review.inbox_index)
     "that_serve": lambda step: f" that {PROGRAM} serve",
     "or_expire": lambda step: f", or {PROGRAM} expire",

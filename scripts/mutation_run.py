@@ -487,9 +487,13 @@ MUTANTS: list[Mutant] = [
       '    data = json.dumps(policy.model_dump(mode="json"), sort_keys=True',
       '    data = json.dumps(policy.default.model_dump(mode="json"), sort_keys=True', "tests/test_team.py"),
     # who may change the reviewer list, and what an old record of it may do (state/reviewers.py)
-    m("admin-not-checked", REVIEWERS, "        if not admin.is_admin:\n", "        if False:\n", TEAM_T),
-    p("admin-checked-only-for-add", REVIEWERS, "        if not admin.is_admin:\n",
-      '        if not admin.is_admin and action == "add":\n', TEAM_T),
+    m("admin-not-checked", REVIEWERS, "    if not admin.is_admin:\n", "    if False:\n", TEAM_T),
+    p("admin-checked-only-for-add", REVIEWERS,
+      '        admin = admin_in(current.reviewers, token, "changing the reviewer list", nothing="nothing written")\n',
+      '        admin = (admin_in(current.reviewers, token, "changing the reviewer list", nothing="nothing written")\n'
+      '                 if action == "add" else authenticate_in(current.reviewers, token))\n', TEAM_T),
+    p("admin-checked-only-for-the-reviewer-list", TEAM, "    return people.admin_in(current.reviewers, token, what)\n",
+      "    return people.authenticate_in(current.reviewers, token)\n", TEAM_T, TEAM_POLICY_T),
     p("last-admin-removable", REVIEWERS, "    if not new.admins():\n",
       "    if not new.admins() and not expect.reviewers:\n", TEAM_T, CONTRACT_T),
     m("a-removed-reviewer-counted", TEAM, "    if cp.team.authenticated:  # only reviewers still registered",

@@ -25,7 +25,8 @@ old record can never make a rotated or removed token valid again.
 **Admins.** The first reviewer registered on a store must have the role :data:`ADMIN`; from then on
 every change (add, remove, rotate) needs the token of a reviewer with that role
 (:func:`administer`), and the last admin cannot be removed (:func:`check_successor`, which the
-stores run before every write), so the list, once begun, is never empty again.
+stores run before every write), so the list, once begun, is never empty again. The same check
+(:func:`admin_in`, on the list as read here) keeps ``policy set`` and ``expire`` to admins.
 
 Team mode is on while one reviewer is registered (:func:`team_mode`): every decision is then
 authenticated by a token (:func:`authenticate`), and its ``by`` is that reviewer's name. A task
@@ -358,6 +359,25 @@ def authenticate_in(reviewers: list[Reviewer], token: Optional[str]) -> Reviewer
                   "mistyped); nothing changed")
 
 
+def admin_in(reviewers: list[Reviewer], token: Optional[str], what: str, *,
+             nothing: str = "nothing changed") -> Reviewer:
+    """The one of ``reviewers`` (a verified list: :meth:`state.store.TaskStore.reviewer_list`) whose
+    token ``token`` is, if they are an admin (:attr:`Reviewer.is_admin`, the role :data:`ADMIN`).
+    The one notion of admin: every change of the reviewer list (:func:`administer`), and what else
+    only an admin may do in team mode (``policy set``, ``expire``: ``workflow.team.require_admin``).
+    ``what`` names the action and ``nothing`` ends the message (e.g. ``nothing written``). Raises
+    :class:`Refused`: ``unauthenticated`` (no token, or not the token of one of ``reviewers``),
+    ``not_allowed`` (a reviewer who is not an admin); the message never repeats the token."""
+    needs = f"{what} needs an admin's token (a reviewer with the role {ADMIN}) in HITL_REVIEWER_TOKEN"
+    if not token:
+        raise Refused("unauthenticated", f"{needs}; {nothing}")
+    admin = authenticate_in(reviewers, token)
+    if not admin.is_admin:
+        raise Refused("not_allowed", f"{needs}; {admin.name!r} has "
+                      f"{'role ' + ', '.join(admin.roles) if admin.roles else 'no role'}; {nothing}")
+    return admin
+
+
 def record(name: str, roles: list[str], token: str, token_id: str, at: str,
            rotated_at: Optional[str] = None) -> Reviewer:
     """A :class:`Reviewer` for ``name`` with ``roles`` and the hash of ``token``. Raises
@@ -397,14 +417,7 @@ def administer(store: "TaskStore", action: str, name: str, *, token: Optional[st
     current = store.reviewer_list()
     admin: Optional[Reviewer] = None
     if current.reviewers:
-        if not token:
-            raise Refused("unauthenticated", f"changing the reviewer list needs the token of a reviewer with role "
-                          f"{ADMIN} in HITL_REVIEWER_TOKEN; nothing written")
-        admin = authenticate_in(current.reviewers, token)
-        if not admin.is_admin:
-            raise Refused("not_allowed", f"changing the reviewer list needs the token of a reviewer with role "
-                          f"{ADMIN} in HITL_REVIEWER_TOKEN; {admin.name!r} has "
-                          f"{'role ' + ', '.join(admin.roles) if admin.roles else 'no role'}; nothing written")
+        admin = admin_in(current.reviewers, token, "changing the reviewer list", nothing="nothing written")
     old = current.find(name)
     if action == "add":
         roles = clean_roles(roles)

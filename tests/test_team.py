@@ -801,9 +801,52 @@ def test_another_deployment_cannot_change_the_reviewer_list(on_store, tmp_path, 
             r.assert_stopped()
             assert "HITL_SIGNING_KEY" in r.err, (args, r.err)
             assert s.snap() == before
+    lax = tmp_path / "lax.toml"
+    lax.write_text("[default]\napprovals = 1\n", encoding="utf-8")
+    with _as_token(tokens["root"]):  # policy set reads the admins from the list, which that key cannot verify
+        r = s.cli("policy", "set", str(lax), state_dir=elsewhere)
+    r.assert_stopped()
+    assert "HITL_SIGNING_KEY" in r.err and s.snap() == before, r.err
     monkeypatch.delenv("HITL_SIGNING_KEY")
     listed = s.cli("reviewers", "list", "--json").json()
     assert [x["name"] for x in listed["reviewers"]] == ["alice", "bob", "carol", "root", "wendy"]
+
+
+def test_policy_set_and_expire_know_admins_as_the_reviewer_list_does(on_store, tmp_path, monkeypatch):
+    """``policy set`` and ``expire`` are an admin's by the check every change of the reviewer list
+    makes, on the list as the store verifies it: with no reviewer they are refused, naming how to
+    register the first admin; a second admin's token, once rotated, is refused; put back by an
+    older list (a restore), it is refused as revoked; each with nothing written. The rotated
+    admin's new token sets the policy."""
+    s = on_store
+    lax = tmp_path / "lax.toml"
+    lax.write_text("[default]\napprovals = 1\n", encoding="utf-8")
+    empty = s.snap()
+    with _as_token(None):
+        r = s.cli("policy", "set", str(lax))
+    r.assert_stopped()
+    assert "no reviewer is registered" in r.err and "reviewers add NAME --role admin" in r.err, r.err
+    assert s.snap() == empty
+    tokens = _team_on(s, tmp_path, monkeypatch)
+    with _as_token(tokens["root"]):
+        ada = s.cli("reviewers", "add", "ada", "--role", "admin", "--json").json()["token"]
+    old = s.lists()
+    with _as_token(tokens["root"]):
+        rotated = s.cli("reviewers", "rotate", "ada", "--json").json()["token"]
+    new = s.lists()
+    for lists, says in ((new, "not valid"), (old, "revoked")):
+        s.put_lists(lists)
+        before = s.snap()
+        for args in (("policy", "set", str(lax)), ("expire",)):
+            with _as_token(ada):
+                r = s.cli(*args)
+            r.assert_stopped()
+            assert says in r.err, (args, r.err)
+            assert s.snap() == before, args
+    s.put_lists(new)
+    with _as_token(rotated):
+        r = s.cli("policy", "set", str(lax), "--json")
+    assert r.code == 0 and (r.json()["version"], r.json()["set_by"]) == (2, "ada"), r.err
 
 
 def test_a_reviewer_registered_again_without_the_role_is_not_counted(cli, state_dir, team, monkeypatch, team_admin):

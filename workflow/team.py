@@ -6,7 +6,8 @@ approvals a call needs before the SDK is told it is approved (``state.approve``)
   inbox's sign-in), and a different ``by`` is refused (``not_you``). Otherwise the name given, as in
   single-user mode.
 - :func:`require_admin`: the reviewer whose token is given, if they have the role ``admin``
-  (``policy set``, ``expire`` in team mode).
+  (``policy set``, ``expire`` in team mode): the check of every change of the reviewer list
+  (:func:`state.reviewers.admin_in`), on the list the store verifies.
 - :func:`at_start`: what a new task records (:class:`state.schema.Team`): its requester, the version
   of the store's policy in force (:mod:`state.policy`; never a process's environment), its
   fingerprint and the rules of the task's channels.
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
 
 #: The rule of a channel a task records none for (a task with no policy): one approval, anyone.
 ONE = ApprovalRule()
-#: The role that lets a reviewer set the policy and expire tasks (docs/reviewers.md).
-ADMIN = "admin"
+#: The role that lets a reviewer change the reviewer list, set the policy and expire tasks
+#: (docs/reviewers.md): :data:`state.reviewers.ADMIN`, one notion of admin.
+ADMIN = people.ADMIN
 
 
 def token_from_settings() -> Optional[str]:
@@ -97,19 +99,19 @@ def check_before(store: "TaskStore", cp: Checkpoint, call_id: Optional[str], dec
 
 
 def require_admin(store: "TaskStore", token: Optional[str], what: str) -> "people.Reviewer":
-    """The reviewer whose ``token`` it is (:func:`state.reviewers.authenticate`), if they have the
-    role :data:`ADMIN`; ``what`` names the action for the message (e.g. ``setting the policy``).
+    """The reviewer whose ``token`` it is, if they are an admin: the check every change of the
+    reviewer list makes (:func:`state.reviewers.admin_in`), on the list as the store verifies it
+    (:meth:`state.store.TaskStore.reviewer_list`: signed with this store's key, bound to it, no
+    revoked token listed). ``what`` names the action for the message (e.g. ``setting the policy``).
     Reads only. Raises :class:`Refused`: ``unauthenticated`` (no reviewer registered at all, or a
-    token missing or not valid), ``not_allowed`` (a reviewer who is not an admin), nothing changed."""
-    if not people.team_mode(store):
+    token missing or not valid), ``not_allowed`` (a reviewer who is not an admin), as the store
+    does for a list it cannot trust; nothing changed."""
+    current = store.reviewer_list()
+    if not current.reviewers:
         raise Refused("unauthenticated", [f"{what} needs an admin's token, and no reviewer is registered: register "
-                                          "one with the role admin first", Next("add_admin"), "; nothing changed"])
-    reviewer = people.authenticate(store, token)
-    if ADMIN not in reviewer.roles:
-        has = "role " + ", ".join(reviewer.roles) if reviewer.roles else "no role"
-        raise Refused("not_allowed", f"{what} needs an admin (a reviewer with the role {ADMIN}); "
-                      f"{reviewer.name!r} has {has}; nothing changed")
-    return reviewer
+                                          "one with the role admin first", Next("reviewers_add_admin"),
+                                          "; nothing changed"])
+    return people.admin_in(current.reviewers, token, what)
 
 
 def at_start(store: "TaskStore", channels: list[str], by: Optional[str], token: Optional[str]) -> Optional[Team]:
