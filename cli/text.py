@@ -96,14 +96,21 @@ def task_text(task: dict[str, Any], *, team: bool = False) -> str:
 def approved_lines(log: list[dict[str, Any]], pending: list[dict[str, Any]]) -> list[str]:
     """``  approved: CALL (CHANNEL) by NAME at TIME, NAME at TIME`` for each call of a team task
     whose approvals ``log`` (:func:`workflow.team.approval_log`) holds and that is no longer pending
-    (a pending call's approvals are on its ``approvals of`` line); every value escaped."""
+    (a pending call's approvals are on its ``approvals of`` line); an approval the quorum did not
+    count is followed by ``(not counted)``; every value escaped."""
     waiting = {q["call_id"] for q in pending}
     calls: dict[str, list[dict[str, Any]]] = {}
     for a in log:
         if a["call_id"] not in waiting:
             calls.setdefault(a["call_id"], []).append(a)
     return [f"  approved: {one_line(call)} ({one_line(given[0]['channel'])}) by "
-            + ", ".join(f"{one_line(a['by'])} at {one_line(a['at'])}" for a in given) for call, given in calls.items()]
+            + ", ".join(approver(a) for a in given) for call, given in calls.items()]
+
+
+def approver(a: dict[str, Any]) -> str:
+    """``NAME at TIME`` of one entry of :func:`workflow.team.approval_log`, plus ``(not counted)``
+    for an approval its call's quorum did not count; escaped."""
+    return f"{one_line(a['by'])} at {one_line(a['at'])}" + ("" if a.get("counted", True) else " (not counted)")
 
 
 def effect_lines(task: dict[str, Any]) -> list[str]:

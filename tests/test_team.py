@@ -720,7 +720,8 @@ def test_the_last_admin_cannot_be_removed(on_store, tmp_path, monkeypatch):
 def test_a_reviewer_removed_after_approving_is_not_counted(on_store, tmp_path, monkeypatch):
     """bob approves, bob is removed, carol approves: two of two are needed and only carol is still
     registered, so nothing is published and the task waits; status shows bob as not counted.
-    alice's approval then reaches the quorum."""
+    alice's approval then reaches the quorum; the approval log still lists bob's approval, marked
+    as not counted, in ``status`` and ``show``."""
     s = on_store
     tokens = _team_on(s, tmp_path, monkeypatch)
     with _as_token(tokens["wendy"]):
@@ -739,6 +740,12 @@ def test_a_reviewer_removed_after_approving_is_not_counted(on_store, tmp_path, m
         r = s.cli("resume", "--task", "t1", "--decision", "approve", "--json")
     assert r.code == 0 and r.json()["status"] == "completed", r.err
     assert len(s.ledger()) == 1
+    log = s.cli("status", "--task", "t1", "--json").json()["approval_log"]
+    assert [(a["by"], a["counted"]) for a in log] == [("bob", False), ("carol", True), ("alice", True)]
+    assert s.cli("show", "--task", "t1", "--json").json()["approval"]["approvals"] == log
+    line = f"by bob at {log[0]['at']} (not counted), carol at {log[1]['at']}, alice at {log[2]['at']}"
+    for args in (("status", "--task", "t1"), ("show", "--task", "t1")):
+        assert line in s.cli(*args).out, args
 
 
 @pytest.mark.parametrize("action", ["remove", "rotate"])

@@ -251,7 +251,8 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     ``go_on`` True: decide the call now (a reject; a replay of a decision on record; a task with
     no team; or this approval reaches the call's quorum). Else the task waits for more approvals
     and ``checkpoint`` is ``cp`` with this approval recorded (a new revision, event
-    ``approval_recorded``; compare-and-swap), or ``cp`` itself when ``rec.by`` was counted already.
+    ``approval_recorded``, whose detail names the reviewers ``counted``; compare-and-swap), or ``cp``
+    itself when ``rec.by`` was counted already.
     In a team task, the approval that reaches the quorum is recorded too (each approval is one
     revision and one ``task.approved`` event). In a task started in team mode, an approval counts
     only while its reviewer is still registered with a role the rule allows, when the quorum is
@@ -275,7 +276,7 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
                         revision=cp.revision + 1)
         names.add(by)
         detail: dict[str, Any] = {"call_id": call_id, "channel": channel, "by": by, "approvals": len(names),
-                                  "required": rule.approvals}
+                                  "required": rule.approvals, "counted": sorted(names)}
         cp = store.save_revision(cp, failpoint="checkpoint:approval", event=("approval_recorded", detail),
                                  approvals=[*cp.approvals, mine])
     return cp, len(names) >= rule.approvals
@@ -315,6 +316,15 @@ def progress(cp: Checkpoint, registered: Optional[dict[str, list[str]]] = None) 
 
 
 def approval_log(cp: Checkpoint) -> list[dict[str, Any]]:
-    """Every approval counted in ``cp`` (a team task), oldest first, the calls decided since
-    included: ``[{"call_id", "channel", "by", "at"}]`` (``status --json``, ``show``)."""
-    return [{"call_id": a.call_id, "channel": a.channel, "by": a.by, "at": a.at} for a in cp.approvals]
+    """Every approval recorded in ``cp`` (a team task), oldest first, the calls decided since
+    included: ``[{"call_id", "channel", "by", "at", "counted"}]`` (``status --json``, ``show``).
+    ``counted``: False for an approval the quorum did not count the last time an approval of its
+    call was recorded (:func:`count`: its reviewer removed by then, or registered again without a
+    role the rule allows), so a decided call shows who reached its quorum; else True (also in a
+    task recorded before the count was kept). A pending call's count now: :func:`progress`."""
+    counted: dict[str, set[str]] = {}
+    for h in cp.history:
+        if h.event == "approval_recorded" and isinstance(h.detail.get("counted"), list):
+            counted[str(h.detail.get("call_id"))] = set(h.detail["counted"])
+    return [{"call_id": a.call_id, "channel": a.channel, "by": a.by, "at": a.at,
+             "counted": a.by in counted.get(a.call_id, {a.by})} for a in cp.approvals]

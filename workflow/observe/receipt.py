@@ -21,8 +21,9 @@ Shape (``--json``)::
      "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
                   "decision": null | {"decision", "by", "at", "reason"},   (of the call shown)
                   "decisions": [{"call_id", "channel", "decision", "by", "at", "reason", "source"}],
-                  # a team task only (docs/reviewers.md): every approval counted, with who and when
-                  "approvals": [{"call_id", "channel", "by", "at"}]},
+                  # a team task only (docs/reviewers.md): every approval, with who and when, and
+                  # whether its call's quorum counted it (workflow.team.approval_log)
+                  "approvals": [{"call_id", "channel", "by", "at", "counted"}]},
      "checkpoint": {"path", "revision", "schema_version", "sdk_version", "run_state_schema_version",
                     "created_at", "updated_at"},
      "trajectory": [{"at", "step", ...}, …],   # in time order; see _history_steps/_trace_steps
@@ -470,7 +471,8 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
     for call in dict.fromkeys(x["call_id"] for x in a.get("approvals", [])):  # a team task: every approver
         given = [x for x in a["approvals"] if x["call_id"] == call]
         lines.append(f"  approved: {one_line(call)} ({one_line(given[0]['channel'])}) by "
-                     + ", ".join(f"{one_line(x['by'])} at {one_line(x['at'])}" for x in given))
+                     + ", ".join(f"{one_line(x['by'])} at {one_line(x['at'])}"
+                                 + ("" if x.get("counted", True) else " (not counted)") for x in given))
     for e in a.get("edits", []):
         from workflow.edits import diff_lines
 

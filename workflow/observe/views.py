@@ -10,9 +10,9 @@
   decision of the current round (a one-call task's only one); ``decisions`` lists every call's.
   Each ``decision`` is ``approved``, ``rejected`` or ``approved_with_edits`` (workflow/edits.py).
   A team task (docs/reviewers.md) adds ``requested_by``, ``approvals`` (each pending call's quorum:
-  :func:`workflow.team.progress`) and ``approval_log`` (every approval counted, the calls decided
-  since included: ``[{"call_id", "channel", "by", "at"}]``), so a task approved by several
-  reviewers names each of them, not only the last.
+  :func:`workflow.team.progress`) and ``approval_log`` (every approval, the calls decided since
+  included: ``[{"call_id", "channel", "by", "at", "counted"}]``), so a task approved by several
+  reviewers names each of them, not only the last, and which of them the quorum counted.
 - list: ``{"tasks": [task, …]}`` (built by ``workflow.review.inbox.inbox_view``) · ledger: ``{"path",
   "entries": [entry, …]}``
 """
@@ -109,7 +109,7 @@ def _progress(store: TaskStore, cp: Checkpoint) -> list[dict[str, Any]]:
 
 
 def _log(cp: Checkpoint) -> list[dict[str, Any]]:
-    """:func:`workflow.team.approval_log` (every approval counted, with who and when)."""
+    """:func:`workflow.team.approval_log` (every approval, with who and when, and whether it counted)."""
     from workflow.team import approval_log
 
     return approval_log(cp)
