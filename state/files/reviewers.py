@@ -111,6 +111,8 @@ def reviewer_list(store: "Store") -> ReviewerList:
     list of another state dir."""
     found = _versions(store)
     if not found:
+        if not os.path.isdir(folder(store)):
+            return EMPTY  # no reviewers/ at all: nothing to list (and no revocation to look for)
         gone = _revocations(store)
         if gone:
             raise Refused("integrity", f"the reviewer list (reviewers/r<N>.json) is missing although {len(gone)} "
