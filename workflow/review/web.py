@@ -364,7 +364,7 @@ class TeamGate(Gate):
             if method in ("GET", "HEAD"):
                 return self.signin_page(request)
             return await self._sign_in(request) if method == "POST" else _plain(405, "GET or POST /signin")
-        if path.startswith("/static/") and method in ("GET", "HEAD"):
+        if (path.startswith("/static/") or path == "/favicon.ico") and method in ("GET", "HEAD"):
             return None  # the stylesheet and the script of every page, the sign-in form's too (public)
         nonce = self._signed(request.cookies.get(self.cookie, ""), "session")
         session = self.sessions.get(nonce)
@@ -398,9 +398,10 @@ class TeamGate(Gate):
         return team.signed_in(self.store, session.reviewer, session.token_id, session.fingerprint)
 
     def signin_page(self, request: Request, *, error: Optional[str] = None, status: int = 200) -> Response:
-        """The sign-in form, with a fresh pre-session cookie and the CSRF token bound to it (the
-        token box is always empty: a token is never sent back)."""
-        pre = secrets.token_urlsafe(16)
+        """The sign-in form, with the CSRF token bound to the browser's pre-session cookie (a new
+        one unless it holds a valid one: the form of another tab, or the page's own refresh, stays
+        valid). The token box is always empty: a token is never sent back."""
+        pre = self._signed(request.cookies.get(self.signin_cookie, ""), "signin") or secrets.token_urlsafe(16)
         html = self.pages.env.get_template("signin.html").render(
             partial=False, reviewer=None, csrf=_digest(self.key, "signin-csrf", pre), error=error,
             poll_seconds=POLL_SECONDS, version="signin")
