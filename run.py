@@ -165,7 +165,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
         from workflow.review.web import serve
         from agent.application import APP
-        return serve(store, APP, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.hint)
+        return serve(store, APP, args.host, args.port, args.reviewer, args.allow_remote, hints.hint,
+                     default_reviewer=A.reviewer(None))
     from cli.demo import demo
     return demo(store, as_json=args.json)
 

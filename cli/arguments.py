@@ -170,7 +170,7 @@ def serve_parser(sub: Any) -> None:
                    help="port (default 8765; 0 picks a free one)")
     p.add_argument("--reviewer", type=text("--reviewer", MAX_NAME_CHARS, True),
                    help="the name every decision made on the page is recorded under "
-                        "(default: the OS user)")
+                        "(default: the OS user); refused in team mode, where each reviewer signs in")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a --host beyond this machine (prints a warning)")
 

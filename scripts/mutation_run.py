@@ -95,6 +95,7 @@ EXTERNAL, EXTERNAL_T = "workflow/external.py", "tests/test_external_effects.py"
 HARDENING_T = "tests/test_effect_hardening.py"
 TEAM, TEAM_POLICY_T = "workflow/team.py", "tests/test_team_policy.py"
 REVIEWERS, TEAM_T, CONTRACT_T = "state/reviewers.py", "tests/test_team.py", "tests/test_store_contract.py"
+WEB, WEB_TEAM_T = "workflow/review/web.py", "tests/test_web_team.py"
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
                                        "tests/test_reconcile.py")
 
@@ -519,6 +520,13 @@ MUTANTS: list[Mutant] = [
       "    if False:", TEAM_POLICY_T),
     p("policy-version-not-looked-up", TEAM, "        if stored is None or stored.sha256 != cp.team.policy_sha256:",
       "        if stored is not None and stored.sha256 != cp.team.policy_sha256:", "tests/test_team.py"),
+    # the browser inbox in team mode: the session's reviewer, the policy on the server (workflow/review/web.py)
+    p("session-reviewer-not-rechecked", REVIEWERS,
+      "        if (reviewer.name == name and reviewer.token_id == token_id\n"
+      "                and hmac.compare_digest(fingerprint(reviewer), token_fingerprint)):",
+      "        if reviewer.name == name:", WEB_TEAM_T),
+    m("inbox-button-rule-only-in-page", WEB, "    team.check_before(store, cp, call_id, decision, by)\n"
+      "    return asyncio.run(hitl.decide(", "    return asyncio.run(hitl.decide(", WEB_TEAM_T),
 ]
 
 

@@ -359,6 +359,27 @@ def authenticate_in(reviewers: list[Reviewer], token: Optional[str]) -> Reviewer
                   "mistyped); nothing changed")
 
 
+def fingerprint(reviewer: Reviewer) -> str:
+    """A name for the token ``reviewer`` holds now, without the token: SHA-256 (hex) of its stored
+    hash (:attr:`Reviewer.token_hash`, salted: a new token, even the same one again, never has the
+    same). The browser inbox keeps it with a session (:func:`still_current`)."""
+    return hashlib.sha256(reviewer.token_hash.encode("ascii")).hexdigest()
+
+
+def still_current(reviewers: list[Reviewer], name: str, token_id: str, token_fingerprint: str) -> Reviewer:
+    """The one of ``reviewers`` (the list as the store verifies it now) named ``name`` whose token
+    is still the one a session was signed in with (its ``token_id`` and :func:`fingerprint`): a
+    session of the browser inbox is checked so at every request, so a reviewer removed, or whose
+    token was rotated, is out at their next request. Raises :class:`Refused` (``unauthenticated``)
+    otherwise; the message never holds a token."""
+    for reviewer in reviewers:
+        if (reviewer.name == name and reviewer.token_id == token_id
+                and hmac.compare_digest(fingerprint(reviewer), token_fingerprint)):
+            return reviewer
+    raise Refused("unauthenticated", f"team mode: reviewer {name[:100]!r} signed in with a token that is no longer "
+                  "theirs (removed or rotated since): sign in again; nothing changed")
+
+
 def admin_in(reviewers: list[Reviewer], token: Optional[str], what: str, *,
              nothing: str = "nothing changed") -> Reviewer:
     """The one of ``reviewers`` (a verified list: :meth:`state.store.TaskStore.reviewer_list`) whose

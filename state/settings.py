@@ -56,6 +56,10 @@ MIN_REQUEST_TIMEOUT_S, MAX_REQUEST_TIMEOUT_S = 0.1, 300
 #: The inbox server: connections open at once; one more is answered 503 and closed.
 DEFAULT_MAX_CONNECTIONS = 100
 MAX_MAX_CONNECTIONS = 1000  # below the usual limit of 1,024 open files per process
+#: The inbox server in team mode: how long a reviewer's sign-in lasts (seconds; 8 h, a working day),
+#: and the longest it may be set to (one day).
+DEFAULT_SESSION_MAX_AGE_S = 8 * 3600
+MIN_SESSION_MAX_AGE_S, MAX_SESSION_MAX_AGE_S = 60, 86400
 #: ``HITL_TRACE_CONTENT`` values that turn it on (anything else leaves it off).
 TRUE_WORDS = ("1", "true", "yes")
 #: The longest value, in characters, of each text variable (its ``Field(max_length=…)``, checked by
@@ -281,6 +285,13 @@ class Settings(BaseSettings):
         "The inbox server (`serve`) keeps at most this many connections open; one more is "
         "answered `503` and closed at once.",
         f"anything but a whole number from 1 to {MAX_MAX_CONNECTIONS}"))
+    session_max_age: int = Field(DEFAULT_SESSION_MAX_AGE_S, alias="HITL_INBOX_SESSION_MAX_AGE",
+                                 ge=MIN_SESSION_MAX_AGE_S, le=MAX_SESSION_MAX_AGE_S, **_doc(
+        "whole number", "seconds", str(DEFAULT_SESSION_MAX_AGE_S),
+        "In team mode, how long a reviewer's sign-in to the inbox server (`serve`) lasts; then they "
+        "sign in again (docs/reviewers.md). Counted on the clock that judges deadlines (`HITL_NOW` "
+        "only makes it end sooner).",
+        f"anything but a whole number from {MIN_SESSION_MAX_AGE_S} to {MAX_SESSION_MAX_AGE_S}"))
 
     publish_url: Optional[str] = Field(None, alias="HITL_PUBLISH_URL", max_length=MAX_URL_CHARS, **_doc(
         "URL", "-", "unset (the effect is the local ledger entry)",
@@ -340,7 +351,7 @@ class Settings(BaseSettings):
         f"any value but empty (every command stops: unset it and use `policy set`); over {MAX_PATH_CHARS} "
         "characters"))
 
-    @field_validator("lock_timeout", "request_timeout", "max_connections", "publish_timeout",
+    @field_validator("lock_timeout", "request_timeout", "max_connections", "session_max_age", "publish_timeout",
                      "publish_attempts", "publish_settle_after", mode="plain")
     @classmethod
     def _number(cls, raw: Any, info: ValidationInfo) -> float | int:

@@ -185,8 +185,8 @@ OUT_OF_RANGE = ["nan", "inf", "-inf", "1e308", "-1", "3000000", "abc", "", "0x10
 
 
 def test_every_numeric_setting_has_a_range():
-    assert set(NUMERIC) == {"lock_timeout", "request_timeout", "max_connections", "publish_timeout",
-                            "publish_attempts", "publish_settle_after"}
+    assert set(NUMERIC) == {"lock_timeout", "request_timeout", "max_connections", "session_max_age",
+                            "publish_timeout", "publish_attempts", "publish_settle_after"}
     for name, field in NUMERIC.items():
         lo, hi = settings_mod._bounds(field)
         assert lo <= field.default <= hi, name

@@ -384,9 +384,14 @@ def test_a_task_started_in_team_mode_stays_one_when_every_reviewer_is_removed(cl
     assert snapshot(state_dir) == before
 
 
-def test_the_browser_inbox_refuses_to_serve_in_team_mode(cli, state_dir, team):
-    r = cli("serve", "--port", "0")
-    assert r.code == 1 and "does not sign reviewers in" in r.err
+def test_the_browser_inbox_refuses_one_reviewer_name_in_team_mode(cli, state_dir, team):
+    """``serve --reviewer NAME`` would decide as one name for everyone with the URL: in team mode
+    it is one STOPPED line before anything listens (each reviewer signs in instead:
+    tests/test_web_team.py)."""
+    before = snapshot(state_dir)
+    r = cli("serve", "--port", "0", "--reviewer", "alice")
+    r.assert_stopped()
+    assert "--reviewer would decide as one name for everyone" in r.err and snapshot(state_dir) == before
 
 
 def test_reviewers_add_refuses_a_taken_name_and_bad_roles_with_nothing_written(cli, state_dir, team, team_admin):

@@ -5,6 +5,9 @@ approvals a call needs before the SDK is told it is approved (``state.approve``)
   started in team mode) it is the reviewer whose token is given (``HITL_REVIEWER_TOKEN``, the
   inbox's sign-in), and a different ``by`` is refused (``not_you``). Otherwise the name given, as in
   single-user mode.
+- :func:`sign_in`, :func:`signed_in`: the browser inbox's sign-in (the same authentication as
+  :func:`decider`) and the check of its session at every request (the reviewer still registered
+  with the token signed in with: a removed or rotated reviewer is out at their next request).
 - :func:`require_admin`: the reviewer whose token is given, if they have the role ``admin``
   (``policy set``, ``expire`` in team mode): the check of every change of the reviewer list
   (:func:`state.reviewers.admin_in`), on the list the store verifies.
@@ -68,6 +71,25 @@ def decider(store: "TaskStore", by: Optional[str], token: Optional[str], cp: Opt
                       f"name given is {by[:100]!r}: a decision is made by the reviewer whose token it carries; "
                       "nothing changed")
     return reviewer.name
+
+
+def sign_in(store: "TaskStore", token: Optional[str]) -> "people.Reviewer":
+    """The reviewer a browser sign-in is for: the one whose ``token`` it is, among those ``store``
+    lists now (:func:`state.reviewers.authenticate`, what :func:`decider` runs for
+    ``HITL_REVIEWER_TOKEN``; scrypt, compared in constant time). Raises :class:`Refused`:
+    ``unauthenticated`` (no reviewer registered: not team mode; no token; not a listed token), as
+    the store does for a list it cannot trust; the message never holds the token."""
+    if not people.team_mode(store):
+        raise Refused("unauthenticated", "no reviewer is registered (not team mode): nobody signs in; nothing changed")
+    return people.authenticate(store, token)
+
+
+def signed_in(store: "TaskStore", name: str, token_id: str, token_fingerprint: str) -> str:
+    """The ``by`` of a browser session's request: ``name``, if that reviewer is still registered
+    with the token the session was signed in with (:func:`state.reviewers.still_current`, on the
+    list the store verifies now; read again at every request). Raises :class:`Refused`
+    (``unauthenticated``: removed, rotated) as the store does for a list it cannot trust."""
+    return people.still_current(store.reviewers(), name, token_id, token_fingerprint).name
 
 
 def channels_of(channels: Optional[list[str]]) -> list[str]:
