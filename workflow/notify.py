@@ -191,9 +191,13 @@ def effect_events(store: Any, cp: Checkpoint) -> list[Event]:
 
 
 def task_events(store: Any, cp: Checkpoint) -> list[Event]:
-    """Every event of ``cp``'s task, in the order of their changes (by ``at``, a revision's before
-    an effect record of the same instant)."""
-    found = [(e.at, 0, i, e) for i, e in enumerate(history_events(cp))]
+    """Every event of ``cp``'s task, in the order of their changes: the history's in revision order
+    (whatever its timestamps say), each effect record's after the last revision written at or
+    before its ``at``."""
+    found, latest = [], ""
+    for i, e in enumerate(history_events(cp)):
+        latest = max(latest, e.at)  # revisions keep their order even if a clock stepped back
+        found.append((latest, 0, i, e))
     found += [(e.at, 1, i, e) for i, e in enumerate(effect_events(store, cp))]
     return [e for *_, e in sorted(found, key=lambda t: t[:3])]
 
