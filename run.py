@@ -4,7 +4,7 @@
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
 ``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``fail``, ``publishing-service``, ``reviewers``,
-``policy`` (docs/commands.md).
+``policy``, ``notify`` (docs/commands.md).
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never
 import the SDK; ``review`` only to decide.
@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     A.settle_parser(sub)  # settle, fail, publishing-service
     A.team_parsers(sub)  # reviewers
     A.policy_parsers(sub)  # policy set | show
+    p = cmd("notify", "send the signed webhook events that are due (HITL_WEBHOOK_URL), until Ctrl-C")
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p.add_argument("--list", action="store_true", help="show the outbox (pending, in flight, failed); send nothing")
     return parser
 
 
@@ -143,6 +146,12 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return task_view(store, cp)
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
         return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)
+    if args.command == "notify":  # signed webhook events (docs/reviewers.md#notifications); SDK-free
+        from workflow import notify
+        if args.list:
+            return notify.outbox(store, hints.hint)
+        return notify.run(store, hints.hint, once=args.once,
+                          on_pass=None if args.json or args.once else output.notify_pass_printer())
     if args.command == "list":
         return inbox.inbox_view(store, args.status)
     if args.command == "ledger":

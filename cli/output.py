@@ -8,7 +8,7 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from cli.hints import command as shell_command, hint
 from cli.text import receipt_next, task_text
@@ -162,6 +162,8 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
         from cli.text import policy_text
 
         print(policy_text(result))
+    elif command == "notify":
+        print(notify_text(result))
     elif command == "doctor":
         from workflow.ops.doctor import doctor_text
 
@@ -275,3 +277,42 @@ def traps_text(result: dict[str, Any]) -> str:
         f"             (before anything ran; {_entries(pc['ledger_entries'])})",
     ]
     return "\n".join(lines)
+
+
+def notify_text(result: dict[str, Any]) -> str:
+    """The text of ``notify`` (a summary of its passes) or ``notify --list`` (the outbox), every
+    value escaped onto its line."""
+    if result["action"] == "notify_list":
+        t = result["totals"]
+        lines = [f"outbox: {t['events']} events, {t['delivered']} delivered, {t['pending']} pending, "
+                 f"{t['failed']} failed" + (f" (to {one_line(result['url'])})" if result["url"] else
+                                            " (HITL_WEBHOOK_URL is unset: nothing is sent)")]
+        for row in result["tasks"]:
+            f = row["inflight"]
+            lines.append(f"  {one_line(row['task_id'])}: {row['delivered']} of {row['events']} delivered"
+                         + (f"; next {one_line(row['pending'][0]['type'])}" if row["pending"] else "")
+                         + (f", tried {f['attempts']}x, due {one_line(f['next_due'])} ({one_line(f['last_error'])})"
+                            if f else ""))
+            for x in row["failed"]:
+                lines.append(f"    FAILED {one_line(x['type'])} {one_line(x['id'])} after {x['attempts']} tries: "
+                             f"{one_line(x['last_error'])}")
+        return "\n".join(lines)
+    lines = [f"notify: {len(result['delivered'])} delivered, {len(result['retrying'])} to try again, "
+             f"{len(result['failed'])} given up, {result['waiting']} waiting (to {one_line(result['url'])})"]
+    for x in result["failed"]:
+        lines.append(f"  FAILED {one_line(x['task_id'])} {one_line(x['type'])} {one_line(x['id'])} after "
+                     f"{x['attempts']} tries: {one_line(x['last_error'])}")
+    if result["next_due"]:
+        lines.append(f"  next try due at {one_line(result['next_due'])}")
+    return "\n".join(lines)
+
+
+def notify_pass_printer() -> Callable[[dict[str, Any]], None]:
+    """For the ``notify`` loop: prints one line per event delivered, retried or given up, as each
+    pass ends (flushed, so a log shows it at once)."""
+    def show(report: dict[str, Any]) -> None:
+        for word, key in (("delivered", "delivered"), ("retry", "retrying"), ("FAILED", "failed")):
+            for x in report[key]:
+                extra = f" ({one_line(x['last_error'])})" if "last_error" in x else ""
+                print(f"{word} {one_line(x['task_id'])} {one_line(x['type'])} {one_line(x['id'])}{extra}", flush=True)
+    return show

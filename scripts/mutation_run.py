@@ -96,6 +96,7 @@ HARDENING_T = "tests/test_effect_hardening.py"
 TEAM, TEAM_POLICY_T = "workflow/team.py", "tests/test_team_policy.py"
 REVIEWERS, TEAM_T, CONTRACT_T = "state/reviewers.py", "tests/test_team.py", "tests/test_store_contract.py"
 WEB, WEB_TEAM_T = "workflow/review/web.py", "tests/test_web_team.py"
+NOTIFY, NOTIFY_T = "workflow/notify.py", "tests/test_notify.py"
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
                                        "tests/test_reconcile.py")
 
@@ -527,6 +528,20 @@ MUTANTS: list[Mutant] = [
       "        if reviewer.name == name:", WEB_TEAM_T),
     m("inbox-button-rule-only-in-page", WEB, "    team.check_before(store, cp, call_id, decision, by)\n"
       "    return asyncio.run(hitl.decide(", "    return asyncio.run(hitl.decide(", WEB_TEAM_T),
+    # -- webhook notifications (workflow/notify.py) ----------------------------------------------
+    # the signature over the body alone: a captured request replays under any ID and time
+    p("webhook-signature-not-over-id-and-timestamp", NOTIFY,
+      "signature = Webhook(secret).sign(msg_id, datetime.fromtimestamp(at_unix, tz=timezone.utc), body)",
+      'signature = "v1," + __import__("base64").b64encode(__import__("hmac").new(Webhook(secret)._whsecret, '
+      'body, "sha256").digest()).decode()', NOTIFY_T),
+    # the progress written as delivered before the receiver answered: a failure or a kill loses it
+    p("delivery-progress-advanced-before-the-answer", NOTIFY,
+      "        error = post(client, target_, event, body_of(event, hint))\n",
+      "        early = progress.model_dump() if progress is not None else {\"task_id\": cp.task_id, \"version\": 0}\n"
+      "        early = Progress.model_validate({**early, \"version\": early[\"version\"] + 1, \"inflight\": None,\n"
+      "                                         \"delivered\": [*early.get(\"delivered\", []), event.id]})\n"
+      "        store.notify_save(progress, early)\n"
+      "        progress, error = early, post(client, target_, event, body_of(event, hint))\n", NOTIFY_T),
 ]
 
 

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator, Optional, Protocol, Union, runtime_c
 from state.errors import Refused
 from state.inspection import Inspected
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.notify import Progress
 from state.policy import PolicyRecord
 from state.reviewers import Reviewer, ReviewerList
 from state.schema import Checkpoint, Decision
@@ -210,6 +211,19 @@ class TaskStore(Protocol):
         exactly once. Compare-and-swap: raises ``Refused`` (``policy_changed``), nothing written,
         unless ``record.version`` is one more than the latest version stored (1 for the first)
         and no other writer stored that version first. No version is ever changed or removed."""
+        ...
+
+    def notify_get(self, task_id: str) -> Optional[Progress]:
+        """How far the webhook notifications of ``task_id`` got (:class:`state.notify.Progress`), or
+        None if none was delivered or tried yet. Raises ``Refused`` (``integrity``) for a record
+        that is damaged or names another task or version."""
+        ...
+
+    def notify_save(self, expect: Optional[Progress], new: Progress) -> None:
+        """Write ``new`` as the progress of its task, compare-and-swap: only if the stored record is
+        still ``expect`` (its version; None: there is none) and ``new`` is the next version.
+        Raises ``Refused`` (``stale_revision``), nothing written, if another writer came first.
+        ``notify:progress`` names the write for crash tests."""
         ...
 
 

@@ -78,6 +78,7 @@ from state.paths import (CHECKPOINTS_DIR, OLD_TASKS_DIR, check_own_folder, check
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.inspection import Inspected
 from state.records import MAX_ATTEMPTS, EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.notify import Progress
 from state.policy import PolicyRecord
 from state.reviewers import Reviewer, ReviewerList
 from state.files import intents, rejections
@@ -398,6 +399,18 @@ class Store:
     def reviewer_save(self, expect: ReviewerList, new: ReviewerList) -> None:
         """See :meth:`state.store.TaskStore.reviewer_save` (:func:`state.files.reviewers.save`)."""
         reviewer_files.save(self, expect, new)
+
+    def notify_get(self, task_id: str) -> Optional[Progress]:
+        """See :meth:`state.store.TaskStore.notify_get` (:mod:`state.files.notify`)."""
+        from state.files import notify
+
+        return notify.get(self, task_id)
+
+    def notify_save(self, expect: Optional[Progress], new: Progress) -> None:
+        """See :meth:`state.store.TaskStore.notify_save` (:mod:`state.files.notify`)."""
+        from state.files import notify
+
+        notify.save(self, expect, new)
 
     def policy_get(self, version: Optional[int] = None) -> Optional[PolicyRecord]:
         """See :meth:`state.store.TaskStore.policy_get` (:func:`state.files.policies.get`)."""

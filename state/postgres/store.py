@@ -48,6 +48,7 @@ from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
 from state import reviewers as people
 from state.reviewers import Reviewer, ReviewerList
+from state.notify import Progress
 from state.policy import PolicyRecord, raced as policy_raced
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
@@ -978,6 +979,46 @@ class PostgresStore:
         effects.forget(task_id, RECORDED)
 
     # -- the approval policy (state.policy) ---------------------------------------------------
+    def notify_get(self, task_id: str) -> Optional[Progress]:
+        """See :meth:`state.store.TaskStore.notify_get` (the row of ``notify_progress``)."""
+        from pydantic import ValidationError
+
+
+        with self._db() as conn:
+            row = conn.execute("SELECT version, record FROM notify_progress WHERE task_id = %s",
+                               (task_id,)).fetchone()
+        if row is None:
+            return None
+        what = f"the notification progress of task {task_id}"
+        try:
+            rec = Progress.model_validate_json(row[1])
+        except ValidationError as exc:
+            raise Refused("integrity", f"{what} is not a progress record ({exc.errors()[0]['msg']})") from None
+        if rec.task_id != task_id or rec.version != int(row[0]):
+            raise Refused("integrity", f"{what} holds task {rec.task_id!r} version {rec.version}, not its row's")
+        return rec
+
+    def notify_save(self, expect: Optional[Progress], new: Progress) -> None:
+        """See :meth:`state.store.TaskStore.notify_save`: ``INSERT … ON CONFLICT DO NOTHING`` for
+        the first version, else ``UPDATE … WHERE version = expect.version``; one row changed, or
+        :class:`Refused` (``stale_revision``), nothing written."""
+        from state import failpoints
+        from state.notify import check_successor, raced
+
+        check_successor(new.task_id, expect, new)
+        text = new.model_dump_json()
+        failpoints.hit("notify:progress:before")
+        with self._db() as conn:
+            if expect is None:
+                done = conn.execute("INSERT INTO notify_progress (task_id, version, record) VALUES (%s, %s, %s) "
+                                    "ON CONFLICT DO NOTHING", (new.task_id, new.version, text)).rowcount
+            else:
+                done = conn.execute("UPDATE notify_progress SET version = %s, record = %s WHERE task_id = %s "
+                                    "AND version = %s", (new.version, text, new.task_id, expect.version)).rowcount
+        if done != 1:
+            raise raced(new.task_id, new.version)
+        failpoints.hit("notify:progress:after")
+
     def policy_get(self, version: Optional[int] = None) -> Optional[PolicyRecord]:
         """See :meth:`state.store.TaskStore.policy_get` (table ``policies``: the row's envelope
         verified as a signed ``policy`` record of this database, and its ``version`` column equal to
