@@ -73,6 +73,12 @@ def task_text(task: dict[str, Any], *, team: bool = False) -> str:
         lines.append(f"  final output: {several_lines(task['final_output'], '    ')}")
     if task.get("requested_by"):
         lines.append(f"  requested by: {one_line(task['requested_by'])}")
+    if "policy_version" in task:  # team mode: the version of the store's policy the task is decided under
+        version = task["policy_version"]
+        lines.append("  policy: " + (f"version {version}" if version else
+                                     "none (started before a policy was set: one approval by anyone)"
+                                     if version == 0 else "a file its requester named (before the policy moved "
+                                     "into the store)"))
     for q in task.get("approvals", []):  # team mode: the quorum of each pending call
         who = ", ".join(one_line(n) for n in q["approved_by"]) or "nobody yet"
         lines.append(f"  approvals of {one_line(q['call_id'])}: {who} ({len(q['approved_by'])} of {q['required']}"

@@ -521,6 +521,12 @@ MUTANTS: list[Mutant] = [
       "    if False:", TEAM_POLICY_T),
     p("policy-version-not-looked-up", TEAM, "        if stored is None or stored.sha256 != cp.team.policy_sha256:",
       "        if stored is not None and stored.sha256 != cp.team.policy_sha256:", "tests/test_team.py"),
+    # no stored policy in team mode read as "one approval by anyone" (every version deleted by hand)
+    m("team-without-a-policy-fails-open", TEAM, "    if policy is None:  # fail closed", "    if False:  # fail closed",
+      TEAM_POLICY_T),
+    # a preview rule stored, shown and never applied; an empty [default] stored as one approval by anyone
+    m("policy-shown-and-not-applied", "state/policy.py", "    problems = _name_problems(data) + _table_problems(data)",
+      "    problems = _name_problems(data)", TEAM_POLICY_T),
     # the browser inbox in team mode: the session's reviewer, the policy on the server (workflow/review/web.py)
     p("session-reviewer-not-rechecked", REVIEWERS,
       "        if (reviewer.name == name and reviewer.token_id == token_id\n"

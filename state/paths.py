@@ -261,10 +261,10 @@ def _kind(mode: int) -> str:
     """What a non-regular file is, for a message: ``a symbolic link``, ``a FIFO`` …"""
     for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISREG, "a regular file")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "of an unknown kind"
 
 
 def _refuse(what: str, kind: str, writing: bool) -> Refused:

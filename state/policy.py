@@ -34,7 +34,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from state.errors import Refused
-from state.schema import MAX_NAME_CHARS, ApprovalRule, check_text, valid_channel
+from state.schema import MAX_NAME_CHARS, PREVIEW_CHANNEL, ApprovalRule, check_text, valid_channel
 
 #: The largest policy file read, bytes.
 MAX_POLICY_BYTES = 64 * 1024
@@ -160,11 +160,30 @@ def _name_problems(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def _table_problems(data: dict[str, Any]) -> list[str]:
+    """The tables in ``data`` that set nothing (``[default]`` alone would read as one approval by
+    anyone, the requester included: a half-written file, never a policy), and a ``[channels.preview]``
+    table (the preview channel is local and needs no approval: its ledger entry is written at
+    ``start`` and never reaches a service, so a rule for it would be shown and never applied)."""
+    out = []
+    tables: list[tuple[str, Any]] = [("default", data.get("default"))] if "default" in data else []
+    channels = data.get("channels")
+    if isinstance(channels, dict):
+        tables += [(f"channels.{_loc((name,))}", table) for name, table in channels.items()]
+        if PREVIEW_CHANNEL in channels:
+            out.append(f"channels.{PREVIEW_CHANNEL}: the preview channel needs no approval (its entry is written "
+                       "at start and never sent), so a rule for it would never apply; remove the table")
+    out += [f"{where}: an empty table sets nothing; give approvals, roles or requester_may_approve"
+            for where, table in tables if isinstance(table, dict) and not table]
+    return out
+
+
 def parse(text: str, *, where: str = "the policy") -> Policy:
     """The :class:`Policy` in TOML ``text``. Raises :class:`Refused` (``policy``), one line naming
     ``where``: for text that is not TOML (the parser's first error), nested too deeply (TOML
     tables or arrays inside each other beyond what Python's parser can follow: a policy is two
-    levels deep), empty (no table at all: an empty file is never taken as a policy), or with
+    levels deep), empty (no table at all, or a table that sets nothing: neither is ever taken as a
+    policy), with a ``[channels.preview]`` table (that channel needs no approval), or with
     anything a policy may not hold (every error, up to :data:`MAX_NAMED_ERRORS`, and how many more)."""
     try:
         data = tomllib.loads(text)
@@ -176,7 +195,7 @@ def parse(text: str, *, where: str = "the policy") -> Policy:
     if not data:
         raise Refused("policy", f"{where} is empty (no [default] or [channels.NAME] table): an empty file is "
                       "not a policy; nothing written")
-    problems = _name_problems(data)
+    problems = _name_problems(data) + _table_problems(data)
     try:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
@@ -193,7 +212,8 @@ def parse(text: str, *, where: str = "the policy") -> Policy:
 
 def load(path: str) -> Policy:
     """The policy in file ``path`` (``policy set FILE``). Raises :class:`Refused` (``policy``) if
-    it is missing, not a regular file, over :data:`MAX_POLICY_BYTES`, not UTF-8 or not a valid
+    it is missing, not a regular file, over :data:`MAX_POLICY_BYTES`, not UTF-8 (a byte order mark is
+    skipped) or not a valid
     policy (:func:`parse`)."""
     file = Path(path)
     where = f"policy file {file.name!r}"
@@ -208,7 +228,7 @@ def load(path: str) -> Policy:
     if len(raw) > MAX_POLICY_BYTES:
         raise Refused("policy", f"{where} is over {MAX_POLICY_BYTES} bytes; nothing written")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte order mark (Windows Notepad) is not part of the TOML
     except UnicodeDecodeError:
         raise Refused("policy", f"{where} is not UTF-8; nothing written") from None
     return parse(text, where=where)

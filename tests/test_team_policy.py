@@ -204,3 +204,92 @@ def test_a_policy_set_after_start_leaves_a_waiting_task_under_its_version(team, 
     shown = team.run(None, "policy", "show", "--version", "1", "--json").json()
     assert shown["rules"]["default"] == {"approvals": 2, "roles": ["editor"], "requester_may_approve": False}
     assert team.run(None, "policy", "show", "--json").json()["version"] == 2
+
+
+def _remove_every_policy_version(team: Team, tmp_path: Path) -> None:
+    """Delete every stored version of the policy behind the store's back, as someone who can write
+    the state dir (or the database) could: the files moved out, or the rows deleted."""
+    if team.store:
+        import psycopg
+
+        with psycopg.connect(team.store[1], autocommit=True) as conn:
+            conn.execute("DELETE FROM policies")
+        return
+    stash = tmp_path / "stash"
+    stash.mkdir()
+    for path in (team.state_dir / "policies").glob("v*.json"):
+        path.rename(stash / path.name)
+
+
+def test_with_every_policy_version_removed_a_team_task_does_not_start(team, tmp_path):
+    """With every stored policy version deleted by hand, ``start`` used to record version 0, "one
+    approval by anyone", and the requester then approved her own task alone. In team mode a
+    missing policy fails closed: ``start`` stops with nothing saved, on both stores."""
+    r = team.run("alice", "start", "--key", "t0", "--draft", "Before.", "--json")
+    assert r.code == 0 and team.task("t0")["policy_version"] == 1, r.err
+    shown = team.run(None, "status", "--task", "t0")
+    assert "policy: version 1" in shown.out, shown.out
+    _remove_every_policy_version(team, tmp_path)
+    files = snapshot(team.state_dir)
+    r = team.run("alice", "start", "--key", "t1", "--draft", "Nobody else looked.")
+    r.assert_stopped()
+    assert "team mode needs the approval policy in the store, and none is stored" in r.err, r.err
+    assert snapshot(team.state_dir) == files
+    assert team.run(None, "status", "--task", "t1").code == 1  # no task t1
+    r = team.run("alice", "resume", "--task", "t0", "--decision", "approve")  # the waiting task: its version is gone
+    r.assert_stopped()
+    assert "policy version 1" in r.err, r.err
+
+
+def test_a_policies_folder_that_is_a_link_or_holds_a_stray_name_is_refused(team, tmp_path):
+    """A ``policies`` folder replaced by a symbolic link to another folder of the state dir (e.g.
+    ``locks``) used to read as "no policy set"; a renamed version (``v1.json``) was skipped in
+    silence. Both are refused now, nothing started."""
+    if team.store:
+        pytest.skip("the file store's folders")
+    policies = team.state_dir / "policies"
+    policies.rename(tmp_path / "policies")
+    try:
+        policies.symlink_to(team.state_dir / "locks", target_is_directory=True)
+    except OSError:
+        pytest.skip("this machine makes no symbolic links")
+    files = snapshot(team.state_dir)
+    r = team.run("alice", "start", "--key", "t1", "--draft", "A draft.")
+    r.assert_stopped()
+    assert "folder policies is a symbolic link" in r.err and snapshot(team.state_dir) == files, r.err
+    policies.unlink()
+    (tmp_path / "policies").rename(policies)
+    (policies / "v000001.json").rename(policies / "v1.json")
+    files = snapshot(team.state_dir)
+    r = team.run("alice", "start", "--key", "t1", "--draft", "A draft.")
+    r.assert_stopped()
+    assert "is not a version of the policy" in r.err and snapshot(team.state_dir) == files, r.err
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[default]\n", "default: an empty table sets nothing"),
+    ("[default]\napprovals = 2\n[channels.news]\n", "channels.news: an empty table sets nothing"),
+    ("[default]\napprovals = 2\n[channels.preview]\napprovals = 3\n", "channels.preview: the preview channel"),
+])
+def test_a_policy_that_would_be_shown_and_not_applied_is_refused(team, tmp_path, text, words):
+    """A file of ``[default]`` alone was stored as "one approval by anyone"; a ``[channels.preview]``
+    rule was stored and shown, and never applied (a preview entry is written at ``start`` with no
+    approval). Each is refused with one line, the stored version unchanged."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text, encoding="utf-8")
+    files = snapshot(team.state_dir)
+    r = team.run("ada", "policy", "set", str(bad))
+    r.assert_stopped()
+    assert words in r.err, r.err
+    assert snapshot(team.state_dir) == files
+    assert team.run(None, "policy", "show", "--json").json()["version"] == 1
+
+
+def test_a_policy_file_saved_with_a_byte_order_mark_is_read(team, tmp_path):
+    """Windows Notepad saves UTF-8 with a byte order mark; TOML does not allow one, and the file
+    was refused as "Invalid statement (at line 1, column 1)". The mark is skipped."""
+    bom = tmp_path / "notepad.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + EDITORS.replace("approvals = 2", "approvals = 3").encode("utf-8"))
+    r = team.run("ada", "policy", "set", str(bom), "--json")
+    assert r.code == 0 and r.json()["version"] == 2, r.err
+    assert team.run(None, "policy", "show", "--json").json()["rules"]["default"]["approvals"] == 3

@@ -150,6 +150,10 @@ def at_start(store: "TaskStore", channels: list[str], by: Optional[str], token: 
     team = people.team_mode(store)
     if policy is None and not team:
         return None
+    if policy is None:  # fail closed: with reviewers registered, no stored policy is never "one approval by anyone"
+        raise Refused("policy", ["team mode needs the approval policy in the store, and none is stored (none was set "
+                                 "yet, or every version was removed: a human must check policies/ or the policies "
+                                 "table); an admin sets it", Next("policy_set"), "; nothing saved"])
     rules = {c: (policy.rule_for(c) if policy is not None else ONE) for c in channels}
     if not team and any(r.needs_team() for r in rules.values()):
         raise Refused("policy", "the policy asks for more than one approval, roles or a requester kept out, "

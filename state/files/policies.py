@@ -13,6 +13,7 @@ state dir or renamed by hand is refused (fail closed).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -21,7 +22,7 @@ from state.durable import create_exclusive
 from state.errors import Refused
 from state.fileio import parse_json_object
 from state.files.sealing import sealed_bytes, unsealed
-from state.paths import inside, read_regular
+from state.paths import check_own_folder, inside, read_regular
 from state.policy import PolicyRecord, raced
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 #: The largest record file read (a policy file is at most 64 KiB of TOML).
 MAX_RECORD_BYTES = 256 * 1024
 OWNER = "policies"
-_NAME = re.compile(r"^v(?P<version>[0-9]{6,})\.json$")
+_NAME = re.compile(r"^v(?P<version>[0-9]{6,})\.json\Z")
 
 
 def folder(store: "Store") -> Path:
@@ -44,15 +45,23 @@ def path_for(store: "Store", version: int) -> Path:
 
 
 def versions(store: "Store") -> list[int]:
-    """The versions stored, lowest first (file names only: nothing is read)."""
+    """The versions stored, lowest first (file names only: nothing is read). Raises
+    :class:`Refused` for ``policies/`` that is not a plain folder of ours (a symbolic link, even
+    to a folder inside the state dir, would read as "no policy set"), and for any other name in it
+    (hidden temp files aside): a version renamed or planted by hand is never skipped in silence."""
     where = folder(store)
-    if not where.is_dir():
+    if not check_own_folder(where, "folder policies"):
         return []
     found = []
-    for path in where.iterdir():
-        match = _NAME.match(path.name)
-        if match is not None and path.name == f"v{int(match['version']):06d}.json":
-            found.append(int(match["version"]))
+    for name in sorted(os.listdir(where)):
+        if name.startswith("."):
+            continue
+        match = _NAME.match(name)
+        if match is None or name != f"v{int(match['version']):06d}.json":
+            raise Refused("integrity", f"policies/{name[:80]!r} is not a version of the policy (v<N>.json, N of six "
+                          "digits or more): put there or renamed by hand? It is not trusted; move it out of "
+                          "policies/ (a human must check); nothing changed")
+        found.append(int(match["version"]))
     return sorted(found)
 
 

@@ -9,7 +9,7 @@
   an effect is not confirmed (:func:`workflow.external.shown_status`). ``decision`` is the latest
   decision of the current round (a one-call task's only one); ``decisions`` lists every call's.
   Each ``decision`` is ``approved``, ``rejected`` or ``approved_with_edits`` (workflow/edits.py).
-  A team task (docs/reviewers.md) adds ``requested_by``, ``approvals`` (each pending call's quorum:
+  A team task (docs/reviewers.md) adds ``requested_by``, ``policy_version``, ``approvals`` (each pending call's quorum:
   :func:`workflow.team.progress`) and ``approval_log`` (every approval, the calls decided since
   included: ``[{"call_id", "channel", "by", "at", "counted"}]``), so a task approved by several
   reviewers names each of them, not only the last, and which of them the quorum counted.
@@ -67,7 +67,8 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
         "revision": cp.revision,
         "checkpoint_path": str(store.checkpoint_path(cp.task_id)),
         **({"service": cp.service, "effects": effects} if cp.service is not None else {}),
-        **({"requested_by": cp.team.requested_by, "approvals": _progress(store, cp), "approval_log": _log(cp)}
+        **({"requested_by": cp.team.requested_by, "policy_version": cp.team.policy_version,
+            "approvals": _progress(store, cp), "approval_log": _log(cp)}
            if cp.team is not None else {}),
         **({"failure": cp.failure} if cp.failure is not None else {}),
     }
