@@ -107,6 +107,22 @@ def test_start_by_is_authenticated_and_recorded_as_the_requester(cli, state_dir,
     assert view["requested_by"] == "wendy"
 
 
+def test_a_team_task_is_never_started_anonymously_even_where_the_requester_may_approve(cli, state_dir, tmp_path,
+                                                                                       monkeypatch, team_admin):
+    """Under a policy that lets the requester approve, ``start`` with no token used to be accepted
+    and recorded no requester: nobody could tell who asked. In team mode every start is
+    authenticated, whatever the rule."""
+    token = team_admin.add("alice")
+    _set_policy(cli, monkeypatch, team_admin.token, "[default]\napprovals = 1\n", tmp_path)
+    _as(monkeypatch, None)
+    before = snapshot(state_dir)
+    r = cli("start", "--key", "t1", "--draft", "A draft.")
+    assert r.code == 1 and "HITL_REVIEWER_TOKEN" in r.err and snapshot(state_dir) == before, r.err
+    _as(monkeypatch, token)
+    assert cli("start", "--key", "t1", "--draft", "A draft.").code == 0
+    assert cli("status", "--task", "t1", "--json").json()["requested_by"] == "alice"
+
+
 def test_two_of_three_each_approval_recorded_and_the_same_reviewer_counts_once(cli, state_dir, team, monkeypatch):
     _start(cli, monkeypatch, team["wendy"])
     first = _approve(cli, monkeypatch, team["alice"])
@@ -450,7 +466,7 @@ def test_always_cannot_carry_an_approval_past_another_channels_quorum(cli, state
     tokens = {name: team_admin.add(name) for name in ("alice", "bob")}
     _set_policy(cli, monkeypatch, team_admin.token, "[default]\napprovals = 1\n[channels.news]\napprovals = 2\n",
                 tmp_path)
-    _as(monkeypatch, None)
+    _as(monkeypatch, tokens["alice"])  # in team mode a task names who asked
     calls = start_calls(cli, "t2", "Title", "A draft.", "blog", "news")
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, tokens["alice"], "t2", "--call", calls["blog"], "--always")
@@ -541,7 +557,7 @@ def test_always_cannot_carry_an_approval_past_another_channels_role_rule(cli, st
     tokens = {"alice": team_admin.add("alice"), "lee": team_admin.add("lee", "legal")}
     _set_policy(cli, monkeypatch, team_admin.token, '[default]\napprovals = 1\n[channels.news]\nroles = ["legal"]\n',
                 tmp_path)
-    _as(monkeypatch, None)
+    _as(monkeypatch, tokens["alice"])  # in team mode a task names who asked
     calls = start_calls(cli, "t3", "Title", "A draft.", "blog", "news")
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, tokens["alice"], "t3", "--call", calls["blog"], "--always")

@@ -158,10 +158,8 @@ def at_start(store: "TaskStore", channels: list[str], by: Optional[str], token: 
     if not team and any(r.needs_team() for r in rules.values()):
         raise Refused("policy", "the policy asks for more than one approval, roles or a requester kept out, "
                       "which needs reviewers who sign in: register one first (team mode); nothing saved")
-    if team and (by is not None or token or any(not r.requester_may_approve for r in rules.values())):
-        requester: Optional[str] = decider(store, by, token)
-    else:
-        requester = by
+    # in team mode every task names who asked, authenticated like a decision (never anonymous)
+    requester: Optional[str] = decider(store, by, token) if team else by
     return Team(requested_by=requester, policy_sha256=stored.sha256 if stored is not None else None, rules=rules,
                 authenticated=team, policy_version=stored.version if stored is not None else 0)
 
