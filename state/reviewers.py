@@ -42,6 +42,7 @@ import hashlib
 import hmac
 import re
 import secrets as _random
+import unicodedata
 from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -421,6 +422,39 @@ def _next(lst: ReviewerList, reviewers: list[Reviewer], gone: list[Reviewer], by
                         revoked=[revoked[t] for t in sorted(revoked)], changed_by=by, changed_at=at)
 
 
+def _script(char: str) -> str:
+    """The script of a letter as the first word of its Unicode name (``LATIN``, ``CYRILLIC``,
+    ``CJK``, ``HIRAGANA`` …); ``""`` for what has no name."""
+    return unicodedata.name(char, "").split(" ", 1)[0]
+
+
+def skeleton(name: str) -> str:
+    """What two names that look alike share: NFKC, case folded, a dotless ``ı`` read as ``i``."""
+    return unicodedata.normalize("NFKC", name).casefold().replace("\u0131", "i")
+
+
+def check_new_name(name: str, registered: list[str]) -> None:
+    """Refuse a reviewer name a person could mistake for another (``reviewers add``): one that
+    NFKC changes (fullwidth ``ａlice``), with a space at either end, with letters of more than one
+    script (a Cyrillic ``а`` in ``аlice``), or whose :func:`skeleton` is a registered name's
+    (``ALICE``, ``alıce``). Names in one script of any kind (``李雷``) are fine. Raises
+    :class:`Refused` (``unsafe_input``), nothing written. Names already registered are kept as
+    they are: the check is made when a name is added."""
+    shown = ascii(name)[:120]
+    if unicodedata.normalize("NFKC", name) != name or name != name.strip():
+        raise Refused("unsafe_input", f"reviewer name {shown} has characters that look like others (full-width "
+                      "letters, a space at either end …): give it as plain text; nothing written")
+    scripts = {_script(c) for c in name if unicodedata.category(c).startswith("L")}
+    if len(scripts) > 1:
+        raise Refused("unsafe_input", f"reviewer name {shown} mixes letters of {len(scripts)} scripts "
+                      f"({', '.join(sorted(scripts))}), so it can pass for another name; use one script; "
+                      "nothing written")
+    twin = next((other for other in registered if skeleton(other) == skeleton(name)), None)
+    if twin is not None:
+        raise Refused("reviewer_exists", f"reviewer name {shown} reads as {ascii(twin)[:120]}, who is registered "
+                      "already (names are compared without case): choose another; nothing written")
+
+
 def administer(store: "TaskStore", action: str, name: str, *, token: Optional[str], at: str,
                roles: Optional[list[str]] = None) -> dict[str, Any]:
     """Change the reviewer list of ``store``: ``action`` ``add`` (``name`` with ``roles``),
@@ -444,6 +478,7 @@ def administer(store: "TaskStore", action: str, name: str, *, token: Optional[st
         roles = clean_roles(roles)
         if old is not None:
             raise Refused("reviewer_exists", f"reviewer {name!r} is registered already; nothing written")
+        check_new_name(name, [r.name for r in current.reviewers])
         if not current.reviewers and ADMIN not in roles:
             raise Refused("not_allowed", [f"the first reviewer registered must have the role {ADMIN}",
                                           Next("reviewers_add_admin"), ": from then on every change to the "

@@ -421,6 +421,25 @@ def test_reviewers_add_refuses_a_taken_name_and_bad_roles_with_nothing_written(c
     assert snapshot(state_dir) == before
 
 
+@pytest.mark.parametrize("name, words", [
+    ("\u0430lice", "mixes letters of 2 scripts"),  # a Cyrillic a
+    ("\uff41lice", "look like others"),  # a full-width a
+    ("alice ", "look like others"),
+    (" alice", "look like others"),
+    ("ALICE", "reads as 'alice'"),
+    ("al\u0131ce", "reads as 'alice'"),  # a dotless i
+])
+def test_reviewers_add_refuses_a_name_that_passes_for_another(cli, state_dir, team, team_admin, name, words):
+    """A lookalike of a registered name (another script's letter, a full-width letter, a space,
+    another case) was registered and shown as if it were that person: "approved by аlice" reads as
+    alice. Refused now, nothing written; a name in one script of any kind is fine."""
+    before = snapshot(state_dir)
+    r = team_admin.run("reviewers", "add", name, "--role", "editor")
+    r.assert_stopped()
+    assert words in r.err and snapshot(state_dir) == before, r.err
+    assert team_admin.run("reviewers", "add", "\u674e\u96f7", "--role", "editor").code == 0  # Li Lei, in Chinese
+
+
 def test_a_page_rendered_before_another_reviewers_approval_still_decides():
     """A revision that only recorded an approval toward the quorum does not make the page stale
     (``guards.check_revision``); any other revision does."""
