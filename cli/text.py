@@ -239,8 +239,25 @@ def team_text(command: str, result: dict[str, Any]) -> str:
     verb = "registered reviewer" if action == "add" else "new token for reviewer"
     return (f"{verb} {one_line(result['name'])!r} (roles: {one_line(', '.join(result['roles']) or '-')}; reviewer "
             f"list version {result['version']})\n"
-            f"  token (shown this once, only its hash is kept): {result['token']}\n"
-            f"  give it to them; they decide with HITL_REVIEWER_TOKEN=<token> {PROGRAM} resume ...")
+            f"  token (shown this once, only its hash is kept): {result['token']}"
+            + "\n  give it to them; " + "\n  and ".join(_token_uses(result["roles"])))
+
+
+def _token_uses(roles: list[str]) -> list[str]:
+    """What a reviewer with ``roles`` does with the token ``reviewers add`` / ``rotate`` printed:
+    an admin changes the reviewer list and the policy; a reviewer with another role decides (as
+    far as the policy lets that role); a token is kept out of the shell's history by ``export``
+    from a prompt, then unset when done."""
+    from cli.shell import PROGRAM
+
+    out = []
+    if "admin" in roles:
+        out.append(f"as an admin they change the team with HITL_REVIEWER_TOKEN=<token> {PROGRAM} reviewers "
+                   f"add|remove|rotate ... and {PROGRAM} policy set FILE")
+    if any(r != "admin" for r in roles) or not roles:
+        out.append(f"they decide with HITL_REVIEWER_TOKEN=<token> {PROGRAM} resume ... (where the policy lets "
+                   "their role decide)")
+    return out
 
 
 def policy_text(result: dict[str, Any]) -> str:

@@ -86,12 +86,21 @@ def is_unsigned(data: Any) -> bool:
     return isinstance(data, dict) and "mac" not in data and "record" not in data
 
 
-def check_signed(data: Any, where: str) -> None:
+#: Kinds no earlier version wrote unsigned: ``doctor`` has nothing to say about one, so a refusal
+#: of an unsigned one does not send the reader there.
+NEVER_UNSIGNED = frozenset({"policy"})
+
+
+def check_signed(data: Any, where: str, kind: Optional[str] = None) -> None:
     """Raise :class:`Refused` (``integrity``) naming ``where`` unless ``data`` is a JSON object that
     carries a ``mac``: a record without one was written by an earlier version of this program (or
-    by hand) and is never trusted. Reads no key, so it is checked first."""
+    by hand) and is never trusted. Reads no key, so it is checked first. ``kind``: the record's
+    kind, if known (one of :data:`NEVER_UNSIGNED` can only have been put there by hand)."""
     if not isinstance(data, dict):
         raise Refused("integrity", f"{where} is not a JSON object")
+    if "mac" not in data and kind in NEVER_UNSIGNED:
+        raise Refused("integrity", f"{where} is not signed: no version of this program writes it so, so it was "
+                      "put there by hand; it is not trusted: a human must check (restore it from a backup)")
     if "mac" not in data:
         raise Refused("integrity", [f"{where} is not signed (written by an earlier version of this program, or "
                                     "by hand); it is not trusted", Next("doctor_unsigned")])
@@ -123,7 +132,7 @@ def unseal_record(kind: str, data: Any, key: bytes, state_id: Optional[str], whe
     state dir or database; the kind's code (:data:`KINDS`) for a signed record that is not a valid
     one."""
     cls, label, invalid = _kind(kind)
-    check_signed(data, where)
+    check_signed(data, where, kind)
     if data.get("record") != kind:
         raise Refused("integrity", f"{where} is not a signed {label} (it says {str(data.get('record'))[:40]!r})")
     if not envelope_signed(data, key):

@@ -293,3 +293,24 @@ def test_a_policy_file_saved_with_a_byte_order_mark_is_read(team, tmp_path):
     r = team.run("ada", "policy", "set", str(bom), "--json")
     assert r.code == 0 and r.json()["version"] == 2, r.err
     assert team.run(None, "policy", "show", "--json").json()["rules"]["default"]["approvals"] == 3
+
+
+def test_an_unsigned_policy_version_is_refused_without_sending_the_reader_to_doctor(team):
+    """A policy version without a signature (planted, or a signed one with its ``mac`` cut) was
+    refused with "doctor names each unsigned record", and ``doctor`` then said nothing about it.
+    No version of this program wrote a policy unsigned: the refusal says it was put there by hand."""
+    import json
+
+    if team.store:
+        import psycopg
+
+        with psycopg.connect(team.store[1], autocommit=True) as conn:
+            conn.execute("UPDATE policies SET envelope = (envelope::jsonb - 'mac')::text")
+    else:
+        path = team.state_dir / "policies" / "v000001.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        del data["mac"]
+        path.write_text(json.dumps(data), encoding="utf-8")
+    r = team.run(None, "policy", "show")
+    r.assert_stopped()
+    assert "is not signed" in r.err and "put there by hand" in r.err and "doctor" not in r.err, r.err

@@ -577,14 +577,14 @@ class PostgresStore:
         other ``columns`` (field → value) equal to the signed record's (a row moved to another key,
         or a column edited, is refused). Raises :class:`Refused` naming ``where``."""
         if envelope is None:
-            check_signed({}, where)  # raises: not signed
+            check_signed({}, where, kind)  # raises: not signed
         try:
             data = json.loads(envelope) if len(envelope) <= MAX_RECORD_CHARS else None
         except (ValueError, RecursionError):
             data = None
         if not isinstance(data, dict):
             raise Refused("integrity", f"{where} has an envelope that is not a JSON object (damaged)")
-        check_signed(data, where)
+        check_signed(data, where, kind)
         rec = unseal_record(kind, data, self._key(), self.store_id(), where)
         mine = rec.model_dump(mode="json")
         for name, value in columns.items():
