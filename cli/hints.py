@@ -78,7 +78,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
                              + command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT"),
     "settle": lambda step: ("; then " + command("settle", "--task", step.args[0], "--call", step.args[1],
                                                 "--outcome", "published", "--by", "NAME")
-                            + " or --outcome not-published --by NAME"),
+                            + " or --outcome not-published --by NAME (in team mode with HITL_REVIEWER_TOKEN of a "
+                              "reviewer the channel's rule allows)"),
     "settle_command": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1],
                                            "--outcome", "published", "--by", "NAME"),
     # team mode (state.reviewers, workflow.team)
