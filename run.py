@@ -33,9 +33,7 @@ DEFAULT_TITLE = "Untitled draft"
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for the contract in the module docstring."""
-    parser = argparse.ArgumentParser(
-        prog="run.py", description="Approval-gated publish_draft on the OpenAI Agents SDK."
-    )
+    parser = argparse.ArgumentParser(prog="run.py", description="Approval-gated publish_draft, OpenAI Agents SDK.")
     parser.add_argument("--state-dir", type=A.state_dir,
                         help="state folder (default $HITL_STATE_DIR or .cache)")
     parser.add_argument("--store", type=A.store_url, metavar="URL", help="a postgresql:// URL "
@@ -99,13 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --repair: sign this unsigned record (as doctor names it) after you checked it")
     cmd("demo", "the whole story, narrated, with the offline model")
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
-    A.serve_parser(sub)
-    A.settle_parser(sub)  # settle, fail, publishing-service
-    A.team_parsers(sub)  # reviewers
-    A.policy_parsers(sub)  # policy set | show
-    p = cmd("notify", "send the signed webhook events that are due (HITL_WEBHOOK_URL), until Ctrl-C")
-    p.add_argument("--once", action="store_true", help="one pass, then exit")
-    p.add_argument("--list", action="store_true", help="show the outbox (pending, in flight, failed); send nothing")
+    for add in (A.serve_parser, A.settle_parser, A.team_parsers, A.policy_parsers, A.notify_parser):
+        add(sub)  # serve; settle, fail, publishing-service; reviewers; policy set | show; notify
     return parser
 
 
@@ -147,11 +140,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
         return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)
     if args.command == "notify":  # signed webhook events (docs/reviewers.md#notifications); SDK-free
-        from workflow import notify
-        if args.list:
-            return notify.outbox(store, hints.hint)
-        return notify.run(store, hints.hint, once=args.once,
-                          on_pass=None if args.json or args.once else output.notify_pass_printer())
+        return commands.notify(store, args)
     if args.command == "list":
         return inbox.inbox_view(store, args.status)
     if args.command == "ledger":

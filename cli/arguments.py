@@ -229,6 +229,14 @@ def policy_parsers(sub: Any) -> None:
     q.add_argument("--version", type=version, help="an earlier version (every version is kept)")
 
 
+def notify_parser(sub: Any) -> None:
+    """``notify [--once] [--list]`` (signed webhook events, ``workflow/notify.py``)."""
+    p = sub.add_parser("notify", help="send the signed webhook events that are due (HITL_WEBHOOK_URL), until Ctrl-C")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p.add_argument("--list", action="store_true", help="show the outbox (pending, in flight, failed); send nothing")
+
+
 def version(value: str) -> int:
     """``--version``: a whole number from 1."""
     if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= 10**9:

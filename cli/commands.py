@@ -124,6 +124,19 @@ def expire(store: Any, args: Any) -> dict[str, Any]:
     return {"expired": expired, **({"busy": busy} if busy else {})}
 
 
+def notify(store: Any, args: Any) -> dict[str, Any]:
+    """``notify [--once] [--list]``: :func:`workflow.notify.outbox` (``--list``: what is pending, in
+    flight and failed; nothing sent) or :func:`workflow.notify.run` (passes until Ctrl-C, or one
+    with ``--once``), each pass printed as it ends unless ``--json`` or ``--once``. SDK-free."""
+    from cli import hints, output
+    from workflow import notify as outbox
+
+    if args.list:
+        return outbox.outbox(store, hints.hint)
+    return outbox.run(store, hints.hint, once=args.once,
+                      on_pass=None if getattr(args, "json", False) or args.once else output.notify_pass_printer())
+
+
 def policy(store: Any, args: Any) -> dict[str, Any]:
     """``policy set FILE | show [--version N]``: the policy version as
     :meth:`state.policy.PolicyRecord.public` gives it (``{"version": null, …, "rules": null}``

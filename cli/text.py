@@ -222,8 +222,6 @@ def _raise_hint(cp: Checkpoint) -> str:
 def team_text(command: str, result: dict[str, Any]) -> str:
     """The text of ``reviewers`` (:func:`cli.commands.reviewers`): names and roles escaped
     (:func:`state.terminal.one_line`); a new token with how to use it, once."""
-    from cli.shell import PROGRAM
-
     action = result["action"]
     if action == "list":
         rows = result["reviewers"]

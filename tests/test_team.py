@@ -407,7 +407,8 @@ def test_the_browser_inbox_refuses_one_reviewer_name_in_team_mode(cli, state_dir
     before = snapshot(state_dir)
     r = cli("serve", "--port", "0", "--reviewer", "alice")
     r.assert_stopped()
-    assert "--reviewer would decide as one name for everyone" in r.err and snapshot(state_dir) == before
+    assert "a reviewer name given to the inbox would decide as one name for everyone" in r.err, r.err
+    assert snapshot(state_dir) == before
 
 
 def test_reviewers_add_refuses_a_taken_name_and_bad_roles_with_nothing_written(cli, state_dir, team, team_admin):

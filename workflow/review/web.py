@@ -484,9 +484,9 @@ def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, dec
     cp = store.load(task_id)
     if team.is_team(store, cp):
         if session is None:  # fail closed: a single-user server decides as one name for everyone
-            raise Refused("unauthenticated", f"task {task_id}: team mode: this inbox was started without sign-in "
-                          "(it decides as one --reviewer); stop it and run serve again, where each reviewer "
-                          "signs in with their own token; nothing decided")
+            raise Refused("unauthenticated", f"task {task_id}: team mode: this inbox was started without "
+                          "sign-in (it decides as one reviewer name for everyone); stop it and run serve again, "
+                          "where each reviewer signs in with their own token; nothing decided")
         by = team.signed_in(store, session.reviewer, session.token_id, session.fingerprint)
     guards.check_revision(cp, expect_revision)
     team.check_before(store, cp, call_id, decision, by)
@@ -945,9 +945,9 @@ def serve(store: Any, application: Any, host: str, port: int, reviewer: Optional
 
     teamed = team.is_team(store)
     if teamed and reviewer is not None:  # fail closed: never one name for everyone in team mode
-        raise Refused("usage", "team mode (reviewers are registered): --reviewer would decide as one name for "
-                      "everyone with the URL; leave it out: each reviewer signs in with their own token; "
-                      "nothing started")
+        raise Refused("usage", "team mode (reviewers are registered): a reviewer name given to the inbox "
+                      "would decide as one name for everyone with the URL; leave it out: each reviewer signs in "
+                      "with their own token; nothing started")
     reviewer = None if teamed else (reviewer or default_reviewer)
     sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
