@@ -153,15 +153,30 @@ def policy(store: Any, args: Any) -> dict[str, Any]:
             raise Refused("not_found", f"no policy version {args.version} in the store")
         shown = rec.public() if rec is not None else {"version": None, "sha256": None, "set_by": None,
                                                       "set_at": None, "rules": None}
-        return {"action": "show", **shown}
+        return {"action": "show", **shown, "warnings": _unmet(store, rec.rules) if rec is not None else []}
     rules = policies.load(args.file)  # before the token: a bad file is named whoever runs it
     admin = team.require_admin(store, team.token_from_settings(), "setting the policy")
     latest = store.policy_get()
     if latest is not None and latest.sha256 == policies.fingerprint(rules):
-        return {"action": "set", **latest.public(), "changed": False}
+        return {"action": "set", **latest.public(), "changed": False, "warnings": _unmet(store, rules)}
     rec = policies.new_record(rules, (latest.version if latest else 0) + 1, admin.name, now_iso())
     store.policy_record(rec)
-    return {"action": "set", **rec.public(), "changed": True}
+    return {"action": "set", **rec.public(), "changed": True, "warnings": _unmet(store, rules)}
+
+
+def _unmet(store: Any, rules: Any) -> list[str]:
+    """One line per rule of ``rules`` (a :class:`state.policy.Policy`) whose quorum the reviewers
+    registered now cannot reach (fewer reviewers with a role it allows than approvals it needs):
+    its tasks would wait until more are registered. Reads the reviewer list only."""
+    reviewers = store.reviewer_list().reviewers
+    out = []
+    named = [("default", rules.default), *((f"channel {c}", rules.rule_for(c)) for c in sorted(rules.channels))]
+    for name, rule in named:
+        able = [r for r in reviewers if rule.roles is None or set(r.roles) & set(rule.roles)]
+        if len(able) < rule.approvals:
+            out.append(f"{name} needs {rule.approvals} approval(s) by {', '.join(rule.roles or ['anyone'])}, and "
+                       f"{len(able)} registered reviewer(s) may give one: its tasks wait until more are registered")
+    return out
 
 
 def publishing_service(args: Any) -> int:

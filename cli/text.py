@@ -265,7 +265,8 @@ def policy_text(result: dict[str, Any]) -> str:
     from state.policy import Policy
 
     if result["version"] is None:
-        return ("no policy set: each call needs one approval, by anyone allowed to decide\n"
+        return ("no policy set: in team mode no task starts until an admin sets one; without reviewers each call "
+                "needs one approval\n"
                 f"  an admin sets one with HITL_REVIEWER_TOKEN=<token> {PROGRAM} policy set FILE")
     head = f"policy version {result['version']}"
     if result["action"] == "set":
@@ -277,4 +278,5 @@ def policy_text(result: dict[str, Any]) -> str:
     lines += [f"  channel {one_line(name)}: {one_line(rules.rule_for(name).describe())}"
               for name in sorted(rules.channels)]
     lines.append("  a task is decided under the version it was started under")
+    lines += [f"  warning: {one_line(w)}" for w in result.get("warnings", [])]
     return "\n".join(lines)

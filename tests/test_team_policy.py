@@ -314,3 +314,22 @@ def test_an_unsigned_policy_version_is_refused_without_sending_the_reader_to_doc
     r = team.run(None, "policy", "show")
     r.assert_stopped()
     assert "is not signed" in r.err and "put there by hand" in r.err and "doctor" not in r.err, r.err
+
+
+def test_policy_set_warns_of_a_quorum_the_registered_reviewers_cannot_reach(team, tmp_path):
+    """``roles = ["nobody"]`` (a role no reviewer has), or more approvals than reviewers with the
+    role, was stored in silence: every task on that channel then waited for good. It is still
+    stored (reviewers may be registered next), with one warning per such rule."""
+    odd = tmp_path / "odd.toml"
+    odd.write_text(EDITORS + "[channels.news]\nroles = [\"nobody\"]\n[channels.blog]\napprovals = 4\n",
+                   encoding="utf-8")
+    r = team.run("ada", "policy", "set", str(odd), "--json")
+    assert r.code == 0, r.err
+    assert r.json()["warnings"] == [
+        "channel blog needs 4 approval(s) by editor, and 3 registered reviewer(s) may give one: its tasks wait until "
+        "more are registered",
+        "channel news needs 2 approval(s) by nobody, and 0 registered reviewer(s) may give one: its tasks wait until "
+        "more are registered"]
+    shown = team.run(None, "policy", "show")
+    assert shown.code == 0 and "warning: channel news needs 2 approval(s) by nobody" in shown.out, shown.out
+    assert team.run(None, "policy", "show", "--version", "1", "--json").json()["warnings"] == []
