@@ -156,7 +156,9 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return commands.review(store, args, commands.decide, task_view, commands.decider(store, None, args.by))
     if args.command == "doctor":
         from workflow.ops.doctor import doctor, with_actions  # SDK-free
-        return with_actions(doctor(store, repair=args.repair, adopt=args.adopt), hints.hint)
+        from workflow.team import token_from_settings  # --adopt in team mode: an admin's
+        return with_actions(doctor(store, repair=args.repair, adopt=args.adopt, token=token_from_settings()),
+                            hints.hint)
     if args.command == "traps":
         from agent.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()
