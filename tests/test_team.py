@@ -130,9 +130,11 @@ def test_two_of_three_each_approval_recorded_and_the_same_reviewer_counts_once(c
     assert first.json()["status"] == "waiting_for_approval" and ledger_entries(state_dir) == []
     assert first.json()["approvals"][0] | {} == {**first.json()["approvals"][0], "approved_by": ["alice"],
                                                  "required": 2, "missing": 1}
-    again = _approve(cli, monkeypatch, team["alice"])  # the same reviewer twice counts once
-    assert again.code == 0 and again.json()["status"] == "waiting_for_approval"
-    assert again.json()["revision"] == first.json()["revision"] and ledger_entries(state_dir) == []
+    before = snapshot(state_dir)
+    again = _approve(cli, monkeypatch, team["alice"])  # the same reviewer twice counts once, and is told so
+    again.assert_stopped()
+    assert "'alice' approved call" in again.err and "already (1 of 2)" in again.err, again.err
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
     done = _approve(cli, monkeypatch, team["bob"])
     assert done.code == 0, done.err
     assert done.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1

@@ -92,11 +92,16 @@ def _csrf(page: str) -> str:
     return re.search(r'action="/signout" class="signout"><input type="hidden" name="csrf" value="([^"]+)"', page)[1]
 
 
-def _press_and_confirm(client: TestClient, task_id: str = "t1", decision: str = "approve"):
+def _press(client: TestClient, task_id: str = "t1", decision: str = "approve") -> str:
+    """The confirm step's page after pressing ``decision``."""
     (form,) = _forms(client.get(f"/task/{task_id}").text)
     asked = _post(client, task_id, form | {"decision": decision})
     assert asked.status_code == 200 and f"Yes, {decision}</button>" in asked.text, asked.text
-    (confirm,) = _forms(asked.text, "confirm")
+    return asked.text
+
+
+def _press_and_confirm(client: TestClient, task_id: str = "t1", decision: str = "approve"):
+    (confirm,) = _forms(_press(client, task_id, decision), "confirm")
     return _post(client, task_id, confirm | CONFIRMED)
 
 
@@ -167,9 +172,14 @@ def test_two_reviewers_in_two_sessions_reach_a_two_of_two_quorum_once(team):
     alice, bob = team.client(team.tokens["alice"]), team.client(team.tokens["bob"])
     page = _visible(alice.get("/task/t1").text)
     assert "Approvals: 0 of 2; still needed: 2 more, from alice, bob." in " ".join(page.split())
+    asked = _press(alice)  # the confirm step of an approval that does not reach the quorum says so
+    assert "Record your approval? It is one of the 2 this call needs; publish_draft does not run yet: 1 more " \
+        "after yours." in " ".join(_visible(asked).split()) and "cannot be undone" not in asked
     r = _press_and_confirm(alice)
     assert r.status_code == 303, r.text
     assert team.store.load("t1").status == "waiting_for_approval" and team.s.ledger() == []
+    mine = alice.get("/task/t1").text  # approved already: no second Approve, and a line saying so
+    assert ">Approve</button>" not in mine and "approved call" in mine and "already (1 of 2)" in mine
     page = " ".join(_visible(bob.get("/task/t1").text).split())
     assert "Approvals: 1 of 2 (approved by alice); still needed: 1 more, from bob." in page
     assert "The requester (carol) may not approve." in page
@@ -299,3 +309,23 @@ def test_a_single_user_server_refuses_to_decide_once_a_reviewer_is_registered(te
         decide_call(team.store, APP, task_id="t1", call_id=cp.pending[0].call_id, decision="approve", reason=None,
                     by="alice", expect_revision=cp.revision)
     assert team.s.snap() == before and team.locks == []
+
+
+def test_a_reviewer_signing_in_over_and_over_ends_only_their_own_oldest_sessions(monkeypatch):
+    """The server keeps a bounded number of sessions and ended the oldest past it: a reviewer who
+    signed in 1000 times with her own token signed everyone else out. Now each reviewer holds at
+    most ``MAX_SESSIONS_PER_REVIEWER``, and a new sign-in ends her own oldest first."""
+    from state import reviewers as people
+    from workflow.review import web
+
+    monkeypatch.setattr(web, "MAX_SESSIONS", 20)
+
+    def reviewer(name: str):
+        token_id, token = people.new_token()
+        return people.record(name, ["editor"], token, token_id, "2030-01-01T00:00:00Z")
+
+    sessions, carol, alice = web.Sessions(3600), reviewer("carol"), reviewer("alice")
+    kept = sessions.open(carol)
+    mine = [sessions.open(alice) for _ in range(50)]
+    assert sessions.get(kept) is not None and sessions.get(kept).reviewer == "carol"
+    assert [n for n in mine if sessions.get(n) is not None] == mine[-web.MAX_SESSIONS_PER_REVIEWER:]

@@ -109,7 +109,9 @@ def check_before(store: "TaskStore", cp: Checkpoint, call_id: Optional[str], dec
                  edits: bool = False, always: bool = False) -> None:
     """:func:`check_decision` for the call ``call_id`` of ``cp`` (None: the only pending one), before
     the lock and the SDK, so a refusal costs nothing; a call that is not pending is left to the
-    decision table. Raises :class:`Refused`."""
+    decision table. Raises :class:`Refused`: as :func:`check_decision`, and ``already_approved``
+    for an approval by a reviewer whose approval of the call counts already (it would count once;
+    two processes racing past this check are counted once under the lock, by :func:`count`)."""
     from workflow import calls
 
     want = "approved" if decision in ("approve", "approved") else "rejected"
@@ -117,7 +119,23 @@ def check_before(store: "TaskStore", cp: Checkpoint, call_id: Optional[str], dec
     if len(pending) != 1 or calls.decision_of(cp, pending[0].call_id) is not None:
         check_policy(store, cp)
         return
-    check_decision(store, cp, calls.channel_of(cp, pending[0].arguments), want, by, edits=edits, always=always)
+    rule = check_decision(store, cp, calls.channel_of(cp, pending[0].arguments), want, by, edits=edits,
+                          always=always)
+    if want == "approved" and cp.team is not None:  # counted once: say so, rather than a second "recorded"
+        entry = next(e for e in progress(cp, _registered(store, cp)) if e["call_id"] == pending[0].call_id)
+        if by in entry["approved_by"]:
+            raise Refused("already_approved", f"task {cp.task_id}: {by!r} approved call "
+                          f"{pending[0].call_id[:80]!r} already ({len(entry['approved_by'])} of {rule.approvals}); "
+                          f"it waits for {entry['missing']} more "
+                          "approval(s) from other reviewers; nothing changed")
+
+
+def _registered(store: "TaskStore", cp: Checkpoint) -> Optional[dict[str, list[str]]]:
+    """Reviewer name → roles now, for a task started in team mode (None otherwise): what
+    :func:`progress` counts against."""
+    if not cp.team or not cp.team.authenticated:
+        return None
+    return {r.name: list(r.roles) for r in store.reviewers()}
 
 
 def require_admin(store: "TaskStore", token: Optional[str], what: str) -> "people.Reviewer":

@@ -246,6 +246,9 @@ class Session:
 #: The most sessions one server keeps (the oldest is ended past it), and the most failed sign-ins
 #: it takes in :data:`SIGNIN_WINDOW_S` seconds (then every sign-in is refused until the window moves).
 MAX_SESSIONS = 1000
+#: The most sessions one reviewer holds at once: their next sign-in ends their own oldest, so no
+#: reviewer can push everyone else's sessions out by signing in over and over.
+MAX_SESSIONS_PER_REVIEWER = 8
 MAX_FAILED_SIGNINS, SIGNIN_WINDOW_S = 10, 60.0
 
 
@@ -262,8 +265,8 @@ class Sessions:
 
     def open(self, reviewer: Any) -> str:
         """A new session for ``reviewer`` (a :class:`state.reviewers.Reviewer`, just authenticated);
-        returns its nonce (32 random bytes, URL-safe). Ends expired sessions, and the oldest
-        beyond :data:`MAX_SESSIONS`."""
+        returns its nonce (32 random bytes, URL-safe). Ends expired sessions, the reviewer's own
+        oldest beyond :data:`MAX_SESSIONS_PER_REVIEWER`, and the oldest beyond :data:`MAX_SESSIONS`."""
         from state import reviewers as people
 
         nonce = secrets.token_urlsafe(32)
@@ -273,6 +276,9 @@ class Sessions:
         now = clock.now()
         with self._lock:
             for old in [n for n, s in self._open.items() if s.expires <= now]:
+                del self._open[old]
+            own = [n for n, s in self._open.items() if s.reviewer == session.reviewer]  # oldest first
+            for old in own[:max(0, len(own) - MAX_SESSIONS_PER_REVIEWER + 1)]:
                 del self._open[old]
             while len(self._open) >= MAX_SESSIONS:
                 del self._open[next(iter(self._open))]
