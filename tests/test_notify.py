@@ -420,3 +420,17 @@ def test_notify_never_imports_the_sdk(tmp_path, receiver):
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "state")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_approval_that_reaches_the_quorum_asks_nobody_to_approve_again(store, receiver):
+    """The approval that completed a quorum went out as ``task.approval_recorded`` with a ``next``
+    telling people to approve once more. It now says ``quorum_reached`` and points at ``show``; an
+    approval short of the quorum still names the ``resume`` command."""
+    cp = _task(store)
+    for n, by in ((1, "alice"), (2, "bob")):
+        cp = store.save_revision(cp, failpoint="test", event=("approval_recorded", {
+            "call_id": "call-1", "channel": "blog", "by": by, "approvals": n, "required": 2}))
+    _pass(store)
+    short, reached = (b["data"] for _, _, b in receiver.got[1:3])
+    assert (short["quorum_reached"], reached["quorum_reached"]) == (False, True)
+    assert "--decision approve" in short["next"] and reached["next"] == "python run.py show --task t-1"

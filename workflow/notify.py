@@ -143,7 +143,12 @@ def history_events(cp: Checkpoint) -> list[Event]:
             step = Next("notify_decide", cp.task_id, *several)
         elif kind == "task.approval_recorded":
             data.update(by=detail.get("by"), approvals=detail.get("approvals"), required=detail.get("required"))
-            step = Next("notify_decide", cp.task_id, str(detail.get("call_id")))
+            reached = isinstance(detail.get("approvals"), int) and isinstance(detail.get("required"), int) \
+                and detail["approvals"] >= detail["required"]
+            data["quorum_reached"] = reached
+            # the approval that reaches the quorum asks nobody to approve again: the call runs now
+            step = Next("notify_show", cp.task_id) if reached else Next("notify_decide", cp.task_id,
+                                                                        str(detail.get("call_id")))
         elif kind in ("task.approved", "task.rejected"):
             data.update(by=detail.get("by"))
         elif kind in ("task.failed", "task.expired"):
