@@ -213,7 +213,7 @@ def parse(text: str, *, where: str = "the policy") -> Policy:
 def load(path: str) -> Policy:
     """The policy in file ``path`` (``policy set FILE``). Raises :class:`Refused` (``policy``) if
     it is missing, not a regular file, over :data:`MAX_POLICY_BYTES`, not UTF-8 (a byte order mark is
-    skipped) or not a valid
+    skipped; UTF-16 with its byte order mark is read too) or not a valid
     policy (:func:`parse`)."""
     file = Path(path)
     where = f"policy file {file.name!r}"
@@ -227,8 +227,8 @@ def load(path: str) -> Policy:
                       "nothing written") from None
     if len(raw) > MAX_POLICY_BYTES:
         raise Refused("policy", f"{where} is over {MAX_POLICY_BYTES} bytes; nothing written")
-    try:
-        text = raw.decode("utf-8-sig")  # a byte order mark (Windows Notepad) is not part of the TOML
+    try:  # a byte order mark (Notepad) is not part of the TOML; Windows PowerShell 5.1's ">" writes UTF-16
+        text = raw.decode("utf-16") if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise Refused("policy", f"{where} is not UTF-8; nothing written") from None
     return parse(text, where=where)

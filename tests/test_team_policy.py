@@ -293,6 +293,10 @@ def test_a_policy_file_saved_with_a_byte_order_mark_is_read(team, tmp_path):
     r = team.run("ada", "policy", "set", str(bom), "--json")
     assert r.code == 0 and r.json()["version"] == 2, r.err
     assert team.run(None, "policy", "show", "--json").json()["rules"]["default"]["approvals"] == 3
+    utf16 = tmp_path / "powershell.toml"  # Windows PowerShell 5.1: `... > policy.toml` writes UTF-16
+    utf16.write_bytes(EDITORS.replace("approvals = 2", "approvals = 4").encode("utf-16"))
+    r = team.run("ada", "policy", "set", str(utf16), "--json")
+    assert r.code == 0 and r.json()["rules"]["default"]["approvals"] == 4, r.err
 
 
 def test_an_unsigned_policy_version_is_refused_without_sending_the_reader_to_doctor(team):
