@@ -527,6 +527,15 @@ MUTANTS: list[Mutant] = [
     # a preview rule stored, shown and never applied; an empty [default] stored as one approval by anyone
     m("policy-shown-and-not-applied", "state/policy.py", "    problems = _name_problems(data) + _table_problems(data)",
       "    problems = _name_problems(data)", TEAM_POLICY_T),
+    # a requester's hand-written ledger entry adopted by doctor without an admin's token
+    m("adopt-without-an-admin", "workflow/ops/doctor.py", "        if people.team_mode(store):\n"
+      "            team.require_admin(", "        if False:\n            team.require_admin(",
+      "tests/test_signed_records.py"),
+    # a second approval by the same reviewer taken silently (and a second Approve button shown)
+    m("already-approved-not-said", TEAM, "        if by in entry[\"approved_by\"]:", "        if False:", TEAM_T),
+    # lookalike reviewer names registered
+    m("lookalike-names-registered", REVIEWERS, "        check_new_name(name, [r.name for r in current.reviewers])\n",
+      "", TEAM_T),
     # the browser inbox in team mode: the session's reviewer, the policy on the server (workflow/review/web.py)
     p("session-reviewer-not-rechecked", REVIEWERS,
       "        if (reviewer.name == name and reviewer.token_id == token_id\n"
@@ -534,6 +543,10 @@ MUTANTS: list[Mutant] = [
       "        if reviewer.name == name:", WEB_TEAM_T),
     m("inbox-button-rule-only-in-page", WEB, "    team.check_before(store, cp, call_id, decision, by)\n"
       "    return asyncio.run(hitl.decide(", "    return asyncio.run(hitl.decide(", WEB_TEAM_T),
+    # one reviewer signing in over and over pushes everyone else's sessions out
+    m("sessions-not-capped-per-reviewer", WEB,
+      "            for old in own[:max(0, len(own) - MAX_SESSIONS_PER_REVIEWER + 1)]:\n"
+      "                del self._open[old]\n", "", WEB_TEAM_T),
     # -- webhook notifications (workflow/notify.py) ----------------------------------------------
     # the signature over the body alone: a captured request replays under any ID and time
     p("webhook-signature-not-over-id-and-timestamp", NOTIFY,
