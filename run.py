@@ -3,8 +3,8 @@
     python run.py [--state-dir DIR] [--store URL] COMMAND [--json] ...   (COMMAND --help for each)
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
-``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``fail``, ``publishing-service``, ``reviewers``
-(docs/commands.md).
+``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``fail``, ``publishing-service``, ``reviewers``,
+``policy``, ``notify`` (docs/commands.md).
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never
 import the SDK; ``review`` only to decide.
@@ -33,9 +33,7 @@ DEFAULT_TITLE = "Untitled draft"
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for the contract in the module docstring."""
-    parser = argparse.ArgumentParser(
-        prog="run.py", description="Approval-gated publish_draft on the OpenAI Agents SDK."
-    )
+    parser = argparse.ArgumentParser(prog="run.py", description="Approval-gated publish_draft, OpenAI Agents SDK.")
     parser.add_argument("--state-dir", type=A.state_dir,
                         help="state folder (default $HITL_STATE_DIR or .cache)")
     parser.add_argument("--store", type=A.store_url, metavar="URL", help="a postgresql:// URL "
@@ -99,9 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --repair: sign this unsigned record (as doctor names it) after you checked it")
     cmd("demo", "the whole story, narrated, with the offline model")
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
-    A.serve_parser(sub)
-    A.settle_parser(sub)  # settle, fail, publishing-service
-    A.team_parsers(sub)  # reviewers
+    for add in (A.serve_parser, A.settle_parser, A.team_parsers, A.policy_parsers, A.notify_parser):
+        add(sub)  # serve; settle, fail, publishing-service; reviewers; policy set | show; notify
     return parser
 
 
@@ -138,31 +135,38 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         cp = commands.fail(store, args)
     if args.command in ("start", "resume", "status", "settle", "fail"):  # one task: its view and its budget lines
         args.text_extra = budget_lines(cp)
+        args.text_team = not args.json and commands.team_hint(store, cp)  # next: says a token is needed
         return task_view(store, cp)
-    if args.command == "reviewers":  # team mode (docs/reviewers.md)
-        return commands.reviewers(store, args)
+    if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
+        return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)
+    if args.command == "notify":  # signed webhook events (docs/reviewers.md#notifications); SDK-free
+        return commands.notify(store, args)
     if args.command == "list":
         return inbox.inbox_view(store, args.status)
     if args.command == "ledger":
         return ledger_view(store)
     if args.command == "show":
         from workflow.observe.receipt import build_receipt
-        return build_receipt(store, inbox.pick_task(store, args.task, waiting_only=False))
-    if args.command == "expire":
-        expired, busy = inbox.expire_overdue(store, args.task)
-        return {"expired": expired, **({"busy": busy} if busy else {})}
+        shown = inbox.pick_task(store, args.task, waiting_only=False)
+        args.text_team = not args.json and commands.team_hint(store, store.load(shown))
+        return build_receipt(store, shown)
+    if args.command == "expire":  # in team mode an admin's (HITL_REVIEWER_TOKEN)
+        return commands.expire(store, args)
     if args.command == "review":
         return commands.review(store, args, commands.decide, task_view, commands.decider(store, None, args.by))
     if args.command == "doctor":
         from workflow.ops.doctor import doctor, with_actions  # SDK-free
-        return with_actions(doctor(store, repair=args.repair, adopt=args.adopt), hints.hint)
+        from workflow.team import token_from_settings  # --adopt in team mode: an admin's
+        return with_actions(doctor(store, repair=args.repair, adopt=args.adopt, token=token_from_settings()),
+                            hints.hint)
     if args.command == "traps":
         from agent.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()
     if args.command == "serve":  # the inbox in the browser, until Ctrl-C (docs/inbox.md)
         from workflow.review.web import serve
         from agent.application import APP
-        return serve(store, APP, args.host, args.port, A.reviewer(args.reviewer), args.allow_remote, hints.hint)
+        return serve(store, APP, args.host, args.port, args.reviewer, args.allow_remote, hints.hint,
+                     default_reviewer=A.reviewer(None))
     from cli.demo import demo
     return demo(store, as_json=args.json)
 
@@ -202,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if result is not None:
         try:
             output.print_result(args.command, result, args.json, getattr(args, "text_extra", None),
-                                vars(args).get("printer"))
+                                vars(args).get("printer"), team=bool(vars(args).get("text_team")))
             sys.stdout.flush()
         except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
             raise

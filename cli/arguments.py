@@ -170,7 +170,7 @@ def serve_parser(sub: Any) -> None:
                    help="port (default 8765; 0 picks a free one)")
     p.add_argument("--reviewer", type=text("--reviewer", MAX_NAME_CHARS, True),
                    help="the name every decision made on the page is recorded under "
-                        "(default: the OS user)")
+                        "(default: the OS user); refused in team mode, where each reviewer signs in")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a --host beyond this machine (prints a warning)")
 
@@ -204,15 +204,44 @@ def team_parsers(sub: Any) -> None:
     p = sub.add_parser("reviewers", help="register reviewers: team mode (docs/reviewers.md)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
     what = p.add_subparsers(dest="action", required=True)
-    for name, help_ in (("add", "register a reviewer and print their token once"), ("list", "every reviewer"),
-                        ("remove", "remove a reviewer (their token stops working)"),
-                        ("rotate", "a new token for a reviewer (the old one stops working)")):
+    for name, help_ in (("add", "register a reviewer and print their token once (the first one: --role admin)"),
+                        ("list", "every reviewer"),
+                        ("remove", "remove a reviewer (their token stops working; an admin's token needed)"),
+                        ("rotate", "a new token for a reviewer (the old one stops working; an admin's token needed)")):
         q = what.add_parser(name, help=help_)
         q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
         if name != "list":
             q.add_argument("name", type=text("NAME", MAX_NAME_CHARS, True))
         if name == "add":
             q.add_argument("--role", action="append", dest="roles", default=[], help="repeatable, e.g. editor")
+
+
+def policy_parsers(sub: Any) -> None:
+    """``policy set FILE | show [--version N]`` (the approval policy in the store, ``state/policy.py``)."""
+    p = sub.add_parser("policy", help="the approval policy in the store: set (an admin) or show (docs/reviewers.md)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    what = p.add_subparsers(dest="action", required=True)
+    q = what.add_parser("set", help="store the rules of a TOML file as the next version (an admin's token)")
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    q.add_argument("file", metavar="FILE", type=text("FILE", 4096, True))
+    q = what.add_parser("show", help="the policy in force (or an earlier version)")
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    q.add_argument("--version", type=version, help="an earlier version (every version is kept)")
+
+
+def notify_parser(sub: Any) -> None:
+    """``notify [--once] [--list]`` (signed webhook events, ``workflow/notify.py``)."""
+    p = sub.add_parser("notify", help="send the signed webhook events that are due (HITL_WEBHOOK_URL), until Ctrl-C")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p.add_argument("--list", action="store_true", help="show the outbox (pending, in flight, failed); send nothing")
+
+
+def version(value: str) -> int:
+    """``--version``: a whole number from 1."""
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= 10**9:
+        raise argparse.ArgumentTypeError(f"--version must be a whole number from 1, not {value[:40]!r}")
+    return int(value)
 
 
 def run_flags(p: argparse.ArgumentParser) -> None:

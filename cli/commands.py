@@ -74,38 +74,109 @@ def decider(store: Any, task_id: Any, by: Any) -> str:
     return team.decider(store, by, team.token_from_settings(), cp)
 
 
+def team_hint(store: Any, cp: Any) -> bool:
+    """True if a decision on ``cp`` needs a reviewer's token (:func:`workflow.team.is_team`): the
+    ``next:`` lines then say so. Reads the reviewer list (never fails the command: a list that
+    cannot be read says nothing here, and the decision itself refuses)."""
+    from workflow import team
+
+    try:
+        return team.is_team(store, cp)
+    except Refused:
+        return True
+
+
 def start_team(store: Any, args: Any) -> Any:
     """The :class:`state.schema.Team` of a task ``start`` makes (``--by``, ``HITL_REVIEWER_TOKEN``
-    and ``HITL_POLICY``: :func:`workflow.team.at_start`), or None in single-user mode."""
+    and the store's policy: :func:`workflow.team.at_start`), or None in single-user mode."""
     from workflow import team
 
     return team.at_start(store, team.channels_of(args.channels), args.by, team.token_from_settings())
 
 
 def reviewers(store: Any, args: Any) -> dict[str, Any]:
-    """``reviewers add NAME [--role R]… | list | remove NAME | rotate NAME``: ``{"action",
+    """``reviewers add NAME [--role R]… | list | remove NAME | rotate NAME``: ``{"action", "version",
     "reviewers": [{"name", "roles", "added_at", "rotated_at"}]}`` for ``list``; ``{"action", "name",
-    "roles", "token"}`` for ``add`` and ``rotate`` (the token is printed this once, never stored:
-    :mod:`state.reviewers`); ``{"action", "name"}`` for ``remove``. Raises :class:`Refused`."""
+    "roles", "version", "token"}`` for ``add`` and ``rotate`` (the token is printed this once, never
+    stored); ``{"action", "name", "roles", "version"}`` for ``remove``. Every change is an admin's,
+    authenticated by ``HITL_REVIEWER_TOKEN``, except the first ``add``, which must give ``--role
+    admin`` (:func:`state.reviewers.administer`). Raises :class:`Refused`, nothing written."""
     from state import reviewers as people
     from state.clock import now_iso
+    from workflow import team
 
     if args.action == "list":
-        return {"action": "list", "reviewers": [r.public() for r in store.reviewers()]}
-    if args.action == "remove":
-        store.reviewer_remove(args.name)
-        return {"action": "remove", "name": args.name}
-    token_id, token = people.new_token()
-    if args.action == "add":
-        roles = people.clean_roles(args.roles)
-        store.reviewer_add(people.record(args.name, roles, token, token_id, now_iso()))
-    else:
-        old = people.find(store, args.name)
-        if old is None:
-            raise Refused("no_reviewer", f"no reviewer {args.name!r} is registered; nothing written")
-        roles = list(old.roles)
-        store.reviewer_replace(people.record(args.name, roles, token, token_id, old.added_at, now_iso()))
-    return {"action": args.action, "name": args.name, "roles": roles, "token": token}
+        current = store.reviewer_list()
+        return {"action": "list", "version": current.version, "reviewers": [r.public() for r in current.reviewers]}
+    return people.administer(store, args.action, args.name, token=team.token_from_settings(), at=now_iso(),
+                             roles=getattr(args, "roles", None))
+
+
+def expire(store: Any, args: Any) -> dict[str, Any]:
+    """``expire [--task T]``: ``{"expired": [IDs], "busy": [IDs] (only if any)}``
+    (:func:`workflow.review.inbox.expire_overdue`). In team mode it needs an admin's token in
+    ``HITL_REVIEWER_TOKEN``, who is recorded as having done it; else the OS login name is."""
+    from cli.arguments import reviewer
+    from workflow import team
+    from workflow.review import inbox
+
+    expired, busy = inbox.expire_overdue(store, args.task, token=team.token_from_settings(), by=reviewer(None))
+    return {"expired": expired, **({"busy": busy} if busy else {})}
+
+
+def notify(store: Any, args: Any) -> dict[str, Any]:
+    """``notify [--once] [--list]``: :func:`workflow.notify.outbox` (``--list``: what is pending, in
+    flight and failed; nothing sent) or :func:`workflow.notify.run` (passes until Ctrl-C, or one
+    with ``--once``), each pass printed as it ends unless ``--json`` or ``--once``. SDK-free."""
+    from cli import hints, output
+    from workflow import notify as outbox
+
+    if args.list:
+        return outbox.outbox(store, hints.hint)
+    return outbox.run(store, hints.hint, once=args.once,
+                      on_pass=None if getattr(args, "json", False) or args.once else output.notify_pass_printer())
+
+
+def policy(store: Any, args: Any) -> dict[str, Any]:
+    """``policy set FILE | show [--version N]``: the policy version as
+    :meth:`state.policy.PolicyRecord.public` gives it (``{"version": null, …, "rules": null}``
+    while none was set), plus ``"changed"`` (bool) for ``set``. ``set`` needs an admin's token in
+    ``HITL_REVIEWER_TOKEN`` (:func:`workflow.team.require_admin`); a file with the same rules as
+    the latest version adds no version. Raises :class:`Refused`, nothing written."""
+    from state import policy as policies
+    from state.clock import now_iso
+    from workflow import team
+
+    if args.action == "show":
+        rec = store.policy_get(args.version)
+        if rec is None and args.version is not None:
+            raise Refused("not_found", f"no policy version {args.version} in the store")
+        shown = rec.public() if rec is not None else {"version": None, "sha256": None, "set_by": None,
+                                                      "set_at": None, "rules": None}
+        return {"action": "show", **shown, "warnings": _unmet(store, rec.rules) if rec is not None else []}
+    rules = policies.load(args.file)  # before the token: a bad file is named whoever runs it
+    admin = team.require_admin(store, team.token_from_settings(), "setting the policy")
+    latest = store.policy_get()
+    if latest is not None and latest.sha256 == policies.fingerprint(rules):
+        return {"action": "set", **latest.public(), "changed": False, "warnings": _unmet(store, rules)}
+    rec = policies.new_record(rules, (latest.version if latest else 0) + 1, admin.name, now_iso())
+    store.policy_record(rec)
+    return {"action": "set", **rec.public(), "changed": True, "warnings": _unmet(store, rules)}
+
+
+def _unmet(store: Any, rules: Any) -> list[str]:
+    """One line per rule of ``rules`` (a :class:`state.policy.Policy`) whose quorum the reviewers
+    registered now cannot reach (fewer reviewers with a role it allows than approvals it needs):
+    its tasks would wait until more are registered. Reads the reviewer list only."""
+    reviewers = store.reviewer_list().reviewers
+    out = []
+    named = [("default", rules.default), *((f"channel {c}", rules.rule_for(c)) for c in sorted(rules.channels))]
+    for name, rule in named:
+        able = [r for r in reviewers if rule.roles is None or set(r.roles) & set(rule.roles)]
+        if len(able) < rule.approvals:
+            out.append(f"{name} needs {rule.approvals} approval(s) by {', '.join(rule.roles or ['anyone'])}, and "
+                       f"{len(able)} registered reviewer(s) may give one: its tasks wait until more are registered")
+    return out
 
 
 def publishing_service(args: Any) -> int:

@@ -61,6 +61,13 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "doctor_settle": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1])
     + " --outcome published|not-published --by NAME",  # the choice and the name are the human's
     "doctor_repair": lambda step: f"{PROGRAM} doctor --repair",
+    # the next step a webhook notification names (workflow.notify): whole commands, as status prints them
+    "notify_decide": lambda step: command("resume", "--task", step.args[0],
+                                          *(["--call", step.args[1]] if len(step.args) > 1 else []),
+                                          "--decision", "approve") + ' (or reject --reason "...")',
+    "notify_show": lambda step: command("show", "--task", step.args[0]),
+    "notify_budget": lambda step: "raise the budget, e.g. " + command("resume", "--task", step.args[0])
+                                  + " --decision approve|reject --max-turns N",
     "doctor_fail": lambda step: command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT",
     "doctor_adopt": lambda step: command("doctor", "--repair", "--adopt", step.args[0]),
     "when_idle": lambda step: "when no run.py process is running",
@@ -71,11 +78,15 @@ HINTS: dict[str, Callable[[Next], str]] = {
                              + command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT"),
     "settle": lambda step: ("; then " + command("settle", "--task", step.args[0], "--call", step.args[1],
                                                 "--outcome", "published", "--by", "NAME")
-                            + " or --outcome not-published --by NAME"),
+                            + " or --outcome not-published --by NAME (in team mode with HITL_REVIEWER_TOKEN of a "
+                              "reviewer the channel's rule allows)"),
     "settle_command": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1],
                                            "--outcome", "published", "--by", "NAME"),
     # team mode (state.reviewers, workflow.team)
     "reviewers_list": lambda step: f" ({PROGRAM} reviewers list names each reviewer)",
+    "reviewers_add_admin": lambda step: f" ({PROGRAM} reviewers add NAME --role admin)",
+    "policy_set": lambda step: f" (HITL_REVIEWER_TOKEN=<an admin's token> {PROGRAM} policy set FILE; "
+                               f"{PROGRAM} policy show shows it)",
     # the browser inbox (workflow.review.web, workflow.review.inbox_index)
     "that_serve": lambda step: f" that {PROGRAM} serve",
     "or_expire": lambda step: f", or {PROGRAM} expire",

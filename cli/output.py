@@ -8,7 +8,7 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from cli.hints import command as shell_command, hint
 from cli.text import receipt_next, task_text
@@ -121,10 +121,11 @@ def problem_after(command: str, result: Any) -> str | None:
 
 
 def print_result(command: str, result: dict[str, Any], as_json: bool,
-                 extra: list[str] | None = None, printer: EventPrinter | None = None) -> None:
+                 extra: list[str] | None = None, printer: EventPrinter | None = None, *, team: bool = False) -> None:
     """Print ``result`` of ``command``: one JSON object (``as_json``), else its text; ``extra``
     lines (the budget) go before a task's ``next:`` line; a final output ``printer`` (the
-    command's ``--stream``) already showed is not printed again."""
+    command's ``--stream``) already showed is not printed again; ``team``: a decision on the task
+    needs a reviewer's token, and its ``next:`` line says so."""
     if as_json:
         print(json_line(result))
     elif command == "list":
@@ -132,7 +133,7 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
     elif command == "show":
         from workflow.observe.receipt import receipt_text
 
-        print(receipt_text(result, receipt_next(result)))
+        print(receipt_text(result, receipt_next(result, team=team)))
     elif command == "expire":
         print(f"expired: {one_line(', '.join(result['expired']))}" if result["expired"] else "nothing expired")
         if result.get("busy"):
@@ -157,6 +158,12 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
         from cli.text import team_text
 
         print(team_text(command, result))
+    elif command == "policy":
+        from cli.text import policy_text
+
+        print(policy_text(result))
+    elif command == "notify":
+        print(notify_text(result))
     elif command == "doctor":
         from workflow.ops.doctor import doctor_text
 
@@ -164,7 +171,7 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
     else:
         final = result.get("final_output")
         shown = printer is not None and final is not None and printer.final_shown == final
-        lines = task_text({**result, "final_output": "(streamed above)"} if shown else result).splitlines()
+        lines = task_text({**result, "final_output": "(streamed above)"} if shown else result, team=team).splitlines()
         at = len(lines) - 1 if lines[-1].startswith("  next:") else len(lines)
         print("\n".join([*lines[:at], *(extra or []), *lines[at:]]))
 
@@ -270,3 +277,42 @@ def traps_text(result: dict[str, Any]) -> str:
         f"             (before anything ran; {_entries(pc['ledger_entries'])})",
     ]
     return "\n".join(lines)
+
+
+def notify_text(result: dict[str, Any]) -> str:
+    """The text of ``notify`` (a summary of its passes) or ``notify --list`` (the outbox), every
+    value escaped onto its line."""
+    if result["action"] == "notify_list":
+        t = result["totals"]
+        lines = [f"outbox: {t['events']} events, {t['delivered']} delivered, {t['pending']} pending, "
+                 f"{t['failed']} failed" + (f" (to {one_line(result['url'])})" if result["url"] else
+                                            " (HITL_WEBHOOK_URL is unset: nothing is sent)")]
+        for row in result["tasks"]:
+            f = row["inflight"]
+            lines.append(f"  {one_line(row['task_id'])}: {row['delivered']} of {row['events']} delivered"
+                         + (f"; next {one_line(row['pending'][0]['type'])}" if row["pending"] else "")
+                         + (f", tried {f['attempts']}x, due {one_line(f['next_due'])} ({one_line(f['last_error'])})"
+                            if f else ""))
+            for x in row["failed"]:
+                lines.append(f"    FAILED {one_line(x['type'])} {one_line(x['id'])} after {x['attempts']} tries: "
+                             f"{one_line(x['last_error'])}")
+        return "\n".join(lines)
+    lines = [f"notify: {len(result['delivered'])} delivered, {len(result['retrying'])} to try again, "
+             f"{len(result['failed'])} given up, {result['waiting']} waiting (to {one_line(result['url'])})"]
+    for x in result["failed"]:
+        lines.append(f"  FAILED {one_line(x['task_id'])} {one_line(x['type'])} {one_line(x['id'])} after "
+                     f"{x['attempts']} tries: {one_line(x['last_error'])}")
+    if result["next_due"]:
+        lines.append(f"  next try due at {one_line(result['next_due'])}")
+    return "\n".join(lines)
+
+
+def notify_pass_printer() -> Callable[[dict[str, Any]], None]:
+    """For the ``notify`` loop: prints one line per event delivered, retried or given up, as each
+    pass ends (flushed, so a log shows it at once)."""
+    def show(report: dict[str, Any]) -> None:
+        for word, key in (("delivered", "delivered"), ("retry", "retrying"), ("FAILED", "failed")):
+            for x in report[key]:
+                extra = f" ({one_line(x['last_error'])})" if "last_error" in x else ""
+                print(f"{word} {one_line(x['task_id'])} {one_line(x['type'])} {one_line(x['id'])}{extra}", flush=True)
+    return show

@@ -34,10 +34,15 @@ def resume_hint(task_id: str, call_id: str | None = None, decision: str = "appro
     return command("resume", "--task", task_id, *call, "--decision", decision)
 
 
-def task_text(task: dict[str, Any]) -> str:
+#: What a ``next:`` line adds when the command it names needs a reviewer's token (team mode).
+TOKEN_NOTE = "; team mode: run it with your reviewer token in HITL_REVIEWER_TOKEN"
+
+
+def task_text(task: dict[str, Any], *, team: bool = False) -> str:
     """A few human-readable lines for one task (the non-``--json`` output). Every value from the
     model or the file is escaped onto its line (:func:`state.terminal.one_line`; titles, bodies and
-    reasons as Python literals, ``repr``, which escapes them too), the ``next:`` command quoted."""
+    reasons as Python literals, ``repr``, which escapes them too), the ``next:`` command quoted;
+    ``team``: deciding needs a reviewer's token, and the ``next:`` line says so (:data:`TOKEN_NOTE`)."""
     lines = [f"task {one_line(task['task_id'])}: {one_line(task['status'])} (revision {task['revision']})"]
     for p in task["pending"]:
         args = p["arguments"]
@@ -68,22 +73,50 @@ def task_text(task: dict[str, Any]) -> str:
         lines.append(f"  final output: {several_lines(task['final_output'], '    ')}")
     if task.get("requested_by"):
         lines.append(f"  requested by: {one_line(task['requested_by'])}")
+    if "policy_version" in task:  # team mode: the version of the store's policy the task is decided under
+        version = task["policy_version"]
+        lines.append("  policy: " + (f"version {version}" if version else
+                                     "none (started before a policy was set: one approval by anyone)"
+                                     if version == 0 else "a file its requester named (before the policy moved "
+                                     "into the store)"))
     for q in task.get("approvals", []):  # team mode: the quorum of each pending call
         who = ", ".join(one_line(n) for n in q["approved_by"]) or "nobody yet"
         lines.append(f"  approvals of {one_line(q['call_id'])}: {who} ({len(q['approved_by'])} of {q['required']}"
                      + (f", {q['missing']} missing)" if q["missing"] else ")"))
+    lines.extend(approved_lines(task.get("approval_log", []), task.get("approvals", [])))
     if task.get("failure"):
         lines.append(f"  failed: {one_line(task['failure'])}")
     lines.append(f"  checkpoint: {one_line(task['checkpoint_path'])}")
     lines.extend(effect_lines(task))
+    note = TOKEN_NOTE if team else ""
     if task["status"] in ("publishing", "in_doubt"):
-        lines.append(f"  next: {effect_next(task)}")
+        lines.append(f"  next: {effect_next(task)}{note}")
     elif task["status"] == "failed":
         lines.append("  next: nothing was done, and nothing will be: start a new task with a new key")
     elif task["status"] == "waiting_for_approval":
         call = task["pending"][0]["call_id"] if len(task["pending"]) > 1 else None
-        lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\")")
+        lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\"){note}")
     return "\n".join(lines)
+
+
+def approved_lines(log: list[dict[str, Any]], pending: list[dict[str, Any]]) -> list[str]:
+    """``  approved: CALL (CHANNEL) by NAME at TIME, NAME at TIME`` for each call of a team task
+    whose approvals ``log`` (:func:`workflow.team.approval_log`) holds and that is no longer pending
+    (a pending call's approvals are on its ``approvals of`` line); an approval the quorum did not
+    count is followed by ``(not counted)``; every value escaped."""
+    waiting = {q["call_id"] for q in pending}
+    calls: dict[str, list[dict[str, Any]]] = {}
+    for a in log:
+        if a["call_id"] not in waiting:
+            calls.setdefault(a["call_id"], []).append(a)
+    return [f"  approved: {one_line(call)} ({one_line(given[0]['channel'])}) by "
+            + ", ".join(approver(a) for a in given) for call, given in calls.items()]
+
+
+def approver(a: dict[str, Any]) -> str:
+    """``NAME at TIME`` of one entry of :func:`workflow.team.approval_log`, plus ``(not counted)``
+    for an approval its call's quorum did not count; escaped."""
+    return f"{one_line(a['by'])} at {one_line(a['at'])}" + ("" if a.get("counted", True) else " (not counted)")
 
 
 def effect_lines(task: dict[str, Any]) -> list[str]:
@@ -150,14 +183,15 @@ def _settle(task: dict[str, Any], effects: list[dict[str, Any]]) -> str:
     return command("settle", "--task", task["task_id"], *call, "--outcome", "published", "--by", "NAME")
 
 
-def receipt_next(receipt: dict[str, Any]) -> str | None:
+def receipt_next(receipt: dict[str, Any], *, team: bool = False) -> str | None:
     """The ``next:`` command ``show`` prints for a receipt (``workflow.observe.receipt``) whose task
-    is ``publishing`` or ``in_doubt`` (:func:`effect_next`), else None."""
+    is ``publishing`` or ``in_doubt`` (:func:`effect_next`; ``team``: with :data:`TOKEN_NOTE`),
+    else None."""
     status = receipt["outcome"]["status"]
     if status not in ("publishing", "in_doubt"):
         return None
     return effect_next({"task_id": receipt["task_id"], "status": status, "effects": receipt.get("effects", []),
-                        "decisions": receipt["approval"]["decisions"]})
+                        "decisions": receipt["approval"]["decisions"]}) + (TOKEN_NOTE if team else "")
 
 
 def budget_lines(cp: Checkpoint) -> list[str]:
@@ -188,19 +222,61 @@ def _raise_hint(cp: Checkpoint) -> str:
 def team_text(command: str, result: dict[str, Any]) -> str:
     """The text of ``reviewers`` (:func:`cli.commands.reviewers`): names and roles escaped
     (:func:`state.terminal.one_line`); a new token with how to use it, once."""
-    from cli.shell import PROGRAM
-
     action = result["action"]
     if action == "list":
         rows = result["reviewers"]
         if not rows:
             return "no reviewers: single-user mode (any --by decides)"
-        return "\n".join(f"  {one_line(r['name'])}  roles: {one_line(', '.join(r['roles']) or '-')}  added "
-                         f"{one_line(r['added_at'])}"
-                         + (f"  rotated {one_line(r['rotated_at'])}" if r["rotated_at"] else "") for r in rows)
+        return f"reviewer list version {result['version']}:\n" + "\n".join(
+            f"  {one_line(r['name'])}  roles: {one_line(', '.join(r['roles']) or '-')}  added "
+            f"{one_line(r['added_at'])}" + (f"  rotated {one_line(r['rotated_at'])}" if r["rotated_at"] else "")
+            for r in rows)
     if action == "remove":
-        return f"removed reviewer {one_line(result['name'])!r}: their token no longer works"
+        return (f"removed reviewer {one_line(result['name'])!r}: their token no longer works (reviewer list "
+                f"version {result['version']})")
     verb = "registered reviewer" if action == "add" else "new token for reviewer"
-    return (f"{verb} {one_line(result['name'])!r} (roles: {one_line(', '.join(result['roles']) or '-')})\n"
-            f"  token (shown this once, only its hash is kept): {result['token']}\n"
-            f"  give it to them; they decide with HITL_REVIEWER_TOKEN=<token> {PROGRAM} resume ...")
+    return (f"{verb} {one_line(result['name'])!r} (roles: {one_line(', '.join(result['roles']) or '-')}; reviewer "
+            f"list version {result['version']})\n"
+            f"  token (shown this once, only its hash is kept): {result['token']}"
+            + "\n  give it to them; " + "\n  and ".join(_token_uses(result["roles"])))
+
+
+def _token_uses(roles: list[str]) -> list[str]:
+    """What a reviewer with ``roles`` does with the token ``reviewers add`` / ``rotate`` printed:
+    an admin changes the reviewer list and the policy; a reviewer with another role decides (as
+    far as the policy lets that role); a token is kept out of the shell's history by ``export``
+    from a prompt, then unset when done."""
+    from cli.shell import PROGRAM
+
+    out = []
+    if "admin" in roles:
+        out.append(f"as an admin they change the team with HITL_REVIEWER_TOKEN=<token> {PROGRAM} reviewers "
+                   f"add|remove|rotate ... and {PROGRAM} policy set FILE")
+    if any(r != "admin" for r in roles) or not roles:
+        out.append(f"they decide with HITL_REVIEWER_TOKEN=<token> {PROGRAM} resume ... (where the policy lets "
+                   "their role decide)")
+    return out
+
+
+def policy_text(result: dict[str, Any]) -> str:
+    """The text of ``policy set`` / ``policy show`` (:func:`cli.commands.policy`): the version, who
+    set it and when, then one line per rule (``default``, each channel), every name escaped."""
+    from cli.shell import PROGRAM
+    from state.policy import Policy
+
+    if result["version"] is None:
+        return ("no policy set: in team mode no task starts until an admin sets one; without reviewers each call "
+                "needs one approval\n"
+                f"  an admin sets one with HITL_REVIEWER_TOKEN=<token> {PROGRAM} policy set FILE")
+    head = f"policy version {result['version']}"
+    if result["action"] == "set":
+        head = (f"stored as {head}" if result["changed"] else
+                f"unchanged: the latest version ({result['version']}) has these rules; nothing written")
+    rules = Policy.model_validate(result["rules"])
+    lines = [f"{head} (set by {one_line(result['set_by'])} at {one_line(result['set_at'])}; sha256 "
+             f"{result['sha256'][:12]}…)", f"  default: {one_line(rules.default.describe())}"]
+    lines += [f"  channel {one_line(name)}: {one_line(rules.rule_for(name).describe())}"
+              for name in sorted(rules.channels)]
+    lines.append("  a task is decided under the version it was started under")
+    lines += [f"  warning: {one_line(w)}" for w in result.get("warnings", [])]
+    return "\n".join(lines)

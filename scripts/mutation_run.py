@@ -93,7 +93,10 @@ GUARDS, RECONCILE, TRUST, CALLS, EDITS = ("workflow/guards.py", "workflow/reconc
                                           "workflow/trust.py", "workflow/calls.py", "workflow/edits.py")
 EXTERNAL, EXTERNAL_T = "workflow/external.py", "tests/test_external_effects.py"
 HARDENING_T = "tests/test_effect_hardening.py"
-TEAM = "workflow/team.py"
+TEAM, TEAM_POLICY_T = "workflow/team.py", "tests/test_team_policy.py"
+REVIEWERS, TEAM_T, CONTRACT_T = "state/reviewers.py", "tests/test_team.py", "tests/test_store_contract.py"
+WEB, WEB_TEAM_T = "workflow/review/web.py", "tests/test_web_team.py"
+NOTIFY, NOTIFY_T = "workflow/notify.py", "tests/test_notify.py"
 FAIL_CLOSED, REDACTION, RECONCILE_T = ("tests/test_fail_closed.py", "tests/test_redaction.py",
                                        "tests/test_reconcile.py")
 
@@ -485,6 +488,79 @@ MUTANTS: list[Mutant] = [
     p("policy-fingerprint-of-the-default-only", "state/policy.py",
       '    data = json.dumps(policy.model_dump(mode="json"), sort_keys=True',
       '    data = json.dumps(policy.default.model_dump(mode="json"), sort_keys=True', "tests/test_team.py"),
+    # who may change the reviewer list, and what an old record of it may do (state/reviewers.py)
+    m("admin-not-checked", REVIEWERS, "    if not admin.is_admin:\n", "    if False:\n", TEAM_T),
+    p("admin-checked-only-for-add", REVIEWERS,
+      '        admin = admin_in(current.reviewers, token, "changing the reviewer list", nothing="nothing written")\n',
+      '        admin = (admin_in(current.reviewers, token, "changing the reviewer list", nothing="nothing written")\n'
+      '                 if action == "add" else authenticate_in(current.reviewers, token))\n', TEAM_T),
+    p("admin-checked-only-for-the-reviewer-list", TEAM, "    return people.admin_in(current.reviewers, token, what)\n",
+      "    return people.authenticate_in(current.reviewers, token)\n", TEAM_T, TEAM_POLICY_T),
+    p("last-admin-removable", REVIEWERS, "    if not new.admins():\n",
+      "    if not new.admins() and not expect.reviewers:\n", TEAM_T, CONTRACT_T),
+    m("a-removed-reviewer-counted", TEAM, "    if cp.team.authenticated:  # only reviewers still registered",
+      "    if False:  # only reviewers still registered", TEAM_T),
+    p("quorum-role-not-rechecked", TEAM, " if rule.roles is None or set(rule.roles) & set(r.roles)}", "}", TEAM_T),
+    p("revocations-of-this-change-only", "state/files/reviewers.py",
+      "        for gone in new.revoked:  # those of this change, and any a crash left unwritten before",
+      "        for gone in [r for r in new.revoked if r not in expect.revoked]:", TEAM_T),
+    m("old-reviewer-list-revives-a-token", "state/files/reviewers.py", "    refuse_revived(lst, where, hits)\n",
+      "", TEAM_T, CONTRACT_T),
+    p("reviewer-list-version-checked-one-way", "state/files/reviewers.py", "    if lst.version != version:\n",
+      "    if lst.version > version:\n", TEAM_T, CONTRACT_T),
+    m("first-reviewer-list-of-another-key", "state/files/reviewers.py",
+      "            store.check_key_signs_here(load_key(", "            (lambda *a: None)(load_key(", TEAM_T),
+    # the policy in the store, and who may settle, fail and expire (state/policy.py, workflow/team.py)
+    m("policy-read-from-the-environment", TEAM, "    stored = store.policy_get()\n",
+      "    stored = None  # as when the requester's environment named no policy file\n", TEAM_POLICY_T),
+    m("settle-without-a-role", "workflow/settlement.py", "    team.check_settle(store, cp, [found[1]], by)\n",
+      "    pass\n", TEAM_POLICY_T),
+    p("settle-by-the-requester", TEAM, '        _allowed(store, cp, channel, "approved", by)',
+      '        _allowed(store, cp, channel, "rejected", by)', TEAM_POLICY_T),
+    m("expire-without-an-admin", "workflow/review/inbox.py", "    if team.is_team(store, first):",
+      "    if False:", TEAM_POLICY_T),
+    p("policy-version-not-looked-up", TEAM, "        if stored is None or stored.sha256 != cp.team.policy_sha256:",
+      "        if stored is not None and stored.sha256 != cp.team.policy_sha256:", "tests/test_team.py"),
+    # no stored policy in team mode read as "one approval by anyone" (every version deleted by hand)
+    m("team-without-a-policy-fails-open", TEAM, "    if policy is None:  # fail closed", "    if False:  # fail closed",
+      TEAM_POLICY_T),
+    # a preview rule stored, shown and never applied; an empty [default] stored as one approval by anyone
+    m("policy-shown-and-not-applied", "state/policy.py", "    problems = _name_problems(data) + _table_problems(data)",
+      "    problems = _name_problems(data)", TEAM_POLICY_T),
+    # a requester's hand-written ledger entry adopted by doctor without an admin's token
+    m("adopt-without-an-admin", "workflow/ops/doctor.py", "        if people.team_mode(store):\n"
+      "            team.require_admin(", "        if False:\n            team.require_admin(",
+      "tests/test_signed_records.py"),
+    # a second approval by the same reviewer taken silently (and a second Approve button shown)
+    m("already-approved-not-said", TEAM, "        if by in entry[\"approved_by\"]:", "        if False:", TEAM_T),
+    # lookalike reviewer names registered
+    m("lookalike-names-registered", REVIEWERS, "        check_new_name(name, [r.name for r in current.reviewers])\n",
+      "", TEAM_T),
+    # the browser inbox in team mode: the session's reviewer, the policy on the server (workflow/review/web.py)
+    p("session-reviewer-not-rechecked", REVIEWERS,
+      "        if (reviewer.name == name and reviewer.token_id == token_id\n"
+      "                and hmac.compare_digest(fingerprint(reviewer), token_fingerprint)):",
+      "        if reviewer.name == name:", WEB_TEAM_T),
+    m("inbox-button-rule-only-in-page", WEB, "    team.check_before(store, cp, call_id, decision, by)\n"
+      "    return asyncio.run(hitl.decide(", "    return asyncio.run(hitl.decide(", WEB_TEAM_T),
+    # one reviewer signing in over and over pushes everyone else's sessions out
+    m("sessions-not-capped-per-reviewer", WEB,
+      "            for old in own[:max(0, len(own) - MAX_SESSIONS_PER_REVIEWER + 1)]:\n"
+      "                del self._open[old]\n", "", WEB_TEAM_T),
+    # -- webhook notifications (workflow/notify.py) ----------------------------------------------
+    # the signature over the body alone: a captured request replays under any ID and time
+    p("webhook-signature-not-over-id-and-timestamp", NOTIFY,
+      "signature = Webhook(secret).sign(msg_id, datetime.fromtimestamp(at_unix, tz=timezone.utc), body)",
+      'signature = "v1," + __import__("base64").b64encode(__import__("hmac").new(Webhook(secret)._whsecret, '
+      'body, "sha256").digest()).decode()', NOTIFY_T),
+    # the progress written as delivered before the receiver answered: a failure or a kill loses it
+    p("delivery-progress-advanced-before-the-answer", NOTIFY,
+      "        error = post(client, target_, event, body_of(event, hint))\n",
+      "        early = progress.model_dump() if progress is not None else {\"task_id\": cp.task_id, \"version\": 0}\n"
+      "        early = Progress.model_validate({**early, \"version\": early[\"version\"] + 1, \"inflight\": None,\n"
+      "                                         \"delivered\": [*early.get(\"delivered\", []), event.id]})\n"
+      "        store.notify_save(progress, early)\n"
+      "        progress, error = early, post(client, target_, event, body_of(event, hint))\n", NOTIFY_T),
 ]
 
 

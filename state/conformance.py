@@ -53,8 +53,11 @@ __all__ = [
     "test_intent_get_gives_the_latest_attempt", "test_next_attempt_needs_a_settlement",
     "test_settlement_needs_an_intent_and_is_created_once", "test_intents_latest_per_key_oldest_first",
     "test_intent_key_must_be_its_task", "test_racing_intents_create_one",
-    "test_reviewers_are_added_once_listed_rotated_and_removed", "test_a_reviewer_record_edited_by_hand_is_refused",
+    "test_the_reviewer_list_is_versioned_and_changed_by_compare_and_swap",
+    "test_an_older_reviewer_list_put_back_is_refused",
+    "test_another_deployments_key_cannot_read_or_change_the_reviewer_list",
     "test_records_that_decide_an_effect_are_read_only_if_they_verify",
+    "test_policy_versions_only_grow_and_every_version_stays_readable", "test_racing_policy_sets_store_one_version",
 ]
 
 
@@ -66,23 +69,29 @@ class StoreFactory:
     second process would: the race test uses one per thread); ``damage(store, task_id)``, if
     given, corrupts the stored checkpoint of ``task_id`` behind the store's back (so that it no
     longer verifies); a store without such a hook skips the fail-closed test.
-    ``tamper_reviewer(store, name, changes)``, if given, edits the stored record of reviewer
-    ``name`` behind the store's back (``changes`` applied, the signature kept).
+    ``read_reviewers(store, version)`` and ``write_reviewers(store, version, data)``, if given,
+    read and replace, behind the store's back, the stored form of version ``version`` of the
+    reviewer list (:mod:`state.reviewers`: the signed envelope as a dict); ``data`` None removes
+    that version, as a restore of an older backup would.
     ``read_record(store, kind, key)`` and ``write_record(store, kind, key, data)``, if given, read
     and replace, behind the store's back, the stored form of a record that decides an effect
-    (:mod:`state.record_seal`: ``kind`` ``ledger_entry``, ``effect_intent``, ``settlement`` or
-    ``rejection``; ``key`` ``(idempotency_key,)``, ``(idempotency_key, attempt)`` or ``(task_id,
-    channel)``): the signed envelope as a dict, or, written without ``mac``, the plain fields an
-    earlier version kept. ``make_other(folder)``: a fresh, empty store of *other* storage (another
-    state dir, another database) on this machine; default ``make``."""
+    (:mod:`state.record_seal`: ``kind`` ``ledger_entry``, ``effect_intent``, ``settlement``,
+    ``rejection`` or ``policy``; ``key`` ``(idempotency_key,)``, ``(idempotency_key, attempt)``,
+    ``(task_id, channel)`` or ``(version,)``): the signed envelope as a dict, or, written without
+    ``mac``, the plain fields an earlier version kept. ``make_other(folder)``: a fresh, empty store
+    of *other* storage (another state dir, another database) on this machine; default ``make``.
+    ``another_key()``: a context manager in which this process signs with another signing key than
+    the store's (another deployment's machine, e.g. another ``HITL_SIGNING_KEY``)."""
 
     name: str
     make: Callable[[Path], Any]
     damage: Optional[Callable[[Any, str], None]] = None
-    tamper_reviewer: Optional[Callable[[Any, str, dict[str, Any]], None]] = None
+    read_reviewers: Optional[Callable[[Any, int], dict[str, Any]]] = None
+    write_reviewers: Optional[Callable[[Any, int, Optional[dict[str, Any]]], None]] = None
     read_record: Optional[Callable[[Any, str, tuple[Any, ...]], dict[str, Any]]] = None
     write_record: Optional[Callable[[Any, str, tuple[Any, ...], dict[str, Any]], None]] = None
     make_other: Optional[Callable[[Path], Any]] = None
+    another_key: Optional[Callable[[], Any]] = None
 
 
 _AT = "2100-01-01T00:00:00.000000Z"
@@ -545,65 +554,171 @@ def test_racing_intents_create_one(store_factory: StoreFactory, tmp_path: Path) 
     assert store_factory.make(tmp_path).intent_get("t-1") == winner
 
 
-def _reviewer(name: str, roles: Optional[list[str]] = None) -> Any:
+def _team(store: Any) -> dict[str, str]:
+    """An admin ``root`` and an editor ``bob`` registered in ``store`` (versions 1 and 2): name → token."""
     from state import reviewers as people
 
-    token_id, token = people.new_token()
-    return people.record(name, roles or [], token, token_id, "2030-01-01T00:00:00Z"), token
+    root = people.administer(store, "add", "root", token=None, at=_AT, roles=["admin"])["token"]
+    bob = people.administer(store, "add", "bob", token=root, at=_AT, roles=["editor"])["token"]
+    return {"root": root, "bob": bob}
 
 
-def test_reviewers_are_added_once_listed_rotated_and_removed(store_factory: StoreFactory, tmp_path: Path) -> None:
-    """A reviewer is registered once (a second add of the name is ``reviewer_exists``), listed by
-    name with its roles, found by its token only (the raw token is stored nowhere), rotated (the
-    old token stops working) and removed (``no_reviewer`` after)."""
+def test_the_reviewer_list_is_versioned_and_changed_by_compare_and_swap(store_factory: StoreFactory,
+                                                                        tmp_path: Path) -> None:
+    """The reviewer list is one record with a version: empty (version 0) until the first reviewer,
+    who must be an admin; each change writes the next version, only if the stored one is still the
+    version it follows (two writers from one version: one wins, the other is ``stale_revision``,
+    nothing changed). A reviewer is found by their token only; a rotated or removed token stops
+    working; every change needs an admin's token; the last admin cannot be removed; a list without
+    an admin, or one that drops a token without revoking it, is never written."""
     from state import reviewers as people
 
     store = store_factory.make(tmp_path)
-    assert store.reviewers() == [] and not people.team_mode(store)
-    bob, bob_token = _reviewer("bob", ["editor"])
-    alice, alice_token = _reviewer("alice")
-    store.reviewer_add(bob)
-    store.reviewer_add(alice)
+    assert store.reviewer_list() == people.EMPTY and store.reviewers() == [] and not people.team_mode(store)
+    with _raises(Refused, "first reviewer registered must have the role admin", code="not_allowed"):
+        people.administer(store, "add", "bob", token=None, at=_AT, roles=["editor"])
+    assert store.reviewer_list() == people.EMPTY
+    tokens = _team(store)
+    v2 = store.reviewer_list()
+    assert v2.version == 2 and [(r.name, r.roles) for r in store.reviewers()] == [("bob", ["editor"]),
+                                                                                  ("root", ["admin"])]
+    assert v2.changed_by == "root" and people.team_mode(store)
+    assert people.authenticate(store, tokens["bob"]).name == "bob"
+    for token, code in ((None, "unauthenticated"), (tokens["bob"], "not_allowed")):  # no token; not an admin's
+        with _raises(Refused, code=code):
+            people.administer(store, "add", "carol", token=token, at=_AT, roles=["admin"])
     with _raises(Refused, code="reviewer_exists"):
-        store.reviewer_add(_reviewer("bob")[0])
-    assert [(r.name, r.roles) for r in store.reviewers()] == [("alice", []), ("bob", ["editor"])]
-    assert people.authenticate(store, bob_token).name == "bob"
-    new, new_token = _reviewer("bob", ["editor"])
-    store.reviewer_replace(new)
+        people.administer(store, "add", "bob", token=tokens["root"], at=_AT)
+    with _raises(Refused, "last admin", code="not_allowed"):
+        people.administer(store, "remove", "root", token=tokens["root"], at=_AT)
+    assert store.reviewer_list() == v2
+    v3 = v2.model_copy(update={"version": 3})
+    with _raises(Refused, code="stale_revision"):  # it follows version 0: the list moved on
+        store.reviewer_save(people.EMPTY, v3.model_copy(update={"version": 1}))
+    store.reviewer_save(v2, v3)
+    with _raises(Refused, code="stale_revision"):  # a second writer from version 2
+        store.reviewer_save(v2, v3)
+    no_admin = people.ReviewerList(version=4, reviewers=[v3.find("bob")],
+                                   revoked=[people.Revoked(token_id=v3.find("root").token_id, name="root")])
+    with _raises(Refused, code="not_allowed"):
+        store.reviewer_save(v3, no_admin)
+    with _raises(Refused, "must be revoked", code="integrity"):
+        store.reviewer_save(v3, v3.model_copy(update={"version": 4, "reviewers": [v3.find("root")]}))
+    assert store.reviewer_list() == v3
+    rotated = people.administer(store, "rotate", "bob", token=tokens["root"], at=_AT)
     with _raises(Refused, code="unauthenticated"):
-        people.authenticate(store, bob_token)
-    assert people.authenticate(store, new_token).name == "bob"
-    store.reviewer_remove("bob")
-    with _raises(Refused, code="no_reviewer"):
-        store.reviewer_remove("bob")
-    with _raises(Refused, code="no_reviewer"):
-        store.reviewer_replace(new)
+        people.authenticate(store, tokens["bob"])
+    assert people.authenticate(store, rotated["token"]).name == "bob" and rotated["roles"] == ["editor"]
+    people.administer(store, "remove", "bob", token=tokens["root"], at=_AT)
     with _raises(Refused, code="unauthenticated"):
-        people.authenticate(store, new_token)
-    assert [r.name for r in store.reviewers()] == ["alice"] and people.team_mode(store)
-    assert people.authenticate(store, alice_token).name == "alice"
+        people.authenticate(store, rotated["token"])
+    with _raises(Refused, code="no_reviewer"):
+        people.administer(store, "remove", "bob", token=tokens["root"], at=_AT)
+    last = store.reviewer_list()
+    assert last.version == 5 and [r.name for r in last.reviewers] == ["root"]
+    assert {r.name for r in last.revoked} == {"bob"} and len(last.revoked) == 2  # both of bob's tokens
+    assert people.authenticate(store, tokens["root"]).name == "root"
+    getattr(store, "close", lambda: None)()
 
 
-def test_a_reviewer_record_edited_by_hand_is_refused(store_factory: StoreFactory, tmp_path: Path) -> None:
-    """A reviewer record whose signature does not verify (its roles changed by hand; one signed
-    with another key) is refused when the reviewers are read: fail closed, never trusted."""
+def test_an_older_reviewer_list_put_back_is_refused(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """The stored list is read only if it verifies, is bound to this store and is the newest version
+    it says it is, and lists no revoked token. Put back behind the store's back, each is refused:
+    an older version restored as it was (every newer one removed, as a restore from a backup or a
+    dump), an older version under the newest one's name or row, a list edited by hand (its roles),
+    and a list copied from another store that uses the same key; for a removed and for a rotated
+    token alike. Put back, the newest reads again. Skipped without the ``read_reviewers`` /
+    ``write_reviewers`` hooks."""
+    import shutil
+
+    from state import reviewers as people
+    from state.integrity import KEY_FILE
+
+    if store_factory.read_reviewers is None or store_factory.write_reviewers is None:
+        raise unittest.SkipTest(f"{store_factory.name}: no hooks to read and write the stored reviewer list")
+    read, write = store_factory.read_reviewers, store_factory.write_reviewers
+    store = store_factory.make(tmp_path / "a")
+    other = (store_factory.make_other or store_factory.make)(tmp_path / "b")
+    tokens = _team(store)
+    other.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.copy(store.root / KEY_FILE, other.root / KEY_FILE)  # the same signing key
+    _team(other)
+    for action in ("remove", "rotate"):
+        before = store.reviewer_list()
+        old = read(store, before.version)
+        done = people.administer(store, action, "bob", token=tokens["root"], at=_AT)
+        tokens["bob"] = done.get("token", tokens["bob"])
+        newest = store.reviewer_list()
+        stored = {v: read(store, v) for v in range(before.version + 1, newest.version + 1)}
+        edited = {**stored[newest.version], "reviewers": [{**r, "roles": ["admin", "editor"]}
+                                                          for r in stored[newest.version]["reviewers"]]}
+        cases = {
+            "restored": ("revoked", "integrity"),
+            "renamed": (f"holds version {before.version}", "integrity"),
+            "edited": ("does not verify with this signing key", "integrity"),
+            "copied": ("belongs to another state dir or store", "foreign_state"),
+        }
+        for case, (says, code) in cases.items():
+            if case == "restored":
+                for v in stored:
+                    write(store, v, None)
+                write(store, before.version, old)
+            else:
+                data = {"renamed": old, "edited": edited, "copied": read(other, 1)}[case]
+                write(store, newest.version, data)
+            try:
+                with _raises(Refused, says, code=code):
+                    store.reviewers()
+                with _raises(Refused, code=code):
+                    people.authenticate(store, tokens["root"])
+            except AssertionError as exc:
+                raise AssertionError(f"{store_factory.name}, {action}, {case}: {exc}") from None
+            for v, data in stored.items():  # put back: the newest reads again
+                write(store, v, data)
+            assert store.reviewer_list() == newest, (action, case)
+        if action == "remove":  # bob is back for the rotate round
+            tokens["bob"] = people.administer(store, "add", "bob", token=tokens["root"], at=_AT,
+                                              roles=["editor"])["token"]
+    assert people.authenticate(store, tokens["bob"]).name == "bob"
+    for s in (store, other):
+        getattr(s, "close", lambda: None)()
+
+
+def test_another_deployments_key_cannot_read_or_change_the_reviewer_list(store_factory: StoreFactory,
+                                                                         tmp_path: Path) -> None:
+    """A machine whose ``HITL_SIGNING_KEY`` is not the store's (another deployment on the same
+    store) is refused before anything is written, with a message naming ``HITL_SIGNING_KEY``: the
+    first list of a store whose checkpoints another key signed, and every read and change of a list
+    another key signed. The store's own key then finds everything as it was. Skipped without the
+    ``another_key`` hook."""
     from state import reviewers as people
 
-    store = store_factory.make(tmp_path)
-    rec, _ = _reviewer("mallory")
-    store.reviewer_add(rec)
-    forged = rec.model_copy(update={"roles": ["admin"]})
-    envelope = people.seal(rec, b"k" * 32)
-    forged_envelope = {**envelope, **forged.model_dump(mode="json")}
-    with _raises(Refused, code="integrity"):
-        people.unseal(forged_envelope, b"k" * 32, where="test")
-    with _raises(Refused, code="integrity"):
-        people.unseal(people.seal(forged, b"x" * 32), b"k" * 32, where="test")
-    if store_factory.tamper_reviewer is None:
-        return
-    store_factory.tamper_reviewer(store, "mallory", {"roles": ["admin"]})
-    with _raises(Refused, code="integrity"):
-        store.reviewers()
+    if store_factory.another_key is None:
+        raise unittest.SkipTest(f"{store_factory.name}: no hook to sign with another key")
+    first = store_factory.make(tmp_path / "a")
+    first.save(sample_body("t-1"), failpoint="test")
+    getattr(first, "close", lambda: None)()
+    with store_factory.another_key():
+        with _raises(Refused, "HITL_SIGNING_KEY"):
+            people.administer(store_factory.make(tmp_path / "a"), "add", "eve", token=None, at=_AT, roles=["admin"])
+    store = store_factory.make(tmp_path / "a")
+    assert store.reviewer_list() == people.EMPTY
+    tokens = _team(store)
+    before = store.reviewer_list()
+    getattr(store, "close", lambda: None)()
+    with store_factory.another_key():
+        foreign = store_factory.make(tmp_path / "a")  # the same store, on a machine with another key
+        with _raises(Refused, "HITL_SIGNING_KEY"):
+            foreign.reviewer_list()
+        for action, name in (("add", "eve"), ("remove", "bob"), ("rotate", "root")):
+            with _raises(Refused, "HITL_SIGNING_KEY"):
+                people.administer(foreign, action, name, token=tokens["root"], at=_AT, roles=["admin"])
+        with _raises(Refused, "HITL_SIGNING_KEY"):
+            foreign.reviewer_save(before, before.model_copy(update={"version": before.version + 1}))
+        getattr(foreign, "close", lambda: None)()
+    store = store_factory.make(tmp_path / "a")
+    assert store.reviewer_list() == before and people.authenticate(store, tokens["root"]).name == "root"
+    getattr(store, "close", lambda: None)()
 
 
 #: Each record kind: how the suite writes one for task ``t`` (into ``store``), its key, and how it
@@ -618,18 +733,20 @@ _RECORDS: dict[str, tuple[Callable[[Any, str], Any], Callable[[str], tuple[Any, 
                    lambda s, t: s.settlement_get(t, 1)),
     "rejection": (lambda s, t: s.rejection_record(t, "a" * 64, _decision()), lambda t: (t, None),
                   lambda s, t: s.rejection_get(t)),
+    "policy": (lambda s, t: s.policy_record(_policy(int(t[-1]))), lambda t: (int(t[-1]),),
+               lambda s, t: s.policy_get(int(t[-1]))),
 }
 
 
 def test_records_that_decide_an_effect_are_read_only_if_they_verify(store_factory: StoreFactory,
                                                                      tmp_path: Path) -> None:
     """Every record that decides whether an effect runs (ledger entry, effect intent, settlement,
-    rejection record) is signed with the store's key, bound to its store and its own key: one with
-    a field edited behind the store's back, one without a signature (as an earlier version wrote
-    it), a valid one moved to another task's key, and one copied from another state dir or
-    database that uses the same signing key are each refused where they are read (and so is a
-    listing that holds it); put back, the record reads again. Skipped for a store without the
-    ``read_record``/``write_record`` hooks."""
+    rejection record, a version of the approval policy) is signed with the store's key, bound to
+    its store and its own key: one with a field edited behind the store's back, one without a
+    signature (as an earlier version wrote it), a valid one moved to another task's key, and one
+    copied from another state dir or database that uses the same signing key are each refused
+    where they are read (and so is a listing that holds it); put back, the record reads again.
+    Skipped for a store without the ``read_record``/``write_record`` hooks."""
     import shutil
 
     from state.integrity import KEY_FILE
@@ -645,7 +762,7 @@ def test_records_that_decide_an_effect_are_read_only_if_they_verify(store_factor
     shutil.copy(store.root / KEY_FILE, other.root / KEY_FILE)  # the same signing key (and its 0600 mode)
     other.intent_record(_intent("t-1"))
     edits = {"ledger_entry": {"content_sha256": "b" * 64}, "effect_intent": {"request_key": "f" * 32},
-             "settlement": {"by": "mallory"}, "rejection": {"by": "mallory"}}
+             "settlement": {"by": "mallory"}, "rejection": {"by": "mallory"}, "policy": {"set_by": "mallory"}}
     for kind, (make, key_of, get) in _RECORDS.items():
         for t in ("t-1", "t-2"):
             if kind != "effect_intent":
@@ -680,3 +797,71 @@ def test_records_that_decide_an_effect_are_read_only_if_they_verify(store_factor
             assert get(store, "t-1") == good, (kind, case)  # put back: it reads again
     for s in (store, other):
         getattr(s, "close", lambda: None)()
+
+
+def _policy(version: int, approvals: int = 2) -> Any:
+    """A policy record of ``version`` (its default: ``approvals`` approvals by an editor)."""
+    from state.policy import new_record, parse
+
+    rules = parse(f'[default]\napprovals = {approvals}\nroles = ["editor"]\n[channels.news]\napprovals = 1\n')
+    return new_record(rules, version, "ada", _AT)
+
+
+def test_policy_versions_only_grow_and_every_version_stays_readable(store_factory: StoreFactory,
+                                                                    tmp_path: Path) -> None:
+    """No policy until one is stored; versions are 1, 2, … (one that is not the next is refused,
+    ``policy_changed``, nothing written); the latest is the one without a version asked for; every
+    version stays readable as it was stored."""
+    store = store_factory.make(tmp_path)
+    assert store.policy_get() is None and store.policy_get(1) is None
+    with _raises(Refused, code="policy_changed"):
+        store.policy_record(_policy(2))  # not the next: 1 is
+    assert store.policy_get() is None
+    first, second = _policy(1), _policy(2, approvals=3)
+    store.policy_record(first)
+    with _raises(Refused, code="policy_changed"):
+        store.policy_record(_policy(1, approvals=1))  # version 1 is taken: never replaced
+    store.policy_record(second)
+    with _raises(Refused, code="policy_changed"):
+        store.policy_record(_policy(4))
+    again = store_factory.make(tmp_path)  # another handle, as another process
+    assert again.policy_get() == second and again.policy_get(2) == second and again.policy_get(1) == first
+    assert again.policy_get(1).rules.rule_for("blog").approvals == 2 and again.policy_get(3) is None
+    for s in (store, again):
+        getattr(s, "close", lambda: None)()
+
+
+def test_racing_policy_sets_store_one_version(store_factory: StoreFactory, tmp_path: Path) -> None:
+    """Eight writers that read the same latest version store the next one at once: exactly one
+    does, the others are refused (``policy_changed``), and the stored version is the winner's."""
+    store = store_factory.make(tmp_path)
+    store.policy_record(_policy(1))
+    barrier = threading.Barrier(8)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        mine = store_factory.make(tmp_path)
+        try:
+            rec = _policy(2, approvals=i + 1)
+            barrier.wait(timeout=30)
+            try:
+                mine.policy_record(rec)
+                results.append(rec)
+            except Refused as exc:
+                results.append(exc.code)
+        except BaseException as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+        finally:
+            getattr(mine, "close", lambda: None)()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    won = [r for r in results if not isinstance(r, str)]
+    assert len(won) == 1 and sorted(r for r in results if isinstance(r, str)) == ["policy_changed"] * 7, results
+    assert store_factory.make(tmp_path).policy_get() == won[0]
+    getattr(store, "close", lambda: None)()

@@ -34,7 +34,7 @@ CODES = frozenset({
     "in_doubt", "unconfirmed", "effect_conflict", "service_changed", "not_in_doubt", "in_window",
     # team mode (state/reviewers.py, state/policy.py, workflow/team.py)
     "unauthenticated", "not_you", "not_allowed", "policy", "policy_changed", "reviewer_exists",
-    "no_reviewer",
+    "no_reviewer", "already_approved",
     # everything else (a refusal nobody needs to tell apart yet)
     "refused",
 })

@@ -45,7 +45,8 @@ from state.schema import valid_effect_key
 CHECKPOINTS_DIR = "checkpoints"
 OLD_TASKS_DIR = "tasks"
 #: The folders a state dir may hold (see ``state.files.store``); each must be a plain folder inside it.
-SUBDIRS = (CHECKPOINTS_DIR, OLD_TASKS_DIR, "ledger", "locks", "traces", "rejections", "effects", "reviewers")
+SUBDIRS = (CHECKPOINTS_DIR, OLD_TASKS_DIR, "ledger", "locks", "traces", "rejections", "effects", "reviewers",
+           "policies")
 #: Single files at the top of a state dir; each must be a regular file (not a symlink) if present.
 TOP_FILES = ("signing.key", "state.id")
 
@@ -260,10 +261,10 @@ def _kind(mode: int) -> str:
     """What a non-regular file is, for a message: ``a symbolic link``, ``a FIFO`` …"""
     for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISREG, "a regular file")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "of an unknown kind"
 
 
 def _refuse(what: str, kind: str, writing: bool) -> Refused:

@@ -1,8 +1,9 @@
 """Signing the records that decide whether an effect runs: the one wrapper both stores use.
 
 A ledger entry (the effect happened), an effect intent (an attempt was begun), a settlement (an
-attempt did not happen) and a rejection record (a human rejected) each decide what the next command
-does: send, send again, never send, or refuse. So each is signed with the store's signing key, like
+attempt did not happen), a rejection record (a human rejected) and a version of the approval policy
+(who must approve: :mod:`state.policy`) each decide what the next command does: send, send again,
+never send, or refuse. So each is signed with the store's signing key, like
 a checkpoint, in a record type of its own: the envelope a store keeps is
 
 ``{"record": <kind>, "state_id": <the store's ID>, **<the model's fields>, "mac": <hex HMAC-SHA256>}``
@@ -15,7 +16,8 @@ a checkpoint, in a record type of its own: the envelope a store keeps is
 - ``state_id``: the state dir (``state.id``, :mod:`state.state_id`) or PostgreSQL database
   (``store_identity``) it was written in, so a record copied into another store that uses the same
   key is refused (``foreign_state``);
-- the model's own key fields (``idempotency_key`` and ``attempt``, or ``task_id`` and ``channel``):
+- the model's own key fields (``idempotency_key`` and ``attempt``, ``task_id`` and ``channel``, or a
+  policy's ``version``):
   the store compares them with where it found the record (the file name, the row's key columns), so
   a valid record renamed or moved to another key is refused.
 
@@ -36,6 +38,7 @@ from typing import Any, Mapping, Optional, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from state.errors import Next, Refused
+from state.policy import PolicyRecord
 from state.integrity import compute_mac, envelope_signed
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
 from state.schema import validation_message
@@ -47,6 +50,7 @@ KINDS: Mapping[str, tuple[type[BaseModel], str, str]] = {
     "effect_intent": (EffectIntent, "effect intent", "ledger_mismatch"),
     "settlement": (Settlement, "settlement", "ledger_mismatch"),
     "rejection": (RejectionRecord, "rejection record", "integrity"),
+    "policy": (PolicyRecord, "policy record", "integrity"),
 }
 #: The envelope's own fields: a model may not have a field of these names.
 ENVELOPE_FIELDS = ("record", "state_id", "mac")
@@ -82,12 +86,21 @@ def is_unsigned(data: Any) -> bool:
     return isinstance(data, dict) and "mac" not in data and "record" not in data
 
 
-def check_signed(data: Any, where: str) -> None:
+#: Kinds no earlier version wrote unsigned: ``doctor`` has nothing to say about one, so a refusal
+#: of an unsigned one does not send the reader there.
+NEVER_UNSIGNED = frozenset({"policy"})
+
+
+def check_signed(data: Any, where: str, kind: Optional[str] = None) -> None:
     """Raise :class:`Refused` (``integrity``) naming ``where`` unless ``data`` is a JSON object that
     carries a ``mac``: a record without one was written by an earlier version of this program (or
-    by hand) and is never trusted. Reads no key, so it is checked first."""
+    by hand) and is never trusted. Reads no key, so it is checked first. ``kind``: the record's
+    kind, if known (one of :data:`NEVER_UNSIGNED` can only have been put there by hand)."""
     if not isinstance(data, dict):
         raise Refused("integrity", f"{where} is not a JSON object")
+    if "mac" not in data and kind in NEVER_UNSIGNED:
+        raise Refused("integrity", f"{where} is not signed: no version of this program writes it so, so it was "
+                      "put there by hand; it is not trusted: a human must check (restore it from a backup)")
     if "mac" not in data:
         raise Refused("integrity", [f"{where} is not signed (written by an earlier version of this program, or "
                                     "by hand); it is not trusted", Next("doctor_unsigned")])
@@ -119,7 +132,7 @@ def unseal_record(kind: str, data: Any, key: bytes, state_id: Optional[str], whe
     state dir or database; the kind's code (:data:`KINDS`) for a signed record that is not a valid
     one."""
     cls, label, invalid = _kind(kind)
-    check_signed(data, where)
+    check_signed(data, where, kind)
     if data.get("record") != kind:
         raise Refused("integrity", f"{where} is not a signed {label} (it says {str(data.get('record'))[:40]!r})")
     if not envelope_signed(data, key):

@@ -467,15 +467,19 @@ class ApprovalRule(_Strict):
 class Team(_Strict):
     """A task started in team mode or under a policy (``start``): ``requested_by`` (the
     authenticated requester, or the name given in single-user mode; None: nobody named),
-    ``policy_sha256`` (:func:`state.policy.fingerprint` of ``HITL_POLICY`` at start; None: no
-    policy file) and ``rules`` (channel → its :class:`ApprovalRule`, for each of the task's
-    channels). ``authenticated``: True if reviewers were registered at start (every decision of the
-    task needs a reviewer's token, even if the reviewers are removed later)."""
+    ``policy_version`` (the version of the store's policy in force at start, :mod:`state.policy`;
+    0: none was set; None: a task started before the policy moved into the store, when it was a
+    file a process's environment named), ``policy_sha256`` (:func:`state.policy.fingerprint` of
+    that policy; None: no policy) and ``rules`` (channel → its :class:`ApprovalRule`, for each of
+    the task's channels: the task is decided under these). ``authenticated``: True if reviewers
+    were registered at start (every decision of the task needs a reviewer's token, even if the
+    reviewers are removed later)."""
 
     requested_by: Optional[str] = Field(max_length=MAX_NAME_CHARS)
     policy_sha256: Optional[str] = Field(pattern=r"^[0-9a-f]{64}$")
     rules: dict[str, ApprovalRule]
     authenticated: bool
+    policy_version: Optional[int] = Field(None, ge=0, le=10**9)
 
 
 class Approval(_Strict):

@@ -30,7 +30,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.timestamps import parse_iso
 
 #: The shortest signing key accepted, in bytes, from either source (see :func:`check_key_bytes`).
@@ -56,6 +56,10 @@ MIN_REQUEST_TIMEOUT_S, MAX_REQUEST_TIMEOUT_S = 0.1, 300
 #: The inbox server: connections open at once; one more is answered 503 and closed.
 DEFAULT_MAX_CONNECTIONS = 100
 MAX_MAX_CONNECTIONS = 1000  # below the usual limit of 1,024 open files per process
+#: The inbox server in team mode: how long a reviewer's sign-in lasts (seconds; 8 h, a working day),
+#: and the longest it may be set to (one day).
+DEFAULT_SESSION_MAX_AGE_S = 8 * 3600
+MIN_SESSION_MAX_AGE_S, MAX_SESSION_MAX_AGE_S = 60, 86400
 #: ``HITL_TRACE_CONTENT`` values that turn it on (anything else leaves it off).
 TRUE_WORDS = ("1", "true", "yes")
 #: The longest value, in characters, of each text variable (its ``Field(max_length=…)``, checked by
@@ -69,6 +73,22 @@ MAX_TIMESTAMP_CHARS = 40
 MAX_PATH_CHARS = 4096
 MAX_SECRET_CHARS = 4096
 MAX_WORD_CHARS = 100
+#: Webhook notifications (``run.py notify``, docs/reviewers.md): one request's bound, seconds.
+DEFAULT_WEBHOOK_TIMEOUT_S = 10.0
+MAX_WEBHOOK_TIMEOUT_S = 120.0
+#: The wait before the second try of an event, seconds; each later wait doubles, up to
+#: :data:`MAX_WEBHOOK_WAIT_S`.
+DEFAULT_WEBHOOK_FIRST_WAIT_S = 10.0
+MAX_WEBHOOK_FIRST_WAIT_S = 3600.0
+#: The longest wait between two tries of one event, seconds (the doubling stops there).
+MAX_WEBHOOK_WAIT_S = 3600.0
+#: Tries of one event before it is given up (kept visible as failed).
+DEFAULT_WEBHOOK_ATTEMPTS = 8
+MAX_WEBHOOK_ATTEMPTS = 50
+#: A webhook secret is ``whsec_`` + base64 of this many random bytes (the Standard Webhooks spec:
+#: 24 to 64).
+WEBHOOK_SECRET_PREFIX = "whsec_"
+MIN_WEBHOOK_SECRET_BYTES, MAX_WEBHOOK_SECRET_BYTES = 24, 64
 
 
 def _is_text(value: str) -> bool:
@@ -126,6 +146,38 @@ def service_url_problem(url: str) -> str | None:
     if parts.username is not None or parts.password is not None or "?" in url or "#" in url:
         return "holds credentials, a query or a fragment (the URL is recorded in every task: put the token in " \
                "HITL_PUBLISH_TOKEN)"
+    return None
+
+
+def webhook_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the webhook receiver (a phrase that never repeats the URL), or None
+    for ``http(s)://host[:port][/path]`` with no user, password, query or fragment: the URL is
+    shown by ``notify``, so it must hold nothing secret (the secret is ``HITL_WEBHOOK_SECRET``)."""
+    problem = service_url_problem(url)
+    if problem is not None and problem.startswith("holds credentials"):
+        return "holds credentials, a query or a fragment (the URL is shown by notify: the receiver checks " \
+               "the signature made with HITL_WEBHOOK_SECRET instead)"
+    return problem
+
+
+def webhook_secret_problem(raw: str) -> str | None:
+    """Why ``raw`` is not a webhook secret as the Standard Webhooks spec gives it (a phrase that
+    never repeats the value), or None for ``whsec_`` + standard base64 of
+    :data:`MIN_WEBHOOK_SECRET_BYTES` to :data:`MAX_WEBHOOK_SECRET_BYTES` bytes."""
+    import base64
+    import binascii
+
+    if not _is_text(raw) or not raw.isprintable():
+        return "is not printable UTF-8 text"
+    if not raw.startswith(WEBHOOK_SECRET_PREFIX):
+        return f"does not start with {WEBHOOK_SECRET_PREFIX} (the Standard Webhooks form: whsec_ + base64)"
+    try:
+        key = base64.b64decode(raw[len(WEBHOOK_SECRET_PREFIX):], validate=True)
+    except (binascii.Error, ValueError):
+        return "is not whsec_ followed by standard base64"
+    if not MIN_WEBHOOK_SECRET_BYTES <= len(key) <= MAX_WEBHOOK_SECRET_BYTES:
+        return (f"decodes to {len(key)} bytes; a webhook secret is {MIN_WEBHOOK_SECRET_BYTES} to "
+                f"{MAX_WEBHOOK_SECRET_BYTES} random bytes")
     return None
 
 
@@ -281,6 +333,13 @@ class Settings(BaseSettings):
         "The inbox server (`serve`) keeps at most this many connections open; one more is "
         "answered `503` and closed at once.",
         f"anything but a whole number from 1 to {MAX_MAX_CONNECTIONS}"))
+    session_max_age: int = Field(DEFAULT_SESSION_MAX_AGE_S, alias="HITL_INBOX_SESSION_MAX_AGE",
+                                 ge=MIN_SESSION_MAX_AGE_S, le=MAX_SESSION_MAX_AGE_S, **_doc(
+        "whole number", "seconds", str(DEFAULT_SESSION_MAX_AGE_S),
+        "In team mode, how long a reviewer's sign-in to the inbox server (`serve`) lasts; then they "
+        "sign in again (docs/reviewers.md). Counted on the clock that judges deadlines (`HITL_NOW` "
+        "only makes it end sooner).",
+        f"anything but a whole number from {MIN_SESSION_MAX_AGE_S} to {MAX_SESSION_MAX_AGE_S}"))
 
     publish_url: Optional[str] = Field(None, alias="HITL_PUBLISH_URL", max_length=MAX_URL_CHARS, **_doc(
         "URL", "-", "unset (the effect is the local ledger entry)",
@@ -327,20 +386,58 @@ class Settings(BaseSettings):
                                           max_length=MAX_SECRET_CHARS, **_doc(
         "secret text", "-", "unset",
         "In team mode (once one reviewer is registered), the token of the reviewer who runs the "
-        "command: every decision (`resume`, `settle`, `review`) and the requester of a `start` is "
-        "that reviewer's (docs/reviewers.md). An environment variable, never a flag: flags show in "
-        "process lists. Never written anywhere, never shown.",
+        "command: every decision (`resume`, `settle`, `fail`, `review`) and the requester of a "
+        "`start` is that reviewer's; `policy set`, `expire` and every change of the reviewer list "
+        "(`reviewers add`, `remove`, `rotate`) need an admin's (docs/reviewers.md). An environment "
+        "variable, never a flag: flags show in process lists. Never written anywhere, never shown.",
         f"not UTF-8; a control character; over {MAX_SECRET_CHARS} characters (the value is never echoed)"))
     policy: Optional[str] = Field(None, alias="HITL_POLICY", max_length=MAX_PATH_CHARS, **_doc(
-        "path", "-", "unset (one approval by anyone allowed to decide)",
-        "A TOML file: how many distinct reviewers must approve a call, which roles may decide, "
-        "whether the requester may approve, per channel (docs/reviewers.md). Its fingerprint is "
-        "recorded in each task at start; a task started under another policy is refused.",
-        f"not UTF-8; over {MAX_PATH_CHARS} characters; a file that is missing, unreadable or not a valid policy "
-        "(when it is read)"))
+        "-", "-", "unset",
+        "No longer read. The approval policy lives in the store, signed and versioned: an admin sets "
+        "it with `policy set FILE` (docs/reviewers.md), so no process's environment chooses the rules "
+        "its own task is decided under. Set, it stops every command, saying so.",
+        f"any value but empty (every command stops: unset it and use `policy set`); over {MAX_PATH_CHARS} "
+        "characters"))
 
-    @field_validator("lock_timeout", "request_timeout", "max_connections", "publish_timeout",
-                     "publish_attempts", "publish_settle_after", mode="plain")
+    webhook_url: Optional[str] = Field(None, alias="HITL_WEBHOOK_URL", max_length=MAX_URL_CHARS, **_doc(
+        "URL", "-", "unset (no notifications)",
+        "Where `notify` sends a signed event for each change a reviewer or operator acts on "
+        "(`POST`, Standard Webhooks headers, docs/reviewers.md#notifications): `http://` or `https://`, "
+        "no user, password, query or fragment. Redirects are not followed.",
+        f"anything but an `http(s)://host[:port][/path]` URL of at most {MAX_URL_CHARS} characters; a URL with "
+        "credentials, a query or a fragment (the value is never echoed); empty counts as unset"))
+    webhook_secret: Optional[str] = Field(None, alias="HITL_WEBHOOK_SECRET", repr=False,
+                                          max_length=MAX_SECRET_CHARS, **_doc(
+        "secret text", "-", "unset (no notifications)",
+        "The key that signs each notification: `whsec_` + base64 of 24 to 64 random bytes, as the "
+        "Standard Webhooks spec gives it (e.g. `python -c \"import base64, secrets; "
+        "print('whsec_' + base64.b64encode(secrets.token_bytes(32)).decode())\"`). The receiver "
+        "holds the same value. Never written anywhere, never shown, redacted like the other secrets.",
+        f"not `whsec_` + standard base64; fewer than {MIN_WEBHOOK_SECRET_BYTES} or more than "
+        f"{MAX_WEBHOOK_SECRET_BYTES} bytes once decoded; over {MAX_SECRET_CHARS} characters (the value is "
+        "never echoed); empty counts as unset"))
+    webhook_timeout: float = Field(DEFAULT_WEBHOOK_TIMEOUT_S, alias="HITL_WEBHOOK_TIMEOUT", ge=0.1,
+                                   le=MAX_WEBHOOK_TIMEOUT_S, **_doc(
+        "number", "seconds", f"{DEFAULT_WEBHOOK_TIMEOUT_S:g}",
+        "How long one notification request may take (connect, send, answer); a slower receiver "
+        "counts as a failed try, and the event is sent again later.",
+        f"anything but a number from 0.1 to {MAX_WEBHOOK_TIMEOUT_S:g}"))
+    webhook_first_wait: float = Field(DEFAULT_WEBHOOK_FIRST_WAIT_S, alias="HITL_WEBHOOK_FIRST_WAIT", ge=0,
+                                      le=MAX_WEBHOOK_FIRST_WAIT_S, **_doc(
+        "number", "seconds", f"{DEFAULT_WEBHOOK_FIRST_WAIT_S:g}",
+        "The wait after an event's first failed try; each later wait doubles, up to "
+        f"{MAX_WEBHOOK_WAIT_S:g} s.",
+        f"anything but a number from 0 to {MAX_WEBHOOK_FIRST_WAIT_S:g}"))
+    webhook_attempts: int = Field(DEFAULT_WEBHOOK_ATTEMPTS, alias="HITL_WEBHOOK_ATTEMPTS", ge=1,
+                                  le=MAX_WEBHOOK_ATTEMPTS, **_doc(
+        "whole number", "tries", str(DEFAULT_WEBHOOK_ATTEMPTS),
+        "How many tries one event gets; then it is given up, kept visible as failed "
+        "(the outbox list of `notify`), and the task's next event goes out.",
+        f"anything but a whole number from 1 to {MAX_WEBHOOK_ATTEMPTS}"))
+
+    @field_validator("lock_timeout", "request_timeout", "max_connections", "session_max_age", "publish_timeout",
+                     "publish_attempts", "publish_settle_after", "webhook_timeout", "webhook_first_wait",
+                     "webhook_attempts", mode="plain")
     @classmethod
     def _number(cls, raw: Any, info: ValidationInfo) -> float | int:
         field = cls.model_fields[info.field_name or ""]
@@ -406,6 +503,26 @@ class Settings(BaseSettings):
             raise Refused("settings", f"HITL_PUBLISH_URL {problem}; unset it for the local ledger")
         return raw.rstrip("/")
 
+    @field_validator("webhook_url", mode="plain")
+    @classmethod
+    def _webhook_url(cls, raw: Any) -> str | None:
+        if not raw:
+            return None
+        problem = webhook_url_problem(raw)
+        if problem is not None:
+            raise Refused("settings", f"HITL_WEBHOOK_URL {problem}; unset it for no notifications")
+        return raw
+
+    @field_validator("webhook_secret", mode="plain")
+    @classmethod
+    def _webhook_secret(cls, raw: Any) -> str | None:
+        if not raw:
+            return None
+        problem = webhook_secret_problem(raw)
+        if problem is not None:
+            raise Refused("settings", f"HITL_WEBHOOK_SECRET {problem} (the value is never echoed)")
+        return raw
+
     @field_validator("publish_token", mode="plain")
     @classmethod
     def _publish_token(cls, raw: Any) -> str:
@@ -428,10 +545,12 @@ class Settings(BaseSettings):
 
     @field_validator("policy", mode="plain")
     @classmethod
-    def _policy(cls, raw: Any) -> str | None:
-        if not _is_text(raw) or not raw.isprintable():
-            raise Refused("settings", "HITL_POLICY is not a printable UTF-8 path")
-        return raw or None
+    def _policy(cls, raw: Any) -> None:
+        if raw:  # the policy a task is decided under is never one its requester's environment names
+            raise Refused("settings", ["HITL_POLICY is set, but it is no longer read: the approval policy lives in "
+                                       "the store, where an admin sets it", Next("policy_set"),
+                                       "; unset HITL_POLICY (nothing was done)"])
+        return None
 
     @field_validator("publish_idempotency", mode="plain")
     @classmethod
@@ -490,17 +609,19 @@ class Settings(BaseSettings):
         """``[(variable name, value as set)]`` for each secret variable that is set (possibly
         blank): the values :mod:`state.secrets` keeps out of every record."""
         return _secrets(self.signing_key, self.openai_api_key, self.store_url, self.publish_token,
-                        self.reviewer_token)
+                        self.reviewer_token, self.webhook_secret)
 
 
 def _secrets(signing_key: str | None, openai_api_key: str | None, store_url: str | None,
-             publish_token: str | None = None, reviewer_token: str | None = None) -> list[tuple[str, str]]:
-    """:attr:`Settings.secrets` of these five field values."""
+             publish_token: str | None = None, reviewer_token: str | None = None,
+             webhook_secret: str | None = None) -> list[tuple[str, str]]:
+    """:attr:`Settings.secrets` of these six field values."""
     return [(name, value) for name, value in (("HITL_SIGNING_KEY", signing_key),
                                               ("OPENAI_API_KEY", openai_api_key),
                                               ("HITL_STORE_URL", url_password(store_url)),
                                               ("HITL_PUBLISH_TOKEN", publish_token),
-                                              ("HITL_REVIEWER_TOKEN", reviewer_token))
+                                              ("HITL_REVIEWER_TOKEN", reviewer_token),
+                                              ("HITL_WEBHOOK_SECRET", webhook_secret))
             if value is not None]
 
 
@@ -511,7 +632,7 @@ _ALIASES: dict[str, str] = {name: f.alias for name, f in Settings.model_fields.i
 _POSITIONS: dict[str, int] = {name: i for i, name in enumerate(Settings.model_fields)}
 #: The secret variables (their values are never shown, and redacted from what is written).
 SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL", "HITL_PUBLISH_TOKEN",
-               "HITL_REVIEWER_TOKEN")
+               "HITL_REVIEWER_TOKEN", "HITL_WEBHOOK_SECRET")
 
 _last: tuple[tuple[Any, ...], Settings] | None = None
 
@@ -555,8 +676,9 @@ def values(*names: str) -> tuple[Any, ...]:
 
 
 def secret_pairs() -> list[tuple[str, str]]:
-    """:attr:`Settings.secrets` of the environment now, through :func:`values` (five lookups)."""
-    return _secrets(*values("signing_key", "openai_api_key", "store_url", "publish_token", "reviewer_token"))
+    """:attr:`Settings.secrets` of the environment now, through :func:`values` (six lookups)."""
+    return _secrets(*values("signing_key", "openai_api_key", "store_url", "publish_token", "reviewer_token",
+                            "webhook_secret"))
 
 
 def child_environment(**extra: str) -> dict[str, str]:

@@ -62,7 +62,8 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
     # state_id: see state.state_id; service: absent in a task whose effect is the local ledger;
     # team and approvals: absent in a task started with no reviewer and no policy; effects: no
     # effect through a service begun; failure: a task that did not end failed
-    missing = _first_defaulted(cp, exempt={"state_id", "service", "team", "approvals", "effects", "failure"})
+    missing = _first_defaulted(cp, exempt={"state_id", "service", "team", "approvals", "effects", "failure",
+                                           "team.policy_version"})
     if missing is not None:  # our writer writes every field: one filled in by a default is gone
         raise Refused("integrity", f"{where} is not a valid checkpoint: {missing}: Field required")
     if cp.idempotency_key != cp.task_id:
@@ -92,7 +93,9 @@ def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[st
     that was not in the data but filled in by its default; None if every field was there.
     ``exempt``: top-level fields whose absence has a meaning of its own (``state_id``: a checkpoint
     from before state dir IDs, accepted only as :mod:`state.state_id` rules; ``service``: no
-    service, the local ledger)."""
+    service, the local ledger; ``team.policy_version``: a task started before the approval policy
+    moved into the store, which ``workflow.team.check_policy`` judges as such), given by their
+    dotted path."""
     for name in type(model).model_fields:
         where = f"{path}.{name}" if path else name
         if name not in model.model_fields_set and where not in exempt:
@@ -101,7 +104,7 @@ def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[st
         items = value if isinstance(value, list) else [value]
         for i, item in enumerate(items):
             if hasattr(type(item), "model_fields"):
-                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where)
+                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where, exempt)
                 if found is not None:
                     return found
     return None

@@ -29,7 +29,9 @@ from typing import Any, Iterable, Iterator, Optional, Protocol, Union, runtime_c
 from state.errors import Refused
 from state.inspection import Inspected
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
-from state.reviewers import Reviewer
+from state.notify import Progress
+from state.policy import PolicyRecord
+from state.reviewers import Reviewer, ReviewerList
 from state.schema import Checkpoint, Decision
 from state.settings import settings
 from state.files.store import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
@@ -169,29 +171,59 @@ class TaskStore(Protocol):
         ...
 
     def reviewers(self) -> list[Reviewer]:
-        """Every registered reviewer (:class:`state.reviewers.Reviewer`), by name; ``[]``: not team
-        mode. Each record's signature is verified: raises ``Refused`` (``integrity``) on the first
-        that does not verify (fail closed: never a silent partial list)."""
+        """Every registered reviewer (:class:`state.reviewers.Reviewer`), by name: those of
+        :meth:`reviewer_list`; ``[]``: not team mode. Raises ``Refused`` as it does."""
         ...
 
-    def reviewer_add(self, reviewer: Reviewer) -> None:
-        """Register ``reviewer`` (signed with the store's key; creates the key in a new state dir).
-        Raises ``Refused`` (``reviewer_exists``) if its name is taken, nothing written."""
+    def reviewer_list(self) -> ReviewerList:
+        """The newest reviewer list (:class:`state.reviewers.ReviewerList`), verified: its signature
+        under the store's key, its binding to this store (``state_id``), its version where it was
+        found, and none of its tokens revoked (an older list put back is refused);
+        :data:`state.reviewers.EMPTY` (version 0) if the store has none. Fail closed: raises
+        ``Refused`` (``integrity``, naming ``HITL_SIGNING_KEY`` for a list signed with another key;
+        ``foreign_state`` for one copied from another store), never a partial or older list."""
         ...
 
-    def reviewer_replace(self, reviewer: Reviewer) -> None:
-        """Replace the record of ``reviewer.name`` (a rotated token: the old one stops working).
-        Raises ``Refused`` (``no_reviewer``) if there is none, nothing written."""
-        ...
-
-    def reviewer_remove(self, name: str) -> None:
-        """Remove reviewer ``name`` (their token stops working). Raises ``Refused``
-        (``no_reviewer``) if there is none."""
+    def reviewer_save(self, expect: ReviewerList, new: ReviewerList) -> None:
+        """Write ``new`` as the reviewer list, compare-and-swap: only if the stored list is still
+        ``expect`` (its version), and ``new`` may follow it (:func:`state.reviewers.check_successor`:
+        the next version, an admin in it, every token that leaves it revoked). Each token ``new``
+        revokes gets a signed revocation record that is never deleted. Signed with the store's key
+        (created in a new state dir), bound to the store. Raises ``Refused``, nothing written:
+        ``stale_revision`` (another change won), ``not_allowed`` (no admin), a key that is not
+        this store's (naming ``HITL_SIGNING_KEY``), as :meth:`reviewer_list` does."""
         ...
 
     def rejection_remove(self, task_id: str, channel: Optional[str] = None) -> None:
         """Remove the rejection record of ``task_id`` (and ``channel``; only to undo one this
         process just created for a refused command); no error if there is none."""
+        ...
+
+    def policy_get(self, version: Optional[int] = None) -> Optional[PolicyRecord]:
+        """Version ``version`` of the approval policy (:class:`state.policy.PolicyRecord`; None:
+        the latest), or None if there is no such version (``None`` with no version stored: no
+        policy was ever set). Each record's signature is verified, and that it is the version it is
+        stored as: raises ``Refused`` (``integrity``, ``foreign_state``) otherwise."""
+        ...
+
+    def policy_record(self, record: PolicyRecord) -> None:
+        """Store ``record`` (signed with the store's key) as the next version of the policy,
+        exactly once. Compare-and-swap: raises ``Refused`` (``policy_changed``), nothing written,
+        unless ``record.version`` is one more than the latest version stored (1 for the first)
+        and no other writer stored that version first. No version is ever changed or removed."""
+        ...
+
+    def notify_get(self, task_id: str) -> Optional[Progress]:
+        """How far the webhook notifications of ``task_id`` got (:class:`state.notify.Progress`), or
+        None if none was delivered or tried yet. Raises ``Refused`` (``integrity``) for a record
+        that is damaged or names another task or version."""
+        ...
+
+    def notify_save(self, expect: Optional[Progress], new: Progress) -> None:
+        """Write ``new`` as the progress of its task, compare-and-swap: only if the stored record is
+        still ``expect`` (its version; None: there is none) and ``new`` is the next version.
+        Raises ``Refused`` (``stale_revision``), nothing written, if another writer came first.
+        ``notify:progress`` names the write for crash tests."""
         ...
 
 

@@ -94,6 +94,58 @@ def cli(state_dir: Path):
     return lambda *args: run_in_process(state_dir, *args)
 
 
+def add_reviewer(cli, name: str, *roles: str, token: str | None = None, extra: tuple[str, ...] = ()) -> CliResult:
+    """``reviewers add NAME [--role R]… --json`` through ``cli`` with ``HITL_REVIEWER_TOKEN`` set to
+    ``token`` for that one command (None: unset), the variable left as it was after."""
+    args = ["reviewers", "add", name, *extra]
+    for role in roles:
+        args += ["--role", role]
+    was = os.environ.pop("HITL_REVIEWER_TOKEN", None)
+    if token is not None:
+        os.environ["HITL_REVIEWER_TOKEN"] = token
+    try:
+        return cli(*args, "--json")
+    finally:
+        os.environ.pop("HITL_REVIEWER_TOKEN", None)
+        if was is not None:
+            os.environ["HITL_REVIEWER_TOKEN"] = was
+
+
+class TeamAdmin:
+    """A team with an admin (see :func:`team_admin`): ``token`` is the admin's; ``add(name,
+    *roles)`` registers a reviewer as that admin and returns their token (fails the test if refused)."""
+
+    def __init__(self, cli, name: str = "root") -> None:
+        self.cli, self.name = cli, name
+        r = add_reviewer(cli, name, "admin")
+        assert r.code == 0, r.err
+        self.token: str = r.json()["token"]
+
+    def add(self, name: str, *roles: str) -> str:
+        r = add_reviewer(self.cli, name, *roles, token=self.token)
+        assert r.code == 0, r.err
+        return r.json()["token"]
+
+    def run(self, *args: str) -> CliResult:
+        """``cli(*args)`` as the admin (``HITL_REVIEWER_TOKEN`` set for that one command)."""
+        was = os.environ.get("HITL_REVIEWER_TOKEN")
+        os.environ["HITL_REVIEWER_TOKEN"] = self.token
+        try:
+            return self.cli(*args)
+        finally:
+            os.environ.pop("HITL_REVIEWER_TOKEN", None)
+            if was is not None:
+                os.environ["HITL_REVIEWER_TOKEN"] = was
+
+
+@pytest.fixture
+def team_admin(cli) -> TeamAdmin:
+    """A team with an admin: ``root`` registered first, with the role ``admin`` (as the first
+    reviewer of a store must be); from then on every change to the reviewer list is made as root
+    (:class:`TeamAdmin`)."""
+    return TeamAdmin(cli)
+
+
 def run_subprocess(state_dir: Path, *args: str, env: dict[str, str] | None = None,
                    timeout: float = 120) -> CliResult:
     """Run ``python run.py --state-dir <state_dir> ARGS`` as a new process."""

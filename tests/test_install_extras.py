@@ -26,7 +26,8 @@ PROJECT = "hitl-publish"
 #: What the product imports from the base install: import name → the requirement that brings it.
 BASE_IMPORTS = {"agents": "openai-agents", "openai": "openai-agents", "pydantic": "pydantic",
                 "pydantic_settings": "pydantic-settings", "filelock": "filelock",
-                "genai_prices": "genai-prices", "httpx": "httpx", "tenacity": "tenacity"}
+                "genai_prices": "genai-prices", "httpx": "httpx", "tenacity": "tenacity",
+                "standardwebhooks": "standardwebhooks"}
 #: Packages a plain install lacks (the SDK's own dependencies bring starlette and uvicorn).
 NOT_IN_A_PLAIN_INSTALL = ("jinja2", "psycopg", "psycopg_pool")
 

@@ -247,7 +247,9 @@ def test_a_version_1_database_with_tasks_in_every_status_upgrades_to_the_current
     assert {cp.status for cp in before.values()} == {"waiting_for_approval", "completed",
                                                      "cancelled", "budget_exceeded", "expired"}
     old.close()
-    for sql in ("ALTER TABLE ledger DROP COLUMN envelope", "ALTER TABLE rejections DROP COLUMN envelope",
+    for sql in ("DROP TABLE notify_progress",
+                "DROP TABLE policies", "DROP TABLE reviewer_revocations", "DROP TABLE reviewer_lists",
+                "ALTER TABLE ledger DROP COLUMN envelope", "ALTER TABLE rejections DROP COLUMN envelope",
                 "DROP TABLE reviewers", "DROP TABLE effect_settlements", "DROP TABLE effect_intents",
                 "ALTER TABLE ledger DROP COLUMN settled_by, DROP COLUMN settle_reason",
                 "DROP TABLE key_fingerprint",

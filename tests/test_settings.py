@@ -111,7 +111,7 @@ class _CountingEnviron(dict):
 def test_a_failpoint_and_the_secrets_read_only_their_own_variables(monkeypatch):
     """A failpoint is passed at every durable write and the secrets are read for every trace
     record, about 80 times a round trip: each reads its own variables (three for a failpoint,
-    the five secrets), not all 20 (every lookup of an unset variable costs about 1 µs;
+    the six secrets), not all 20 (every lookup of an unset variable costs about 1 µs;
     ``benchmarks/roundtrip.py --profile``)."""
     import os
 
@@ -119,7 +119,7 @@ def test_a_failpoint_and_the_secrets_read_only_their_own_variables(monkeypatch):
 
     monkeypatch.setattr(os, "environ", _CountingEnviron(os.environ))
     settings()  # the object the calls below compare against
-    for read, own in ((lambda: failpoints.hit("probe:before"), 3), (lambda: secrets.named(1), 5)):
+    for read, own in ((lambda: failpoints.hit("probe:before"), 3), (lambda: secrets.named(1), 6)):
         _CountingEnviron.lookups = 0
         read()
         assert _CountingEnviron.lookups == own, read
@@ -185,8 +185,9 @@ OUT_OF_RANGE = ["nan", "inf", "-inf", "1e308", "-1", "3000000", "abc", "", "0x10
 
 
 def test_every_numeric_setting_has_a_range():
-    assert set(NUMERIC) == {"lock_timeout", "request_timeout", "max_connections", "publish_timeout",
-                            "publish_attempts", "publish_settle_after"}
+    assert set(NUMERIC) == {"lock_timeout", "request_timeout", "max_connections", "session_max_age",
+                            "publish_timeout", "publish_attempts", "publish_settle_after", "webhook_timeout",
+                            "webhook_first_wait", "webhook_attempts"}
     for name, field in NUMERIC.items():
         lo, hi = settings_mod._bounds(field)
         assert lo <= field.default <= hi, name
@@ -278,7 +279,7 @@ LOOKS_RIGHT = {
     "HITL_FAILPOINT": "checkpoint:decision:before", "HITL_FAILPOINT_LOG": "/tmp/hitl-failpoints-",
     "HITL_FAILPOINT_ACTION": "hang", "HITL_TRACE_CONTENT": "1", "HITL_DEBUG": "1",
     "HITL_PUBLISH_URL": "http://127.0.0.1:9/", "HITL_PUBLISH_TOKEN": "tok-", "HITL_REVIEWER_TOKEN": "hitl_",
-    "HITL_POLICY": "/tmp/policy-",
+    "HITL_POLICY": "/tmp/policy-", "HITL_WEBHOOK_URL": "http://127.0.0.1:9/", "HITL_WEBHOOK_SECRET": "whsec_",
 }
 
 

@@ -386,3 +386,35 @@ def test_an_unsigned_record_nothing_proves_is_left_to_a_person_who_may_adopt_it_
         "signed: a person vouched for it (the task is waiting_for_approval, not completed)"]
     assert json.loads(path.read_text(encoding="utf-8"))["record"] == "ledger_entry"
     assert svc.posts() == 0
+
+
+def test_in_team_mode_only_an_admin_adopts_an_unsigned_record(service, state_dir, monkeypatch):
+    """A requester wrote an unsigned ledger entry for her own waiting task (0 of 2 approvals);
+    ``doctor --repair --adopt`` signed it with no token, and an adopted ledger entry is a
+    publication. In team mode adopting needs an admin's token, checked before anything is read."""
+    svc = service()
+    doc = lambda *args: in_process(state_dir, *args)  # noqa: E731
+    start(state_dir, svc.url)
+    admin = doc("reviewers", "add", "ada", "--role", "admin", "--json")
+    assert admin.code == 0, admin.err
+    editor = (monkeypatch.setenv("HITL_REVIEWER_TOKEN", admin.json()["token"]),
+              doc("reviewers", "add", "alice", "--role", "editor", "--json"))[1].json()["token"]
+    sha = _checkpoint(state_dir)["content_sha256"]
+    path = plant_record(state_dir, "ledger_entry", {
+        "idempotency_key": KEY, "task_id": KEY, "action": "publish_draft", "title": "Hello",
+        "content_sha256": sha, "published_at": "2030-01-01T00:00:00Z", "channel": "blog", "approval": "human"},
+        signed=False)
+    unsigned, before = path.read_bytes(), snapshot(state_dir)
+    for token, code in ((None, "unauthenticated"), (editor, "not_allowed")):
+        if token is None:
+            monkeypatch.delenv("HITL_REVIEWER_TOKEN")
+        else:
+            monkeypatch.setenv("HITL_REVIEWER_TOKEN", token)
+        r = doc("doctor", "--repair", "--adopt", str(path))
+        r.assert_stopped()
+        assert "adopting an unsigned record" in r.err and snapshot(state_dir) == before, r.err
+    assert path.read_bytes() == unsigned
+    monkeypatch.setenv("HITL_REVIEWER_TOKEN", admin.json()["token"])
+    r = doc("doctor", "--repair", "--adopt", str(path), "--json")
+    assert r.code in (0, 1) and [x["kind"] for x in r.json()["repairs"]] == ["unsigned_record"], r.out
+    assert svc.posts() == 0

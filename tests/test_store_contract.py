@@ -8,6 +8,8 @@ contract (its capabilities, never faked)."""
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,21 +26,42 @@ def _damage_file(store: FileStore, task_id: str) -> None:
                     .replace('"x" + "', '"x', 1), encoding="utf-8")
 
 
-def _tamper_reviewer_file(store: FileStore, name: str, changes: dict) -> None:
-    """Edit the reviewer's file by hand, keeping its old signature."""
-    from state.files.reviewers import path_for
+def _reviewers_file(store: FileStore, version: int) -> Path:
+    from state.files.reviewers import revision_path
 
-    path = path_for(store, name)
-    path.write_text(json.dumps({**json.loads(path.read_text(encoding="utf-8")), **changes}), encoding="utf-8")
+    return revision_path(store, version)
 
 
-def _tamper_reviewer_row(store, name: str, changes: dict) -> None:
-    """Edit the reviewer's row with plain SQL, keeping its old signature."""
-    from psycopg.types.json import Jsonb
+def _read_reviewers_file(store: FileStore, version: int) -> dict:
+    """Version ``version`` of the reviewer list as stored (its file's JSON)."""
+    return json.loads(_reviewers_file(store, version).read_text(encoding="utf-8"))
 
+
+def _write_reviewers_file(store: FileStore, version: int, data: dict | None) -> None:
+    """Write ``data`` as the file of version ``version`` by hand (None: remove that file)."""
+    path = _reviewers_file(store, version)
+    if data is None:
+        path.unlink()
+    else:
+        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def _read_reviewers_row(store, version: int) -> dict:
+    """Version ``version`` of the reviewer list as stored (its row's envelope)."""
     with store._db() as conn:
-        (envelope,) = conn.execute("SELECT envelope FROM reviewers WHERE name = %s", (name,)).fetchone()
-        conn.execute("UPDATE reviewers SET envelope = %s WHERE name = %s", (Jsonb({**envelope, **changes}), name))
+        (envelope,) = conn.execute("SELECT envelope FROM reviewer_lists WHERE version = %s", (version,)).fetchone()
+    return json.loads(envelope)
+
+
+def _write_reviewers_row(store, version: int, data: dict | None) -> None:
+    """Write ``data`` as the row of version ``version`` with plain SQL, as a restore from a dump
+    would (None: delete that row)."""
+    with store._db() as conn:
+        if data is None:
+            conn.execute("DELETE FROM reviewer_lists WHERE version = %s", (version,))
+        else:
+            conn.execute("INSERT INTO reviewer_lists (version, envelope) VALUES (%s, %s) ON CONFLICT (version) "
+                         "DO UPDATE SET envelope = excluded.envelope", (version, json.dumps(data)))
 
 
 def _damage_row(store, task_id: str) -> None:
@@ -57,6 +80,10 @@ def _record_file(store: FileStore, kind: str, key: tuple) -> Path:
         return Ledger(store.ledger_dir).path_for(key[0])
     if kind == "rejection":
         return rejections.path_for(store, *key)
+    if kind == "policy":
+        from state.files import policies
+
+        return policies.path_for(store, *key)
     return intents.path_for(store, *key, "intent" if kind == "effect_intent" else "settled")
 
 
@@ -72,7 +99,8 @@ def _write_record_file(store: FileStore, kind: str, key: tuple, data: dict) -> N
 _TABLES = {"ledger_entry": ("ledger", "idempotency_key = %s"),
            "effect_intent": ("effect_intents", "idempotency_key = %s AND attempt = %s"),
            "settlement": ("effect_settlements", "idempotency_key = %s AND attempt = %s"),
-           "rejection": ("rejections", "task_id = %s AND coalesce(channel, '') = coalesce(%s::text, '')")}
+           "rejection": ("rejections", "task_id = %s AND coalesce(channel, '') = coalesce(%s::text, '')"),
+           "policy": ("policies", "version = %s")}
 
 
 def _read_record_row(store, kind: str, key: tuple) -> dict:
@@ -85,11 +113,26 @@ def _read_record_row(store, kind: str, key: tuple) -> dict:
 
 def _write_record_row(store, kind: str, key: tuple, data: dict) -> None:
     """Replace the row's envelope with plain SQL: ``data`` as JSON text, or null for a record
-    without ``mac`` (what an earlier version kept: the columns alone)."""
+    without ``mac`` (what an earlier version kept: the columns alone; a policy, which no earlier
+    version kept in a table, gets the unsigned fields as its envelope)."""
     table, where = _TABLES[kind]
     with store._db() as conn:
         conn.execute(f"UPDATE {table} SET envelope = %s WHERE {where}",
-                     (json.dumps(data) if "mac" in data else None, *key))
+                     (json.dumps(data) if "mac" in data or kind == "policy" else None, *key))
+
+
+@contextmanager
+def _another_key():
+    """This process signs with another ``HITL_SIGNING_KEY`` for the block (another deployment's
+    machine), then as before."""
+    was = os.environ.get("HITL_SIGNING_KEY")
+    os.environ["HITL_SIGNING_KEY"] = "another-deployment-signing-key-0123456789"
+    try:
+        yield
+    finally:
+        os.environ.pop("HITL_SIGNING_KEY", None)
+        if was is not None:
+            os.environ["HITL_SIGNING_KEY"] = was
 
 
 FACTORIES = ["file", "postgres", "postgres-pool"]
@@ -99,7 +142,8 @@ FACTORIES = ["file", "postgres", "postgres-pool"]
 def store_factory(request: pytest.FixtureRequest):
     if request.param == "file":
         yield StoreFactory("file", make=lambda tmp: FileStore(tmp / "state"), damage=_damage_file,
-                           tamper_reviewer=_tamper_reviewer_file, read_record=_read_record_file,
+                           read_reviewers=_read_reviewers_file, write_reviewers=_write_reviewers_file,
+                           another_key=_another_key, read_record=_read_record_file,
                            write_record=_write_record_file)
         return
     from conftest import fresh_schema_url
@@ -108,10 +152,12 @@ def store_factory(request: pytest.FixtureRequest):
     url = request.getfixturevalue("pg_url")
     other_url = fresh_schema_url(request.getfixturevalue("pg_server"))  # another database, as far as a store sees
     rows = {"read_record": _read_record_row, "write_record": _write_record_row,
+            "read_reviewers": _read_reviewers_row, "write_reviewers": _write_reviewers_row,
+            "another_key": _another_key,
             "make_other": lambda tmp: PostgresStore(other_url, tmp / "state")}
     if request.param == "postgres":
         yield StoreFactory("postgres", make=lambda tmp: PostgresStore(url, tmp / "state"),
-                           damage=_damage_row, tamper_reviewer=_tamper_reviewer_row, **rows)
+                           damage=_damage_row, **rows)
         return
     from psycopg_pool import ConnectionPool
 
@@ -119,7 +165,7 @@ def store_factory(request: pytest.FixtureRequest):
     try:
         yield StoreFactory("postgres-pool",
                            make=lambda tmp: PostgresStore(url, tmp / "state", pool=pool),
-                           damage=_damage_row, tamper_reviewer=_tamper_reviewer_row, **rows)
+                           damage=_damage_row, **rows)
     finally:
         pool.close()
 

@@ -81,8 +81,9 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
     (default one), ``model`` (an SDK ``Model``; default ``app.offline_model()``), ``spec``,
     ``budget``, ``expires_in_s``, ``trace_content``, ``on_event`` (:func:`workflow.hitl.start`).
     ``by``: who asks (the requester); in team mode (a reviewer registered: docs/reviewers.md)
-    ``token`` is the requester's reviewer token, and ``by`` must be theirs. The policy in force
-    (``HITL_POLICY``) is recorded with the task (:func:`workflow.team.at_start`).
+    ``token`` is the requester's reviewer token, and ``by`` must be theirs. The version of the
+    store's policy in force is recorded with the task, which is decided under it
+    (:func:`workflow.team.at_start`; an admin sets the policy: docs/reviewers.md).
     Starting the same key again with the same content returns the saved task without running.
     Raises :class:`Refused` (nothing saved) if the key is taken, the agent did not ask for exactly
     this content, or the agent has not exactly one tool declared with :func:`effect_tool`."""
@@ -144,7 +145,8 @@ async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: 
     is (the task shows ``publishing``; the next :func:`decide` with :class:`Approve` sends it once
     more). ``call_id``: the call in doubt, when several are. Raises :class:`Refused`
     (``not_in_doubt`` for a task or call not in doubt; ``unsafe_input``) with nothing written.
-    In team mode ``token`` authenticates who settles, as for :func:`decide`.
+    In team mode ``token`` authenticates who settles, as for :func:`decide`, and the rule of the
+    call's channel must let them approve it (``not_allowed`` otherwise: roles, the requester).
     """
     from workflow import settlement as settling
 
@@ -163,7 +165,8 @@ def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = N
     executed. Needs no SDK. Raises :class:`Refused`, nothing written: ``begun`` where an effect may
     have happened (settle it first), ``undecided`` for a call nobody decided (reject it),
     ``unsafe_input``; an ended task's own code. In team mode ``token`` authenticates who ends it, as
-    for :func:`decide` (:func:`workflow.settlement.fail`, docs/decision-table.md)."""
+    for :func:`decide`, and the rule of every channel of the task must let them approve
+    (``not_allowed`` otherwise) (:func:`workflow.settlement.fail`, docs/decision-table.md)."""
     from workflow import settlement as settling
 
     by = _decider(store, task_id, by, token)

@@ -14,10 +14,12 @@ they found (:func:`settle`):
 - ``not_published``: a :class:`state.records.Settlement` of the attempt is written; the call is
   ``publishing`` again and the next ``resume`` sends it once more, as a new attempt.
 
-Either finding is refused for a call whose effect cannot have happened or is confirmed (code
-``not_in_doubt``), and ``not_published`` is refused until the attempt's window has ended (code
-``in_window``): a request given up by the program may still reach the provider and act until then
-(:func:`workflow.external.window_s`). Both are recorded under the task's lock and re-checked there,
+In team mode a finding is an approval's to make: only a reviewer the rule of the call's channel
+lets approve may record it (:func:`workflow.team.check_settle`; ``fail`` likewise, for every
+channel of the task). Either finding is refused for a call whose effect cannot have happened or is
+confirmed (code ``not_in_doubt``), and ``not_published`` is refused until the attempt's window has
+ended (code ``in_window``): a request given up by the program may still reach the provider and act
+until then (:func:`workflow.external.window_s`). Both are recorded under the task's lock and re-checked there,
 and each record is created exclusively, so two people settling at once record one finding.
 
 Where no effect can have happened (nothing was approved as asked and carried out, every attempt of
@@ -33,7 +35,7 @@ from state.clock import now_iso
 from state.errors import Next, Refused
 from state.records import Settlement
 from workflow import calls
-from workflow import external
+from workflow import external, team
 from workflow.external import effect_status
 
 Outcome = Literal["published", "not_published"]
@@ -97,10 +99,10 @@ def record(store: Any, task_id: str, outcome: Outcome, *, by: str, call_id: Opti
     :class:`Refused` as :func:`pick` does (also when another person settled it meanwhile)."""
     if outcome not in OUTCOMES:
         raise Refused("usage", f"outcome {outcome!r} is neither published nor not_published")
-    _check_window(store.load(task_id), outcome, *pick(store, store.load(task_id), call_id))  # before the lock
+    _check_window(store.load(task_id), outcome, *_allowed(store, store.load(task_id), call_id, by))  # before the lock
     with store.task_lock(task_id):
         cp = store.load(task_id)
-        call, channel, key, status = pick(store, cp, call_id)
+        call, channel, key, status = _allowed(store, cp, call_id, by)
         _check_window(cp, outcome, call, channel, key, status)
         intent = store.intent_get(key)
         if outcome == "not_published":
@@ -111,6 +113,14 @@ def record(store: Any, task_id: str, outcome: Outcome, *, by: str, call_id: Opti
                                 content_sha256=intent.content_sha256, channel=channel, approval="human",
                                 result={"settled": "published"}, settled_by=by, settle_reason=reason)
     return cp, call
+
+
+def _allowed(store: Any, cp: Any, call_id: Optional[str], by: str) -> tuple[str, str, str, dict[str, Any]]:
+    """:func:`pick`, once the task's policy lets ``by`` settle the call: in team mode a reviewer the
+    rule of its channel lets approve (:func:`workflow.team.check_settle`). Raises :class:`Refused`."""
+    found = pick(store, cp, call_id)
+    team.check_settle(store, cp, [found[1]], by)
+    return found
 
 
 def _check_window(cp: Any, outcome: Outcome, call: str, _channel: str, _key: str, status: dict[str, Any]) -> None:
@@ -162,13 +172,18 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
     action ``fail``) allows it for an open task whose approved calls were never carried out, or
     whose every attempt through a service was found not done; it refuses a task with an effect that
     may have happened (``begun``: settle it first), a call still undecided (``undecided``: reject
-    it), a rejected one (``rejected``: reject finishes it) or an ended one. Judged before and again
-    under the task's lock. Returns the checkpoint. Raises :class:`Refused`, nothing written."""
+    it), a rejected one (``rejected``: reject finishes it) or an ended one. In team mode ``by`` must
+    be a reviewer the rule of every channel of the task lets approve
+    (:func:`workflow.team.check_settle`). Judged before and again under the task's lock. Returns the
+    checkpoint. Raises :class:`Refused`, nothing written."""
     from workflow import reconcile
 
-    reconcile.check_fail(store, store.load(task_id))  # before the lock: a refusal leaves no lock file
+    first = store.load(task_id)
+    team.check_settle(store, first, list(first.channels), by)  # before the lock too
+    reconcile.check_fail(store, first)  # before the lock: a refusal leaves no lock file
     with store.task_lock(task_id):
         cp = store.load(task_id)
+        team.check_settle(store, cp, list(cp.channels), by)
         if not reconcile.check_fail(store, cp):
             return cp  # failed already: unchanged
         executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)

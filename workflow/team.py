@@ -5,10 +5,21 @@ approvals a call needs before the SDK is told it is approved (``state.approve``)
   started in team mode) it is the reviewer whose token is given (``HITL_REVIEWER_TOKEN``, the
   inbox's sign-in), and a different ``by`` is refused (``not_you``). Otherwise the name given, as in
   single-user mode.
-- :func:`at_start`: what a new task records (:class:`state.schema.Team`): its requester, the policy's
-  fingerprint and the rules of its channels (:mod:`state.policy`).
-- :func:`check_decision`: before the lock, no SDK: the policy is the one the task started with,
-  and the policy lets this reviewer decide this call (roles; the requester may not approve).
+- :func:`sign_in`, :func:`signed_in`: the browser inbox's sign-in (the same authentication as
+  :func:`decider`) and the check of its session at every request (the reviewer still registered
+  with the token signed in with: a removed or rotated reviewer is out at their next request).
+- :func:`require_admin`: the reviewer whose token is given, if they have the role ``admin``
+  (``policy set``, ``expire`` in team mode): the check of every change of the reviewer list
+  (:func:`state.reviewers.admin_in`), on the list the store verifies.
+- :func:`at_start`: what a new task records (:class:`state.schema.Team`): its requester, the version
+  of the store's policy in force (:mod:`state.policy`; never a process's environment), its
+  fingerprint and the rules of the task's channels.
+- :func:`check_decision`: before the lock, no SDK: the task's policy version is still the one stored
+  (:func:`check_policy`), and its rules let this reviewer decide this call (roles; the requester
+  may not approve). A task is decided under the version it was started under, whatever version
+  is set later: a ``policy set`` never strands a waiting task.
+- :func:`check_settle`: ``settle`` and ``fail`` (a finding about an effect, the end of a task) are
+  allowed to a reviewer the rule of each channel concerned lets approve, as an approval is.
 - :func:`count`: under the task's lock, before ``state.approve``: records this approval in the
   checkpoint (an ``approval_recorded`` revision; the same reviewer counts once) and says whether
   the call's quorum is reached. Until it is, the task stays ``waiting_for_approval`` and nothing
@@ -22,10 +33,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from state import policy as policies
 from state import reviewers as people
 from state.clock import now_iso
-from state.errors import Refused
+from state.errors import Next, Refused
 from state.schema import Approval, ApprovalRule, Checkpoint, Decision, Team
 
 if TYPE_CHECKING:
@@ -33,6 +43,9 @@ if TYPE_CHECKING:
 
 #: The rule of a channel a task records none for (a task with no policy): one approval, anyone.
 ONE = ApprovalRule()
+#: The role that lets a reviewer change the reviewer list, set the policy and expire tasks
+#: (docs/reviewers.md): :data:`state.reviewers.ADMIN`, one notion of admin.
+ADMIN = people.ADMIN
 
 
 def token_from_settings() -> Optional[str]:
@@ -54,9 +67,29 @@ def decider(store: "TaskStore", by: Optional[str], token: Optional[str], cp: Opt
         return by
     reviewer = people.authenticate(store, token)
     if by is not None and by != reviewer.name:
-        raise Refused("not_you", f"the reviewer token is {reviewer.name!r}'s, not {by[:100]!r}'s: a decision "
-                      "is made by the reviewer whose token it carries; nothing changed")
+        raise Refused("not_you", f"the reviewer token (HITL_REVIEWER_TOKEN) belongs to {reviewer.name!r}, but the "
+                      f"name given is {by[:100]!r}: a decision is made by the reviewer whose token it carries; "
+                      "nothing changed")
     return reviewer.name
+
+
+def sign_in(store: "TaskStore", token: Optional[str]) -> "people.Reviewer":
+    """The reviewer a browser sign-in is for: the one whose ``token`` it is, among those ``store``
+    lists now (:func:`state.reviewers.authenticate`, what :func:`decider` runs for
+    ``HITL_REVIEWER_TOKEN``; scrypt, compared in constant time). Raises :class:`Refused`:
+    ``unauthenticated`` (no reviewer registered: not team mode; no token; not a listed token), as
+    the store does for a list it cannot trust; the message never holds the token."""
+    if not people.team_mode(store):
+        raise Refused("unauthenticated", "no reviewer is registered (not team mode): nobody signs in; nothing changed")
+    return people.authenticate(store, token)
+
+
+def signed_in(store: "TaskStore", name: str, token_id: str, token_fingerprint: str) -> str:
+    """The ``by`` of a browser session's request: ``name``, if that reviewer is still registered
+    with the token the session was signed in with (:func:`state.reviewers.still_current`, on the
+    list the store verifies now; read again at every request). Raises :class:`Refused`
+    (``unauthenticated``: removed, rotated) as the store does for a list it cannot trust."""
+    return people.still_current(store.reviewers(), name, token_id, token_fingerprint).name
 
 
 def channels_of(channels: Optional[list[str]]) -> list[str]:
@@ -76,51 +109,118 @@ def check_before(store: "TaskStore", cp: Checkpoint, call_id: Optional[str], dec
                  edits: bool = False, always: bool = False) -> None:
     """:func:`check_decision` for the call ``call_id`` of ``cp`` (None: the only pending one), before
     the lock and the SDK, so a refusal costs nothing; a call that is not pending is left to the
-    decision table. Raises :class:`Refused`."""
+    decision table. Raises :class:`Refused`: as :func:`check_decision`, and ``already_approved``
+    for an approval by a reviewer whose approval of the call counts already (it would count once;
+    two processes racing past this check are counted once under the lock, by :func:`count`)."""
     from workflow import calls
 
     want = "approved" if decision in ("approve", "approved") else "rejected"
     pending = [p for p in cp.pending if call_id is None or p.call_id == call_id]
     if len(pending) != 1 or calls.decision_of(cp, pending[0].call_id) is not None:
-        check_policy(cp)
+        check_policy(store, cp)
         return
-    check_decision(store, cp, calls.channel_of(cp, pending[0].arguments), want, by, edits=edits, always=always)
+    rule = check_decision(store, cp, calls.channel_of(cp, pending[0].arguments), want, by, edits=edits,
+                          always=always)
+    if want == "approved" and cp.team is not None:  # counted once: say so, rather than a second "recorded"
+        entry = next(e for e in progress(cp, _registered(store, cp)) if e["call_id"] == pending[0].call_id)
+        if by in entry["approved_by"]:
+            raise Refused("already_approved", f"task {cp.task_id}: {by!r} approved call "
+                          f"{pending[0].call_id[:80]!r} already ({len(entry['approved_by'])} of {rule.approvals}); "
+                          f"it waits for {entry['missing']} more "
+                          "approval(s) from other reviewers; nothing changed")
+
+
+def _registered(store: "TaskStore", cp: Checkpoint) -> Optional[dict[str, list[str]]]:
+    """Reviewer name → roles now, for a task started in team mode (None otherwise): what
+    :func:`progress` counts against."""
+    if not cp.team or not cp.team.authenticated:
+        return None
+    return {r.name: list(r.roles) for r in store.reviewers()}
+
+
+def require_admin(store: "TaskStore", token: Optional[str], what: str) -> "people.Reviewer":
+    """The reviewer whose ``token`` it is, if they are an admin: the check every change of the
+    reviewer list makes (:func:`state.reviewers.admin_in`), on the list as the store verifies it
+    (:meth:`state.store.TaskStore.reviewer_list`: signed with this store's key, bound to it, no
+    revoked token listed). ``what`` names the action for the message (e.g. ``setting the policy``).
+    Reads only. Raises :class:`Refused`: ``unauthenticated`` (no reviewer registered at all, or a
+    token missing or not valid), ``not_allowed`` (a reviewer who is not an admin), as the store
+    does for a list it cannot trust; nothing changed."""
+    current = store.reviewer_list()
+    if not current.reviewers:
+        raise Refused("unauthenticated", [f"{what} needs an admin's token, and no reviewer is registered: register "
+                                          "one with the role admin first", Next("reviewers_add_admin"),
+                                          "; nothing changed"])
+    return people.admin_in(current.reviewers, token, what)
 
 
 def at_start(store: "TaskStore", channels: list[str], by: Optional[str], token: Optional[str]) -> Optional[Team]:
     """The :class:`state.schema.Team` a new task records, or None (no reviewer registered and no
-    policy: single-user mode). The policy in force (``HITL_POLICY``, :func:`state.policy.current`)
-    gives each of ``channels`` its rule. Raises :class:`Refused`: ``policy`` for a policy that
-    needs reviewers while none is registered; ``unauthenticated`` / ``not_you`` for a requester
-    whose token is missing or another's (in team mode, a ``by`` is authenticated like a decision;
-    and a policy that keeps the requester from approving needs to know who asks)."""
-    policy = policies.current()
+    policy: single-user mode). The latest version of the store's policy (``store.policy_get()``;
+    never a process's environment) gives each of ``channels`` its rule, and the task records that
+    version: it is decided under it. Raises :class:`Refused`: ``policy`` for a policy that needs
+    reviewers while none is registered; ``unauthenticated`` / ``not_you`` for a requester whose
+    token is missing or another's (in team mode, a ``by`` is authenticated like a decision; and a
+    policy that keeps the requester from approving needs to know who asks); as the store does for
+    a policy record that does not verify."""
+    stored = store.policy_get()
+    policy = stored.rules if stored is not None else None
     team = people.team_mode(store)
     if policy is None and not team:
         return None
+    if policy is None:  # fail closed: with reviewers registered, no stored policy is never "one approval by anyone"
+        raise Refused("policy", ["team mode needs the approval policy in the store, and none is stored (none was set "
+                                 "yet, or every version was removed: a human must check policies/ or the policies "
+                                 "table); an admin sets it", Next("policy_set"), "; nothing saved"])
     rules = {c: (policy.rule_for(c) if policy is not None else ONE) for c in channels}
     if not team and any(r.needs_team() for r in rules.values()):
         raise Refused("policy", "the policy asks for more than one approval, roles or a requester kept out, "
                       "which needs reviewers who sign in: register one first (team mode); nothing saved")
-    if team and (by is not None or token or any(not r.requester_may_approve for r in rules.values())):
-        requester: Optional[str] = decider(store, by, token)
-    else:
-        requester = by
-    return Team(requested_by=requester, policy_sha256=policies.fingerprint(policy), rules=rules,
-                authenticated=team)
+    # in team mode every task names who asked, authenticated like a decision (never anonymous)
+    requester: Optional[str] = decider(store, by, token) if team else by
+    return Team(requested_by=requester, policy_sha256=stored.sha256 if stored is not None else None, rules=rules,
+                authenticated=team, policy_version=stored.version if stored is not None else 0)
 
 
-def check_policy(cp: Checkpoint) -> None:
-    """Refuse a decision on ``cp`` under another policy than the one it was started with (the
-    fingerprint of ``HITL_POLICY`` now, vs. ``cp.team``; a task with no team was started with
-    none). Raises :class:`Refused` (``policy_changed``; ``policy`` for a file that is not valid)."""
-    now = policies.fingerprint(policies.current())
-    then = cp.team.policy_sha256 if cp.team is not None else None
-    if now != then:
-        raise Refused("policy_changed", f"task {cp.task_id} was started under "
-                      f"{'another policy' if then else 'no policy'} than the one in force now (HITL_POLICY"
-                      f"{' is unset' if now is None else ''}): a task is decided under the policy it was "
-                      "started with; nothing changed")
+def check_policy(store: "TaskStore", cp: Checkpoint, *, approving: bool = False) -> None:
+    """Refuse a decision on ``cp`` whose policy cannot be shown to be the one it was started under.
+
+    A task is decided under the rules it recorded at start (:func:`rule_of`), of the policy version
+    it recorded: that version must still be in ``store`` with the same fingerprint (every version
+    is kept; one missing or changed is refused, never replaced by another). A later ``policy set``
+    changes nothing for it. A task with no team, or started when no policy was set (version 0),
+    has nothing to check. A task started before the policy moved into the store (no version: its
+    rules came from a file its requester's environment named) may still be rejected, and its
+    decided calls finished; an approval (``approving``) is allowed only if a stored version has
+    the same fingerprint (an admin set the same rules), or if it recorded no policy and none was
+    ever set. Raises :class:`Refused`: ``integrity`` (the version is missing or differs),
+    ``policy_changed`` (such an older task), nothing changed."""
+    if cp.team is None or cp.team.policy_version == 0:
+        return
+    version = cp.team.policy_version
+    if version is not None:
+        stored = store.policy_get(version)
+        if stored is None or stored.sha256 != cp.team.policy_sha256:
+            raise Refused("integrity", f"task {cp.task_id} was started under policy version {version}, which the "
+                          f"store {'no longer holds' if stored is None else 'holds with other rules'} (every "
+                          "version is kept, never changed); nothing changed: a human must check the store's "
+                          "policy records")
+        return
+    if not approving or _same_rules_stored(store, cp.team.policy_sha256):
+        return
+    raise Refused("policy_changed", f"task {cp.task_id} was started before the approval policy moved into the "
+                  f"store, under {'a policy file' if cp.team.policy_sha256 else 'no policy'} its requester's "
+                  "environment named (HITL_POLICY), and no version in the store has the same rules: it cannot be "
+                  "approved (it may be rejected); start it again, or have an admin set those rules; nothing changed")
+
+
+def _same_rules_stored(store: "TaskStore", sha256: Optional[str]) -> bool:
+    """True if a version of the store's policy has fingerprint ``sha256`` (None: no version at all)."""
+    latest = store.policy_get()
+    if sha256 is None or latest is None:
+        return sha256 is None and latest is None
+    return any((rec := store.policy_get(v)) is not None and rec.sha256 == sha256
+               for v in range(latest.version, 0, -1))
 
 
 def rule_of(cp: Checkpoint, channel: str) -> ApprovalRule:
@@ -137,11 +237,27 @@ def approvals_of(cp: Checkpoint, call_id: str, arguments_sha256: Optional[str] =
 def check_decision(store: "TaskStore", cp: Checkpoint, channel: str, decision: str, by: str, *,
                    edits: bool = False, always: bool = False) -> ApprovalRule:
     """What the policy says about ``by`` deciding (``approved`` / ``rejected``) a call of ``cp`` on
-    ``channel``; returns the rule. Reads only. Raises :class:`Refused`: ``policy_changed``;
+    ``channel``; returns the rule. Reads only. Raises :class:`Refused`: as :func:`check_policy`;
     ``unauthenticated`` (a team task whose reviewer ``by`` is no longer registered);
     ``not_allowed`` (a role missing; the requester approving; edits or ``always`` where several
     approvals are needed: each approver must approve the same call)."""
-    check_policy(cp)
+    check_policy(store, cp, approving=decision == "approved")
+    rule = _allowed(store, cp, channel, decision, by)
+    if decision == "approved" and rule.approvals > 1 and (edits or always):
+        raise Refused("not_allowed", f"task {cp.task_id}: calls on channel {channel} need {rule.describe()}: "
+                      "each approves the call as it is, so approve with edits and always are not "
+                      "allowed there; nothing changed")
+    if always and cp.team is not None:  # the sticky rule decides the tool's calls on every channel: each must allow it
+        for other, its in sorted(cp.team.rules.items()):
+            if other != channel and (its.approvals > 1 or its != rule):
+                raise Refused("not_allowed", f"task {cp.task_id}: always would also decide calls on channel "
+                              f"{other}, which need {its.describe()}; decide each call on its own; nothing changed")
+    return rule
+
+
+def _allowed(store: "TaskStore", cp: Checkpoint, channel: str, decision: str, by: str) -> ApprovalRule:
+    """The rule of ``channel`` in ``cp``, if it lets reviewer ``by`` make ``decision`` (roles; the
+    requester approving). Raises :class:`Refused` (``unauthenticated``, ``not_allowed``)."""
     rule = rule_of(cp, channel)
     if cp.team is None or not (cp.team.authenticated or rule.needs_team()):
         return rule
@@ -155,16 +271,19 @@ def check_decision(store: "TaskStore", cp: Checkpoint, channel: str, decision: s
     if decision == "approved" and not rule.requester_may_approve and cp.team.requested_by == reviewer.name:
         raise Refused("not_allowed", f"task {cp.task_id}: {reviewer.name!r} asked for it, and the policy keeps "
                       f"the requester from approving calls on channel {channel}; nothing changed")
-    if decision == "approved" and rule.approvals > 1 and (edits or always):
-        raise Refused("not_allowed", f"task {cp.task_id}: calls on channel {channel} need {rule.describe()}: "
-                      "each approves the call as it is, so approve with edits and always are not "
-                      "allowed there; nothing changed")
-    if always:  # the sticky rule decides the tool's calls on every channel: each channel's rule must allow it
-        for other, its in sorted(cp.team.rules.items()):
-            if other != channel and (its.approvals > 1 or its != rule):
-                raise Refused("not_allowed", f"task {cp.task_id}: always would also decide calls on channel "
-                              f"{other}, which need {its.describe()}; decide each call on its own; nothing changed")
     return rule
+
+
+def check_settle(store: "TaskStore", cp: Checkpoint, channels: list[str], by: str) -> None:
+    """Refuse ``by`` a finding about the effect of ``cp`` on ``channels`` (``settle``), or the end
+    of ``cp`` (``fail``, every channel of it), unless each channel's rule lets ``by`` approve its
+    calls: a finding decides whether an effect is sent again or recorded as done, so it is an
+    approval's to make (roles; the requester kept out where the rule keeps them out; one allowed
+    reviewer is enough). Single-user tasks are left as they are. Reads only. Raises
+    :class:`Refused` as :func:`check_policy` and :func:`_allowed` do, nothing changed."""
+    check_policy(store, cp)
+    for channel in channels:
+        _allowed(store, cp, channel, "approved", by)
 
 
 def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = False,
@@ -174,9 +293,13 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     ``go_on`` True: decide the call now (a reject; a replay of a decision on record; a task with
     no team; or this approval reaches the call's quorum). Else the task waits for more approvals
     and ``checkpoint`` is ``cp`` with this approval recorded (a new revision, event
-    ``approval_recorded``; compare-and-swap), or ``cp`` itself when ``rec.by`` was counted already.
+    ``approval_recorded``, whose detail names the reviewers ``counted``; compare-and-swap), or ``cp``
+    itself when ``rec.by`` was counted already.
     In a team task, the approval that reaches the quorum is recorded too (each approval is one
-    revision and one ``task.approved`` event). Raises :class:`Refused` as :func:`check_decision`."""
+    revision and one ``task.approved`` event). In a task started in team mode, an approval counts
+    only while its reviewer is still registered with a role the rule allows, when the quorum is
+    reached (a reviewer removed since is not counted; the list is read again here, under the
+    lock). Raises :class:`Refused` as :func:`check_decision`."""
     from workflow.calls import decision_of
 
     call_id, channel, arguments_sha256, decision, by = (rec.call_id, rec.channel, rec.arguments_sha256,
@@ -188,12 +311,14 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
         return cp, True
     counted = approvals_of(cp, call_id, arguments_sha256)
     names = {a.by for a in counted}
+    if cp.team.authenticated:  # only reviewers still registered, with a role the rule allows, count
+        names &= {r.name for r in store.reviewers() if rule.roles is None or set(rule.roles) & set(r.roles)}
     if by not in names:
         mine = Approval(call_id=call_id, channel=channel, arguments_sha256=arguments_sha256, by=by, at=now_iso(),
                         revision=cp.revision + 1)
         names.add(by)
         detail: dict[str, Any] = {"call_id": call_id, "channel": channel, "by": by, "approvals": len(names),
-                                  "required": rule.approvals}
+                                  "required": rule.approvals, "counted": sorted(names)}
         cp = store.save_revision(cp, failpoint="checkpoint:approval", event=("approval_recorded", detail),
                                  approvals=[*cp.approvals, mine])
     return cp, len(names) >= rule.approvals
@@ -207,9 +332,12 @@ def only_approvals_since(cp: Checkpoint, revision: int) -> bool:
         {h.revision for h in later} == set(range(revision + 1, cp.revision + 1))
 
 
-def progress(cp: Checkpoint) -> list[dict[str, Any]]:
-    """For each pending call of ``cp``: ``{"call_id", "channel", "required", "approved_by",
-    "missing"}`` (``status --json``, ``show``, the inbox)."""
+def progress(cp: Checkpoint, registered: Optional[dict[str, list[str]]] = None) -> list[dict[str, Any]]:
+    """For each pending call of ``cp``: ``{"call_id", "channel", "required", "roles",
+    "requester_may_approve", "approved_by", "missing"}`` (``status --json``, ``show``, the inbox).
+    ``registered`` (reviewer name → roles, the list now; given for a task started in team mode):
+    ``approved_by`` then holds only the approvals that count (:func:`count`), and
+    ``"not_counted"`` the others (reviewers removed since, or without a role the rule allows)."""
     from workflow import calls
 
     out = []
@@ -217,7 +345,28 @@ def progress(cp: Checkpoint) -> list[dict[str, Any]]:
         channel = calls.channel_of(cp, call.arguments)
         rule = rule_of(cp, channel)
         names = sorted({a.by for a in approvals_of(cp, call.call_id)})
+        dropped: list[str] = []
+        if registered is not None:
+            dropped = [n for n in names if n not in registered or not (
+                rule.roles is None or set(rule.roles) & set(registered[n]))]
+            names = [n for n in names if n not in dropped]
         out.append({"call_id": call.call_id, "channel": channel, "required": rule.approvals,
                     "roles": rule.roles, "requester_may_approve": rule.requester_may_approve,
-                    "approved_by": names, "missing": max(rule.approvals - len(names), 0)})
+                    "approved_by": names, "missing": max(rule.approvals - len(names), 0),
+                    **({"not_counted": dropped} if dropped else {})})
     return out
+
+
+def approval_log(cp: Checkpoint) -> list[dict[str, Any]]:
+    """Every approval recorded in ``cp`` (a team task), oldest first, the calls decided since
+    included: ``[{"call_id", "channel", "by", "at", "counted"}]`` (``status --json``, ``show``).
+    ``counted``: False for an approval the quorum did not count the last time an approval of its
+    call was recorded (:func:`count`: its reviewer removed by then, or registered again without a
+    role the rule allows), so a decided call shows who reached its quorum; else True (also in a
+    task recorded before the count was kept). A pending call's count now: :func:`progress`."""
+    counted: dict[str, set[str]] = {}
+    for h in cp.history:
+        if h.event == "approval_recorded" and isinstance(h.detail.get("counted"), list):
+            counted[str(h.detail.get("call_id"))] = set(h.detail["counted"])
+    return [{"call_id": a.call_id, "channel": a.channel, "by": a.by, "at": a.at,
+             "counted": a.by in counted.get(a.call_id, {a.by})} for a in cp.approvals]

@@ -48,6 +48,6 @@ def unsealed(kind: str, data: dict[str, Any], root: Path, where: str,
     :func:`state.record_seal.unseal_record`; ``keys``: :func:`verifying` of ``root`` if the caller
     read it already. An unsigned record is refused before any key is read. Raises
     :class:`state.errors.Refused` (no signing key included)."""
-    check_signed(data, where)  # before the key: an unsigned record is named as such
+    check_signed(data, where, kind)  # before the key: an unsigned record is named as such
     key, sid = keys if keys is not None else verifying(root)
     return unseal_record(kind, data, key, sid, where)

@@ -8,8 +8,11 @@ Layout of a state dir (default ``.cache/`` under the current directory, or ``--s
                           One folder per task: loading or saving a task lists its own folder only
     ledger/<name>.json    one ledger entry per idempotency key (state.files.ledger)
     rejections/<name>.json  one rejection record per task and channel (state.files.rejections)
+    policies/v<N>.json    version N of the approval policy, signed, never rewritten (state.files.policies)
     effects/<name>.<N>.intent.json / .settled.json  attempt N of an effect through a service
                           (state.files.intents); each record file is signed (state.record_seal)
+    reviewers/r<N>.json   version N of the reviewer list (team mode); reviewers/revoked/<token ID>.json:
+                          each token that left it (state.files.reviewers)
     locks/<name>.lock     one lock file per task (filelock; held only while a process works on it)
     traces/<name>.jsonl   the local trace of each task (workflow.observe.trace_log)
     signing.key           the MAC key, unless HITL_SIGNING_KEY is set
@@ -75,8 +78,11 @@ from state.paths import (CHECKPOINTS_DIR, OLD_TASKS_DIR, check_own_folder, check
 from state.schema import MAX_CHECKPOINT_BYTES, Checkpoint, Decision
 from state.inspection import Inspected
 from state.records import MAX_ATTEMPTS, EffectIntent, LedgerEntry, RejectionRecord, Settlement
-from state.reviewers import Reviewer
+from state.notify import Progress
+from state.policy import PolicyRecord
+from state.reviewers import Reviewer, ReviewerList
 from state.files import intents, rejections
+from state.files import policies as policy_files
 from state.files import reviewers as reviewer_files
 from state.files.ledger import Ledger
 # Helpers that live in other modules (no import cycle); their names stay importable from here.
@@ -384,19 +390,35 @@ class Store:
 
     def reviewers(self) -> list[Reviewer]:
         """See :meth:`state.store.TaskStore.reviewers` (:mod:`state.files.reviewers`)."""
-        return reviewer_files.reviewers(self)
+        return list(reviewer_files.reviewer_list(self).reviewers)
 
-    def reviewer_add(self, reviewer: Reviewer) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_add` (:func:`state.files.reviewers.add`)."""
-        reviewer_files.add(self, reviewer)
+    def reviewer_list(self) -> ReviewerList:
+        """See :meth:`state.store.TaskStore.reviewer_list` (:func:`state.files.reviewers.reviewer_list`)."""
+        return reviewer_files.reviewer_list(self)
 
-    def reviewer_replace(self, reviewer: Reviewer) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_replace` (:func:`state.files.reviewers.replace`)."""
-        reviewer_files.replace(self, reviewer)
+    def reviewer_save(self, expect: ReviewerList, new: ReviewerList) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_save` (:func:`state.files.reviewers.save`)."""
+        reviewer_files.save(self, expect, new)
 
-    def reviewer_remove(self, name: str) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_remove` (:func:`state.files.reviewers.remove`)."""
-        reviewer_files.remove(self, name)
+    def notify_get(self, task_id: str) -> Optional[Progress]:
+        """See :meth:`state.store.TaskStore.notify_get` (:mod:`state.files.notify`)."""
+        from state.files import notify
+
+        return notify.get(self, task_id)
+
+    def notify_save(self, expect: Optional[Progress], new: Progress) -> None:
+        """See :meth:`state.store.TaskStore.notify_save` (:mod:`state.files.notify`)."""
+        from state.files import notify
+
+        notify.save(self, expect, new)
+
+    def policy_get(self, version: Optional[int] = None) -> Optional[PolicyRecord]:
+        """See :meth:`state.store.TaskStore.policy_get` (:func:`state.files.policies.get`)."""
+        return policy_files.get(self, version)
+
+    def policy_record(self, record: PolicyRecord) -> None:
+        """See :meth:`state.store.TaskStore.policy_record` (:func:`state.files.policies.record`)."""
+        policy_files.record(self, record)
 
     def rejection_get(self, task_id: str, channel: Optional[str] = None) -> Optional[RejectionRecord]:
         """See :meth:`state.store.TaskStore.rejection_get` (:func:`state.files.rejections.get`)."""
@@ -535,6 +557,12 @@ class Store:
         if self._ident is None:
             self._ident = state_id.read(self.root)
         return self._ident
+
+    def check_key_signs_here(self, key: bytes) -> None:
+        """Raise :class:`Refused` (``foreign_state``, naming ``HITL_SIGNING_KEY``) if ``key`` signed
+        none of the checkpoints of this state dir although there are some: another deployment's key
+        (:func:`check_signs_here`). Reads checkpoint files until one verifies; writes nothing."""
+        check_signs_here(self.root, (path for _, path in self.iter_task_files()), key)
 
     def check_writable(self, task_id: str) -> None:
         """Pre-flight for ``start`` and ``resume``: refuse, before anything is written for

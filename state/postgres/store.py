@@ -47,7 +47,9 @@ from state import effects, failpoints, secrets
 from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
 from state import reviewers as people
-from state.reviewers import Reviewer
+from state.reviewers import Reviewer, ReviewerList
+from state.notify import Progress
+from state.policy import PolicyRecord, raced as policy_raced
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
 from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
@@ -575,14 +577,14 @@ class PostgresStore:
         other ``columns`` (field → value) equal to the signed record's (a row moved to another key,
         or a column edited, is refused). Raises :class:`Refused` naming ``where``."""
         if envelope is None:
-            check_signed({}, where)  # raises: not signed
+            check_signed({}, where, kind)  # raises: not signed
         try:
             data = json.loads(envelope) if len(envelope) <= MAX_RECORD_CHARS else None
         except (ValueError, RecursionError):
             data = None
         if not isinstance(data, dict):
             raise Refused("integrity", f"{where} has an envelope that is not a JSON object (damaged)")
-        check_signed(data, where)
+        check_signed(data, where, kind)
         rec = unseal_record(kind, data, self._key(), self.store_id(), where)
         mine = rec.model_dump(mode="json")
         for name, value in columns.items():
@@ -830,52 +832,95 @@ class PostgresStore:
                                 "FROM effect_intents ORDER BY idempotency_key, attempt DESC").fetchall()
         return sorted((self._intent(row) for row in rows), key=lambda i: (i.at, i.idempotency_key))
 
-    # -- rejection records -------------------------------------------------------------------
+    # -- the reviewer list (state.reviewers) ----------------------------------------------------
     def reviewers(self) -> list[Reviewer]:
-        """See :meth:`state.store.TaskStore.reviewers` (table ``reviewers``: each row's envelope
-        verified with :func:`state.reviewers.unseal`; no key is read while the table is empty)."""
+        """See :meth:`state.store.TaskStore.reviewers`."""
+        return list(self.reviewer_list().reviewers)
+
+    def reviewer_list(self) -> ReviewerList:
+        """See :meth:`state.store.TaskStore.reviewer_list`: the row of the highest version of
+        ``reviewer_lists`` (its envelope verified with :func:`state.reviewers.unseal_list` for this
+        database, its version column the one it holds), none of its tokens among
+        ``reviewer_revocations``. Refused while the table ``reviewers`` of an earlier version holds a
+        row. No key is read while there is no list."""
         with self._db() as conn:
-            rows = conn.execute("SELECT name, envelope FROM reviewers ORDER BY name").fetchall()
-        if not rows:
-            return []
-        key = self._key()
-        out = []
-        for name, envelope in rows:
-            rec = people.unseal(envelope, key, where=f"reviewer row {self._scrub(str(name))[:100]!r}")
-            if rec.name != name:
-                raise Refused("integrity", f"reviewer row {self._scrub(str(name))[:100]!r} holds another name's record")
-            out.append(rec)
-        return out
-
-    def reviewer_add(self, reviewer: Reviewer) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_add` (``INSERT … ON CONFLICT DO NOTHING``)."""
-        from psycopg.types.json import Jsonb
-
-        envelope = people.seal(reviewer, self._key(create=True))
+            row = conn.execute("SELECT version, envelope FROM reviewer_lists ORDER BY version DESC LIMIT 1").fetchone()
+            earlier = conn.execute("SELECT count(*) FROM reviewers").fetchone()
+            revoked = conn.execute("SELECT count(*) FROM reviewer_revocations").fetchone() if row is None else None
+        if earlier and earlier[0]:
+            raise Refused("integrity", f"the table reviewers in the PostgreSQL store {self.location} holds "
+                          f"{earlier[0]} reviewer record(s) of an earlier version of this program (not bound to this "
+                          "database, no admin): they are not trusted. Delete them (DELETE FROM reviewers) and "
+                          "register the reviewers again, an admin first; nothing changed")
+        if row is None:
+            if revoked and revoked[0]:
+                raise Refused("integrity", f"the reviewer list of the PostgreSQL store {self.location} is missing "
+                              f"although {revoked[0]} reviewer token(s) were revoked: deleted by hand? Restore it "
+                              "from a backup; a human must check; nothing changed")
+            return people.EMPTY
+        version, envelope = row
+        where = f"reviewer list version {version} in {self.location}"
+        try:
+            data = json.loads(envelope) if len(envelope) <= people.MAX_LIST_BYTES else None
+        except (ValueError, RecursionError):
+            data = None
+        key, sid = self._key(), self.store_id()
+        lst = people.unseal_list(data, key, sid, where=where)
+        if lst.version != version:
+            raise Refused("integrity", f"{where} holds version {lst.version}, not the version its row says: an older "
+                          "list put back under a newer version? a human must check")
         with self._db() as conn:
-            done = conn.execute("INSERT INTO reviewers (name, envelope) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                                (reviewer.name, Jsonb(envelope))).rowcount
-        if not done:
-            raise Refused("reviewer_exists", f"reviewer {reviewer.name!r} is registered already; nothing written")
+            hits = conn.execute("SELECT token_id, envelope FROM reviewer_revocations WHERE token_id = ANY(%s)",
+                                ([r.token_id for r in lst.reviewers],)).fetchall()
+        people.refuse_revived(lst, where, {token_id: self._revocation(token_id, text, key, sid)
+                                           for token_id, text in hits})
+        return lst
 
-    def reviewer_replace(self, reviewer: Reviewer) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_replace` (one ``UPDATE``)."""
-        from psycopg.types.json import Jsonb
+    def _revocation(self, token_id: str, text: str, key: bytes, sid: str) -> Optional[people.Revoked]:
+        """The verified revocation of a row, or None if it does not verify (it revokes all the same)."""
+        try:
+            rec = people.unseal_revocation(json.loads(text) if len(text) <= MAX_RECORD_CHARS else None, key, sid,
+                                           where=f"revocation of token {token_id[:16]!r} in {self.location}")
+        except (Refused, ValueError, RecursionError):
+            return None
+        return rec if rec.token_id == token_id else None
 
-        envelope = people.seal(reviewer, self._key())
-        with self._db() as conn:
-            done = conn.execute("UPDATE reviewers SET envelope = %s WHERE name = %s",
-                                (Jsonb(envelope), reviewer.name)).rowcount
-        if not done:
-            raise Refused("no_reviewer", f"no reviewer {reviewer.name!r} is registered; nothing written")
+    def reviewer_save(self, expect: ReviewerList, new: ReviewerList) -> None:
+        """See :meth:`state.store.TaskStore.reviewer_save`: after every check (the list read again
+        and verified with this machine's key, which must be this database's:
+        :meth:`check_key`, recorded by the first write), one transaction inserts the row of
+        ``new.version`` (``ON CONFLICT DO NOTHING``: a version another writer took is refused) and a
+        revocation row for every token ``new`` revokes (failpoints ``reviewers:list:before`` /
+        ``:after``)."""
+        people.check_successor(expect, new)
+        now = self.reviewer_list()  # verified with this key: another deployment's is refused here
+        if now != expect:
+            raise self._list_changed(expect.version, now.version)
+        key = self._key(create=True)
+        self.check_key(key, record=True)  # before the first write: this database's key from now on
+        sid = self.store_id()
+        envelope = json.dumps(people.seal_list(new, key, sid), ensure_ascii=False)
+        if len(envelope) > people.MAX_LIST_BYTES:
+            raise Refused("unsafe_input", f"the reviewer list would be more than the {people.MAX_LIST_BYTES} "
+                          "characters a reader accepts; nothing written")
+        revocations = [(r.token_id, json.dumps(people.seal_revocation(r, key, sid))) for r in new.revoked]
+        failpoints.hit("reviewers:list:before")
+        with self._db() as conn, conn.transaction():
+            done = conn.execute("INSERT INTO reviewer_lists (version, envelope) VALUES (%s, %s) "
+                                "ON CONFLICT DO NOTHING", (new.version, envelope)).rowcount
+            if done != 1:
+                raise self._list_changed(expect.version, new.version)
+            for token_id, text in revocations:
+                conn.execute("INSERT INTO reviewer_revocations (token_id, envelope) VALUES (%s, %s) "
+                             "ON CONFLICT DO NOTHING", (token_id, text))
+        failpoints.hit("reviewers:list:after")
 
-    def reviewer_remove(self, name: str) -> None:
-        """See :meth:`state.store.TaskStore.reviewer_remove` (one ``DELETE``)."""
-        with self._db() as conn:
-            done = conn.execute("DELETE FROM reviewers WHERE name = %s", (name,)).rowcount
-        if not done:
-            raise Refused("no_reviewer", f"no reviewer {name!r} is registered; nothing changed")
+    @staticmethod
+    def _list_changed(expected: int, now: int) -> Refused:
+        return Refused("stale_revision", f"the reviewer list changed since it was read (version {expected} -> "
+                       f"{now} or later): another admin changed it; nothing written; run the command again")
 
+    # -- rejection records -------------------------------------------------------------------
     _REJECTION_COLUMNS = "task_id, content_sha256, call_id, by_name, at, reason, channel"
     _REJECTION_FIELDS = ("task_id", "content_sha256", "call_id", "by", "at", "reason", "channel")
 
@@ -932,3 +977,75 @@ class PostgresStore:
             conn.execute("DELETE FROM rejections WHERE task_id = %s AND coalesce(channel, '') = %s",
                          (task_id, channel or ""))
         effects.forget(task_id, RECORDED)
+
+    # -- the approval policy (state.policy) ---------------------------------------------------
+    def notify_get(self, task_id: str) -> Optional[Progress]:
+        """See :meth:`state.store.TaskStore.notify_get` (the row of ``notify_progress``)."""
+        from pydantic import ValidationError
+
+
+        with self._db() as conn:
+            row = conn.execute("SELECT version, record FROM notify_progress WHERE task_id = %s",
+                               (task_id,)).fetchone()
+        if row is None:
+            return None
+        what = f"the notification progress of task {task_id}"
+        try:
+            rec = Progress.model_validate_json(row[1])
+        except ValidationError as exc:
+            raise Refused("integrity", f"{what} is not a progress record ({exc.errors()[0]['msg']})") from None
+        if rec.task_id != task_id or rec.version != int(row[0]):
+            raise Refused("integrity", f"{what} holds task {rec.task_id!r} version {rec.version}, not its row's")
+        return rec
+
+    def notify_save(self, expect: Optional[Progress], new: Progress) -> None:
+        """See :meth:`state.store.TaskStore.notify_save`: ``INSERT … ON CONFLICT DO NOTHING`` for
+        the first version, else ``UPDATE … WHERE version = expect.version``; one row changed, or
+        :class:`Refused` (``stale_revision``), nothing written."""
+        from state import failpoints
+        from state.notify import check_successor, raced
+
+        check_successor(new.task_id, expect, new)
+        text = new.model_dump_json()
+        failpoints.hit("notify:progress:before")
+        with self._db() as conn:
+            if expect is None:
+                done = conn.execute("INSERT INTO notify_progress (task_id, version, record) VALUES (%s, %s, %s) "
+                                    "ON CONFLICT DO NOTHING", (new.task_id, new.version, text)).rowcount
+            else:
+                done = conn.execute("UPDATE notify_progress SET version = %s, record = %s WHERE task_id = %s "
+                                    "AND version = %s", (new.version, text, new.task_id, expect.version)).rowcount
+        if done != 1:
+            raise raced(new.task_id, new.version)
+        failpoints.hit("notify:progress:after")
+
+    def policy_get(self, version: Optional[int] = None) -> Optional[PolicyRecord]:
+        """See :meth:`state.store.TaskStore.policy_get` (table ``policies``: the row's envelope
+        verified as a signed ``policy`` record of this database, and its ``version`` column equal to
+        the signed one's)."""
+        with self._db() as conn:
+            if version is None:
+                row = conn.execute("SELECT version, envelope FROM policies ORDER BY version DESC LIMIT 1").fetchone()
+            else:
+                row = conn.execute("SELECT version, envelope FROM policies WHERE version = %s", (version,)).fetchone()
+        if row is None:
+            return None
+        rec: PolicyRecord = self._unsealed("policy", {"version": row[0]}, row[1],
+                                           f"policy version {row[0]} in {self.location}")
+        return rec
+
+    def policy_record(self, record: PolicyRecord) -> None:
+        """See :meth:`state.store.TaskStore.policy_record` (the latest version read and the next one
+        inserted in one transaction; ``INSERT … ON CONFLICT DO NOTHING`` on the version: of two
+        writers that read the same latest version, one inserts)."""
+        envelope = self._sealed("policy", record)
+        with self._db() as conn:
+            with conn.transaction():
+                row = conn.execute("SELECT coalesce(max(version), 0) FROM policies").fetchone()
+                latest = int(row[0]) if row else 0
+                if record.version != latest + 1:
+                    raise policy_raced(record.version, latest)
+                done = conn.execute("INSERT INTO policies (version, envelope) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                                    (record.version, envelope)).rowcount
+        if done != 1:
+            raise policy_raced(record.version, record.version)

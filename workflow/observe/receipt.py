@@ -20,7 +20,10 @@ Shape (``--json``)::
                  "channels": [{"channel", "executed": bool, "ledger": entry | null}, …]},
      "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
                   "decision": null | {"decision", "by", "at", "reason"},   (of the call shown)
-                  "decisions": [{"call_id", "channel", "decision", "by", "at", "reason", "source"}]},
+                  "decisions": [{"call_id", "channel", "decision", "by", "at", "reason", "source"}],
+                  # a team task only (docs/reviewers.md): every approval, with who and when, and
+                  # whether its call's quorum counted it (workflow.team.approval_log)
+                  "approvals": [{"call_id", "channel", "by", "at", "counted"}]},
      "checkpoint": {"path", "revision", "schema_version", "sdk_version", "run_state_schema_version",
                     "created_at", "updated_at"},
      "trajectory": [{"at", "step", ...}, …],   # in time order; see _history_steps/_trace_steps
@@ -61,6 +64,7 @@ from state.store import TaskStore
 from workflow.external import effect_status, shown_status
 from workflow.observe import trace_log
 from workflow.observe.views import one_line
+from workflow.team import approval_log
 
 
 def _ts(text: Any) -> datetime | None:
@@ -321,6 +325,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
             # approvals with edits (workflow/edits.py): what the reviewer approved instead
             "edits": [{"call_id": d.call_id, "by": d.by, "at": d.at, **d.edits.flat()}
                       for d in cp.decisions if d.edits is not None],
+            **({"approvals": approval_log(cp)} if cp.team is not None else {}),  # each reviewer's, not the last
         },
         "checkpoint": {
             "path": str(store.checkpoint_path(cp.task_id)),
@@ -463,6 +468,11 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
         lines.append(f"  decided: {d['decision']} by {one_line(d['by'])} at {one_line(d['at'])}{why}")
     else:
         lines.append("  decided: not yet")
+    for call in dict.fromkeys(x["call_id"] for x in a.get("approvals", [])):  # a team task: every approver
+        given = [x for x in a["approvals"] if x["call_id"] == call]
+        lines.append(f"  approved: {one_line(call)} ({one_line(given[0]['channel'])}) by "
+                     + ", ".join(f"{one_line(x['by'])} at {one_line(x['at'])}"
+                                 + ("" if x.get("counted", True) else " (not counted)") for x in given))
     for e in a.get("edits", []):
         from workflow.edits import diff_lines
 

@@ -9,6 +9,10 @@
   an effect is not confirmed (:func:`workflow.external.shown_status`). ``decision`` is the latest
   decision of the current round (a one-call task's only one); ``decisions`` lists every call's.
   Each ``decision`` is ``approved``, ``rejected`` or ``approved_with_edits`` (workflow/edits.py).
+  A team task (docs/reviewers.md) adds ``requested_by``, ``policy_version``, ``approvals`` (each pending call's quorum:
+  :func:`workflow.team.progress`) and ``approval_log`` (every approval, the calls decided since
+  included: ``[{"call_id", "channel", "by", "at", "counted"}]``), so a task approved by several
+  reviewers names each of them, not only the last, and which of them the quorum counted.
 - list: ``{"tasks": [task, …]}`` (built by ``workflow.review.inbox.inbox_view``) · ledger: ``{"path",
   "entries": [entry, …]}``
 """
@@ -63,7 +67,9 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
         "revision": cp.revision,
         "checkpoint_path": str(store.checkpoint_path(cp.task_id)),
         **({"service": cp.service, "effects": effects} if cp.service is not None else {}),
-        **({"requested_by": cp.team.requested_by, "approvals": _progress(cp)} if cp.team is not None else {}),
+        **({"requested_by": cp.team.requested_by, "policy_version": cp.team.policy_version,
+            "approvals": _progress(store, cp), "approval_log": _log(cp)}
+           if cp.team is not None else {}),
         **({"failure": cp.failure} if cp.failure is not None else {}),
     }
 
@@ -92,8 +98,19 @@ def ledger_view(store: TaskStore) -> dict[str, Any]:
 _SETTLED = ("settled_by", "settle_reason")
 
 
-def _progress(cp: Checkpoint) -> list[dict[str, Any]]:
-    """:func:`workflow.team.progress` (who approved each pending call so far, how many are missing)."""
+def _progress(store: TaskStore, cp: Checkpoint) -> list[dict[str, Any]]:
+    """:func:`workflow.team.progress` (who approved each pending call so far, how many are missing);
+    for a waiting task started in team mode, only the approvals that count (the reviewer list is
+    read: raises :class:`state.errors.Refused` as it does)."""
     from workflow.team import progress
 
-    return progress(cp)
+    if cp.team is None or not cp.team.authenticated or not cp.pending:
+        return progress(cp)
+    return progress(cp, {r.name: list(r.roles) for r in store.reviewers()})
+
+
+def _log(cp: Checkpoint) -> list[dict[str, Any]]:
+    """:func:`workflow.team.approval_log` (every approval, with who and when, and whether it counted)."""
+    from workflow.team import approval_log
+
+    return approval_log(cp)

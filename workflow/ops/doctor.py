@@ -92,7 +92,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 from state.errors import Next, Part, Refused
 from state.inspection import Counted, Problem, Records, Repaired, TaskCheck
@@ -348,7 +348,8 @@ def _finding(problem: Problem) -> Finding:
     return Finding(problem.kind, problem.task_id, problem.path, problem.detail, action)
 
 
-def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = ()) -> dict[str, Any]:
+def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = (),
+           token: Optional[str] = None) -> dict[str, Any]:
     """Check every task of ``store`` against its ledger; with ``repair`` let the store make the
     repairs it can prove (unsigned records a signed checkpoint proves; the file store: leftover
     temp files, older revision files a crash left whole, tasks still in the layout before one
@@ -359,7 +360,10 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = ())
     each task (held under its lock while it is judged here, :mod:`state.inspection`), and this
     function judges each task by the decision table. Returns :meth:`Report.as_dict`. Never raises
     :class:`Refused` for a damaged record: every problem becomes a finding. Raises
-    :class:`Refused` for a store that cannot be inspected.
+    :class:`Refused` for a store that cannot be inspected, and, in team mode (a reviewer
+    registered), for ``adopt`` without ``token`` of an admin (:func:`workflow.team.require_admin`):
+    an adopted ledger entry is a publication, so vouching for one is an admin's act, checked before
+    anything is read.
     """
     if not isinstance(store, Inspectable):
         raise Refused("usage", f"the store {store.location} cannot be checked by doctor (it lists no "
@@ -367,6 +371,12 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = ())
     adopt = tuple(adopt)
     if adopt and not repair:
         raise Refused("usage", "adopting unsigned records is a repair: it needs repair as well; nothing was read")
+    if adopt:
+        from state import reviewers as people
+        from workflow import team
+
+        if people.team_mode(store):
+            team.require_admin(store, token, "adopting an unsigned record (doctor --repair --adopt)")
     report = Report(state_dir=store.location, repair=repair)
     unsigned: set[str] = set()  # tasks with an unsigned record: not judged (the store lists those first)
     # ``adopt`` only when given: a store written before it existed still works without it

@@ -149,23 +149,39 @@ def inbox_text(view: dict[str, Any]) -> str:
     return "\n".join(lines) or "no tasks"
 
 
-def expire_overdue(store: TaskStore, task_id: Optional[str] = None) -> tuple[list[str], list[str]]:
-    """Mark every overdue waiting task (or just ``task_id``) ``expired``.
+def expire_overdue(store: TaskStore, task_id: Optional[str] = None, *, token: Optional[str] = None,
+                   by: Optional[str] = None) -> tuple[list[str], list[str]]:
+    """Mark every overdue waiting task (or just ``task_id``) ``expired``; the ``expired`` event
+    records who did it (``by``).
+
+    An expiry ends a task as a veto would, so in team mode (a reviewer registered, or ``task_id`` a
+    team task) it is an admin's: ``token`` must be the token of a reviewer with the role ``admin``
+    (:func:`workflow.team.require_admin`), who is then ``by``. Without reviewers, ``by`` is the name
+    given (single-user mode); a task started in team mode is never expired then (the sweep leaves it).
 
     Returns ``(IDs marked, IDs skipped because another process holds their lock)``. Under each
     task's lock the checkpoint is reloaded and checked again: a task with a ledger entry (it
     executed in time) or a rejection record (a reject was decided) is never expired. The sweep
     only locks tasks that look overdue, and skips a busy one instead of stopping half-way. Raises
-    :class:`Refused` if ``task_id`` is given and is not overdue or is busy.
+    :class:`Refused` if ``task_id`` is given and is not overdue or is busy, and
+    (``unauthenticated``, ``not_allowed``) for a token that is not an admin's, nothing changed.
     """
+    from workflow import team
+
     done: list[str] = []
     busy: list[str] = []
+    first = store.load(task_id) if task_id else None
+    if team.is_team(store, first):
+        by = team.require_admin(store, token, "expiring a task").name
+        admin = True
+    else:
+        admin = False
     if task_id:
         ids = [task_id]
-        _check_expirable(store, store.load(task_id))  # before the lock: a refusal leaves no file
+        _check_expirable(store, first)  # before the lock: a refusal leaves no file
     else:
         now = clock.now()
-        ids = [cp.task_id for cp in store.checkpoints() if overdue(cp, now)]
+        ids = [cp.task_id for cp in store.checkpoints() if overdue(cp, now) and (admin or not _team_task(cp))]
     for tid in ids:
         with ExitStack() as stack:
             try:
@@ -180,12 +196,19 @@ def expire_overdue(store: TaskStore, task_id: Optional[str] = None) -> tuple[lis
                 _check_expirable(store, cp)
             elif reconcile.check(store, cp, "expire").kind != "expire":
                 continue
+            if _team_task(cp) and not admin:  # fail closed: never expired without an admin
+                continue
             store.save_revision(
                 cp, failpoint="checkpoint:expired", status="expired", pending=[],
-                event=("expired", {"expires_at": cp.expires_at,
+                event=("expired", {"expires_at": cp.expires_at, "by": by,
                                    "pending": [p.call_id for p in cp.pending]}))
             done.append(tid)
     return done, busy
+
+
+def _team_task(cp: Checkpoint) -> bool:
+    """True if ``cp`` was started in team mode (its decisions need a reviewer's token)."""
+    return cp.team is not None and cp.team.authenticated
 
 
 def _check_expirable(store: TaskStore, cp: Checkpoint) -> None:

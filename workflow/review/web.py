@@ -28,6 +28,19 @@ is in :class:`Gate`):
 - every response has a Content-Security-Policy without ``unsafe-inline`` (:data:`CSP`);
 - the reviewer is the server's ``--reviewer``, never a form field.
 
+Team mode (a reviewer is registered; docs/reviewers.md), :class:`TeamGate` instead: no URL token
+(a ``?token=`` is refused); each reviewer signs in on ``GET/POST /signin`` with their own reviewer
+token (a form post, never a URL; the form carries a CSRF token bound to a signed pre-session
+cookie; failed sign-ins are limited; :func:`workflow.team.sign_in`, the CLI's authentication), and
+gets a session of their own (:class:`Sessions`, in this process's memory; the cookie HttpOnly,
+SameSite=Strict, Secure over TLS, with the expiry ``HITL_INBOX_SESSION_MAX_AGE``; a CSRF token per
+session). At every request the session's reviewer is resolved again against the store's list
+(:func:`workflow.team.signed_in`: still registered, with the token signed in with), and expired
+sessions are refused (:func:`state.clock.now`). ``POST /signout`` (with CSRF) ends the session on the
+server. A decision's ``by`` is the session's reviewer; the policy's checks are the command line's
+(:func:`workflow.team.check_before` before the lock, :func:`workflow.team.count` under it), and the
+same check decides which buttons a page shows.
+
 What a page shows: Jinja2 escapes HTML, and every value printed goes through :func:`shown` first,
 the terminal's rule (:func:`workflow.observe.views.one_line`): a control, bidi or zero-width character from
 a model or a file (U+202E, ESC, a newline in a call ID) is shown escaped (``\u202e``), never raw.
@@ -45,7 +58,9 @@ import socket
 import sys
 import threading
 import time
-from datetime import timezone
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import quote, urlencode
@@ -205,16 +220,255 @@ class Gate:
         return None
 
 
-def _plain(status: int, message: str) -> HTMLResponse:
-    """A refusal page: one sentence, escaped, no script, no style."""
+def _plain(status: int, message: str, *, signin: bool = False) -> HTMLResponse:
+    """A refusal page: one sentence, escaped, no script, no style (``signin``: and a link to the
+    sign-in form, team mode)."""
     from html import escape
 
-    return HTMLResponse(f"<!doctype html><title>{status}</title><p>STOPPED: {escape(message)}</p>",
+    link = '<p><a href="/signin">Sign in</a></p>' if signin else ""
+    return HTMLResponse(f"<!doctype html><title>{status}</title><p>STOPPED: {escape(message)}</p>{link}",
                         status_code=status)
 
 
+@dataclass(frozen=True)
+class Session:
+    """One reviewer's sign-in (team mode): ``reviewer`` (their name), ``token_id`` and
+    ``fingerprint`` (:func:`state.reviewers.fingerprint`) of the token they signed in with (never
+    the token itself), ``expires`` (an aware datetime: the wall clock at sign-in plus
+    ``HITL_INBOX_SESSION_MAX_AGE``)."""
+
+    reviewer: str
+    token_id: str
+    fingerprint: str
+    expires: datetime
+
+
+#: The most sessions one server keeps (the oldest is ended past it), and the most failed sign-ins
+#: it takes in :data:`SIGNIN_WINDOW_S` seconds (then every sign-in is refused until the window moves).
+MAX_SESSIONS = 1000
+#: The most sessions one reviewer holds at once: their next sign-in ends their own oldest, so no
+#: reviewer can push everyone else's sessions out by signing in over and over.
+MAX_SESSIONS_PER_REVIEWER = 8
+MAX_FAILED_SIGNINS, SIGNIN_WINDOW_S = 10, 60.0
+
+
+class Sessions:
+    """Team mode's sessions, in this process's memory only: a server that stops (or restarts)
+    forgets every one, as it forgets the key that signs their cookies. ``max_age``: seconds a
+    session lasts. Thread-safe (pages run in worker threads)."""
+
+    def __init__(self, max_age: int) -> None:
+        self.max_age = max_age
+        self._open: dict[str, Session] = {}
+        self._failed: deque[float] = deque()
+        self._lock = threading.Lock()
+
+    def open(self, reviewer: Any) -> str:
+        """A new session for ``reviewer`` (a :class:`state.reviewers.Reviewer`, just authenticated);
+        returns its nonce (32 random bytes, URL-safe). Ends expired sessions, the reviewer's own
+        oldest beyond :data:`MAX_SESSIONS_PER_REVIEWER`, and the oldest beyond :data:`MAX_SESSIONS`."""
+        from state import reviewers as people
+
+        nonce = secrets.token_urlsafe(32)
+        session = Session(reviewer=reviewer.name, token_id=reviewer.token_id,
+                          fingerprint=people.fingerprint(reviewer),
+                          expires=clock.plus(clock.wall(), self.max_age))
+        now = clock.now()
+        with self._lock:
+            for old in [n for n, s in self._open.items() if s.expires <= now]:
+                del self._open[old]
+            own = [n for n, s in self._open.items() if s.reviewer == session.reviewer]  # oldest first
+            for old in own[:max(0, len(own) - MAX_SESSIONS_PER_REVIEWER + 1)]:
+                del self._open[old]
+            while len(self._open) >= MAX_SESSIONS:
+                del self._open[next(iter(self._open))]
+            self._open[nonce] = session
+        return nonce
+
+    def get(self, nonce: Optional[str]) -> Optional[Session]:
+        """The session of ``nonce``, or None (never opened, ended, or forgotten with the process)."""
+        with self._lock:
+            return self._open.get(nonce) if nonce else None
+
+    def end(self, nonce: Optional[str]) -> None:
+        """Forget the session of ``nonce`` (sign-out; a session found expired or no longer valid)."""
+        with self._lock:
+            self._open.pop(nonce or "", None)
+
+    def may_try(self) -> bool:
+        """False while :data:`MAX_FAILED_SIGNINS` sign-ins failed in the last
+        :data:`SIGNIN_WINDOW_S` seconds (then no token is even checked)."""
+        with self._lock:
+            cutoff = time.monotonic() - SIGNIN_WINDOW_S
+            while self._failed and self._failed[0] < cutoff:
+                self._failed.popleft()
+            return len(self._failed) < MAX_FAILED_SIGNINS
+
+    def failed(self) -> None:
+        """Count one failed sign-in."""
+        with self._lock:
+            self._failed.append(time.monotonic())
+
+
+class TeamGate(Gate):
+    """:class:`Gate` in team mode (the module docstring): the same Host, Origin and Sec-Fetch-Site
+    checks first, then, instead of the URL token, each reviewer's own sign-in.
+
+    ``store`` holds the reviewer list; ``pages`` (an :class:`Inbox`) renders the sign-in form;
+    ``sessions`` (:class:`Sessions`) keeps the sessions; ``cookie``: the session cookie's name (the
+    sign-in form's pre-session cookie is ``cookie + "_signin"``). What a page gets: ``scope["csrf"]``
+    (the session's CSRF token), ``scope["reviewer"]`` (the name, resolved again for this request)
+    and ``scope["session"]`` (the :class:`Session`). Without a session a ``GET`` is sent to
+    ``/signin`` (303), anything else is refused (403). A session that is unknown, expired, or whose
+    reviewer was removed or rotated since is ended and refused (403, the cookie cleared)."""
+
+    def __init__(self, app: Any, *, store: Any, pages: "Inbox", sessions: Sessions, hosts: set[str],
+                 cookie: str, hint: Callable[[Next], str] = no_hint) -> None:
+        super().__init__(app, token="", hosts=hosts, cookie=cookie, hint=hint)
+        self.origins |= {f"https://{h}" for h in hosts}  # this address behind TLS (the cookie is then Secure)
+        self.hint = hint
+        self.store = store
+        self.pages = pages
+        self.sessions = sessions
+        self.signin_cookie = f"{cookie}_signin"
+
+    def _signed(self, value: str, purpose: str) -> Optional[str]:
+        """The nonce of ``value`` (``nonce.signature``) if signed for ``purpose``, else None."""
+        nonce, _, sig = value.partition(".")
+        if nonce and hmac.compare_digest(sig.encode(), _digest(self.key, purpose, nonce).encode()):
+            return nonce
+        return None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        request = Request(scope, receive)
+        response = await self._gate(request)
+        if response is None:
+            await self.app(scope, receive, send_with_headers)
+        else:
+            await response(scope, receive, send_with_headers)
+
+    async def _gate(self, request: Request) -> Optional[Response]:
+        """The answer of the gate itself (a refusal, the sign-in, the sign-out), or None: the page
+        runs, with the session's reviewer in the scope."""
+        why = self._refusal(request)
+        if why is not None:
+            return _plain(403, why)
+        if "token" in request.query_params:  # never echoed: a URL lands in histories and logs
+            return _plain(403, "team mode: a token in the URL is never accepted; sign in with your reviewer "
+                          "token on the form at /signin", signin=True)
+        path, method = request.url.path, request.method
+        if path == "/signin":
+            if method in ("GET", "HEAD"):
+                return self.signin_page(request)
+            return await self._sign_in(request) if method == "POST" else _plain(405, "GET or POST /signin")
+        if (path.startswith("/static/") or path == "/favicon.ico") and method in ("GET", "HEAD"):
+            return None  # the stylesheet and the script of every page, the sign-in form's too (public)
+        nonce = self._signed(request.cookies.get(self.cookie, ""), "session")
+        session = self.sessions.get(nonce)
+        if session is None or nonce is None:
+            if method in ("GET", "HEAD") and path != "/signout":
+                return RedirectResponse("/signin", 303)
+            return _plain(403, "no valid session: sign in at /signin", signin=True)
+        try:
+            by = await run_in_threadpool(self._still_valid, session)
+        except Refused as exc:
+            self.sessions.end(nonce)
+            response = _plain(403, exc.render(self.hint), signin=True)
+            response.delete_cookie(self.cookie, path="/")
+            return response
+        request.scope["csrf"] = _digest(self.key, "csrf", nonce)
+        request.scope["reviewer"] = by
+        request.scope["session"] = session
+        if path == "/signout":
+            return await self._sign_out(request, nonce) if method == "POST" else _plain(405, "POST /signout")
+        return None
+
+    def _still_valid(self, session: Session) -> str:
+        """The session's reviewer for this request: not expired (:func:`state.clock.now`, which
+        ``HITL_NOW`` only moves forward), still registered with the token signed in with
+        (:func:`workflow.team.signed_in`). Raises :class:`Refused`."""
+        from workflow import team
+
+        if clock.now() >= session.expires:
+            raise Refused("unauthenticated", f"your sign-in expired at {readable_time(clock.iso(session.expires))} "
+                          f"(a session lasts {self.sessions.max_age} s, HITL_INBOX_SESSION_MAX_AGE): sign in again")
+        return team.signed_in(self.store, session.reviewer, session.token_id, session.fingerprint)
+
+    def signin_page(self, request: Request, *, error: Optional[str] = None, status: int = 200) -> Response:
+        """The sign-in form, with the CSRF token bound to the browser's pre-session cookie (a new
+        one unless it holds a valid one: the form of another tab, or the page's own refresh, stays
+        valid). The token box is always empty: a token is never sent back."""
+        pre = self._signed(request.cookies.get(self.signin_cookie, ""), "signin") or secrets.token_urlsafe(16)
+        html = self.pages.env.get_template("signin.html").render(
+            partial=False, reviewer=None, csrf=_digest(self.key, "signin-csrf", pre), error=error,
+            poll_seconds=POLL_SECONDS, version="signin")
+        response = HTMLResponse(html, status_code=status)
+        response.set_cookie(self.signin_cookie, f"{pre}.{_digest(self.key, 'signin', pre)}", httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https", path="/signin")
+        return response
+
+    async def _sign_in(self, request: Request) -> Response:
+        """``POST /signin``: the pre-session's CSRF token, the rate limit, then the token
+        (:func:`workflow.team.sign_in`); a new session (a fresh nonce: an older session of this
+        browser ends) and 303 to the inbox. A wrong token: the form again with one line, 403."""
+        from workflow import team
+
+        try:
+            form = await _read_form(request)
+        except ValueError as exc:
+            return _plain(400, str(exc))
+        pre = self._signed(request.cookies.get(self.signin_cookie, ""), "signin")
+        if pre is None or not hmac.compare_digest(form.get("csrf", "").encode(),
+                                                  _digest(self.key, "signin-csrf", pre).encode()):
+            return self.signin_page(request, status=403,
+                                    error="the sign-in form carries no valid CSRF token: sign in on this form")
+        if not self.sessions.may_try():
+            return self.signin_page(request, status=429, error=f"too many failed sign-ins in the last "
+                                    f"{SIGNIN_WINDOW_S:.0f} seconds: wait a minute, then sign in again")
+        try:
+            reviewer = await run_in_threadpool(team.sign_in, self.store, form.get("token", "").strip())
+        except Refused as exc:
+            if exc.code != "unauthenticated":  # a list that does not verify: the store's own words
+                return self.signin_page(request, status=500, error=exc.render(self.hint))
+            self.sessions.failed()
+            return self.signin_page(request, status=403, error="this is not the token of a registered reviewer "
+                                    "(unknown, removed, rotated or mistyped); nobody is signed in")
+        self.sessions.end(self._signed(request.cookies.get(self.cookie, ""), "session"))
+        nonce = self.sessions.open(reviewer)
+        response = RedirectResponse("/", 303)
+        response.set_cookie(self.cookie, f"{nonce}.{_digest(self.key, 'session', nonce)}", httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https", path="/",
+                            max_age=self.sessions.max_age)
+        response.delete_cookie(self.signin_cookie, path="/signin")
+        return response
+
+    async def _sign_out(self, request: Request, nonce: str) -> Response:
+        """``POST /signout`` (the session's CSRF token): the session ends on the server (its cookie
+        no longer works anywhere), the cookie is cleared, 303 to ``/signin``."""
+        try:
+            form = await _read_form(request)
+        except ValueError as exc:
+            return _plain(400, str(exc))
+        if not hmac.compare_digest(form.get("csrf", "").encode(), request.scope["csrf"].encode()):
+            return _plain(403, "the form carries no valid CSRF token: reload the page and sign out again")
+        self.sessions.end(nonce)
+        response = RedirectResponse("/signin", 303)
+        response.delete_cookie(self.cookie, path="/")
+        return response
+
+
 def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, decision: str,
-                reason: Optional[str], by: str, expect_revision: int) -> Checkpoint:
+                reason: Optional[str], by: str, expect_revision: int,
+                session: Optional[Session] = None) -> Checkpoint:
     """Apply one reviewer's decision on one pending call, from the page: the ONE place the page
     reaches the workflow (:func:`workflow.hitl.decide`, the function ``run.py resume`` calls, with
     ``call_id`` as ``--call``), with ``application`` (a :class:`workflow.application.Application`).
@@ -223,14 +477,23 @@ def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, dec
     (a quick answer for a stale page) and again by ``hitl.resume`` under the task lock (the check
     that counts). Returns the new checkpoint (still ``waiting_for_approval`` while other calls of the
     task wait); raises :class:`Refused` for every refusal (nothing decided), e.g. a call that is not
-    pending."""
+    pending.
+
+    Team mode (:func:`workflow.team.is_team`): ``by`` is not used; the decision is ``session``'s
+    reviewer, resolved again here (:func:`workflow.team.signed_in`: still registered with the token
+    signed in with), and the policy is checked as ``run.py resume`` checks it
+    (:func:`workflow.team.check_before` here, before the lock; :func:`workflow.team.count` under
+    it). Without a session (a server started in single-user mode, and a reviewer registered since)
+    it is refused (``unauthenticated``), nothing decided."""
     from workflow import guards, hitl, team
 
     cp = store.load(task_id)
-    if team.is_team(store, cp):  # fail closed: the page does not sign reviewers in
-        raise Refused("unauthenticated", f"task {task_id}: team mode: the browser inbox does not sign reviewers in, "
-                      "so it cannot decide; each reviewer decides with their own token "
-                      "(HITL_REVIEWER_TOKEN); nothing decided")
+    if team.is_team(store, cp):
+        if session is None:  # fail closed: a single-user server decides as one name for everyone
+            raise Refused("unauthenticated", f"task {task_id}: team mode: this inbox was started without "
+                          "sign-in (it decides as one reviewer name for everyone); stop it and run serve again, "
+                          "where each reviewer signs in with their own token; nothing decided")
+        by = team.signed_in(store, session.reviewer, session.token_id, session.fingerprint)
     guards.check_revision(cp, expect_revision)
     team.check_before(store, cp, call_id, decision, by)
     return asyncio.run(hitl.decide(store, application, task_id=task_id, decision=decision, by=by, reason=reason,
@@ -240,14 +503,18 @@ def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, dec
 class Inbox:
     """The pages (module docstring) over ``store``, deciding as ``reviewer`` with ``application``
     (:class:`workflow.application.Application`); a refusal's next steps are worded by ``hint`` (the
-    application's words for them, e.g. ``cli.hints.hint``; default none)."""
+    application's words for them, e.g. ``cli.hints.hint``; default none). ``team``: team mode
+    (``reviewer`` None): each request's reviewer is the signed-in one :class:`TeamGate` put in the
+    scope, and a team task's page shows each call's quorum and only the buttons the policy lets
+    this reviewer press."""
 
-    def __init__(self, store: Any, application: Any, *, reviewer: str,
-                 hint: Callable[[Next], str] = no_hint) -> None:
+    def __init__(self, store: Any, application: Any, *, reviewer: Optional[str],
+                 hint: Callable[[Next], str] = no_hint, team: bool = False) -> None:
         self.store = store
         self.application = application
         self.reviewer = reviewer
         self.hint = hint
+        self.team = team
         self.index = InboxIndex(store, hint)
         self.env = Environment(loader=FileSystemLoader(ASSETS / "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True),
@@ -258,9 +525,45 @@ class Inbox:
         """``name`` (or, for the page's refresh, ``?partial=1``, only its ``<main>``) as HTML."""
         partial = request.query_params.get("partial") == "1"
         html = self.env.get_template(name).render(
-            partial=partial, reviewer=self.reviewer, csrf=request.scope["csrf"],
+            partial=partial, reviewer=self._by(request), csrf=request.scope["csrf"], team=self.team,
             poll_seconds=POLL_SECONDS, **context)
         return HTMLResponse(html, status_code=code)
+
+    def _by(self, request: Request) -> str:
+        """Who decides on this request: the signed-in reviewer (team mode, set by :class:`TeamGate`
+        for this request), else the server's ``--reviewer``. Never a form field."""
+        return request.scope["reviewer"] if self.team else str(self.reviewer)
+
+    def _who_may(self, cp: Checkpoint, by: str) -> dict[str, dict[str, Any]]:
+        """For a team task (:func:`workflow.team.is_team`), each pending call's quorum and what
+        ``by`` may do: ``{call_id: {"required", "approved_by", "missing", "not_counted",
+        "needed_from", "requester", "approve", "reject"}}``; ``approve``/``reject``: None if
+        :func:`workflow.team.check_before` (the check :func:`decide_call` makes) lets ``by`` do it,
+        else why not (one line). ``needed_from``: the registered reviewers whose approval would
+        still count. Empty for a single-user task (every button, as before)."""
+        from workflow import team
+
+        if not team.is_team(self.store, cp):
+            return {}
+        listed = self.store.reviewers()
+        registered = {r.name: list(r.roles) for r in listed}
+        requester = cp.team.requested_by if cp.team is not None else None
+        out: dict[str, dict[str, Any]] = {}
+        for entry in team.progress(cp, registered):
+            roles, excluded = entry["roles"], not entry["requester_may_approve"]
+            why: dict[str, Optional[str]] = {}
+            for word in ("approve", "reject"):
+                try:
+                    team.check_before(self.store, cp, entry["call_id"], word, by)
+                    why[word] = None
+                except Refused as exc:
+                    why[word] = exc.render(self.hint).removesuffix("; nothing changed")
+            out[entry["call_id"]] = {
+                **entry, **why, "requester": requester,
+                "needed_from": [n for n, has in sorted(registered.items()) if n not in entry["approved_by"]
+                                and (roles is None or set(roles) & set(has))
+                                and not (excluded and n == requester)]}
+        return out
 
     def inbox_page(self, request: Request) -> Response:
         """``GET /``: the inbox (sync: the index reads files, in a worker thread)."""
@@ -307,14 +610,16 @@ class Inbox:
         except Refused as exc:
             return self._error(request, 404 if not self.store.exists(task_id) else 500, exc.render(self.hint),
                                prior=error)
+        by = self._by(request)
         if confirm is not None:  # the confirming step: only for a call that is still pending
             try:
-                from workflow import guards
+                from workflow import guards, team
 
                 guards.check_revision(cp, confirm["revision"])
                 calls.pick_call(cp, confirm["call_id"])
+                team.check_before(self.store, cp, confirm["call_id"], confirm["decision"], by)  # decide_call's
             except Refused as exc:
-                return self._task(request, task_id, error=exc.render(self.hint), status=409)
+                return self._task(request, task_id, error=exc.render(self.hint), status=_status(exc))
         now = clock.now()
         try:
             row = inbox_index.with_effects(self.store, inbox_index.row_of(cp))
@@ -326,7 +631,7 @@ class Inbox:
                             shown_status=row.status, effects=_effects_shown(row, self.hint),
                             receipt=receipt, timing=t, model=model_line(cp.model),
                             budget=spent_line(cp.budget, cp.spend), version=f"{cp.revision}",
-                            decided=decided, recorded=recorded, confirm=confirm,
+                            decided=decided, recorded=recorded, confirm=confirm, rules=self._who_may(cp, by),
                             last=decided[-1] if decided and cp.decision is None else None,
                             href=f"/task/{quote(task_id, safe='')}",
                             action=f"/task/{quote(task_id, safe='')}/decide")
@@ -362,15 +667,22 @@ class Inbox:
             return await run_in_threadpool(self._task, request, task_id, confirm=confirm)
         try:
             await run_in_threadpool(decide_call, self.store, self.application, task_id=task_id, call_id=call_id,
-                                    decision=decision, reason=reason, by=self.reviewer,
-                                    expect_revision=revision)
+                                    decision=decision, reason=reason, by=self._by(request),
+                                    expect_revision=revision, session=request.scope.get("session"))
         except Refused as exc:
-            return await run_in_threadpool(self._task, request, task_id, error=exc.render(self.hint), status=409)
+            return await run_in_threadpool(self._task, request, task_id, error=exc.render(self.hint),
+                                           status=_status(exc))
         except Exception as exc:  # never a traceback in a page; the server's stderr has the log
             what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             return await run_in_threadpool(self._task, request, task_id,
                                            error=f"unexpected error ({what})", status=500)
         return RedirectResponse(f"/task/{quote(task_id, safe='')}?decided=1", 303)
+
+
+def _status(exc: Refused) -> int:
+    """The HTTP status of a refused decision: 403 for who decides (``unauthenticated``,
+    ``not_allowed``, ``not_you``), else 409 (the task is not in a state to take it)."""
+    return 403 if exc.code in ("unauthenticated", "not_allowed", "not_you") else 409
 
 
 async def _read_form(request: Request) -> dict[str, str]:
@@ -470,15 +782,22 @@ def _receipt_text(store: Any, task_id: str) -> str:
     return receipt_text(build_receipt(store, task_id))
 
 
-def create_app(store: Any, application: Any, *, reviewer: str, token: str, hosts: set[str], cookie: str,
-               warm: bool = False, hint: Callable[[Next], str] = no_hint) -> Any:
+def create_app(store: Any, application: Any, *, reviewer: Optional[str], token: Optional[str], hosts: set[str],
+               cookie: str, warm: bool = False, hint: Callable[[Next], str] = no_hint, team: bool = False,
+               session_max_age: Optional[int] = None) -> Any:
     """The ASGI app: the pages of :class:`Inbox` (deciding with ``application``, a
-    :class:`workflow.application.Application`) behind :class:`Gate`. ``hosts``: accepted
-    ``Host`` header values; ``cookie``: the session cookie's name; ``warm``: read and verify every
+    :class:`workflow.application.Application`) behind :class:`Gate` (``reviewer`` and the URL's
+    ``token``), or, with ``team``, behind :class:`TeamGate` (each reviewer signs in; ``reviewer``
+    and ``token`` None; sessions last ``session_max_age`` seconds, default
+    ``HITL_INBOX_SESSION_MAX_AGE``). ``hosts``: accepted ``Host`` header values; ``cookie``: the
+    session cookie's name; ``warm``: read and verify every
     checkpoint once now, in a background thread, so the first inbox page is as fast as the next
     (a checkpoint that does not verify is reported by the page that lists it, not here);
-    ``hint``: how a refusal's next steps are worded (:class:`Inbox`)."""
-    pages = Inbox(store, application, reviewer=reviewer, hint=hint)
+    ``hint``: how a refusal's next steps are worded (:class:`Inbox`). Raises ``ValueError`` for
+    ``team`` with a ``reviewer`` or ``token``, or neither ``team`` nor both."""
+    if (reviewer is not None or token is not None) if team else (reviewer is None or token is None):
+        raise ValueError("team mode takes no reviewer and no token; single-user mode takes both")
+    pages = Inbox(store, application, reviewer=reviewer, hint=hint, team=team)
     if warm:
         threading.Thread(target=_quietly, args=(pages.index.rows,), daemon=True).start()
     app = Starlette(routes=[
@@ -488,7 +807,12 @@ def create_app(store: Any, application: Any, *, reviewer: str, token: str, hosts
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Mount("/static", StaticFiles(directory=ASSETS / "static"), name="static"),
     ])
-    return Gate(app, token=token, hosts=hosts, cookie=cookie, hint=hint)
+    if team:
+        from state.settings import settings
+
+        age = session_max_age if session_max_age is not None else settings().session_max_age
+        return TeamGate(app, store=store, pages=pages, sessions=Sessions(age), hosts=hosts, cookie=cookie, hint=hint)
+    return Gate(app, token=str(token), hosts=hosts, cookie=cookie, hint=hint)
 
 
 def _quietly(read: Any) -> None:
@@ -613,18 +937,24 @@ def server_config(app: Any) -> Any:
                           server_header=False, proxy_headers=False)
 
 
-def serve(store: Any, application: Any, host: str, port: int, reviewer: str, allow_remote: bool,
-          hint: Callable[[Next], str] = no_hint) -> None:
+def serve(store: Any, application: Any, host: str, port: int, reviewer: Optional[str], allow_remote: bool,
+          hint: Callable[[Next], str] = no_hint, *, default_reviewer: str = "reviewer") -> None:
     """``python run.py serve``: import the SDK once, listen, print ``inbox: http://HOST:PORT/?token=…``
-    as the first line on stdout (flushed at once), serve until Ctrl-C or SIGTERM, deciding with
-    ``application`` (:class:`workflow.application.Application`). Raises
-    :class:`Refused` before listening if the host or port cannot be used (see :func:`listen`)."""
+    (team mode: ``inbox: http://HOST:PORT/signin``) as the first line on stdout (flushed at once),
+    serve until Ctrl-C or SIGTERM, deciding with ``application``
+    (:class:`workflow.application.Application`) as ``reviewer`` (``--reviewer``; None:
+    ``default_reviewer``, the OS user), or, in team mode (a reviewer registered), as each
+    reviewer signed in. Raises :class:`Refused` before listening if the host or port cannot be
+    used (see :func:`listen`), or for a ``reviewer`` given in team mode (``usage``: one name for
+    everyone with the URL is not team mode)."""
     from workflow import team
 
-    if team.is_team(store):  # fail closed: one --reviewer for everyone with the URL is not team mode
-        raise Refused("unauthenticated", "team mode (reviewers are registered): the browser inbox does not sign "
-                      "reviewers in, so it would decide as one name for everyone with its URL; decide with "
-                      "each reviewer's own token (HITL_REVIEWER_TOKEN); nothing started")
+    teamed = team.is_team(store)
+    if teamed and reviewer is not None:  # fail closed: never one name for everyone in team mode
+        raise Refused("usage", "team mode (reviewers are registered): a reviewer name given to the inbox "
+                      "would decide as one name for everyone with the URL; leave it out: each reviewer signs in "
+                      "with their own token; nothing started")
+    reviewer = None if teamed else (reviewer or default_reviewer)
     sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
 
@@ -636,12 +966,13 @@ def serve(store: Any, application: Any, host: str, port: int, reviewer: str, all
     if host not in LOOPBACK:
         print(f"WARNING: the inbox listens on {authority}, beyond this machine: anyone who can reach "
               "it and sees the URL can decide; the token travels unencrypted", file=sys.stderr)
-    token = secrets.token_urlsafe(32)
+    token = None if teamed else secrets.token_urlsafe(32)
     app = create_app(store, application, reviewer=reviewer, token=token, hosts=hosts,
-                     cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True, hint=hint)
-    print(f"inbox: http://{authority}/?token={token}", flush=True)
+                     cookie=f"hitl_inbox_{sock.getsockname()[1]}", warm=True, hint=hint, team=teamed)
+    print(f"inbox: http://{authority}/signin" if teamed else f"inbox: http://{authority}/?token={token}", flush=True)
     where = getattr(store, "location", None) or f"state dir {store.root}"  # a database: its URL, no password
-    print(f"reviewer: {reviewer}; store: {where}; Ctrl-C stops", file=sys.stderr, flush=True)
+    who = "each reviewer signs in (team mode)" if teamed else f"reviewer: {reviewer}"
+    print(f"{who}; store: {where}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
         uvicorn.Server(server_config(app)).run(sockets=[sock])
     except KeyboardInterrupt:
