@@ -142,6 +142,17 @@ def _digest(key: bytes, purpose: str, nonce: str) -> str:
     return hmac.new(key, f"{purpose}:{nonce}".encode(), hashlib.sha256).hexdigest()
 
 
+
+def _with_security_headers(send: Any) -> Any:
+    """``send`` that adds :data:`SECURITY_HEADERS` to every response's start."""
+
+    async def send_with_headers(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+        await send(message)
+
+    return send_with_headers
+
 class Gate:
     """ASGI middleware: the checks of the module docstring, before any page code runs.
 
@@ -161,23 +172,22 @@ class Gate:
         self.cookie = cookie
         self.key = secrets.token_bytes(32)  # signs sessions and CSRF tokens; dies with the process
 
-    def _session(self, request: Request) -> Optional[str]:
-        """The nonce of a validly signed session cookie, else None."""
-        nonce, _, sig = request.cookies.get(self.cookie, "").partition(".")
-        if nonce and hmac.compare_digest(sig.encode(), _digest(self.key, "session", nonce).encode()):
+    def _signed(self, value: str, purpose: str) -> Optional[str]:
+        """The nonce of ``value`` (``nonce.signature``) if signed for ``purpose``, else None."""
+        nonce, _, sig = value.partition(".")
+        if nonce and hmac.compare_digest(sig.encode(), _digest(self.key, purpose, nonce).encode()):
             return nonce
         return None
+
+    def _session(self, request: Request) -> Optional[str]:
+        """The nonce of a validly signed session cookie, else None."""
+        return self._signed(request.cookies.get(self.cookie, ""), "session")
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-
-        async def send_with_headers(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
-            await send(message)
-
+        send_with_headers = _with_security_headers(send)
         request = Request(scope)
         why = self._refusal(request)
         if why is not None:
@@ -332,23 +342,11 @@ class TeamGate(Gate):
         self.sessions = sessions
         self.signin_cookie = f"{cookie}_signin"
 
-    def _signed(self, value: str, purpose: str) -> Optional[str]:
-        """The nonce of ``value`` (``nonce.signature``) if signed for ``purpose``, else None."""
-        nonce, _, sig = value.partition(".")
-        if nonce and hmac.compare_digest(sig.encode(), _digest(self.key, purpose, nonce).encode()):
-            return nonce
-        return None
-
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-
-        async def send_with_headers(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
-            await send(message)
-
+        send_with_headers = _with_security_headers(send)
         request = Request(scope, receive)
         response = await self._gate(request)
         if response is None:
