@@ -68,8 +68,8 @@ def decider(store: "TaskStore", by: Optional[str], token: Optional[str], cp: Opt
     reviewer = people.authenticate(store, token)
     if by is not None and by != reviewer.name:
         raise Refused("not_you", f"the reviewer token (HITL_REVIEWER_TOKEN) belongs to {reviewer.name!r}, but the "
-                      f"name given is {by[:100]!r}: a decision (or a request) is made by the reviewer whose token it carries; "
-                      "nothing changed")
+                      f"name given is {by[:100]!r}: a decision (or a request) is made by the reviewer whose token it "
+                      "carries; nothing changed")
     return reviewer.name
 
 
