@@ -235,6 +235,8 @@ def notify_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
     p.add_argument("--list", action="store_true", help="show the outbox (pending, in flight, failed); send nothing")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="send each event given up once more (after its task's later events), then exit")
 
 
 def version(value: str) -> int:

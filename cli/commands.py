@@ -125,14 +125,17 @@ def expire(store: Any, args: Any) -> dict[str, Any]:
 
 
 def notify(store: Any, args: Any) -> dict[str, Any]:
-    """``notify [--once] [--list]``: :func:`workflow.notify.outbox` (``--list``: what is pending, in
-    flight and failed; nothing sent) or :func:`workflow.notify.run` (passes until Ctrl-C, or one
+    """``notify [--once] [--list] [--retry-failed]``: :func:`workflow.notify.outbox` (``--list``: what
+    is pending, in flight and failed; nothing sent), :func:`workflow.notify.retry_failed` (each event
+    given up, sent once more) or :func:`workflow.notify.run` (passes until Ctrl-C, or one
     with ``--once``), each pass printed as it ends unless ``--json`` or ``--once``. SDK-free."""
     from cli import hints, output
     from workflow import notify as outbox
 
     if args.list:
         return outbox.outbox(store, hints.hint)
+    if args.retry_failed:
+        return outbox.retry_failed(store, hints.hint)
     return outbox.run(store, hints.hint, once=args.once,
                       on_pass=None if getattr(args, "json", False) or args.once else output.notify_pass_printer())
 

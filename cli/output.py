@@ -297,6 +297,14 @@ def notify_text(result: dict[str, Any]) -> str:
                 lines.append(f"    FAILED {one_line(x['type'])} {one_line(x['id'])} after {x['attempts']} tries: "
                              f"{one_line(x['last_error'])}")
         return "\n".join(lines)
+    if result["action"] == "notify_retry":
+        lines = [f"notify --retry-failed: {len(result['delivered'])} delivered, {len(result['failed'])} still failed "
+                 f"(to {one_line(result['url'])})"]
+        lines += [f"  delivered {one_line(x['task_id'])} {one_line(x['type'])} {one_line(x['id'])}"
+                  for x in result["delivered"]]
+        lines += [f"  FAILED {one_line(x['task_id'])} {one_line(x['type'])} {one_line(x['id'])} after {x['attempts']} "
+                  f"tries: {one_line(x['last_error'])}" for x in result["failed"]]
+        return "\n".join(lines)
     lines = [f"notify: {len(result['delivered'])} delivered, {len(result['retrying'])} to try again, "
              f"{len(result['failed'])} given up, {result['waiting']} waiting (to {one_line(result['url'])})"]
     for x in result["failed"]:

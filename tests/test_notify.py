@@ -273,6 +273,28 @@ def test_given_up_after_the_bound_stays_visible_and_the_next_event_goes_on(store
     assert _pass(store)["delivered"] == []  # given up: not sent again
 
 
+def test_an_event_given_up_is_sent_again_by_retry_failed_with_its_own_id(store, receiver, env):
+    """Why: a receiver down longer than the tries lost the events that fell due meanwhile, and no
+    command sent them again. ``notify --retry-failed`` sends each one given up once more, with the
+    same ``webhook-id``: refused again it stays failed (one more try counted), taken it is delivered."""
+    from cli.hints import hint
+    from workflow import notify
+
+    env.setenv("HITL_WEBHOOK_ATTEMPTS", "1")
+    _task(store)
+    receiver.script[:] = [500, 502]
+    gave_up = _pass(store)["failed"]
+    assert [(f["type"], f["attempts"]) for f in gave_up] == [("task.waiting", 1)]
+    again = notify.retry_failed(store, hint)  # the receiver still refuses: still failed, 2 tries
+    assert again["delivered"] == [] and [(f["attempts"], f["last_error"]) for f in again["failed"]] == [
+        (2, "HTTP 502")]
+    done = notify.retry_failed(store, hint)  # back up: delivered, no longer failed
+    assert [d["id"] for d in done["delivered"]] == [gave_up[0]["id"]] and done["failed"] == []
+    assert receiver.ids() == [gave_up[0]["id"]] * 3 and all(isinstance(v, dict) for _, _, v in receiver.got[2:])
+    assert notify.outbox(store, hint)["totals"] == {"events": 1, "delivered": 1, "pending": 0, "failed": 0}
+    assert notify.retry_failed(store, hint)["delivered"] == [] and len(receiver.got) == 3  # nothing left
+
+
 def test_in_doubt_and_settled_are_announced(store, receiver):
     """Why: an effect in doubt is not a revision; its event is derived from the write-ahead intent
     while it holds, and a person's settlement from the settlement record."""

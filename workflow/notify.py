@@ -366,6 +366,58 @@ def _deliver_task(store: Any, cp: Checkpoint, target_: Target, hint: Callable[[N
         progress = new
 
 
+def retry_failed(store: Any, hint: Callable[[Next], str], *, client: Any = None) -> dict[str, Any]:
+    """``notify --retry-failed``: send each event given up (after ``HITL_WEBHOOK_ATTEMPTS`` tries)
+    once more, with its own ``webhook-id``, after the task's later events (a receiver orders by the
+    body's ``timestamp``). One that the receiver now takes moves from failed to delivered; one it
+    still refuses stays failed, its tries and last error brought up to date. Each write is the
+    next version of the task's progress, by compare-and-swap, as :func:`deliver` writes it.
+
+    Returns ``{"action": "notify_retry", "url", "delivered": [{"id", "task_id", "type"}],
+    "failed": [{"id", "task_id", "type", "attempts", "last_error", "at"}], "busy": [task IDs]}``.
+    Raises ``Refused`` (``settings``) before anything is sent if the settings are missing, and if
+    the store cannot be read."""
+    target_ = target()
+    own = client is None
+    client = _client(target_) if own else client
+    out: dict[str, Any] = {"action": "notify_retry", "url": target_.url, "delivered": [], "failed": [], "busy": []}
+    try:
+        for cp in _tasks(store):
+            progress = store.notify_get(cp.task_id)
+            if progress is None or not progress.failed:
+                continue
+            events = {e.id: e for e in task_events(store, cp)}
+            try:
+                for gone in list(progress.failed):
+                    event = events.get(gone.id)
+                    if event is None:  # its change is no longer in the store's history: nothing to send
+                        continue
+                    error = post(client, target_, event, body_of(event, hint))
+                    base = progress.model_dump()
+                    others = [f for f in base["failed"] if f["id"] != gone.id]
+                    shown = {"id": event.id, "task_id": cp.task_id, "type": event.type}
+                    if error is None:
+                        new = Progress.model_validate({**base, "version": base["version"] + 1, "failed": others,
+                                                       "delivered": [*base["delivered"], event.id]})
+                        out["delivered"].append(shown)
+                    else:
+                        again = Failed(id=event.id, type=event.type, attempts=gone.attempts + 1, last_error=error,
+                                       at=clock.now_iso())
+                        new = Progress.model_validate({**base, "version": base["version"] + 1,
+                                                       "failed": [*others, again.model_dump()]})
+                        out["failed"].append({**shown, **again.model_dump(exclude={"id", "type"})})
+                    store.notify_save(progress, new)
+                    progress = new
+            except Refused as exc:
+                if exc.code != "stale_revision":
+                    raise
+                out["busy"].append(cp.task_id)
+    finally:
+        if own:
+            client.close()
+    return out
+
+
 def outbox(store: Any, hint: Callable[[Next], str]) -> dict[str, Any]:
     """What ``notify --list`` shows, sending nothing: ``{"action": "notify_list", "url" (or None),
     "tasks": [{"task_id", "events", "delivered", "pending": [{"id", "type", "at"}], "inflight":

@@ -376,7 +376,7 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = (),
         from workflow import team
 
         if people.team_mode(store):
-            team.require_admin(store, token, "adopting an unsigned record (doctor --repair --adopt)")
+            team.require_admin(store, token, "adopting an unsigned record")
     report = Report(state_dir=store.location, repair=repair)
     unsigned: set[str] = set()  # tasks with an unsigned record: not judged (the store lists those first)
     # ``adopt`` only when given: a store written before it existed still works without it
