@@ -556,7 +556,8 @@ MUTANTS: list[Mutant] = [
     # the progress written as delivered before the receiver answered: a failure or a kill loses it
     p("delivery-progress-advanced-before-the-answer", NOTIFY,
       "            return\n        error = post(client, target_, event, body_of(event, hint))\n",
-      "            return\n        early = progress.model_dump() if progress is not None else {\"task_id\": cp.task_id, \"version\": 0}\n"
+      "            return\n"
+      "        early = progress.model_dump() if progress is not None else {\"task_id\": cp.task_id, \"version\": 0}\n"
       "        early = Progress.model_validate({**early, \"version\": early[\"version\"] + 1, \"inflight\": None,\n"
       "                                         \"delivered\": [*early.get(\"delivered\", []), event.id]})\n"
       "        store.notify_save(progress, early)\n"
