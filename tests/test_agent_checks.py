@@ -232,3 +232,98 @@ def test_approval_rule_of_the_wrong_type_is_refused_before_any_run(cli, state_di
     r = cli(*START)
     r.assert_stopped()
     assert "neither True nor an approval rule" in r.err and not state_dir.exists()
+
+
+#: An application in one file, as a user writes it: run as ``python pay.py`` its tool is
+#: ``__main__.charge_card``; imported by other code it is ``pay.charge_card``.
+PAY_MODULE = '''
+from agents import Agent
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from workflow import Application, Effect, effect_tool
+
+CHARGES = []
+
+
+@effect_tool(done="charged")
+def charge_card(effect: Effect, customer: str, amount_cents: int) -> None:
+    """Charge a customer's card once."""
+    CHARGES.append((effect.idempotency_key, customer, amount_cents))
+
+
+def needs_a_human(ctx, args, call_id) -> bool:
+    return True
+
+
+def answer(call):
+    last = call.input[-1] if isinstance(call.input, list) else {"content": call.input}
+    if last.get("type") == "function_call_output":
+        return ModelStep(output=[assistant_message("done: " + str(last["output"]))])
+    return ModelStep(output=[function_call("charge_card", {"customer": "c-1", "amount_cents": 1999},
+                                           call_id="call-pay-1")])
+
+
+APP = Application(
+    build_agent=lambda model: Agent(name="Biller", instructions="Charge the card.", model=model,
+                                    tools=[charge_card]),
+    offline_model=lambda: ScriptedModel([ModelStep.respond(answer) for _ in range(4)]))
+'''
+
+
+def _pay_module(tmp_path, monkeypatch, source=PAY_MODULE):
+    """The module run as a script (``__main__``) and the same file imported as ``pay``."""
+    import importlib
+    import runpy
+    import sys
+
+    (tmp_path / "pay.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "pay", raising=False)
+    script = runpy.run_path(str(tmp_path / "pay.py"), run_name="__main__")
+    return script, importlib.import_module("pay")
+
+
+def test_tool_of_a_module_run_as_main_is_the_same_when_imported(tmp_path, monkeypatch):
+    """Started by ``python pay.py``, decided by code that imports ``pay``: one declaration, so the
+    task is decided and the card charged once (the refusal was ``function changed
+    (__main__.charge_card -> pay.charge_card)``)."""
+    import asyncio
+
+    from agents.testing import ScriptedModel  # noqa: F401  (the module's own import, checked here)
+    from workflow import Approve, decide, open_store, read_task, start
+    from workflow.agent_check import describe, drift
+
+    script, imported = _pay_module(tmp_path, monkeypatch)
+    model = script["APP"].offline_model()
+    as_script, as_imported = describe(script["APP"].build_agent(model)), describe(imported.APP.build_agent(model))
+    assert as_script["tools"]["charge_card"]["function"] == "__main__.charge_card"
+    assert as_imported["tools"]["charge_card"]["function"] == "pay.charge_card"
+    assert drift(as_script, as_imported) == [] and drift(as_imported, as_script) == []
+
+    store = open_store(tmp_path / "state")
+    asyncio.run(start(store, script["APP"], task_id="pay-1", title="Charge c-1",
+                      content={"customer": "c-1", "amount_cents": 1999}, input="charge c-1 19.99"))
+    asyncio.run(decide(store, imported.APP, "pay-1", Approve(), by="ana"))
+    assert read_task(store, "pay-1")["status"] == "completed"
+    assert imported.CHARGES == [("pay-1", "c-1", 1999)] and script["CHARGES"] == []
+
+
+def test_a_changed_declaration_in_main_is_still_drift(tmp_path, monkeypatch):
+    """Ignoring ``__main__`` is about the module only: another description, function or approval
+    rule is drift as before."""
+    from workflow.agent_check import describe, drift
+
+    script, _ = _pay_module(tmp_path, monkeypatch)
+    saved = describe(script["APP"].build_agent(script["APP"].offline_model()))
+    (tmp_path / "v2").mkdir()
+    _, edited = _pay_module(tmp_path / "v2", monkeypatch, PAY_MODULE.replace("card once.", "card."))
+    assert drift(saved, describe(edited.APP.build_agent(None))) == ["tool 'charge_card' description changed"]
+
+    def saved_with(**changed):
+        return dict(saved, tools={"charge_card": dict(saved["tools"]["charge_card"], **changed)})
+
+    now = describe(script["APP"].build_agent(None))
+    assert drift(saved_with(function="__main__.charge_later"), now) == [
+        "tool 'charge_card' function changed (__main__.charge_later -> __main__.charge_card)"]
+    assert drift(saved_with(function="pay.card_charge"), now) != []
+    assert drift(saved_with(needs_approval="callable:__main__.needs_a_human"), now) == [
+        "tool 'charge_card' needs_approval 'callable:__main__.needs_a_human' -> True"]

@@ -181,6 +181,34 @@ def describe(agent: "Agent[Any]") -> dict[str, Any]:
     }
 
 
+def same_code(saved: Any, current: Any) -> bool:
+    """Whether two ``module.qualname`` identities (:func:`workflow.effect.function_identity`) name
+    the same code. Equal strings do; so does a pair where one side was defined in the script
+    Python ran (module ``__main__``: ``python pay.py``) and the other side's qualname is the same
+    (the same file imported, ``pay.charge_card``): a task started by running a module and decided
+    from code that imports it is the same declaration. Any other difference (another qualname,
+    another module that is not ``__main__``) is not the same code."""
+    if saved == current:
+        return True
+    if not (isinstance(saved, str) and isinstance(current, str)):
+        return False
+    for script, other in ((saved, current), (current, saved)):
+        if script.startswith("__main__.") and other.endswith(script[len("__main__"):]):
+            return True
+    return False
+
+
+def same_rule(saved: Any, current: Any) -> bool:
+    """Whether two saved ``needs_approval`` values (True/False, ``"n/a"`` or
+    ``"callable:<module.qualname>"``) are the same rule: equal, or two callables whose identities
+    are the same code (:func:`same_code`)."""
+    prefix = "callable:"
+    if isinstance(saved, str) and isinstance(current, str) and saved.startswith(prefix) \
+            and current.startswith(prefix):
+        return same_code(saved[len(prefix):], current[len(prefix):])
+    return saved == current
+
+
 _FIELDS = ("position", "description_sha256", "schema_sha256", "needs_approval", "function")
 
 
@@ -189,6 +217,9 @@ def drift(saved: dict[str, Any], current: dict[str, Any],
     """What changed between two :func:`describe` results, as short phrases (empty: no drift).
     A saved fingerprint whose canonical-JSON SHA-256 is a key of ``compatible`` (the
     application's ``compatible_saved``: fingerprints its code resumes safely) is no drift.
+
+    A tool's function or approval rule saved as defined in ``__main__`` and now imported from its
+    module (or the other way round) is the same code (:func:`same_code`), not drift.
 
     A saved fingerprint of an older shape (tools without ``position``/``description_sha256``/
     ``function``) is reported as drift (``tool 'x' fingerprint is of an older format``), never a
@@ -216,9 +247,9 @@ def drift(saved: dict[str, Any], current: dict[str, Any],
                 changes.append(f"tool {name!r} schema changed")
             if old["description_sha256"] != new["description_sha256"]:
                 changes.append(f"tool {name!r} description changed")
-            if old["function"] != new["function"]:
+            if not same_code(old["function"], new["function"]):
                 changes.append(f"tool {name!r} function changed ({old['function']} -> {new['function']})")
-            if old["needs_approval"] != new["needs_approval"]:
+            if not same_rule(old["needs_approval"], new["needs_approval"]):
                 changes.append(f"tool {name!r} needs_approval {old['needs_approval']!r} -> "
                                f"{new['needs_approval']!r}")
     common = [n for n in old_tools if n in current["tools"]]
