@@ -37,6 +37,21 @@ def test_the_story_file_is_short():
     assert len(STORY.read_text(encoding="utf-8").splitlines()) <= 250
 
 
+def test_the_story_file_reads_plainly():
+    """A learner reads workflow/hitl.py first: lines of at most 100 characters, no walrus
+    (``:=``), and one assignment per line (no ``a, b = x, y`` packing values that are not one
+    call's result)."""
+    import ast
+
+    text = STORY.read_text(encoding="utf-8")
+    assert [n for n, line in enumerate(text.splitlines(), 1) if len(line) > 100] == []
+    tree = ast.parse(text)
+    assert [n.lineno for n in ast.walk(tree) if isinstance(n, ast.NamedExpr)] == []
+    packed = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign)
+              and isinstance(n.value, ast.Tuple) and isinstance(n.targets[0], ast.Tuple)]
+    assert packed == []
+
+
 def test_run_py_is_the_command_line_only():
     assert len((ROOT / "run.py").read_text(encoding="utf-8").splitlines()) <= 250
 

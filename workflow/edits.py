@@ -95,6 +95,14 @@ class Edit:
         return {**(self.content or {}), **named}
 
 
+def check_decision(edit: "Edit | None", decision: str) -> None:
+    """Edits go with an approval only: raises :class:`Refused` (``usage``) for edits with any
+    other ``decision`` (``"approve"`` or ``"reject"``)."""
+    if edit is not None and decision != "approve":
+        raise Refused("usage", [Next("edit_flags", plain="edits"), " go with",
+                                Next("approve_flag", plain=" approve")])
+
+
 def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
     """The :class:`Edits` record for a pending action call with ``arguments`` (its content and,
     maybe, ``channel``): the content with ``edit``'s changes. Raises :class:`Refused` if the edits

@@ -623,3 +623,34 @@ def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
                     except OSError:
                         pass
         raise
+
+
+@contextmanager
+def sdk_refusal(task_id: str) -> Iterator[None]:
+    """Around ``state.approve``/``state.reject``: any exception the SDK raises there (its own
+    checks of the decision) becomes :class:`Refused` (``refused``, ``task T: the SDK refused the
+    decision: …``), before anything is written."""
+    try:
+        yield
+    except Exception as exc:
+        raise Refused("refused", f"task {task_id}: the SDK refused the decision: {exc}") from None
+
+
+def unsaveable(exc: BaseException) -> Refused:
+    """The refusal when ``result.to_state().to_string()`` raised ``exc`` (e.g. a run context that
+    is not plain JSON): nothing saved."""
+    return Refused("refused", f"the run state cannot be saved ({type(exc).__name__}: {exc})")
+
+
+def unloadable_redacted(task_id: str, exc: BaseException) -> Refused:
+    """The refusal when the run state, with a secret value redacted, no longer loads in the SDK
+    (``exc``: the :class:`Refused` of the load, its cause the SDK's error): nothing saved."""
+    return Refused("secret", f"task {task_id}: the run state holds a secret value and the SDK cannot "
+                   f"load it redacted ({type(exc.__cause__).__name__}); nothing saved")
+
+
+def unloadable(task_id: str, exc: BaseException) -> Refused:
+    """The refusal when ``RunState.from_string`` raised ``exc``: the SDK's own validation of the
+    saved run state, never guessed past (``integrity``)."""
+    return Refused("integrity", f"task {task_id}: the SDK refused the saved RunState: {exc}")
+

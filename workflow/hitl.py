@@ -16,13 +16,10 @@ step  SDK (docs: "Human-in-the-loop")                here
 9     ``Runner.run(agent, state)``                   :func:`resume`, then :func:`_finish`
 ====  =============================================  =========================================
 
-Several calls in one turn (one per channel) pause together; each is decided on its own and the
-run pauses again on the rest (``workflow/calls.py``). Every other line is a guard, each one named
-call (``workflow/guards.py``, ``workflow/reconcile.py``, ``state/``). Write order: the decision is
-recorded before any effect, the tool writes the ledger entry (the effect), the outcome is written
-last; each write is atomic and a compare-and-swap on the revision read.
-What a crash between any two writes leaves, and what the next command does:
-docs/crash-safety.md. What each command may do with a task: docs/decision-table.md.
+Several calls in one turn pause together, each decided on its own (``workflow/calls.py``). Every
+other line is a guard, one named call (``guards.py``, ``reconcile.py``, ``state/``). Write order:
+the decision before any effect, the ledger entry (the effect), the outcome last; each write atomic,
+a compare-and-swap on the revision read (docs/crash-safety.md, docs/decision-table.md).
 """
 
 from __future__ import annotations
@@ -34,9 +31,10 @@ from agents import Runner, RunState
 from agents.models.interface import Model
 from agents.result import RunResult
 
-from workflow.budget import BudgetGuard, Pricing, apply_max_turns, blocked, make_budget, spend_from_run_state
+from workflow.budget import BudgetGuard, Pricing, apply_max_turns, blocked, make_budget
+from workflow.budget import spend_from_run_state
 from state import secrets
-from state.errors import Next, Refused
+from state.errors import Refused
 from state.schema import Budget, Checkpoint, ModelSpec, Team
 from state.files.store import Store
 from workflow import calls, edits, guards, reconcile, streaming, team as quorum
@@ -46,31 +44,28 @@ from workflow.observe import tracing
 
 DecisionWord = Literal["approve", "reject"]
 
-tracing.install()  # no hosted trace export: traces go to the state dir (workflow/observe/tracing.py)
-# The SDK logs a failed model call before raising it; without a handler Python would print that next to
-# our STOPPED line. During each run, tracing.recording writes the SDK's warnings to the task's trace file.
+tracing.install()  # no hosted trace export: traces go to the state dir (observe/tracing.py)
+# The SDK logs a failed model call, then raises it: that log goes to the task's trace, not stderr.
 logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
-async def start(store: Store, app: Application, *, task_id: str, title: str, content: dict[str, str],
-                input: str, channels: list[str] | None = None, model: Model | None = None,
+async def start(store: Store, app: Application, *, task_id: str, title: str,
+                content: dict[str, str], input: str, channels: list[str] | None = None,
+                model: Model | None = None,
                 spec: ModelSpec | None = None, budget: Budget | None = None,
                 expires_in_s: int = 86_400, trace_content: bool = False,
                 on_event: streaming.OnEvent | None = None, team: Team | None = None) -> Checkpoint:
     """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its action (its one tool
     declared through :mod:`workflow.effect`), then save the checkpoint (``waiting_for_approval``).
 
-    Each action call's arguments but ``channel`` must equal ``content`` (``{argument: text}``;
-    fingerprint :func:`state.schema.content_fingerprint`); ``title`` labels the task for reviewers.
-    ``spec`` names the model (default offline; ``model`` overrides the instance, for tests),
-    ``budget`` the task's budget (default :func:`workflow.budget.make_budget`); the approval
-    request is valid for ``expires_in_s`` seconds; traces go to the task's trace file
-    (``trace_content``: unredacted; ``on_event``: stream the run, :mod:`workflow.streaming`);
-    ``channels`` (default ``["blog"]``): one call and one effect each; ``team``: who asked and the
-    policy (:func:`workflow.team.at_start`). The same key, title, content and channels returns the
-    saved task without calling the model. Raises :class:`Refused`, nothing saved, if the key is
-    taken (other content, a ledger entry, a rejection record), the agent has not one tool with an
-    effect or did not ask for it so, the API key is missing, the budget cannot pay, or the provider fails.
+    ``content`` (``{argument: text}``): what each call's arguments but ``channel`` must equal
+    (:func:`state.schema.content_fingerprint`); ``title`` labels the task; ``channels`` (default
+    ``["blog"]``): one call and one effect each; ``spec``/``model``: the model (default offline);
+    ``budget`` (default :func:`workflow.budget.make_budget`); ``expires_in_s``: how long the request
+    is valid; ``trace_content``/``on_event``: the trace unredacted, the run streamed; ``team``: who
+    asked and the policy. The same task again returns the saved one, with no model call. Raises
+    :class:`Refused`, nothing saved: the key is taken, not one tool with an effect, the model did
+    not ask so, no API key, the budget cannot pay, or the provider fails.
     """
     sha = guards.task_input(task_id, title, content, app.content_labels)  # before the model sees it
     channels = guards.task_channels(channels)
@@ -79,133 +74,139 @@ async def start(store: Store, app: Application, *, task_id: str, title: str, con
     guard = BudgetGuard(budget, Pricing(spec, budget))
     agent = app.agent(spec, guard, model)
     check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
-    tool = gated_tool(agent, app.action)  # the tool with an effect: the task's action, and its service
-    action, service = tool.name, guards.service_url(tool)
+    tool = gated_tool(agent, app.action)  # the tool with an effect: the task's action
+    action = tool.name
+    service = guards.service_url(tool)  # the service it calls, if any (workflow/external.py)
     store.check_writable(task_id)  # hostile files, a damaged key or state.id: nothing written
-    existing = guards.existing_task(store, task_id, title, sha, channels, action)  # before the lock: no file
-    if existing is not None:
+    existing = guards.existing_task(store, task_id, title, sha, channels, action)
+    if existing is not None:  # the same task again; before the lock (no file), again under it
         return existing
     with guards.nothing_left_on_refusal(store, task_id), store.task_lock(task_id):
-        existing = guards.existing_task(store, task_id, title, sha, channels, action)  # another start won?
-        if existing is not None:
+        existing = guards.existing_task(store, task_id, title, sha, channels, action)
+        if existing is not None:  # another start won
             return existing
         context = guards.run_context(store, task_id, sha, channels, action, service)
+        config = tracing.run_config(task_id, "start", action, app.rejection_text)
         try:
             run = Runner.run if on_event is None else streaming.runner(on_event)
             with tracing.recording(store, task_id, "start", content=trace_content):
-                result = await run(agent, input, context=context, max_turns=budget.max_turns, hooks=guard,
-                                   run_config=tracing.run_config(task_id, "start", action, app.rejection_text))
+                result = await run(agent, input, context=context, max_turns=budget.max_turns,
+                                   hooks=guard, run_config=config)
         except Exception as exc:
             raise guards.run_failure(exc, task_id, "nothing saved") from None
-        pending = guards.check_asked_to_publish(result.interruptions, result.final_output, sha, channels,
-                                                action)
+        pending = guards.check_asked_to_publish(result.interruptions, result.final_output, sha,
+                                                channels, action)
         run_state, rs_version = await _saved_text(agent, result, task_id, context)
         spend = spend_from_run_state(run_state, guard.pricing)
-        return store.save(guards.first_checkpoint(
-            task_id=task_id, action=action, title=title, sha=sha, channels=channels, pending=pending,
-            run_state=run_state, rs_version=rs_version, agent=describe(agent), spec=spec, budget=budget,
-            spend=spend, expires_in_s=expires_in_s, service=service, team=team), failpoint="checkpoint:start")
+        first = guards.first_checkpoint(
+            task_id=task_id, action=action, title=title, sha=sha, channels=channels,
+            pending=pending, run_state=run_state, rs_version=rs_version, agent=describe(agent),
+            spec=spec, budget=budget, spend=spend, expires_in_s=expires_in_s, service=service,
+            team=team)
+        return store.save(first, failpoint="checkpoint:start")
 
 
-async def resume(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
-                 reason: str | None = None, call_id: str | None = None, always: bool = False,
-                 model: Model | None = None, budget_changes: dict[str, Any] | None = None,
+async def resume(store: Store, app: Application, *, task_id: str, decision: DecisionWord,
+                 by: str, reason: str | None = None, call_id: str | None = None,
+                 always: bool = False, model: Model | None = None,
+                 budget_changes: dict[str, Any] | None = None,
                  trace_content: bool = False, expect_revision: int | None = None,
                  on_event: streaming.OnEvent | None = None, edit: edits.Edit | None = None,
                  checked: tuple[Checkpoint, reconcile.Verdict] | None = None) -> Checkpoint:
-    """Apply a human's decision on one pending call (``call_id``; None: the only one) to a waiting
-    task and resume the run from disk with ``app``'s agent; ``always`` also decides the other
-    pending calls of the tool the same way (recorded as ``source: sticky``; a call the model makes
-    later waits for a human: :func:`workflow.calls.to_apply`).
+    """Apply a human's decision on one pending call (``call_id``; None: the only one) and resume
+    the run from disk with ``app``'s agent; ``always`` decides the tool's other pending calls the
+    same way (``source: sticky``; later calls wait for a human: :func:`workflow.calls.to_apply`).
 
-    Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again (a
-    new interruption), or ``budget_exceeded`` (the next call cannot be paid; a later resume with
-    ``budget_changes``, :func:`workflow.budget.make_budget` keywords, goes on). What a decision may
-    do is the decision table (:mod:`workflow.reconcile`): e.g. repeating the decision that ended a
-    task returns it unchanged, a reject of an executed task or an approval after the deadline is
-    refused. ``expect_revision``: the revision the reviewer saw; ``on_event``: stream the run (as
-    in :func:`start`); ``edit``: approve with edits (:mod:`workflow.edits`). ``checked``: what
-    :func:`workflow.reconcile.preflight` returned (no SDK needed); under the lock the table is judged
-    again (:func:`workflow.reconcile.recheck`), and the policy's quorum (:func:`workflow.team.count`).
+    Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again, or
+    ``budget_exceeded`` (``budget_changes``: :func:`workflow.budget.make_budget` keywords). What a
+    decision may do is the decision table (:mod:`workflow.reconcile`), judged before the lock
+    (``checked``: what :func:`workflow.reconcile.preflight` returned) and again under it; then the
+    policy's quorum (:func:`workflow.team.count`). ``expect_revision``: the revision the reviewer
+    saw; ``on_event``: stream the run; ``edit``: approve with edits (:mod:`workflow.edits`).
     Raises :class:`Refused` for every refusal, integrity, drift or ledger mismatch.
     """
     want = "approved" if decision == "approve" else "rejected"
-    cp, verdict = checked or reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason,
-                                                 edit=edit)  # before the lock: no file
-    guard = BudgetGuard(cp.budget, Pricing(cp.model, cp.budget))  # its budget is set under the lock
-    built_for = cp.model if verdict.kind != "unchanged" else None  # None: runs nothing, no API key
+    if checked is None:  # before the lock: no file
+        checked = reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason,
+                                      edit=edit)
+    cp, verdict = checked
+    guard = BudgetGuard(cp.budget, Pricing(cp.model, cp.budget))  # its budget: under the lock
+    built_for = cp.model if verdict.kind != "unchanged" else None  # None: runs nothing, no key
     agent = app.agent(built_for, guard, model)  # once per resume
     check_agent(agent)  # today's code, checked before a lock file is made
-    if (verified := cp if verdict.kind != "unchanged" else None) is not None:
+    verified = (cp.revision, cp.mac) if verdict.kind != "unchanged" else None
+    if verified is not None:
         guards.check_saved_against_code(cp, agent, app)
     with store.task_lock(task_id):
-        cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)  # under the lock
+        cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)
         guards.check_revision(cp, expect_revision)  # the reviewer decided on what is still there
         if verdict.kind == "unchanged":
             return cp
         call_id = calls.target(cp, call_id)
         secrets.redact_checkpoint(cp.body())  # a secret set since the save, in a structural field
         budget = make_budget(cp.model, base=cp.budget, **(budget_changes or {}))
-        guard.budget, guard.pricing = budget, Pricing(cp.model, budget)
+        guard.budget = budget
+        guard.pricing = Pricing(cp.model, budget)
         spend = spend_from_run_state(cp.run_state, guard.pricing)
         if cp.model != built_for:  # the table's answer changed since (a race), or another model
             agent = app.agent(cp.model, guard, model)
-        if verified is None or (verified.revision, verified.mac) != (cp.revision, cp.mac):
-            guards.check_saved_against_code(cp, agent, app)  # another revision since
-        context = guards.run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action, cp.service)
+        if verified != (cp.revision, cp.mac):  # another revision since
+            guards.check_saved_against_code(cp, agent, app)
+        context = guards.run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action,
+                                     cp.service)
         state = await _from_string(agent, cp.run_state, cp.task_id, context)
         apply_max_turns(state, budget)
         why = blocked(budget, spend, guard.pricing)
         if why is not None and want == "approved":  # the next call cannot be paid: run nothing
             return guards.budget_stop(store, cp, budget, spend, why)
         items = guards.bind(cp, state.get_interruptions())  # exactly the calls the reviewer saw
-        edits.check_pending(cp, call_id, want, edit)  # the content started with, or approved with edits
+        edits.check_pending(cp, call_id, want, edit)  # the content started with, or edits
         edits.check_sticky(cp, want, edit, always)  # sticky calls skip the check of edits
-        rec = edits.with_edits(guards.decision_for(store, cp, items[call_id], want, by, reason, always),
-                               edit, items[call_id].arguments)  # one on record wins
-        cp, go_on = quorum.count(store, cp, rec, edits=edit is not None, always=always)  # before state.approve
+        rec = guards.decision_for(store, cp, items[call_id], want, by, reason, always)
+        rec = edits.with_edits(rec, edit, items[call_id].arguments)  # one on record wins
+        cp, go_on = quorum.count(store, cp, rec, edits=edit is not None, always=always)
         if not go_on:  # the policy wants more approvals: this one is recorded, nothing runs
             return cp
-        try:  # in memory first, so the SDK's own checks run before anything is written
-            for d in calls.to_apply(cp, rec):  # replayed ones too; one per call, never a sticky rule
+        with guards.sdk_refusal(task_id):  # in memory first: the SDK checks before any write
+            for d in calls.to_apply(cp, rec):  # replayed ones too; one per call, no sticky rule
                 item = items[d.call_id]
                 if d.decision == "approved" and d.edits is None:
                     state.approve(item)
                 else:  # a reject, or edits: the message says exactly what the reviewer approved
-                    state.reject(item, rejection_message=edits.rejection_message(d, cp, app.edit_message))
-        except Exception as exc:
-            raise Refused("refused", f"task {task_id}: the SDK refused the decision: {exc}") from None
+                    message = edits.rejection_message(d, cp, app.edit_message)
+                    state.reject(item, rejection_message=message)
         if calls.decision_of(cp, rec.call_id) is None:  # the human's decision, before any effect
             cp = guards.record_decision(store, cp, rec)
-        if why is not None and guards.nothing_executed(store, cp):  # a reject never waits for budget
+        if why is not None and guards.nothing_executed(store, cp):  # a reject never waits
             return guards.cancel_unpaid(store, cp, budget, spend)
         run = Runner.run if on_event is None else streaming.runner(on_event)
+        config = tracing.run_config(task_id, "resume", cp.action, app.rejection_text)
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
-                result = await run(agent, state, hooks=guard,  # the tool writes the ledger
-                                   run_config=tracing.run_config(task_id, "resume", cp.action, app.rejection_text))
+                result = await run(agent, state, hooks=guard, run_config=config)  # the tool writes
         except Exception as exc:
-            return guards.after_failed_run(store, guards.rebased(store, cp), exc, want, budget=budget, spend=spend)
-        return await _finish(store, guards.rebased(store, cp), agent, result, budget, guard.pricing, context)
+            cp = guards.rebased(store, cp)
+            return guards.after_failed_run(store, cp, exc, want, budget=budget, spend=spend)
+        cp = guards.rebased(store, cp)
+        return await _finish(store, cp, agent, result, budget, guard.pricing, context)
 
 
 async def decide(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
                  edit: edits.Edit | None = None, **kwargs: Any) -> Checkpoint:
-    """:func:`resume` (``kwargs``: its own; ``checked`` serves this first decision only); then, while
-    a pending call carries exactly content approved with edits on its channel
-    (:func:`workflow.edits.complying`), one more :func:`resume` approves it by the reviewer who
-    gave the edits; anything else waits for a fresh human decision."""
-    if edit is not None and decision != "approve":
-        raise Refused("usage", [Next("edit_flags", plain="edits"), " go with", Next("approve_flag", plain=" approve")])
+    """:func:`resume` (``kwargs``: its own; ``checked``: for this first decision); then, while a
+    pending call carries exactly content approved with edits (:func:`workflow.edits.complying`),
+    one more :func:`resume` approves it by the reviewer who gave the edits; nothing else."""
+    edits.check_decision(edit, decision)
     cp = await resume(store, app, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
     kwargs.pop("checked", None)
     for _ in range(len(cp.channels)):  # at most one such call per channel
-        if not (found := edits.complying(cp)):
+        found = edits.complying(cp)
+        if not found:
             break
         call_id, rec = found[0]
-        cp = await resume(store, app, task_id=task_id, decision="approve", by=rec.by,
-                          **{**kwargs, "call_id": call_id, "always": False, "reason": edits.AUTO_REASON,
-                             "expect_revision": cp.revision})  # the checkpoint just judged
+        again = {**kwargs, "call_id": call_id, "always": False, "reason": edits.AUTO_REASON,
+                 "expect_revision": cp.revision}  # the checkpoint just judged
+        cp = await resume(store, app, task_id=task_id, decision="approve", by=rec.by, **again)
     return cp
 
 
@@ -214,29 +215,28 @@ async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult,
     """The outcome, written last: waiting again at the undecided calls (or a new interruption), or
     completed / cancelled once the ledger agrees; the budget and the spend of the new RunState."""
     run_state, rs_version = await _saved_text(agent, result, cp.task_id, context)
-    changes = guards.after_run(store, cp, result.interruptions, result.final_output)  # or waiting again
+    changes = guards.after_run(store, cp, result.interruptions, result.final_output)
     return store.save_revision(cp, failpoint="checkpoint:outcome", run_state=run_state,
                                run_state_schema_version=rs_version, budget=budget,
                                spend=spend_from_run_state(run_state, pricing), **changes)
 
 
-async def _saved_text(agent: Any, result: RunResult, task_id: str, context: dict[str, Any]) -> tuple[str, str]:
-    """``result.to_state().to_string()`` as it will be saved, and its ``$schemaVersion``. Secrets
-    are redacted structurally (:func:`state.secrets.redact_run_state`); when that changed anything,
-    the SDK must still load the result (:func:`_from_string` with the run ``context``). Raises
+async def _saved_text(agent: Any, result: RunResult, task_id: str,
+                      context: dict[str, Any]) -> tuple[str, str]:
+    """``result.to_state().to_string()`` as saved, and its ``$schemaVersion``; secrets redacted by
+    structure (:func:`state.secrets.redact_run_state`), and then the SDK must still load it. Raises
     :class:`Refused` (nothing saved) if it cannot be serialised or loaded redacted."""
     try:
         text = result.to_state().to_string()
     except Exception as exc:  # e.g. a context that is not plain JSON
-        raise Refused("refused", f"the run state cannot be saved ({type(exc).__name__}: {exc})") from None
+        raise guards.unsaveable(exc) from None
     version = guards.schema_version_of(text)
     redacted = secrets.redact_run_state(text, what=f"task {task_id}")
     if redacted is not text:
         try:
             await _from_string(agent, redacted, task_id, context)
         except Refused as exc:
-            raise Refused("secret", f"task {task_id}: the run state holds a secret value and the SDK cannot "
-                          f"load it redacted ({type(exc.__cause__).__name__}); nothing saved") from None
+            raise guards.unloadable_redacted(task_id, exc) from None
     return redacted, version
 
 
@@ -247,4 +247,4 @@ async def _from_string(agent: Any, text: str, task_id: str, context: dict[str, A
     try:
         return await RunState.from_string(agent, text, context_override=context)
     except Exception as exc:
-        raise Refused("integrity", f"task {task_id}: the SDK refused the saved RunState: {exc}") from exc
+        raise guards.unloadable(task_id, exc) from exc
