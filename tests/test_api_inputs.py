@@ -109,3 +109,66 @@ def test_a_result_the_ledger_cannot_keep_is_replaced_and_the_effect_still_record
     assert done.status == "completed" and entry is not None and "was not kept" in entry.result["result"]
     asyncio.run(decide(store, APP, "t-1", Approve(), by="ana"))
     assert CALLED.count("t-1") == 1
+
+
+def _two_calls(store: Store, key: str = "m-1") -> dict[str, str]:
+    """A publisher task with two pending calls, one per channel: ``{channel: call_id}``."""
+    from agent import application
+    from workflow import read_task
+
+    asyncio.run(application.start(store, task_id=key, title="T", draft="A draft.",
+                                  channels=["blog", "news"]))
+    return {p["arguments"]["channel"]: p["call_id"] for p in read_task(store, key)["pending"]}
+
+
+def test_decide_takes_a_mapping_of_call_ids_to_decisions(state_dir):
+    """``decide(store, app, task, {call_id: Approve() | Reject(...)})`` decides each call named,
+    in order, as pydantic-ai and LangGraph take decisions: one publication, one rejection."""
+    from agent.application import APP as PUBLISHER
+    from conftest import ledger_entries
+    from workflow import Reject, read_task
+
+    store = Store(state_dir)
+    calls = _two_calls(store)
+    asyncio.run(decide(store, PUBLISHER, "m-1", {calls["news"]: Reject(message="not there"),
+                                                 calls["blog"]: Approve()}, by="ana"))
+    task = read_task(store, "m-1")
+    assert task["status"] == "completed" and task["pending"] == []
+    assert {d["channel"]: d["decision"] for d in task["decisions"]} == {"blog": "approved", "news": "rejected"}
+    assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == ["m-1#blog"]
+
+
+@pytest.mark.parametrize("bad", ["unknown", "always", "empty", "call_id", "value"])
+def test_a_mapping_with_a_call_not_waiting_or_a_bad_value_records_nothing(state_dir, bad):
+    from agent.application import APP as PUBLISHER
+    from workflow import Reject, read_task
+
+    store = Store(state_dir)
+    calls = _two_calls(store)
+    mapping: Any = {calls["blog"]: Approve(), **({"c-gone": Reject()} if bad == "unknown" else {})}
+    mapping = {"empty": {}, "always": {calls["blog"]: Approve(always=True)},
+               "value": {calls["blog"]: "approve"}}.get(bad, mapping)
+    before = read_task(store, "m-1")
+    with pytest.raises(Refused) as refused:
+        asyncio.run(decide(store, PUBLISHER, "m-1", mapping, by="ana",
+                           call_id=calls["news"] if bad == "call_id" else None))
+    says = {"unknown": "no call 'c-gone' waits for a decision", "always": "always= decides calls",
+            "empty": "the mapping of decisions is empty", "call_id": "not call_id as well",
+            "value": "must be Approve(...) or Reject(...), not str"}[bad]
+    assert refused.value.code == "usage" and says in str(refused.value)
+    assert read_task(store, "m-1") == before
+
+
+def test_a_refusal_after_the_first_call_of_a_mapping_names_what_was_decided(state_dir):
+    """The first call is decided (and stays so); the second is refused: the refusal says so."""
+    from agent.application import APP as PUBLISHER
+    from workflow import read_task
+
+    store = Store(state_dir)
+    calls = _two_calls(store)
+    with pytest.raises(Refused) as refused:
+        asyncio.run(decide(store, PUBLISHER, "m-1", {calls["blog"]: Approve(),
+                                                     calls["news"]: Approve(edits={"nope": "x"})}, by="ana"))
+    assert str(refused.value).startswith(f"calls {calls['blog']} of task m-1 were decided and stay recorded; "
+                                         f"then call {calls['news']}: ")
+    assert [p["call_id"] for p in read_task(store, "m-1")["pending"]] == [calls["news"]]

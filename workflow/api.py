@@ -6,6 +6,7 @@ time: :func:`start` and :func:`decide` import the engine (:mod:`workflow.hitl`) 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -98,12 +99,20 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
 
 
 async def decide(store: "TaskStore", app: "Application", task_id: str,
-                 decision: Union[Approve, Reject], *, by: Optional[str] = None, token: Optional[str] = None,
+                 decision: Union[Approve, Reject, Mapping[str, Union[Approve, Reject]]], *,
+                 by: Optional[str] = None, token: Optional[str] = None,
                  call_id: Optional[str] = None, expect_revision: Optional[int] = None,
                  **options: Any) -> "Checkpoint":
     """Record a human's ``decision`` (by ``by``) on one pending call of ``task_id`` (``call_id``;
     None: the only one), then resume the run from the checkpoint; returns the new checkpoint
     (``completed``, ``cancelled``, ``waiting_for_approval`` on the next calls, ``budget_exceeded``).
+
+    ``decision`` may also be a mapping ``{call_id: Approve(...) | Reject(...)}``, one entry per
+    pending call to decide (as pydantic-ai's deferred tool results and LangGraph's resume map take
+    them): every key must name a call waiting now and no value may be ``always`` (else
+    :class:`Refused` ``usage``, nothing recorded); the calls are then decided in the mapping's
+    order, each as its own decision (``expect_revision`` guards the first). A refusal after the
+    first names the calls already decided: those decisions stay recorded.
 
     The decision is written before any effect, under the task's lock and with a compare-and-swap
     on the revision (``expect_revision``: the revision the reviewer saw; another is refused). What
@@ -120,6 +129,9 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
     """
     from workflow import hitl
 
+    if isinstance(decision, Mapping):
+        return await _decide_each(store, app, task_id, decision, by=by, token=token, call_id=call_id,
+                                  expect_revision=expect_revision, **options)
     edit = _edit(decision.edits) if isinstance(decision, Approve) and decision.edits is not None else None
     by = _decider(store, task_id, by, token)  # after the edits: those are refused before the store is read
     if isinstance(decision, Approve):
@@ -172,6 +184,46 @@ def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = N
     by = _decider(store, task_id, by, token)
     _check_reason(reason)
     return settling.fail(store, task_id, by=by, reason=reason)
+
+
+async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
+                       decisions: Mapping[Any, Any], *, call_id: Optional[str],
+                       expect_revision: Optional[int], **kwargs: Any) -> "Checkpoint":
+    """:func:`decide` for ``{call_id: Approve | Reject}``: checked whole first, then one decision
+    per call in order. Raises :class:`Refused` (see :func:`decide`)."""
+    from state.terminal import one_line
+
+    if call_id is not None:
+        raise Refused("usage", "give the calls as the mapping's keys, not call_id as well")
+    if not decisions:
+        raise Refused("usage", "the mapping of decisions is empty: name at least one pending call")
+    for value in decisions.values():
+        if not isinstance(value, (Approve, Reject)):
+            raise Refused("usage", "each decision must be Approve(...) or Reject(...), not "
+                          f"{type(value).__name__}")
+        if value.always:
+            raise Refused("usage", "always= decides calls the mapping does not name: leave it out "
+                          "and name each call")
+    waiting = [p["call_id"] for p in read_task(store, task_id)["pending"]]
+    unknown = [k for k in decisions if k not in waiting]
+    if unknown:
+        shown = ", ".join(one_line(repr(k))[:80] for k in unknown)
+        raise Refused("usage", f"task {task_id}: no call {shown} waits for a decision (waiting: "
+                      f"{', '.join(one_line(c) for c in waiting) or 'none'}); nothing recorded")
+    done: list[str] = []
+    cp: Any = None
+    for key, value in decisions.items():
+        try:
+            cp = await decide(store, app, task_id, value, call_id=key, expect_revision=expect_revision
+                              if not done else None, **kwargs)
+        except Refused as exc:
+            if not done:
+                raise
+            raise Refused(exc.code, [f"calls {', '.join(done)} of task {task_id} were decided "
+                                     f"and stay recorded; then call {one_line(key)}: ", *exc.parts],
+                          **exc.data) from None
+        done.append(one_line(key))
+    return cp
 
 
 def _decider(store: "TaskStore", task_id: Any, by: Optional[str], token: Optional[str]) -> str:
