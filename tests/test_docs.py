@@ -3,7 +3,8 @@
 * Quick start: the two bash commands are exactly what CI runs (``.ci/run``); the PowerShell forms are
   the same commands.
 * Walkthroughs (the README's pause → approve → resume and the traps; docs/walkthrough.md's reject
-  walk and warm-up, which continue the README's walk): every ``python run.py`` line is run in order,
+  walk and warm-up, which continue README.md's walk, and its translation docs/walkthrough.zh-Hans.md,
+  which continues README.zh-Hans.md's): every ``python run.py`` line is run in order,
   in-process, in one fresh state dir named ``.cache`` per README, and each ```text block must match
   the output of the last command of the bash block before it, line by line (``…`` matches any run of
   characters; a ``STOPPED:`` block is matched against stderr and exit code 1).
@@ -12,7 +13,9 @@
 * Tables: every row of the SDK concept map and the success checks map points to files, functions and
   tests that exist; every linked file and anchor exists, in the READMEs and in every docs page.
 * The two READMEs have the same sections, section by section identical bash/powershell/text blocks,
-  and the same line links.
+  and the same line links. Each translated docs page (``docs/NAME.zh-Hans.md``) has its English
+  page's sections and, in order, byte-identical code blocks; README.zh-Hans.md links the translation
+  where README.md links the English page, and each pair links to each other.
 
 Offline and deterministic: the default (scripted) model, no network. Sections are located by their
 position in README.md (the Chinese README has the same sections in the same order).
@@ -40,9 +43,14 @@ QUICK_START = "Quick start"
 WALKS = ("Walk through it: pause → approve → resume", "The traps, live")  # the README's walkthroughs
 CONCEPT_MAP = "SDK concept map"
 CHECKS_MAP = "Success checks map"
-# Docs pages that continue README.md's walk, in the same state dir, in this order (every block runs).
-DOC_WALKS = ("docs/walkthrough.md",)
+# Docs pages that continue each README's walk, in the same state dir, in this order (every block runs):
+# the English page continues README.md's walk, its Chinese translation README.zh-Hans.md's.
+DOC_WALKS = {"README.md": ("docs/walkthrough.md",), "README.zh-Hans.md": ("docs/walkthrough.zh-Hans.md",)}
+WALK_PAGES = tuple(page for pages in DOC_WALKS.values() for page in pages)
 DOCS = tuple(sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")))
+# Simplified Chinese translations of docs pages: docs/NAME.zh-Hans.md translates docs/NAME.md.
+ZH = ".zh-Hans.md"
+TRANSLATIONS = {page: page[:-len(ZH)] + ".md" for page in DOCS if page.endswith(ZH)}
 # The README's prose (lines outside code blocks and tables, headings and blank lines left out) stays
 # short enough to read in one sitting; the depth lives in docs/.
 PROSE_LINES_MAX = 180
@@ -209,8 +217,8 @@ def mismatches(name: str, text: str, executed: list[list[CliResult]]) -> list[st
 
 @pytest.fixture(scope="module")
 def walked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list[CliResult]]]:
-    """Each README's walkthrough commands, run once in a fresh state dir named ``.cache``; README.md's
-    is followed, in the same state dir, by the DOC_WALKS pages that continue it."""
+    """Each README's walkthrough commands, run once in a fresh state dir named ``.cache``; each is
+    followed, in the same state dir, by the DOC_WALKS pages that continue it."""
     with pytest.MonkeyPatch.context() as mp:
         for name in list(os.environ):
             if name.startswith(("HITL_", "OPENAI_")):
@@ -219,9 +227,8 @@ def walked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list[CliR
         for readme in READMES:
             call = in_process(tmp_path_factory.mktemp("walk") / ".cache")
             results[readme] = execute(readme, call)
-            if readme == "README.md":
-                for page in DOC_WALKS:
-                    results[page] = execute(page, call)
+            for page in DOC_WALKS[readme]:
+                results[page] = execute(page, call)
         return results
 
 
@@ -245,7 +252,7 @@ def test_quick_start_is_what_ci_runs(readme: str) -> None:
         assert as_bash.replace("; ", " && ") == sh, f"{readme}: PowerShell {ps!r} is not bash {sh!r}"
 
 
-@pytest.mark.parametrize("page", READMES + DOC_WALKS)
+@pytest.mark.parametrize("page", READMES + WALK_PAGES)
 def test_walkthrough_output_is_what_a_user_sees(page: str, walked) -> None:
     """Every walkthrough command runs as documented and prints the documented text block."""
     assert walk_blocks(page, read(page)), f"{page} has no walkthrough"
@@ -258,6 +265,8 @@ def test_walkthrough_output_is_what_a_user_sees(page: str, walked) -> None:
     ("README.md", ("product:  STOPPED: checkpoint integrity", "product:  checkpoint integrity")),
     ("docs/walkthrough.md", ("(2 entries)", "(3 entries)")),
     ("docs/walkthrough.md", ("STOPPED: task demo-002 was rejected", "STOPPED: task demo-002 was approved")),
+    ("docs/walkthrough.zh-Hans.md", ("(2 entries)", "(3 entries)")),
+    ("docs/walkthrough.zh-Hans.md", ("task demo-002: cancelled", "task demo-002: completed")),
 ])
 def test_walkthrough_check_catches_a_wrong_claim(page: str, wrong: tuple[str, str], walked) -> None:
     """The walkthrough check fails when a page claims a wrong status, ledger count or refusal."""
@@ -327,10 +336,63 @@ def test_docs_pages_links_and_named_files_exist(page: str) -> None:
 
 
 def test_every_docs_page_is_linked_from_the_readme() -> None:
-    """The README is the way in: each docs page is linked from it (directly, not only from another page)."""
-    linked = {(ROOT / target).resolve() for target, _ in LINK.findall(read("README.md")) if target}
+    """The README is the way in: each docs page is linked from it (directly, not only from another page);
+    a Chinese translation (TRANSLATIONS) from the Chinese README."""
     for page in DOCS:
-        assert (ROOT / page).resolve() in linked, f"README.md does not link {page}"
+        readme = "README.zh-Hans.md" if page in TRANSLATIONS else "README.md"
+        assert (ROOT / page).resolve() in linked_files(readme), f"{readme} does not link {page}"
+
+
+def test_the_chinese_readme_links_the_translations_instead_of_the_english_pages() -> None:
+    """Where a docs page has a Chinese translation, README.zh-Hans.md links only the translation and
+    README.md only the English page."""
+    assert TRANSLATIONS, "no docs/*.zh-Hans.md page"
+    for zh, en in TRANSLATIONS.items():
+        assert (ROOT / zh).resolve() in linked_files("README.zh-Hans.md"), zh
+        assert (ROOT / en).resolve() not in linked_files("README.zh-Hans.md"), f"README.zh-Hans.md links {en}"
+        assert (ROOT / en).resolve() in linked_files("README.md"), en
+        assert (ROOT / zh).resolve() not in linked_files("README.md"), f"README.md links {zh}"
+
+
+def test_the_docs_translations_are_the_walk_and_the_exercise() -> None:
+    """The learner's two pages exist in Simplified Chinese, each beside its English page."""
+    assert TRANSLATIONS == {"docs/exercise.zh-Hans.md": "docs/exercise.md",
+                            "docs/walkthrough.zh-Hans.md": "docs/walkthrough.md"}
+    assert all(en in DOCS for en in TRANSLATIONS.values())
+
+
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """Every fenced code block of a page, in order, as ``(language, text)``."""
+    return [(b.lang, b.text) for s in parse(text) for b in s.blocks]
+
+
+@pytest.mark.parametrize("zh", sorted(TRANSLATIONS))
+def test_translated_page_has_the_english_code_blocks_byte_for_byte(zh: str) -> None:
+    """A translated docs page holds its English page's code blocks (commands, code, diffs and program
+    output), byte for byte and in the same order: only prose and headings are translated, so what
+    runs the English page (its walk, tests/test_exercise.py) proves the Chinese one's blocks too."""
+    en_blocks, zh_blocks = code_blocks(read(TRANSLATIONS[zh])), code_blocks(read(zh))
+    assert en_blocks, f"{TRANSLATIONS[zh]} has no code block"
+    assert len(zh_blocks) == len(en_blocks), f"{zh}: {len(zh_blocks)} code blocks, English {len(en_blocks)}"
+    for n, (en, mine) in enumerate(zip(en_blocks, zh_blocks), 1):
+        assert mine == en, f"{zh}: code block {n} differs from {TRANSLATIONS[zh]}'s: {mine!r} != {en!r}"
+
+
+@pytest.mark.parametrize("zh", sorted(TRANSLATIONS))
+def test_translated_page_has_the_english_sections(zh: str) -> None:
+    """A translated docs page has as many ``## `` sections as its English page (none left out or
+    merged), and each section holds as many code blocks as the English one."""
+    en, mine = parse(read(TRANSLATIONS[zh])), parse(read(zh))
+    assert [len(s.blocks) for s in mine] == [len(s.blocks) for s in en], (
+        [s.title for s in en], [s.title for s in mine])
+
+
+@pytest.mark.parametrize("zh", sorted(TRANSLATIONS))
+def test_translated_page_and_english_page_link_to_each_other(zh: str) -> None:
+    """Each page of a translated pair opens, at its top, with a link to the other (as the READMEs do)."""
+    en = TRANSLATIONS[zh]
+    assert f"English · [简体中文]({Path(zh).name})" in parse(read(en))[0].body, en
+    assert f"[English]({Path(en).name}) · 简体中文" in parse(read(zh))[0].body, zh
 
 
 @pytest.mark.parametrize("page", READMES + DOCS)
@@ -424,6 +486,12 @@ def assert_code_exists(cell: str, readme: str) -> None:
         assert (ROOT / path).is_file(), f"{readme}: missing file {path}"
         for name in code_spans(names):
             assert_defined(ROOT / path, name, readme)
+
+
+def linked_files(page: str) -> set[Path]:
+    """The files the relative links of ``page`` open (resolved from its folder)."""
+    base = (ROOT / page).parent
+    return {(base / target).resolve() for target, _ in LINK.findall(read(page)) if target}
 
 
 LINK = re.compile(r"\]\((?!https?://)([^)#\s]*)(?:#([^)\s]*))?\)")

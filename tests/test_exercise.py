@@ -1,5 +1,6 @@
-"""``docs/exercise.md`` is tested: its code change is applied to the program, its commands run in
-order, and every output block must match what they print.
+"""``docs/exercise.md`` is tested, and so is its Simplified Chinese translation
+``docs/exercise.zh-Hans.md`` (each test runs once per page): its code change is applied to the
+program, its commands run in order, and every output block must match what they print.
 
 The page's blocks are read in order: ``python`` (the new ``tools/summary.py``, loaded as that
 module), ``diff`` (edits of ``agent/publisher.py``, applied as exact text replacements to its
@@ -8,7 +9,8 @@ source, which is then loaded and its ``build_agent`` used by ``workflow.hitl``),
 ``python run.py`` lines, run in-process on the exported state dir) and ``text`` (the output of the
 last command before it; ``…`` matches any run of characters; a ``STOPPED:`` block is stderr with
 exit code 1, and the state dir must be unchanged by it). Step 4's edit (``needs_approval=False``)
-is written in prose; it is applied around the one command of that step. Offline: the scripted model.
+is written in prose (FLIPS: in each page's language); it is applied around the one command of that
+step. Offline: the scripted model.
 
 Step 7's ``console`` blocks (``$ python run.py …`` lines, each followed by its output) show what a
 model that asks for ``send_summary`` gets: they run with the page's code change and a scripted
@@ -31,12 +33,14 @@ import pytest
 from agent.models import offline_responder as OFFLINE  # kept before a test replaces it
 from conftest import ROOT, CliResult, checkpoint_file, ledger_entries, run_in_process, snapshot, use_app
 
-DOC = ROOT / "docs" / "exercise.md"
-FLIP = "change `needs_approval=True` to `needs_approval=False`"  # step 4's edit, in prose
+# Step 4's edit, in prose, on each page: the English page and its Simplified Chinese translation.
+FLIPS = {"docs/exercise.md": "change `needs_approval=True` to `needs_approval=False`",
+         "docs/exercise.zh-Hans.md": "把 `needs_approval=True` 改成 `needs_approval=False`"}
+PAGES = tuple(FLIPS)
 
 
-def _blocks() -> list[tuple[str, str]]:
-    return re.findall(r"^```(\w*)\n(.*?)^```", DOC.read_text(encoding="utf-8"), re.S | re.M)
+def _blocks(page: str = "docs/exercise.md") -> list[tuple[str, str]]:
+    return re.findall(r"^```(\w*)\n(.*?)^```", (ROOT / page).read_text(encoding="utf-8"), re.S | re.M)
 
 
 def _apply_diff(text: str, diff: str) -> str:
@@ -62,7 +66,9 @@ def _load(name: str, source: str, folder: Path) -> types.ModuleType:
     return module
 
 
-def test_exercise_page_runs_as_written(tmp_path, monkeypatch):
+@pytest.mark.parametrize("page", PAGES)
+def test_exercise_page_runs_as_written(page, tmp_path, monkeypatch):
+    """Every block of ``page`` in order: its code change applied, its commands run, its outputs compared."""
     from agent import application
 
     original_build = application.APP.build_agent
@@ -71,12 +77,12 @@ def test_exercise_page_runs_as_written(tmp_path, monkeypatch):
     last: CliResult | None = None
     state_dir: Path | None = None
     checked = 0
-    assert FLIP in DOC.read_text(encoding="utf-8")
+    assert FLIPS[page] in (ROOT / page).read_text(encoding="utf-8")
 
     def use_summary(source: str) -> None:
         monkeypatch.setitem(sys.modules, "tools.summary", _load("tools.summary", source, tmp_path))
 
-    for lang, body in _blocks():
+    for lang, body in _blocks(page):
         if lang == "python":
             summary_source = body
             use_summary(summary_source)
@@ -141,39 +147,40 @@ def _asks_for_summary(first_turn: bool):
     return respond
 
 
-def _console_blocks() -> list[list[tuple[str, str]]]:
-    """Each ``console`` block as ``[(command line, its expected output), …]``."""
+def _console_blocks(page: str) -> list[list[tuple[str, str]]]:
+    """Each ``console`` block of ``page`` as ``[(command line, its expected output), …]``."""
     out = []
-    for lang, body in _blocks():
+    for lang, body in _blocks(page):
         if lang == "console":
             parts = re.split(r"^\$ (.*)\n", body, flags=re.M)[1:]
             out.append(list(zip(parts[0::2], parts[1::2])))
     return out
 
 
-def _apply_the_page_change(monkeypatch, tmp_path: Path) -> None:
-    """Step 2 of the page, in this process: its ``tools/summary.py`` loaded as ``tools.summary``
+def _apply_the_page_change(monkeypatch, tmp_path: Path, page: str = "docs/exercise.md") -> None:
+    """Step 2 of ``page``, in this process: its ``tools/summary.py`` loaded as ``tools.summary``
     and ``agent/publisher.py`` with its diffs applied, used by ``workflow.hitl`` to build the agent."""
 
-    blocks = {lang: body for lang, body in _blocks() if lang in ("python", "diff")}
+    blocks = {lang: body for lang, body in _blocks(page) if lang in ("python", "diff")}
     assert "send_summary" in blocks["python"]
     monkeypatch.setitem(sys.modules, "tools.summary", _load("tools.summary", blocks["python"], tmp_path))
     publisher = (ROOT / "agent" / "publisher.py").read_text(encoding="utf-8")
-    for lang, body in _blocks():
+    for lang, body in _blocks(page):
         if lang == "diff":
             publisher = _apply_diff(publisher, body)
     use_app(monkeypatch, build_agent=_load("agent.publisher", publisher, tmp_path).build_agent)
 
 
-def test_a_send_summary_call_is_refused_as_the_page_says(tmp_path, monkeypatch):
+@pytest.mark.parametrize("page", PAGES)
+def test_a_send_summary_call_is_refused_as_the_page_says(page, tmp_path, monkeypatch):
     """Step 7: with the page's code change, a model that asks for ``send_summary`` gets exactly
     the outputs shown: ``start`` refuses it in the first turn (nothing saved), and after an
     approved ``publish_draft`` the run ends there, ``completed`` (never a task left waiting at a
     call no decision can finish), the one publication in the ledger, ``send_summary`` never run."""
     import agent.models
 
-    _apply_the_page_change(monkeypatch, tmp_path)
-    consoles = _console_blocks()
+    _apply_the_page_change(monkeypatch, tmp_path, page)
+    consoles = _console_blocks(page)
     assert len(consoles) == 2 and [len(c) for c in consoles] == [1, 2]
     for n, (block, first_turn) in enumerate(zip(consoles, (True, False))):
         monkeypatch.setattr(agent.models, "offline_responder", _asks_for_summary(first_turn))
