@@ -4,7 +4,7 @@
 
 Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``review``, ``expire``,
 ``doctor``, ``demo``, ``traps``, ``serve``, ``settle``, ``fail``, ``publishing-service``, ``reviewers``,
-``policy``, ``notify`` (docs/commands.md).
+``policy``, ``notify``, ``eval`` (docs/commands.md).
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never
 import the SDK; ``review`` only to decide.
@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --repair: sign this unsigned record (as doctor names it) after you checked it")
     cmd("demo", "the whole story, narrated, with the offline model")
     cmd("traps", "three traps of the bare SDK, then the same three against this product (offline)")
-    for add in (A.serve_parser, A.settle_parser, A.team_parsers, A.policy_parsers, A.notify_parser):
-        add(sub)  # serve; settle, fail, publishing-service; reviewers; policy set | show; notify
+    for add in (A.serve_parser, A.settle_parser, A.team_parsers, A.policy_parsers, A.notify_parser, A.eval_parser):
+        add(sub)  # serve; settle, fail, publishing-service; reviewers; policy set | show; notify; eval
     return parser
 
 
@@ -139,8 +139,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         return task_view(store, cp)
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
         return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)
-    if args.command == "notify":  # signed webhook events (docs/reviewers.md#notifications); SDK-free
-        return commands.notify(store, args)
+    if args.command in ("notify", "eval"):  # signed webhook events (docs/reviewers.md); code graders
+        return commands.notify(store, args) if args.command == "notify" else commands.evaluate(store, args)
     if args.command == "list":
         return inbox.inbox_view(store, args.status)
     if args.command == "ledger":

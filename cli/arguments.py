@@ -239,6 +239,15 @@ def notify_parser(sub: Any) -> None:
                    help="send each event given up once more (after its task's later events), then exit")
 
 
+def eval_parser(sub: Any) -> None:
+    """``eval [--task T] [--since TIME]`` (code graders of finished tasks, ``workflow/ops/evaluate.py``)."""
+    p = sub.add_parser("eval", help="grade each finished task: its outcome (ledger, service) and its trajectory")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
+    p.add_argument("--task", type=key, help="only this task")
+    p.add_argument("--since", type=nonempty(text("--since", 40, True)), metavar="TIME",
+                   help="only tasks updated at or after TIME (ISO-8601, e.g. 2026-01-31T09:00:00Z)")
+
+
 def version(value: str) -> int:
     """``--version``: a whole number from 1."""
     if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= 10**9:

@@ -140,6 +140,16 @@ def notify(store: Any, args: Any) -> dict[str, Any]:
                       on_pass=None if getattr(args, "json", False) or args.once else output.notify_pass_printer())
 
 
+def evaluate(store: Any, args: Any) -> dict[str, Any]:
+    """``eval [--task T] [--since TIME]``: :func:`workflow.ops.evaluate.evaluate` of the publisher
+    (:data:`agent.application.APP`, whose tool's service is asked for a task published through
+    one); SDK-free unless such a task is graded (docs/eval.md)."""
+    from agent.application import APP
+    from workflow.ops.evaluate import evaluate as grade
+
+    return grade(store, APP, task_id=args.task, since=args.since)
+
+
 def policy(store: Any, args: Any) -> dict[str, Any]:
     """``policy set FILE | show [--version N]``: the policy version as
     :meth:`state.policy.PolicyRecord.public` gives it (``{"version": null, …, "rules": null}``

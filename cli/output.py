@@ -117,6 +117,10 @@ def problem_after(command: str, result: Any) -> str | None:
         return summary(result)
     if command == "list" and result is not None:
         return inbox.unverified_summary(result, hint)
+    if command == "eval" and result is not None:
+        from workflow.ops.evaluate import problem
+
+        return problem(result)
     return None
 
 
@@ -168,6 +172,10 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
         from workflow.ops.doctor import doctor_text
 
         print(doctor_text(result))
+    elif command == "eval":
+        from workflow.ops.evaluate import eval_text
+
+        print(eval_text(result))
     else:
         final = result.get("final_output")
         shown = printer is not None and final is not None and printer.final_shown == final

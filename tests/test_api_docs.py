@@ -48,4 +48,5 @@ def test_api_page_examples_run_and_print_what_the_page_says(tmp_path):
         "completed 1",
         "refused: unconfirmed publishing",
         "failed ended by carol: the provider was shut down",
+        "{'pass': 4, 'fail': 0, 'in_doubt': 0, 'not_finished': 0} [('n-1', 'PASS'), ('n-2', 'PASS')]",
     ]

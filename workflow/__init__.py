@@ -13,6 +13,8 @@ example); every other module is private to the library. The names are imported l
 - an effect through a network service: ``effect_tool(service=Service(...))``, the function raising
   :class:`NotSent`, :class:`MayHaveActed` or :class:`Conflict`; :func:`settle` a call in doubt;
   :func:`fail` a task whose effect provably never ran;
+- check the outcome, not the status: :func:`evaluate` grades each finished task's effect (ledger,
+  service) and trajectory with code graders (docs/eval.md);
 - every refusal raises :class:`Refused` (fail closed: nothing half-written).
 """
 
@@ -28,10 +30,11 @@ if TYPE_CHECKING:  # names for type checkers only: at run time they load on firs
     from workflow.application import Application
     from workflow.effect import Effect, effect_tool
     from workflow.external import Conflict, MayHaveActed, NotSent, Service
+    from workflow.ops.evaluate import evaluate
 
 __all__ = ["Application", "start", "decide", "Approve", "Reject", "read_task", "open_store",
            "effect_tool", "Effect", "Refused", "TaskStore", "Service", "NotSent", "MayHaveActed",
-           "Conflict", "settle", "fail"]
+           "Conflict", "settle", "fail", "evaluate"]
 
 #: Public name -> the module that defines it, imported on first use (by name: importing this
 #: package imports none of them, so ``import workflow.observe.views`` stays free of the SDK).
@@ -42,6 +45,7 @@ _HOME = {
     "effect_tool": "workflow.effect", "Effect": "workflow.effect",
     "Service": "workflow.external", "NotSent": "workflow.external", "MayHaveActed": "workflow.external",
     "Conflict": "workflow.external", "settle": "workflow.api", "fail": "workflow.api",
+    "evaluate": "workflow.ops.evaluate",
     "Refused": "state.errors",
     "TaskStore": "state.store",
 }
