@@ -113,7 +113,7 @@ def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None
         checkpoints = [store.load(task_id)]
     else:
         checkpoints, bad = store.scan()
-        problems = [one_line(f"{b.get('file', '?')}: {b.get('problem', b)}") for b in bad]
+        problems = [one_line(f"{b.get('file', '?')}: {b.get('error', '?')}") for b in bad]
     entries = store.ledger_entries()
     asker = _service_asker(store, app) if any(cp.service for cp in checkpoints) else None
     graded = []
@@ -229,14 +229,24 @@ def _approved_arguments(cp: Checkpoint, channel: str) -> dict[str, Any]:
     """The arguments the approved call of ``channel`` carried (from the history's calls), or the
     content approved with edits there, with ``channel`` set."""
     last = _last(cp, channel)
-    calls = [c for h in cp.history for c in (h.detail.get("calls") or []) if isinstance(c, dict)]
-    found = next((c.get("arguments") for c in calls if last is not None and c.get("call_id") == last.call_id), None)
+    found = next((c.get("arguments") for c in _calls(cp) if last is not None and c.get("call_id") == last.call_id),
+                 None)
     arguments = dict(found) if isinstance(found, dict) else {}
     for d in reversed(cp.decisions):
         if d.channel == channel and d.edits is not None:
             arguments = {**arguments, **dict(d.edits.content)}
             break
     return {**arguments, "channel": channel}
+
+
+def _calls(cp: Checkpoint) -> list[dict[str, Any]]:
+    """Every call that waited for a human, as the history's ``started`` and ``interrupted`` events
+    recorded it (``{"call_id", "tool", "arguments"}``), oldest first; anything else there is skipped."""
+    found = []
+    for h in cp.history:
+        calls = h.detail.get("calls") if h.event in ("started", "interrupted") else None
+        found += [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    return found
 
 
 def _service_asker(store: TaskStore, app: Any) -> Optional[Asker]:
@@ -335,8 +345,7 @@ def _trajectory(g: Graded, cp: Checkpoint, entries: dict[str, Any]) -> None:
     # every call that waited for a human was decided, unless the task ended while it waited
     # (expired, or failed by a person); a call the run ended at is never in a waiting event
     decided = {d.call_id for d in cp.decisions}
-    asked = [c.get("call_id") for h in cp.history if h.event in ("started", "interrupted")
-             for c in (h.detail.get("calls") or []) if isinstance(c, dict)]
+    asked = [c["call_id"] for c in _calls(cp) if isinstance(c.get("call_id"), str)]
     left = list(dict.fromkeys(c for c in asked if c not in decided))
     if left and cp.status in ("completed", "cancelled"):
         g.findings.append(Finding("trajectory: every call decided or ended",
