@@ -410,6 +410,11 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
         _restore_relied_on(store, cp.task_id, created)
         raise
     _restore_relied_on(store, cp.task_id, [calls.keys(cp, r.channel)[1] for r in recs if _makes_record(cp, r)])
+    from workflow.observe import decisions  # the step in the trace too (after the signed write)
+
+    for r in recs:
+        decisions.record(store, cp.task_id, "decision",
+                         decisions.decision_detail(saved, r, [s.call_id for s in recs[1:]] if r is rec else []))
     return saved
 
 

@@ -112,6 +112,12 @@ def record(store: Any, task_id: str, outcome: Outcome, *, by: str, call_id: Opti
             store.ledger_record(key=key, task_id=task_id, action=cp.action, title=cp.title[:200],
                                 content_sha256=intent.content_sha256, channel=channel, approval="human",
                                 result={"settled": "published"}, settled_by=by, settle_reason=reason)
+    from workflow.observe import decisions  # the finding in the trace too
+    from workflow.team import rule_of
+
+    decisions.record(store, task_id, "settlement", {"call_id": call, "channel": channel, "outcome": outcome,
+                                                    "by": by, "attempt": intent.attempt, "has_reason": bool(reason),
+                                                    "rule": rule_of(cp, channel).describe()})
     return cp, call
 
 

@@ -321,6 +321,9 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
                                   "required": rule.approvals, "counted": sorted(names)}
         cp = store.save_revision(cp, failpoint="checkpoint:approval", event=("approval_recorded", detail),
                                  approvals=[*cp.approvals, mine])
+        from workflow.observe import decisions  # the quorum step in the trace too
+
+        decisions.record(store, cp.task_id, "approval", {**detail, "at": mine.at, "rule": rule.describe()})
     return cp, len(names) >= rule.approvals
 
 

@@ -218,3 +218,23 @@ def recording(store: TaskStore, task_id: str, phase: Phase, *, content: bool = F
         if sink.fd is not None:
             os.close(sink.fd)
             sink.fd = None
+
+
+@contextmanager
+def routed(store: TaskStore, task_id: str) -> Iterator[None]:
+    """Route the SDK traces started inside this block to the task's trace file, with no ``run``
+    records (a decision step, :mod:`workflow.observe.decisions`, is not a run)."""
+    sink = _Sink(task_id, trace_log.trace_path(store, task_id), False)
+    try:
+        sink.fd = trace_log.open_append(sink.path)
+    except OSError:
+        sink.fd = None
+    token = _current.set(sink)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+        if sink.fd is not None:
+            os.close(sink.fd)
+            sink.fd = None
+

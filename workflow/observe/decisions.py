@@ -1,0 +1,53 @@
+"""Each decision step as an event in the trace: who decided which call, and under which rule.
+
+The SDK traces runs, model calls and tool calls; it has no approval span (nor do LangGraph or
+pydantic-ai), so no trace could answer "who approved this effect, and was it before the effect?".
+:func:`record` adds one custom span per step, ``hitl.decision`` (an approval or a reject recorded,
+and each call a sticky rule decided with it), ``hitl.approval`` (an approval counted toward a
+quorum that is not reached yet) and ``hitl.settlement`` (a person's finding about a call in doubt),
+each with ``{"task_id", "call_id", "channel", "by", …, "rule"}``, in an SDK trace of its own whose
+``group_id`` is the task ID (so an exporter shows it in the task's group, beside its runs). Our
+local processor (:mod:`workflow.observe.tracing`) writes it to the task's trace file as a
+``span`` record of that type. Only the commands that decide call it, and they run the SDK anyway.
+
+No reason text goes into the trace (``has_reason`` only): the signed checkpoint keeps it. A trace
+is unsigned diagnostics: the decision itself is the checkpoint's, written before this, and
+``run.py eval`` grades the trajectory from the checkpoint. Never raises: a trace that cannot be
+written never stops a decision.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from state.store import TaskStore
+
+Step = Literal["decision", "approval", "settlement"]
+
+
+def record(store: TaskStore, task_id: str, step: Step, detail: dict[str, Any]) -> None:
+    """Write one decision step of ``task_id`` (``detail``: plain JSON values) to the trace."""
+    data = {"task_id": task_id, **detail}
+    try:
+        from agents.tracing import custom_span, trace
+
+        from workflow.observe import tracing
+
+        with tracing.routed(store, task_id), trace(f"{step} recorded", group_id=task_id,
+                                                    metadata={"task_id": task_id, "phase": step}):
+            with custom_span(f"hitl.{step}", data=data):
+                pass
+    except Exception:  # diagnostics: the checkpoint already holds the decision
+        return
+
+
+def decision_detail(cp: Any, rec: Any, sticky: list[str]) -> dict[str, Any]:
+    """The ``hitl.decision`` detail of decision ``rec`` (a :class:`state.schema.Decision`) on
+    ``cp``: who, which call, approved or rejected, with edits or not, the calls a sticky rule
+    decided with it, and the rule of the call's channel (:meth:`state.schema.ApprovalRule.describe`)."""
+    from workflow.team import rule_of
+
+    return {"call_id": rec.call_id, "channel": rec.channel, "tool": rec.tool, "decision": rec.decision,
+            "by": rec.by, "at": rec.at, "source": rec.source, "always": rec.always,
+            "edits": rec.edits is not None, "has_reason": bool(rec.reason), "sticky": sticky,
+            "rule": rule_of(cp, rec.channel).describe()}
