@@ -1,7 +1,6 @@
 """Decisions in the trace: each approval, rejection, quorum step and settlement is a custom span
-(``hitl.decision``, ``hitl.approval``, ``hitl.settlement``) in an SDK trace grouped under the task,
-written by our local processor to the task's trace file: who, which call, the rule; never the
-reason's text."""
+(``hitl.decision``, ``hitl.approval``, ``hitl.settlement``) in the task's own SDK trace, written by
+our local processor to the task's trace file: who, which call, the rule; never the reason's text."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ def _steps(state_dir, step):
             if r.get("kind") == "span" and r.get("type") == f"hitl.{step}"]
 
 
-def test_an_approval_is_a_custom_span_in_an_sdk_trace_grouped_under_the_task(cli, state_dir):
+def test_an_approval_is_a_custom_span_in_the_tasks_own_sdk_trace(cli, state_dir):
     assert cli(*START).code == 0
     assert cli("resume", "--task", KEY, "--decision", "approve", "--by", "ann").code == 0
     [step] = _steps(state_dir, "decision")
@@ -41,8 +40,10 @@ def test_an_approval_is_a_custom_span_in_an_sdk_trace_grouped_under_the_task(cli
                     "decision": "approved", "by": "ann", "at": step["at"], "source": "human", "always": False,
                     "edits": False, "has_reason": False, "sticky": [], "rule": "1 approval"}
     span = next(r for r in _records(state_dir) if r.get("type") == "hitl.decision")
-    start = next(r for r in _records(state_dir) if r.get("kind") == "trace_start" and r["trace_id"] == span["trace_id"])
-    assert start["group_id"] == KEY and start["workflow_name"] == "decision recorded"
+    starts = [r for r in _records(state_dir) if r.get("kind") == "trace_start"]
+    assert [(s["metadata"]["phase"], s["trace_id"] == span["trace_id"]) for s in starts] == [
+        ("start", True), ("decision", True), ("resume", True)]  # one trace: the task's
+    assert {s["group_id"] for s in starts} == {KEY}
 
 
 def test_a_reject_is_in_the_trace_without_its_reason(cli, state_dir):

@@ -60,6 +60,7 @@ def test_trace_records_start_and_every_resume_under_one_task_group(cli, state_di
     assert runs == ["start", "resume"]
     starts = [r for r in records if r["kind"] == "trace_start"]
     assert [s["metadata"] for s in starts] == [{"task_id": "t-1", "phase": "start"},
+                                               {"task_id": "t-1", "phase": "decision"},  # hitl.decision
                                                {"task_id": "t-1", "phase": "resume"}]
     assert {s["group_id"] for s in starts} == {"t-1"}
     spans = [r for r in records if r["kind"] == "span"]

@@ -413,7 +413,7 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
     from workflow.observe import decisions  # the step in the trace too (after the signed write)
 
     for r in recs:
-        decisions.record(store, cp.task_id, "decision",
+        decisions.record(store, saved, "decision",
                          decisions.decision_detail(saved, r, [s.call_id for s in recs[1:]] if r is rec else []))
     return saved
 

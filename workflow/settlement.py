@@ -115,7 +115,7 @@ def record(store: Any, task_id: str, outcome: Outcome, *, by: str, call_id: Opti
     from workflow.observe import decisions  # the finding in the trace too
     from workflow.team import rule_of
 
-    decisions.record(store, task_id, "settlement", {"call_id": call, "channel": channel, "outcome": outcome,
+    decisions.record(store, cp, "settlement", {"call_id": call, "channel": channel, "outcome": outcome,
                                                     "by": by, "attempt": intent.attempt, "has_reason": bool(reason),
                                                     "rule": rule_of(cp, channel).describe()})
     return cp, call

@@ -323,7 +323,7 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
                                  approvals=[*cp.approvals, mine])
         from workflow.observe import decisions  # the quorum step in the trace too
 
-        decisions.record(store, cp.task_id, "approval", {**detail, "at": mine.at, "rule": rule.describe()})
+        decisions.record(store, cp, "approval", {**detail, "at": mine.at, "rule": rule.describe()})
     return cp, len(names) >= rule.approvals
 
 

@@ -5,8 +5,8 @@ pydantic-ai), so no trace could answer "who approved this effect, and was it bef
 :func:`record` adds one custom span per step, ``hitl.decision`` (an approval or a reject recorded,
 and each call a sticky rule decided with it), ``hitl.approval`` (an approval counted toward a
 quorum that is not reached yet) and ``hitl.settlement`` (a person's finding about a call in doubt),
-each with ``{"task_id", "call_id", "channel", "by", …, "rule"}``, in an SDK trace of its own whose
-``group_id`` is the task ID (so an exporter shows it in the task's group, beside its runs). Our
+each with ``{"task_id", "call_id", "channel", "by", …, "rule"}``, in the task's SDK trace (the
+one its runs share: the SDK reattaches it from the saved RunState), between its runs. Our
 local processor (:mod:`workflow.observe.tracing`) writes it to the task's trace file as a
 ``span`` record of that type. Only the commands that decide call it, and they run the SDK anyway.
 
@@ -25,15 +25,22 @@ from state.store import TaskStore
 Step = Literal["decision", "approval", "settlement"]
 
 
-def record(store: TaskStore, task_id: str, step: Step, detail: dict[str, Any]) -> None:
-    """Write one decision step of ``task_id`` (``detail``: plain JSON values) to the trace."""
+def record(store: TaskStore, cp: Any, step: Step, detail: dict[str, Any]) -> None:
+    """Write one decision step of the task of checkpoint ``cp`` (``detail``: plain JSON values) to
+    the trace: in the task's own SDK trace (the ``trace`` its saved RunState names, which the SDK
+    reattaches on resume), else in a trace of its own grouped under the task."""
+    task_id = cp.task_id
     data = {"task_id": task_id, **detail}
     try:
+        import json
+
         from agents.tracing import custom_span, trace
 
         from workflow.observe import tracing
 
-        with tracing.routed(store, task_id), trace(f"{step} recorded", group_id=task_id,
+        saved = json.loads(cp.run_state).get("trace") or {}
+        same = {"trace_id": saved["id"]} if isinstance(saved.get("id"), str) else {}
+        with tracing.routed(store, task_id), trace(f"{step} recorded", group_id=task_id, **same,
                                                     metadata={"task_id": task_id, "phase": step}):
             with custom_span(f"hitl.{step}", data=data):
                 pass
