@@ -338,3 +338,21 @@ def test_the_scenario_suite_grades_every_scenario_as_expected_and_docs_show_its_
     assert proc.stdout.splitlines()[-1] == "14 scenarios, 4 planted faults: every one graded as expected"
     page = (root / "docs" / "eval.md").read_text(encoding="utf-8")
     assert proc.stdout.strip() in page  # the page shows exactly what the script prints
+
+
+def test_eval_grades_tasks_on_postgresql_too(cli, pg_url, monkeypatch):
+    """The same graders on the PostgreSQL store: an approved and a rejected task pass; the
+    approved one's ledger row deleted, it fails the outcome."""
+    import psycopg
+
+    monkeypatch.setenv("HITL_SIGNING_KEY", "eval-pg-signing-key-0123456789abcdef")
+    for key, decision in (("pg-a", "approve"), ("pg-r", "reject")):
+        assert cli("--store", pg_url, "start", "--key", key, "--title", "T", "--draft", "On PostgreSQL.").code == 0
+        assert cli("--store", pg_url, "resume", "--task", key, "--decision", decision, "--by", "ann").code == 0
+    r = cli("--store", pg_url, "eval", "--json")
+    assert r.code == 0, r.err
+    assert [(t["task_id"], t["result"]) for t in r.json()["tasks"]] == [("pg-a", "PASS"), ("pg-r", "PASS")]
+    with psycopg.connect(pg_url) as db:
+        db.execute("DELETE FROM ledger WHERE idempotency_key = 'pg-a'")
+    r = cli("--store", pg_url, "eval", "--json")
+    assert r.code == 1 and _checks(r.json()) == ["outcome: approved effect recorded"]
