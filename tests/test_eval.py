@@ -356,3 +356,11 @@ def test_eval_grades_tasks_on_postgresql_too(cli, pg_url, monkeypatch):
         db.execute("DELETE FROM ledger WHERE idempotency_key = 'pg-a'")
     r = cli("--store", pg_url, "eval", "--json")
     assert r.code == 1 and _checks(r.json()) == ["outcome: approved effect recorded"]
+
+
+def test_a_task_approved_with_edits_at_the_service_passes_with_the_edited_content(cli, state_dir, published):
+    assert cli(*START).code == 0
+    assert cli(*APPROVE, "--edit-body", "Graded by its edited outcome.").code == 0
+    assert [p["body"] for p in published.publications()] == ["Graded by its edited outcome."]
+    code, result = _eval(cli)
+    assert code == 0 and _only(result)["result"] == "PASS" and _only(result)["notes"] == [], result
