@@ -254,20 +254,16 @@ def test_a_task_published_at_the_service_passes_when_asked(cli, state_dir, publi
                                            "findings": [], "notes": []}
 
 
-def test_a_service_holding_other_content_fails_the_outcome(cli, state_dir, published):
+@pytest.mark.parametrize("sql, check", [
+    ("UPDATE publications SET body = 'Something else.'", "outcome: service holds the approved content"),
+    ("DELETE FROM publications", "outcome: one publication at the service"),
+], ids=["a service holding other content", "a completed task whose service record was removed"])
+def test_a_service_record_changed_behind_a_completed_task_fails_the_outcome(cli, state_dir, published, sql, check):
     _finish(cli, APPROVE)
     with sqlite3.connect(published.data_dir / "publications.sqlite3") as db:
-        db.execute("UPDATE publications SET body = 'Something else.'")
+        db.execute(sql)
     code, result = _eval(cli)
-    assert code == 1 and _checks(result) == ["outcome: service holds the approved content"]
-
-
-def test_a_completed_task_whose_service_record_was_removed_fails_the_outcome(cli, state_dir, published):
-    _finish(cli, APPROVE)
-    with sqlite3.connect(published.data_dir / "publications.sqlite3") as db:
-        db.execute("DELETE FROM publications")
-    code, result = _eval(cli)
-    assert code == 1 and _checks(result) == ["outcome: one publication at the service"]
+    assert code == 1 and _checks(result) == [check]
 
 
 def test_a_publication_at_the_service_with_no_approval_fails_the_outcome(cli, state_dir, published):
