@@ -98,3 +98,28 @@ def test_a_settlement_is_a_span_naming_who_found_what(state_dir, tmp_path):
         svc.stop()
     [step] = [r["data"]["data"] for r in _records(state_dir, "ext-1") if r.get("type") == "hitl.settlement"]
     assert (step["by"], step["outcome"], step["channel"], step["attempt"]) == ("bea", "published", "blog", 1)
+
+
+def test_a_finding_of_not_published_is_in_the_trace_without_loading_the_sdk(state_dir, tmp_path):
+    """``settle --outcome not-published`` records only and imports no SDK: its step is written to the
+    trace file directly, in the shape the processor writes (no SDK trace, ``trace_id`` null)."""
+    import test_external_effects as ext
+
+    import time
+
+    svc = ext.Service(tmp_path / "svc", dedup=False, lose_answer=1)
+    try:
+        ext.start(state_dir, svc.url, idempotency="none")
+        r = ext.cli(state_dir, svc.url, *ext.APPROVE, idempotency="none", **ext.SHORT_WINDOW)
+        assert r.code == 1 and "in doubt" in r.err
+        time.sleep(0.3)  # past the attempt's window: it may be settled
+        from conftest import run_subprocess  # a new interpreter: no SDK loaded before the command
+
+        r = run_subprocess(state_dir, "settle", "--task", "ext-1", "--outcome", "not-published", "--by", "bea",
+                           "--reason", "not in the provider's list", env=ext.env_for(svc.url, idempotency="none"))
+        assert r.code == 0, r.err
+    finally:
+        svc.stop()
+    [span] = [r for r in _records(state_dir, "ext-1") if r.get("type") == "hitl.settlement"]
+    assert span["trace_id"] is None and span["data"]["data"]["outcome"] == "not_published"
+    assert span["data"]["data"]["by"] == "bea"

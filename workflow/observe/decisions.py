@@ -8,7 +8,8 @@ quorum that is not reached yet) and ``hitl.settlement`` (a person's finding abou
 each with ``{"task_id", "call_id", "channel", "by", …, "rule"}``, in the task's SDK trace (the
 one its runs share: the SDK reattaches it from the saved RunState), between its runs. Our
 local processor (:mod:`workflow.observe.tracing`) writes it to the task's trace file as a
-``span`` record of that type. Only the commands that decide call it, and they run the SDK anyway.
+``span`` record of that type. A command that needs no SDK (``settle --outcome not-published``)
+writes the same record to the trace file itself, with no SDK span.
 
 No reason text goes into the trace (``has_reason`` only): the signed checkpoint keeps it. A trace
 is unsigned diagnostics: the decision itself is the checkpoint's, written before this, and
@@ -18,6 +19,7 @@ written never stops a decision.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Literal
 
 from state.store import TaskStore
@@ -32,6 +34,9 @@ def record(store: TaskStore, cp: Any, step: Step, detail: dict[str, Any]) -> Non
     task_id = cp.task_id
     data = {"task_id": task_id, **detail}
     try:
+        if "agents" not in sys.modules:  # a command that needs no SDK (settle not-published): no SDK span
+            _write_local(store, task_id, step, data)
+            return
         import json
 
         from agents.tracing import custom_span, trace
@@ -46,6 +51,19 @@ def record(store: TaskStore, cp: Any, step: Step, detail: dict[str, Any]) -> Non
                 pass
     except Exception:  # diagnostics: the checkpoint already holds the decision
         return
+
+
+def _write_local(store: TaskStore, task_id: str, step: Step, data: dict[str, Any]) -> None:
+    """The record our processor would write for the span, written straight to the task's trace file
+    (no SDK trace: none is loaded; ``trace_id`` null)."""
+    from state.clock import now_iso
+    from workflow.observe import trace_log
+
+    now = now_iso()
+    trace_log.append(trace_log.trace_path(store, task_id), {
+        "kind": "span", "trace_id": None, "span_id": None, "parent_id": None, "started_at": now,
+        "ended_at": now, "type": f"hitl.{step}", "name": None,
+        "data": {"type": "custom", "name": f"hitl.{step}", "data": data}, "error": None})
 
 
 def decision_detail(cp: Any, rec: Any, sticky: list[str]) -> dict[str, Any]:
