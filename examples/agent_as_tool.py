@@ -76,12 +76,12 @@ async def main(state_dir: Path) -> None:
     await start(store, APP, task_id="nested-1", title="Notes", content={"title": "Notes"},
                 input="Publish the notes.", channels=["notes"])
     task = read_task(store, "nested-1")
-    for p in task["pending"]:
+    for p in task.pending:
         print(f"outer run paused: {p['tool']} (call {p['call_id']})")
-    if task["pending"]:
-        await forged_approval_is_refused(store, Path(task["checkpoint_path"]))
-    cp = await decide(store, APP, "nested-1", Approve(), by="alice")
-    print(f"final output: {read_task(store, 'nested-1')['final_output']} ({cp.status}, ledger entries: "
+    if task.pending:
+        await forged_approval_is_refused(store, Path(task.to_json()["checkpoint_path"]))
+    done = await decide(store, APP, "nested-1", Approve(), by="alice")
+    print(f"final output: {done.final_output} ({done.status}, ledger entries: "
           f"{len(store.ledger_entries())})")
 
 

@@ -92,7 +92,7 @@ async def main(args: argparse.Namespace) -> dict:
     else:
         choice = Approve(reason=args.reason) if args.decision == "approve" else Reject(message=args.reason)
         await decide(store, APP, args.key, choice, by=args.by)
-    return read_task(store, args.key)
+    return read_task(store, args.key).to_json()
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -59,10 +59,10 @@ async def main(state_dir: Path) -> None:
     cp = await start(store, APP, task_id="handoff-1", title="Release notes",
                      content={"title": "Release notes"}, input="Please publish the release notes.",
                      channels=["notes"])
-    for p in read_task(store, "handoff-1")["pending"]:
-        print(f"paused after the handoff: {p['tool']} {json.dumps(p['arguments'])} ({cp.status})")
+    for p in read_task(store, "handoff-1").pending:
+        print(f"paused after the handoff: {p['tool']} {json.dumps(dict(p['arguments']))} ({cp.status})")
     cp = await decide(store, APP, "handoff-1", Approve(), by="alice")  # the top-level agent resumes
-    print(f"{cp.status}: {read_task(store, 'handoff-1')['final_output']}")
+    print(f"{cp.status}: {cp.final_output}")
     print(f"ledger entries: {len(store.ledger_entries())}")
 
 

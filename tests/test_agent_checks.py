@@ -303,7 +303,7 @@ def test_tool_of_a_module_run_as_main_is_the_same_when_imported(tmp_path, monkey
     asyncio.run(start(store, script["APP"], task_id="pay-1", title="Charge c-1",
                       content={"customer": "c-1", "amount_cents": 1999}, input="charge c-1 19.99"))
     asyncio.run(decide(store, imported.APP, "pay-1", Approve(), by="ana"))
-    assert read_task(store, "pay-1")["status"] == "completed"
+    assert read_task(store, "pay-1").status == "completed"
     assert imported.CHARGES == [("pay-1", "c-1", 1999)] and script["CHARGES"] == []
 
 

@@ -118,7 +118,7 @@ def _two_calls(store: Store, key: str = "m-1") -> dict[str, str]:
 
     asyncio.run(application.start(store, task_id=key, title="T", draft="A draft.",
                                   channels=["blog", "news"]))
-    return {p["arguments"]["channel"]: p["call_id"] for p in read_task(store, key)["pending"]}
+    return {p["arguments"]["channel"]: p["call_id"] for p in read_task(store, key).pending}
 
 
 def test_decide_takes_a_mapping_of_call_ids_to_decisions(state_dir):
@@ -133,8 +133,8 @@ def test_decide_takes_a_mapping_of_call_ids_to_decisions(state_dir):
     asyncio.run(decide(store, PUBLISHER, "m-1", {calls["news"]: Reject(message="not there"),
                                                  calls["blog"]: Approve()}, by="ana"))
     task = read_task(store, "m-1")
-    assert task["status"] == "completed" and task["pending"] == []
-    assert {d["channel"]: d["decision"] for d in task["decisions"]} == {"blog": "approved", "news": "rejected"}
+    assert task.status == "completed" and task.pending == ()
+    assert {d["channel"]: d["decision"] for d in task.decisions} == {"blog": "approved", "news": "rejected"}
     assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == ["m-1#blog"]
 
 
@@ -171,4 +171,30 @@ def test_a_refusal_after_the_first_call_of_a_mapping_names_what_was_decided(stat
                                                      calls["news"]: Approve(edits={"nope": "x"})}, by="ana"))
     assert str(refused.value).startswith(f"calls {calls['blog']} of task m-1 were decided and stay recorded; "
                                          f"then call {calls['news']}: ")
-    assert [p["call_id"] for p in read_task(store, "m-1")["pending"]] == [calls["news"]]
+    assert [p["call_id"] for p in read_task(store, "m-1").pending] == [calls["news"]]
+
+
+def test_every_call_returns_the_same_frozen_task_whose_json_is_what_status_prints(state_dir):
+    """``start``, ``decide`` and ``read_task`` return one shape, :class:`workflow.Task`: frozen,
+    read-only inside, and ``to_json()`` equal to ``run.py status --task ID --json``."""
+    import dataclasses
+
+    from conftest import run_in_process
+    from workflow import Task, read_task
+
+    store = Store(state_dir)
+    started = _start(store)
+    assert isinstance(started, Task) and started.status == "waiting_for_approval"
+    assert [dict(p) for p in started.pending] == [{"call_id": "c1", "tool": "send", "arguments": CONTENT,
+                                                   "approvals": ()}]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        started.status = "completed"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        started.pending[0]["arguments"]["to"] = "eve"  # type: ignore[index]
+    RESULT["value"] = {"sent": True}
+    done = asyncio.run(decide(store, APP, "t-1", Approve(), by="ana"))
+    assert isinstance(done, Task) and (done.status, done.revision, done.pending) == ("completed", 3, ())
+    assert done == read_task(store, "t-1")
+    assert [d["by"] for d in done.decisions] == ["ana"]
+    printed = run_in_process(state_dir, "status", "--task", "t-1", "--json")
+    assert done.to_json() == printed.json()

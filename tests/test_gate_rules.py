@@ -158,6 +158,6 @@ def test_a_second_approval_with_edits_of_any_content_is_a_fresh_decision(state_d
     store = Store(state_dir)
     _start(store, app)
     cp = asyncio.run(decide(store, app, "t-1", Approve(edits={"to": "ana2"}), by="ana"))
-    assert cp.status == "waiting_for_approval" and [p.call_id for p in cp.pending] == ["c2"]
+    assert cp.status == "waiting_for_approval" and [p["call_id"] for p in cp.pending] == ["c2"]
     cp = asyncio.run(decide(store, app, "t-1", Approve(edits={"to": "bo"}), by="ana", call_id="c2"))
     assert cp.status == "completed" and SENT == ["t-1"]

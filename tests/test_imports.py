@@ -169,7 +169,7 @@ def test_public_api_is_the_documented_list_and_importing_it_never_imports_the_sd
     code = (
         "import sys, workflow, workflow.observe.views\n"
         "assert 'agents' not in sys.modules, 'import workflow imported the SDK'\n"
-        "from workflow import Approve, Reject, Refused, TaskStore, open_store, read_task\n"
+        "from workflow import Approve, Reject, Refused, Task, TaskStore, open_store, read_task\n"
         "assert 'agents' not in sys.modules, 'a read-only name imported the SDK'\n"
         "import importlib\n"
         "for name in workflow.__all__:\n"
@@ -181,4 +181,4 @@ def test_public_api_is_the_documented_list_and_importing_it_never_imports_the_sd
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["Application", "start", "decide", "Approve", "Reject", "read_task",
                                    "open_store", "effect_tool", "Effect", "Refused", "TaskStore", "Service",
-                                   "NotSent", "MayHaveActed", "Conflict", "settle", "fail", "evaluate"]
+                                   "NotSent", "MayHaveActed", "Conflict", "settle", "fail", "evaluate", "Task"]

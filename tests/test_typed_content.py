@@ -65,7 +65,7 @@ def test_an_int_argument_is_content_and_the_function_gets_the_int(state_dir):
     assert done.status == "completed"
     assert REFUNDS == [("r-1", "A-1", 1999)] and isinstance(REFUNDS[0][2], int)
     asyncio.run(decide(store, app, "r-1", Approve(), by="ana"))  # the same approval again
-    assert len(REFUNDS) == 1 and read_task(store, "r-1")["status"] == "completed"
+    assert len(REFUNDS) == 1 and read_task(store, "r-1").status == "completed"
 
 
 def test_a_reject_of_an_int_call_runs_nothing(state_dir):

@@ -9,7 +9,8 @@ example); every other module is private to the library. The names are imported l
 - describe the agent: :class:`Application`;
 - keep state: :func:`open_store` (a folder or a ``postgresql://`` URL), a :class:`TaskStore`;
 - run: :func:`start` until the agent's call waits for a human, :func:`decide` with an
-  :class:`Approve` or :class:`Reject`, :func:`read_task` to see where a task stands;
+  :class:`Approve` or :class:`Reject`, :func:`read_task` to see where a task stands: each returns
+  the same frozen :class:`Task`;
 - an effect through a network service: ``effect_tool(service=Service(...))``, the function raising
   :class:`NotSent`, :class:`MayHaveActed` or :class:`Conflict`; :func:`settle` a call in doubt;
   :func:`fail` a task whose effect provably never ran;
@@ -31,10 +32,11 @@ if TYPE_CHECKING:  # names for type checkers only: at run time they load on firs
     from workflow.effect import Effect, effect_tool
     from workflow.external import Conflict, MayHaveActed, NotSent, Service
     from workflow.ops.evaluate import evaluate
+    from workflow.task import Task
 
 __all__ = ["Application", "start", "decide", "Approve", "Reject", "read_task", "open_store",
            "effect_tool", "Effect", "Refused", "TaskStore", "Service", "NotSent", "MayHaveActed",
-           "Conflict", "settle", "fail", "evaluate"]
+           "Conflict", "settle", "fail", "evaluate", "Task"]
 
 #: Public name -> the module that defines it, imported on first use (by name: importing this
 #: package imports none of them, so ``import workflow.observe.views`` stays free of the SDK).
@@ -45,7 +47,7 @@ _HOME = {
     "effect_tool": "workflow.effect", "Effect": "workflow.effect",
     "Service": "workflow.external", "NotSent": "workflow.external", "MayHaveActed": "workflow.external",
     "Conflict": "workflow.external", "settle": "workflow.api", "fail": "workflow.api",
-    "evaluate": "workflow.ops.evaluate",
+    "evaluate": "workflow.ops.evaluate", "Task": "workflow.task",
     "Refused": "state.errors",
     "TaskStore": "state.store",
 }

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from state.schema import Checkpoint
     from state.store import TaskStore
     from workflow.application import Application
+    from workflow.task import Task
 
 
 @dataclass(frozen=True)
@@ -60,21 +61,28 @@ def open_store(where: Union[str, Path, None] = None) -> "TaskStore":
     return store.FileStore(store.resolve_state_dir(text))
 
 
-def read_task(store: "TaskStore", task_id: str) -> dict[str, Any]:
-    """Where task ``task_id`` stands, verified (signature, schema, its key), as the command line's
-    task JSON: ``{"task_id", "status", "pending": [{"call_id", "tool", "arguments"}],
-    "decisions", "final_output", "revision", "checkpoint_path", …}`` (docs/commands.md). Never
-    imports the SDK. Raises :class:`Refused` if there is no such task or it cannot be verified."""
-    from workflow.observe.views import task_view
+def read_task(store: "TaskStore", task_id: str) -> "Task":
+    """Where task ``task_id`` stands, verified (signature, schema, its key), as a
+    :class:`workflow.task.Task` (``.to_json()``: the command line's task JSON, docs/commands.md).
+    Never imports the SDK. Raises :class:`Refused` if there is no such task or it cannot be
+    verified."""
+    from workflow.task import Task
 
-    return task_view(store, store.load(task_id))
+    return Task.of(store, store.load(task_id))
+
+
+def _task(store: "TaskStore", cp: "Checkpoint") -> "Task":
+    """The :class:`workflow.task.Task` of a checkpoint the engine just returned."""
+    from workflow.task import Task
+
+    return Task.of(store, cp)
 
 
 async def start(store: "TaskStore", app: "Application", *, task_id: str, title: str,
                 content: dict[str, str], input: Any, by: Optional[str] = None, token: Optional[str] = None,
-                **options: Any) -> "Checkpoint":
+                **options: Any) -> "Task":
     """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its gated call, then save
-    a signed checkpoint (status ``waiting_for_approval``) and return it.
+    a signed checkpoint (status ``waiting_for_approval``) and return the :class:`Task`.
 
     ``task_id`` is also the idempotency key of the effect (``<task_id>#<channel>`` for a task with
     several channels); ``title`` is the task's one-line label for reviewers; ``content`` is what the
@@ -94,18 +102,18 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
     if by is not None:
         _check_entry(task_id, by=by)
     crew = team.at_start(store, team.channels_of(options.get("channels")), by, token)
-    return await hitl.start(store, app, task_id=task_id, title=title, content=content, input=input,
-                            team=crew, **options)
+    return _task(store, await hitl.start(store, app, task_id=task_id, title=title, content=content,
+                                         input=input, team=crew, **options))
 
 
 async def decide(store: "TaskStore", app: "Application", task_id: str,
                  decision: Union[Approve, Reject, Mapping[str, Union[Approve, Reject]]], *,
                  by: Optional[str] = None, token: Optional[str] = None,
                  call_id: Optional[str] = None, expect_revision: Optional[int] = None,
-                 **options: Any) -> "Checkpoint":
+                 **options: Any) -> "Task":
     """Record a human's ``decision`` (by ``by``) on one pending call of ``task_id`` (``call_id``;
-    None: the only one), then resume the run from the checkpoint; returns the new checkpoint
-    (``completed``, ``cancelled``, ``waiting_for_approval`` on the next calls, ``budget_exceeded``).
+    None: the only one), then resume the run from the checkpoint; returns the :class:`Task` after
+    it (``completed``, ``cancelled``, ``waiting_for_approval`` on the next calls, ``budget_exceeded``).
 
     ``decision`` may also be a mapping ``{call_id: Approve(...) | Reject(...)}``, one entry per
     pending call to decide (as pydantic-ai's deferred tool results and LangGraph's resume map take
@@ -140,21 +148,21 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
         word, reason, always, edit = "reject", decision.message, decision.always, None
     else:
         raise Refused("usage", f"decision must be Approve(...) or Reject(...), not {type(decision).__name__}")
-    return await hitl.decide(store, app, task_id=task_id, decision=word, by=by, reason=reason,
-                             always=always, call_id=call_id, expect_revision=expect_revision,
-                             edit=edit, **options)
+    return _task(store, await hitl.decide(store, app, task_id=task_id, decision=word, by=by, reason=reason,
+                                          always=always, call_id=call_id, expect_revision=expect_revision,
+                                          edit=edit, **options))
 
 
 async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: str, *,
                  by: Optional[str] = None, token: Optional[str] = None, call_id: Optional[str] = None,
-                 reason: Optional[str] = None, **options: Any) -> "Checkpoint":
+                 reason: Optional[str] = None, **options: Any) -> "Task":
     """Record what a person found at the provider for a call in doubt (its effect went to a
     provider that cannot deduplicate, which may have acted: docs/external-effects.md) and go on.
 
     ``outcome`` ``"published"``: the ledger entry is written (``settled_by=by``, ``settle_reason=
     reason``) and the run finishes, sending nothing (``options`` as for :func:`decide`);
-    ``"not_published"``: the attempt is settled as not done and the checkpoint is returned as it
-    is (the task shows ``publishing``; the next :func:`decide` with :class:`Approve` sends it once
+    ``"not_published"``: the attempt is settled as not done and the task is returned as it
+    is (it shows ``publishing``; the next :func:`decide` with :class:`Approve` sends it once
     more). ``call_id``: the call in doubt, when several are. Raises :class:`Refused`
     (``not_in_doubt`` for a task or call not in doubt; ``unsafe_input``) with nothing written.
     In team mode ``token`` authenticates who settles, as for :func:`decide`, and the rule of the
@@ -165,12 +173,12 @@ async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: 
     by = _decider(store, task_id, by, token)
     if reason is not None:
         _check_reason(reason)
-    return await settling.settle(store, app, task_id=task_id, outcome=outcome, by=by, call_id=call_id,
-                                 reason=reason, **options)
+    return _task(store, await settling.settle(store, app, task_id=task_id, outcome=outcome, by=by,
+                                              call_id=call_id, reason=reason, **options))
 
 
 def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = None,
-         token: Optional[str] = None) -> "Checkpoint":
+         token: Optional[str] = None) -> "Task":
     """End ``task_id`` where no effect can have happened (an approval never carried out, or every
     attempt through a service found not done): it ends ``failed`` with ``reason`` (text of at most
     :data:`state.schema.MAX_REASON_CHARS` characters), ``completed`` if another of its calls
@@ -183,12 +191,12 @@ def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = N
 
     by = _decider(store, task_id, by, token)
     _check_reason(reason)
-    return settling.fail(store, task_id, by=by, reason=reason)
+    return _task(store, settling.fail(store, task_id, by=by, reason=reason))
 
 
 async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
                        decisions: Mapping[Any, Any], *, call_id: Optional[str],
-                       expect_revision: Optional[int], **kwargs: Any) -> "Checkpoint":
+                       expect_revision: Optional[int], **kwargs: Any) -> "Task":
     """:func:`decide` for ``{call_id: Approve | Reject}``: checked whole first, then one decision
     per call in order. Raises :class:`Refused` (see :func:`decide`)."""
     from state.terminal import one_line
@@ -204,7 +212,7 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
         if value.always:
             raise Refused("usage", "always= decides calls the mapping does not name: leave it out "
                           "and name each call")
-    waiting = [p["call_id"] for p in read_task(store, task_id)["pending"]]
+    waiting = [p["call_id"] for p in read_task(store, task_id).pending]
     unknown = [k for k in decisions if k not in waiting]
     if unknown:
         shown = ", ".join(one_line(repr(k))[:80] for k in unknown)
