@@ -152,7 +152,7 @@ def test_a_mapping_with_a_call_not_waiting_or_a_bad_value_records_nothing(state_
     with pytest.raises(Refused) as refused:
         asyncio.run(decide(store, PUBLISHER, "m-1", mapping, by="ana",
                            call_id=calls["news"] if bad == "call_id" else None))
-    says = {"unknown": "no call 'c-gone' waits for a decision", "always": "always= decides calls",
+    says = {"unknown": "call 'c-gone' is not waiting for a decision", "always": "always= decides calls",
             "empty": "the mapping of decisions is empty", "call_id": "not call_id as well",
             "value": "must be Approve(...) or Reject(...), not str"}[bad]
     assert refused.value.code == "usage" and says in str(refused.value)
@@ -198,3 +198,31 @@ def test_every_call_returns_the_same_frozen_task_whose_json_is_what_status_print
     assert [d["by"] for d in done.decisions] == ["ana"]
     printed = run_in_process(state_dir, "status", "--task", "t-1", "--json")
     assert done.to_json() == printed.json()
+
+
+def test_a_mapping_repeated_changes_nothing_and_a_mapping_that_cannot_pay_stops_there(state_dir):
+    """The same mapping again (after a crash, say) returns the task unchanged; a mapping whose first
+    approval cannot be paid returns ``budget_exceeded`` with that call and the later ones undecided,
+    as one such decision does (it never goes on to decide the rest behind the caller's back)."""
+    from agent import application
+    from agent.application import APP as PUBLISHER
+    from state.schema import ModelSpec
+    from workflow import Reject, read_task
+    from workflow.budget import make_budget
+
+    store = Store(state_dir)
+    calls = _two_calls(store)
+    mapping = {calls["blog"]: Approve(), calls["news"]: Reject(message="not there")}
+    done = asyncio.run(decide(store, PUBLISHER, "m-1", mapping, by="ana"))
+    again = asyncio.run(decide(store, PUBLISHER, "m-1", mapping, by="ana"))
+    assert done.status == "completed" and again == done and again.revision == done.revision
+
+    one_turn = make_budget(ModelSpec(), max_turns=1)  # the start's turn: nothing left for the next
+    asyncio.run(application.start(store, task_id="m-2", title="T", draft="A draft.", channels=["blog", "news"],
+                                  budget=one_turn))
+    pending = {p["arguments"]["channel"]: p["call_id"] for p in read_task(store, "m-2").pending}
+    stopped = asyncio.run(decide(store, PUBLISHER, "m-2", {pending["blog"]: Approve(),
+                                                           pending["news"]: Reject(message="no")}, by="ana"))
+    assert stopped.status == "budget_exceeded"
+    assert stopped.decisions == () and sorted(p["call_id"] for p in stopped.pending) == sorted(pending.values())
+

@@ -198,7 +198,11 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
                        decisions: Mapping[Any, Any], *, call_id: Optional[str],
                        expect_revision: Optional[int], **kwargs: Any) -> "Task":
     """:func:`decide` for ``{call_id: Approve | Reject}``: checked whole first, then one decision
-    per call in order. Raises :class:`Refused` (see :func:`decide`)."""
+    per call in order. A key naming a call already decided the same way is a repeat, skipped (a
+    mapping repeated after a crash changes nothing). A decision that leaves the task
+    ``budget_exceeded`` (its approval not recorded: the next model call cannot be paid) ends the
+    mapping there: the task is returned, the later calls undecided. Raises :class:`Refused` (see
+    :func:`decide`)."""
     from state.terminal import one_line
 
     if call_id is not None:
@@ -212,18 +216,24 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
         if value.always:
             raise Refused("usage", "always= decides calls the mapping does not name: leave it out "
                           "and name each call")
-    waiting = [p["call_id"] for p in read_task(store, task_id).pending]
-    unknown = [k for k in decisions if k not in waiting]
+    task = read_task(store, task_id)
+    waiting = [p["call_id"] for p in task.pending]
+    kind = {"approved": Approve, "approved_with_edits": Approve, "rejected": Reject}
+    on_record = {d["call_id"]: kind.get(d["decision"]) for d in task.decisions}
+    repeats = [k for k, v in decisions.items() if k not in waiting and on_record.get(k) is type(v)]
+    unknown = [k for k in decisions if k not in waiting and k not in repeats]
     if unknown:
         shown = ", ".join(one_line(repr(k))[:80] for k in unknown)
-        raise Refused("usage", f"task {task_id}: no call {shown} waits for a decision (waiting: "
+        raise Refused("usage", f"task {task_id}: {'call' if len(unknown) == 1 else 'calls'} {shown} "
+                      f"{'is' if len(unknown) == 1 else 'are'} not waiting for a decision (waiting: "
                       f"{', '.join(one_line(c) for c in waiting) or 'none'}); nothing recorded")
     done: list[str] = []
-    cp: Any = None
     for key, value in decisions.items():
+        if key in repeats:
+            continue
         try:
-            cp = await decide(store, app, task_id, value, call_id=key, expect_revision=expect_revision
-                              if not done else None, **kwargs)
+            task = await decide(store, app, task_id, value, call_id=key, expect_revision=expect_revision
+                                if not done else None, **kwargs)
         except Refused as exc:
             if not done:
                 raise
@@ -231,7 +241,9 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
                                      f"and stay recorded; then call {one_line(key)}: ", *exc.parts],
                           **exc.data) from None
         done.append(one_line(key))
-    return cp
+        if task.status == "budget_exceeded":  # nothing recorded for this call: stop, as decide does
+            break
+    return task
 
 
 def _decider(store: "TaskStore", task_id: Any, by: Optional[str], token: Optional[str]) -> str:
