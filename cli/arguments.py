@@ -244,8 +244,22 @@ def eval_parser(sub: Any) -> None:
     p = sub.add_parser("eval", help="grade each finished task: its outcome (ledger, service) and its trajectory")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
     p.add_argument("--task", type=key, help="only this task")
-    p.add_argument("--since", type=nonempty(text("--since", 40, True)), metavar="TIME",
-                   help="only tasks updated at or after TIME (ISO-8601, e.g. 2026-01-31T09:00:00Z)")
+    p.add_argument("--since", type=since, metavar="TIME",
+                   help="only tasks updated at or after TIME (ISO-8601 with its zone, e.g. "
+                        "2026-01-31T09:00:00Z, or a date: its midnight UTC)")
+
+
+def since(value: str) -> str:
+    """``eval --since``: a time :func:`workflow.ops.evaluate.since_time` reads (else a usage error,
+    exit 2, before any file is read)."""
+    from state.errors import Refused
+    from workflow.ops.evaluate import since_time
+
+    try:
+        since_time(value)
+    except Refused as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def version(value: str) -> int:

@@ -216,14 +216,44 @@ def test_task_and_since_select_what_is_graded(cli, state_dir):
     assert code == 0 and _only(result)["task_id"] == KEY
 
 
-@pytest.mark.parametrize("args, says", [(("--since", "yesterday"), "not a time: 'yesterday'; give an ISO-8601 time"),
-                                        (("--task", "nope"), "no task 'nope'")])
-def test_a_bad_selection_is_one_stopped_line_and_nothing_written(cli, state_dir, args, says):
+def test_an_unknown_task_is_one_stopped_line_and_nothing_written(cli, state_dir):
     _finish(cli, APPROVE)
     before = snapshot(state_dir)
-    r = cli("eval", *args)
-    assert r.code == 1 and r.err.startswith("STOPPED: ") and says in r.err and r.out == ""
+    r = cli("eval", "--task", "nope")
+    assert r.code == 1 and r.err.startswith("STOPPED: ") and "no task 'nope'" in r.err and r.out == ""
     assert snapshot(state_dir) == before
+
+
+@pytest.mark.parametrize("value, says", [
+    ("yesterday", "not a time: 'yesterday'"),
+    ("2026-12-04T12:46:20", "not a time with its time zone (Z or +01:00): '2026-12-04T12:46:20'"),
+])
+def test_a_bad_since_is_a_usage_error_before_any_file_is_read(cli, state_dir, value, says):
+    r = cli("eval", "--since", value)
+    assert r.code == 2 and says in r.err and not state_dir.exists()
+
+
+def test_since_takes_a_date_as_its_midnight_utc(cli, state_dir):
+    from workflow.ops.evaluate import since_time
+
+    assert since_time("2026-01-31").isoformat() == "2026-01-31T00:00:00+00:00"
+    _finish(cli, APPROVE)
+    code, result = _eval(cli, "--since", "2000-01-01")
+    assert code == 0 and _only(result)["task_id"] == KEY
+
+
+def test_an_unreadable_ledger_fails_closed_and_names_it(cli, state_dir):
+    _finish(cli, APPROVE)
+    entry = record_path(state_dir, "ledger_entry", {"idempotency_key": KEY})
+    entry.write_text(entry.read_text(encoding="utf-8").replace("Notes", "Notez"), encoding="utf-8")
+    r = cli("eval")
+    assert r.code == 1 and r.out.splitlines()[0].startswith("FAIL     unreadable ledger, nothing graded: ")
+
+
+def test_an_empty_store_says_there_is_nothing_to_grade(cli, state_dir):
+    r = cli("eval")
+    assert r.code == 0 and r.out.splitlines()[0] == f"no task to grade in {state_dir}"
+    assert not state_dir.exists()
 
 
 def test_the_public_api_evaluates_the_same(cli, state_dir):
@@ -360,3 +390,15 @@ def test_a_task_approved_with_edits_at_the_service_passes_with_the_edited_conten
     assert [p["body"] for p in published.publications()] == ["Graded by its edited outcome."]
     code, result = _eval(cli)
     assert code == 0 and _only(result)["result"] == "PASS" and _only(result)["notes"] == [], result
+
+
+def test_an_unreadable_checkpoint_is_a_failure_named_and_the_others_are_graded(cli, state_dir):
+    _finish(cli, APPROVE)
+    assert cli("start", "--key", "ev-2", "--title", "T", "--draft", "Another.").code == 0
+    assert cli("resume", "--task", "ev-2", "--decision", "reject", "--by", "ann").code == 0
+    checkpoint_file(state_dir, "ev-2").write_text("{ not json", encoding="utf-8")
+    r = cli("eval", "--json")
+    assert r.code == 1
+    assert [(t["task_id"], t["result"]) for t in r.json()["tasks"]] == [(KEY, "PASS")]
+    [problem] = r.json()["problems"]
+    assert problem.startswith("unreadable checkpoint: ") and r.json()["summary"]["fail"] == 1

@@ -36,7 +36,8 @@ Shape of :func:`evaluate`'s result (also ``run.py eval --json``)::
                 "findings": [{"check": "outcome: …" | "trajectory: …", "what": str}, …],
                 "notes": [str, …]}, …],
      "summary": {"pass": int, "fail": int, "in_doubt": int, "not_finished": int},
-     "problems": [str, …]}   # tasks that could not be read at all (each also counts as a FAIL)
+     "problems": [str, …],   # checkpoints (or the ledger) that could not be read: each a FAIL
+     "store": str}           # where the tasks were read (a folder, or the database's name)
 """
 
 from __future__ import annotations
@@ -104,17 +105,19 @@ def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None
     :class:`state.errors.Refused` for an unknown ``task_id`` or a ``since`` that is not a time."""
     from state.errors import Refused
 
-    after = _time(since) if since is not None else None
-    if since is not None and after is None:
-        raise Refused("usage", f"not a time: {one_line(since)[:60]!r}; give an ISO-8601 time such as "
-                      "2026-01-31T09:00:00Z")
+    after = since_time(since) if since is not None else None
     problems: list[str] = []
     if task_id is not None:
         checkpoints = [store.load(task_id)]
     else:
         checkpoints, bad = store.scan()
-        problems = [one_line(f"{b.get('file', '?')}: {b.get('error', '?')}") for b in bad]
-    entries = store.ledger_entries()
+        problems = [one_line(f"unreadable checkpoint: {b.get('error', '?')}") for b in bad]
+    try:
+        entries = store.ledger_entries()
+    except Refused as exc:  # fail closed: with the ledger unreadable no outcome can be judged
+        return {"tasks": [], "summary": {"pass": 0, "fail": 1, "in_doubt": 0, "not_finished": 0},
+                "problems": [*problems, one_line(f"unreadable ledger, nothing graded: {exc}")],
+                "store": store.location}
     asker = _service_asker(store, app) if any(cp.service for cp in checkpoints) else None
     graded = []
     for cp in sorted(checkpoints, key=lambda c: (c.created_at, c.task_id)):
@@ -129,6 +132,7 @@ def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None
                     "in_doubt": sum(g.result == "IN DOUBT" for g in finished),
                     "not_finished": len(graded) - len(finished)},
         "problems": problems,
+        "store": store.location,
     }
 
 
@@ -288,6 +292,28 @@ def _service_asker(store: TaskStore, app: Any) -> Optional[Asker]:
     return ask
 
 
+def since_time(text: str) -> datetime:
+    """``--since``: an ISO-8601 time with its zone (``2026-01-31T09:00:00Z``, ``…+01:00``), or a
+    date (``2026-01-31``: its midnight, UTC). Raises :class:`state.errors.Refused` (``usage``) for
+    anything else, naming a missing zone."""
+    from state.errors import Refused
+
+    if isinstance(text, str) and len(text) == 10:
+        found = _time(text + "T00:00:00Z")
+        if found is not None:
+            return found
+    found = _time(text)
+    if found is not None:
+        return found
+    try:
+        naive = datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        naive = None
+    zone = " with its time zone (Z or +01:00)" if naive is not None else ""
+    raise Refused("usage", f"not a time{zone}: {one_line(str(text))[:60]!r}; give an ISO-8601 time such "
+                  "as 2026-01-31T09:00:00Z, or a date such as 2026-01-31 (midnight UTC)")
+
+
 def _time(text: Any) -> Optional[datetime]:
     """An ISO-8601 time (``Z`` or an offset) as an aware datetime, or None."""
     if not isinstance(text, str):
@@ -404,6 +430,8 @@ def eval_text(result: dict[str, Any]) -> str:
     lines += [f"FAIL     {p}" for p in result["problems"]]
     n = result["summary"]
     unasked = sum(bool(t["notes"]) for t in result["tasks"])
+    if not result["tasks"] and not result["problems"] and not n["not_finished"]:
+        lines.append(f"no task to grade in {one_line(result['store'])}")
     lines.append(f"{n['pass']} passed, {n['fail']} failed, {n['in_doubt']} in doubt; "
                  f"{n['not_finished']} not finished (not graded)"
                  + (f"; {unasked} graded on the ledger only (see its note)" if unasked else ""))
