@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ledger_entries, run_subprocess, snapshot
+from conftest import ledger_entries, run_in_process, run_subprocess, snapshot
 
 TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",
              "schema_version", "revision", "checkpoint_path", "decisions", "channels"}
@@ -211,6 +211,11 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
     assert not (tmp_path / "demo" / "checkpoints").exists() and not (tmp_path / "demo" / "ledger").exists()
     _demo_narration_reads_correctly(r.err)
+    # eval over the demo's state dir: every task passes (its service is gone now: graded on the ledger)
+    [run_dir] = (tmp_path / "demo" / "demo").iterdir()
+    graded = run_in_process(run_dir, "eval", "--json")
+    assert graded.code == 0, graded.out + graded.err
+    assert [t["result"] for t in graded.json()["tasks"]] == ["PASS"] * 5
 
 
 def _demo_narration_reads_correctly(text: str) -> None:

@@ -199,6 +199,17 @@ def test_a_call_never_decided_in_a_finished_task_fails_the_trajectory(cli, state
     assert code == 1 and _checks(result) == ["trajectory: every call decided or ended"]
 
 
+@pytest.mark.parametrize("mutate, check", [
+    (lambda d: d["history"][0].update(event="resumed"), "trajectory: starts with its request"),
+    (lambda d: d["history"][1].update(revision=1), "trajectory: revisions in order"),
+], ids=["a history that does not start with the request", "revisions out of order"])
+def test_a_history_out_of_shape_fails_the_trajectory(cli, state_dir, mutate, check):
+    _finish(cli, APPROVE)
+    _resign_checkpoint(state_dir, mutate)
+    code, result = _eval(cli)
+    assert code == 1 and check in _checks(result)
+
+
 def test_an_ending_that_is_not_last_fails_the_trajectory(cli, state_dir):
     _finish(cli, APPROVE)
     _resign_checkpoint(state_dir, lambda d: d["history"].insert(1, {**d["history"][-1]}))
