@@ -122,7 +122,7 @@ def test_an_effect_after_a_reject_fails_the_outcome(cli, state_dir):
     assert code == 1 and "outcome: nothing after a reject" in _checks(result)
 
 
-def test_an_effect_of_an_expired_task_fails_the_outcome(cli, state_dir, monkeypatch):
+def test_an_effect_nobody_approved_in_an_expired_task_fails_the_outcome(cli, state_dir, monkeypatch):
     assert cli(*START, "--expires-in", "90s").code == 0
     monkeypatch.setenv("HITL_NOW", "2099-01-01T00:00:00Z")
     assert cli("expire").code == 0
@@ -131,7 +131,7 @@ def test_an_effect_of_an_expired_task_fails_the_outcome(cli, state_dir, monkeypa
     assert code == 0 and _only(result)["status"] == "expired" and _only(result)["result"] == "PASS"
     _entry(state_dir)
     code, result = _eval(cli)
-    assert code == 1 and _checks(result) == ["outcome: no effect when expired"]
+    assert code == 1 and _checks(result) == ["outcome: nothing without an approval"]
 
 
 def test_a_stray_entry_of_the_task_fails_the_outcome(cli, state_dir):
@@ -413,3 +413,73 @@ def test_an_unreadable_checkpoint_is_a_failure_named_and_the_others_are_graded(c
     assert [(t["task_id"], t["result"]) for t in r.json()["tasks"]] == [(KEY, "PASS")]
     [problem] = r.json()["problems"]
     assert problem.startswith("unreadable checkpoint: ") and r.json()["summary"]["fail"] == 1
+
+
+# --- legitimate flows that must pass (each once graded as a failure) --------------------------------
+
+def test_an_expired_task_with_its_private_preview_published_passes(cli, state_dir, monkeypatch):
+    """The preview channel needs no human: its entry is written at start; the task then expires."""
+    assert cli(*START, "--channel", "preview", "--channel", "blog", "--expires-in", "90s").code == 0
+    monkeypatch.setenv("HITL_NOW", "2099-01-01T00:00:00Z")
+    assert cli("expire").code == 0
+    monkeypatch.delenv("HITL_NOW")
+    code, result = _eval(cli)
+    assert code == 0 and _only(result)["status"] == "expired" and _only(result)["result"] == "PASS", result
+
+
+def test_an_entry_recorded_as_needing_no_human_on_a_channel_that_waited_for_one_fails(cli, state_dir):
+    _finish(cli, REJECT)
+    _entry(state_dir, approval="not_needed")
+    code, result = _eval(cli)
+    assert code == 1 and _checks(result) == ["outcome: nothing after a reject"]
+    assert cli(*START[:2], "ev-3", *START[3:]).code == 0
+    assert cli("resume", "--task", "ev-3", "--decision", "approve", "--by", "ann").code == 0
+    record_path(state_dir, "ledger_entry", {"idempotency_key": "ev-3"}).unlink()
+    _entry(state_dir, key="ev-3", task_id="ev-3", approval="not_needed",
+           content_sha256=json.loads(checkpoint_file(state_dir, "ev-3").read_text())["content_sha256"])
+    code, result = _eval(cli, "--task", "ev-3")
+    assert code == 1 and _checks(result) == ["outcome: nothing without an approval"]
+
+
+@pytest.mark.parametrize("second", ["approve", "reject"])
+def test_a_model_that_asks_again_after_its_draft_was_published_passes(cli, state_dir, monkeypatch, second):
+    """After the publication the model asks again for the same draft (a new call): the reviewer's
+    second decision, either way, leaves one entry, dated after the approval that ran it."""
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+    from agent.models import offline_responder
+    from conftest import use_app
+
+    def again(call):
+        outputs = [i for i in call.input if isinstance(call.input, list) and isinstance(i, dict)
+                   and i.get("type") == "function_call_output"]
+        if len(outputs) == 1:
+            first = offline_responder(call.__class__(**{**call.__dict__, "input": call.input[:1]})).output[0]
+            return ModelStep(output=[function_call(first.name, json.loads(first.arguments), call_id="call_again")])
+        return ModelStep(output=[assistant_message("done")]) if outputs else offline_responder(call)
+
+    use_app(monkeypatch, offline_model=lambda: ScriptedModel([ModelStep.respond(again) for _ in range(8)]))
+    assert cli(*START).code == 0
+    waiting = cli(*APPROVE, "--json").json()
+    assert waiting["status"] == "waiting_for_approval" and waiting["pending"][0]["call_id"] == "call_again"
+    assert cli("resume", "--task", KEY, "--decision", second, "--by", "bob").code == 0
+    code, result = _eval(cli)
+    assert code == 0 and _only(result)["result"] == "PASS", result
+    assert len(ledger_entries(state_dir)) == 1
+
+
+def test_a_task_a_person_ended_while_another_call_had_run_passes_with_a_note(cli, state_dir):
+    """Two channels: preview runs at start (no human); blog's approval is recorded, then the process
+    dies before its effect; a person ends the task with ``fail``: it ends ``completed`` (preview
+    executed), blog given up. Graded: PASS, and a note names who gave blog up."""
+    from conftest import run_subprocess
+
+    assert cli(*START, "--channel", "preview", "--channel", "blog").code == 0
+    crashed = run_subprocess(state_dir, *APPROVE, env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert crashed.code == 86, crashed.err
+    assert cli("fail", "--task", KEY, "--by", "ann", "--reason", "the channel was closed").code == 0
+    code, result = _eval(cli)
+    assert code == 0 and _only(result)["status"] == "completed" and _only(result)["result"] == "PASS", result
+    assert _only(result)["notes"] == ["blog: approved, then given up by ann (the channel was closed): no effect "
+                                      "expected"]
+

@@ -101,7 +101,7 @@ def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None
     """Grade every finished task of ``store`` (or only ``task_id``; only tasks updated at or after
     ``since``, an ISO-8601 time): the result shape is in the module docstring. ``app``: the
     :class:`workflow.Application` whose tool's service is asked for tasks whose effect went through
-    one (None: such a task is ``IN DOUBT``, its service not asked). Raises
+    one (None: such a task is graded on the ledger, with a note that its service was not asked). Raises
     :class:`state.errors.Refused` for an unknown ``task_id`` or a ``since`` that is not a time."""
     from state.errors import Refused
 
@@ -118,12 +118,11 @@ def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None
         return {"tasks": [], "summary": {"pass": 0, "fail": 1, "in_doubt": 0, "not_finished": 0},
                 "problems": [*problems, one_line(f"unreadable ledger, nothing graded: {exc}")],
                 "store": store.location}
-    asker = _service_asker(store, app) if any(cp.service for cp in checkpoints) else None
-    graded = []
-    for cp in sorted(checkpoints, key=lambda c: (c.created_at, c.task_id)):
-        if after is not None and (_time(cp.updated_at) or after) < after:
-            continue
-        graded.append(grade(store, cp, entries, asker))
+    chosen = [cp for cp in sorted(checkpoints, key=lambda c: (c.created_at, c.task_id))
+              if after is None or (_time(cp.updated_at) or after) >= after]
+    # the SDK (to build the application's tool) only when a finished task went through a service
+    asker = _service_asker(store, app) if any(cp.service and cp.status in FINISHED for cp in chosen) else None
+    graded = [grade(store, cp, entries, asker) for cp in chosen]
     finished = [g for g in graded if g.status in FINISHED or g.findings or g.in_doubt]
     return {
         "tasks": [g.to_json() for g in finished],
@@ -153,9 +152,11 @@ def grade(store: TaskStore, cp: Checkpoint, entries: list[Any], asker: Optional[
     mine = {e.idempotency_key: e for e in entries if e.task_id == cp.task_id}
     for channel in cp.channels:
         key = effect_key(cp.task_id, channel, cp.channels)
-        _outcome(g, cp, channel, key, mine.pop(key, None))
+        entry = mine.pop(key, None)
+        expected = _expects_effect(g, cp, channel, entry)
+        _outcome(g, cp, channel, key, entry, expected)
         if cp.service:
-            _at_service(g, cp, channel, asker)
+            _at_service(g, cp, channel, asker, expected)
     for key in sorted(mine):
         g.findings.append(Finding("outcome: no stray entry", f"ledger entry {one_line(key)!r} names task "
                                   f"{cp.task_id} but is not under one of its channels' keys"))
@@ -163,57 +164,92 @@ def grade(store: TaskStore, cp: Checkpoint, entries: list[Any], asker: Optional[
     return g
 
 
-def _last(cp: Checkpoint, channel: str) -> Optional[Decision]:
-    """The latest decision on ``channel`` that is not an approval with edits (those never run)."""
-    on = [d for d in cp.decisions if d.channel == channel and not (d.decision == "approved" and d.edits)]
-    return on[-1] if on else None
+def _approvals(cp: Checkpoint, channel: str) -> list[Decision]:
+    """The approvals on ``channel`` of a call as the model made it (an approval with edits never
+    runs the call it answers), oldest first."""
+    return [d for d in cp.decisions if d.channel == channel and d.decision == "approved" and d.edits is None]
 
 
-def _should_act(cp: Checkpoint, channel: str) -> bool:
-    """True if ``channel``'s effect must exist: the task completed and its last decision there
-    approved the call as the model made it."""
-    last = _last(cp, channel)
-    return cp.status == "completed" and last is not None and last.decision == "approved"
+def _rejections(cp: Checkpoint, channel: str) -> list[Decision]:
+    return [d for d in cp.decisions if d.channel == channel and d.decision == "rejected"]
 
 
-def _outcome(g: Graded, cp: Checkpoint, channel: str, key: str, entry: Any) -> None:
+def _given_up(cp: Checkpoint) -> Optional[dict[str, Any]]:
+    """The detail of the ``failed`` event of a person who ended the task (``fail``: no effect can
+    have happened on the calls still open), or None."""
+    return next((h.detail for h in cp.history if h.event == "failed"), None)
+
+
+def _expects_effect(g: Graded, cp: Checkpoint, channel: str, entry: Any) -> bool:
+    """True if ``channel``'s effect must exist: the task completed and a call on it was approved as
+    the model made it, unless a person ended the task with that call given up (``fail``, where no
+    effect can have happened: noted). An expired task may hold the effects of the calls approved
+    before it expired, and needs none."""
+    if cp.status != "completed" or not _approvals(cp, channel):
+        return False
+    given_up = _given_up(cp)
+    if given_up is not None and entry is None:
+        g.notes.append(f"{channel}: approved, then given up by {one_line(str(given_up.get('by')))} "
+                       f"({one_line(str(given_up.get('reason')))[:80]}): no effect expected")
+        return False
+    return True
+
+
+def _waited_on(cp: Checkpoint, channel: str) -> bool:
+    """True if a call on ``channel`` ever waited for a human (so the channel is not one that needs
+    none): a decision on it, or a call on it in the history's waiting events."""
+    if any(d.channel == channel for d in cp.decisions):
+        return True
+    for c in _calls(cp):
+        args = c.get("arguments") if isinstance(c.get("arguments"), dict) else {}
+        named = args.get("channel") or (cp.channels[0] if len(cp.channels) == 1 else None)
+        if named == channel:
+            return True
+    return False
+
+
+def _outcome(g: Graded, cp: Checkpoint, channel: str, key: str, entry: Any, expected: bool) -> None:
     """The ledger checks of one channel (module docstring, Outcome)."""
-    last = _last(cp, channel)
-    if _should_act(cp, channel):
-        if entry is None:
+    if entry is None:
+        if expected:
             g.findings.append(Finding("outcome: approved effect recorded",
                                       f"{channel}: approved, but the ledger has no entry under {one_line(key)!r}"))
-            return
-        want = cp.expected_sha256(channel)
-        if entry.content_sha256 != want:
-            g.findings.append(Finding("outcome: approved content", f"{channel}: the ledger entry holds "
-                                      f"sha256 {entry.content_sha256[:12]}…, the approved content is "
-                                      f"{want[:12]}…"))
-        if entry.action != cp.action:
-            g.findings.append(Finding("outcome: approved content", f"{channel}: the entry is of "
-                                      f"{one_line(entry.action)}, the task's action is {cp.action}"))
         return
-    if entry is None:
+    held = f"yet the ledger holds an entry under {one_line(key)!r}"
+    if cp.status in ("cancelled", "failed"):
+        rejected = _rejections(cp, channel)
+        rule = "outcome: nothing after a reject" if rejected else f"outcome: no effect when {cp.status}"
+        why = f"rejected by {rejected[-1].by}" if rejected else f"the task is {cp.status}"
+        g.findings.append(Finding(rule, f"{channel}: {why}, {held}"))
         return
-    if entry.approval == "not_needed" and cp.status == "completed" and (last is None or last.decision == "approved"):
+    if entry.approval == "not_needed":
+        if _waited_on(cp, channel):  # a channel whose calls need a human: never run without one
+            g.findings.append(Finding("outcome: nothing without an approval", f"{channel}: its calls wait "
+                                      f"for a human, yet an entry recorded as needing none is there ({held[4:]})"))
         return  # a private channel: it runs without a human, and is never a public effect
-    if last is not None and last.decision == "rejected":
-        rule, why = "outcome: nothing after a reject", f"rejected by {last.by}"
-    elif cp.status != "completed":
-        rule, why = f"outcome: no effect when {cp.status}", f"the task is {cp.status}"
-    else:
-        rule, why = "outcome: nothing without an approval", "no approval on record"
-    g.findings.append(Finding(rule, f"{channel}: {why}, yet the ledger holds an entry under {one_line(key)!r}"))
+    if not _approvals(cp, channel):
+        rejected = _rejections(cp, channel)
+        rule = "outcome: nothing after a reject" if rejected else "outcome: nothing without an approval"
+        why = f"rejected by {rejected[-1].by}" if rejected else "no approval on record"
+        g.findings.append(Finding(rule, f"{channel}: {why}, {held}"))
+        return
+    want = cp.expected_sha256(channel)
+    if entry.content_sha256 != want:
+        g.findings.append(Finding("outcome: approved content", f"{channel}: the ledger entry holds "
+                                  f"sha256 {entry.content_sha256[:12]}…, the approved content is {want[:12]}…"))
+    if entry.action != cp.action:
+        g.findings.append(Finding("outcome: approved content", f"{channel}: the entry is of "
+                                  f"{one_line(entry.action)}, the task's action is {cp.action}"))
 
 
-def _at_service(g: Graded, cp: Checkpoint, channel: str, asker: Optional[Asker]) -> None:
+def _at_service(g: Graded, cp: Checkpoint, channel: str, asker: Optional[Asker], expected: bool) -> None:
     """The service checks of one channel: exactly one record after an approval, none otherwise."""
     if asker is None:
         g.notes.append(f"{channel}: the service {cp.service} was not asked (no application given)")
         return
     records, why_not = asker(cp, channel)
     if why_not is not None:
-        if why_not.startswith("conflict:") and not _should_act(cp, channel):
+        if why_not.startswith("conflict:") and not expected:
             g.findings.append(Finding("outcome: nothing at the service", f"{channel}: the service holds a "
                                       f"record under the task's request key ({why_not[len('conflict:'):].strip()})"))
         elif why_not.startswith("conflict:"):
@@ -222,7 +258,7 @@ def _at_service(g: Graded, cp: Checkpoint, channel: str, asker: Optional[Asker])
         else:
             g.notes.append(f"{channel}: {why_not}")
         return
-    want = 1 if _should_act(cp, channel) else 0
+    want = 1 if expected else 0
     if len(records) != want:
         rule = "outcome: one publication at the service" if want else "outcome: nothing at the service"
         g.findings.append(Finding(rule, f"{channel}: the service holds {len(records)} record(s) under the "
@@ -232,9 +268,9 @@ def _at_service(g: Graded, cp: Checkpoint, channel: str, asker: Optional[Asker])
 def _approved_arguments(cp: Checkpoint, channel: str) -> dict[str, Any]:
     """The arguments the approved call of ``channel`` carried (from the history's calls), or the
     content approved with edits there, with ``channel`` set."""
-    last = _last(cp, channel)
-    found = next((c.get("arguments") for c in _calls(cp) if last is not None and c.get("call_id") == last.call_id),
-                 None)
+    approved = _approvals(cp, channel)
+    first = approved[0].call_id if approved else None  # the call that ran: the first approved
+    found = next((c.get("arguments") for c in _calls(cp) if first is not None and c.get("call_id") == first), None)
     arguments = dict(found) if isinstance(found, dict) else {}
     for d in reversed(cp.decisions):
         if d.channel == channel and d.edits is not None:
@@ -337,21 +373,28 @@ def _trajectory(g: Graded, cp: Checkpoint, entries: dict[str, Any]) -> None:
     if any(b <= a for a, b in zip(revisions, revisions[1:])) or (revisions and revisions[-1] != cp.revision):
         g.findings.append(Finding("trajectory: revisions in order", f"revisions {revisions} end at "
                                   f"{revisions[-1] if revisions else '?'}, the checkpoint is revision {cp.revision}"))
-    endings = [e for e in events if e in ENDINGS]
-    if endings != [cp.status] or events[-1] != cp.status:
+    # each ending event and the status it left (a person's ``fail`` ends ``completed`` when
+    # another call of the task executed: its detail says which)
+    endings = [h.detail.get("status", h.event) if h.event == "failed" else h.event
+               for h in cp.history if h.event in ENDINGS]
+    if endings != [cp.status] or (events and events[-1] not in ENDINGS):
         final_event = events[-1] if events else "?"
         g.findings.append(Finding("trajectory: ends once, last",
                                   f"endings {endings} (last event {final_event}) for status {cp.status}"))
     for channel, entry in entries.items():
-        if entry.approval != "human" or channel not in cp.channels:
-            continue
+        if entry.approval != "human" or channel not in cp.channels or not _approvals(cp, channel):
+            continue  # the outcome checks name an entry with no approval
         at = _time(entry.published_at)
-        last = _last(cp, channel)
-        if last is None or last.decision != "approved":
-            continue  # the outcome checks name it
+        before = [d for d in _approvals(cp, channel) if at is not None and (_time(d.at) or at) <= at]
+        if not before:  # no approval on record before the effect: it ran without one
+            first = _approvals(cp, channel)[0]
+            g.findings.append(Finding("trajectory: effect after its approvals", f"{channel}: the entry is "
+                                      f"dated {entry.published_at}, the first approval {first.at}"))
+            continue
+        ran = before[-1]  # the approval that ran it (a later one of the same draft finds it recorded)
         rule = rule_of(cp, channel)
-        counted = approvals_of(cp, last.call_id)
-        names = {a.by for a in counted} | {last.by}
+        counted = approvals_of(cp, ran.call_id)
+        names = {a.by for a in counted} | {ran.by}
         if len(names) < rule.approvals:
             g.findings.append(Finding("trajectory: quorum before the effect", f"{channel}: {len(names)} "
                                       f"approval(s) ({', '.join(sorted(names))}), the rule needs {rule.approvals}"))
@@ -359,12 +402,11 @@ def _trajectory(g: Graded, cp: Checkpoint, entries: dict[str, Any]) -> None:
         if not rule.requester_may_approve and requester in names:
             g.findings.append(Finding("trajectory: not approved by the requester",
                                       f"{channel}: {requester} asked and approved"))
-        moments = [_time(a.at) for a in counted] + [_time(last.at)]
-        if at is None or any(m is None or m > at for m in moments):
+        if any(m is None or m > at for m in (_time(a.at) for a in counted)):
             g.findings.append(Finding("trajectory: effect after its approvals", f"{channel}: the entry is "
-                                      f"dated {entry.published_at}, the approval {last.at}"))
-        vetoes = [d for d in cp.decisions if d.channel == channel and d.decision == "rejected"]
-        if any((_time(d.at) or at) < at for d in vetoes if at is not None):
+                                      f"dated {entry.published_at}, before an approval counted for its quorum"))
+        vetoes = [d for d in _rejections(cp, channel) if (_time(d.at) or at) < at]
+        if vetoes:
             g.findings.append(Finding("trajectory: nothing after a veto", f"{channel}: rejected by "
                                       f"{vetoes[0].by} at {vetoes[0].at}, the entry is dated {entry.published_at}"))
     _rejections_reached(g, cp)
@@ -386,7 +428,7 @@ def _rejections_reached(g: Graded, cp: Checkpoint) -> None:
         return  # ended without calling the model again (a reject never waits for budget)
     try:
         state = json.loads(cp.run_state)
-    except ValueError:
+    except (ValueError, RecursionError):
         g.findings.append(Finding("trajectory: reject reached the model", "the saved RunState is not JSON"))
         return
     answers: dict[str, list[str]] = {}
