@@ -494,3 +494,20 @@ def test_the_service_counts_posts_only_for_the_token():
             assert svc.posts() == 1 and svc.publications() == []
         finally:
             svc.stop()
+
+
+def test_two_channels_through_a_deduplicating_service_approved_together_publish_once_each(service, state_dir):
+    """``--always`` approves both calls of a turn; they run side by side, each binding its own attempt
+    into the one checkpoint: the second binds after the first (it used to stop with "changed on disk",
+    the first already published), and the task completes with one publication per channel."""
+    svc = service()
+    r = cli(state_dir, svc.url, "start", "--key", KEY, "--title", "Hello", "--draft", "Published once.",
+            "--channel", "blog", "--channel", "news", "--json")
+    assert r.code == 0, r.err
+    blog = next(p["call_id"] for p in r.json()["pending"] if p["arguments"]["channel"] == "blog")
+    r = cli(state_dir, svc.url, "resume", "--task", KEY, "--call", blog, "--decision", "approve", "--by", "ann",
+            "--always", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "completed"
+    assert sorted(p["channel"] for p in svc.publications()) == ["blog", "news"] and svc.posts() == 2
+    assert sorted(e["idempotency_key"] for e in ledger_entries(state_dir)) == [f"{KEY}#blog", f"{KEY}#news"]

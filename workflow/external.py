@@ -19,6 +19,7 @@ below; any other exception means "it may have acted".
 from __future__ import annotations
 
 import inspect
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -240,6 +241,32 @@ def _later(a: Optional[str], b: Optional[str]) -> Optional[str]:
     return max((t for t in (a, b) if t is not None), key=parse_iso, default=None)
 
 
+def rebased(store: Any, cp: Any) -> Any:
+    """``cp`` as a writer that started from it must now write after it: the newest checkpoint when
+    every revision since ``cp`` only bound an attempt of an effect through a service (event
+    ``effect_bound``, written by :func:`perform`: another call of the same run, the calls of one
+    turn running side by side), else ``cp`` itself (its compare-and-swap then refuses a write that
+    another process overtook). Reads only."""
+    latest = store.load(cp.task_id)
+    if (latest.revision, latest.mac) == (cp.revision, cp.mac):
+        return cp
+    later = [h for h in latest.history if h.revision > cp.revision]
+    ours = ({h.revision for h in later} == set(range(cp.revision + 1, latest.revision + 1))
+            and all(h.event == "effect_bound" for h in later))
+    return latest if ours else cp
+
+
+#: One lock per task for binding an attempt (:func:`perform`): the calls of one turn run side by
+#: side in this process, each binding its own effect into the one checkpoint.
+_BINDING: dict[str, threading.Lock] = {}
+_BINDING_GUARD = threading.Lock()
+
+
+def _binding_lock(task_id: str) -> threading.Lock:
+    with _BINDING_GUARD:
+        return _BINDING.setdefault(task_id, threading.Lock())
+
+
 def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[Any, Any, bool]:
     """The protocol of one effect through ``service``, after the gate's checks passed and the
     ledger holds no entry for the call's key (``call``: the gate's ``workflow.effect._Call``, with
@@ -312,9 +339,12 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     binding = EffectBinding(idempotency_key=key, attempt=intent.attempt, request_key=intent.request_key,
                             sent_at=iso(started), window_ends=_later(
                                 iso(started + timedelta(seconds=window)), mine.window_ends if mine else None) or "")
-    bound_cp = store.save_revision(cp, failpoint="checkpoint:effect", event=("effect_bound", {
-        "idempotency_key": key, "attempt": intent.attempt, "call_id": e.call_id, "window_ends": binding.window_ends}),
-        effects=[*(b for b in cp.effects if b.idempotency_key != key), binding])
+    with _binding_lock(task_id):  # another call of this turn may have bound its own effect since
+        cp = rebased(store, cp)
+        bound_cp = store.save_revision(cp, failpoint="checkpoint:effect", event=("effect_bound", {
+            "idempotency_key": key, "attempt": intent.attempt, "call_id": e.call_id,
+            "window_ends": binding.window_ends}), effects=[*(b for b in cp.effects if b.idempotency_key != key),
+                                                            binding])
     effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
     failures: list[BaseException] = []  # each failed try of this command
 

@@ -317,18 +317,10 @@ def check_revision(cp: Checkpoint, expected: int | None) -> None:
 
 
 def rebased(store: Store, cp: Checkpoint) -> Checkpoint:
-    """``cp`` as the run that started from it must now write after it: the newest checkpoint when
-    every revision since ``cp`` only bound an attempt of an effect through a service (event
-    ``effect_bound``, written by the effect gate during the run, :func:`workflow.external.perform`),
-    else ``cp`` itself (its compare-and-swap then refuses a write that another process overtook).
-    Reads only."""
-    latest = store.load(cp.task_id)
-    if (latest.revision, latest.mac) == (cp.revision, cp.mac):
-        return cp
-    later = [h for h in latest.history if h.revision > cp.revision]
-    ours = ({h.revision for h in later} == set(range(cp.revision + 1, latest.revision + 1))
-            and all(h.event == "effect_bound" for h in later))
-    return latest if ours else cp
+    """:func:`workflow.external.rebased` (the run's checkpoint, after the effect gate's bindings)."""
+    from workflow.external import rebased as onto_bindings
+
+    return onto_bindings(store, cp)
 
 
 def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, ToolApprovalItem]:
