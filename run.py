@@ -122,11 +122,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
                                     trace_content=bool(args.trace_content) or settings().trace_content,
                                     on_event=output.printer_for(args)))
     elif args.command == "resume":
-        task_id = inbox.pick_task(store, args.task, waiting_only=True)
-        by = commands.decider(store, task_id, args.by)  # team mode: the reviewer of HITL_REVIEWER_TOKEN
-        cp = commands.decide(store, task_id, args.decision, args.reason, by=by, call_id=args.call, always=args.always,
-                             trace_content=args.trace_content, budget_changes=A.budget_changes(args),
-                             on_event=output.printer_for(args), edit=A.edit(args))
+        cp = commands.resume(store, args, output.printer_for(args))  # by: in team mode the token's reviewer
     elif args.command == "status":
         cp = store.load(inbox.pick_task(store, args.task, waiting_only=False))
     elif args.command == "settle":  # a person's finding about a call in doubt (workflow/settlement.py)

@@ -220,6 +220,41 @@ def test_one_decision_checks_each_thing_once(cli, state_dir, monkeypatch):
                     "the reason": 1}
 
 
+def _counting_loads(monkeypatch: Any) -> list[str]:
+    """Every ``Store.load`` from now on, named by the function that asked (file store)."""
+    import sys as _sys
+
+    from state.files.store import Store as FileStore
+
+    asked: list[str] = []
+    real = FileStore.load
+
+    def load(self: Any, task_id: str) -> Any:
+        asked.append(_sys._getframe(1).f_code.co_name)
+        return real(self, task_id)
+    monkeypatch.setattr(FileStore, "load", load)
+    return asked
+
+
+def test_an_approval_reads_the_checkpoint_four_times_each_for_a_reason(cli, state_dir, monkeypatch):
+    """One approval, from the command line and from the library, reads and verifies the checkpoint
+    four times: once before the lock (who decides and the decision table, on one read), once under
+    it (``recheck``), once right before the effect (the gate: a lock can be deleted under a process)
+    and once after the run (``rebased``: onto what the effect gate bound meanwhile); a tool that
+    records its own ledger entry, outside the gate, skips the third."""
+    from workflow import Approve, decide
+
+    assert cli("start", "--key", "k-1", "--title", "T", "--draft", "D").code == 0
+    asked = _counting_loads(monkeypatch)
+    assert cli("resume", "--task", "k-1", "--decision", "approve", "--by", "ann").code == 0
+    assert asked == ["resume", "recheck", "_check_approved", "rebased"], asked
+
+    _start(Store(state_dir))  # an application of its own, through the public API
+    asked.clear()
+    asyncio.run(decide(Store(state_dir), NOTES, "n-1", Approve(), by="ann"))
+    assert asked == ["_loaded", "recheck", "rebased"], asked  # its tool writes its own ledger entry
+
+
 def test_repeating_a_decision_on_a_real_model_task_needs_no_api_key(state_dir, monkeypatch):
     """A decision the table answers ``unchanged`` runs nothing: the agent checked before the lock is
     built around the offline model, so a missing OPENAI_API_KEY does not stop it."""

@@ -135,22 +135,25 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
     checkpoint is still ``waiting_for_approval`` (:func:`workflow.team.count`). Without reviewers,
     ``by`` is required and taken as given (single-user mode).
     """
-    from workflow import hitl
+    from workflow import hitl, reconcile, team
 
     if isinstance(decision, Mapping):
         return await _decide_each(store, app, task_id, decision, by=by, token=token, call_id=call_id,
                                   expect_revision=expect_revision, **options)
     edit = _edit(decision.edits) if isinstance(decision, Approve) and decision.edits is not None else None
-    by = _decider(store, task_id, by, token)  # after the edits: those are refused before the store is read
+    cp = _loaded(store, task_id, by)  # after the edits: those are refused before the store is read
+    by = team.decider(store, by, token, cp)
     if isinstance(decision, Approve):
         word, reason, always = "approve", decision.reason, decision.always
     elif isinstance(decision, Reject):
         word, reason, always, edit = "reject", decision.message, decision.always, None
     else:
         raise Refused("usage", f"decision must be Approve(...) or Reject(...), not {type(decision).__name__}")
+    # the decision table before the lock, on the checkpoint just read (not read again)
+    checked = reconcile.preflight(store, task_id, word, call_id, by=by, reason=reason, edit=edit, cp=cp)
     return _task(store, await hitl.decide(store, app, task_id=task_id, decision=word, by=by, reason=reason,
                                           always=always, call_id=call_id, expect_revision=expect_revision,
-                                          edit=edit, **options))
+                                          edit=edit, checked=checked, **options))
 
 
 async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: str, *,
@@ -251,8 +254,14 @@ def _decider(store: "TaskStore", task_id: Any, by: Optional[str], token: Optiona
     (:func:`workflow.team.decider`), else ``by`` as given. Raises :class:`Refused`."""
     from workflow import team
 
+    return team.decider(store, by, token, _loaded(store, task_id, by))
+
+
+def _loaded(store: "TaskStore", task_id: Any, by: Optional[str]) -> "Checkpoint":
+    """The checkpoint of ``task_id``, loaded and verified, once ``task_id`` and ``by`` are checked
+    as entries. Raises :class:`Refused`."""
     _check_entry(task_id, by=by if by is not None else "-")
-    return team.decider(store, by, token, store.load(task_id))
+    return store.load(task_id)
 
 
 def _check_reason(reason: Any) -> None:

@@ -399,14 +399,15 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
 
 def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
               by: Optional[str] = None, reason: Optional[str] = None,
-              edit: Optional["Edit"] = None) -> tuple["Checkpoint", Verdict]:
+              edit: Optional["Edit"] = None, cp: Optional["Checkpoint"] = None) -> tuple["Checkpoint", Verdict]:
     """The checks before a decision takes the task's lock, none of which needs the SDK: the
     checkpoint loads and verifies, no hostile file sits where the task's files go
     (``Store.check_writable``), the decision table allows it (:func:`recheck`), and the reviewer
     name ``by`` and the ``reason`` hold no secret value (:func:`state.secrets.check_input`; the one
     place they are checked). Returns ``(checkpoint, verdict)``; raises :class:`Refused` otherwise.
-    Reads only, so a refusal leaves the state dir as it was."""
-    cp = store.load(task_id)
+    Reads only, so a refusal leaves the state dir as it was. ``cp``: the checkpoint of ``task_id``
+    the caller has just loaded and verified, before the lock too (it is not read again)."""
+    cp = cp if cp is not None and cp.task_id == task_id else store.load(task_id)
     store.check_writable(task_id)
     verdict = _judged(store, cp, decision, call_id, edit)
     secrets.check_input(["the reviewer name", Next("input_by")], by)
