@@ -6,19 +6,22 @@ grades each finished task (``completed``, ``cancelled``, ``expired``, ``failed``
 no model:
 
 - **Outcome**, per channel, from the ledger (the effect itself, or the record of it): a completed
-  task holds exactly one entry per approved channel, under its idempotency key, for this task and
-  action, with the approved content (:meth:`state.schema.Checkpoint.expected_sha256`: the content
-  started with, or what a reviewer approved with edits); a channel that was rejected, and every
-  channel of a task that ended ``cancelled``, ``expired`` or ``failed``, holds none; no entry of the
-  task sits under a key that is not one of its channels'. A task whose effect goes through a
+  task holds exactly one entry per approved channel (unless a person ended the task with that call
+  given up: noted), under its idempotency key, for this task and action, with the approved content
+  (:meth:`state.schema.Checkpoint.expected_sha256`: the content started with, or what a reviewer
+  approved with edits); a channel never approved, and every channel of a task that ended
+  ``cancelled`` or ``failed``, holds none (an expired task may hold what was approved before it
+  expired); an entry recorded as needing no human sits only on a channel whose calls never waited
+  for one; no entry of the task sits under a key that is not one of its channels'. A task whose effect goes through a
   service is also asked at the service (``find`` of the application's :class:`workflow.Service`)
   under every request key its attempts used or would use (derived, so a task that never sent
   anything is asked too): exactly one record after an approval, none otherwise, and a record under
   the key holding other content is a failure.
 - **Trajectory**, from the checkpoint's history, decisions and approvals: the task starts with its
   request and its revisions follow one another; it ends once, last, as its status says; every
-  effect comes after the approvals it needed (the quorum of the rule the task started under,
-  without the requester where the rule says so) and never after a reject of its channel; every
+  effect comes after the approval that ran it and the approvals counted for its quorum (the number
+  the rule the task started under asks for, without the requester where the rule says so) and
+  never after a reject of its channel; every
   reject's message reached the model (the RunState holds the call's answer, with the reason when
   one was given); every call the model made was decided, or the task ended with it waiting.
 
