@@ -137,24 +137,26 @@ def test_edits_naming_an_argument_the_call_does_not_have_are_refused(state_dir):
 def test_an_agent_without_a_tool_with_an_effect_is_refused_at_start_with_nothing_saved(state_dir):
     plain = dataclasses.replace(NOTES, build_agent=lambda model: Agent(
         name="Notes", instructions="x", tools=[look_up], model=model))
-    with pytest.raises(Refused, match=r"exactly one tool declared with an effect \(found: none\)"):
+    with pytest.raises(Refused, match=r"a tool declared with an effect \(found: none\)"):
         _start(Store(state_dir), plain)
     assert not state_dir.exists()
 
 
-def test_two_tools_with_an_effect_need_the_application_to_name_its_action(state_dir, monkeypatch):
-    """Which call the ledger guards must never be a guess: an agent with a second tool with an
-    effect is refused unless ``Application.action`` names the one this task gates."""
+def test_two_tools_with_an_effect_a_task_gates_the_one_named_at_start_default_the_first(state_dir, monkeypatch):
+    """An agent with a second tool with an effect: a task gates the action named at start
+    (``action=``), else ``Application.action``, else the agent's first such tool; a name that is
+    none of them is refused with nothing saved."""
     from workflow import effect
 
     monkeypatch.setattr(effect, "_EFFECTFUL", set(effect._EFFECTFUL))  # this test's registration only
     second = effectful(dataclasses.replace(look_up, name="page_ops", needs_approval=True))
     both = dataclasses.replace(NOTES, build_agent=lambda model: Agent(
         name="Notes", instructions="x", tools=[send_note, second], model=model))
-    with pytest.raises(Refused, match="exactly one tool declared with an effect"):
-        _start(Store(state_dir), both)
-    assert not state_dir.exists()
-    cp = _start(Store(state_dir), dataclasses.replace(both, action="send_note"))
+    assert _start(Store(state_dir), both).action == "send_note"  # the first
+    with pytest.raises(Refused, match=r"tool named 'nope' declared with an effect \(found: 'send_note', 'page_ops'"):
+        _start(Store(state_dir), both, key="n-2", action="nope")
+    assert not Store(state_dir).exists("n-2")
+    cp = _start(Store(state_dir), dataclasses.replace(both, action="send_note"), key="n-3")
     assert cp.action == "send_note"
 
 

@@ -46,20 +46,20 @@ def reachable_tools(agent: "Agent[Any]") -> list[Any]:
 
 
 def gated_tool(agent: "Agent[Any]", action: str | None = None) -> Any:
-    """The tool of ``agent`` whose calls the engine gates, one of those declared through the effect
-    gate (:mod:`workflow.effect`): the only one, or, when ``action`` is given (the application's
-    ``Application.action``), the one of that name. Its name is the task's ``action``. Raises
-    :class:`Refused` (nothing run, nothing saved) if there is none, or several and ``action`` names
-    none of them: the engine keeps one ledger entry per call of exactly one action."""
+    """The tool of ``agent`` whose calls a task gates, one of those declared through the effect
+    gate (:mod:`workflow.effect`): the one named ``action`` (the task's action, named at start,
+    else ``Application.action``), or with ``action`` None the agent's first one (in
+    :func:`reachable_tools` order). Its name is the task's ``action``: a task keeps one ledger entry
+    per call of exactly that tool, and a call of any other tool is never run in it. Raises
+    :class:`Refused` (nothing run, nothing saved) if the agent has none, or none of that name."""
     found = [tool for tool in reachable_tools(agent) if is_effectful(tool)]
-    if action is not None:
-        found = [tool for tool in found if getattr(tool, "name", None) == action] or found
-    if len(found) != 1 or (action is not None and getattr(found[0], "name", None) != action):
+    named = [t for t in found if action is None or getattr(t, "name", None) == action]
+    if not named:
         names = ", ".join(repr(getattr(t, "name", "?")) for t in found) or "none"
         wanted = f" named {action!r}" if action is not None else ""
-        raise Refused("agent", f"the agent must have exactly one tool{wanted} declared with an effect (found: "
+        raise Refused("agent", f"the agent must have a tool{wanted} declared with an effect (found: "
                       f"{names}); nothing run, nothing saved")
-    return found[0]
+    return named[0]
 
 
 def check_agent(agent: "Agent[Any]") -> None:

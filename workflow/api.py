@@ -86,7 +86,9 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
 
     ``task_id`` is also the idempotency key of the effect (``<task_id>#<channel>`` for a task with
     several channels); ``title`` is the task's one-line label for reviewers; ``content`` is what the
-    gated call must carry, exactly (its arguments minus ``channel``). ``options``: ``channels``
+    gated call must carry, exactly (its arguments minus ``channel``). ``options``: ``action`` (which
+    of the application's tools with an effect this task gates; default ``app.action``, else the
+    agent's first), ``channels``
     (default one), ``model`` (an SDK ``Model``; default ``app.offline_model()``), ``spec``,
     ``budget``, ``expires_in_s``, ``trace_content``, ``on_event`` (:func:`workflow.hitl.start`).
     ``by``: who asks (the requester); in team mode (a reviewer registered: docs/reviewers.md)

@@ -40,10 +40,10 @@ class Application:
     """The agent a task runs, as the engine needs it. Frozen; build it once per program.
 
     - ``build_agent(model) -> Agent``: ANY SDK agent around ``model`` (an SDK ``Model``, which the
-      engine wraps for the budget, ``workflow.budget.BudgetedModel``). Exactly one of its tools is
-      declared through the effect gate (:mod:`workflow.effect`): its name is the task's
-      ``action`` (``start`` refuses an agent with none or several). Called once per ``start`` and
-      once per ``resume``, in the process that runs them.
+      engine wraps for the budget, ``workflow.budget.BudgetedModel``). One or more of its tools
+      are declared through the effect gate (:mod:`workflow.effect`); each task gates one of them,
+      its ``action`` (``start`` refuses an agent with none). Called once per ``start`` and once
+      per ``resume``, in the process that runs them.
     - ``offline_model() -> Model``: the model of a task whose :class:`state.schema.ModelSpec` is
       the offline one (``api == "offline"``); any other spec is a real model, built by
       :func:`workflow.models.build_model`.
@@ -57,9 +57,9 @@ class Application:
     - ``compatible_saved``: agent fingerprints saved by earlier versions of the application that
       today's code resumes safely (``{canonical-JSON SHA-256 of workflow.agent_check.describe: why}``);
       any other difference is drift (:func:`workflow.agent_check.drift`).
-    - ``action``: which of the agent's tools with an effect is the task's action, when it may have
-      several (None: the agent must have exactly one; :func:`workflow.agent_check.gated_tool`).
-      A call of any other tool is never run (:func:`workflow.trust.only_action`).
+    - ``action``: the tool with an effect a task gates when ``start`` names none (None: the agent's
+      first; :func:`workflow.agent_check.gated_tool`). In a task, a call of any other tool is never
+      run (:func:`workflow.trust.only_action`).
     - ``content_labels``: how a refusal names each content argument (``{argument: words}``,
       default ``the <argument>``), e.g. ``the draft contains the value of OPENAI_API_KEY``.
     """

@@ -284,7 +284,7 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
     changes = drift(cp.agent.model_dump(), describe(agent), app.compatible_saved)
     if changes:
         raise Refused("drift", f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
-    tool = gated_tool(agent, app.action)
+    tool = gated_tool(agent, cp.action)  # the action the task was started with
     if tool.name != cp.action:
         raise Refused("drift", f"task {cp.task_id}: its action is {cp.action}, but the agent's gated tool is "
                       f"{tool.name}")

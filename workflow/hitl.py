@@ -51,11 +51,11 @@ logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 async def start(store: Store, app: Application, *, task_id: str, title: str,
                 content: dict[str, str], input: str, channels: list[str] | None = None,
-                model: Model | None = None,
-                spec: ModelSpec | None = None, budget: Budget | None = None,
-                expires_in_s: int = 86_400, trace_content: bool = False,
-                on_event: streaming.OnEvent | None = None, team: Team | None = None) -> Checkpoint:
-    """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its action (its one tool
+                model: Model | None = None, spec: ModelSpec | None = None,
+                budget: Budget | None = None, expires_in_s: int = 86_400,
+                trace_content: bool = False, on_event: streaming.OnEvent | None = None,
+                team: Team | None = None, action: str | None = None) -> Checkpoint:
+    """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its action (a tool
     declared through :mod:`workflow.effect`), then save the checkpoint (``waiting_for_approval``).
 
     ``content`` (``{argument: text}``): what each call's arguments but ``channel`` must equal
@@ -63,10 +63,10 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     ``["blog"]``): one call and one effect each; ``spec``/``model``: the model (default offline);
     ``budget`` (default :func:`workflow.budget.make_budget`); ``expires_in_s``: how long the request
     is valid; ``trace_content``/``on_event``: the trace unredacted, the run streamed; ``team``: who
-    asked and the policy. The same task again returns the saved one, with no model call. Raises
-    :class:`Refused`, nothing saved: the key is taken, not one tool with an effect, the model did
-    not ask so, no API key, the budget cannot pay, or the provider fails.
-    """
+    asked and the policy; ``action``: which tool with an effect this task gates (default
+    ``app.action``, else the agent's first). The same task again returns the saved one. Raises
+    :class:`Refused`, nothing saved: the key is taken, no such tool, the model did not ask so, no
+    API key, the budget cannot pay, or the provider fails."""
     sha = guards.task_input(task_id, title, content, app.content_labels)  # before the model sees it
     channels = guards.task_channels(channels)
     spec = spec or ModelSpec()
@@ -74,7 +74,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     guard = BudgetGuard(budget, Pricing(spec, budget))
     agent = app.agent(spec, guard, model)
     check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
-    tool = gated_tool(agent, app.action)  # the tool with an effect: the task's action
+    tool = gated_tool(agent, action or app.action)  # the tool with an effect: the task's action
     action = tool.name
     service = guards.service_url(tool)  # the service it calls, if any (workflow/external.py)
     store.check_writable(task_id)  # hostile files, a damaged key or state.id: nothing written

@@ -297,15 +297,20 @@ def _service_asker(store: TaskStore, app: Any) -> Optional[Asker]:
     key of every attempt (:func:`workflow.external.request_key`, derived). None without ``app``."""
     if app is None:
         return None
+    from state.errors import Refused
     from state.integrity import load_key
     from workflow.agent_check import gated_tool
     from workflow.effect import service_of
     from workflow.external import Conflict, request_key
 
-    service = service_of(gated_tool(app.build_agent(app.offline_model()), app.action))
+    agent = app.build_agent(app.offline_model())
     signing = load_key(store.root, create=False)
 
     def ask(cp: Checkpoint, channel: str) -> tuple[list[Any], Optional[str]]:
+        try:
+            service = service_of(gated_tool(agent, cp.action))  # the task's own action's service
+        except Refused as exc:
+            return [], f"not asked at the service {cp.service}: {one_line(str(exc))[:120]}"
         if service is None or service.url != cp.service:
             here = "none" if service is None else service.url
             return [], f"not asked at the service {cp.service}: the service configured here is {here}"

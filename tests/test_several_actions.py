@@ -1,0 +1,108 @@
+"""Several tools with an effect in one application: each task names the one it gates at start
+(``action=`` in the API, ``start --action`` on the command line), keeps its own ledger entries
+under that action, and never runs a call of the other."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from agents import Agent
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from conftest import ledger_entries
+from state.files.store import Store
+from workflow import Application, Approve, Effect, Refused, Reject, decide, effect_tool, read_task, start
+
+DONE: list[tuple[str, str]] = []
+
+
+@effect_tool
+def send_summary(effect: Effect, text: str) -> str:
+    """Send the reviewed summary.
+
+    Args:
+        text: The summary, exactly as given.
+    """
+    DONE.append(("send_summary", effect.idempotency_key))
+    return "sent"
+
+
+@effect_tool
+def publish_note(effect: Effect, text: str) -> str:
+    """Publish the note.
+
+    Args:
+        text: The note, exactly as given.
+    """
+    DONE.append(("publish_note", effect.idempotency_key))
+    return "published"
+
+
+def _respond(call: Any) -> ModelStep:
+    """Calls the tool the user message names first (``<tool>: <text>``); a rejected call is told,
+    and the model, asked again by the next message, calls the other tool (never run)."""
+    items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    last = items[-1]
+    if isinstance(last, dict) and last.get("type") == "function_call_output":
+        return ModelStep(output=[assistant_message(f"answered: {last['output']}")])
+    tool, _, text = items[0]["content"].partition(": ")
+    return ModelStep(output=[function_call(tool, {"text": text}, call_id=f"call-{tool}")])
+
+
+APP = Application(build_agent=lambda model: Agent(name="Summaries", instructions="Do what you are asked.",
+                                                   tools=[publish_note, send_summary], model=model),
+                  offline_model=lambda: ScriptedModel([ModelStep.respond(_respond) for _ in range(4)]))
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    DONE.clear()
+
+
+def _start(store: Store, key: str, action: str | None, asked: str) -> Any:
+    return asyncio.run(start(store, APP, task_id=key, title="Summary", content={"text": "v1.2 is out"},
+                             input=f"{asked}: v1.2 is out", channels=["team"],
+                             **({"action": action} if action else {})))
+
+
+def test_reject_leaves_the_ledger_unchanged_then_approve_under_a_new_key_adds_one_entry_of_that_action(state_dir):
+    """The exercise's check for a changed action: send_summary rejected, nothing recorded; approved
+    under a new key, exactly one more entry, named send_summary."""
+    store = Store(state_dir)
+    task = _start(store, "sum-1", "send_summary", "send_summary")
+    assert task.status == "waiting_for_approval" and task.pending[0]["tool"] == "send_summary"
+    done = asyncio.run(decide(store, APP, "sum-1", Reject(message="not yet"), by="ana"))
+    assert done.status == "cancelled" and ledger_entries(state_dir) == [] and DONE == []
+    _start(store, "sum-2", "send_summary", "send_summary")
+    done = asyncio.run(decide(store, APP, "sum-2", Approve(), by="ana"))
+    assert done.status == "completed" and DONE == [("send_summary", "sum-2")]
+    assert [(e["idempotency_key"], e["action"]) for e in ledger_entries(state_dir)] == [("sum-2", "send_summary")]
+
+
+def test_each_task_keeps_its_own_action_and_the_first_tool_is_the_default(state_dir):
+    store = Store(state_dir)
+    _start(store, "n-1", None, "publish_note")  # no action named: the application's first tool
+    _start(store, "s-1", "send_summary", "send_summary")
+    for key in ("n-1", "s-1"):
+        asyncio.run(decide(store, APP, key, Approve(), by="ana"))
+    assert sorted((e["idempotency_key"], e["action"]) for e in ledger_entries(state_dir)) == [
+        ("n-1", "publish_note"), ("s-1", "send_summary")]
+    assert read_task(store, "s-1").to_json()["status"] == "completed"
+
+
+def test_a_call_of_the_other_tool_is_refused_at_start_with_nothing_saved(state_dir):
+    store = Store(state_dir)
+    with pytest.raises(Refused, match="asked for tool 'publish_note', not send_summary"):
+        _start(store, "x-1", "send_summary", "publish_note")
+    assert not store.exists("x-1") and DONE == []
+
+
+def test_the_command_line_starts_a_task_with_its_action(cli, state_dir):
+    """``start --action NAME``: the publisher's one action by name; another name is refused."""
+    r = cli("start", "--key", "a-1", "--title", "T", "--draft", "D.", "--action", "publish_draft", "--json")
+    assert r.code == 0 and json.loads(r.out)["pending"][0]["tool"] == "publish_draft", r.err
+    r = cli("start", "--key", "a-2", "--title", "T", "--draft", "D.", "--action", "send_summary")
+    assert r.code == 1 and "a tool named 'send_summary' declared with an effect" in r.err
