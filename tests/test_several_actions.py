@@ -19,26 +19,18 @@ from workflow import Application, Approve, Effect, Refused, Reject, decide, effe
 DONE: list[tuple[str, str]] = []
 
 
-@effect_tool
-def send_summary(effect: Effect, text: str) -> str:
-    """Send the reviewed summary.
+def _effect(name: str, doc: str) -> Any:
+    """A tool with an effect named ``name``: it records (name, idempotency key) in ``DONE``."""
+    def run(effect: Effect, text: str) -> str:
+        DONE.append((name, effect.idempotency_key))
+        return "done"
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = f"{doc}\n\nArgs:\n    text: The text, exactly as given."
+    return effect_tool(run)
 
-    Args:
-        text: The summary, exactly as given.
-    """
-    DONE.append(("send_summary", effect.idempotency_key))
-    return "sent"
 
-
-@effect_tool
-def publish_note(effect: Effect, text: str) -> str:
-    """Publish the note.
-
-    Args:
-        text: The note, exactly as given.
-    """
-    DONE.append(("publish_note", effect.idempotency_key))
-    return "published"
+publish_note = _effect("publish_note", "Publish the note.")
+send_summary = _effect("send_summary", "Send the reviewed summary.")
 
 
 def _respond(call: Any) -> ModelStep:
