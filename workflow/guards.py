@@ -284,10 +284,12 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
     changes = drift(cp.agent.model_dump(), describe(agent), app.compatible_saved)
     if changes:
         raise Refused("drift", f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
-    tool = gated_tool(agent, cp.action)  # the action the task was started with
-    if tool.name != cp.action:
+    try:
+        tool = gated_tool(agent, cp.action)  # the action the task was started with
+    except Refused:  # no such tool any more (or a file that names another action)
+        found = gated_tool(agent).name  # the agent's first tool with an effect (raises if none)
         raise Refused("drift", f"task {cp.task_id}: its action is {cp.action}, but the agent's gated tool is "
-                      f"{tool.name}")
+                      f"{found}") from None
     url = service_url(tool)
     if url != cp.service:  # before any request: the task is published where it was started
         where = {None: "the local ledger (no service)"}
