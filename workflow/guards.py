@@ -405,10 +405,12 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
         raise
     _restore_relied_on(store, cp.task_id, [calls.keys(cp, r.channel)[1] for r in recs if _makes_record(cp, r)])
     from workflow.observe import decisions  # the step in the trace too (after the signed write)
+    from workflow.team import rule_of
 
     for r in recs:
+        sticky = [s.call_id for s in recs[1:]] if r is rec else []
         decisions.record(store, saved, "decision",
-                         decisions.decision_detail(saved, r, [s.call_id for s in recs[1:]] if r is rec else []))
+                         decisions.decision_detail(r, sticky, rule_of(saved, r.channel).describe()))
     return saved
 
 

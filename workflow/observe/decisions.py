@@ -66,15 +66,12 @@ def _write_local(store: TaskStore, task_id: str, step: Step, data: dict[str, Any
         "data": {"type": "custom", "name": f"hitl.{step}", "data": data}, "error": None})
 
 
-def decision_detail(cp: Any, rec: Any, sticky: list[str]) -> dict[str, Any]:
-    """The ``hitl.decision`` detail of decision ``rec`` (a :class:`state.schema.Decision`) on
-    ``cp``: who, which call, approved or rejected, with edits or not, the calls a sticky rule
-    decided with it, and the rule of the call's channel (:meth:`state.schema.ApprovalRule.describe`)."""
-    from state.schema import ApprovalRule
-
-    rules = cp.team.rules if cp.team is not None else {}
-    rule = rules.get(rec.channel) or ApprovalRule()  # workflow.team.rule_of, without importing it
+def decision_detail(rec: Any, sticky: list[str], rule: str) -> dict[str, Any]:
+    """The ``hitl.decision`` detail of decision ``rec`` (a :class:`state.schema.Decision`): who,
+    which call, approved or rejected, with edits or not, the calls a sticky rule decided with it,
+    and ``rule``, the rule of the call's channel (:meth:`state.schema.ApprovalRule.describe` of
+    :func:`workflow.team.rule_of`)."""
     return {"call_id": rec.call_id, "channel": rec.channel, "tool": rec.tool, "decision": rec.decision,
             "by": rec.by, "at": rec.at, "source": rec.source, "always": rec.always,
             "edits": rec.edits is not None, "has_reason": bool(rec.reason), "sticky": sticky,
-            "rule": rule.describe()}
+            "rule": rule}
