@@ -184,36 +184,20 @@ class _TraceLogHandler(logging.Handler):
 
 
 @contextmanager
-def recording(store: TaskStore, task_id: str, phase: Phase, *, content: bool = False) -> Iterator[None]:
-    """Route the traces of the ``Runner.run`` inside this block to the task's trace file.
-
-    Writes a ``run`` record before and a ``run_end`` record after (``outcome`` ``ok`` or ``error``
-    with the exception's one-line text), and every warning of the SDK's logger (``openai.agents``,
-    WARNING and above) logged meanwhile as a ``log`` record; re-raises whatever the block raises.
-    """
+def routed(store: TaskStore, task_id: str, *, content: bool = False) -> Iterator[_Sink]:
+    """Route the SDK traces started inside this block to the task's trace file (``content``:
+    unredacted); yields the sink (its ``fd`` None when the file cannot be opened: no trace is
+    better than no run, the checkpoint stays the record). Writes no record of its own: a decision
+    step (:mod:`workflow.observe.decisions`) is not a run; :func:`recording` adds the run's."""
     sink = _Sink(task_id, trace_log.trace_path(store, task_id), content)
     try:
         sink.fd = trace_log.open_append(sink.path)
     except OSError:
-        sink.fd = None  # no trace is better than no run: the checkpoint stays the record
-    _PROCESSOR._write(sink, {"kind": "run", "phase": phase, "at": now_iso(), "pid": os.getpid(),
-                             "content": content})
+        sink.fd = None
     token = _current.set(sink)
-    sdk_logger = logging.getLogger(SDK_LOGGER)
-    handler = _TraceLogHandler(sink)
-    sdk_logger.addHandler(handler)
     try:
-        yield
-    except BaseException as exc:
-        msg = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        _PROCESSOR._write(sink, {"kind": "run_end", "phase": phase, "at": now_iso(),
-                                 "outcome": "error", "error": msg})
-        raise
-    else:
-        _PROCESSOR._write(sink, {"kind": "run_end", "phase": phase, "at": now_iso(),
-                                 "outcome": "ok", "error": None})
+        yield sink
     finally:
-        sdk_logger.removeHandler(handler)
         _current.reset(token)
         if sink.fd is not None:
             os.close(sink.fd)
@@ -221,20 +205,28 @@ def recording(store: TaskStore, task_id: str, phase: Phase, *, content: bool = F
 
 
 @contextmanager
-def routed(store: TaskStore, task_id: str) -> Iterator[None]:
-    """Route the SDK traces started inside this block to the task's trace file, with no ``run``
-    records (a decision step, :mod:`workflow.observe.decisions`, is not a run)."""
-    sink = _Sink(task_id, trace_log.trace_path(store, task_id), False)
-    try:
-        sink.fd = trace_log.open_append(sink.path)
-    except OSError:
-        sink.fd = None
-    token = _current.set(sink)
-    try:
-        yield
-    finally:
-        _current.reset(token)
-        if sink.fd is not None:
-            os.close(sink.fd)
-            sink.fd = None
+def recording(store: TaskStore, task_id: str, phase: Phase, *, content: bool = False) -> Iterator[None]:
+    """Route the traces of the ``Runner.run`` inside this block to the task's trace file.
 
+    Writes a ``run`` record before and a ``run_end`` record after (``outcome`` ``ok`` or ``error``
+    with the exception's one-line text), and every warning of the SDK's logger (``openai.agents``,
+    WARNING and above) logged meanwhile as a ``log`` record; re-raises whatever the block raises.
+    """
+    with routed(store, task_id, content=content) as sink:
+        _PROCESSOR._write(sink, {"kind": "run", "phase": phase, "at": now_iso(), "pid": os.getpid(),
+                                 "content": content})
+        sdk_logger = logging.getLogger(SDK_LOGGER)
+        handler = _TraceLogHandler(sink)
+        sdk_logger.addHandler(handler)
+        try:
+            yield
+        except BaseException as exc:
+            msg = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            _PROCESSOR._write(sink, {"kind": "run_end", "phase": phase, "at": now_iso(),
+                                     "outcome": "error", "error": msg})
+            raise
+        else:
+            _PROCESSOR._write(sink, {"kind": "run_end", "phase": phase, "at": now_iso(),
+                                     "outcome": "ok", "error": None})
+        finally:
+            sdk_logger.removeHandler(handler)
