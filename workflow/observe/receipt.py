@@ -59,6 +59,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from state import clock
+from state.timestamps import parse_iso_or_none
 from state.schema import Checkpoint, effect_key
 from state.store import TaskStore
 from workflow.external import effect_status, shown_status
@@ -67,13 +68,7 @@ from workflow.observe.views import one_line
 from workflow.team import approval_log
 
 
-def _ts(text: Any) -> datetime | None:
-    if not text or not isinstance(text, str):
-        return None
-    try:
-        return clock.parse_iso(text)
-    except (ValueError, OverflowError):
-        return None
+_ts = parse_iso_or_none  # a trace's times: a record that does not fit gives None, never a crash
 
 
 #: Deepest nesting and largest token count a trace record may carry (beyond: not ours, skipped).

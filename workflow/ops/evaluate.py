@@ -53,6 +53,7 @@ from typing import Any, Callable, Optional
 from state.schema import Checkpoint, Decision, effect_key
 from state.store import TaskStore
 from state.terminal import one_line
+from state.timestamps import parse_iso_or_none
 
 #: The statuses a task ends in: only these are graded.
 FINISHED = ("completed", "cancelled", "expired", "failed")
@@ -122,7 +123,7 @@ def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None
                 "problems": [*problems, one_line(f"unreadable ledger, nothing graded: {exc}")],
                 "store": store.location}
     chosen = [cp for cp in sorted(checkpoints, key=lambda c: (c.created_at, c.task_id))
-              if after is None or (_time(cp.updated_at) or after) >= after]
+              if after is None or (parse_iso_or_none(cp.updated_at, zoned=True) or after) >= after]
     # the SDK (to build the application's tool) only when a finished task went through a service
     asker = _service_asker(store, app) if any(cp.service and cp.status in FINISHED for cp in chosen) else None
     graded = [grade(store, cp, entries, asker) for cp in chosen]
@@ -343,30 +344,15 @@ def since_time(text: str) -> datetime:
     from state.errors import Refused
 
     if isinstance(text, str) and len(text) == 10:
-        found = _time(text + "T00:00:00Z")
+        found = parse_iso_or_none(text + "T00:00:00Z")
         if found is not None:
             return found
-    found = _time(text)
+    found = parse_iso_or_none(text, zoned=True)
     if found is not None:
         return found
-    try:
-        naive = datetime.fromisoformat(text) if isinstance(text, str) else None
-    except ValueError:
-        naive = None
-    zone = " with its time zone (Z or +01:00)" if naive is not None else ""
+    zone = " with its time zone (Z or +01:00)" if parse_iso_or_none(text) is not None else ""
     raise Refused("usage", f"not a time{zone}: {one_line(str(text))[:60]!r}; give an ISO-8601 time such "
                   "as 2026-01-31T09:00:00Z, or a date such as 2026-01-31 (midnight UTC)")
-
-
-def _time(text: Any) -> Optional[datetime]:
-    """An ISO-8601 time (``Z`` or an offset) as an aware datetime, or None."""
-    if not isinstance(text, str):
-        return None
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo is not None else None
 
 
 def _trajectory(g: Graded, cp: Checkpoint, entries: dict[str, Any]) -> None:
@@ -392,8 +378,9 @@ def _trajectory(g: Graded, cp: Checkpoint, entries: dict[str, Any]) -> None:
     for channel, entry in entries.items():
         if entry.approval != "human" or channel not in cp.channels or not _approvals(cp, channel):
             continue  # the outcome checks name an entry with no approval
-        at = _time(entry.published_at)
-        before = [d for d in _approvals(cp, channel) if at is not None and (_time(d.at) or at) <= at]
+        at = parse_iso_or_none(entry.published_at, zoned=True)
+        before = [d for d in _approvals(cp, channel)
+                  if at is not None and (parse_iso_or_none(d.at, zoned=True) or at) <= at]
         if not before:  # no approval on record before the effect: it ran without one
             first = _approvals(cp, channel)[0]
             g.findings.append(Finding("trajectory: effect after its approvals", f"{channel}: the entry is "
@@ -410,10 +397,10 @@ def _trajectory(g: Graded, cp: Checkpoint, entries: dict[str, Any]) -> None:
         if not rule.requester_may_approve and requester in names:
             g.findings.append(Finding("trajectory: not approved by the requester",
                                       f"{channel}: {requester} asked and approved"))
-        if any(m is None or m > at for m in (_time(a.at) for a in counted)):
+        if any(m is None or m > at for m in (parse_iso_or_none(a.at, zoned=True) for a in counted)):
             g.findings.append(Finding("trajectory: effect after its approvals", f"{channel}: the entry is "
                                       f"dated {entry.published_at}, before an approval counted for its quorum"))
-        vetoes = [d for d in _rejections(cp, channel) if (_time(d.at) or at) < at]
+        vetoes = [d for d in _rejections(cp, channel) if (parse_iso_or_none(d.at, zoned=True) or at) < at]
         if vetoes:
             g.findings.append(Finding("trajectory: nothing after a veto", f"{channel}: rejected by "
                                       f"{vetoes[0].by} at {vetoes[0].at}, the entry is dated {entry.published_at}"))
