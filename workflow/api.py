@@ -221,10 +221,9 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
         if value.always:
             raise Refused("usage", "always= decides calls the mapping does not name: leave it out "
                           "and name each call")
-    task = read_task(store, task_id)
-    waiting = [p["call_id"] for p in task.pending]
-    kind = {"approved": Approve, "approved_with_edits": Approve, "rejected": Reject}
-    on_record = {d["call_id"]: kind.get(d["decision"]) for d in task.decisions}
+    cp = _loaded(store, task_id, "-")  # the calls waiting and decided: the checkpoint, not its view
+    waiting = [p.call_id for p in cp.pending]
+    on_record = {d.call_id: Approve if d.decision == "approved" else Reject for d in cp.decisions}
     repeats = [k for k, v in decisions.items() if k not in waiting and on_record.get(k) is type(v)]
     unknown = [k for k in decisions if k not in waiting and k not in repeats]
     if unknown:
@@ -233,6 +232,7 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
                       f"{'is' if len(unknown) == 1 else 'are'} not waiting for a decision (waiting: "
                       f"{', '.join(one_line(c) for c in waiting) or 'none'}); nothing recorded")
     done: list[str] = []
+    task: Any = None
     for key, value in decisions.items():
         if key in repeats:
             continue
@@ -248,7 +248,7 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
         done.append(one_line(key))
         if task.status == "budget_exceeded":  # nothing recorded for this call: stop, as decide does
             break
-    return task
+    return task if task is not None else _task(store, cp)  # every call a repeat: as it stands
 
 
 def _decider(store: "TaskStore", task_id: Any, by: Optional[str], token: Optional[str]) -> str:
