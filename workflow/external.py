@@ -339,12 +339,20 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     binding = EffectBinding(idempotency_key=key, attempt=intent.attempt, request_key=intent.request_key,
                             sent_at=iso(started), window_ends=_later(
                                 iso(started + timedelta(seconds=window)), mine.window_ends if mine else None) or "")
-    with _binding_lock(task_id):  # another call of this turn may have bound its own effect since
-        cp = rebased(store, cp)
-        bound_cp = store.save_revision(cp, failpoint="checkpoint:effect", event=("effect_bound", {
+    def bind(onto: Any) -> Any:
+        return store.save_revision(onto, failpoint="checkpoint:effect", event=("effect_bound", {
             "idempotency_key": key, "attempt": intent.attempt, "call_id": e.call_id,
-            "window_ends": binding.window_ends}), effects=[*(b for b in cp.effects if b.idempotency_key != key),
+            "window_ends": binding.window_ends}), effects=[*(b for b in onto.effects if b.idempotency_key != key),
                                                             binding])
+
+    with _binding_lock(task_id):  # the calls of one turn bind one after the other
+        try:
+            bound_cp = bind(cp)
+        except Refused as exc:  # another call of this turn bound its own effect since: after it
+            onto = rebased(store, cp) if exc.code == "stale_revision" else cp
+            if onto is cp:
+                raise
+            bound_cp = bind(onto)
     effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
     failures: list[BaseException] = []  # each failed try of this command
 
