@@ -44,6 +44,8 @@ class Run:
 
     state: Path
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: What ``start`` is given besides its key: the draft, and ``--model`` for a real model.
+    draft: tuple[str, ...] = DRAFT
 
     def cli(self, *args: str, token: Optional[str] = None) -> tuple[int, str, str]:
         import run
@@ -169,22 +171,22 @@ class Service:
 # --- the scenarios: each leaves its task(s) finished (or in doubt) in ``r.state`` ---------------------
 
 def approve(r: Run) -> None:
-    r.ok("start", "--key", "s", *DRAFT)
+    r.ok("start", "--key", "s", *r.draft)
     r.ok("resume", "--task", "s", "--decision", "approve", "--by", "ann")
 
 
 def reject(r: Run) -> None:
-    r.ok("start", "--key", "s", *DRAFT)
+    r.ok("start", "--key", "s", *r.draft)
     r.ok("resume", "--task", "s", "--decision", "reject", "--by", "ann", "--reason", "Not before Monday.")
 
 
 def edits(r: Run) -> None:
-    r.ok("start", "--key", "s", *DRAFT)
+    r.ok("start", "--key", "s", *r.draft)
     r.ok("resume", "--task", "s", "--decision", "approve", "--by", "ann", "--edit-body", "Version 1.2.1 fixes it.")
 
 
 def _two(r: Run) -> dict[str, str]:
-    task = r.ok("start", "--key", "s", *DRAFT, "--channel", "blog", "--channel", "news")
+    task = r.ok("start", "--key", "s", *r.draft, "--channel", "blog", "--channel", "news")
     return {p["arguments"]["channel"]: p["call_id"] for p in task["pending"]}
 
 
@@ -200,7 +202,7 @@ def two_channels_sticky(r: Run) -> None:
 
 
 def crash_then_again(r: Run) -> None:
-    r.ok("start", "--key", "s", *DRAFT)
+    r.ok("start", "--key", "s", *r.draft)
     resume = ("resume", "--task", "s", "--decision", "approve", "--by", "ann")
     code = r.process(*resume, HITL_FAILPOINT="ledger:record:after")
     if code != 86:
@@ -210,7 +212,7 @@ def crash_then_again(r: Run) -> None:
 
 def lost_answer_in_doubt(r: Run, svc: Service) -> None:
     r.env = svc.env("none")
-    r.ok("start", "--key", "s", *DRAFT)
+    r.ok("start", "--key", "s", *r.draft)
     code, _, _ = r.cli("resume", "--task", "s", "--decision", "approve", "--by", "ann")
     if code != 1:
         raise RuntimeError("the lost answer did not leave the call in doubt")
@@ -228,7 +230,7 @@ def _team(r: Run, rule: str) -> dict[str, str]:
     policy = r.state / "policy.toml"
     policy.write_text(rule, encoding="utf-8")
     r.ok("policy", "set", str(policy), token=tokens["root"])
-    r.ok("start", "--key", "s", *DRAFT, "--by", "root", token=tokens["root"])
+    r.ok("start", "--key", "s", *r.draft, "--by", "root", token=tokens["root"])
     return tokens
 
 
@@ -254,21 +256,21 @@ def model_deviates_from_edits(r: Run) -> None:
 
 def model_ignores_a_rejection(r: Run) -> None:
     with _model(ignores_a_rejection):
-        r.ok("start", "--key", "s", *DRAFT)
+        r.ok("start", "--key", "s", *r.draft)
         again = r.ok("resume", "--task", "s", "--decision", "reject", "--by", "ann", "--reason", "No.")
         if again["status"] == "waiting_for_approval":  # it asked again: a human decides again
             r.ok("resume", "--task", "s", "--decision", "reject", "--by", "ann", "--reason", "Still no.")
 
 
 def expired(r: Run) -> None:
-    r.ok("start", "--key", "s", *DRAFT, "--expires-in", "90s")
+    r.ok("start", "--key", "s", *r.draft, "--expires-in", "90s")
     r.env = {"HITL_NOW": "2099-01-01T00:00:00Z"}
     r.ok("expire")
     r.env = {}
 
 
 def preview_and_blog(r: Run) -> None:
-    task = r.ok("start", "--key", "s", *DRAFT, "--channel", "preview", "--channel", "blog")
+    task = r.ok("start", "--key", "s", *r.draft, "--channel", "preview", "--channel", "blog")
     blog = next(p["call_id"] for p in task["pending"] if p["arguments"].get("channel") == "blog")
     r.ok("resume", "--task", "s", "--call", blog, "--decision", "approve", "--by", "ann")
 
@@ -402,24 +404,18 @@ def real_model(model: str, k: int, workdir: Path) -> Optional[str]:
         return None
     passed = 0
     chosen = [("approve", approve), ("reject with a reason", reject), ("approve with edits", edits)]
-    global DRAFT
-    plain = DRAFT
-    DRAFT = (*plain, "--model", model)
-    try:
-        for name, scenario in chosen:
-            ok = True
-            for n in range(k):
-                r = Run(workdir / f"real-{name.replace(' ', '-')}-{n}")
-                try:
-                    scenario(r)
-                    code, result = r.graded()
-                    ok = ok and code == 0 and result["tasks"][0]["result"] == "PASS"
-                except RuntimeError as exc:  # e.g. the model did not ask to publish: the scenario fails
-                    print(f"  {name} #{n + 1}: {exc}")
-                    ok = False
-            passed += ok
-    finally:
-        DRAFT = plain
+    for name, scenario in chosen:
+        ok = True
+        for n in range(k):
+            r = Run(workdir / f"real-{name.replace(' ', '-')}-{n}", draft=(*DRAFT, "--model", model))
+            try:
+                scenario(r)
+                code, result = r.graded()
+                ok = ok and code == 0 and result["tasks"][0]["result"] == "PASS"
+            except RuntimeError as exc:  # e.g. the model did not ask to publish: the scenario fails
+                print(f"  {name} #{n + 1}: {exc}")
+                ok = False
+        passed += ok
     return f"pass^{k} = {passed}/{len(chosen)} ({model}, {k} run(s) of each model-facing scenario)"
 
 
