@@ -96,8 +96,19 @@ class Graded:
                 "notes": list(self.notes)}
 
 
-#: ``find(channel, cp) -> (records found, why not asked)``: what the service holds for a channel.
-Asker = Callable[[Checkpoint, str], tuple[list[Any], Optional[str]]]
+@dataclass(frozen=True)
+class Asked:
+    """What the service holds for one channel of a task: the ``records`` found under its request
+    keys; or ``conflict`` (a record under a key holds other content: the provider's own words); or
+    ``not_asked`` (why it could not be asked: graded on the ledger, noted)."""
+
+    records: tuple[Any, ...] = ()
+    conflict: Optional[str] = None
+    not_asked: Optional[str] = None
+
+
+#: ``ask(cp, channel) -> Asked``: how the service of a task is asked.
+Asker = Callable[[Checkpoint, str], Asked]
 
 
 def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None,
@@ -220,23 +231,22 @@ def _outcome(g: Graded, cp: Checkpoint, channel: str, key: str, entry: Any, expe
                                       f"{channel}: approved, but the ledger has no entry under {one_line(key)!r}"))
         return
     held = f"yet the ledger holds an entry under {one_line(key)!r}"
-    if cp.status in ("cancelled", "failed"):
+
+    def unwanted(rule: str, why: str) -> None:  # an entry that must not be there: a reject says so first
         rejected = _rejections(cp, channel)
-        rule = "outcome: nothing after a reject" if rejected else f"outcome: no effect when {cp.status}"
-        why = f"rejected by {rejected[-1].by}" if rejected else f"the task is {cp.status}"
+        if rejected:
+            rule, why = "outcome: nothing after a reject", f"rejected by {rejected[-1].by}"
         g.findings.append(Finding(rule, f"{channel}: {why}, {held}"))
-        return
+
+    if cp.status in ("cancelled", "failed"):
+        return unwanted(f"outcome: no effect when {cp.status}", f"the task is {cp.status}")
     if entry.approval == "not_needed":
         if _waited_on(cp, channel):  # a channel whose calls need a human: never run without one
             g.findings.append(Finding("outcome: nothing without an approval", f"{channel}: its calls wait "
                                       f"for a human, yet an entry recorded as needing none is there ({held[4:]})"))
         return  # a private channel: it runs without a human, and is never a public effect
     if not _approvals(cp, channel):
-        rejected = _rejections(cp, channel)
-        rule = "outcome: nothing after a reject" if rejected else "outcome: nothing without an approval"
-        why = f"rejected by {rejected[-1].by}" if rejected else "no approval on record"
-        g.findings.append(Finding(rule, f"{channel}: {why}, {held}"))
-        return
+        return unwanted("outcome: nothing without an approval", "no approval on record")
     want = cp.expected_sha256(channel)
     if entry.content_sha256 != want:
         g.findings.append(Finding("outcome: approved content", f"{channel}: the ledger entry holds "
@@ -251,18 +261,18 @@ def _at_service(g: Graded, cp: Checkpoint, channel: str, asker: Optional[Asker],
     if asker is None:
         g.notes.append(f"{channel}: the service {cp.service} was not asked (no application given)")
         return
-    records, why_not = asker(cp, channel)
-    if why_not is not None:
-        if why_not.startswith("conflict:") and not expected:
-            g.findings.append(Finding("outcome: nothing at the service", f"{channel}: the service holds a "
-                                      f"record under the task's request key ({why_not[len('conflict:'):].strip()})"))
-        elif why_not.startswith("conflict:"):
-            g.findings.append(Finding("outcome: service holds the approved content",
-                                      f"{channel}: {why_not[len('conflict:'):].strip()}"))
-        else:
-            g.notes.append(f"{channel}: {why_not}")
+    asked = asker(cp, channel)
+    if asked.not_asked is not None:
+        g.notes.append(f"{channel}: {asked.not_asked}")
         return
-    want = 1 if expected else 0
+    if asked.conflict is not None and not expected:
+        g.findings.append(Finding("outcome: nothing at the service", f"{channel}: the service holds a "
+                                  f"record under the task's request key ({asked.conflict})"))
+        return
+    if asked.conflict is not None:
+        g.findings.append(Finding("outcome: service holds the approved content", f"{channel}: {asked.conflict}"))
+        return
+    records, want = asked.records, 1 if expected else 0
     if len(records) != want:
         rule = "outcome: one publication at the service" if want else "outcome: nothing at the service"
         g.findings.append(Finding(rule, f"{channel}: the service holds {len(records)} record(s) under the "
@@ -307,32 +317,33 @@ def _service_asker(store: TaskStore, app: Any) -> Optional[Asker]:
     agent = app.build_agent(app.offline_model())
     signing = load_key(store.root, create=False)
 
-    def ask(cp: Checkpoint, channel: str) -> tuple[list[Any], Optional[str]]:
+    def ask(cp: Checkpoint, channel: str) -> Asked:
+        unasked = f"not asked at the service {cp.service}"
         try:
             service = service_of(gated_tool(agent, cp.action))  # the task's own action's service
         except Refused as exc:
-            return [], f"not asked at the service {cp.service}: {one_line(str(exc))[:120]}"
+            return Asked(not_asked=f"{unasked}: {one_line(str(exc))[:120]}")
         if service is None or service.url != cp.service:
             here = "none" if service is None else service.url
-            return [], f"not asked at the service {cp.service}: the service configured here is {here}"
+            return Asked(not_asked=f"{unasked}: the service configured here is {here}")
         if service.find is None:
-            return [], f"not asked at the service {cp.service}: it has no lookup by key (no deduplication)"
+            return Asked(not_asked=f"{unasked}: it has no lookup by key (no deduplication)")
         key = effect_key(cp.task_id, channel, cp.channels)
         tried = [b.attempt for b in cp.effects if b.idempotency_key == key]
         intent = store.intent_get(key)
         last = max([1, *tried, *([intent.attempt] if intent is not None else [])])
+        arguments = _approved_arguments(cp, channel)
         found = []
         for attempt in range(1, last + 1):
             try:
-                record = service.find(request_key(signing, cp.state_id, key, attempt), _approved_arguments(cp, channel))
+                record = service.find(request_key(signing, cp.state_id, key, attempt), arguments)
             except Conflict as exc:
-                return [], f"conflict: attempt {attempt}: {one_line(str(exc))[:200]}"
+                return Asked(conflict=f"attempt {attempt}: {one_line(str(exc))[:200]}")
             except Exception as exc:  # unreachable, refused, …: not a verdict on the outcome
-                return [], (f"not asked at the service {cp.service}: {type(exc).__name__}: "
-                            f"{one_line(str(exc))[:120]}")
+                return Asked(not_asked=f"{unasked}: {type(exc).__name__}: {one_line(str(exc))[:120]}")
             if record is not None:
                 found.append(record)
-        return found, None
+        return Asked(records=tuple(found))
 
     return ask
 
