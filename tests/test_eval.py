@@ -483,3 +483,20 @@ def test_a_task_a_person_ended_while_another_call_had_run_passes_with_a_note(cli
     assert _only(result)["notes"] == ["blog: approved, then given up by ann (the channel was closed): no effect "
                                       "expected"]
 
+
+
+def test_eval_of_local_tasks_never_imports_the_sdk(cli, state_dir):
+    """``eval`` only reads files: with no finished task through a service it never imports the SDK
+    (about 2 s), like status, list, ledger, show and doctor."""
+    import subprocess
+    import sys
+
+    _finish(cli, APPROVE)
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys, run\n"
+            f"rc = run.main(['--state-dir', {str(state_dir)!r}, 'eval'])\n"
+            "assert 'agents' not in sys.modules, 'eval imported the SDK'\n"
+            "sys.exit(rc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"PASS     {KEY} (completed)")
