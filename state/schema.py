@@ -152,6 +152,15 @@ def channel_scope(channel: str, channels: list[str]) -> str | None:
     return None if len(channels) == 1 else channel
 
 
+def call_scope(channel: str, call_id: str) -> str:
+    """The ``channel`` argument the rejection records take for a reject of one call
+    (``call_id`` on ``channel``) in a task whose model proposes the arguments
+    (:meth:`Checkpoint.proposed`): a reject there answers that call only, so each call has its own
+    record. ``r`` and 31 hex characters of SHA-256 of the channel and the call ID: a valid channel
+    name, since a call ID is the model's text."""
+    return "r" + sha256_hex(f"{channel}\n{call_id}".encode())[:31]
+
+
 def valid_effect_key(value: object) -> bool:
     """True if ``value`` is an allowed key or ``<allowed key>#<channel>`` (:func:`effect_key`)."""
     if not isinstance(value, str):
@@ -247,6 +256,13 @@ def content_fingerprint(content: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(content))
 
 
+#: The ``content_sha256`` of a task started without content (:meth:`Checkpoint.proposed`): the
+#: model proposes each call's arguments and a reviewer approves each call as it was shown. It is the
+#: SHA-256 of a sentence, not of canonical JSON, so no call's content has it: a program that does
+#: not know this value refuses every call of such a task.
+PROPOSED = sha256_hex(b"proposed by the model: no content given at start")
+
+
 def content_sha256(title: str, body: str) -> str:
     """Fingerprint of a draft: :func:`content_fingerprint` of ``{"title": title, "body": body}``
     (SHA-256 of the canonical JSON ``{"body": body, "title": title}``)."""
@@ -332,11 +348,15 @@ class Decision(_Strict):
     #: An approval with edits: what the reviewer approved instead (None: as the call asked). The
     #: default serves code that builds a decision; :mod:`state.files.store` requires it in a file.
     edits: Optional[Edits] = None
+    #: In a task whose model proposes the arguments (:meth:`Checkpoint.proposed`): for an approval,
+    #: :func:`content_fingerprint` of the call's arguments but ``channel`` as the reviewer saw them,
+    #: what its effect must carry. None otherwise; absent in a file written before it existed.
+    content_sha256: Optional[str] = None
 
-    @field_validator("arguments_sha256")
+    @field_validator("arguments_sha256", "content_sha256")
     @classmethod
-    def _hex(cls, v: str) -> str:
-        if not _SHA256.match(v):
+    def _hex(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not _SHA256.match(v):
             raise ValueError("must be 64 lowercase hex characters")
         return v
 
@@ -630,14 +650,28 @@ class Checkpoint(_Strict):
         on = [d for d in self.decisions if d.channel == channel]
         return on[-1] if on and on[-1].edits is not None else None
 
-    def expected_sha256(self, channel: str) -> str:
+    def proposed(self) -> bool:
+        """True if the task was started without content (``content_sha256`` is :data:`PROPOSED`):
+        the reviewer approves each call as the model proposed it."""
+        return self.content_sha256 == PROPOSED
+
+    def expected_sha256(self, channel: str, call_id: Optional[str] = None) -> str:
         """The :func:`content_sha256` a call on ``channel`` must carry: the edited draft of the
         approval with edits given on that channel (the latest one, even once a later decision
         approved the call carrying it), else the draft the task was started with
-        (``content_sha256``). Per channel: an edit of one call never changes another's."""
+        (``content_sha256``). Per channel: an edit of one call never changes another's. In a task
+        whose model proposes the arguments (:meth:`proposed`), the content of the latest approval
+        on that channel (as shown, or edited); with none, the content of the pending call
+        ``call_id`` (what its effect would carry: the evidence a ledger entry is judged against),
+        else :data:`PROPOSED` (no call is approved yet)."""
         for d in reversed(self.decisions):
             if d.channel == channel and d.edits is not None:
                 return d.edits.edited_sha256
+            if self.proposed() and d.channel == channel and d.decision == "approved":
+                return d.content_sha256 or PROPOSED  # none recorded: nothing can match
+        waiting = [p for p in self.pending if p.call_id == call_id] if self.proposed() else []
+        if waiting:
+            return content_fingerprint(content_of(waiting[0].arguments))
         return self.content_sha256
 
 

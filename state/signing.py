@@ -61,9 +61,12 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
         raise Refused("integrity", f"{where} is not a valid checkpoint: {validation_message(exc)}") from None
     # state_id: see state.state_id; service: absent in a task whose effect is the local ledger;
     # team and approvals: absent in a task started with no reviewer and no policy; effects: no
-    # effect through a service begun; failure: a task that did not end failed
+    # effect through a service begun; failure: a task that did not end failed; a decision's
+    # content_sha256: a decision written before it existed (only a task whose model proposes the
+    # arguments needs it, and there an approval without it matches no call: fail closed)
     missing = _first_defaulted(cp, exempt={"state_id", "service", "team", "approvals", "effects", "failure",
-                                           "team.policy_version"})
+                                           "team.policy_version", "decision.content_sha256",
+                                           "decisions.content_sha256"})
     if missing is not None:  # our writer writes every field: one filled in by a default is gone
         raise Refused("integrity", f"{where} is not a valid checkpoint: {missing}: Field required")
     if cp.idempotency_key != cp.task_id:
@@ -88,6 +91,12 @@ def _readable_versions() -> str:
     return f"{old} and {SCHEMA_VERSION}" if old else str(SCHEMA_VERSION)
 
 
+def _unindexed(path: str) -> str:
+    """``path`` without its list positions: ``decisions.3.content_sha256`` ->
+    ``decisions.content_sha256``."""
+    return ".".join(part for part in path.split(".") if not part.isdigit())
+
+
 def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[str] = frozenset()) -> str | None:
     """The dotted path of the first field of ``model`` (or of a model nested in it, in lists too)
     that was not in the data but filled in by its default; None if every field was there.
@@ -98,7 +107,7 @@ def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[st
     dotted path."""
     for name in type(model).model_fields:
         where = f"{path}.{name}" if path else name
-        if name not in model.model_fields_set and where not in exempt:
+        if name not in model.model_fields_set and where not in exempt and _unindexed(where) not in exempt:
             return where
         value = getattr(model, name)
         items = value if isinstance(value, list) else [value]

@@ -79,14 +79,17 @@ def _task(store: "TaskStore", cp: "Checkpoint") -> "Task":
 
 
 async def start(store: "TaskStore", app: "Application", *, task_id: str, title: str,
-                content: dict[str, str], input: Any, by: Optional[str] = None, token: Optional[str] = None,
-                **options: Any) -> "Task":
+                input: Any, content: Optional[dict[str, str]] = None, by: Optional[str] = None,
+                token: Optional[str] = None, **options: Any) -> "Task":
     """Run ``app``'s agent on ``input`` (any SDK input) until it asks for its gated call, then save
     a signed checkpoint (status ``waiting_for_approval``) and return the :class:`Task`.
 
     ``task_id`` is also the idempotency key of the effect (``<task_id>#<channel>`` for a task with
     several channels); ``title`` is the task's one-line label for reviewers; ``content`` is what the
-    gated call must carry, exactly (its arguments minus ``channel``). ``options``: ``action`` (which
+    gated call must carry, exactly (its arguments minus ``channel``), or None (the default): the
+    model proposes the arguments, the reviewer approves each call as shown in ``pending`` (with
+    edits, as any approval), and a reject goes back to the model with its reason, which may
+    propose another call that waits for a human again. ``options``: ``action`` (which
     of the application's tools with an effect this task gates; default ``app.action``, else the
     agent's first), ``channels``
     (default one), ``model`` (an SDK ``Model``; default ``app.offline_model()``), ``spec``,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from state.clock import now_iso
 from state.errors import Next, Refused
-from state.schema import Decision, PendingCall, channel_scope, effect_key
+from state.schema import Decision, PendingCall, call_scope, channel_scope, effect_key
 from state.terminal import one_line
 
 if TYPE_CHECKING:
@@ -82,6 +82,16 @@ def keys(cp: "Checkpoint", channel: str) -> tuple[str, Optional[str]]:
         raise Refused("integrity", f"task {cp.task_id}: a call names channel {one_line(repr(channel))[:60]}, not one "
                       f"of the task's channels ({', '.join(cp.channels)}); a human must check")
     return effect_key(cp.task_id, channel, cp.channels), channel_scope(channel, cp.channels)
+
+
+def rejection_scope(cp: "Checkpoint", channel: str, call_id: str) -> Optional[str]:
+    """The rejection-record channel of a reject of ``call_id`` on ``channel``: the channel's
+    (:func:`keys`), or in a task whose model proposes the arguments
+    (:meth:`state.schema.Checkpoint.proposed`) the call's own
+    (:func:`state.schema.call_scope`): there a reject answers one call and the model may propose
+    another, which a human decides anew. Raises :class:`Refused` as :func:`keys` does."""
+    scope = keys(cp, channel)[1]
+    return call_scope(channel, call_id) if cp.proposed() else scope
 
 
 def unapplied(cp: "Checkpoint") -> list[Decision]:

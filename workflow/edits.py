@@ -171,12 +171,16 @@ def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -
     then expects the edited draft; a sticky approval (``always``) decides the other pending calls
     of the tool without the per-call check of :func:`check_pending`, so it could approve a model's
     call that does not carry the edited draft. Raises :class:`Refused` for edits in a task where a
-    sticky approval was given, and for a sticky approve (``always``) while a call approved with
-    edits waits for the model's new call."""
+    sticky approval was given, for a sticky approve (``always``) while a call approved with
+    edits waits for the model's new call, and for a sticky approve in a task whose model proposes
+    the arguments (each approval there is of one call as shown)."""
     sticky = any(d.always and d.source == "human" and d.decision == "approved" for d in cp.decisions)
     if edit is not None and sticky:
         raise Refused("usage", [f"task {cp.task_id}: a sticky approval", Next("input_always"),
                                 " is in force in this task; approve or reject this call without edits"])
+    if always and want == "approved" and cp.proposed():
+        raise Refused("usage", [f"task {cp.task_id}: its model proposes each call's arguments, and each "
+                                "approval is of the call as shown; decide this call without", _STICKY])
     if always and want == "approved" and any(cp.edited_on(c) for c in cp.channels):
         raise Refused("usage", [f"task {cp.task_id}: a call approved with edits waits for the model's new call, "
                                 "which", _STICKY, " would approve unchecked; decide this call without",

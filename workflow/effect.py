@@ -44,7 +44,8 @@ from typing import Any, Callable, Iterable, Optional
 from state import open_stores
 from workflow import external
 from state.errors import Next, Refused
-from state.schema import CHANNEL_ARG, channel_scope, content_fingerprint, content_of, effect_key, valid_channel
+from state.schema import (CHANNEL_ARG, PROPOSED, call_scope, channel_scope, content_fingerprint, content_of,
+                          effect_key, valid_channel)
 
 _EFFECTFUL: set[str] = set()
 #: Function identity → the ``service`` its tool was declared with (:func:`service_of`).
@@ -412,13 +413,15 @@ class _Call:
         store = open_stores.lookup(task.get("store"))  # a TaskStore (state.store)
         gated = _gated(rule, private, ctx, arguments, channel)
         expected = task["content_sha256"]
+        if not gated and expected == PROPOSED:  # a private channel runs what the model proposed
+            expected = sha
         if gated and sha != expected:  # maybe the content a reviewer approved with edits here
             cp = store.load(task_id) if store.exists(task_id) else None
             expected = expected if cp is None else cp.expected_sha256(channel)
         if sha != expected:
             raise Refused("integrity", f"{action} for task {task_id} was called with content that differs from "
                           f"the {content_word} that was started and approved; refusing")
-        cp = _check_approved(store, task, action, channel, call_id) if gated else None
+        cp = _check_approved(store, task, action, channel, call_id, sha) if gated else None
         if label is not None:
             title = label(arguments)
         else:
@@ -480,14 +483,19 @@ def _keepable(result: Any) -> bool:
 
 
 def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
-                    call_id: Optional[str]) -> Any:
+                    call_id: Optional[str], sha: str) -> Any:
     """Right before a gated effect, whatever the lock says: no rejection record for this (task,
     channel) — a reject recorded meanwhile by a process whose lock file was deleted under this one
     wins — and a human's approval of this very call (``call_id``) on record in the checkpoint, so an
     approval rule that said "no approval needed", an SDK change or a sticky rule in a hand-edited
-    file never runs the effect by itself. Returns the checkpoint read. Raises :class:`Refused`."""
+    file never runs the effect by itself. In a task whose model proposes the arguments
+    (:meth:`state.schema.Checkpoint.proposed`) the rejection record is the call's own, and the
+    approval must be of the content ``sha`` the call carries, as the reviewer saw it. Returns the
+    checkpoint read. Raises :class:`Refused`."""
     task_id = task["task_id"]
-    rejected = store.rejection_get(task_id, channel_scope(channel, task["channels"]))
+    proposed = task["content_sha256"] == PROPOSED
+    scope = call_scope(channel, call_id or "") if proposed else channel_scope(channel, task["channels"])
+    rejected = store.rejection_get(task_id, scope)
     if rejected is not None:
         raise Refused("rejected", [
             f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "
@@ -496,7 +504,7 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
     cp = store.load(task_id) if store.exists(task_id) else None
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
-        for d in cp.decisions)
+        and (not proposed or d.content_sha256 == sha) for d in cp.decisions)
     if not approved:
         raise Refused(
             "integrity", f"{action} for task {task_id} on {channel} ran without a human approval on record "

@@ -23,10 +23,10 @@ from workflow.agent_check import describe, drift, gated_tool
 from state import clock, open_stores, secrets
 from state.clock import now_iso
 from state.errors import Next, Refused
-from state.schema import (DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, SCHEMA_VERSION,
+from state.schema import (DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint,
-                          valid_channel, valid_content)
+                          content_of, valid_channel, valid_content)
 from state.fileio import parse_object_shared, parse_shared
 from state.settings import settings
 from state.store import TaskStore as Store
@@ -86,9 +86,12 @@ def task_input(task_id: str, title: str, content: Any, labels: Any = None) -> st
     which is the engine's), and neither ``task_id``, ``title`` nor a content value holds a secret
     value (:func:`state.secrets.check_input`; a content value is named ``labels[argument]``,
     default ``the <argument>``; one equal to ``title`` was checked as the title). Raises
-    :class:`Refused` (nothing saved)."""
+    :class:`Refused` (nothing saved). ``content`` None: the model proposes the arguments and the
+    reviewer approves each call as shown; returns :data:`state.schema.PROPOSED`."""
     for what, value in (("the task ID", task_id), ("the title", title)):
         secrets.check_input(what, value)
+    if content is None:
+        return PROPOSED
     if not content or not valid_content(content):
         raise Refused("usage", f"the content must be a non-empty {{argument: value}} ({CONTENT_VALUE_RULE}), "
                       "without 'channel'")
@@ -358,15 +361,17 @@ def decision_for(store: Store, cp: Checkpoint, item: ToolApprovalItem, decision:
         return recorded
     arguments = json.loads(item.arguments or "{}")
     channel = calls.channel_of(cp, arguments)
-    _, scope = calls.keys(cp, channel)
+    scope = calls.rejection_scope(cp, channel, item.call_id)
     evidence = store
     prior = evidence.rejection_get(cp.task_id, scope) if decision == "rejected" else None
     if prior is not None:
         by, reason = prior.by, prior.reason
+    shown = content_fingerprint(content_of(arguments))  # what an approval lets the effect carry
     return Decision(decision=decision, by=by, at=prior.at if prior is not None else now_iso(),
                     reason=reason, call_id=item.call_id, tool=item.name,
                     arguments_sha256=arguments_sha256(arguments), channel=channel, always=always,
-                    source="human")
+                    source="human",
+                    content_sha256=shown if cp.proposed() and decision == "approved" else None)
 
 
 def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
@@ -388,7 +393,7 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
     created: list[str | None] = []
     try:
         for r in recs:
-            key, scope = calls.keys(cp, r.channel)
+            key, scope = calls.keys(cp, r.channel)[0], calls.rejection_scope(cp, r.channel, r.call_id)
             if _makes_record(cp, r):
                 if evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope)[1]:
                     created.append(scope)
@@ -403,7 +408,8 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
             evidence.rejection_remove(cp.task_id, scope)
         _restore_relied_on(store, cp.task_id, created)
         raise
-    _restore_relied_on(store, cp.task_id, [calls.keys(cp, r.channel)[1] for r in recs if _makes_record(cp, r)])
+    _restore_relied_on(store, cp.task_id,
+                       [calls.rejection_scope(cp, r.channel, r.call_id) for r in recs if _makes_record(cp, r)])
     from workflow.observe import decisions  # the step in the trace too (after the signed write)
     from workflow.team import rule_of
 
@@ -437,7 +443,7 @@ def _restore_relied_on(store: Store, task_id: str, scopes: list[str | None]) -> 
     try:
         newest = store.load(task_id)
         for d in newest.decisions:
-            scope = calls.keys(newest, d.channel)[1]
+            scope = calls.rejection_scope(newest, d.channel, d.call_id)
             if (scope in scopes and d.edits is None and _makes_record(newest, d)
                     and evidence.rejection_get(task_id, scope) is None):
                 evidence.rejection_record(task_id, newest.content_sha256, d, scope)
@@ -532,7 +538,8 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
         elif decided == "approved" and entries[channel] is None:
             raise Refused("ledger_mismatch",
                           f"task {cp.task_id}: approved, but the tool left no ledger entry; a human must check")
-        if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel):
+        if (decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel)
+                and not _proposed_again(cp, call_id, channel, entries[channel])):
             raise Refused("ledger_mismatch",
                           f"task {cp.task_id}: rejected, but the ledger shows it executed; a human must check")
     done = [e for e in entries.values() if e is not None]
@@ -546,6 +553,15 @@ def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:
             "event": (status, {"ledger": done[0].published_at if len(done) == 1 else
                                [e.published_at for e in done] or None,
                                **({"failure": failure} if failure is not None else {})})}
+
+
+def _proposed_again(cp: Checkpoint, call_id: str, channel: str, entry: Any) -> bool:
+    """True if, in a task whose model proposes the arguments, another call on ``channel`` was
+    approved as shown with exactly the content of ``entry``, the channel's ledger entry: the
+    model proposed again after ``call_id`` was rejected, and the entry is that approval's effect."""
+    return cp.proposed() and any(
+        d.call_id != call_id and d.channel == channel and d.decision == "approved" and d.edits is None
+        and d.content_sha256 == entry.content_sha256 for d in cp.decisions)
 
 
 def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],

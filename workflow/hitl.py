@@ -50,7 +50,7 @@ logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
 async def start(store: Store, app: Application, *, task_id: str, title: str,
-                content: dict[str, str], input: str, channels: list[str] | None = None,
+                content: dict[str, str] | None, input: str, channels: list[str] | None = None,
                 model: Model | None = None, spec: ModelSpec | None = None,
                 budget: Budget | None = None, expires_in_s: int = 86_400,
                 trace_content: bool = False, on_event: streaming.OnEvent | None = None,
@@ -59,12 +59,14 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     declared through :mod:`workflow.effect`), then save the checkpoint (``waiting_for_approval``).
 
     ``content`` (``{argument: text}``): what each call's arguments but ``channel`` must equal
-    (:func:`state.schema.content_fingerprint`); ``title`` labels the task; ``channels`` (default
-    ``["blog"]``): one call and one effect each; ``spec``/``model``: the model (default offline);
-    ``budget`` (default :func:`workflow.budget.make_budget`); ``expires_in_s``: how long the request
-    is valid; ``trace_content``/``on_event``: the trace unredacted, the run streamed; ``team``: who
-    asked and the policy; ``action``: which tool with an effect this task gates (default
-    ``app.action``, else the agent's first). The same task again returns the saved one. Raises
+    (:func:`state.schema.content_fingerprint`); None: the model proposes them, a reviewer approves
+    each call as shown, and a reject goes back to the model; ``title`` labels the task;
+    ``channels`` (default ``["blog"]``): one call and one effect each; ``spec``/``model``: the
+    model (default offline); ``budget`` (default :func:`workflow.budget.make_budget`);
+    ``expires_in_s``: how long the request is valid; ``trace_content``/``on_event``: the trace
+    unredacted, the run streamed; ``team``: who asked and the policy; ``action``: which tool with
+    an effect this task gates (default ``app.action``, else the agent's first). The same task
+    again returns the saved one. Raises
     :class:`Refused`, nothing saved: the key is taken, no such tool, the model did not ask so, no
     API key, the budget cannot pay, or the provider fails."""
     sha = guards.task_input(task_id, title, content, app.content_labels)  # before the model sees it

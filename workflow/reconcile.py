@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 from state import clock, secrets
 from state.errors import Next, Part, Refused
 from state.records import LedgerEntry, check_same_entry
-from workflow.calls import calls_of, decision_of, keys, pick_call
+from workflow.calls import calls_of, decision_of, keys, pick_call, rejection_scope
 
 if TYPE_CHECKING:
     from state.records import RejectionRecord
@@ -303,10 +303,12 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     channel = (recorded.channel if recorded is not None and recorded.call_id == call_id
                else dict(calls).get(call_id, cp.channels[0]) if call_id else cp.channels[0])
     key, scope = keys(cp, channel)
+    if cp.proposed() and call_id:  # a reject there is one call's (workflow.calls.rejection_scope)
+        scope = rejection_scope(cp, channel, call_id)
     evidence = store
     entry = evidence.ledger_get(key)
     if entry is not None:
-        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel),
+        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel, call_id),
                          action=cp.action)
     rejected = evidence.rejection_get(cp.task_id, scope)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:

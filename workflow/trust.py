@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from state.errors import Refused
-from state.schema import Checkpoint, content_fingerprint, content_of, valid_content_value
+from state.schema import PROPOSED, Checkpoint, content_fingerprint, content_of, valid_content_value
 
 #: Keys under which a serialized RunState (or a nested agent-tool RunState) stores decisions.
 APPROVAL_KEYS = ("approvals", "function_tool_approvals", "hosted_mcp_approvals")
@@ -138,7 +138,9 @@ def carries_the_draft(arguments: dict[str, Any], sha: str, channels: list[str]) 
     """True if an action call's ``arguments`` but ``channel`` are content (``{argument: value}``,
     each :func:`state.schema.valid_content_value`) whose :func:`state.schema.content_fingerprint`
     is ``sha`` (the content the task was started with), plus a ``channel`` that is one of
-    ``channels``; in a one-channel task the channel may be absent or null (it means the only one)."""
+    ``channels``; in a one-channel task the channel may be absent or null (it means the only one).
+    ``sha`` :data:`state.schema.PROPOSED` (a task whose model proposes the arguments, no call
+    approved yet on that channel): any such content, which the reviewer sees and decides."""
     single = len(channels) == 1
     channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (
         single and "channel" in arguments and arguments["channel"] is None)
@@ -147,7 +149,7 @@ def carries_the_draft(arguments: dict[str, Any], sha: str, channels: list[str]) 
         bool(content)
         and channel_ok
         and all(valid_content_value(v) for v in content.values())
-        and content_fingerprint(content) == sha
+        and (sha == PROPOSED or content_fingerprint(content) == sha)
     )
 
 

@@ -411,7 +411,8 @@ def _trajectory(g: Graded, cp: Checkpoint, entries: dict[str, Any]) -> None:
         if any(m is None or m > at for m in (parse_iso_or_none(a.at, zoned=True) for a in counted)):
             g.findings.append(Finding("trajectory: effect after its approvals", f"{channel}: the entry is "
                                       f"dated {entry.published_at}, before an approval counted for its quorum"))
-        vetoes = [d for d in _rejections(cp, channel) if (parse_iso_or_none(d.at, zoned=True) or at) < at]
+        vetoes = [d for d in _rejections(cp, channel) if (parse_iso_or_none(d.at, zoned=True) or at) < at
+                  and (not cp.proposed() or d.call_id == ran.call_id)]  # there a reject is one call's
         if vetoes:
             g.findings.append(Finding("trajectory: nothing after a veto", f"{channel}: rejected by "
                                       f"{vetoes[0].by} at {vetoes[0].at}, the entry is dated {entry.published_at}"))
