@@ -44,10 +44,12 @@ def test_api_page_examples_run_and_print_what_the_page_says(tmp_path):
         "completed ['n-1.json']",
         "completed 1",
         "cancelled True",
+        "{'to': 'dee', 'text': 'deploy at 5'}",
+        "completed",
         "refused: rejected",
         "refused: in_doubt in_doubt 1",
         "completed 1",
         "refused: unconfirmed publishing",
         "failed ended by carol: the provider was shut down",
-        "{'pass': 4, 'fail': 0, 'in_doubt': 0, 'not_finished': 0} [('n-1', 'PASS'), ('n-2', 'PASS')]",
+        "{'pass': 5, 'fail': 0, 'in_doubt': 0, 'not_finished': 0} [('n-1', 'PASS'), ('n-2', 'PASS')]",
     ]

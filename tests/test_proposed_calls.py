@@ -1,0 +1,185 @@
+"""Approve what the model proposes: a task started without content.
+
+The model composes the call's arguments; the reviewer sees them in ``pending`` and approves the call
+as shown. That approval records the content it saw (``Decision.content_sha256``), and the effect
+runs only if the call carries exactly that content and has an approval of its own. A reject answers
+one call: its reason goes back to the model, whose next call waits for a human again, and the
+reject's rejection record is that call's own, so no restored checkpoint can run the rejected call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import pytest
+from agents import Agent
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from conftest import checkpoint_file, next_revision_file, restore_checkpoint
+from state.files.store import Store
+from state.schema import PROPOSED, call_scope, content_fingerprint
+from workflow import Application, Approve, Effect, Refused, Reject, decide, effect_tool, open_store, start
+
+PAID: list[tuple[str, str, int]] = []
+
+
+@effect_tool(done="paid")
+def pay_invoice(effect: Effect, vendor: str, amount_cents: int) -> str:
+    """Pay a vendor's invoice.
+
+    Args:
+        vendor: Who is paid.
+        amount_cents: How much, in cents.
+    """
+    PAID.append((effect.idempotency_key, vendor, amount_cents))
+    return "paid"
+
+
+def _respond(call: Any) -> ModelStep:
+    """Proposes ``pay_invoice`` from a request ``pay VENDOR CENTS``; told ``at most N``, proposes
+    N under a new call ID; told anything else, answers with it."""
+    items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    last = items[-1]
+    if last.get("type") != "function_call_output":
+        _, vendor, cents = str(last["content"]).split()
+        return ModelStep(output=[function_call("pay_invoice", {"vendor": vendor, "amount_cents": int(cents)},
+                                               call_id=f"call-{cents}")])
+    capped = re.search(r"at most (\d+)", str(last["output"]))
+    if capped:
+        vendor = json.loads([i for i in items if i.get("type") == "function_call"][-1]["arguments"])["vendor"]
+        cents = int(capped.group(1))
+        return ModelStep(output=[function_call("pay_invoice", {"vendor": vendor, "amount_cents": cents},
+                                               call_id=f"call-{cents}")])
+    return ModelStep(output=[assistant_message(f"answered: {last['output']}")])
+
+
+APP = Application(build_agent=lambda model: Agent(name="Payer", instructions="Pay what you are asked.",
+                                                   tools=[pay_invoice], model=model),
+                  offline_model=lambda: ScriptedModel([ModelStep.respond(_respond) for _ in range(6)]))
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    PAID.clear()
+
+
+def _start(store: Any, key: str = "inv-1", request: str = "pay acme 1200") -> Any:
+    return asyncio.run(start(store, APP, task_id=key, title="Invoice", input=request, channels=["bank"]))
+
+
+def _decide(store: Any, choice: Any, key: str = "inv-1", **kw: Any) -> Any:
+    return asyncio.run(decide(store, APP, key, choice, by="ann", **kw))
+
+
+def test_started_without_content_the_task_waits_with_what_the_model_proposed(state_dir):
+    store = Store(state_dir)
+    task = _start(store)
+    assert task.status == "waiting_for_approval" and PAID == []
+    [call] = task.pending
+    assert call["arguments"] == {"vendor": "acme", "amount_cents": 1200}
+    assert store.load("inv-1").content_sha256 == PROPOSED
+
+
+@pytest.mark.parametrize("where", ["files", "postgresql"])
+def test_an_approval_runs_exactly_the_call_as_shown_once(state_dir, request, where):
+    store = Store(state_dir) if where == "files" else open_store(request.getfixturevalue("pg_url"))
+    _start(store)
+    done = _decide(store, Approve())
+    assert done.status == "completed" and PAID == [("inv-1", "acme", 1200)]
+    [rec] = store.load("inv-1").decisions
+    assert rec.content_sha256 == content_fingerprint({"vendor": "acme", "amount_cents": 1200})
+    assert _decide(store, Approve()).status == "completed" and len(PAID) == 1
+    assert store.ledger_get("inv-1").content_sha256 == rec.content_sha256
+
+
+def test_a_reject_answers_one_call_and_the_models_next_call_waits_for_a_human(state_dir):
+    store = Store(state_dir)
+    _start(store)
+    task = _decide(store, Reject(message="at most 900"))
+    assert task.status == "waiting_for_approval" and PAID == []
+    [call] = task.pending
+    assert call["call_id"] == "call-900" and call["arguments"] == {"vendor": "acme", "amount_cents": 900}
+    assert store.rejection_get("inv-1", call_scope("bank", "call-1200")) is not None
+    assert store.rejection_get("inv-1", None) is None  # the channel is not rejected: one call is
+    assert _decide(store, Approve()).status == "completed"
+    assert PAID == [("inv-1", "acme", 900)]
+
+
+def test_a_reject_the_model_takes_ends_cancelled_with_no_effect(state_dir):
+    store = Store(state_dir)
+    _start(store)
+    task = _decide(store, Reject(message="not this month"))
+    assert task.status == "cancelled" and PAID == [] and "not this month" in task.final_output
+
+
+def test_a_restored_checkpoint_never_runs_the_call_a_human_rejected(state_dir):
+    store = Store(state_dir)
+    _start(store)
+    before = checkpoint_file(state_dir, "inv-1").read_bytes()
+    _decide(store, Reject(message="at most 900"))
+    restore_checkpoint(state_dir, "inv-1", before)  # waits again at the rejected call
+    with pytest.raises(Refused) as exc:
+        _decide(store, Approve())
+    assert exc.value.code == "rejected" and PAID == []
+
+
+def test_a_sticky_approval_is_refused_where_the_model_proposes(state_dir):
+    store = Store(state_dir)
+    _start(store)
+    with pytest.raises(Refused) as exc:
+        _decide(store, Approve(always=True))
+    assert "each approval is of the call as shown" in str(exc.value) and PAID == []
+
+
+def _approved_by_hand(state_dir: Any, content_sha256: Any) -> None:
+    """The next revision records an approval of the pending call, written by hand and re-signed (a
+    writer holding the key): ``content_sha256`` as given (None: the field left out)."""
+    store = Store(state_dir)
+    cp = store.load("inv-1")
+    call = cp.pending[0]
+
+    def approve(d: dict) -> None:
+        from state.schema import arguments_sha256
+
+        rec = {"decision": "approved", "by": "ann", "at": d["created_at"], "reason": None,
+               "call_id": call.call_id, "tool": call.tool, "arguments_sha256": arguments_sha256(call.arguments),
+               "channel": "bank", "always": False, "source": "human", "edits": None}
+        if content_sha256 is not None:
+            rec["content_sha256"] = content_sha256
+        d["decisions"] = [rec]
+        d["decision"] = rec
+
+    next_revision_file(state_dir, "inv-1", approve)
+
+
+@pytest.mark.parametrize("recorded", ["other content", "left out"])
+def test_the_gate_runs_a_proposed_call_only_with_an_approval_of_the_content_it_carries(state_dir, recorded):
+    """An approval on record whose content is not the call's (or says none) runs nothing: the gate
+    compares the call it is asked to run with the content that approval saw (fail closed)."""
+    store = Store(state_dir)
+    _start(store)
+    _approved_by_hand(state_dir, content_fingerprint({"vendor": "eve", "amount_cents": 1200})
+                      if recorded == "other content" else None)
+    with pytest.raises(Refused):
+        _decide(store, Approve())
+    assert PAID == []
+
+
+def test_an_approval_of_the_shown_content_written_by_hand_the_same_way_runs(state_dir):
+    """The control of the test above: the same hand-written approval with the call's own content
+    runs it once (so the refusals above are the content check, not the hand-writing)."""
+    store = Store(state_dir)
+    _start(store)
+    _approved_by_hand(state_dir, content_fingerprint({"vendor": "acme", "amount_cents": 1200}))
+    assert _decide(store, Approve()).status == "completed" and PAID == [("inv-1", "acme", 1200)]
+
+
+def test_a_task_with_content_still_holds_the_model_to_it(state_dir):
+    store = Store(state_dir)
+    with pytest.raises(Refused) as exc:
+        asyncio.run(start(store, APP, task_id="inv-2", title="Invoice", input="pay acme 1200",
+                          content={"vendor": "acme", "amount_cents": 999}, channels=["bank"]))
+    assert exc.value.code == "agent" and not store.exists("inv-2")
