@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from typing import Any, Callable
 
@@ -14,29 +13,7 @@ from cli.hints import command as shell_command, hint
 from cli.text import receipt_next, task_text
 from workflow.review import inbox
 from workflow.observe.views import one_line, several_lines
-
-
-#: Escaped in ``--json`` output (valid JSON either way): every character the terminal rule escapes
-#: (:func:`workflow.observe.views.one_line`: not printable), e.g. C1 controls, U+2028/U+2029 (line breaks to
-#: ``str.splitlines``, so the one object stays on one line), bidi controls and marks (U+202E,
-#: U+200F, U+061C), zero-width characters, lone surrogates. ``json.dumps`` escapes the ASCII ones.
-_JSON_UNSAFE = re.compile(r"[^\x00-\x7e]")
-
-
-def _json_escape(found: re.Match[str]) -> str:
-    char = found.group()
-    if char.isprintable():
-        return char
-    code = ord(char)
-    if code > 0xFFFF:  # JSON spells it as a surrogate pair
-        code -= 0x10000
-        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-    return f"\\u{code:04x}"
-
-
-def json_line(value: Any) -> str:
-    """``value`` as one line of JSON (printable non-ASCII kept, the characters above escaped)."""
-    return _JSON_UNSAFE.sub(_json_escape, json.dumps(value, ensure_ascii=False))
+from state.terminal import json_line
 
 
 class EventPrinter:

@@ -10,7 +10,10 @@ exclusively, so the same key twice is one refund. The offline model reads a requ
 
     python examples/refund_agent.py start --key K --request TEXT [--json]
     python examples/refund_agent.py decide --key K --decision approve|reject --by NAME [--reason TEXT]
-                                           [--edit FIELD=JSON]... [--json]
+                                           [--edit FIELD=JSON]... [--call ID] [--json]
+
+``--call`` names the call decided, as shown (default: the only one waiting): a decision that names
+its call, run again after a crash, finishes that decision instead of deciding the model's next call.
     python examples/refund_agent.py refunds [--json]
 """
 
@@ -136,7 +139,7 @@ async def main(args: argparse.Namespace) -> dict:
             choice = Reject(message=args.reason)
         else:
             choice = Approve(reason=args.reason, edits=changes)
-        await decide(store, APP, args.key, choice, by=args.by)
+        await decide(store, APP, args.key, choice, by=args.by, call_id=args.call)
     return read_task(store, args.key).to_json()
 
 
@@ -153,6 +156,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--by", required=True)
     p.add_argument("--reason")
     p.add_argument("--edit", action="append", default=[], metavar="FIELD=JSON")
+    p.add_argument("--call", help="the call decided, as shown (default: the only one waiting)")
     p = sub.add_parser("refunds")
     for p in sub.choices.values():
         p.add_argument("--json", action="store_true")

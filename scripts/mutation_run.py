@@ -203,7 +203,8 @@ MUTANTS: list[Mutant] = [
       "tests/test_gate_rules.py"),
     p("gate-judges-the-parsed-arguments", EFFECT, "content_of(as_sent(ctx, arguments))", "content_of(arguments)",
       "tests/test_typed_content.py"),
-    m("approval-not-checked", EFFECT, "cp = _check_approved(store, task, action, channel, call_id) if gated else None",
+    m("approval-not-checked", EFFECT,
+      "cp = _check_approved(store, task, action, channel, call_id, sha) if gated else None",
       "cp = None", FAIL_CLOSED),
     p("channel-not-the-tasks", EFFECT, "if not valid_channel(channel) or channel not in channels:",
       "if not valid_channel(channel):", "tests/test_several_calls.py"),
@@ -277,9 +278,9 @@ MUTANTS: list[Mutant] = [
       'if decided == "approved" and entries[channel] is None and channel == cp.channels[0]:',
       "tests/test_success_checks.py"),
     p("rejected-with-entry-on-another-channel", GUARDS,
-      'if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel):',
-      'if decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel)'
-      " and channel == cp.channels[0]:", "tests/test_success_checks.py"),
+      'if (decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel)\n',
+      'if (decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel)'
+      " and channel == cp.channels[0]\n", "tests/test_success_checks.py"),
     m("refused-start-leaves-files", GUARDS, "                    path.unlink(missing_ok=True)",
       "                    pass", "tests/test_refusals_leave_nothing.py"),
     m("stale-page-decides", GUARDS,
@@ -318,7 +319,13 @@ MUTANTS: list[Mutant] = [
       "if not isinstance(messages, dict) or set(messages) - rejected:",
       "if not isinstance(messages, dict):", FAIL_CLOSED),
     m("draft-content-unchecked", TRUST,
-      "and content_fingerprint(content) == sha", "and True", FAIL_CLOSED),
+      "and (sha == PROPOSED or content_fingerprint(content) == sha)", "and True", FAIL_CLOSED),
+    p("proposed-reject-is-the-channels", CALLS,
+      "return call_scope(channel, call_id) if cp.proposed() else scope", "return scope",
+      "tests/test_proposed_calls.py"),
+    p("proposed-reject-record-unread-by-the-gate", EFFECT,
+      'scope = call_scope(channel, call_id or "") if proposed else',
+      'scope = "unread" if proposed else', "tests/test_proposed_calls.py"),
     p("draft-without-channel-in-a-task-with-several", TRUST,
       'channel_ok = (arguments.get("channel") in channels if "channel" in arguments else single) or (',
       'channel_ok = (arguments.get("channel") in channels if "channel" in arguments else True) or (',
@@ -344,7 +351,8 @@ MUTANTS: list[Mutant] = [
       "if rejected is not None and rejected.content_sha256 != cp.content_sha256:", "if False:",
       RECONCILE_T),
     m("evidence-entry-unchecked", RECONCILE,
-      "        check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel),\n"
+      "        check_same_entry(entry, key=key, task_id=cp.task_id, "
+      "content_sha256=cp.expected_sha256(channel, call_id),\n"
       "                         action=cp.action)\n",
       "        pass\n", FAIL_CLOSED),
     m("reviewer-name-secret", RECONCILE, '    secrets.check_input([\"the reviewer name\", Next(\"input_by\")], by)\n',

@@ -14,6 +14,10 @@ Never imports anything but the standard library.
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
 
 def one_line(text: str) -> str:
     """``text`` safe to print on one terminal line: every character that is not printable
@@ -21,3 +25,26 @@ def one_line(text: str) -> str:
     escaped (``\\n``, ``\\x1b``, ``\\u202e``), so model output or a reason cannot forge lines, move the
     cursor or reorder what a reviewer reads. Printable text (any script) is kept as it is."""
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+
+
+#: Escaped in ``--json`` output (valid JSON either way): every character the terminal rule escapes
+#: (:func:`workflow.observe.views.one_line`: not printable), e.g. C1 controls, U+2028/U+2029 (line breaks to
+#: ``str.splitlines``, so the one object stays on one line), bidi controls and marks (U+202E,
+#: U+200F, U+061C), zero-width characters, lone surrogates. ``json.dumps`` escapes the ASCII ones.
+_JSON_UNSAFE = re.compile(r"[^\x00-\x7e]")
+
+
+def _json_escape(found: re.Match[str]) -> str:
+    char = found.group()
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code > 0xFFFF:  # JSON spells it as a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON (printable non-ASCII kept, the characters above escaped)."""
+    return _JSON_UNSAFE.sub(_json_escape, json.dumps(value, ensure_ascii=False))

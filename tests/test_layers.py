@@ -11,7 +11,10 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LIBRARY = [p for d in ("state", "workflow") for p in sorted((ROOT / d).rglob("*.py"))]
+#: ``workflow/__main__.py`` (``python -m workflow``) is a command line of the library's own: like
+#: ``run.py`` it owns its words and flags; it still never imports ``cli/``.
+OWN_COMMAND_LINE = ROOT / "workflow" / "__main__.py"
+LIBRARY = [p for d in ("state", "workflow") for p in sorted((ROOT / d).rglob("*.py")) if p != OWN_COMMAND_LINE]
 #: ``run.py``, or a command-line flag such as ``--task`` (not a ``--`` inside a word or a sentence).
 WORDING = re.compile(r"run\.py|(?<![\w-])--[a-z][a-z-]*")
 #: The mentions left in the library's strings and command builders (docstrings and comments are
@@ -63,7 +66,7 @@ def test_command_line_wording_in_the_library_only_goes_down():
 
 def test_the_library_never_imports_the_command_line():
     bad = []
-    for path in LIBRARY:
+    for path in [*LIBRARY, OWN_COMMAND_LINE]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])

@@ -183,3 +183,34 @@ def test_a_task_with_content_still_holds_the_model_to_it(state_dir):
         asyncio.run(start(store, APP, task_id="inv-2", title="Invoice", input="pay acme 1200",
                           content={"vendor": "acme", "amount_cents": 999}, channels=["bank"]))
     assert exc.value.code == "agent" and not store.exists("inv-2")
+
+
+def _invoke(store: Any, call_id: str, arguments: dict[str, Any]) -> Any:
+    """The gate itself, as the SDK would run ``pay_invoice`` for an approved call ``call_id``,
+    with the run context the workflow builds from the verified checkpoint."""
+    from agents.tool_context import ToolContext
+
+    from workflow.guards import run_context
+
+    cp = store.load("inv-1")
+    ctx = run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action)
+    text = json.dumps(arguments)
+    tool_ctx = ToolContext(context=ctx, tool_name="pay_invoice", tool_call_id=call_id, tool_arguments=text)
+    return asyncio.run(pay_invoice.on_invoke_tool(tool_ctx, text))
+
+
+def test_the_gate_reads_the_calls_own_rejection_record_right_before_the_effect(state_dir):
+    """A reject of this very call recorded meanwhile (by a process whose lock was lost) wins over
+    the approval on record, at the gate: the record read there is the call's own."""
+    from state.schema import Decision
+
+    store = Store(state_dir)
+    _start(store)
+    shown = {"vendor": "acme", "amount_cents": 1200}
+    _approved_by_hand(state_dir, content_fingerprint(shown))
+    rec = store.load("inv-1").decisions[0]
+    reject = Decision(**{**rec.model_dump(), "decision": "rejected", "content_sha256": None})
+    store.rejection_record("inv-1", PROPOSED, reject, call_scope("bank", "call-1200"))
+    with pytest.raises(Refused, match="a reject by ann"):
+        _invoke(store, "call-1200", shown)
+    assert PAID == []

@@ -64,11 +64,10 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     ``channels`` (default ``["blog"]``): one call and one effect each; ``spec``/``model``: the
     model (default offline); ``budget`` (default :func:`workflow.budget.make_budget`);
     ``expires_in_s``: how long the request is valid; ``trace_content``/``on_event``: the trace
-    unredacted, the run streamed; ``team``: who asked and the policy; ``action``: which tool with
-    an effect this task gates (default ``app.action``, else the agent's first). The same task
-    again returns the saved one. Raises
-    :class:`Refused`, nothing saved: the key is taken, no such tool, the model did not ask so, no
-    API key, the budget cannot pay, or the provider fails."""
+    unredacted, the run streamed; ``team``: who asked and the policy; ``action``: the tool gated
+    (default ``app.action``, else the agent's first). The same task again returns the saved one.
+    Raises :class:`Refused`, nothing saved: the key is taken, no such tool, the model did not ask
+    so, no API key, the budget cannot pay, or the provider fails."""
     sha = guards.task_input(task_id, title, content, app.content_labels)  # before the model sees it
     channels = guards.task_channels(channels)
     spec = spec or ModelSpec()
@@ -110,10 +109,9 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
 
 async def resume(store: Store, app: Application, *, task_id: str, decision: DecisionWord,
                  by: str, reason: str | None = None, call_id: str | None = None,
-                 always: bool = False, model: Model | None = None,
-                 budget_changes: dict[str, Any] | None = None,
-                 trace_content: bool = False, expect_revision: int | None = None,
-                 on_event: streaming.OnEvent | None = None, edit: edits.Edit | None = None,
+                 always: bool = False, model: Model | None = None, edit: edits.Edit | None = None,
+                 budget_changes: dict[str, Any] | None = None, trace_content: bool = False,
+                 expect_revision: int | None = None, on_event: streaming.OnEvent | None = None,
                  checked: tuple[Checkpoint, reconcile.Verdict] | None = None) -> Checkpoint:
     """Apply a human's decision on one pending call (``call_id``; None: the only one) and resume
     the run from disk with ``app``'s agent; ``always`` decides the tool's other pending calls the

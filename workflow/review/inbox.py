@@ -63,15 +63,29 @@ def overdue(cp: Checkpoint, now: datetime) -> bool:
 
 
 def summary(pending: list[dict[str, Any]]) -> str:
-    """One line for the pending call(s): ``publish_draft(title='…', body='Version 1.2 fix…' (32 chars))``."""
+    """One line for the pending call(s): a draft's title and the start of its body, with its
+    length (``publish_draft(title='…', body='Version 1.2 fix…' (32 chars))``); any other call's
+    arguments, each text cut to 40 characters (``issue_refund(order_id='4417', amount_cents=1999,
+    reason='the parcel arrived broken')``)."""
     parts = []
     for p in pending:
         args = p["arguments"]
+        if "body" not in args:  # not a draft: every argument the model proposed
+            shown = ", ".join(f"{one_line(str(k))}={_preview(v)!r}" for k, v in args.items())
+            parts.append(f"{one_line(p['tool'])}({shown})")
+            continue
         body = str(args.get("body", ""))
-        preview = body if len(body) <= 40 else body[:39] + "…"
-        preview = " ".join(preview.split())
-        parts.append(f"{one_line(p['tool'])}(title={args.get('title')!r}, body={preview!r} ({len(body)} chars))")
+        parts.append(f"{one_line(p['tool'])}(title={args.get('title')!r}, body={_preview(body)!r} "
+                     f"({len(body)} chars))")
     return "; ".join(parts)
+
+
+def _preview(value: Any) -> Any:
+    """``value``, a text cut to its first 39 characters and "…" when longer than 40, its runs of
+    white space one space."""
+    if not isinstance(value, str):
+        return value
+    return " ".join((value if len(value) <= 40 else value[:39] + "…").split())
 
 
 def inbox_entry(store: TaskStore, cp: Checkpoint, now: datetime) -> dict[str, Any]:

@@ -1,0 +1,78 @@
+"""``python -m workflow``: the read-only commands (``list``, ``status``, ``show``, ``ledger``,
+``doctor``) over any application's store, with no application code and without the SDK: their
+``--json`` is what ``run.py``'s prints for the same store, ``ledger`` names each entry's action,
+and a refusal is one ``STOPPED:`` line that leaves the disk as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, snapshot
+
+#: Runs ``python -m workflow ARGS`` and says, on stderr, whether the SDK or the publisher was imported.
+PROBE = ("import atexit, runpy, sys; atexit.register(lambda: print('IMPORTED', 'agents' in sys.modules, "
+         "'agent' in sys.modules, 'cli' in sys.modules, file=sys.stderr)); sys.argv = ['workflow', *sys.argv[1:]]; "
+         "runpy.run_module('workflow', run_name='__main__', alter_sys=True)")
+
+
+def workflow_cli(state_dir: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HITL_", "OPENAI_"))}
+    return subprocess.run([sys.executable, "-c", PROBE, "--store", str(state_dir), *args], capture_output=True,
+                          text=True, encoding="utf-8", env={**env, "PYTHONPATH": str(ROOT)}, timeout=120, cwd=cwd)
+
+
+@pytest.fixture
+def two_tasks(cli):
+    """A completed task and a waiting one, started and decided by the publisher's command line."""
+    assert cli("start", "--key", "a-1", "--title", "One", "--draft", "First.", "--json").code == 0
+    assert cli("resume", "--task", "a-1", "--decision", "approve", "--by", "ann", "--json").code == 0
+    assert cli("start", "--key", "a-2", "--title", "Two", "--draft", "Second.", "--json").code == 0
+
+
+@pytest.mark.parametrize("command", [["list"], ["status", "--task", "a-2"], ["show", "--task", "a-1"], ["ledger"],
+                                     ["doctor"]])
+def test_the_json_is_run_pys_for_the_same_store_and_neither_sdk_nor_application_is_imported(
+        cli, state_dir, two_tasks, command, tmp_path):
+    mine = workflow_cli(state_dir, *command, "--json", cwd=tmp_path)  # no publisher code beside it
+    assert mine.returncode == 0, mine.stderr
+    assert "IMPORTED False False False" in mine.stderr
+    theirs = cli(*command, "--json")
+    drop = {"elapsed_s", "totals"} if command[0] == "show" else set()
+    mine_json, theirs_json = json.loads(mine.stdout), theirs.json()
+    assert {k: v for k, v in mine_json.items() if k not in drop} == {k: v for k, v in theirs_json.items()
+                                                                     if k not in drop}
+
+
+def test_ledger_names_each_entrys_action(state_dir, two_tasks):
+    out = workflow_cli(state_dir, "ledger").stdout
+    assert out.splitlines()[0].endswith("(1 entry)")
+    assert "  a-1  publish_draft  blog  'One'  content sha256=" in out
+
+
+def test_status_shows_the_waiting_call_with_its_arguments(state_dir, two_tasks):
+    out = workflow_cli(state_dir, "status", "--task", "a-2").stdout
+    assert out.splitlines()[0] == "task a-2: waiting_for_approval (revision 1, channels blog)"
+    assert '"title": "Two", "body": "Second."' in out
+
+
+def test_a_refusal_is_one_line_and_leaves_the_disk_as_it_was(state_dir, two_tasks, tmp_path):
+    before = snapshot(state_dir)
+    proc = workflow_cli(state_dir, "status")
+    assert proc.returncode == 1 and proc.stdout == ""
+    [line] = [x for x in proc.stderr.splitlines() if not x.startswith("IMPORTED")]
+    assert line == "STOPPED: 2 tasks (a-1, a-2); give --task ID"
+    missing = tmp_path / "nowhere"
+    for args in (["list"], ["ledger"], ["doctor"], ["status", "--task", "x"]):
+        workflow_cli(missing, *args)
+    assert not missing.exists() and snapshot(state_dir) == before
+
+
+def test_an_invalid_task_id_is_a_usage_error(state_dir):
+    proc = workflow_cli(state_dir, "status", "--task", "bad key")
+    assert proc.returncode == 2 and "not an allowed task ID" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,178 @@
+"""``python -m workflow``: read any application's store with no application code.
+
+    python -m workflow [--store PATH_OR_URL] list [--status STATUS] [--json]
+    python -m workflow [--store PATH_OR_URL] status [--task K] [--json]
+    python -m workflow [--store PATH_OR_URL] show [--task K] [--json]
+    python -m workflow [--store PATH_OR_URL] ledger [--json]
+    python -m workflow [--store PATH_OR_URL] doctor [--json]
+
+The same read-only commands as the publisher's ``run.py``, with its flags, over any store: a folder
+(the file store) or a ``postgresql://`` URL (default: ``$HITL_STORE_URL``, else
+``$HITL_STATE_DIR``, else ``.cache``). ``--json`` prints what ``run.py``'s ``--json`` prints for
+the same store. Nothing is written and the Agents SDK is never imported. ``ledger`` names each
+entry's action; ``doctor``'s next steps name this command line's own commands where they are
+its, and say in words what the application's own command must do otherwise (decide a call, settle
+one, end a task). Exit codes: 0 done, 1 ``STOPPED: …`` (one line), 2 a usage error. This module
+is a command line of the library: it owns its words, as ``run.py`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any, Optional
+
+from state.errors import Next, Refused
+from state.settings import check_environment
+from state.terminal import json_line, one_line
+
+PROGRAM = "python -m workflow"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line (``argparse`` exits 2 on a usage error)."""
+    from workflow.review.inbox import STATUSES
+
+    parser = argparse.ArgumentParser(prog=PROGRAM, description="Read any application's store: tasks, "
+                                     "receipts, the ledger and the doctor's report. Writes nothing.")
+    parser.add_argument("--store", help="a folder (the file store) or a postgresql:// URL (default: "
+                        "$HITL_STORE_URL, else $HITL_STATE_DIR, else .cache)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    listed = sub.add_parser("list", help="every task, waiting ones first")
+    listed.add_argument("--status", choices=sorted(STATUSES), help="only tasks with this status")
+    for name, what in (("status", "where one task stands"), ("show", "one task's receipt and trajectory")):
+        sub.add_parser(name, help=what).add_argument("--task", type=task_key,
+                                                     help="the task (default: the only one)")
+    sub.add_parser("ledger", help="every ledger entry, with its action")
+    sub.add_parser("doctor", help="check every task against the ledger (read-only)")
+    for command in sub.choices.values():
+        command.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser.parse_args(argv)
+
+
+def task_key(value: str) -> str:
+    """``--task``: an allowed key (:func:`state.schema.key_problem`), else a usage error."""
+    from state.schema import key_problem
+
+    problem = key_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{one_line(value[:120])!r} is not an allowed task ID: {problem}")
+    return value
+
+
+def command(args: argparse.Namespace, *words: str) -> str:
+    """A command of this command line for a person to paste, on the same store, shell-quoted."""
+    store = ["--store", args.store] if args.store else []
+    return " ".join([PROGRAM, *(shlex.quote(w) for w in [*store, *words])])
+
+
+#: The next steps of ``doctor`` that are the application's own commands, in words (``a``: the step's
+#: arguments): this command line only reads.
+_THEIRS = {
+    "doctor_resume": lambda a: f"decide task {a[0]} again: {a[1]} (the application's decide)",
+    "doctor_resume_call": lambda a: f"decide call {a[1]} of task {a[0]}: {a[2]} (the application's decide)",
+    "doctor_settle": lambda a: (f"settle call {a[1]} of task {a[0]} as published or not published, by a "
+                                "person who checked the provider (workflow.settle)"),
+    "doctor_fail": lambda a: f"end task {a[0]} as failed, by a person, with a reason (workflow.fail)",
+    "doctor_adopt": lambda a: f"sign record {a[0]} with the application's doctor repair",
+    "doctor_repair": lambda a: "the application's doctor repair",
+}
+
+
+def hint(args: argparse.Namespace, step: Next) -> str:
+    """This command line's words for a next step of ``doctor`` (:class:`state.errors.Next`): its own
+    ``status`` and ``doctor`` commands, shell-quoted; the application's commands in words."""
+    if step.action in _THEIRS:
+        return _THEIRS[step.action]([one_line(a) for a in step.args])
+    if step.action in ("status", "see_status", "shows_status") and step.args:
+        return f" ({command(args, 'status', '--task', step.args[0])})"
+    if step.action.startswith("doctor"):
+        return f" ({command(args, 'doctor')})"
+    if step.action == "give_task":
+        return "; give --task ID"
+    return step.plain
+
+
+def task_text(view: dict[str, Any]) -> str:
+    """One task's lines: its status and revision, each call waiting (its arguments as JSON), each
+    decision and the final output; every value from the store escaped onto its line."""
+    lines = [f"task {one_line(view['task_id'])}: {view['status']} (revision {view['revision']}, "
+             f"channels {one_line(', '.join(view['channels']))})"]
+    for p in view["pending"]:
+        lines.append(f"  waiting: {one_line(p['tool'])} call {one_line(p['call_id'])} "
+                     f"{one_line(json.dumps(p['arguments'], ensure_ascii=False))}")
+    for d in view["decisions"]:
+        reason = f", reason {one_line(repr(d['reason']))}" if d.get("reason") else ""
+        lines.append(f"  decided: {one_line(d['channel'])} ({one_line(d['call_id'])}): {d['decision']} by "
+                     f"{one_line(d['by'])} at {one_line(d['at'])}{reason}")
+    if view.get("failure"):
+        lines.append(f"  failure: {one_line(view['failure'])}")
+    if view["final_output"] is not None:
+        lines.append(f"  final output: {one_line(view['final_output'])}")
+    return "\n".join(lines)
+
+
+def ledger_text(view: dict[str, Any]) -> str:
+    """The ledger's lines: one per entry (when, key, action, channel, title, content fingerprint),
+    then each effect begun through a service and not confirmed."""
+    n = len(view["entries"])
+    lines = [f"ledger: {one_line(view['path'])} ({n} {'entry' if n == 1 else 'entries'})"]
+    for e in view["entries"]:
+        settled = f"  settled by {one_line(e['settled_by'])}" if e.get("settled_by") else ""
+        lines.append(f"  {one_line(e['published_at'])}  {one_line(e['idempotency_key'])}  "
+                     f"{one_line(e['action'])}  {one_line(e['channel'] or '(no channel)')}  "
+                     f"{one_line(repr(e['title']))}  content sha256={e['content_sha256'][:12]}…{settled}")
+    for f in view.get("in_flight", []):
+        lines.append(f"  not confirmed: {one_line(f['idempotency_key'])}  {one_line(f['state'])}  through "
+                     f"{one_line(f['service'])} (attempt {f['attempt']} since {one_line(f['since'])})")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> tuple[Any, str]:
+    """``(what --json prints, the text)`` of the command. Raises :class:`Refused`."""
+    from workflow.api import open_store
+    from workflow.review import inbox
+
+    store = open_store(args.store)
+    if args.command == "list":
+        view = inbox.inbox_view(store, args.status)
+        return view, inbox.inbox_text(view)
+    if args.command == "ledger":
+        from workflow.observe.views import ledger_view
+
+        view = ledger_view(store)
+        return view, ledger_text(view)
+    if args.command == "doctor":
+        from workflow.ops.doctor import doctor, doctor_text, with_actions
+
+        view = with_actions(doctor(store), lambda step: hint(args, step))
+        return view, doctor_text(view)
+    task_id = inbox.pick_task(store, args.task, waiting_only=False)
+    if args.command == "show":
+        from workflow.observe.receipt import build_receipt, receipt_text
+
+        view = build_receipt(store, task_id)
+        return view, receipt_text(view, [])
+    from workflow.observe.views import task_view
+
+    view = task_view(store, store.load(task_id))
+    return view, task_text(view)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Parse, read, print. Returns the exit code."""
+    args = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        check_environment()  # a bad HITL_* value: one line naming it, before any file is read
+        data, text = run(args)
+    except Refused as exc:
+        print(f"STOPPED: {one_line(exc.render(lambda step: hint(args, step)))}", file=sys.stderr)
+        return 1
+    print(json_line(data) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
