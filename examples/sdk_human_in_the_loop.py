@@ -132,7 +132,7 @@ async def main():
             print("\nTool call details:")
             print("  Agent: Weather Assistant")
             print(f"  Tool: {interruption['tool']}")
-            print(f"  Arguments: {json.dumps(dict(interruption['arguments']))}")
+            print(f"  Arguments: {json.dumps(interruption['arguments'])}")
 
             confirmed = await confirm("\nDo you approve this tool call?")
             if confirmed is None:

@@ -4,6 +4,7 @@ written, the model never called), and what an effect returns can always be recor
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from typing import Any
 
@@ -191,6 +192,9 @@ def test_every_call_returns_the_same_frozen_task_whose_json_is_what_status_print
         started.status = "completed"  # type: ignore[misc]
     with pytest.raises(TypeError):
         started.pending[0]["arguments"]["to"] = "eve"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        started.pending[0]["arguments"].update(to="eve")  # type: ignore[attr-defined]
+    assert json.loads(json.dumps(started.pending[0]["arguments"])) == CONTENT  # still plain JSON to json
     RESULT["value"] = {"sent": True}
     done = asyncio.run(decide(store, APP, "t-1", Approve(), by="ana"))
     assert isinstance(done, Task) and (done.status, done.revision, done.pending) == ("completed", 3, ())

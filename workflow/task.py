@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 if TYPE_CHECKING:
@@ -17,10 +16,21 @@ if TYPE_CHECKING:
     from state.store import TaskStore
 
 
+class ReadOnlyDict(dict):  # type: ignore[type-arg]
+    """A ``dict`` no one can change (every mutating method raises ``TypeError``): read-only like
+    a ``MappingProxyType``, and still a ``dict`` to ``json.dumps`` and ``isinstance``."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a Task is read-only: build a new value, e.g. dict(task.pending[0])")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+
 def _frozen(value: Any) -> Any:
-    """``value`` (plain JSON) read-only: each object a ``MappingProxyType``, each array a tuple."""
+    """``value`` (plain JSON) read-only: each object a :class:`ReadOnlyDict`, each array a tuple."""
     if isinstance(value, dict):
-        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+        return ReadOnlyDict({k: _frozen(v) for k, v in value.items()})
     if isinstance(value, list):
         return tuple(_frozen(v) for v in value)
     return value
