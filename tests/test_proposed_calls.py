@@ -214,3 +214,24 @@ def test_the_gate_reads_the_calls_own_rejection_record_right_before_the_effect(s
     with pytest.raises(Refused, match="a reject by ann"):
         _invoke(store, "call-1200", shown)
     assert PAID == []
+
+
+def test_a_call_proposed_again_under_the_rejected_calls_id_is_answered_no_again(state_dir):
+    """The SDK answers a call whose ID it already rejected with that reject again, without a new
+    interruption: a model that repeats the rejected call word for word ends the task ``cancelled``
+    with nothing run, rather than asking a human twice about one call ID (a new proposal needs a
+    new call ID, as a real model's are)."""
+    def again(call: Any) -> ModelStep:
+        items = call.input if isinstance(call.input, list) else []
+        if sum(1 for i in items if i.get("type") == "function_call_output") < 3:
+            return ModelStep(output=[function_call("pay_invoice", {"vendor": "acme", "amount_cents": 5},
+                                                   call_id="call-same")])
+        return ModelStep(output=[assistant_message("gave up")])
+
+    app = Application(build_agent=APP.build_agent,
+                      offline_model=lambda: ScriptedModel([ModelStep.respond(again) for _ in range(8)]))
+    store = Store(state_dir)
+    asyncio.run(start(store, app, task_id="inv-1", title="Invoice", input="pay", channels=["bank"]))
+    done = asyncio.run(decide(store, app, "inv-1", Reject(message="no"), by="ann"))
+    assert (done.status, done.pending, [d["decision"] for d in done.decisions]) == ("cancelled", (), ["rejected"])
+    assert PAID == []

@@ -346,10 +346,11 @@ def test_ledger_and_show_say_which_sha256_they_print(cli):
     both = content_sha256("Notes", body)[:12]
     assert f"sha256(title+body)={both}…" in cli("ledger").out
     shown = cli("show", "--task", "sha-1").out
-    assert f"sha256(title+body) {both}…" in shown
+    assert f"content sha256 {both}…" in shown
     body_only = hashlib.sha256(body.encode()).hexdigest()[:12]
     assert f"sha256(body) {body_only}…" in shown
-    assert f"sha256 {both}" not in shown and f"sha256 {body_only}" not in shown
+    assert shown.count(f"sha256 {both}") == shown.count(f"content sha256 {both}")  # always labelled
+    assert f"sha256 {body_only}" not in shown
 
 
 def test_list_shows_each_tasks_channels(cli):

@@ -197,7 +197,8 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
         cp = store.load(task_id)
         if cp.title == title and cp.content_sha256 == sha and cp.channels == channels and cp.action == action:
             return cp
-        raise Refused("usage", [f"task {task_id} already exists with a different draft or channels", Next("new_key")])
+        raise Refused("usage", [f"task {task_id} already exists with different content or channels",
+                                Next("new_key", plain="; a new effect needs a new key")])
     evidence = store
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
     if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):

@@ -428,7 +428,7 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
     trajectory, totals, errors."""
     o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
     def entry_text(led: Optional[dict[str, Any]], none: str) -> str:
-        return (f"1 entry, published_at {led['published_at']}, sha256(title+body) "
+        return (f"1 entry, published_at {led['published_at']}, content sha256 "
                 f"{led['content_sha256'][:12]}…"
                 if led else none)
 
