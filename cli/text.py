@@ -38,6 +38,17 @@ def resume_hint(task_id: str, call_id: str | None = None, decision: str = "appro
 TOKEN_NOTE = "; team mode: run it with your reviewer token in HITL_REVIEWER_TOKEN"
 
 
+def _cut(value: Any) -> str:
+    """An argument as a Python literal: a number or a boolean as it is, a text of over 60
+    characters cut to 57 and marked (``'…'… (+143 chars; show has it all)``), so a cut value
+    never reads as the whole one."""
+    if not isinstance(value, str):
+        return repr(value)
+    if len(value) <= 60:
+        return repr(value)
+    return f"{value[:57]!r}… (+{len(value) - 57} chars; show has it all)"
+
+
 def task_text(task: dict[str, Any], *, team: bool = False) -> str:
     """A few human-readable lines for one task (the non-``--json`` output). Every value from the
     model or the file is escaped onto its line (:func:`state.terminal.one_line`; titles, bodies and
@@ -47,7 +58,7 @@ def task_text(task: dict[str, Any], *, team: bool = False) -> str:
     for p in task["pending"]:
         args = p["arguments"]
         if set(args) - {"channel"} != {"title", "body"}:  # not a draft: its own arguments
-            shown = ", ".join(f"{one_line(str(k))[:40]}={str(v)[:60]!r}" for k, v in args.items())
+            shown = ", ".join(f"{one_line(str(k))[:40]}={_cut(v)}" for k, v in args.items())
             lines.append(f"  pending: {one_line(p['tool'])}({shown})  call_id={one_line(p['call_id'])}")
             continue
         body = str(args.get("body", ""))

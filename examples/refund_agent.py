@@ -12,8 +12,10 @@ exclusively, so the same key twice is one refund. The offline model reads a requ
     python examples/refund_agent.py decide --key K --decision approve|reject --by NAME [--reason TEXT]
                                            [--edit FIELD=JSON]... [--call ID] [--json]
 
-``--call`` names the call decided, as shown (default: the only one waiting): a decision that names
-its call, run again after a crash, finishes that decision instead of deciding the model's next call.
+``--call`` names the call decided, as shown (``start`` and ``decide`` print it). An approval must
+name it: the call waiting now may be one the model proposed after you looked (after another
+reviewer's reject, or a crash), and no one saw that one. A decision that names its call, run again
+after a crash, finishes that decision instead of deciding the model's next call.
     python examples/refund_agent.py refunds [--json]
 """
 
@@ -156,7 +158,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--by", required=True)
     p.add_argument("--reason")
     p.add_argument("--edit", action="append", default=[], metavar="FIELD=JSON")
-    p.add_argument("--call", help="the call decided, as shown (default: the only one waiting)")
+    p.add_argument("--call", help="the call decided, as shown (an approval must name it)")
     p = sub.add_parser("refunds")
     for p in sub.choices.values():
         p.add_argument("--json", action="store_true")

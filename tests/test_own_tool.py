@@ -10,36 +10,26 @@ command, leaves exactly one outbox entry).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT
+import example_copies as copies
+from example_copies import copied_from, make_template, ok, stopped, where_code
 
 START = ["start", "--key", "mail-1", "--to", "ana@example.com", "--subject", "Launch", "--body",
          "We launch on Monday.", "--json"]
 APPROVE = ["decide", "--key", "mail-1", "--decision", "approve", "--by", "alice", "--json"]
-#: What the copy test runs first: which ``workflow`` and ``state`` a fresh process imported.
-WHERE = ("import atexit, runpy, sys; atexit.register(lambda: print('FROM', sys.modules['workflow'].__file__, "
-         "sys.modules['state'].__file__, file=sys.stderr)); sys.argv = ['examples/own_tool.py', *sys.argv[1:]]; "
-         "runpy.run_path('examples/own_tool.py', run_name='__main__')")
+WHERE = where_code("own_tool.py")
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project folder with only ``state/``, ``workflow/`` and ``examples/own_tool.py`` (copied)."""
-    project = tmp_path_factory.mktemp("own-project")
-    for package in ("state", "workflow"):
-        shutil.copytree(ROOT / package, project / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (project / "examples").mkdir()
-    shutil.copy2(ROOT / "examples" / "own_tool.py", project / "examples" / "own_tool.py")
-    return project
+    return make_template(tmp_path_factory.mktemp("own-project"), "own_tool.py")
 
 
 @pytest.fixture
@@ -52,25 +42,8 @@ def project(template: Path, tmp_path: Path) -> Path:
 
 def run(project: Path, *args: str, env: dict[str, str] | None = None,
         code: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``python examples/own_tool.py ARGS`` in ``project``, a new process (no HITL_ or OPENAI_
-    variable but ``HITL_STATE_DIR`` and ``env``); ``code``: run that ``-c`` program instead."""
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("HITL_", "OPENAI_")) and k != "PYTHONPATH"}
-    full.update({"HITL_STATE_DIR": str(project / "state-dir"), **(env or {})})
-    argv = [sys.executable, *(["-c", code] if code else ["examples/own_tool.py"]), *args]
-    return subprocess.run(argv, capture_output=True, text=True, encoding="utf-8", env=full,
-                          timeout=180, cwd=project)
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def stopped(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("STOPPED: "), proc.stderr
-    return lines[0]
+    """``python examples/own_tool.py ARGS`` in ``project`` (:func:`example_copies.run`)."""
+    return copies.run(project, "own_tool.py", *args, env=env, code=code)
 
 
 def outbox(project: Path) -> list[dict[str, Any]]:
@@ -84,9 +57,7 @@ def test_own_tool_runs_from_a_copy_of_the_library_alone(project):
     """The imported ``workflow`` and ``state`` are the copies: nothing comes from the repository."""
     proc = run(project, "outbox", "--json", code=WHERE)
     assert ok(proc) == {"entries": []}
-    where = proc.stderr.split("FROM ", 1)[1].split()
-    assert [Path(p).resolve() for p in where] == [project.resolve() / "workflow" / "__init__.py",
-                                                  project.resolve() / "state" / "__init__.py"]
+    assert copied_from(proc, project)
 
 
 def test_pause_then_approve_in_a_new_process_sends_once_and_again_sends_nothing(project):
@@ -138,14 +109,6 @@ def test_pre_approval_checkpoint_put_back_after_the_effect_still_one_entry(proje
     assert task["status"] == "completed" and len(outbox(project)) == 1
 
 
-def _boundaries(project: Path, *args: str) -> list[str]:
-    log = project / "failpoints.log"
-    ok(run(project, *args, env={"HITL_FAILPOINT_LOG": str(log)}))
-    names = list(dict.fromkeys(log.read_text(encoding="utf-8").split()))
-    log.unlink()
-    return names
-
-
 @pytest.mark.parametrize("command", ["start", "approve"])
 def test_crash_at_every_durable_write_then_the_same_command_leaves_exactly_one_entry(template, tmp_path,
                                                                                     command):
@@ -158,7 +121,7 @@ def test_crash_at_every_durable_write_then_the_same_command_leaves_exactly_one_e
     if command == "approve":
         ok(run(probe, *START))
         shutil.copytree(probe / "state-dir", tmp_path / "started")
-    names = _boundaries(probe, *args)
+    names = copies.boundaries(probe, "own_tool.py", *args)
     assert any(n.startswith("ledger:record") for n in names) == (command == "approve"), names
     for name in names:
         project = tmp_path / name.replace(":", "-")

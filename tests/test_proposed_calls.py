@@ -71,6 +71,9 @@ def _start(store: Any, key: str = "inv-1", request: str = "pay acme 1200") -> An
 
 
 def _decide(store: Any, choice: Any, key: str = "inv-1", **kw: Any) -> Any:
+    """``decide`` by ann; an approval names the call waiting now (as a reviewer who saw it would)."""
+    if isinstance(choice, Approve) and "call_id" not in kw and store.load(key).pending:
+        kw["call_id"] = store.load(key).pending[0].call_id
     return asyncio.run(decide(store, APP, key, choice, by="ann", **kw))
 
 
@@ -177,6 +180,24 @@ def test_an_approval_of_the_shown_content_written_by_hand_the_same_way_runs(stat
     assert _decide(store, Approve()).status == "completed" and PAID == [("inv-1", "acme", 1200)]
 
 
+def test_an_approval_that_names_no_call_is_refused_where_the_model_proposes(state_dir):
+    """After one reviewer's reject the model proposes another call; an approval naming no call (nor
+    the revision seen) could approve that call, which its reviewer never saw: refused, nothing
+    recorded. Naming the call, or the revision, approves it."""
+    store = Store(state_dir)
+    _start(store)
+    _decide(store, Reject(message="at most 900"))
+    before = store.load("inv-1").revision
+    with pytest.raises(Refused) as exc:
+        asyncio.run(decide(store, APP, "inv-1", Approve(), by="bob"))
+    assert exc.value.code == "usage" and "names the call it approves" in str(exc.value)
+    assert store.load("inv-1").revision == before and PAID == []
+    done = asyncio.run(decide(store, APP, "inv-1", Approve(), by="bob", expect_revision=before))
+    assert done.status == "completed" and PAID == [("inv-1", "acme", 900)]
+    again = asyncio.run(decide(store, APP, "inv-1", Approve(), by="bob"))  # nothing waits: a repeat
+    assert again.revision == done.revision and len(PAID) == 1
+
+
 def test_a_task_with_content_still_holds_the_model_to_it(state_dir):
     store = Store(state_dir)
     with pytest.raises(Refused) as exc:
@@ -235,3 +256,53 @@ def test_a_call_proposed_again_under_the_rejected_calls_id_is_answered_no_again(
     done = asyncio.run(decide(store, app, "inv-1", Reject(message="no"), by="ann"))
     assert (done.status, done.pending, [d["decision"] for d in done.decisions]) == ("cancelled", (), ["rejected"])
     assert PAID == []
+
+
+def test_several_differing_calls_proposed_in_one_turn_after_an_effect_can_each_be_rejected(state_dir):
+    """After its channel's effect ran, the model proposes two more calls on that channel in one
+    turn, with other content: neither can run (one effect per channel), and each can be rejected,
+    so the task finishes ``completed`` with its one effect instead of waiting for ever."""
+    def more(call: Any) -> ModelStep:
+        items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+        answered = sum(1 for i in items if i.get("type") == "function_call_output")
+        if answered == 0:
+            return ModelStep(output=[function_call("pay_invoice", {"vendor": "acme", "amount_cents": 1},
+                                                   call_id="call-1")])
+        if answered == 1:
+            return ModelStep(output=[
+                function_call("pay_invoice", {"vendor": "acme", "amount_cents": 2}, call_id="call-2"),
+                function_call("pay_invoice", {"vendor": "acme", "amount_cents": 3}, call_id="call-3")])
+        return ModelStep(output=[assistant_message("done")])
+
+    app = Application(build_agent=APP.build_agent,
+                      offline_model=lambda: ScriptedModel([ModelStep.respond(more) for _ in range(8)]))
+    store = Store(state_dir)
+    asyncio.run(start(store, app, task_id="inv-1", title="Invoice", input="pay", channels=["bank"]))
+    task = asyncio.run(decide(store, app, "inv-1", Approve(), by="ann", call_id="call-1"))
+    assert [p["call_id"] for p in task.pending] == ["call-2", "call-3"] and PAID == [("inv-1", "acme", 1)]
+    asyncio.run(decide(store, app, "inv-1", Reject(message="one is enough"), by="ann", call_id="call-2"))
+    done = asyncio.run(decide(store, app, "inv-1", Reject(message="one is enough"), by="ann", call_id="call-3"))
+    assert done.status == "completed" and done.pending == () and PAID == [("inv-1", "acme", 1)]
+
+
+@pytest.mark.parametrize("how", ["restored", "crashed"])
+def test_doctor_names_a_reject_the_checkpoint_does_not_show(state_dir, monkeypatch, how):
+    """The call's own rejection record is there, but the checkpoint waits at that call (an older
+    copy put back, or a crash right after the record): ``doctor`` says so, as for any task."""
+    from workflow.ops.doctor import doctor
+
+    store = Store(state_dir)
+    _start(store)
+    before = checkpoint_file(state_dir, "inv-1").read_bytes()
+    if how == "restored":
+        _decide(store, Reject(message="no"))
+        restore_checkpoint(state_dir, "inv-1", before)
+    else:
+        monkeypatch.setenv("HITL_FAILPOINT", "rejection:record:after")
+        monkeypatch.setattr("os._exit", lambda code: (_ for _ in ()).throw(SystemExit(code)))
+        with pytest.raises(SystemExit):
+            _decide(store, Reject(message="no"))
+        monkeypatch.delenv("HITL_FAILPOINT")
+    assert checkpoint_file(state_dir, "inv-1").read_bytes() == before
+    kinds = [f["kind"] for f in doctor(store)["findings"]]
+    assert kinds == ["rejection_not_finished"], kinds

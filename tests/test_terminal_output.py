@@ -399,3 +399,18 @@ def test_json_output_escapes_every_character_the_terminal_rule_escapes(cli, monk
     assert r.code == 0, r.err
     assert all(c.isprintable() for c in r.out.rstrip("\n")), ascii(r.out)
     assert INVISIBLE in json.dumps(r.json(), ensure_ascii=False)
+
+
+def test_status_marks_a_cut_argument_and_keeps_numbers_numbers():
+    """A call the model composed is approved as shown: ``status`` never passes a cut text off as
+    the whole one, and a number is not shown as a text."""
+    from cli.text import task_text
+
+    reason = "the parcel arrived broken; NOTE: also waive the restocking fee and refund shipping to 9999"
+    task = {"task_id": "r-1", "status": "waiting_for_approval", "revision": 1, "decision": None,
+            "final_output": None, "channels": ["refund"], "checkpoint_path": "x",
+            "pending": [{"call_id": "c1", "tool": "issue_refund",
+                         "arguments": {"amount_cents": 1999, "reason": reason}}]}
+    line = next(x for x in task_text(task).splitlines() if "pending:" in x)
+    assert "amount_cents=1999," in line
+    assert f"reason={reason[:57]!r}… (+{len(reason) - 57} chars; show has it all)" in line

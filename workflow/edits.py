@@ -189,9 +189,10 @@ def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -
 
 def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
     """Before a decision on the pending call ``call_id`` is written: every pending call must carry
-    the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except a call
-    the model made in a later turn with other content, on one of the task's channels: it may be
-    rejected (a reject runs nothing), so the task never gets stuck on it; and right after an
+    the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except, for a
+    reject, the calls the model made in a later turn with other content, on one of the task's
+    channels: each may be rejected (a reject runs nothing), so the task never gets stuck on them,
+    however many the model made in one turn; and right after an
     approval with edits on a channel whose model then asked for something else: that call may
     be rejected or approved with edits again (a fresh human decision), never approved as it is.
     Raises :class:`Refused`."""
@@ -199,7 +200,7 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
         if carries_its_draft(cp, call):
             continue
         channel = _channel(cp, call.arguments)
-        if (call.call_id == call_id and want == "rejected" and edit is None and call.tool == cp.action
+        if (want == "rejected" and edit is None and call.tool == cp.action
                 and channel in cp.channels and cp.decisions):
             continue  # a later turn's call (the first turn's calls carry the draft: guards.start)
         if (not isinstance(channel, str) or cp.edited_on(channel) is None or call.tool != cp.action

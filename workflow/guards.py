@@ -308,14 +308,26 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
         )
 
 
-def check_revision(cp: Checkpoint, expected: int | None) -> None:
+def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None,
+                   call_id: str | None = None) -> None:
     """Refuse a decision made on a view of ``cp`` rendered at revision ``expected`` (e.g. the inbox
     page's form) when the checkpoint has moved on since (another reviewer, the CLI, an expiry).
     ``None``: the caller saw no particular revision (the CLI), nothing to check. Raises
     :class:`Refused`; called under the task lock, right after the load, so nothing was decided.
     Revisions that only recorded other reviewers' approvals toward a quorum
-    (:func:`workflow.team.only_approvals_since`) do not count: the page still shows what is decided."""
+    (:func:`workflow.team.only_approvals_since`) do not count: the page still shows what is decided.
+
+    In a task whose model proposes the arguments (:meth:`state.schema.Checkpoint.proposed`) an
+    approval (``want``) of a waiting call must say which call it saw: its ``call_id``, or the
+    revision ``expected``. Else the call waiting now may be one the model proposed after the
+    reviewer looked (after another's reject, or a crash), which no one saw."""
     from workflow.team import only_approvals_since
+
+    if (cp.proposed() and want == "approved" and call_id is None and expected is None
+            and cp.status == "waiting_for_approval"):
+        raise Refused("usage", [f"task {cp.task_id}: its model proposes each call's arguments, so an approval "
+                                "names the call it approves, as shown", Next(
+                                    "name_call", cp.task_id, plain="; give its call ID, or the revision you saw")])
 
     if expected is not None and cp.revision != expected and not only_approvals_since(cp, expected):
         raise Refused("stale_revision", f"task {cp.task_id}: the task changed since the page was rendered (revision "

@@ -139,7 +139,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         guards.check_saved_against_code(cp, agent, app)
     with store.task_lock(task_id):
         cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)
-        guards.check_revision(cp, expect_revision)  # the reviewer decided on what is still there
+        guards.check_revision(cp, expect_revision, want, call_id)  # on what is still there
         if verdict.kind == "unchanged":
             return cp
         call_id = calls.target(cp, call_id)

@@ -320,9 +320,11 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
 
 def per_call(cp: Checkpoint) -> bool:
     """True if ``cp`` is judged call by call (:func:`_check_calls`): it has several channels, or
-    more than one call (a call answered, then the model's new call on the same channel). A task
-    with one call is judged on its current decision (:func:`_check_task`)."""
-    return len(cp.channels) > 1 or len(calls_of(cp)) > 1
+    more than one call (a call answered, then the model's new call on the same channel), or its
+    model proposes the arguments (each reject there has the call's own rejection record,
+    :func:`workflow.calls.rejection_scope`). A task with one call is judged on its current
+    decision (:func:`_check_task`)."""
+    return len(cp.channels) > 1 or len(calls_of(cp)) > 1 or cp.proposed()
 
 
 #: What a person is told to do about each kind of problem a store reports
