@@ -4,7 +4,8 @@ started without ``--model``; real models: :mod:`workflow.models`).
 The offline model is the SDK's own test double, ``agents.testing.ScriptedModel``, with *responder*
 steps: each step looks at the request it receives and answers like a careful model would:
 
-- a request whose newest item is the user's draft → one ``publish_draft`` call per channel the
+- a request whose newest item is the user's draft → one call of the tool it names
+  (``publish_draft``, unless the task's action is another, e.g. ``send_summary``) per channel the
   user named, all in this one model turn (parallel tool calls, as a real model makes them), each
   carrying the title, the body and its channel; a draft for a single channel gets one call naming
   no channel (the task's only one). The call_id is derived from the content (and the channel), so
@@ -50,6 +51,15 @@ def parse_draft(message: str) -> tuple[str, str] | None:
     return lines[1][len("Title: ") :], body
 
 
+def parse_tool(message: str) -> str:
+    """The tool named in the first line of ``agent.publisher.user_message`` ("… with <tool> to
+    these channels"), default ``publish_draft``."""
+    first = message.split("\n", 1)[0]
+    _, sep, rest = first.partition(" with ")
+    name = rest.split(" ", 1)[0] if sep else ""
+    return name if name.isidentifier() else "publish_draft"
+
+
 def parse_channels(message: str) -> list[str]:
     """The channels named in the first line of ``agent.publisher.user_message`` (``[]``: none)."""
     first = message.split("\n", 1)[0]
@@ -82,10 +92,10 @@ def offline_responder(call: ModelCall) -> ModelStep:
     if draft is None:
         return ModelStep(output=[assistant_message("I found no draft to publish.")])
     title, body = draft
-    channels = parse_channels(content)
+    channels, tool = parse_channels(content), parse_tool(content)
     if len(channels) <= 1:
-        return ModelStep(output=[_publish_call(title, body, None)])
-    return ModelStep(output=[_publish_call(title, body, channel) for channel in channels])
+        return ModelStep(output=[_publish_call(title, body, None, tool)])
+    return ModelStep(output=[_publish_call(title, body, channel, tool) for channel in channels])
 
 
 def _answered(items: list[Any], outputs: list[str]) -> str:
@@ -93,7 +103,8 @@ def _answered(items: list[Any], outputs: list[str]) -> str:
     ``publish_draft answered: <output>`` for one call; for several, one line per call naming its
     channel (or its call_id), so a rejection and a publication never share a line."""
     if len(outputs) == 1:
-        return f"publish_draft answered: {outputs[0]}"
+        called = [_field(i, "name") for i in items if _field(i, "type") == "function_call"]
+        return f"{called[-1] if called and called[-1] else 'publish_draft'} answered: {outputs[0]}"
     asked = {_field(i, "call_id"): _field(i, "arguments") for i in items if _field(i, "type") == "function_call"}
 
     def channel(call_id: Any) -> str:
@@ -107,13 +118,14 @@ def _answered(items: list[Any], outputs: list[str]) -> str:
         f"{channel(call_id)}: {text}" for call_id, text in zip(ids, outputs))
 
 
-def _publish_call(title: str, body: str, channel: str | None) -> Any:
-    """One ``publish_draft`` call: naming ``channel`` (call_id ``call_<sha[:16]>_<channel>``), or
-    none (the task's only channel; call_id ``call_<sha[:16]>``)."""
+def _publish_call(title: str, body: str, channel: str | None, tool: str = "publish_draft") -> Any:
+    """One call of ``tool`` (``publish_draft``, or the task's other action) carrying the draft:
+    naming ``channel`` (call_id ``call_<sha[:16]>_<channel>``), or none (the task's only channel;
+    call_id ``call_<sha[:16]>``)."""
     call_id = "call_" + content_sha256(title, body)[:16]
     if channel is None:
-        return function_call("publish_draft", {"title": title, "body": body}, call_id=call_id)
-    return function_call("publish_draft", {"title": title, "body": body, "channel": channel},
+        return function_call(tool, {"title": title, "body": body}, call_id=call_id)
+    return function_call(tool, {"title": title, "body": body, "channel": channel},
                          call_id=f"{call_id}_{channel}")
 
 

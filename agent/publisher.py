@@ -26,10 +26,11 @@ INSTRUCTIONS = (
 )
 
 
-def user_message(title: str, body: str, channels: list[str] | None = None) -> str:
-    """The first user message of a task: the request, the channels and the draft, in a fixed,
-    parseable form (``agent.models.parse_draft``)."""
-    return (f"Publish this draft with publish_draft to these channels: {', '.join(channels or [])}."
+def user_message(title: str, body: str, channels: list[str] | None = None, tool: str = "publish_draft") -> str:
+    """The first user message of a task: the request (the ``tool`` that carries the draft: the
+    task's action), the channels and the draft, in a fixed, parseable form
+    (``agent.models.parse_draft``, ``agent.models.parse_tool``)."""
+    return (f"Publish this draft with {tool} to these channels: {', '.join(channels or [])}."
             f"\nTitle: {title}\nBody:\n{body}")
 
 

@@ -12,10 +12,9 @@ exit code 1, and the state dir must be unchanged by it). Step 4's edit (``needs_
 is written in prose (FLIPS: in each page's language); it is applied around the one command of that
 step. Offline: the scripted model.
 
-Step 7's ``console`` blocks (``$ python run.py …`` lines, each followed by its output) show what a
-model that asks for ``send_summary`` gets: they run with the page's code change and a scripted
-model that asks for it in its first turn (the first block) or once ``publish_draft`` has answered
-(the second), each in a state dir of its own.
+Step 7 starts ``send_summary`` tasks (``start --action send_summary``): the offline model calls the
+tool the task gates. What a model that asks for ``send_summary`` in a ``publish_draft`` task gets
+is tested below, with the page's code change.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from agent.models import offline_responder as OFFLINE  # kept before a test replaces it
-from conftest import ROOT, CliResult, checkpoint_file, ledger_entries, run_in_process, snapshot, use_app
+from conftest import ROOT, CliResult, ledger_entries, run_in_process, snapshot, use_app
 
 # Step 4's edit, in prose, on each page: the English page and its Simplified Chinese translation.
 FLIPS = {"docs/exercise.md": "change `needs_approval=True` to `needs_approval=False`",
@@ -123,10 +122,10 @@ def test_exercise_page_runs_as_written(page, tmp_path, monkeypatch):
             else:
                 assert last.code == 0 and _matches(body, last.out), (body, last)
             checked += 1
-    assert checked == 7  # every output block on the page was compared with a real run
+    assert checked == 10  # every output block on the page was compared with a real run
 
 
-SUMMARY_CALL = ("send_summary", {"to": "release-team", "summary": "Version 1.2 fixes the login bug."},
+SUMMARY_CALL = ("send_summary", {"title": "Release notes", "body": "Version 1.2 fixes the login bug."},
                 "call_summary_1")
 
 
@@ -147,16 +146,6 @@ def _asks_for_summary(first_turn: bool):
     return respond
 
 
-def _console_blocks(page: str) -> list[list[tuple[str, str]]]:
-    """Each ``console`` block of ``page`` as ``[(command line, its expected output), …]``."""
-    out = []
-    for lang, body in _blocks(page):
-        if lang == "console":
-            parts = re.split(r"^\$ (.*)\n", body, flags=re.M)[1:]
-            out.append(list(zip(parts[0::2], parts[1::2])))
-    return out
-
-
 def _apply_the_page_change(monkeypatch, tmp_path: Path, page: str = "docs/exercise.md") -> None:
     """Step 2 of ``page``, in this process: its ``tools/summary.py`` loaded as ``tools.summary``
     and ``agent/publisher.py`` with its diffs applied, used by ``workflow.hitl`` to build the agent."""
@@ -172,47 +161,41 @@ def _apply_the_page_change(monkeypatch, tmp_path: Path, page: str = "docs/exerci
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_a_send_summary_call_is_refused_as_the_page_says(page, tmp_path, monkeypatch):
-    """Step 7: with the page's code change, a model that asks for ``send_summary`` gets exactly
-    the outputs shown: ``start`` refuses it in the first turn (nothing saved), and after an
-    approved ``publish_draft`` the run ends there, ``completed`` (never a task left waiting at a
-    call no decision can finish), the one publication in the ledger, ``send_summary`` never run."""
+def test_a_send_summary_call_in_a_publish_draft_task_is_never_run(page, tmp_path, monkeypatch):
+    """With the page's code change, a model that asks for ``send_summary`` in a ``publish_draft``
+    task: asked in the first turn, ``start`` refuses and saves nothing; asked once ``publish_draft``
+    has answered, the run ends there, ``completed`` with its one publication, ``send_summary`` never
+    run (never a task left waiting at a call no decision can finish)."""
     import agent.models
 
     _apply_the_page_change(monkeypatch, tmp_path, page)
-    consoles = _console_blocks(page)
-    assert len(consoles) == 2 and [len(c) for c in consoles] == [1, 2]
-    for n, (block, first_turn) in enumerate(zip(consoles, (True, False))):
-        monkeypatch.setattr(agent.models, "offline_responder", _asks_for_summary(first_turn))
-        state_dir = tmp_path / f"state-{n}"
-        for line, expected in block:
-            argv = shlex.split(line)
-            assert argv[:2] == ["python", "run.py"], line
-            before = snapshot(state_dir)
-            last = run_in_process(state_dir, *argv[2:])
-            if expected.startswith("STOPPED:"):
-                last.assert_stopped()
-                assert _matches(expected, last.err), (line, expected, last.err)
-                assert snapshot(state_dir) == before, f"{line} changed the state dir"
-            else:
-                assert last.code == 0 and _matches(expected, last.out), (line, expected, last)
-    assert [e["idempotency_key"] for e in ledger_entries(tmp_path / "state-1")] == ["summary-003"]
-    run_state = json.loads(json.loads(checkpoint_file(tmp_path / "state-1", "summary-003")
-                                      .read_text(encoding="utf-8"))["run_state"])
+    monkeypatch.setattr(agent.models, "offline_responder", _asks_for_summary(True))
+    first = tmp_path / "state-0"
+    r = run_in_process(first, "start", "--key", "summary-9", "--title", "Release notes", "--draft", "D.")
+    r.assert_stopped()
+    assert "asked for tool 'send_summary', not publish_draft: this task runs only its action, publish_draft" in r.err
+    assert not first.exists() or not list(first.rglob("*.json"))
+    monkeypatch.setattr(agent.models, "offline_responder", _asks_for_summary(False))
+    later = tmp_path / "state-1"
+    assert run_in_process(later, "start", "--key", "summary-8", "--title", "T", "--draft", "D.").code == 0
+    r = run_in_process(later, "resume", "--task", "summary-8", "--decision", "approve", "--json")
+    task = json.loads(r.out)
+    assert task["status"] == "completed" and "send_summary, which was not run" in task["final_output"]
+    assert [e["idempotency_key"] for e in ledger_entries(later)] == ["summary-8"]
 
-    def outputs(node):  # every tool output anywhere in the saved RunState, by call_id
-        if isinstance(node, dict):
-            if "output" in node and node.get("type") in ("function_call_output", "tool_call_output_item"):
-                yield node.get("call_id") or (node.get("raw_item") or {}).get("call_id")
-            for v in node.values():
-                yield from outputs(v)
-        elif isinstance(node, list):
-            for v in node:
-                yield from outputs(v)
 
-    answered = list(outputs(run_state))
-    assert answered and SUMMARY_CALL[2] not in answered  # publish_draft answered; send_summary never ran
-    assert not (tmp_path / "state-0").exists() or not list((tmp_path / "state-0").rglob("*.json"))
+@pytest.mark.parametrize("page", PAGES)
+def test_the_pages_send_summary_approved_twice_is_one_entry_named_for_it(page, tmp_path, monkeypatch):
+    """Step 7's check, and a repeat: the page's ``send_summary`` approved under a new key adds
+    exactly one entry, whose action is ``send_summary``; the same approve again adds nothing."""
+    _apply_the_page_change(monkeypatch, tmp_path, page)
+    state_dir = tmp_path / "state"
+    start = ["start", "--action", "send_summary", "--key", "s-1", "--title", "T", "--draft", "D."]
+    assert run_in_process(state_dir, *start).code == 0
+    for _ in range(2):
+        r = run_in_process(state_dir, "resume", "--task", "s-1", "--decision", "approve", "--json")
+        assert r.code == 0 and json.loads(r.out)["status"] == "completed", r.err
+    assert [(e["idempotency_key"], e["action"]) for e in ledger_entries(state_dir)] == [("s-1", "send_summary")]
 
 
 @pytest.mark.parametrize("first", ["approve", "reject"])

@@ -169,10 +169,11 @@ def carries_its_draft(cp: Checkpoint, call: Any) -> bool:
 
 def only_action(action: str) -> str:
     """Why a call of any tool but the task's ``action`` is refused (the one place this flow's limit
-    is stated): the action's effect is a ledger entry keyed by the idempotency key, which is what
-    keeps a resume, a replay after a crash or a race from running it twice; another tool has none."""
-    return (f"this flow runs only {action}, whose effect has a ledger entry; another tool has none, "
-            "so nothing would stop it running twice")
+    is stated): the task's idempotency key, its approvals and its ledger entries are its action's,
+    which is what keeps a resume, a replay after a crash or a race from running it twice; a call of
+    another tool has none of them in this task (a task of its own gates it: ``start``'s ``action``)."""
+    return (f"this task runs only its action, {action}: its idempotency key and approvals are for "
+            f"{action}'s calls, so another tool's call is never run in it")
 
 
 def check_pending_is_the_draft(cp: Checkpoint) -> None:
