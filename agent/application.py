@@ -85,7 +85,7 @@ async def start(store: Any, *, task_id: str, title: str, draft: str, channels: l
     named = list(channels or [DEFAULT_CHANNEL])
     tool = kwargs.get("action") or "publish_draft"  # the tool the draft goes through: the task's action
     return await hitl.start(store, app or APP, task_id=task_id, title=title, content=content(title, draft),
-                            input=user_message(title, draft, named, tool), channels=channels, **kwargs)
+                            input=user_message(title, draft, named, tool), channels=named, **kwargs)
 
 
 async def decide(store: Any, *, app: Application | None = None, **kwargs: Any) -> Checkpoint:

@@ -12,6 +12,7 @@ import sys
 from typing import Any, Callable
 
 from state.errors import Refused
+from state.schema import DEFAULT_CHANNEL
 
 
 def review(store: Any, args: Any, decide: Callable[..., Any], view: Callable[[Any, Any], dict[str, Any]],
@@ -107,7 +108,7 @@ def start_team(store: Any, args: Any) -> Any:
     and the store's policy: :func:`workflow.team.at_start`), or None in single-user mode."""
     from workflow import team
 
-    return team.at_start(store, team.channels_of(args.channels), args.by, team.token_from_settings())
+    return team.at_start(store, args.channels or [DEFAULT_CHANNEL], args.by, team.token_from_settings())
 
 
 def reviewers(store: Any, args: Any) -> dict[str, Any]:

@@ -36,8 +36,12 @@ CHANNEL_PATTERN = re.compile(r"^[a-z0-9-]{1,32}\Z")
 #: The same rule for pydantic fields (its regex engine has no ``\Z``; ``$`` there is the end).
 CHANNEL_FIELD = r"^[a-z0-9-]{1,32}$"
 MAX_CHANNELS = 8
-#: The channel of a task started without ``--channel`` (and of every schema_version 1 task).
+#: The publisher's channel when its command line names none (``run.py start`` without
+#: ``--channel``), and the channel of every schema_version 1 task.
 DEFAULT_CHANNEL = "blog"
+#: The one channel of a task started through the library without ``channels``: a task with one
+#: effect needs no channel named (its ledger key is the task ID alone, :func:`effect_key`).
+UNNAMED_CHANNEL = "default"
 #: The private preview channel: the approval rule (``tools.publish.needs_publish_approval``) lets
 #: its calls run without a human; every other channel is public and needs an approval.
 PREVIEW_CHANNEL = "preview"

@@ -23,7 +23,7 @@ from workflow.agent_check import describe, drift, gated_tool
 from state import clock, open_stores, secrets
 from state.clock import now_iso
 from state.errors import Next, Refused
-from state.schema import (DEFAULT_CHANNEL, MAX_CHANNELS, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION,
+from state.schema import (MAX_CHANNELS, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION, UNNAMED_CHANNEL,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint,
                           content_of, valid_channel, valid_content)
@@ -106,11 +106,11 @@ def task_input(task_id: str, title: str, content: Any, labels: Any = None) -> st
 
 
 def task_channels(channels: list[str] | None) -> list[str]:
-    """The channels of a new task: ``channels``, default ``[DEFAULT_CHANNEL]``. Raises
+    """The channels of a new task: ``channels``, default ``[UNNAMED_CHANNEL]``. Raises
     :class:`Refused` (nothing saved) for a name outside 1-32 of ``a-z0-9-``, a repeated name, more
     than :data:`state.schema.MAX_CHANNELS`, or only the private preview channel (a task must have a
     public channel, which needs a human)."""
-    channels = list(channels or [DEFAULT_CHANNEL])
+    channels = list(channels or [UNNAMED_CHANNEL])
     bad = [c for c in channels if not valid_channel(c)]
     if bad:
         raise Refused("unsafe_input", f"channel {bad[0][:40]!r} is not allowed: use 1-32 of a-z0-9-")

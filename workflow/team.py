@@ -94,9 +94,9 @@ def signed_in(store: "TaskStore", name: str, token_id: str, token_fingerprint: s
 
 def channels_of(channels: Optional[list[str]]) -> list[str]:
     """A task's channels as :func:`workflow.guards.task_channels` will have them (default one)."""
-    from state.schema import DEFAULT_CHANNEL
+    from state.schema import UNNAMED_CHANNEL
 
-    return list(channels or [DEFAULT_CHANNEL])
+    return list(channels or [UNNAMED_CHANNEL])
 
 
 def is_team(store: "TaskStore", cp: Optional[Checkpoint] = None) -> bool:
