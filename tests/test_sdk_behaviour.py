@@ -91,7 +91,7 @@ def test_sdk_reject_sends_rejection_message_verbatim():
     state = result.to_state()
     state.reject(state.get_interruptions()[0], rejection_message="exact words")
     final = asyncio.run(Runner.run(agent, state))
-    assert CALLS == [] and final.final_output == "publish_draft answered: exact words"
+    assert CALLS == [] and final.final_output == "probe_tool answered: exact words"  # the tool it called
 
 
 def test_sdk_approvals_survive_to_string_after_completion():
@@ -250,7 +250,7 @@ def test_sdk_rejection_message_wins_over_tool_error_formatter():
         state = result.to_state()
         state.reject(state.get_interruptions()[0], rejection_message=message)
         final = asyncio.run(Runner.run(agent, state, run_config=config))
-        assert final.final_output == f"publish_draft answered: {expected}"
+        assert final.final_output == f"probe_tool answered: {expected}"
 
 
 # -- several calls in one turn (workflow/calls.py relies on these) ---------------------------------
