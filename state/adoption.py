@@ -42,7 +42,7 @@ from state.errors import Refused
 from state.inspection import Problem, Repaired
 from state.record_seal import KINDS
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
-from state.schema import Checkpoint, call_scope, effect_key
+from state.schema import Checkpoint, effect_key, rejection_scope
 
 if TYPE_CHECKING:
     from state.store import TaskStore
@@ -120,8 +120,7 @@ def _rejection_proof(rec: RejectionRecord, cp: Checkpoint) -> tuple[bool, str]:
     if rec.content_sha256 != cp.content_sha256:
         return False, "the record is for other content than the task's"
     for d in cp.decisions:
-        scope = (call_scope(d.channel, d.call_id) if cp.proposed()  # one call's reject there
-                 else None if len(cp.channels) == 1 else d.channel)
+        scope = rejection_scope(d.channel, d.call_id, cp.channels, cp.proposed())
         if (d.decision, d.call_id, d.by, d.at, scope) == ("rejected", rec.call_id, rec.by, rec.at, rec.channel):
             return True, f"the signed checkpoint records this reject (by {rec.by} at {rec.at})"
     return False, "the checkpoint records no such reject"

@@ -165,6 +165,14 @@ def call_scope(channel: str, call_id: str) -> str:
     return "r" + sha256_hex(f"{channel}\n{call_id}".encode())[:31]
 
 
+def rejection_scope(channel: str, call_id: str, channels: list[str], proposed: bool) -> str | None:
+    """The ``channel`` argument of the rejection record of a reject of ``call_id`` on ``channel``
+    in a task with ``channels``: the call's own (:func:`call_scope`) in a task whose model proposes
+    the arguments (``proposed``, :meth:`Checkpoint.proposed`), else the channel's
+    (:func:`channel_scope`)."""
+    return call_scope(channel, call_id) if proposed else channel_scope(channel, channels)
+
+
 def valid_effect_key(value: object) -> bool:
     """True if ``value`` is an allowed key or ``<allowed key>#<channel>`` (:func:`effect_key`)."""
     if not isinstance(value, str):

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from state.clock import now_iso
 from state.errors import Next, Refused
-from state.schema import Decision, PendingCall, call_scope, channel_scope, effect_key
+from state.schema import Decision, PendingCall, channel_scope, effect_key
+from state.schema import rejection_scope as rejection_scope_of
 from state.terminal import one_line
 
 if TYPE_CHECKING:
@@ -90,8 +91,8 @@ def rejection_scope(cp: "Checkpoint", channel: str, call_id: str) -> Optional[st
     (:meth:`state.schema.Checkpoint.proposed`) the call's own
     (:func:`state.schema.call_scope`): there a reject answers one call and the model may propose
     another, which a human decides anew. Raises :class:`Refused` as :func:`keys` does."""
-    scope = keys(cp, channel)[1]
-    return call_scope(channel, call_id) if cp.proposed() else scope
+    keys(cp, channel)  # one of the task's channels
+    return rejection_scope_of(channel, call_id, cp.channels, cp.proposed())
 
 
 def unapplied(cp: "Checkpoint") -> list[Decision]:

@@ -44,8 +44,8 @@ from typing import Any, Callable, Iterable, Optional
 from state import open_stores
 from workflow import external
 from state.errors import Next, Refused
-from state.schema import (CHANNEL_ARG, PROPOSED, call_scope, channel_scope, content_fingerprint, content_of,
-                          effect_key, valid_channel)
+from state.schema import (CHANNEL_ARG, PROPOSED, content_fingerprint, content_of, effect_key,
+                          rejection_scope, valid_channel)
 
 _EFFECTFUL: set[str] = set()
 #: Function identity → the ``service`` its tool was declared with (:func:`service_of`).
@@ -494,8 +494,7 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
     checkpoint read. Raises :class:`Refused`."""
     task_id = task["task_id"]
     proposed = task["content_sha256"] == PROPOSED
-    scope = call_scope(channel, call_id or "") if proposed else channel_scope(channel, task["channels"])
-    rejected = store.rejection_get(task_id, scope)
+    rejected = store.rejection_get(task_id, rejection_scope(channel, call_id or "", task["channels"], proposed))
     if rejected is not None:
         raise Refused("rejected", [
             f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "

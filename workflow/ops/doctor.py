@@ -246,13 +246,12 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
 
     if entry is not None:
         e, entry_name = entry
-        waiting = cp.pending[0].call_id if cp.pending else None  # a proposed call's own content
-        if e.task_id != cp.task_id or e.content_sha256 != cp.expected_sha256(cp.channels[0], waiting):
+        if e.task_id != cp.task_id or e.content_sha256 != cp.expected_sha256(cp.channels[0]):
             report.findings.append(Finding(
                 "entry_mismatch", cp.task_id, str(path),
                 f"ledger entry {entry_name} is for task {e.task_id!r} / content "
                 f"{e.content_sha256[:12]}…, the checkpoint for {cp.task_id!r} / "
-                f"{cp.expected_sha256(cp.channels[0], waiting)[:12]}…",
+                f"{cp.expected_sha256(cp.channels[0])[:12]}…",
                 ASK_HUMAN))
             return
     key = keys(cp, cp.channels[0])[0]
