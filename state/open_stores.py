@@ -7,6 +7,11 @@ store behind it. A token means something only in the process that made it: read 
 RunState in another process it finds nothing, and the tool refuses (fail closed). On resume the
 context is rebuilt from the verified checkpoint anyway (``context_override``).
 
+A resume also names its run by a token (:func:`verified_run`): behind it is the checkpoint that
+resume verified under the task lock and wrote, the human's decision in it, and then each revision
+the run's own effect gate binds. The gate reads the approval there instead of loading the
+checkpoint again, and the run's outcome is written after the newest of them.
+
 Never imports the SDK; imports only :mod:`state.errors` of ours.
 """
 
@@ -14,7 +19,9 @@ from __future__ import annotations
 
 import secrets
 import weakref
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
 
 from state.errors import Refused
 
@@ -41,3 +48,34 @@ def lookup(token: Any) -> Any:
     if store is None:
         raise Refused("refused", "the run context names no store open in this process; nothing was published")
     return store
+
+
+#: run token -> the newest checkpoint this process verified or wrote for that run (a resume's).
+_RUNS: dict[str, Any] = {}
+
+
+@contextmanager
+def verified_run() -> Iterator[str]:
+    """A token (``"run-"`` + 16 hex) for one resume's run of the agent, forgotten when the block
+    ends: :func:`advance` it to the :class:`state.schema.Checkpoint` the resume verified under the
+    task lock and wrote, then to each newer one the run writes."""
+    token = f"run-{secrets.token_hex(8)}"
+    _RUNS[token] = None
+    try:
+        yield token
+    finally:
+        _RUNS.pop(token, None)
+
+
+def advance(token: Any, cp: Any) -> None:
+    """Make ``cp`` the newest checkpoint of run ``token`` (one this process just wrote); a token
+    of no run open here is ignored."""
+    if isinstance(token, str) and token in _RUNS:
+        _RUNS[token] = cp
+
+
+def verified(token: Any, task_id: str) -> Optional[Any]:
+    """The newest checkpoint of run ``token`` if it is task ``task_id``'s, else None (a token read
+    back from a saved RunState, a run that ended, or none: the caller loads the checkpoint)."""
+    cp = _RUNS.get(token) if isinstance(token, str) else None
+    return cp if cp is not None and cp.task_id == task_id else None

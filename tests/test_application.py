@@ -238,23 +238,23 @@ def _counting_loads(monkeypatch: Any) -> list[str]:
     return asked
 
 
-def test_an_approval_reads_the_checkpoint_four_times_each_for_a_reason(cli, state_dir, monkeypatch):
+def test_an_approval_reads_the_checkpoint_twice_once_before_the_lock_and_once_under_it(cli, state_dir,
+                                                                                         monkeypatch):
     """One approval, from the command line and from the library, reads and verifies the checkpoint
-    four times: once before the lock (who decides and the decision table, on one read), once under
-    it (``recheck``), once right before the effect (the gate: a lock can be deleted under a process)
-    and once after the run (``rebased``: onto what the effect gate bound meanwhile); a tool that
-    records its own ledger entry, outside the gate, skips the third."""
+    twice: once before the lock (who decides and the decision table, on one read) and once under it
+    (``recheck``). The effect gate reads the approval from the checkpoint that resume verified and
+    wrote (its run token), and the outcome is written after it: neither loads it again."""
     from workflow import Approve, decide
 
     assert cli("start", "--key", "k-1", "--title", "T", "--draft", "D").code == 0
     asked = _counting_loads(monkeypatch)
     assert cli("resume", "--task", "k-1", "--decision", "approve", "--by", "ann").code == 0
-    assert asked == ["resume", "recheck", "_check_approved", "rebased"], asked
+    assert asked == ["resume", "recheck"], asked
 
     _start(Store(state_dir))  # an application of its own, through the public API
     asked.clear()
     asyncio.run(decide(Store(state_dir), NOTES, "n-1", Approve(), by="ann"))
-    assert asked == ["_loaded", "recheck", "rebased"], asked  # its tool writes its own ledger entry
+    assert asked == ["_loaded", "recheck"], asked
 
 
 def test_repeating_a_decision_on_a_real_model_task_needs_no_api_key(state_dir, monkeypatch):

@@ -389,6 +389,8 @@ class _Call:
     #: on a private channel that ran without a human): the protocol through a service binds its
     #: attempt into it (:func:`workflow.external.perform`).
     cp: Any = None
+    #: The token of the resume running this call (:func:`state.open_stores.verified_run`), or None.
+    run: Optional[str] = None
 
     @classmethod
     def check(cls, ctx: Any, arguments: dict[str, Any], action: str, rule: Any, private: frozenset[str],
@@ -416,7 +418,7 @@ class _Call:
         if not gated and expected == PROPOSED:  # a private channel runs what the model proposed
             expected = sha
         if gated and sha != expected:  # maybe the content a reviewer approved with edits here
-            cp = store.load(task_id) if store.exists(task_id) else None
+            cp = _checkpoint(store, task)
             expected = expected if cp is None else cp.expected_sha256(channel)
         if sha != expected:
             raise Refused("integrity", f"{action} for task {task_id} was called with content that differs from "
@@ -425,7 +427,7 @@ class _Call:
         if label is not None:
             title = label(arguments)
         else:
-            cp = cp or (store.load(task_id) if store.exists(task_id) else None)
+            cp = cp or _checkpoint(store, task)
             title = cp.title if cp is not None else task_id
         # a call on a private channel, run without a human, stays a local effect: never sent
         service = external.current(declared) if gated else None
@@ -439,7 +441,7 @@ class _Call:
         call = cls(effect=Effect(idempotency_key=key, task_id=task_id, channel=channel,
                                  call_id=call_id, action=action),
                    arguments=arguments, store=store, sha=sha, gated=gated, title=title[:200],
-                   entry=None, service=service, cp=cp if gated else None)
+                   entry=None, service=service, cp=cp if gated else None, run=task.get("run"))
         if store.ledger_get(key) is not None:  # recorded: the store checks it is this task's and
             call.entry = call.write(None)[0]   # content's and returns it, never overwritten
         return call
@@ -482,6 +484,17 @@ def _keepable(result: Any) -> bool:
     return len(text.encode("utf-8")) <= MAX_RESULT_BYTES
 
 
+def _checkpoint(store: Any, task: dict[str, Any]) -> Any:
+    """Task ``task["task_id"]``'s checkpoint as the resume running this call verified it under the
+    task lock and then wrote it, its human's decision in it (the context's ``run`` token:
+    :func:`state.open_stores.verified`); else (no resume of this process: a call during ``start``,
+    a token read back from a file) the one in ``store``, or None if there is none."""
+    held = open_stores.verified(task.get("run"), task["task_id"])
+    if held is not None:
+        return held
+    return store.load(task["task_id"]) if store.exists(task["task_id"]) else None
+
+
 def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
                     call_id: Optional[str], sha: str) -> Any:
     """Right before a gated effect, whatever the lock says: no rejection record for this (task,
@@ -491,7 +504,7 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
     file never runs the effect by itself. In a task whose model proposes the arguments
     (:meth:`state.schema.Checkpoint.proposed`) the rejection record is the call's own, and the
     approval must be of the content ``sha`` the call carries, as the reviewer saw it. Returns the
-    checkpoint read. Raises :class:`Refused`."""
+    checkpoint read (:func:`_checkpoint`). Raises :class:`Refused`."""
     task_id = task["task_id"]
     proposed = task["content_sha256"] == PROPOSED
     rejected = store.rejection_get(task_id, rejection_scope(channel, call_id or "", task["channels"], proposed))
@@ -500,7 +513,7 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
             f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "
             f"{rejected.at} was being recorded while this approval ran; nothing was {_DONE[action]}",
             Next("shows_status", task_id)], task_id=task_id)
-    cp = store.load(task_id) if store.exists(task_id) else None
+    cp = _checkpoint(store, task)
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
         and (not proposed or d.content_sha256 == sha) for d in cp.decisions)

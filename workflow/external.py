@@ -297,7 +297,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     """
     from datetime import timedelta
 
-    from state import failpoints
+    from state import failpoints, open_stores
     from state.clock import iso, now_iso, wall
     from state.errors import Next, Refused
     from state.integrity import load_key
@@ -346,6 +346,8 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
                                                             binding])
 
     with _binding_lock(task_id):  # the calls of one turn bind one after the other
+        held = open_stores.verified(call.run, task_id)  # another call of this run bound since?
+        cp = held if held is not None and held.revision > cp.revision else cp
         try:
             bound_cp = bind(cp)
         except Refused as exc:  # another call of this turn bound its own effect since: after it
@@ -353,6 +355,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
             if onto is cp:
                 raise
             bound_cp = bind(onto)
+        open_stores.advance(call.run, bound_cp)  # the run's outcome is written after it
     effect = type(e)(**{**e.__dict__, "request_key": intent.request_key, "attempt": intent.attempt})
     failures: list[BaseException] = []  # each failed try of this command
 

@@ -47,7 +47,7 @@ def sdk_version() -> str:
 
 
 def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str], action: str,
-                service: Optional[str] = None) -> dict[str, Any]:
+                service: Optional[str] = None, run: Optional[str] = None) -> dict[str, Any]:
     """The run context: plain JSON only (the SDK's ``to_string()`` raises on a non-JSON value in a dict context).
 
     Built from our verified checkpoint and passed as ``context=`` / ``context_override=``, so the
@@ -57,7 +57,8 @@ def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str], ac
     for ``store`` in this process (:mod:`state.open_stores`): the context is saved in the
     RunState, so no path or database URL goes in it. ``service``: the URL of the service the
     task's effect goes through (``Checkpoint.service``), or None for the local ledger; the gate
-    refuses a call when the tool's service is another (:mod:`workflow.external`).
+    refuses a call when the tool's service is another (:mod:`workflow.external`). ``run``: a
+    resume's token for the checkpoint it verified (:func:`state.open_stores.verified_run`), or None.
     """
     return {
         "task_id": cp_task_id,
@@ -67,6 +68,7 @@ def run_context(store: Store, cp_task_id: str, sha: str, channels: list[str], ac
         "action": action,
         "store": open_stores.token_for(store),
         "service": service,
+        **({"run": run} if run is not None else {}),
     }
 
 
@@ -334,11 +336,13 @@ def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None
                       f"{expected}, now {cp.revision}); nothing was decided: look again")
 
 
-def rebased(store: Store, cp: Checkpoint) -> Checkpoint:
-    """:func:`workflow.external.rebased` (the run's checkpoint, after the effect gate's bindings)."""
-    from workflow.external import rebased as onto_bindings
-
-    return onto_bindings(store, cp)
+def rebased(store: Store, cp: Checkpoint, run: str) -> Checkpoint:
+    """The checkpoint a run resumed from ``cp`` writes its outcome after: the newest one its own
+    effect gate bound an attempt into (run token ``run``: :func:`state.open_stores.verified_run`),
+    else ``cp``. Reads no file: a revision another process wrote since makes the outcome's
+    compare-and-swap refuse."""
+    newest = open_stores.verified(run, cp.task_id)
+    return newest if newest is not None and newest.revision > cp.revision else cp
 
 
 def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, ToolApprovalItem]:

@@ -33,7 +33,7 @@ from agents.result import RunResult
 
 from workflow.budget import BudgetGuard, Pricing, apply_max_turns, blocked, make_budget
 from workflow.budget import spend_from_run_state
-from state import secrets
+from state import open_stores, secrets
 from state.errors import Refused
 from state.schema import Budget, Checkpoint, ModelSpec, Team
 from state.files.store import Store
@@ -45,7 +45,7 @@ from workflow.observe import tracing
 DecisionWord = Literal["approve", "reject"]
 
 tracing.install()  # no hosted trace export: traces go to the state dir (observe/tracing.py)
-# The SDK logs a failed model call, then raises it: that log goes to the task's trace, not stderr.
+# The SDK logs a failed model call, then raises it: the log goes to the trace, not stderr.
 logging.getLogger("openai.agents").addHandler(logging.NullHandler())
 
 
@@ -61,13 +61,13 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     ``content`` (``{argument: text}``): what each call's arguments but ``channel`` must equal
     (:func:`state.schema.content_fingerprint`); None: the model proposes them, a reviewer approves
     each call as shown, and a reject goes back to the model; ``title`` labels the task;
-    ``channels`` (default ``["blog"]``): one call and one effect each; ``spec``/``model``: the
-    model (default offline); ``budget`` (default :func:`workflow.budget.make_budget`);
-    ``expires_in_s``: how long the request is valid; ``trace_content``/``on_event``: the trace
-    unredacted, the run streamed; ``team``: who asked and the policy; ``action``: the tool gated
-    (default ``app.action``, else the agent's first). The same task again returns the saved one.
-    Raises :class:`Refused`, nothing saved: the key is taken, no such tool, the model did not ask
-    so, no API key, the budget cannot pay, or the provider fails."""
+    ``channels`` (default one): one call and one effect each; ``spec``/``model``: the model
+    (default offline); ``budget``: :func:`workflow.budget.make_budget`; ``expires_in_s``: how
+    long the request is valid; ``trace_content``/``on_event``: the trace unredacted, the run
+    streamed; ``team``: who asked and the policy; ``action``: the tool gated (default
+    ``app.action``, else the agent's first). The same task again returns the saved one.
+    Raises :class:`Refused`, nothing saved: the key is taken, no such tool, the model did not
+    ask so, no API key, the budget cannot pay, or the provider fails."""
     sha = guards.task_input(task_id, title, content, app.content_labels)  # before the model sees it
     channels = guards.task_channels(channels)
     spec = spec or ModelSpec()
@@ -123,8 +123,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
     (``checked``: what :func:`workflow.reconcile.preflight` returned) and again under it; then the
     policy's quorum (:func:`workflow.team.count`). ``expect_revision``: the revision the reviewer
     saw; ``on_event``: stream the run; ``edit``: approve with edits (:mod:`workflow.edits`).
-    Raises :class:`Refused` for every refusal, integrity, drift or ledger mismatch.
-    """
+    Raises :class:`Refused` for every refusal, integrity, drift or ledger mismatch."""
     want = "approved" if decision == "approve" else "rejected"
     if checked is None:  # before the lock: no file
         checked = reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason,
@@ -137,7 +136,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
     verified = (cp.revision, cp.mac) if verdict.kind != "unchanged" else None
     if verified is not None:
         guards.check_saved_against_code(cp, agent, app)
-    with store.task_lock(task_id):
+    with store.task_lock(task_id), open_stores.verified_run() as held:
         cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)
         guards.check_revision(cp, expect_revision, want, call_id)  # on what is still there
         if verdict.kind == "unchanged":
@@ -153,7 +152,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         if verified != (cp.revision, cp.mac):  # another revision since
             guards.check_saved_against_code(cp, agent, app)
         context = guards.run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action,
-                                     cp.service)
+                                     cp.service, held)
         state = await _from_string(agent, cp.run_state, cp.task_id, context)
         apply_max_turns(state, budget)
         why = blocked(budget, spend, guard.pricing)
@@ -181,13 +180,14 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
             return guards.cancel_unpaid(store, cp, budget, spend)
         run = Runner.run if on_event is None else streaming.runner(on_event)
         config = tracing.run_config(task_id, "resume", cp.action, app.rejection_text)
+        open_stores.advance(held, cp)  # the gate reads the approval here, not from disk again
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
                 result = await run(agent, state, hooks=guard, run_config=config)  # the tool writes
         except Exception as exc:
-            cp = guards.rebased(store, cp)
+            cp = guards.rebased(store, cp, held)
             return guards.after_failed_run(store, cp, exc, want, budget=budget, spend=spend)
-        cp = guards.rebased(store, cp)
+        cp = guards.rebased(store, cp, held)
         return await _finish(store, cp, agent, result, budget, guard.pricing, context)
 
 
