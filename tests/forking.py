@@ -46,6 +46,15 @@ def _child_env(env: dict[str, str] | None) -> dict[str, str]:
     return full
 
 
+def enter_child_environment(env: dict[str, str] | None) -> None:
+    """In a forked child: this process's environment less every ``HITL_*`` / ``OPENAI_*``
+    variable, plus ``env``. Everything else stays (``PATH``, and libfaketime's ``FAKETIME``, which
+    it reads again every 10 s: a child without it runs on the real clock from then on)."""
+    wanted = _child_env(env)  # read before the clear
+    os.environ.clear()
+    os.environ.update(wanted)
+
+
 @dataclass
 class Proc:
     """One running CLI process; ``wait()`` returns its :class:`CliResult`."""
@@ -124,8 +133,7 @@ def spawn(state_dir: Path, *args: str, env: dict[str, str] | None = None,
     if pid == 0:  # the child: never returns
         code = 99
         try:
-            os.environ.clear()
-            os.environ.update(_child_env(env))
+            enter_child_environment(env)
             if gate is not None:
                 os.read(gate, 1)
             out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
