@@ -61,34 +61,39 @@ def fail(store: Any, args: Any) -> Any:
     return settlement.fail(store, args.task, by=by, reason=args.reason)
 
 
+def engine(store: Any) -> Any:
+    """The one door to the workflow for this command line: :class:`workflow.engine.Engine` of
+    ``store`` and the publisher (:data:`agent.application.APP`)."""
+    from agent.application import APP
+    from workflow.engine import Engine
+
+    return Engine(store, APP)
+
+
 def decider(store: Any, task_id: Any, by: Any, cp: Any = None) -> str:
-    """The ``by`` of a decision from this command line: in team mode the reviewer whose token is
-    ``HITL_REVIEWER_TOKEN`` (``--by``, if given, must be theirs: :func:`workflow.team.decider`);
-    else ``--by``, or the OS login name (:func:`cli.arguments.reviewer`). ``task_id`` None: the
-    reviewer of a command that decides several tasks (``review``); ``cp``: the task's checkpoint,
-    when the caller has just read it. Raises :class:`Refused`."""
+    """The ``by`` of a decision from this command line (:meth:`workflow.engine.Engine.decider`):
+    in team mode the reviewer whose token is ``HITL_REVIEWER_TOKEN`` (``--by``, if given, must be
+    theirs); else ``--by``, or the OS login name (:func:`cli.arguments.reviewer`). ``task_id``
+    None: the reviewer of a command that decides several tasks (``review``); ``cp``: the task's
+    checkpoint, when the caller has just read it. Raises :class:`Refused`."""
     from cli.arguments import reviewer
-    from workflow import team
+    from workflow.team import token_from_settings
 
     if cp is None and task_id is not None:
         cp = store.load(task_id)
-    if not team.is_team(store, cp):
-        return reviewer(by)
-    return team.decider(store, by, team.token_from_settings(), cp)
+    return engine(store).decider(cp, by, token=token_from_settings(), default_by=reviewer(by))
 
 
 def resume(store: Any, args: Any, on_event: Any) -> Any:
     """``resume [--task T] [--call C] --decision D …``: the task (the one waiting unless ``--task``),
-    read once before the lock, who decides (:func:`decider`), then :func:`decide` on that read."""
+    then :func:`decide` (who decides, on one read before the lock)."""
     from cli import arguments as A
     from workflow.review import inbox
 
     task_id = inbox.pick_task(store, args.task, waiting_only=True)
-    cp = store.load(task_id)
-    by = decider(store, task_id, args.by, cp)  # team mode: the reviewer of HITL_REVIEWER_TOKEN
-    return decide(store, task_id, args.decision, args.reason, by=by, call_id=args.call, always=args.always,
+    return decide(store, task_id, args.decision, args.reason, by=args.by, call_id=args.call, always=args.always,
                   trace_content=args.trace_content, budget_changes=A.budget_changes(args), on_event=on_event,
-                  edit=A.edit(args), cp=cp)
+                  edit=A.edit(args))
 
 
 def team_hint(store: Any, cp: Any) -> bool:
@@ -217,20 +222,21 @@ def publishing_service(args: Any) -> int:
     return main(list(args.service_args))
 
 
-def decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: str, trace_content: bool,
-           call_id: str | None = None, cp: Any = None, **kwargs: Any) -> Any:
-    """Apply one human decision (``workflow.hitl.decide``, ``kwargs`` passed on); return the new
-    checkpoint. Everything that can refuse without the SDK is judged first: the decision table
-    (:func:`workflow.reconcile.preflight`) and the task's policy (:func:`workflow.team.check_before`)."""
+def decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: str | None,
+           trace_content: bool, call_id: str | None = None, always: bool = False, edit: Any = None,
+           **kwargs: Any) -> Any:
+    """Apply one human decision through the one door (:func:`engine`: who decides, ``by`` being
+    ``--by`` or the reviewer of ``HITL_REVIEWER_TOKEN``; the decision table; the task's policy,
+    all before the SDK is imported), then resume the run (``kwargs`` passed on); return the new
+    checkpoint."""
+    from cli.arguments import reviewer
     from state.settings import settings
-    from workflow import reconcile, team
+    from workflow.team import token_from_settings
 
-    checked = reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason, edit=kwargs.get("edit"),
-                                  cp=cp)  # ``cp``: read just before by the caller, not read again
-    team.check_before(store, checked[0], call_id, decision, by, edits=kwargs.get("edit") is not None,
-                      always=bool(kwargs.get("always")))
+    door = engine(store)
+    judged = door.judge(task_id, decision, by=by, token=token_from_settings(), default_by=reviewer(by),
+                        call_id=call_id, reason=reason, always=always, edit=edit)
     import asyncio  # with the SDK (above: no SDK yet): only when a human actually decides
-    from agent import application
+
     content = bool(trace_content) or settings().trace_content
-    return asyncio.run(application.decide(store, task_id=task_id, decision=decision, by=by, reason=reason,
-                                          checked=checked, call_id=call_id, trace_content=content, **kwargs))
+    return asyncio.run(door.decide(judged, trace_content=content, **kwargs))

@@ -240,21 +240,79 @@ def _counting_loads(monkeypatch: Any) -> list[str]:
 
 def test_an_approval_reads_the_checkpoint_twice_once_before_the_lock_and_once_under_it(cli, state_dir,
                                                                                          monkeypatch):
-    """One approval, from the command line and from the library, reads and verifies the checkpoint
-    twice: once before the lock (who decides and the decision table, on one read) and once under it
-    (``recheck``). The effect gate reads the approval from the checkpoint that resume verified and
-    wrote (its run token), and the outcome is written after it: neither loads it again."""
+    """One approval, through each door (the command line, the browser inbox's one adapter, the
+    library), goes through the one engine (``workflow.engine.Engine``: judged once, decided once)
+    and reads and verifies the checkpoint twice: once before the lock (``judge``: who decides, the
+    decision table and the policy, on one read) and once under it (``recheck``). The effect gate
+    reads the approval from the checkpoint that resume verified and wrote (its run token), and the
+    outcome is written after it: neither loads it again."""
+    from agent.application import APP
     from workflow import Approve, decide
+    from workflow.engine import Engine
+    from workflow.review.web import decide_call
+
+    passes: list[str] = []
+    judge, run = Engine.judge, Engine.decide
+
+    def judged(self: Any, *args: Any, **kwargs: Any) -> Any:
+        passes.append("judge")
+        return judge(self, *args, **kwargs)
+
+    async def decided(self: Any, *args: Any, **kwargs: Any) -> Any:
+        passes.append("decide")
+        return await run(self, *args, **kwargs)
+    monkeypatch.setattr(Engine, "judge", judged)
+    monkeypatch.setattr(Engine, "decide", decided)
 
     assert cli("start", "--key", "k-1", "--title", "T", "--draft", "D").code == 0
     asked = _counting_loads(monkeypatch)
     assert cli("resume", "--task", "k-1", "--decision", "approve", "--by", "ann").code == 0
-    assert asked == ["resume", "recheck"], asked
+    assert (asked, passes) == (["judge", "recheck"], ["judge", "decide"]), (asked, passes)
+
+    assert cli("start", "--key", "k-2", "--title", "T", "--draft", "D").code == 0
+    store = Store(state_dir)
+    cp = store.load("k-2")
+    asked.clear(), passes.clear()
+    done = decide_call(store, APP, task_id="k-2", call_id=cp.pending[0].call_id, decision="approve",
+                       reason=None, by="ann", expect_revision=cp.revision)
+    assert done.status == "completed"
+    assert (asked, passes) == (["judge", "recheck"], ["judge", "decide"]), (asked, passes)
 
     _start(Store(state_dir))  # an application of its own, through the public API
-    asked.clear()
+    asked.clear(), passes.clear()
     asyncio.run(decide(Store(state_dir), NOTES, "n-1", Approve(), by="ann"))
-    assert asked == ["_loaded", "recheck"], asked
+    assert (asked, passes) == (["judge", "recheck"], ["judge", "decide"]), (asked, passes)
+
+
+def test_the_command_line_and_the_inbox_decide_only_through_the_engine():
+    """No module of ``cli/`` or ``workflow/review/`` reaches the story (``workflow.hitl``), the
+    decision table's pre-lock judgement, who decides, or the publisher's own decide: each decision
+    they make goes through ``workflow.engine.Engine``, as the public ``workflow.decide`` does."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    banned_modules = {"workflow.hitl"}
+    banned_calls = {("hitl", "decide"), ("hitl", "resume"), ("reconcile", "preflight"),
+                    ("team", "decider"), ("application", "decide"), ("application", "resume")}
+    found: list[str] = []
+    engine_users: set[str] = set()
+    for path in [*sorted((root / "cli").glob("*.py")), *sorted((root / "workflow" / "review").glob("*.py"))]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module is not None:
+                names = {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+                found += [f"{path.name}: imports {n}" for n in sorted(names & banned_modules)]
+                if node.module == "workflow.engine":
+                    engine_users.add(path.name)
+            elif isinstance(node, ast.Import):
+                found += [f"{path.name}: imports {a.name}" for a in node.names if a.name in banned_modules]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                if isinstance(owner, ast.Name) and (owner.id, node.func.attr) in banned_calls:
+                    found.append(f"{path.name}: calls {owner.id}.{node.func.attr}")
+    assert found == [], found
+    assert engine_users == {"commands.py", "web.py"}, engine_users
 
 
 def test_repeating_a_decision_on_a_real_model_task_needs_no_api_key(state_dir, monkeypatch):

@@ -140,25 +140,22 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
     checkpoint is still ``waiting_for_approval`` (:func:`workflow.team.count`). Without reviewers,
     ``by`` is required and taken as given (single-user mode).
     """
-    from workflow import hitl, reconcile, team
+    from workflow.engine import Engine
 
     if isinstance(decision, Mapping):
         return await _decide_each(store, app, task_id, decision, by=by, token=token, call_id=call_id,
                                   expect_revision=expect_revision, **options)
     edit = _edit(decision.edits) if isinstance(decision, Approve) and decision.edits is not None else None
-    cp = _loaded(store, task_id, by)  # after the edits: those are refused before the store is read
-    by = team.decider(store, by, token, cp)
     if isinstance(decision, Approve):
         word, reason, always = "approve", decision.reason, decision.always
     elif isinstance(decision, Reject):
         word, reason, always, edit = "reject", decision.message, decision.always, None
     else:
         raise Refused("usage", f"decision must be Approve(...) or Reject(...), not {type(decision).__name__}")
-    # the decision table before the lock, on the checkpoint just read (not read again)
-    checked = reconcile.preflight(store, task_id, word, call_id, by=by, reason=reason, edit=edit, cp=cp)
-    return _task(store, await hitl.decide(store, app, task_id=task_id, decision=word, by=by, reason=reason,
-                                          always=always, call_id=call_id, expect_revision=expect_revision,
-                                          edit=edit, checked=checked, **options))
+    engine = Engine(store, app)  # the one door of the command line and the inbox too
+    judged = engine.judge(task_id, word, by=by, token=token, call_id=call_id, reason=reason, always=always,
+                          edit=edit, expect_revision=expect_revision)
+    return _task(store, await engine.decide(judged, **options))
 
 
 async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: str, *,
@@ -255,11 +252,11 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
 
 
 def _decider(store: "TaskStore", task_id: Any, by: Optional[str], token: Optional[str]) -> str:
-    """The checked ``by`` of a decision on ``task_id``: in team mode the reviewer of ``token``
-    (:func:`workflow.team.decider`), else ``by`` as given. Raises :class:`Refused`."""
-    from workflow import team
+    """The checked ``by`` of a decision on ``task_id``: in team mode the reviewer of ``token``,
+    else ``by`` as given (:meth:`workflow.engine.Engine.decider`). Raises :class:`Refused`."""
+    from workflow.engine import Engine
 
-    return team.decider(store, by, token, _loaded(store, task_id, by))
+    return Engine(store, None).decider(_loaded(store, task_id, by), by, token=token)
 
 
 def _loaded(store: "TaskStore", task_id: Any, by: Optional[str]) -> "Checkpoint":
@@ -270,16 +267,10 @@ def _loaded(store: "TaskStore", task_id: Any, by: Optional[str]) -> "Checkpoint"
 
 
 def _check_reason(reason: Any) -> None:
-    """``reason`` is text of at most :data:`state.schema.MAX_REASON_CHARS` characters with no
-    control characters but new lines. Raises :class:`Refused` (``unsafe_input``)."""
-    from state.schema import MAX_REASON_CHARS, check_text
+    """:func:`workflow.engine.check_reason`."""
+    from workflow.engine import check_reason
 
-    if not isinstance(reason, str):
-        raise Refused("unsafe_input", "the reason must be a string; nothing written")
-    try:
-        check_text(reason, what="the reason", limit=MAX_REASON_CHARS, single_line=False)
-    except ValueError as exc:
-        raise Refused("unsafe_input", f"{exc}; nothing written") from None
+    check_reason(reason)
 
 
 def _edit(edits: dict[str, str]) -> Any:
@@ -295,22 +286,7 @@ def _edit(edits: dict[str, str]) -> Any:
 
 
 def _check_entry(task_id: Any, *, title: Any = None, by: Any = None) -> None:
-    """What a caller of the API gives, checked where it enters, before any model call or file:
-    ``task_id`` an allowed key (:func:`state.schema.key_problem`); the ``title`` (of ``start``) or
-    ``by`` (of ``decide``) one non-empty line of allowed text, at most
-    :data:`state.schema.MAX_TITLE_CHARS` / :data:`state.schema.MAX_NAME_CHARS` characters, no
-    control or invisible characters (:func:`state.schema.check_text`). Raises :class:`Refused`
-    (``unsafe_input``)."""
-    from state.schema import MAX_NAME_CHARS, MAX_TITLE_CHARS, check_text, key_problem
+    """:func:`workflow.engine.check_entry`."""
+    from workflow.engine import check_entry
 
-    problem = key_problem(task_id)
-    if problem is not None:
-        raise Refused("unsafe_input", f"the task ID {str(task_id)[:40]!r} is not allowed ({problem}); nothing written")
-    what, value, limit = (("the title", title, MAX_TITLE_CHARS) if by is None
-                          else ("the reviewer name", by, MAX_NAME_CHARS))
-    if not isinstance(value, str) or not value.strip():
-        raise Refused("unsafe_input", f"{what} must be a non-empty string; nothing written")
-    try:
-        check_text(value, what=what, limit=limit, single_line=True)
-    except ValueError as exc:
-        raise Refused("unsafe_input", f"{exc}; nothing written") from None
+    check_entry(task_id, title=title, by=by)

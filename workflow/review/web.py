@@ -11,9 +11,9 @@ with a form each, each call's decision so far, budget, history; once decided, th
 Approve or Reject only shows what it will do and a confirming button (nothing is decided, and it
 works without JavaScript); the confirming post (``confirm=yes``) decides. A decision goes through
 :func:`decide_call`,
-the one adapter to :func:`workflow.hitl.decide` (what ``run.py resume --call`` runs), so the task
-lock, the decision table and the revision check (the form's ``revision``, as
-``expect_revision``) serialise page and command-line decisions.
+the one adapter to the engine (:class:`workflow.engine.Engine`, the door ``run.py resume --call``
+goes through), so the task lock, the decision table and the revision check (the form's
+``revision``, as ``expect_revision``) serialise page and command-line decisions.
 
 Security (a local page can be attacked from other tabs, other sites and other users; every check
 is in :class:`Gate`):
@@ -468,34 +468,26 @@ def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, dec
                 reason: Optional[str], by: str, expect_revision: int,
                 session: Optional[Session] = None) -> Checkpoint:
     """Apply one reviewer's decision on one pending call, from the page: the ONE place the page
-    reaches the workflow (:func:`workflow.hitl.decide`, the function ``run.py resume`` calls, with
-    ``call_id`` as ``--call``), with ``application`` (a :class:`workflow.application.Application`).
+    reaches the workflow, through the door ``run.py resume`` and :func:`workflow.decide` use
+    (:class:`workflow.engine.Engine`, ``call_id`` as ``--call``), with ``application`` (a
+    :class:`workflow.application.Application`).
 
-    ``expect_revision`` is the revision the page was rendered from; it is checked here first
-    (a quick answer for a stale page) and again by ``hitl.resume`` under the task lock (the check
-    that counts). Returns the new checkpoint (still ``waiting_for_approval`` while other calls of the
-    task wait); raises :class:`Refused` for every refusal (nothing decided), e.g. a call that is not
-    pending.
+    ``expect_revision`` is the revision the page was rendered from; it is checked before the lock
+    (a quick answer for a stale page) and again under it (the check that counts). Returns the new
+    checkpoint (still ``waiting_for_approval`` while other calls of the task wait); raises
+    :class:`Refused` for every refusal (nothing decided), e.g. a call that is not pending.
 
     Team mode (:func:`workflow.team.is_team`): ``by`` is not used; the decision is ``session``'s
-    reviewer, resolved again here (:func:`workflow.team.signed_in`: still registered with the token
-    signed in with), and the policy is checked as ``run.py resume`` checks it
-    (:func:`workflow.team.check_before` here, before the lock; :func:`workflow.team.count` under
-    it). Without a session (a server started in single-user mode, and a reviewer registered since)
-    it is refused (``unauthenticated``), nothing decided."""
-    from workflow import guards, hitl, team
+    reviewer, resolved again (:func:`workflow.team.signed_in`: still registered with the token
+    signed in with), and the policy is checked as ``run.py resume`` checks it. Without a session
+    (a server started in single-user mode, and a reviewer registered since) it is refused
+    (``unauthenticated``), nothing decided."""
+    from workflow.engine import Engine
 
-    cp = store.load(task_id)
-    if team.is_team(store, cp):
-        if session is None:  # fail closed: a single-user server decides as one name for everyone
-            raise Refused("unauthenticated", f"task {task_id}: team mode: this inbox was started without "
-                          "sign-in (it decides as one reviewer name for everyone); stop it and run serve again, "
-                          "where each reviewer signs in with their own token; nothing decided")
-        by = team.signed_in(store, session.reviewer, session.token_id, session.fingerprint)
-    guards.check_revision(cp, expect_revision)
-    team.check_before(store, cp, call_id, decision, by)
-    return asyncio.run(hitl.decide(store, application, task_id=task_id, decision=decision, by=by, reason=reason,
-                                   call_id=call_id, expect_revision=expect_revision))
+    engine = Engine(store, application)  # the one door of the command line and the API too
+    judged = engine.judge(task_id, decision, by=by, session=session, signs_in=True, call_id=call_id,
+                          reason=reason, expect_revision=expect_revision)
+    return asyncio.run(engine.decide(judged))
 
 
 class Inbox:
@@ -956,7 +948,9 @@ def serve(store: Any, application: Any, host: str, port: int, reviewer: Optional
     sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
 
-    from workflow import hitl  # noqa: F401  (the SDK, loaded once for every decision)
+    from workflow.engine import warm
+
+    warm()  # the SDK, loaded once for every decision
 
     hosts = {authority}
     if host in ("127.0.0.1", "localhost"):

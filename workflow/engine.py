@@ -1,0 +1,178 @@
+"""One door: everything between a front end and the story in :mod:`workflow.hitl`.
+
+The public API (:func:`workflow.decide`), the command line (``run.py resume``, ``review``) and the
+browser inbox (``POST /task/{id}/decide``) each build one :class:`Engine` from a store and an
+application and decide through it, so a decision is judged the same way whichever door it came
+through, in this order, before the lock and without the SDK (a refusal costs nothing and writes
+nothing):
+
+1. the entry: the task ID an allowed key, the reviewer name given one line of allowed text;
+2. the checkpoint, loaded and verified once (:meth:`state.store.TaskStore.load`);
+3. who decides (:meth:`Engine.decider`): in single-user mode the name given; in team mode the
+   reviewer a token belongs to, or the one a browser session signed in as;
+4. the decision table on that one read, and no secret's value in the name or the reason
+   (:func:`workflow.reconcile.preflight`);
+5. the task's policy for that reviewer (:func:`workflow.team.check_before`);
+6. the revision the reviewer saw, when given (:func:`workflow.guards.check_revision`).
+
+Then :meth:`Engine.decide` runs :func:`workflow.hitl.decide` with that judgement: under the lock
+the checkpoint is loaded a second (and last) time and everything is judged again on it
+(``recheck``), and the effect gate reads the approval from the checkpoint that resume wrote.
+
+Never imports the SDK at import time: :meth:`Engine.decide` imports the story when a human
+actually decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from state.errors import Refused
+
+if TYPE_CHECKING:
+    from state.schema import Checkpoint
+    from state.store import TaskStore
+    from workflow.application import Application
+    from workflow.edits import Edit
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A decision judged before the lock (:meth:`Engine.judge`): what :meth:`Engine.decide` runs.
+
+    ``checkpoint``: the one read; ``by``: who decides; ``checked``: the decision table's
+    ``(checkpoint, verdict)`` (:func:`workflow.reconcile.preflight`); the rest as given."""
+
+    task_id: str
+    decision: str
+    by: str
+    reason: Optional[str]
+    call_id: Optional[str]
+    always: bool
+    edit: Optional["Edit"]
+    expect_revision: Optional[int]
+    checked: tuple[Any, Any]
+
+    @property
+    def checkpoint(self) -> "Checkpoint":
+        """The checkpoint read and verified before the lock."""
+        return self.checked[0]
+
+
+class Engine:
+    """The engine of one store and one application (:class:`workflow.application.Application`).
+
+    ``Engine(store, app)`` touches neither disk nor SDK (``app`` None: an engine that only
+    answers who decides, for a door that runs no agent). :meth:`judge` then :meth:`decide` make
+    one decision; :meth:`decider` answers who decides. Every refusal raises :class:`Refused`.
+    """
+
+    def __init__(self, store: "TaskStore", app: Optional["Application"]) -> None:
+        self.store = store
+        self.app = app
+
+    def decider(self, cp: Optional["Checkpoint"], by: Optional[str], *, token: Optional[str] = None,
+                session: Any = None, default_by: Optional[str] = None,
+                signs_in: bool = False) -> str:
+        """Who makes a decision on ``cp`` (None: on no one task, e.g. ``review``).
+
+        Team mode (:func:`workflow.team.is_team`): with ``session`` (a browser sign-in: its
+        ``reviewer``, ``token_id`` and ``fingerprint``), its reviewer while still registered with
+        the token signed in with (:func:`workflow.team.signed_in`); else the
+        reviewer ``token`` belongs to, ``by`` (if given) being their name
+        (:func:`workflow.team.decider`). Single-user mode: ``by``, else ``default_by`` (the command
+        line's login name). ``signs_in``: the door authenticates by sign-in only (the browser
+        inbox): in team mode a decision without ``session`` is refused. Raises :class:`Refused`
+        (``unauthenticated``, ``not_you``, ``unsafe_input`` for no name)."""
+        from workflow import team
+
+        if not team.is_team(self.store, cp):
+            return team.decider(self.store, by if by is not None else default_by, None, cp)
+        if signs_in and session is None:  # fail closed: one name for everyone is no team
+            raise Refused("unauthenticated", f"{'task ' + cp.task_id + ': ' if cp is not None else ''}team mode: "
+                          "this inbox was started without sign-in (it decides as one reviewer name for "
+                          "everyone); stop it and run serve again, where each reviewer signs in with their own "
+                          "token; nothing decided")
+        if session is not None:
+            return team.signed_in(self.store, session.reviewer, session.token_id, session.fingerprint)
+        return team.decider(self.store, by, token, cp)
+
+    def judge(self, task_id: Any, decision: str, *, by: Optional[str] = None, token: Optional[str] = None,
+              session: Any = None, default_by: Optional[str] = None, signs_in: bool = False,
+              call_id: Optional[str] = None, reason: Optional[str] = None, always: bool = False,
+              edit: Optional["Edit"] = None, expect_revision: Optional[int] = None,
+              cp: Optional["Checkpoint"] = None) -> Judged:
+        """Steps 1-6 of the module docstring for ``decision`` (``"approve"`` or ``"reject"``) on
+        call ``call_id`` (None: the only pending one) of ``task_id``: who decides as
+        :meth:`decider`; ``cp``: the task's checkpoint when the caller has just read it (it is then
+        not read again). The reason is checked as text by the front end (its length, its
+        characters); here only for secrets. Reads only. Raises :class:`Refused`."""
+        from workflow import reconcile, team
+
+        check_entry(task_id, by=by if by is not None else "-")
+        if cp is None or cp.task_id != task_id:
+            cp = self.store.load(task_id)
+        who = self.decider(cp, by, token=token, session=session, default_by=default_by, signs_in=signs_in)
+        checked = reconcile.preflight(self.store, task_id, decision, call_id, by=who, reason=reason,
+                                      edit=edit, cp=cp)
+        team.check_before(self.store, checked[0], call_id, decision, who, edits=edit is not None,
+                          always=always)
+        if expect_revision is not None:
+            from workflow import guards  # with the SDK: a page or caller that names its revision
+
+            guards.check_revision(checked[0], expect_revision)
+        return Judged(task_id=task_id, decision=decision, by=who, reason=reason, call_id=call_id,
+                      always=always, edit=edit, expect_revision=expect_revision, checked=checked)
+
+    async def decide(self, judged: Judged, **options: Any) -> "Checkpoint":
+        """Apply the decision :meth:`judge` returned and resume the run
+        (:func:`workflow.hitl.decide`; ``options``: ``model``, ``budget_changes``,
+        ``trace_content``, ``on_event``). Returns the new checkpoint. Raises :class:`Refused`."""
+        from workflow import hitl
+
+        return await hitl.decide(self.store, self.app, task_id=judged.task_id, decision=judged.decision,
+                                 by=judged.by, reason=judged.reason, call_id=judged.call_id,
+                                 always=judged.always, edit=judged.edit,
+                                 expect_revision=judged.expect_revision, checked=judged.checked,
+                                 **options)
+
+
+def warm() -> None:
+    """Import the story and the SDK now (about 2 s), so that a long-running door (the inbox
+    server) does not pay it on its first decision."""
+    from workflow import hitl  # noqa: F401
+
+
+def check_reason(reason: Any) -> None:
+    """``reason`` is text of at most :data:`state.schema.MAX_REASON_CHARS` characters with no
+    control characters but new lines. Raises :class:`Refused` (``unsafe_input``)."""
+    from state.schema import MAX_REASON_CHARS, check_text
+
+    if not isinstance(reason, str):
+        raise Refused("unsafe_input", "the reason must be a string; nothing written")
+    try:
+        check_text(reason, what="the reason", limit=MAX_REASON_CHARS, single_line=False)
+    except ValueError as exc:
+        raise Refused("unsafe_input", f"{exc}; nothing written") from None
+
+
+def check_entry(task_id: Any, *, title: Any = None, by: Any = None) -> None:
+    """What a caller gives, checked where it enters, before any model call or file: ``task_id``
+    an allowed key (:func:`state.schema.key_problem`); the ``title`` (of ``start``) or ``by`` (of a
+    decision) one non-empty line of allowed text, at most :data:`state.schema.MAX_TITLE_CHARS` /
+    :data:`state.schema.MAX_NAME_CHARS` characters, no control or invisible characters
+    (:func:`state.schema.check_text`). Raises :class:`Refused` (``unsafe_input``)."""
+    from state.schema import MAX_NAME_CHARS, MAX_TITLE_CHARS, check_text, key_problem
+
+    problem = key_problem(task_id)
+    if problem is not None:
+        raise Refused("unsafe_input", f"the task ID {str(task_id)[:40]!r} is not allowed ({problem}); nothing written")
+    what, value, limit = (("the title", title, MAX_TITLE_CHARS) if by is None
+                          else ("the reviewer name", by, MAX_NAME_CHARS))
+    if not isinstance(value, str) or not value.strip():
+        raise Refused("unsafe_input", f"{what} must be a non-empty string; nothing written")
+    try:
+        check_text(value, what=what, limit=limit, single_line=True)
+    except ValueError as exc:
+        raise Refused("unsafe_input", f"{exc}; nothing written") from None
