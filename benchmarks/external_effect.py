@@ -180,7 +180,9 @@ async def count_check(folder: Path, kills: int, lost: int, seed: int, token: str
             await application.start(store, task_id=key, title=f"Title {key}", draft=f"Draft {key}.")
             await until_completed(store, key, out, first=True)
         use_service(None, token)
-        cps = store.checkpoints()
+        from state.revisions import every_checkpoint
+
+        cps = every_checkpoint(store)
         out["approvals"] = sum(1 for cp in cps if cp.status == "completed"
                                and any(d.decision == "approved" for d in cp.decisions))
         out["at_kill_service"] = publications(url, token)

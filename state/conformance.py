@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from state.errors import Refused
+from state.revisions import every_checkpoint
 from state.schema import Checkpoint, Decision, migrate
 
 __all__ = [
@@ -197,12 +198,12 @@ def test_stale_checkpoint_is_refused_and_nothing_changes(store_factory: StoreFac
 
 
 def test_checkpoints_sorted_by_task_id(store_factory: StoreFactory, tmp_path: Path) -> None:
-    """``checkpoints`` lists every task, sorted by task ID."""
+    """``scan`` lists every task, sorted by task ID (:func:`state.revisions.every_checkpoint`)."""
     store = store_factory.make(tmp_path)
-    assert store.checkpoints() == []
+    assert every_checkpoint(store) == []
     for task_id in ("t-b", "t-c", "t-a"):
         store.save(sample_body(task_id), failpoint="test")
-    assert [cp.task_id for cp in store.checkpoints()] == ["t-a", "t-b", "t-c"]
+    assert [cp.task_id for cp in every_checkpoint(store)] == ["t-a", "t-b", "t-c"]
 
 
 def test_checkpoints_fail_closed_on_a_damaged_one(store_factory: StoreFactory, tmp_path: Path) -> None:
@@ -214,7 +215,7 @@ def test_checkpoints_fail_closed_on_a_damaged_one(store_factory: StoreFactory, t
     store.save(sample_body("t-b"), failpoint="test")
     store_factory.damage(store, "t-b")
     with _raises(Refused):
-        store.checkpoints()
+        every_checkpoint(store)
     with _raises(Refused):
         store.load("t-b")
     assert store.load("t-a").task_id == "t-a"
@@ -574,13 +575,13 @@ def test_the_reviewer_list_is_versioned_and_changed_by_compare_and_swap(store_fa
     from state import reviewers as people
 
     store = store_factory.make(tmp_path)
-    assert store.reviewer_list() == people.EMPTY and store.reviewers() == [] and not people.team_mode(store)
+    assert store.reviewer_list() == people.EMPTY and people.registered(store) == [] and not people.team_mode(store)
     with _raises(Refused, "first reviewer registered must have the role admin", code="not_allowed"):
         people.administer(store, "add", "bob", token=None, at=_AT, roles=["editor"])
     assert store.reviewer_list() == people.EMPTY
     tokens = _team(store)
     v2 = store.reviewer_list()
-    assert v2.version == 2 and [(r.name, r.roles) for r in store.reviewers()] == [("bob", ["editor"]),
+    assert v2.version == 2 and [(r.name, r.roles) for r in people.registered(store)] == [("bob", ["editor"]),
                                                                                   ("root", ["admin"])]
     assert v2.changed_by == "root" and people.team_mode(store)
     assert people.authenticate(store, tokens["bob"]).name == "bob"
@@ -668,7 +669,7 @@ def test_an_older_reviewer_list_put_back_is_refused(store_factory: StoreFactory,
                 write(store, newest.version, data)
             try:
                 with _raises(Refused, says, code=code):
-                    store.reviewers()
+                    people.registered(store)
                 with _raises(Refused, code=code):
                     people.authenticate(store, tokens["root"])
             except AssertionError as exc:

@@ -325,15 +325,22 @@ def check_successor(expect: ReviewerList, new: ReviewerList) -> None:
 
 
 # -- reading and deciding --------------------------------------------------------------------
+def registered(store: "TaskStore") -> list[Reviewer]:
+    """Every reviewer ``store`` lists now, by name (those of its verified
+    :meth:`state.store.TaskStore.reviewer_list`); ``[]``: not team mode. Raises :class:`Refused`
+    as that does."""
+    return list(store.reviewer_list().reviewers)
+
+
 def team_mode(store: "TaskStore") -> bool:
     """True while ``store`` has one reviewer registered (every decision is then authenticated).
     Raises :class:`Refused` if the list is damaged, foreign or an older one put back (fail closed)."""
-    return bool(store.reviewers())
+    return bool(registered(store))
 
 
 def find(store: "TaskStore", name: str) -> Optional[Reviewer]:
     """The reviewer named ``name`` in ``store``, or None."""
-    return next((r for r in store.reviewers() if r.name == name), None)
+    return next((r for r in registered(store) if r.name == name), None)
 
 
 def authenticate(store: "TaskStore", token: Optional[str]) -> Reviewer:
@@ -341,7 +348,7 @@ def authenticate(store: "TaskStore", token: Optional[str]) -> Reviewer:
     among those ``store`` lists now (:func:`authenticate_in`). Raises :class:`Refused`."""
     if not token:  # before the list is read: no key needed to say so
         authenticate_in([], token)
-    return authenticate_in(store.reviewers(), token)
+    return authenticate_in(registered(store), token)
 
 
 def authenticate_in(reviewers: list[Reviewer], token: Optional[str]) -> Reviewer:

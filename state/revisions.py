@@ -39,6 +39,12 @@ def every_or_stop(good: list[Checkpoint], bad: list[dict[str, str]]) -> list[Che
     return good
 
 
+def every_checkpoint(store: Any) -> list[Checkpoint]:
+    """Every checkpoint of ``store`` (a :class:`state.store.TaskStore`), sorted by task ID: its
+    :meth:`~state.store.TaskStore.scan`, fail closed (:func:`every_or_stop`)."""
+    return every_or_stop(*store.scan())
+
+
 def _dump(value: Any) -> Any:
     """A pydantic model (or a list of them) as JSON-ready data; anything else unchanged."""
     if hasattr(value, "model_dump"):

@@ -31,7 +31,7 @@ from state.inspection import Inspected
 from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
 from state.notify import Progress
 from state.policy import PolicyRecord
-from state.reviewers import Reviewer, ReviewerList
+from state.reviewers import ReviewerList
 from state.schema import Checkpoint, Decision
 from state.settings import settings
 from state.files.store import Store, resolve_state_dir  # noqa: F401  (run.py takes both from here)
@@ -76,11 +76,6 @@ class TaskStore(Protocol):
     def load(self, task_id: str) -> Checkpoint:
         """The verified latest checkpoint of ``task_id``. Raises ``Refused`` if there is none, or it
         fails its MAC, schema, or names another task."""
-        ...
-
-    def checkpoints(self) -> list[Checkpoint]:
-        """Every checkpoint, sorted by task ID. Fail closed: raises ``Refused`` naming the first
-        one that cannot be read and verified (never a silent partial list)."""
         ...
 
     def save(self, body: dict[str, Any], *, failpoint: str,
@@ -168,11 +163,6 @@ class TaskStore(Protocol):
         """Create the rejection record of ``task_id`` (and ``channel``) exactly once: ``(record,
         created)``; a second call returns the first record with ``created`` False. Raises
         ``Refused`` if a record for other content exists."""
-        ...
-
-    def reviewers(self) -> list[Reviewer]:
-        """Every registered reviewer (:class:`state.reviewers.Reviewer`), by name: those of
-        :meth:`reviewer_list`; ``[]``: not team mode. Raises ``Refused`` as it does."""
         ...
 
     def reviewer_list(self) -> ReviewerList:

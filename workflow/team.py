@@ -89,7 +89,7 @@ def signed_in(store: "TaskStore", name: str, token_id: str, token_fingerprint: s
     with the token the session was signed in with (:func:`state.reviewers.still_current`, on the
     list the store verifies now; read again at every request). Raises :class:`Refused`
     (``unauthenticated``: removed, rotated) as the store does for a list it cannot trust."""
-    return people.still_current(store.reviewers(), name, token_id, token_fingerprint).name
+    return people.still_current(people.registered(store), name, token_id, token_fingerprint).name
 
 
 def channels_of(channels: Optional[list[str]]) -> list[str]:
@@ -135,7 +135,7 @@ def _registered(store: "TaskStore", cp: Checkpoint) -> Optional[dict[str, list[s
     :func:`progress` counts against."""
     if not cp.team or not cp.team.authenticated:
         return None
-    return {r.name: list(r.roles) for r in store.reviewers()}
+    return {r.name: list(r.roles) for r in people.registered(store)}
 
 
 def require_admin(store: "TaskStore", token: Optional[str], what: str) -> "people.Reviewer":
@@ -312,7 +312,7 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     counted = approvals_of(cp, call_id, arguments_sha256)
     names = {a.by for a in counted}
     if cp.team.authenticated:  # only reviewers still registered, with a role the rule allows, count
-        names &= {r.name for r in store.reviewers() if rule.roles is None or set(rule.roles) & set(r.roles)}
+        names &= {r.name for r in people.registered(store) if rule.roles is None or set(rule.roles) & set(r.roles)}
     if by not in names:
         mine = Approval(call_id=call_id, channel=channel, arguments_sha256=arguments_sha256, by=by, at=now_iso(),
                         revision=cp.revision + 1)

@@ -80,7 +80,7 @@ from state.inspection import Inspected
 from state.records import MAX_ATTEMPTS, EffectIntent, LedgerEntry, RejectionRecord, Settlement
 from state.notify import Progress
 from state.policy import PolicyRecord
-from state.reviewers import Reviewer, ReviewerList
+from state.reviewers import ReviewerList
 from state.files import intents, rejections
 from state.files import policies as policy_files
 from state.files import reviewers as reviewer_files
@@ -388,10 +388,6 @@ class Store:
         """See :meth:`state.store.TaskStore.intents` (:func:`state.files.intents.intents`)."""
         return intents.intents(self)
 
-    def reviewers(self) -> list[Reviewer]:
-        """See :meth:`state.store.TaskStore.reviewers` (:mod:`state.files.reviewers`)."""
-        return list(reviewer_files.reviewer_list(self).reviewers)
-
     def reviewer_list(self) -> ReviewerList:
         """See :meth:`state.store.TaskStore.reviewer_list` (:func:`state.files.reviewers.reviewer_list`)."""
         return reviewer_files.reviewer_list(self)
@@ -488,14 +484,9 @@ class Store:
                 good.append(found[1])
         return sorted(good, key=lambda cp: cp.task_id), bad
 
-    def checkpoints(self) -> list[Checkpoint]:
-        """Every checkpoint, sorted by task ID; fail closed: raises :class:`Refused` naming the first
-        file that cannot be read as a verified checkpoint."""
-        return every_or_stop(*self.scan())
-
     def task_ids(self) -> list[str]:
         """Task IDs of every checkpoint (see :meth:`checkpoints`; raises :class:`Refused` likewise)."""
-        return [cp.task_id for cp in self.checkpoints()]
+        return [cp.task_id for cp in every_or_stop(*self.scan())]
 
     def load(self, task_id: str) -> Checkpoint:
         """Read, validate and verify the checkpoint of ``task_id``: its newest revision file.

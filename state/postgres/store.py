@@ -47,14 +47,14 @@ from state import effects, failpoints, secrets
 from state.errors import Next, Refused
 from state.integrity import KEY_FILE, key_fingerprint, load_key
 from state import reviewers as people
-from state.reviewers import Reviewer, ReviewerList
+from state.reviewers import ReviewerList
 from state.notify import Progress
 from state.policy import PolicyRecord, raced as policy_raced
 from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
 from state.paths import check_regular, file_name
 from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
                            check_ledger_key, check_same_entry)
-from state.revisions import every_or_stop, next_revision
+from state.revisions import next_revision
 from state.adoption import Unsigned, review
 from state.record_seal import KINDS, check_signed, seal_record, unseal_record
 from state.signing import seal, signed_by_any, verify_envelope
@@ -378,10 +378,6 @@ class PostgresStore:
             except Refused as exc:
                 bad.append({"file": self.checkpoint_path(task_id), "error": str(exc)})
         return sorted(good, key=lambda cp: cp.task_id), bad
-
-    def checkpoints(self) -> list[Checkpoint]:
-        """See :meth:`state.store.TaskStore.checkpoints`."""
-        return every_or_stop(*self.scan())
 
     def check_writable(self, task_id: str) -> None:
         """Pre-flight for ``start`` and ``resume`` (see ``state.files.store.Store.check_writable``):
@@ -833,10 +829,6 @@ class PostgresStore:
         return sorted((self._intent(row) for row in rows), key=lambda i: (i.at, i.idempotency_key))
 
     # -- the reviewer list (state.reviewers) ----------------------------------------------------
-    def reviewers(self) -> list[Reviewer]:
-        """See :meth:`state.store.TaskStore.reviewers`."""
-        return list(self.reviewer_list().reviewers)
-
     def reviewer_list(self) -> ReviewerList:
         """See :meth:`state.store.TaskStore.reviewer_list`: the row of the highest version of
         ``reviewer_lists`` (its envelope verified with :func:`state.reviewers.unseal_list` for this

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from state.reviewers import registered
 from state.schema import Checkpoint
 from state.store import TaskStore
 from state.terminal import one_line
@@ -106,7 +107,7 @@ def _progress(store: TaskStore, cp: Checkpoint) -> list[dict[str, Any]]:
 
     if cp.team is None or not cp.team.authenticated or not cp.pending:
         return progress(cp)
-    return progress(cp, {r.name: list(r.roles) for r in store.reviewers()})
+    return progress(cp, {r.name: list(r.roles) for r in registered(store)})
 
 
 def _log(cp: Checkpoint) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from state import clock
 from state.errors import Next, Refused, no_hint
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, effect_key
-from state.revisions import every_or_stop
+from state.revisions import every_checkpoint, every_or_stop
 from state.store import TaskStore
 from workflow import reconcile
 from workflow.observe.views import one_line, task_view
@@ -195,7 +195,7 @@ def expire_overdue(store: TaskStore, task_id: Optional[str] = None, *, token: Op
         _check_expirable(store, first)  # before the lock: a refusal leaves no file
     else:
         now = clock.now()
-        ids = [cp.task_id for cp in store.checkpoints() if overdue(cp, now) and (admin or not _team_task(cp))]
+        ids = [cp.task_id for cp in every_checkpoint(store) if overdue(cp, now) and (admin or not _team_task(cp))]
     for tid in ids:
         with ExitStack() as stack:
             try:
@@ -358,7 +358,7 @@ def pick_task(store: TaskStore, task_id: str | None, *, waiting_only: bool) -> s
     for a decision); raises :class:`Refused` naming the candidates when there is not exactly one."""
     if task_id:
         return task_id
-    candidates = [cp.task_id for cp in store.checkpoints()
+    candidates = [cp.task_id for cp in every_checkpoint(store)
                   if not waiting_only or cp.status in ("waiting_for_approval", "budget_exceeded")]
     if len(candidates) == 1:
         return candidates[0]

@@ -535,7 +535,9 @@ class Inbox:
 
         if not team.is_team(self.store, cp):
             return {}
-        listed = self.store.reviewers()
+        from state.reviewers import registered
+
+        listed = registered(self.store)
         registered = {r.name: list(r.roles) for r in listed}
         requester = cp.team.requested_by if cp.team is not None else None
         out: dict[str, dict[str, Any]] = {}
