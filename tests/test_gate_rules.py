@@ -161,3 +161,36 @@ def test_a_second_approval_with_edits_of_any_content_is_a_fresh_decision(state_d
     assert cp.status == "waiting_for_approval" and [p["call_id"] for p in cp.pending] == ["c2"]
     cp = asyncio.run(decide(store, app, "t-1", Approve(edits={"to": "bo"}), by="ana", call_id="c2"))
     assert cp.status == "completed" and SENT == ["t-1"]
+
+
+def test_in_a_task_whose_model_proposes_the_content_only_a_private_channel_runs_unasked(state_dir):
+    """A task started without content, a call on each of two channels in one turn: the call on the
+    tool's private channel (its rule lets it) runs the arguments the model proposed with no human,
+    as declared (ledger ``not_needed``); the call on the public channel waits, and runs only once a
+    human approved it as shown (ledger ``human``)."""
+    posted: list[tuple[str, str, str]] = []
+
+    def post(effect: Effect, channel: str, to: str, body: str) -> dict:
+        """Post a message.
+
+        Args:
+            channel: Where.
+            to: Who gets it.
+            body: The message.
+        """
+        posted.append((effect.idempotency_key, to, body))
+        return {"ok": True}
+
+    tool = effect_tool(post, name="post", private_channels={"mail"},
+                       needs_approval=lambda ctx, args, call_id: call_id == "probe" or args.get("channel") != "mail")
+    app = _app([tool], [function_call("post", {"channel": "mail", "to": "ana", "body": "model's draft"}, call_id="c1"),
+                        function_call("post", {"channel": "team", "to": "ops", "body": "model's news"}, call_id="c2")])
+    store = Store(state_dir)
+    cp = asyncio.run(start(store, app, task_id="t-1", title="T", input="Post it.", channels=["mail", "team"]))
+    assert cp.status == "waiting_for_approval" and [p["call_id"] for p in cp.pending] == ["c2"]
+    assert posted == [("t-1#mail", "ana", "model's draft")]
+    assert store.ledger_get("t-1#mail").approval == "not_needed" and store.ledger_get("t-1#team") is None
+    done = asyncio.run(decide(store, app, "t-1", Approve(), by="ana", call_id="c2"))
+    assert done.status == "completed"
+    assert posted == [("t-1#mail", "ana", "model's draft"), ("t-1#team", "ops", "model's news")]
+    assert store.ledger_get("t-1#team").approval == "human"
