@@ -46,7 +46,7 @@ def lookup(token: Any) -> Any:
     this process (e.g. one read back from a saved RunState)."""
     store = _OPEN.get(token) if isinstance(token, str) else None
     if store is None:
-        raise Refused("refused", "the run context names no store open in this process; nothing was published")
+        raise Refused("refused", "the run context names no store open in this process; nothing was done")
     return store
 
 

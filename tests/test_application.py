@@ -169,7 +169,7 @@ def test_content_that_is_not_json_values_by_argument_is_refused_before_anything(
 
 
 def test_a_call_that_carries_other_content_is_refused_at_start(state_dir):
-    with pytest.raises(Refused, match="does not carry the draft as given"):
+    with pytest.raises(Refused, match="does not carry the content as given"):
         asyncio.run(hitl.start(Store(state_dir), NOTES, task_id="n-1", title="T",
                                content={**CONTENT, "text": "Another note."}, input="Send it."))
     assert not state_dir.exists()

@@ -93,7 +93,7 @@ def test_edit_then_a_model_that_does_not_comply_pauses_and_publishes_nothing(cli
     before = snapshot(state_dir)
     r = cli("resume", "--task", "t-1", "--decision", "approve")  # content the reviewer did not approve
     r.assert_stopped()
-    assert "not the draft the reviewer approved with edits" in r.err and snapshot(state_dir) == before
+    assert "not the content the reviewer approved with edits" in r.err and snapshot(state_dir) == before
     r = cli("resume", "--task", "t-1", "--decision", "reject", "--reason", "still wrong", "--json")
     assert r.code == 0, r.err
     assert r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []

@@ -516,7 +516,7 @@ def test_settle_published_under_another_service_is_refused_before_anything_is_wr
     time.sleep(0.3)
     before = snapshot(state_dir)
     r = cli(state_dir, url, "settle", "--task", KEY, "--outcome", "published", "--by", "bea", idempotency="none")
-    stopped(r, "was started to publish through", "nothing was sent")
+    stopped(r, "was started with its effect going to", "nothing was sent")
     assert "already done" not in r.err and snapshot(state_dir) == before and not ledger_entries(state_dir)
     r = cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "published", "--by", "bea",
             idempotency="none")

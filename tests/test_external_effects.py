@@ -472,7 +472,7 @@ def test_a_resume_under_another_url_or_none_is_refused_before_any_request(servic
     before = snapshot(state_dir)
     for url in (b.url, None):
         r = cli(state_dir, url, *APPROVE)
-        stopped(r, f"started to publish through {a.url}", "nothing was sent")
+        stopped(r, f"started with its effect going to {a.url}", "nothing was sent")
         assert snapshot(state_dir) == before, url
     assert a.posts() == b.posts() == 0 and a.publications() == b.publications() == []
     assert shown(state_dir)["status"] == "waiting_for_approval"

@@ -209,7 +209,7 @@ def test_pending_call_not_the_started_draft_stops_before_any_write(cli, state_di
     before the decision is written (the tool would also refuse, but only after write (a))."""
     _start(cli)
     resign(state_dir, checkpoint_file(state_dir, KEY), lambda d: d.update(content_sha256="a" * 64))
-    _refused(cli, state_dir, *APPROVE, says="is not publish_draft of the draft the task was started with")
+    _refused(cli, state_dir, *APPROVE, says="is not publish_draft of the content the task was started with")
 
 
 # -- 3. Drift ------------------------------------------------------------------------------------

@@ -595,7 +595,7 @@ def test_every_pending_call_must_carry_the_draft_not_only_the_first(state_dir):
     assert cp.pending[0].call_id != news.call_id
     changed = news.model_copy(update={"arguments": {**news.arguments, "body": "Another body."}})
     forged = cp.model_copy(update={"pending": [changed if p.call_id == news.call_id else p for p in cp.pending]})
-    with pytest.raises(Refused, match=f"the pending call {news.call_id} is not publish_draft of the draft"):
+    with pytest.raises(Refused, match=f"the pending call {news.call_id} is not publish_draft of the content"):
         check_pending_is_the_draft(forged)
 
 
@@ -618,10 +618,10 @@ def test_first_run_saves_only_calls_of_publish_draft_with_the_draft_on_distinct_
     with pytest.raises(Refused) as refused:
         check_draft_call([_pending("a", channel="blog", body="other")], sha, channels, "publish_draft")
     assert refused.value.code == "agent"
-    with pytest.raises(Refused, match="does not carry the draft as given"):  # every call, not only the first
+    with pytest.raises(Refused, match="does not carry the content as given"):  # every call, not only the first
         check_draft_call([_pending("a", channel="blog"), _pending("b", channel="news", body="other")], sha, channels,
                          "publish_draft")
-    with pytest.raises(Refused, match="does not carry the draft as given"):
+    with pytest.raises(Refused, match="does not carry the content as given"):
         check_draft_call([_pending("a", channel="preview")], sha, channels, "publish_draft")
     with pytest.raises(Refused) as refused:
         check_draft_call([_pending("a", channel="blog"), _pending("b", channel="blog")], sha, channels, "publish_draft")
@@ -925,7 +925,7 @@ def test_complying_call_must_carry_exactly_the_edited_draft(state_dir):
     bad = PendingCall(call_id="c3", tool="publish_draft", arguments={"title": TITLE, "body": "Other."})
     cp2 = cp.model_copy(update={"decisions": [rec], "pending": [good, bad]})
     assert [c for c, _ in ed.complying(cp2)] == ["c2"]
-    with pytest.raises(Exception, match="not the draft the reviewer approved with edits"):
+    with pytest.raises(Exception, match="not the content the reviewer approved with edits"):
         ed.check_pending(cp2, "c3", "approved", None)
 
 

@@ -151,7 +151,7 @@ def test_always_after_a_reject_then_a_new_call_on_the_rejected_channel(cli, stat
     r.assert_stopped()
     assert "can never be approved" in r.err and snapshot(state_dir) == before
     # the refusal names the call whose reject it is, not the new call nobody decided
-    assert f"(call call_again): its channel's draft, in call {calls['news']}, was rejected by" in r.err, r.err
+    assert f"(call call_again): its channel's content, in call {calls['news']}, was rejected by" in r.err, r.err
     r = cli("resume", "--task", KEY, "--decision", "reject", "--json")
     assert r.code == 0, r.err
     assert r.json()["status"] == "completed"

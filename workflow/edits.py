@@ -207,7 +207,7 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
                 or set(call.arguments) - {"channel"} != set(cp.edited_on(channel).edits.original)):
             check_pending_is_the_draft(cp)  # raises: key/action mismatch
         if call.call_id == call_id and want == "approved" and edit is None:
-            raise Refused("usage", [f"task {cp.task_id}: the pending call {call_id} is not the draft the reviewer "
+            raise Refused("usage", [f"task {cp.task_id}: the pending call {call_id} is not the content the reviewer "
                                     "approved with edits; reject it, or approve it with", _EDITS])
 
 

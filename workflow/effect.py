@@ -148,6 +148,12 @@ def as_sent(ctx: Any, arguments: dict[str, Any]) -> dict[str, Any]:
 _DONE: dict[str, str] = {}
 
 
+def done_word(action: str) -> str:
+    """What a message says an effect of ``action`` did, as its tool declared it (``effect_tool(done=…)``,
+    e.g. ``"published"``, ``"paid"``), or ``"done"`` for a tool not declared here."""
+    return _DONE.get(action, "done")
+
+
 def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
                 needs_approval: Any = True, description: Optional[str] = None,
                 private_channels: Iterable[str] = (),

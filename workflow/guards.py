@@ -165,12 +165,12 @@ def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str
                           f"{only_action(action)}; nothing saved")
         if not carries_the_draft(call["arguments"], sha, channels):
             raise Refused(
-                "agent", f"the agent's {action} call does not carry the draft as given on one of the task's "
+                "agent", f"the agent's {action} call does not carry the content as given on one of the task's "
                 f"channels ({', '.join(channels)}) (key/action mismatch); nothing saved"
             )
         channel = call["arguments"].get("channel") or channels[0]
         if channel in seen:
-            raise Refused("agent", f"the agent asked twice to publish on {channel}; nothing saved")
+            raise Refused("agent", f"the agent asked twice to call {action} on {channel}; nothing saved")
         seen.add(channel)
 
 
@@ -181,7 +181,7 @@ def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: 
     Raises :class:`Refused` (nothing saved) if the agent finished without asking, asked for
     another tool or channel, or changed the draft."""
     if not interruptions:
-        raise Refused("agent", "the agent finished without asking to publish; nothing saved "
+        raise Refused("agent", f"the agent finished without asking to call {action}; nothing saved "
                       f"(it said: {str(final_output)[:200]!r})")
     pending = pending_calls(interruptions)
     check_call_ids(pending, "nothing saved")
@@ -300,7 +300,7 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
     if url != cp.service:  # before any request: the task is published where it was started
         where = {None: "the local ledger (no service)"}
         raise Refused("service_changed", [
-            f"task {cp.task_id} was started to publish through {where.get(cp.service, cp.service)}, but this "
+            f"task {cp.task_id} was started with its effect going to {where.get(cp.service, cp.service)}, but this "
             f"process has {where.get(url, url)}; nothing was sent",
             Next("shows_status", cp.task_id)], task_id=cp.task_id)
     if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:

@@ -367,7 +367,7 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         one = len(cp.channels) == 1 and len(calls_of(cp)) <= 1
         where = cp.task_id if one or shown is None else f"{cp.task_id} (call {shown})"
         if rejected is not None and shown is not None and rejected.call_id != shown:  # an earlier call
-            where = f"{cp.task_id} (call {shown}): its channel's draft, in call {rejected.call_id},"
+            where = f"{cp.task_id} (call {shown}): its channel's content, in call {rejected.call_id},"
         raise Refused(verdict.code or "refused", refusal(
             verdict.code or "", task_id=where,
             status=ev.status if verdict.code == "executed" else cp.status,  # an answered call: ended

@@ -190,6 +190,6 @@ def check_pending_is_the_draft(cp: Checkpoint) -> None:
                           f"not {cp.action}: {only_action(cp.action)}")
         if not carries_its_draft(cp, call):
             raise Refused(
-                "integrity", f"task {cp.task_id}: the pending call {call.call_id} is not {cp.action} of the draft "
+                "integrity", f"task {cp.task_id}: the pending call {call.call_id} is not {cp.action} of the content "
                 "the task was started with (key/action mismatch)"
             )

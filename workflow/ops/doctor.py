@@ -172,7 +172,7 @@ DETAILS = {
     "rejection_not_finished": "rejected by {by} at {at}, but the checkpoint says {status} (a crash "
                               "after the rejection record, or an older checkpoint put back)",
     "completed_without_entry": "the checkpoint says completed but the ledger has no entry; nothing "
-                               "proves it was published",
+                               "proves the effect happened",
     "cancelled_with_entry": "the checkpoint says cancelled but the ledger shows it executed",
     "entry_without_approval": "the ledger shows it executed but the task is {status} with recorded "
                               "decision {decided!r}",
