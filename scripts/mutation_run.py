@@ -553,8 +553,9 @@ MUTANTS: list[Mutant] = [
       "        if (reviewer.name == name and reviewer.token_id == token_id\n"
       "                and hmac.compare_digest(fingerprint(reviewer), token_fingerprint)):",
       "        if reviewer.name == name:", WEB_TEAM_T),
-    m("inbox-button-rule-only-in-page", WEB, "    team.check_before(store, cp, call_id, decision, by)\n"
-      "    return asyncio.run(hitl.decide(", "    return asyncio.run(hitl.decide(", WEB_TEAM_T),
+    m("inbox-button-rule-only-in-page", "workflow/engine.py",
+      "        team.check_before(self.store, checked[0], call_id, decision, who, edits=edit is not None,\n"
+      "                          always=always)\n", "", WEB_TEAM_T),
     # one reviewer signing in over and over pushes everyone else's sessions out
     m("sessions-not-capped-per-reviewer", WEB,
       "            for old in own[:max(0, len(own) - MAX_SESSIONS_PER_REVIEWER + 1)]:\n"

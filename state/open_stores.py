@@ -9,8 +9,9 @@ context is rebuilt from the verified checkpoint anyway (``context_override``).
 
 A resume also names its run by a token (:func:`verified_run`): behind it is the checkpoint that
 resume verified under the task lock and wrote, the human's decision in it, and then each revision
-the run's own effect gate binds. The gate reads the approval there instead of loading the
-checkpoint again, and the run's outcome is written after the newest of them.
+the run's own effect gate binds (an attempt through a service). The run's outcome is written after
+the newest of them without reading it back; the gate itself still reads the approval from the
+store right before the effect.
 
 Never imports the SDK; imports only :mod:`state.errors` of ours.
 """

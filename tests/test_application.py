@@ -238,14 +238,15 @@ def _counting_loads(monkeypatch: Any) -> list[str]:
     return asked
 
 
-def test_an_approval_reads_the_checkpoint_twice_once_before_the_lock_and_once_under_it(cli, state_dir,
-                                                                                         monkeypatch):
+def test_an_approval_reads_the_checkpoint_before_the_lock_under_it_and_right_before_the_effect(
+        cli, state_dir, monkeypatch):
     """One approval, through each door (the command line, the browser inbox's one adapter, the
     library), goes through the one engine (``workflow.engine.Engine``: judged once, decided once)
-    and reads and verifies the checkpoint twice: once before the lock (``judge``: who decides, the
-    decision table and the policy, on one read) and once under it (``recheck``). The effect gate
-    reads the approval from the checkpoint that resume verified and wrote (its run token), and the
-    outcome is written after it: neither loads it again."""
+    and reads and verifies the checkpoint twice for the decision: once before the lock (``judge``:
+    who decides, the decision table and the policy, on one read) and once under it (``recheck``);
+    then the effect gate once more, right before the effect (``_checkpoint``: a lock file can be
+    deleted under a process); a tool that records its own ledger entry, outside the gate, skips
+    that. The outcome is written without reading it back (the run token holds what was written)."""
     from agent.application import APP
     from workflow import Approve, decide
     from workflow.engine import Engine
@@ -267,7 +268,7 @@ def test_an_approval_reads_the_checkpoint_twice_once_before_the_lock_and_once_un
     assert cli("start", "--key", "k-1", "--title", "T", "--draft", "D").code == 0
     asked = _counting_loads(monkeypatch)
     assert cli("resume", "--task", "k-1", "--decision", "approve", "--by", "ann").code == 0
-    assert (asked, passes) == (["judge", "recheck"], ["judge", "decide"]), (asked, passes)
+    assert (asked, passes) == (["judge", "recheck", "_checkpoint"], ["judge", "decide"]), (asked, passes)
 
     assert cli("start", "--key", "k-2", "--title", "T", "--draft", "D").code == 0
     store = Store(state_dir)
@@ -276,7 +277,7 @@ def test_an_approval_reads_the_checkpoint_twice_once_before_the_lock_and_once_un
     done = decide_call(store, APP, task_id="k-2", call_id=cp.pending[0].call_id, decision="approve",
                        reason=None, by="ann", expect_revision=cp.revision)
     assert done.status == "completed"
-    assert (asked, passes) == (["judge", "recheck"], ["judge", "decide"]), (asked, passes)
+    assert (asked, passes) == (["judge", "recheck", "_checkpoint"], ["judge", "decide"]), (asked, passes)
 
     _start(Store(state_dir))  # an application of its own, through the public API
     asked.clear(), passes.clear()

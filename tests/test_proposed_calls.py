@@ -306,3 +306,24 @@ def test_doctor_names_a_reject_the_checkpoint_does_not_show(state_dir, monkeypat
     assert checkpoint_file(state_dir, "inv-1").read_bytes() == before
     kinds = [f["kind"] for f in doctor(store)["findings"]]
     assert kinds == ["rejection_not_finished"], kinds
+
+
+def test_an_approval_gone_from_disk_before_the_effect_stops_it(state_dir, monkeypatch):
+    """The gate reads the approval from the store right before the effect, never from the copy the
+    resume holds: the newest checkpoint (the one holding the approval) deleted between the decision
+    and the effect, as a person putting an older file back would, and nothing is paid."""
+    from state import failpoints
+
+    store = open_store(str(state_dir))
+    call_id = _start(store).pending[0]["call_id"]
+    real = failpoints.hit
+
+    def hit(point: str) -> None:
+        if point == "checkpoint:decision:after":
+            sorted((state_dir / "checkpoints").rglob("r*.json"))[-1].unlink()
+        real(point)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    with pytest.raises(Refused) as refused:
+        _decide(store, Approve(), call_id=call_id)
+    assert refused.value.code == "integrity", refused.value  # no approval of this content on record
+    assert PAID == [] and store.ledger_get("inv-1") is None

@@ -31,7 +31,7 @@ def _cp(state_dir: Path, key: str = "t-1") -> dict[str, Any]:
 
 def _comparable_run_state(state_dir: Path, key: str = "t-1") -> dict[str, Any]:
     """The saved RunState without what differs between any two runs: the trace ID, the state
-    store token, the time the ledger entry was written (the model quotes the tool's output).
+    store and run tokens, the time the ledger entry was written (the model quotes the tool's output).
     After a run that finished, the trace itself: the SDK keeps it in a finished streamed run's
     state and drops it from a finished non-streamed one (nothing resumes a finished task)."""
     text = _cp(state_dir, key)["run_state"]
@@ -43,6 +43,7 @@ def _comparable_run_state(state_dir: Path, key: str = "t-1") -> dict[str, Any]:
     if data["current_step"] is None or data["current_step"].get("type") != "next_step_interruption":
         data.pop("trace", None)
     data["context"]["context"].pop("store")  # a process-local token (state/open_stores.py)
+    data["context"]["context"].pop("run", None)  # the resume's token, process-local too
     return data
 
 

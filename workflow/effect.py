@@ -491,13 +491,10 @@ def _keepable(result: Any) -> bool:
 
 
 def _checkpoint(store: Any, task: dict[str, Any]) -> Any:
-    """Task ``task["task_id"]``'s checkpoint as the resume running this call verified it under the
-    task lock and then wrote it, its human's decision in it (the context's ``run`` token:
-    :func:`state.open_stores.verified`); else (no resume of this process: a call during ``start``,
-    a token read back from a file) the one in ``store``, or None if there is none."""
-    held = open_stores.verified(task.get("run"), task["task_id"])
-    if held is not None:
-        return held
+    """Task ``task["task_id"]``'s checkpoint, loaded and verified from ``store`` right before the
+    effect (None if there is none). Never the copy the resume holds in memory: a lock file can be
+    deleted under a process, and an approval on record a moment ago may be gone (an older
+    checkpoint put back), so what decides the effect is read again here."""
     return store.load(task["task_id"]) if store.exists(task["task_id"]) else None
 
 

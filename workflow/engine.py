@@ -16,8 +16,9 @@ nothing):
 6. the revision the reviewer saw, when given (:func:`workflow.guards.check_revision`).
 
 Then :meth:`Engine.decide` runs :func:`workflow.hitl.decide` with that judgement: under the lock
-the checkpoint is loaded a second (and last) time and everything is judged again on it
-(``recheck``), and the effect gate reads the approval from the checkpoint that resume wrote.
+the checkpoint is loaded a second time and everything is judged again on it (``recheck``); the
+effect gate reads it once more right before the effect (a lock file can be deleted under a
+process), and the outcome is written without reading it back.
 
 Never imports the SDK at import time: :meth:`Engine.decide` imports the story when a human
 actually decides.

@@ -180,7 +180,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
             return guards.cancel_unpaid(store, cp, budget, spend)
         run = Runner.run if on_event is None else streaming.runner(on_event)
         config = tracing.run_config(task_id, "resume", cp.action, app.rejection_text)
-        open_stores.advance(held, cp)  # the gate reads the approval here, not from disk again
+        open_stores.advance(held, cp)  # the outcome is written after it and its gate's bindings
         try:
             with tracing.recording(store, task_id, "resume", content=trace_content):
                 result = await run(agent, state, hooks=guard, run_config=config)  # the tool writes
