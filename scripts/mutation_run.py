@@ -193,6 +193,14 @@ MUTANTS: list[Mutant] = [
       'd.decision == "approved" and', "tests/test_edits.py"),
     p("any-decision-is-approval", EFFECT, 'd.decision == "approved" and d.edits is None and',
       "d.edits is None and", FAIL_CLOSED),
+    # the checkpoint read again right before the effect, not the copy the resume holds
+    m("gate-trusts-the-resumes-copy", EFFECT,
+      '    return store.load(task["task_id"]) if store.exists(task["task_id"]) else None\n',
+      '    held = open_stores.verified(task.get("run"), task["task_id"])\n'
+      '    return held or (store.load(task["task_id"]) if store.exists(task["task_id"]) else None)\n',
+      "tests/test_proposed_calls.py"),
+    m("gate-runs-for-an-ended-task", EFFECT, "    if cp is not None and cp.status in _ENDED:",
+      "    if False:", "tests/test_proposed_calls.py"),
     p("rejection-record-read-on-the-first-channel-only", EFFECT,
       "    if rejected is not None:\n        raise Refused(\"rejected\", [",
       "    if rejected is not None and channel == task[\"channels\"][0]:\n        raise Refused(\"rejected\", [",

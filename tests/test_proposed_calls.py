@@ -327,3 +327,28 @@ def test_an_approval_gone_from_disk_before_the_effect_stops_it(state_dir, monkey
         _decide(store, Approve(), call_id=call_id)
     assert refused.value.code == "integrity", refused.value  # no approval of this content on record
     assert PAID == [] and store.ledger_get("inv-1") is None
+
+
+def test_a_task_failed_by_another_process_while_an_approval_runs_gets_no_effect(state_dir, monkeypatch):
+    """A lock file deleted under an approval paused after its decision was written; another
+    process ends the task with ``fail`` (no effect had happened). The approval, going on, is
+    stopped right before the effect by the checkpoint that says ``failed``: nothing paid, and the
+    task is not ``failed`` with a ledger entry."""
+    from state import failpoints
+    from state.files.store import file_name
+    from workflow import fail
+
+    store = open_store(str(state_dir))
+    call_id = _start(store).pending[0]["call_id"]
+    real = failpoints.hit
+
+    def hit(point: str) -> None:
+        if point == "checkpoint:decision:after":
+            (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
+            assert fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob").status == "failed"
+        real(point)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    with pytest.raises(Refused) as refused:
+        _decide(store, Approve(), call_id=call_id)
+    assert refused.value.code == "failed" and "ended failed while this approval ran" in str(refused.value)
+    assert PAID == [] and store.ledger_get("inv-1") is None and store.load("inv-1").status == "failed"

@@ -498,13 +498,19 @@ def _checkpoint(store: Any, task: dict[str, Any]) -> Any:
     return store.load(task["task_id"]) if store.exists(task["task_id"]) else None
 
 
+#: Statuses a task ends in with no effect (``fail``, a reject, an expiry): right before a gated
+#: effect, a checkpoint that says so stops it, whatever this process read under its lock.
+_ENDED = frozenset({"failed", "cancelled", "expired"})
+
+
 def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
                     call_id: Optional[str], sha: str) -> Any:
     """Right before a gated effect, whatever the lock says: no rejection record for this (task,
     channel) — a reject recorded meanwhile by a process whose lock file was deleted under this one
-    wins — and a human's approval of this very call (``call_id``) on record in the checkpoint, so an
-    approval rule that said "no approval needed", an SDK change or a sticky rule in a hand-edited
-    file never runs the effect by itself. In a task whose model proposes the arguments
+    wins — a checkpoint that has not ended without an effect meanwhile (``fail``, a reject, an
+    expiry: :data:`_ENDED`), and a human's approval of this very call (``call_id``) on record in
+    the checkpoint, so an approval rule that said "no approval needed", an SDK change or a sticky
+    rule in a hand-edited file never runs the effect by itself. In a task whose model proposes the arguments
     (:meth:`state.schema.Checkpoint.proposed`) the rejection record is the call's own, and the
     approval must be of the content ``sha`` the call carries, as the reviewer saw it. Returns the
     checkpoint read (:func:`_checkpoint`). Raises :class:`Refused`."""
@@ -517,6 +523,10 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
             f"{rejected.at} was being recorded while this approval ran; nothing was {_DONE[action]}",
             Next("shows_status", task_id)], task_id=task_id)
     cp = _checkpoint(store, task)
+    if cp is not None and cp.status in _ENDED:  # ended by another process whose lock was its own
+        raise Refused(cp.status if cp.status in ("failed", "expired") else "rejected", [
+            f"{action} for task {task_id} on {channel}: the task ended {cp.status} while this approval ran; "
+            f"nothing was {_DONE[action]}", Next("shows_status", task_id)], task_id=task_id)
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
         and (not proposed or d.content_sha256 == sha) for d in cp.decisions)
