@@ -520,6 +520,8 @@ MUTANTS: list[Mutant] = [
       "    if not new.admins() and not expect.reviewers:\n", TEAM_T, CONTRACT_T),
     m("a-removed-reviewer-counted", TEAM, "    if cp.team.authenticated:  # only reviewers still registered",
       "    if False:  # only reviewers still registered", TEAM_T),
+    m("replay-counts-a-removed-reviewer", TEAM, "            _check_still_counted(store, cp, recorded)\n",
+      "            pass\n", TEAM_POLICY_T),
     p("quorum-role-not-rechecked", TEAM, " if rule.roles is None or set(rule.roles) & set(r.roles)}", "}", TEAM_T),
     p("revocations-of-this-change-only", "state/files/reviewers.py",
       "        for gone in new.revoked:  # those of this change, and any a crash left unwritten before",

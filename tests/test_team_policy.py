@@ -337,3 +337,31 @@ def test_policy_set_warns_of_a_quorum_the_registered_reviewers_cannot_reach(team
     shown = team.run(None, "policy", "show")
     assert shown.code == 0 and "warning: channel news needs 2 approval(s) by nobody" in shown.out, shown.out
     assert team.run(None, "policy", "show", "--version", "1", "--json").json()["warnings"] == []
+
+
+def test_an_approval_on_record_of_a_reviewer_removed_since_is_not_carried_out(state_dir, tmp_path, monkeypatch):
+    """One approval needed, the requester excluded: bob's approval is recorded, then the command
+    dies before the effect; an admin removes bob. The same approval again (by anyone, the requester
+    included) is not carried out on bob's word alone: a removed reviewer counts no more. Nothing is
+    published, and the task can still be ended with ``fail``."""
+    from conftest import ledger_entries, run_subprocess
+
+    team = Team(state_dir, [], monkeypatch)
+    team.add("ada", "admin")
+    for name in ("alice", "bob", "carol"):
+        team.add(name, "editor")
+    policy = tmp_path / "p.toml"
+    policy.write_text('[default]\napprovals = 1\nroles = ["editor"]\nrequester_may_approve = false\n',
+                      encoding="utf-8")
+    assert team.run("ada", "policy", "set", str(policy), "--json").code == 0
+    assert team.run("alice", "start", "--key", "t1", "--draft", "Mine.", "--json").code == 0
+    r = run_subprocess(state_dir, "resume", "--task", "t1", "--decision", "approve",
+                       env={"HITL_REVIEWER_TOKEN": team.tokens["bob"], "HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert r.code != 0 and [d["by"] for d in team.task()["decisions"]] == ["bob"]
+    assert team.run("ada", "reviewers", "remove", "bob", "--json").code == 0
+    for who in ("alice", "ada"):
+        r = team.run(who, "resume", "--task", "t1", "--decision", "approve")
+        assert r.code == 1 and "bob may approve it no longer" in r.err and "fail --task t1" in r.err, r.err
+    assert ledger_entries(state_dir) == [] and team.task()["status"] == "waiting_for_approval"
+    r = team.run("carol", "fail", "--task", "t1", "--by", "carol", "--reason", "bob left", "--json")
+    assert r.code == 0 and r.json()["status"] == "failed", r.err

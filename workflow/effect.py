@@ -148,12 +148,6 @@ def as_sent(ctx: Any, arguments: dict[str, Any]) -> dict[str, Any]:
 _DONE: dict[str, str] = {}
 
 
-def done_word(action: str) -> str:
-    """What a message says an effect of ``action`` did, as its tool declared it (``effect_tool(done=…)``,
-    e.g. ``"published"``, ``"paid"``), or ``"done"`` for a tool not declared here."""
-    return _DONE.get(action, "done")
-
-
 def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
                 needs_approval: Any = True, description: Optional[str] = None,
                 private_channels: Iterable[str] = (),
@@ -397,6 +391,8 @@ class _Call:
     cp: Any = None
     #: The token of the resume running this call (:func:`state.open_stores.verified_run`), or None.
     run: Optional[str] = None
+    #: What the messages say the effect did (``effect_tool(done=…)``, e.g. ``"published"``).
+    done: str = "done"
 
     @classmethod
     def check(cls, ctx: Any, arguments: dict[str, Any], action: str, rule: Any, private: frozenset[str],
@@ -447,7 +443,8 @@ class _Call:
         call = cls(effect=Effect(idempotency_key=key, task_id=task_id, channel=channel,
                                  call_id=call_id, action=action),
                    arguments=arguments, store=store, sha=sha, gated=gated, title=title[:200],
-                   entry=None, service=service, cp=cp if gated else None, run=task.get("run"))
+                   entry=None, service=service, cp=cp if gated else None, run=task.get("run"),
+                   done=_DONE[action])
         if store.ledger_get(key) is not None:  # recorded: the store checks it is this task's and
             call.entry = call.write(None)[0]   # content's and returns it, never overwritten
         return call

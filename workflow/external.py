@@ -299,7 +299,6 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
 
     from state import failpoints, open_stores
     from state.clock import iso, now_iso, wall
-    from workflow.effect import done_word
     from state.errors import Next, Refused
     from state.integrity import load_key
     from state.records import MAX_ATTEMPTS, EffectIntent
@@ -407,7 +406,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
         if intent.deduplicates:
             raise Refused("effect_conflict", [
                 f"{what}: the service at {intent.service} holds Idempotency-Key {intent.request_key} for other "
-                f"content ({_one_line(exc)}); it was not {done_word(e.action)} by this call; a human must look "
+                f"content ({_one_line(exc)}); it was not {call.done} by this call; a human must look "
                 "at the service and settle it", Next("settle", task_id, e.call_id)], task_id=task_id) from None
         exc_for_doubt: BaseException = exc
     except NotSent as exc:
@@ -424,7 +423,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
                                                    source="not_sent"))
             raise Refused("unconfirmed", [
                 f"{what}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
-                f"recorded and nothing was {done_word(e.action)}", Next("resume_again", task_id),
+                f"recorded and nothing was {call.done}", Next("resume_again", task_id),
                 *([] if intent.deduplicates else [Next("or_fail", task_id)])], task_id=task_id) from None
         raise Refused("unconfirmed", [
             f"{what}: the service at {intent.service} did not confirm it (the last try: {_one_line(exc)}; an "

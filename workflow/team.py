@@ -304,7 +304,10 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
 
     call_id, channel, arguments_sha256, decision, by = (rec.call_id, rec.channel, rec.arguments_sha256,
                                                         rec.decision, rec.by)
-    if decision_of(cp, call_id) is not None:  # a replay: decided before (after a crash), counted then
+    recorded = decision_of(cp, call_id)
+    if recorded is not None:  # a replay: decided before (after a crash), counted then
+        if recorded.decision == "approved" and recorded.source == "human":
+            _check_still_counted(store, cp, recorded)
         return cp, True
     rule = check_decision(store, cp, channel, decision, by, edits=edits, always=always)
     if cp.team is None or decision != "approved":
@@ -325,6 +328,28 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
 
         decisions.record(store, cp, "approval", {**detail, "at": mine.at, "rule": rule.describe()})
     return cp, len(names) >= rule.approvals
+
+
+def _check_still_counted(store: "TaskStore", cp: Checkpoint, rec: Decision) -> None:
+    """Before an approval on record is carried out again (a replay after a crash), in a task
+    started in team mode: its quorum is still reached by reviewers registered now, with a role the
+    rule allows (a reviewer removed since counts no more). Raises :class:`Refused`
+    (``not_allowed``), nothing run: the call stays approved and unexecuted, so the way out is to
+    end the task with ``fail`` and ask again."""
+    if cp.team is None or not cp.team.authenticated:
+        return
+    rule = rule_of(cp, rec.channel)
+    on_record = sorted({a.by for a in approvals_of(cp, rec.call_id, rec.arguments_sha256)})
+    able = {r.name for r in people.registered(store) if rule.roles is None or set(r.roles) & set(rule.roles)}
+    still = [name for name in on_record if name in able]
+    if len(still) < rule.approvals:
+        gone = [name for name in on_record if name not in able]
+        raise Refused("not_allowed", [
+            f"task {cp.task_id}: the approval of call {rec.call_id} on record was given by "
+            f"{', '.join(on_record) or 'nobody'}, and {', '.join(gone) or 'nobody'} may approve it no longer "
+            f"(removed, or without the role since): {len(still)} of the {rule.approvals} approval(s) its rule "
+            "needs still count, so it is not carried out; nothing run; end the task (",
+            Next("doctor_fail", cp.task_id, plain="fail"), ") and ask again"], task_id=cp.task_id)
 
 
 def only_approvals_since(cp: Checkpoint, revision: int) -> bool:
