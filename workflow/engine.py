@@ -3,8 +3,8 @@
 The public API (:func:`workflow.decide`), the command line (``run.py resume``, ``review``) and the
 browser inbox (``POST /task/{id}/decide``) each build one :class:`Engine` from a store and an
 application and decide through it, so a decision is judged the same way whichever door it came
-through, in this order, before the lock and without the SDK (a refusal costs nothing and writes
-nothing):
+through, in this order, before the lock and, but for step 6, without the SDK (a refusal costs
+nothing and writes nothing):
 
 1. the entry: the task ID an allowed key, the reviewer name given one line of allowed text;
 2. the checkpoint, loaded and verified once (:meth:`state.store.TaskStore.load`);
