@@ -75,6 +75,13 @@ def advance(token: Any, cp: Any) -> None:
         _RUNS[token] = cp
 
 
+def newest(token: Any, cp: Any) -> Any:
+    """``cp``, or the checkpoint of run ``token`` when that is of the same task and a later
+    revision (one the run's own gate bound since): what the run writes after next."""
+    held = verified(token, cp.task_id)
+    return held if held is not None and held.revision > cp.revision else cp
+
+
 def verified(token: Any, task_id: str) -> Optional[Any]:
     """The newest checkpoint of run ``token`` if it is task ``task_id``'s, else None (a token read
     back from a saved RunState, a run that ended, or none: the caller loads the checkpoint)."""

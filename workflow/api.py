@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from state.errors import Refused
+from workflow.engine import check_entry as _check_entry, check_reason as _check_reason  # no SDK
 
 if TYPE_CHECKING:
     from state.schema import Checkpoint
@@ -266,13 +267,6 @@ def _loaded(store: "TaskStore", task_id: Any, by: Optional[str]) -> "Checkpoint"
     return store.load(task_id)
 
 
-def _check_reason(reason: Any) -> None:
-    """:func:`workflow.engine.check_reason`."""
-    from workflow.engine import check_reason
-
-    check_reason(reason)
-
-
 def _edit(edits: dict[str, str]) -> Any:
     """:class:`Approve`'s ``edits`` as the engine's edit value (:class:`workflow.edits.Edit`):
     ``{argument: new text}``, any of the call's arguments but ``channel``. Raises :class:`Refused`
@@ -284,9 +278,3 @@ def _edit(edits: dict[str, str]) -> Any:
                       "nothing written")
     return Edit(content=dict(edits))
 
-
-def _check_entry(task_id: Any, *, title: Any = None, by: Any = None) -> None:
-    """:func:`workflow.engine.check_entry`."""
-    from workflow.engine import check_entry
-
-    check_entry(task_id, title=title, by=by)

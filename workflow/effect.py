@@ -419,13 +419,14 @@ class _Call:
         expected = task["content_sha256"]
         if not gated and expected == PROPOSED:  # a private channel runs what the model proposed
             expected = sha
+        cp = None  # read at most once here, right before the effect
         if gated and sha != expected:  # maybe the content a reviewer approved with edits here
             cp = _checkpoint(store, task)
             expected = expected if cp is None else cp.expected_sha256(channel)
         if sha != expected:
             raise Refused("integrity", f"{action} for task {task_id} was called with content that differs from "
                           f"the {content_word} that was started and approved; refusing")
-        cp = _check_approved(store, task, action, channel, call_id, sha) if gated else None
+        cp = _check_approved(store, task, action, channel, call_id, sha, cp) if gated else None
         if label is not None:
             title = label(arguments)
         else:
@@ -501,16 +502,17 @@ _ENDED = frozenset({"failed", "cancelled", "expired"})
 
 
 def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
-                    call_id: Optional[str], sha: str) -> Any:
+                    call_id: Optional[str], sha: str, read: Any = None) -> Any:
     """Right before a gated effect, whatever the lock says: no rejection record for this (task,
     channel) — a reject recorded meanwhile by a process whose lock file was deleted under this one
     wins — a checkpoint that has not ended without an effect meanwhile (``fail``, a reject, an
     expiry: :data:`_ENDED`), and a human's approval of this very call (``call_id``) on record in
     the checkpoint, so an approval rule that said "no approval needed", an SDK change or a sticky
-    rule in a hand-edited file never runs the effect by itself. In a task whose model proposes the arguments
-    (:meth:`state.schema.Checkpoint.proposed`) the rejection record is the call's own, and the
-    approval must be of the content ``sha`` the call carries, as the reviewer saw it. Returns the
-    checkpoint read (:func:`_checkpoint`). Raises :class:`Refused`."""
+    rule in a hand-edited file never runs the effect by itself. In a task whose model proposes
+    the arguments (:meth:`state.schema.Checkpoint.proposed`) the rejection record is the call's
+    own, and the approval must be of the content ``sha`` the call carries, as the reviewer saw it.
+    ``read``: the checkpoint this call's checks just read (:func:`_checkpoint`), else it is read
+    here. Returns the checkpoint. Raises :class:`Refused`."""
     task_id = task["task_id"]
     proposed = task["content_sha256"] == PROPOSED
     rejected = store.rejection_get(task_id, rejection_scope(channel, call_id or "", task["channels"], proposed))
@@ -519,7 +521,7 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
             f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "
             f"{rejected.at} was being recorded while this approval ran; nothing was {_DONE[action]}",
             Next("shows_status", task_id)], task_id=task_id)
-    cp = _checkpoint(store, task)
+    cp = read if read is not None else _checkpoint(store, task)
     if cp is not None and cp.status in _ENDED:  # ended by another process whose lock was its own
         raise Refused(cp.status if cp.status in ("failed", "expired") else "rejected", [
             f"{action} for task {task_id} on {channel}: the task ended {cp.status} while this approval ran; "

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 class Judged:
     """A decision judged before the lock (:meth:`Engine.judge`): what :meth:`Engine.decide` runs.
 
-    ``checkpoint``: the one read; ``by``: who decides; ``checked``: the decision table's
-    ``(checkpoint, verdict)`` (:func:`workflow.reconcile.preflight`); the rest as given."""
+    ``by``: who decides; ``checked``: the decision table's ``(checkpoint, verdict)`` on the one
+    read (:func:`workflow.reconcile.preflight`); the rest as given."""
 
     task_id: str
     decision: str
@@ -54,11 +54,6 @@ class Judged:
     edit: Optional["Edit"]
     expect_revision: Optional[int]
     checked: tuple[Any, Any]
-
-    @property
-    def checkpoint(self) -> "Checkpoint":
-        """The checkpoint read and verified before the lock."""
-        return self.checked[0]
 
 
 class Engine:
@@ -88,32 +83,29 @@ class Engine:
         (``unauthenticated``, ``not_you``, ``unsafe_input`` for no name)."""
         from workflow import team
 
+        if session is None and not signs_in:  # a name, or a token: one read of the reviewer list
+            return team.decider(self.store, by, token, cp, default_by=default_by)
         if not team.is_team(self.store, cp):
-            return team.decider(self.store, by if by is not None else default_by, None, cp)
-        if signs_in and session is None:  # fail closed: one name for everyone is no team
+            return team.decider(self.store, by, None, cp, default_by=default_by)
+        if session is None:  # fail closed: one name for everyone is no team
             raise Refused("unauthenticated", f"{'task ' + cp.task_id + ': ' if cp is not None else ''}team mode: "
                           "this inbox was started without sign-in (it decides as one reviewer name for "
                           "everyone); stop it and run serve again, where each reviewer signs in with their own "
                           "token; nothing decided")
-        if session is not None:
-            return team.signed_in(self.store, session.reviewer, session.token_id, session.fingerprint)
-        return team.decider(self.store, by, token, cp)
+        return team.signed_in(self.store, session.reviewer, session.token_id, session.fingerprint)
 
     def judge(self, task_id: Any, decision: str, *, by: Optional[str] = None, token: Optional[str] = None,
               session: Any = None, default_by: Optional[str] = None, signs_in: bool = False,
               call_id: Optional[str] = None, reason: Optional[str] = None, always: bool = False,
-              edit: Optional["Edit"] = None, expect_revision: Optional[int] = None,
-              cp: Optional["Checkpoint"] = None) -> Judged:
+              edit: Optional["Edit"] = None, expect_revision: Optional[int] = None) -> Judged:
         """Steps 1-6 of the module docstring for ``decision`` (``"approve"`` or ``"reject"``) on
         call ``call_id`` (None: the only pending one) of ``task_id``: who decides as
-        :meth:`decider`; ``cp``: the task's checkpoint when the caller has just read it (it is then
-        not read again). The reason is checked as text by the front end (its length, its
+        :meth:`decider`. The reason is checked as text by the front end (its length, its
         characters); here only for secrets. Reads only. Raises :class:`Refused`."""
         from workflow import reconcile, team
 
         check_entry(task_id, by=by if by is not None else "-")
-        if cp is None or cp.task_id != task_id:
-            cp = self.store.load(task_id)
+        cp = self.store.load(task_id)
         who = self.decider(cp, by, token=token, session=session, default_by=default_by, signs_in=signs_in)
         checked = reconcile.preflight(self.store, task_id, decision, call_id, by=who, reason=reason,
                                       edit=edit, cp=cp)

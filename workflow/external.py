@@ -346,8 +346,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
                                                             binding])
 
     with _binding_lock(task_id):  # the calls of one turn bind one after the other
-        held = open_stores.verified(call.run, task_id)  # another call of this run bound since?
-        cp = held if held is not None and held.revision > cp.revision else cp
+        cp = open_stores.newest(call.run, cp)  # after another call of this run bound its own
         try:
             bound_cp = bind(cp)
         except Refused as exc:  # another call of this turn bound its own effect since: after it

@@ -341,8 +341,7 @@ def rebased(store: Store, cp: Checkpoint, run: str) -> Checkpoint:
     effect gate bound an attempt into (run token ``run``: :func:`state.open_stores.verified_run`),
     else ``cp``. Reads no file: a revision another process wrote since makes the outcome's
     compare-and-swap refuse."""
-    newest = open_stores.verified(run, cp.task_id)
-    return newest if newest is not None and newest.revision > cp.revision else cp
+    return open_stores.newest(run, cp)
 
 
 def bind(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[str, ToolApprovalItem]:

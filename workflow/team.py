@@ -55,13 +55,14 @@ def token_from_settings() -> Optional[str]:
     return settings().reviewer_token
 
 
-def decider(store: "TaskStore", by: Optional[str], token: Optional[str], cp: Optional[Checkpoint] = None) -> str:
-    """The ``by`` of a decision (or of a requester, with no ``cp``). Team mode (``store`` has a
-    reviewer, or ``cp`` was started in team mode): the reviewer ``token`` belongs to
-    (:func:`state.reviewers.authenticate`), and ``by``, if given, must be their name. Otherwise
-    ``by``. Raises :class:`Refused` (``unauthenticated``, ``not_you``) with nothing changed."""
-    authenticated = cp is not None and cp.team is not None and cp.team.authenticated
-    if not (authenticated or people.team_mode(store)):
+def decider(store: "TaskStore", by: Optional[str], token: Optional[str], cp: Optional[Checkpoint] = None,
+            default_by: Optional[str] = None) -> str:
+    """The ``by`` of a decision (or of a requester, with no ``cp``). Team mode (:func:`is_team`):
+    the reviewer ``token`` belongs to (:func:`state.reviewers.authenticate`), and ``by``, if given,
+    must be their name. Otherwise ``by``, else ``default_by`` (a command line's login name). Raises
+    :class:`Refused` (``unauthenticated``, ``not_you``) with nothing changed."""
+    if not is_team(store, cp):
+        by = by if by is not None else default_by
         if by is None:
             raise Refused("unsafe_input", "the reviewer name must be a non-empty string; nothing written")
         return by
@@ -315,7 +316,7 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     counted = approvals_of(cp, call_id, arguments_sha256)
     names = {a.by for a in counted}
     if cp.team.authenticated:  # only reviewers still registered, with a role the rule allows, count
-        names &= {r.name for r in people.registered(store) if rule.roles is None or set(rule.roles) & set(r.roles)}
+        names &= _may_count(store, rule)
     if by not in names:
         mine = Approval(call_id=call_id, channel=channel, arguments_sha256=arguments_sha256, by=by, at=now_iso(),
                         revision=cp.revision + 1)
@@ -330,6 +331,12 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     return cp, len(names) >= rule.approvals
 
 
+def _may_count(store: "TaskStore", rule: ApprovalRule) -> set[str]:
+    """The names of the reviewers ``store`` lists now whose approval ``rule`` counts (any role, or
+    one of its roles). Raises :class:`Refused` as the reviewer list does."""
+    return {r.name for r in people.registered(store) if rule.roles is None or set(rule.roles) & set(r.roles)}
+
+
 def _check_still_counted(store: "TaskStore", cp: Checkpoint, rec: Decision) -> None:
     """Before an approval on record is carried out again (a replay after a crash), in a task
     started in team mode: its quorum is still reached by reviewers registered now, with a role the
@@ -340,7 +347,7 @@ def _check_still_counted(store: "TaskStore", cp: Checkpoint, rec: Decision) -> N
         return
     rule = rule_of(cp, rec.channel)
     on_record = sorted({a.by for a in approvals_of(cp, rec.call_id, rec.arguments_sha256)})
-    able = {r.name for r in people.registered(store) if rule.roles is None or set(r.roles) & set(rule.roles)}
+    able = _may_count(store, rule)
     still = [name for name in on_record if name in able]
     if len(still) < rule.approvals:
         gone = [name for name in on_record if name not in able]

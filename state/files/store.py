@@ -485,7 +485,8 @@ class Store:
         return sorted(good, key=lambda cp: cp.task_id), bad
 
     def task_ids(self) -> list[str]:
-        """Task IDs of every checkpoint (see :meth:`checkpoints`; raises :class:`Refused` likewise)."""
+        """Task IDs of every checkpoint (:func:`state.revisions.every_or_stop` over :meth:`scan`:
+        raises :class:`Refused` naming the first that cannot be verified)."""
         return [cp.task_id for cp in every_or_stop(*self.scan())]
 
     def load(self, task_id: str) -> Checkpoint:

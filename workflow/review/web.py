@@ -535,9 +535,9 @@ class Inbox:
 
         if not team.is_team(self.store, cp):
             return {}
-        from state.reviewers import registered
+        from state import reviewers as people
 
-        listed = registered(self.store)
+        listed = people.registered(self.store)
         registered = {r.name: list(r.roles) for r in listed}
         requester = cp.team.requested_by if cp.team is not None else None
         out: dict[str, dict[str, Any]] = {}
