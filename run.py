@@ -22,11 +22,11 @@ from state import clock, effects
 from state.settings import check_environment, settings
 from state.errors import Refused
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
-from cli import arguments as A, commands, hints, output
-from cli.text import budget_lines
+from cli import arguments as A, commands, hints, output, text as cli_text
 from workflow.review import inbox
 from state.store import open_store
-from workflow.observe.views import ledger_view, task_view
+from workflow import Task
+from workflow.observe.views import ledger_view
 
 DEFAULT_TITLE = "Untitled draft"
 
@@ -124,8 +124,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
                                     team=commands.start_team(store, args),
                                     trace_content=bool(args.trace_content) or settings().trace_content,
                                     on_event=output.printer_for(args)))
-    elif args.command == "resume":
-        cp = commands.resume(store, args, output.printer_for(args))  # by: in team mode the token's reviewer
+    elif args.command == "resume":  # through the engine, as workflow.decide and the inbox
+        task = commands.resume(store, args, output.printer_for(args))  # by: in team mode the token's reviewer
     elif args.command == "status":
         cp = store.load(inbox.pick_task(store, args.task, waiting_only=False))
     elif args.command == "settle":  # a person's finding about a call in doubt (workflow/settlement.py)
@@ -133,9 +133,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     elif args.command == "fail":  # the end of a task whose effect provably never ran
         cp = commands.fail(store, args)
     if args.command in ("start", "resume", "status", "settle", "fail"):  # one task: its view and its budget lines
-        args.text_extra = budget_lines(cp)
-        args.text_team = not args.json and commands.team_hint(store, cp)  # next: says a token is needed
-        return task_view(store, cp)
+        task = task if args.command == "resume" else Task.of(store, cp)
+        args.text_extra = cli_text.budget_lines(task)
+        args.text_team = not args.json and task.team  # next: says a token is needed
+        return task.to_json()
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
         return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)
     if args.command in ("notify", "eval"):  # signed webhook events (docs/reviewers.md); code graders
@@ -147,12 +148,12 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "show":
         from workflow.observe.receipt import build_receipt
         shown = inbox.pick_task(store, args.task, waiting_only=False)
-        args.text_team = not args.json and commands.team_hint(store, store.load(shown))
+        args.text_team = not args.json and commands.team_hint(store, shown)
         return build_receipt(store, shown)
     if args.command == "expire":  # in team mode an admin's (HITL_REVIEWER_TOKEN)
         return commands.expire(store, args)
     if args.command == "review":
-        return commands.review(store, args, commands.decide, task_view, commands.decider(store, None, args.by))
+        return commands.review(store, args, commands.decide, commands.decider(store, None, args.by))
     if args.command == "doctor":
         from workflow.ops.doctor import doctor, with_actions  # SDK-free
         from workflow.team import token_from_settings  # --adopt in team mode: an admin's

@@ -15,10 +15,10 @@ from state.errors import Refused
 from state.schema import DEFAULT_CHANNEL
 
 
-def review(store: Any, args: Any, decide: Callable[..., Any], view: Callable[[Any, Any], dict[str, Any]],
-           by: str) -> None:
+def review(store: Any, args: Any, decide: Callable[..., Any], by: str) -> None:
     """``review``: walk the waiting tasks in a terminal, ``decide(store, task, decision, reason,
-    by=, trace_content=)`` each; prints as it goes. Raises :class:`Refused` without a terminal."""
+    by=, trace_content=)`` each (it returns the :class:`workflow.Task` after it); prints as it
+    goes. Raises :class:`Refused` without a terminal."""
     from cli import hints
     from workflow.review import inbox
 
@@ -26,8 +26,8 @@ def review(store: Any, args: Any, decide: Callable[..., Any], view: Callable[[An
         raise Refused("usage", "review needs a terminal (stdin is not a tty); use: python run.py "
                       "resume --task ID --decision approve|reject [--reason TEXT]")
     done = inbox.review(store, ask=input, say=print, hint=hints.hint,
-                        decide=lambda t, d, r: view(store, decide(store, t, d, r, by=by,
-                                                                  trace_content=args.trace_content)))
+                        decide=lambda t, d, r: decide(store, t, d, r, by=by,
+                                                      trace_content=args.trace_content).to_json())
     decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
     print(f"reviewed: {decided} decided, {done['remaining']} still waiting")
 
@@ -62,10 +62,10 @@ def fail(store: Any, args: Any) -> Any:
 
 
 def engine(store: Any) -> Any:
-    """The one door to the workflow for this command line: :class:`workflow.engine.Engine` of
+    """The one door to the workflow for this command line: the public :class:`workflow.Engine` of
     ``store`` and the publisher (:data:`agent.application.APP`)."""
     from agent.application import APP
-    from workflow.engine import Engine
+    from workflow import Engine
 
     return Engine(store, APP)
 
@@ -96,16 +96,13 @@ def resume(store: Any, args: Any, on_event: Any) -> Any:
                   edit=A.edit(args))
 
 
-def team_hint(store: Any, cp: Any) -> bool:
-    """True if a decision on ``cp`` needs a reviewer's token (:func:`workflow.team.is_team`): the
-    ``next:`` lines then say so. Reads the reviewer list (never fails the command: a list that
-    cannot be read says nothing here, and the decision itself refuses)."""
-    from workflow import team
+def team_hint(store: Any, task_id: str) -> bool:
+    """True if a decision on task ``task_id`` needs a reviewer's token (:attr:`workflow.Task.team`):
+    the ``next:`` lines then say so. Reads the task and the reviewer list (a list that cannot be
+    read counts as team mode; the decision itself refuses)."""
+    from workflow import read_task
 
-    try:
-        return team.is_team(store, cp)
-    except Refused:
-        return True
+    return read_task(store, task_id).team
 
 
 def start_team(store: Any, args: Any) -> Any:
@@ -227,8 +224,8 @@ def decide(store: Any, task_id: str, decision: str, reason: str | None, *, by: s
            **kwargs: Any) -> Any:
     """Apply one human decision through the one door (:func:`engine`: who decides, ``by`` being
     ``--by`` or the reviewer of ``HITL_REVIEWER_TOKEN``; the decision table; the task's policy,
-    all before the SDK is imported), then resume the run (``kwargs`` passed on); return the new
-    checkpoint."""
+    all before the SDK is imported), then resume the run (``kwargs`` passed on); return the
+    :class:`workflow.Task` after it."""
     from cli.arguments import reviewer
     from state.settings import settings
     from workflow.team import token_from_settings

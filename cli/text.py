@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from cli.hints import command
-from state.schema import Checkpoint
+from state.schema import Budget, ModelSpec, Spend
 from workflow.external import advice
 from workflow.observe.budget_view import model_line, spent_line
 from workflow.observe.views import one_line, several_lines
+from workflow.task import Task
 
 
 def _auto(d: dict[str, Any], decisions: list[dict[str, Any]]) -> str | None:
@@ -205,24 +206,24 @@ def receipt_next(receipt: dict[str, Any], *, team: bool = False) -> str | None:
                         "decisions": receipt["approval"]["decisions"]}) + (TOKEN_NOTE if team else "")
 
 
-def budget_lines(cp: Checkpoint) -> list[str]:
-    """The text lines ``start``/``resume``/``status`` add for one task (model, then budget)."""
-    lines = [f"  model: {model_line(cp.model)}", f"  budget: {spent_line(cp.budget, cp.spend)}"]
-    if cp.status == "budget_exceeded":
-        stops = [e for e in cp.history if e.event == "budget_exceeded"]
-        why = stops[-1].detail.get("why") if stops else None
-        if isinstance(why, str):
-            lines[-1] = f"  {why}"
+def budget_lines(task: Task) -> list[str]:
+    """The text lines ``start``/``resume``/``status`` add for one task (model, then budget), from
+    its :class:`workflow.task.Task`."""
+    budget, spend = Budget.model_validate(dict(task.budget)), Spend.model_validate(dict(task.spend))
+    lines = [f"  model: {model_line(ModelSpec.model_validate(dict(task.model)))}",
+             f"  budget: {spent_line(budget, spend)}"]
+    if task.status == "budget_exceeded":
+        if task.budget_stop is not None:
+            lines[-1] = f"  {task.budget_stop}"
         lines.append(
-            f"  next: raise the budget, e.g. {command('resume', '--task', cp.task_id)} --decision "
-            f"approve|reject {_raise_hint(cp)}"
+            f"  next: raise the budget, e.g. {command('resume', '--task', task.task_id)} --decision "
+            f"approve|reject {_raise_hint(budget, spend)}"
         )
     return lines
 
 
-def _raise_hint(cp: Checkpoint) -> str:
+def _raise_hint(budget: Budget, spend: Spend) -> str:
     """The flag to raise for the limit that was reached (turns, then cost, then tokens)."""
-    budget, spend = cp.budget, cp.spend
     if spend.turns >= budget.max_turns:
         return f"--max-turns {budget.max_turns + 2} (or --max-tokens, --max-cost-usd)"
     if budget.max_cost_usd is not None and (spend.cost_usd or 0) >= budget.max_cost_usd * 0.9:

@@ -46,10 +46,11 @@ def test_api_page_examples_run_and_print_what_the_page_says(tmp_path):
         "cancelled True",
         "{'to': 'dee', 'text': 'deploy at 5'}",
         "completed",
+        "alice completed",
         "refused: rejected",
         "refused: in_doubt in_doubt 1",
         "completed 1",
         "refused: unconfirmed publishing",
         "failed ended by carol: the provider was shut down",
-        "{'pass': 5, 'fail': 0, 'in_doubt': 0, 'not_finished': 0} [('n-1', 'PASS'), ('n-2', 'PASS')]",
+        "{'pass': 6, 'fail': 0, 'in_doubt': 0, 'not_finished': 0} [('n-1', 'PASS'), ('n-2', 'PASS')]",
     ]

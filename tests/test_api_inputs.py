@@ -204,6 +204,28 @@ def test_every_call_returns_the_same_frozen_task_whose_json_is_what_status_print
     assert done.to_json() == printed.json()
 
 
+def test_a_task_carries_its_model_budget_spend_and_whether_a_decision_needs_a_token(state_dir):
+    """What the command line prints beside the task JSON (the model and budget lines, the hint
+    that a token is needed) comes from the :class:`workflow.Task` alone: the model, the budget and
+    what was spent, and ``team`` once the store has reviewers."""
+    from cli.text import budget_lines
+    from state import reviewers as people
+    from workflow import read_task
+
+    store = Store(state_dir)
+    task = _start(store)
+    assert dict(task.model) == {"name": "offline", "api": "offline", "base_url": None}
+    assert task.budget_stop is None
+    assert (task.spend["turns"], task.budget["max_turns"], task.budget["max_cost_usd"]) == (1, 6, 0.05)
+    assert budget_lines(task) == ["  model: offline (scripted, no network, no bill)",
+                                  "  budget: spent 1 of 6 turns, 0 of 20,000 tokens, $0.00 of $0.05"]
+    with pytest.raises(TypeError):
+        task.spend["turns"] = 0  # type: ignore[index]
+    assert task.team is False
+    people.administer(store, "add", "root", token=None, at="2026-01-01T00:00:00.000000Z", roles=["admin"])
+    assert read_task(store, "t-1").team is True  # a decision now needs a reviewer's token
+
+
 def test_a_mapping_repeated_changes_nothing_and_a_mapping_that_cannot_pay_stops_there(state_dir):
     """The same mapping again (after a crash, say) returns the task unchanged; a mapping whose first
     approval cannot be paid returns ``budget_exceeded`` with that call and the later ones undecided,
@@ -227,6 +249,11 @@ def test_a_mapping_repeated_changes_nothing_and_a_mapping_that_cannot_pay_stops_
     pending = {p["arguments"]["channel"]: p["call_id"] for p in read_task(store, "m-2").pending}
     stopped = asyncio.run(decide(store, PUBLISHER, "m-2", {pending["blog"]: Approve(),
                                                            pending["news"]: Reject(message="no")}, by="ana"))
-    assert stopped.status == "budget_exceeded"
+    assert stopped.status == "budget_exceeded" and stopped.budget_stop.startswith("budget exceeded: ")
+    from cli.text import budget_lines  # the command line's lines, from the Task alone
+
+    assert budget_lines(stopped)[1:] == [f"  {stopped.budget_stop}", "  next: raise the budget, e.g. python run.py "
+                                         "resume --task m-2 --decision approve|reject --max-turns 3 (or --max-tokens, "
+                                         "--max-cost-usd)"]
     assert stopped.decisions == () and sorted(p["call_id"] for p in stopped.pending) == sorted(pending.values())
 

@@ -181,4 +181,5 @@ def test_public_api_is_the_documented_list_and_importing_it_never_imports_the_sd
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["Application", "start", "decide", "Approve", "Reject", "read_task",
                                    "open_store", "effect_tool", "Effect", "Refused", "TaskStore", "Service",
-                                   "NotSent", "MayHaveActed", "Conflict", "settle", "fail", "evaluate", "Task"]
+                                   "NotSent", "MayHaveActed", "Conflict", "settle", "fail", "evaluate", "Task",
+                                   "Engine"]

@@ -295,12 +295,11 @@ def _scripted(answers):
 
 
 def _decide(state_dir, by="rita"):
-    import run
     from cli import commands
     from state.files.store import Store
 
     store = Store(state_dir)
-    return lambda t, d, r: run.task_view(store, commands.decide(store, t, d, r, by=by, trace_content=False))
+    return lambda t, d, r: commands.decide(store, t, d, r, by=by, trace_content=False).to_json()
 
 
 def test_review_walks_waiting_tasks_approve_reject_skip(cli, state_dir):

@@ -227,6 +227,8 @@ def test_budget_spent_no_request_then_raise_and_continue(cli, state_dir, http):
     assert route.call_count == 1  # no request was sent
     assert "task t-1: budget_exceeded" in r.out
     assert "budget exceeded: spent 1 of 6 turns, 390 of 400 tokens" in r.out
+    assert ("next: raise the budget, e.g. python run.py resume --task t-1 --decision approve|reject --max-tokens 800 "
+            "(or --max-turns, --max-cost-usd)") in r.out
     cp = _cp(state_dir)
     assert cp["status"] == "budget_exceeded" and cp["run_state"] == before["run_state"]
     assert ledger_entries(state_dir) == []  # the tool did not run ahead of an unpaid call

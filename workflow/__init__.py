@@ -8,6 +8,9 @@ example); every other module is private to the library. The names are imported l
 - declare the tool: :func:`effect_tool` (its function gets an :class:`Effect`);
 - describe the agent: :class:`Application`;
 - keep state: :func:`open_store` (a folder or a ``postgresql://`` URL), a :class:`TaskStore`;
+- one door for a front end of your own (a command line, a web page): :class:`Engine`, built once
+  from a store and an application, judges a decision before the lock and then decides it (what
+  :func:`decide` does in one call);
 - run: :func:`start` until the agent's call waits for a human, :func:`decide` with an
   :class:`Approve` or :class:`Reject`, :func:`read_task` to see where a task stands: each returns
   the same frozen :class:`Task`;
@@ -30,13 +33,14 @@ if TYPE_CHECKING:  # names for type checkers only: at run time they load on firs
     from workflow.api import Approve, Reject, decide, fail, open_store, read_task, settle, start
     from workflow.application import Application
     from workflow.effect import Effect, effect_tool
+    from workflow.engine import Engine
     from workflow.external import Conflict, MayHaveActed, NotSent, Service
     from workflow.ops.evaluate import evaluate
     from workflow.task import Task
 
 __all__ = ["Application", "start", "decide", "Approve", "Reject", "read_task", "open_store",
            "effect_tool", "Effect", "Refused", "TaskStore", "Service", "NotSent", "MayHaveActed",
-           "Conflict", "settle", "fail", "evaluate", "Task"]
+           "Conflict", "settle", "fail", "evaluate", "Task", "Engine"]
 
 #: Public name -> the module that defines it, imported on first use (by name: importing this
 #: package imports none of them, so ``import workflow.observe.views`` stays free of the SDK).
@@ -47,7 +51,7 @@ _HOME = {
     "effect_tool": "workflow.effect", "Effect": "workflow.effect",
     "Service": "workflow.external", "NotSent": "workflow.external", "MayHaveActed": "workflow.external",
     "Conflict": "workflow.external", "settle": "workflow.api", "fail": "workflow.api",
-    "evaluate": "workflow.ops.evaluate", "Task": "workflow.task",
+    "evaluate": "workflow.ops.evaluate", "Task": "workflow.task", "Engine": "workflow.engine",
     "Refused": "state.errors",
     "TaskStore": "state.store",
 }

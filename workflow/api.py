@@ -156,7 +156,7 @@ async def decide(store: "TaskStore", app: "Application", task_id: str,
     engine = Engine(store, app)  # the one door of the command line and the inbox too
     judged = engine.judge(task_id, word, by=by, token=token, call_id=call_id, reason=reason, always=always,
                           edit=edit, expect_revision=expect_revision)
-    return _task(store, await engine.decide(judged, **options))
+    return await engine.decide(judged, **options)
 
 
 async def settle(store: "TaskStore", app: "Application", task_id: str, outcome: str, *,

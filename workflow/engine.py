@@ -1,10 +1,11 @@
 """One door: everything between a front end and the story in :mod:`workflow.hitl`.
 
-The public API (:func:`workflow.decide`), the command line (``run.py resume``, ``review``) and the
-browser inbox (``POST /task/{id}/decide``) each build one :class:`Engine` from a store and an
-application and decide through it, so a decision is judged the same way whichever door it came
-through, in this order, before the lock and, but for step 6, without the SDK (a refusal costs
-nothing and writes nothing):
+:class:`Engine` is public (``workflow.Engine``). The public API (:func:`workflow.decide`), the
+command line (``run.py resume``, ``review``) and the browser inbox (``POST /task/{id}/decide``)
+each build one from a store and an application and decide through it (the last two import it
+from ``workflow``, as any front end of your own would), so a decision is judged the same way
+whichever door it came through, in this order, before the lock and, but for step 6, without the
+SDK (a refusal costs nothing and writes nothing):
 
 1. the entry: the task ID an allowed key, the reviewer name given one line of allowed text;
 2. the checkpoint, loaded and verified once (:meth:`state.store.TaskStore.load`);
@@ -18,7 +19,8 @@ nothing and writes nothing):
 Then :meth:`Engine.decide` runs :func:`workflow.hitl.decide` with that judgement: under the lock
 the checkpoint is loaded a second time and everything is judged again on it (``recheck``); the
 effect gate reads it once more right before the effect (a lock file can be deleted under a
-process), and the outcome is written without reading it back.
+process), and the outcome is written without reading it back; the :class:`workflow.task.Task`
+returned is built from the checkpoint the run wrote.
 
 Never imports the SDK at import time: :meth:`Engine.decide` imports the story when a human
 actually decides.
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from state.store import TaskStore
     from workflow.application import Application
     from workflow.edits import Edit
+    from workflow.task import Task
 
 
 @dataclass(frozen=True)
@@ -118,23 +121,25 @@ class Engine:
         return Judged(task_id=task_id, decision=decision, by=who, reason=reason, call_id=call_id,
                       always=always, edit=edit, expect_revision=expect_revision, checked=checked)
 
-    async def decide(self, judged: Judged, **options: Any) -> "Checkpoint":
+    async def decide(self, judged: Judged, **options: Any) -> "Task":
         """Apply the decision :meth:`judge` returned and resume the run
         (:func:`workflow.hitl.decide`; ``options``: ``model``, ``budget_changes``,
-        ``trace_content``, ``on_event``). Returns the new checkpoint. Raises :class:`Refused`."""
+        ``trace_content``, ``on_event``). Returns the :class:`workflow.task.Task` after it, built
+        from the checkpoint the run wrote (not read again). Raises :class:`Refused`."""
         from workflow import hitl
+        from workflow.task import Task
 
-        return await hitl.decide(self.store, self.app, task_id=judged.task_id, decision=judged.decision,
-                                 by=judged.by, reason=judged.reason, call_id=judged.call_id,
-                                 always=judged.always, edit=judged.edit,
-                                 expect_revision=judged.expect_revision, checked=judged.checked,
-                                 **options)
+        cp = await hitl.decide(self.store, self.app, task_id=judged.task_id, decision=judged.decision,
+                               by=judged.by, reason=judged.reason, call_id=judged.call_id,
+                               always=judged.always, edit=judged.edit,
+                               expect_revision=judged.expect_revision, checked=judged.checked, **options)
+        return Task.of(self.store, cp)
 
-
-def warm() -> None:
-    """Import the story and the SDK now (about 2 s), so that a long-running door (the inbox
-    server) does not pay it on its first decision."""
-    from workflow import hitl  # noqa: F401
+    @staticmethod
+    def warm() -> None:
+        """Import the story and the SDK now (about 2 s), so that a long-running door (the inbox
+        server) does not pay it on its first decision."""
+        from workflow import hitl  # noqa: F401
 
 
 def check_reason(reason: Any) -> None:

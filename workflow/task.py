@@ -53,7 +53,15 @@ class Task:
       ``call_id``, ``tool``, ``channel``, ``always``, ``source``, …, as ``status --json``);
     - ``final_output``: the model's final output once the run ended (None before);
     - ``revision``: the checkpoint's revision (1, 2, …), what ``decide(expect_revision=…)`` takes;
-    - ``failure``: why it ended ``failed`` (None otherwise).
+    - ``failure``: why it ended ``failed`` (None otherwise);
+    - ``model``: which model drives it, ``{"name", "api", "base_url"}`` (never a key);
+    - ``budget`` (``{"max_turns", "max_tokens", "max_cost_usd"}``, the cost in US dollars) and
+      ``spend`` (``{"turns", "requests", "input_tokens", "output_tokens", "total_tokens",
+      "cost_usd"}``, ``cost_usd`` None if it cannot be priced): across start and every resume;
+    - ``budget_stop``: while ``status`` is ``budget_exceeded``, which limit stopped it, in words
+      (None otherwise);
+    - ``team``: True if a decision on it must be authenticated (it was started in team mode, or
+      the store has reviewers now).
 
     :meth:`to_json` returns a new dict equal to what ``run.py status --task ID --json`` prints.
     """
@@ -66,6 +74,11 @@ class Task:
     final_output: Optional[str]
     revision: int
     failure: Optional[str] = None
+    model: Mapping[str, Any] = field(default_factory=lambda: ReadOnlyDict())
+    budget: Mapping[str, Any] = field(default_factory=lambda: ReadOnlyDict())
+    spend: Mapping[str, Any] = field(default_factory=lambda: ReadOnlyDict())
+    budget_stop: Optional[str] = None
+    team: bool = False
     _json: str = field(default="{}", repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -74,13 +87,26 @@ class Task:
 
     @classmethod
     def of(cls, store: "TaskStore", cp: "Checkpoint") -> "Task":
-        """The task of checkpoint ``cp`` (verified by whoever loaded it) in ``store``."""
+        """The task of checkpoint ``cp`` (verified by whoever loaded it) in ``store``. Reads the
+        reviewer list (``team``; one that cannot be read counts as team mode: fail closed)."""
+        from state.errors import Refused
         from workflow.observe.views import task_view
-        from workflow.team import approvals_of
+        from workflow.team import approvals_of, is_team
 
         view = task_view(store, cp)
         pending = [{**p, "approvals": [a.by for a in approvals_of(cp, p["call_id"])]} for p in view["pending"]]
+        stop = None
+        if cp.status == "budget_exceeded":
+            stops = [e for e in cp.history if e.event == "budget_exceeded"]
+            why = stops[-1].detail.get("why") if stops else None
+            stop = why if isinstance(why, str) else None
+        try:
+            team = is_team(store, cp)
+        except Refused:  # a reviewer list that cannot be read: a decision needs a token all the same
+            team = True
         return cls(task_id=view["task_id"], status=view["status"], channels=tuple(view["channels"]),
                    pending=_frozen(pending), decisions=_frozen(view["decisions"]),
                    final_output=view["final_output"], revision=view["revision"], failure=view.get("failure"),
+                   model=_frozen(cp.model.model_dump()), budget=_frozen(cp.budget.model_dump()),
+                   spend=_frozen(cp.spend.model_dump()), budget_stop=stop, team=team,
                    _json=json.dumps(view, ensure_ascii=False))

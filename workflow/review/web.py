@@ -79,6 +79,7 @@ from state import clock
 from state.errors import Next, Refused, no_hint
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, valid_key
 from workflow import calls
+from workflow import Task
 from workflow.review import inbox_index
 from workflow.review.inbox import WAITING
 from workflow.review.inbox_index import FILTERS, InboxIndex, timing
@@ -466,15 +467,15 @@ class TeamGate(Gate):
 
 def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, decision: str,
                 reason: Optional[str], by: str, expect_revision: int,
-                session: Optional[Session] = None) -> Checkpoint:
+                session: Optional[Session] = None) -> Task:
     """Apply one reviewer's decision on one pending call, from the page: the ONE place the page
     reaches the workflow, through the door ``run.py resume`` and :func:`workflow.decide` use
-    (:class:`workflow.engine.Engine`, ``call_id`` as ``--call``), with ``application`` (a
+    (the public :class:`workflow.Engine`, ``call_id`` as ``--call``), with ``application`` (a
     :class:`workflow.application.Application`).
 
     ``expect_revision`` is the revision the page was rendered from; it is checked before the lock
-    (a quick answer for a stale page) and again under it (the check that counts). Returns the new
-    checkpoint (still ``waiting_for_approval`` while other calls of the task wait); raises
+    (a quick answer for a stale page) and again under it (the check that counts). Returns the
+    :class:`workflow.Task` after it (still ``waiting_for_approval`` while other calls of the task wait); raises
     :class:`Refused` for every refusal (nothing decided), e.g. a call that is not pending.
 
     Team mode (:func:`workflow.team.is_team`): ``by`` is not used; the decision is ``session``'s
@@ -482,7 +483,7 @@ def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, dec
     signed in with), and the policy is checked as ``run.py resume`` checks it. Without a session
     (a server started in single-user mode, and a reviewer registered since) it is refused
     (``unauthenticated``), nothing decided."""
-    from workflow.engine import Engine
+    from workflow import Engine
 
     engine = Engine(store, application)  # the one door of the command line and the API too
     judged = engine.judge(task_id, decision, by=by, session=session, signs_in=True, call_id=call_id,
@@ -950,9 +951,9 @@ def serve(store: Any, application: Any, host: str, port: int, reviewer: Optional
     sock, authority = listen(host, port, allow_remote)  # refusals first, before the SDK's import
     import uvicorn
 
-    from workflow.engine import warm
+    from workflow import Engine
 
-    warm()  # the SDK, loaded once for every decision
+    Engine.warm()  # the SDK, loaded once for every decision
 
     hosts = {authority}
     if host in ("127.0.0.1", "localhost"):
