@@ -201,6 +201,10 @@ MUTANTS: list[Mutant] = [
       "tests/test_proposed_calls.py"),
     m("gate-runs-for-an-ended-task", EFFECT, "    if cp is not None and cp.status in _ENDED:",
       "    if False:", "tests/test_proposed_calls.py"),
+    # a fail that ran while the tool's function ran leaves the task failed with a ledger entry
+    m("executed-task-left-failed", GUARDS,
+      "        done = executed_after_fail(store, cp.task_id) if exc.code == \"stale_revision\" else []\n",
+      "        done = []\n", "tests/test_proposed_calls.py"),
     p("rejection-record-read-on-the-first-channel-only", EFFECT,
       "    if rejected is not None:\n        raise Refused(\"rejected\", [",
       "    if rejected is not None and channel == task[\"channels\"][0]:\n        raise Refused(\"rejected\", [",

@@ -352,3 +352,39 @@ def test_a_task_failed_by_another_process_while_an_approval_runs_gets_no_effect(
         _decide(store, Approve(), call_id=call_id)
     assert refused.value.code == "failed" and "ended failed while this approval ran" in str(refused.value)
     assert PAID == [] and store.ledger_get("inv-1") is None and store.load("inv-1").status == "failed"
+
+
+def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_recorded(state_dir, monkeypatch):
+    """The window the gate's check cannot close: a lock file deleted under an approval whose tool
+    function is already running, and another process ends the task with ``fail``, which sees no
+    ledger entry yet and records ``failed``. The function had paid; its entry, written next, proves
+    it, so the gate ends the task ``completed`` on top of that revision, as ``fail`` ends a task with
+    an executed call (its failure kept): never ``failed`` with a ledger entry."""
+    from state import failpoints
+    from state.files.store import file_name
+    from workflow import fail, read_task
+    from workflow.ops.doctor import doctor
+
+    store = open_store(str(state_dir))
+    call_id = _start(store).pending[0]["call_id"]
+    real = failpoints.hit
+
+    def hit(point: str) -> None:
+        if point == "ledger:record:before" and PAID:  # the function paid; its entry is not written yet
+            (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
+            assert fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob").status == "failed"
+        real(point)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    with pytest.raises(Refused) as refused:  # its own outcome write lost the compare-and-swap
+        _decide(store, Approve(), call_id=call_id)
+    assert refused.value.code == "stale_revision" and str(refused.value) == (
+        "task inv-1: its effect was done (ledger entry inv-1) while another process ended the task failed; it is "
+        "now completed, the failure kept, since an executed action is never ended as if it had not run")
+    monkeypatch.setattr(failpoints, "hit", real)
+    assert PAID == [("inv-1", "acme", 1200)] and store.ledger_get("inv-1") is not None
+    task = read_task(store, "inv-1")
+    assert (task.status, task.failure) == ("completed", "ended by bob: gave up")
+    ended, repaired = store.load("inv-1").history[-2:]
+    assert (ended.event, repaired.event) == ("failed", "completed")
+    assert (repaired.detail["executed_after"], repaired.detail["keys"]) == ("failed", ["inv-1"])
+    assert doctor(store)["consistent"]
