@@ -201,6 +201,9 @@ MUTANTS: list[Mutant] = [
       "tests/test_proposed_calls.py"),
     m("gate-runs-for-an-ended-task", EFFECT, "    if cp is not None and cp.status in _ENDED:",
       "    if False:", "tests/test_proposed_calls.py"),
+    # doctor --repair leaves a task failed while its call executed as it is: no way out
+    m("doctor-leaves-an-executed-task-failed", "workflow/ops/doctor.py",
+      "    if report.repair and _ended_before_its_entry(cp):", "    if False:", "tests/test_proposed_calls.py"),
     # a fail that ran while the tool's function ran leaves the task failed with a ledger entry
     m("executed-task-left-failed", GUARDS,
       "        done = executed_after_fail(store, cp.task_id) if exc.code == \"stale_revision\" else []\n",

@@ -388,3 +388,42 @@ def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_r
     assert (ended.event, repaired.event) == ("failed", "completed")
     assert (repaired.detail["executed_after"], repaired.detail["keys"]) == ("failed", ["inv-1"])
     assert doctor(store)["consistent"]
+
+
+def test_doctor_repair_ends_completed_a_task_failed_while_its_call_executed(state_dir, monkeypatch):
+    """The same window, with the approving command gone before it could end the task ``completed``
+    (as if it crashed right after its ledger entry): ``doctor`` reports ``failed`` with an entry
+    and names ``doctor --repair``, which ends it ``completed`` (the failure kept); nothing else
+    can, since ``fail`` and every decision refuse an ended task."""
+    from cli import hints
+    from state import failpoints
+    from state.files.store import file_name
+    from workflow import fail, read_task, reconcile
+    from workflow.ops.doctor import doctor, with_actions
+
+    store = open_store(str(state_dir))
+    call_id = _start(store).pending[0]["call_id"]
+    real = failpoints.hit
+
+    def hit(point: str) -> None:
+        if point == "ledger:record:before" and PAID:
+            (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
+            fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob")
+        real(point)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    monkeypatch.setattr(reconcile, "executed_after_fail", lambda store, task_id: [])  # gone before it
+    with pytest.raises(Refused):
+        _decide(store, Approve(), call_id=call_id)
+    monkeypatch.undo()
+    assert read_task(store, "inv-1").status == "failed" and store.ledger_get("inv-1") is not None
+    report = with_actions(doctor(store), hints.hint)
+    [finding] = report["findings"]
+    assert (finding["kind"], report["consistent"]) == ("cancelled_with_entry", False)
+    assert finding["action"] == ("python run.py doctor --repair ends it completed, the failure kept (the entry "
+                                 "proves the call executed while the task was being ended)")
+    repaired = doctor(store, repair=True)
+    assert repaired["consistent"] and [r["kind"] for r in repaired["repairs"]] == ["executed_after_fail"]
+    task = read_task(store, "inv-1")
+    assert (task.status, task.failure) == ("completed", "ended by bob: gave up")
+    assert doctor(store, repair=True)["repairs"] == []  # done once
+    assert PAID == [("inv-1", "acme", 1200)]

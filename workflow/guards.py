@@ -339,10 +339,12 @@ def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None
 def save_outcome(store: Store, cp: Checkpoint, **changes: Any) -> Checkpoint:
     """The run's outcome: ``store.save_revision(cp, failpoint="checkpoint:outcome", **changes)``.
     If another process wrote a revision since (the compare-and-swap refuses), the refusal is raised
-    as it was, after one repair that is provable: :func:`executed_after_fail`."""
+    as it was, after one repair that is provable: :func:`workflow.reconcile.executed_after_fail`."""
     try:
         return store.save_revision(cp, failpoint="checkpoint:outcome", **changes)
     except Refused as exc:
+        from workflow.reconcile import executed_after_fail
+
         done = executed_after_fail(store, cp.task_id) if exc.code == "stale_revision" else []
         if not done:
             raise
@@ -350,33 +352,6 @@ def save_outcome(store: Store, cp: Checkpoint, **changes: Any) -> Checkpoint:
             f"task {cp.task_id}: its effect was done (ledger entry {', '.join(done)}) while another process ended "
             "the task failed; it is now completed, the failure kept, since an executed action is never ended as "
             "if it had not run", Next("see_status", cp.task_id)], task_id=cp.task_id) from None
-
-
-def executed_after_fail(store: Store, task_id: str) -> list[str]:
-    """A ``fail`` by another process that ran while this run's tool function ran (a lock file
-    deleted under the approval) saw no ledger entry and ended the task ``failed``. When the newest
-    revision is that ``failed`` and a ledger entry of the task's keys exists now, the call did
-    execute, and an executed action is never ended as if it had not: the task is ended
-    ``completed`` on top of that revision, its failure kept, as ``fail`` itself ends a task with an
-    executed call (:func:`workflow.settlement.fail`). One compare-and-swap; anything else (another
-    status, no entry, a lost swap) is left as it is, for ``doctor`` to report. Returns the keys
-    whose entries ended it ``completed`` (empty: nothing written). Raises :class:`Refused` only if
-    the checkpoint or an entry cannot be read."""
-    from workflow import calls
-
-    newest = store.load(task_id)
-    last = newest.history[-1] if newest.history else None
-    if newest.status != "failed" or last is None or last.event != "failed":
-        return []
-    executed = [k for k in (calls.keys(newest, c)[0] for c in newest.channels) if store.ledger_get(k) is not None]
-    if not executed:
-        return []
-    try:
-        store.save_revision(newest, failpoint="checkpoint:outcome", status="completed", pending=[],
-                            expires_at=None, event=("completed", {"executed_after": "failed", "keys": executed}))
-    except Refused:  # another writer came first: doctor judges what it left
-        return []
-    return executed
 
 
 def rebased(store: Store, cp: Checkpoint, run: str) -> Checkpoint:

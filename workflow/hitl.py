@@ -216,8 +216,9 @@ async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult,
     completed / cancelled once the ledger agrees; the budget and the spend of the new RunState."""
     run_state, rs_version = await _saved_text(agent, result, cp.task_id, context)
     changes = guards.after_run(store, cp, result.interruptions, result.final_output)
-    return guards.save_outcome(store, cp, run_state=run_state, run_state_schema_version=rs_version,
-                               budget=budget, spend=spend_from_run_state(run_state, pricing), **changes)
+    return guards.save_outcome(store, cp, run_state=run_state,
+                               run_state_schema_version=rs_version, budget=budget,
+                               spend=spend_from_run_state(run_state, pricing), **changes)
 
 
 async def _saved_text(agent: Any, result: RunResult, task_id: str,

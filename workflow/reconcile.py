@@ -538,5 +538,35 @@ def table_markdown() -> str:
     return "\n".join(lines)
 
 
+
+def executed_after_fail(store: "Store", task_id: str) -> list[str]:
+    """A ``fail`` by another process that ran while this run's tool function ran (a lock file
+    deleted under the approval) saw no ledger entry and ended the task ``failed``. When the newest
+    revision is that ``failed`` and a ledger entry of this task's keys exists now, the call did
+    execute, and an executed action is never ended as if it had not: the task is ended
+    ``completed`` on top of that revision, its failure kept, as :func:`workflow.settlement.fail`
+    itself ends a task with an executed call. One compare-and-swap; anything else (another
+    status, no entry of this task, a lost swap) is left as it is, for ``doctor`` to report. Run
+    by the command whose outcome write lost to that ``failed`` revision
+    (:func:`workflow.guards.save_outcome`), and by ``doctor --repair`` for a command that crashed
+    before it. Returns the keys whose entries ended
+    it ``completed`` (empty: nothing written). Raises :class:`Refused` only if the checkpoint or
+    an entry cannot be read."""
+    newest = store.load(task_id)
+    last = newest.history[-1] if newest.history else None
+    if newest.status != "failed" or last is None or last.event != "failed":
+        return []
+    found = {k: store.ledger_get(k) for k in (keys(newest, c)[0] for c in newest.channels)}
+    executed = [k for k, entry in found.items() if entry is not None and entry.task_id == task_id]
+    if not executed:
+        return []
+    try:
+        store.save_revision(newest, failpoint="checkpoint:outcome", status="completed", pending=[],
+                            expires_at=None, event=("completed", {"executed_after": "failed", "keys": executed}))
+    except Refused:  # another writer came first: doctor judges what it left
+        return []
+    return executed
+
+
 if __name__ == "__main__":  # python -m workflow.reconcile: print the table for the docs
     print(table_markdown())

@@ -17,7 +17,10 @@ Findings (``kind``: what it means → the recommended ``action``):
 ``unreadable_ledger_entry`` a ledger file that cannot be parsed or names another key → a human
 ``completed_without_entry`` checkpoint ``completed`` but no ledger entry → a human (resume refuses)
 ``entry_mismatch``         the entry names another task or other content → a human
-``cancelled_with_entry``   ``cancelled`` but the ledger shows it executed → a human
+``cancelled_with_entry``   ``cancelled`` but the ledger shows it executed → a human; ``failed`` by
+                           ``fail`` while its call executed (the entry came after) →
+                           ``doctor --repair`` ends it ``completed``, the failure kept (provable:
+                           the entry)
 ``executed_not_recorded``  waiting, approval recorded, entry present (crash between the ledger and
                            the outcome) → ``python run.py resume --task ID --decision approve``
 ``decision_not_finished``  waiting, decision recorded, no entry (crash after the decision) →
@@ -101,7 +104,7 @@ from state.schema import Checkpoint
 from state.store import Inspectable, TaskStore
 from state.terminal import one_line
 from workflow.calls import calls_of, keys
-from workflow.reconcile import Evidence, reconcile
+from workflow.reconcile import Evidence, executed_after_fail, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
 NOTES = frozenset({"busy", "not_locked", "not_judged", "old_layout"})
@@ -284,7 +287,8 @@ def _task_action(cp: Checkpoint, kind: str, decision: str | None) -> tuple[Part,
     if kind == "completed_without_entry":
         return (HUMAN + " (resume refuses this task)",)
     if kind == "cancelled_with_entry":
-        return (HUMAN + " (an executed action is never marked cancelled)",)
+        return ENDED_BEFORE_ITS_ENTRY if _ended_before_its_entry(cp) else (
+            HUMAN + " (an executed action is never marked cancelled)",)
     return ASK_HUMAN
 
 
@@ -313,8 +317,22 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
             by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
             decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "", **intent)
         action = _action(cp.task_id, call_id, kind, intent.get("window_ends")) or (
-            (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else ASK_HUMAN)
+            (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else
+            ENDED_BEFORE_ITS_ENTRY if kind == "cancelled_with_entry" and _ended_before_its_entry(cp) else ASK_HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
+
+
+def _ended_before_its_entry(cp: Checkpoint) -> bool:
+    """True if ``cp`` was ended ``failed`` by ``fail`` (its last event): if a ledger entry of it
+    exists, ``fail`` ran while the call executed (a lock file deleted under the approval), and the
+    entry proves the task ``completed`` (:func:`workflow.reconcile.executed_after_fail`)."""
+    return cp.status == "failed" and bool(cp.history) and cp.history[-1].event == "failed"
+
+
+#: The action of a ``cancelled_with_entry`` finding on a task :func:`_ended_before_its_entry`.
+ENDED_BEFORE_ITS_ENTRY: tuple[Part, ...] = (
+    Next("doctor_repair"), " ends it completed, the failure kept (the entry proves the call executed while the "
+    "task was being ended)")
 
 
 def per_call(cp: Checkpoint) -> bool:
@@ -403,8 +421,16 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = (),
 
 
 def _judge(store: TaskStore, check: TaskCheck, report: Report) -> None:
-    """Add the findings of one task (read under its lock) to ``report``."""
+    """Add the findings of one task (read under its lock) to ``report``; with ``repair``, first end
+    a task that ``fail`` ended while its call executed ``completed`` (:func:`_ended_before_its_entry`)."""
     cp = check.checkpoint
+    if report.repair and _ended_before_its_entry(cp):
+        done = executed_after_fail(store, cp.task_id)
+        if done:
+            check.claim(keys(cp, c)[0] for c in cp.channels)
+            report.repairs.append({"kind": "executed_after_fail", "path": str(check.where), "result": (
+                f"ended completed, the failure kept: ledger entry {', '.join(done)} proves the call executed")})
+            return
     if per_call(cp):  # each channel's entry and record are this task's (judged per call)
         check.claim(keys(cp, c)[0] for c in cp.channels)
         _check_calls(store, cp, check.where, report)
