@@ -570,6 +570,10 @@ MUTANTS: list[Mutant] = [
       "        if (reviewer.name == name and reviewer.token_id == token_id\n"
       "                and hmac.compare_digest(fingerprint(reviewer), token_fingerprint)):",
       "        if reviewer.name == name:", WEB_TEAM_T),
+    # the engine decides a judgement built or copied by hand: a reviewer named without being judged
+    m("engine-decides-a-forged-judgement", "workflow/engine.py",
+      "        if self._issued.pop(id(judged), None) is not judged:", "        if False:",
+      "tests/test_application.py"),
     m("inbox-button-rule-only-in-page", "workflow/engine.py",
       "        team.check_before(self.store, checked[0], call_id, decision, who, edits=edit is not None,\n"
       "                          always=always)\n", "", WEB_TEAM_T),

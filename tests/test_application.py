@@ -337,3 +337,28 @@ def test_repeating_a_decision_on_a_real_model_task_needs_no_api_key(state_dir, m
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     again = asyncio.run(application.decide(store, task_id="r-1", decision="approve", by="ann"))
     assert again.revision == done.revision and json.loads(again.model_dump_json())["status"] == "completed"
+
+
+def test_the_engine_decides_only_what_its_own_judge_returned(state_dir):
+    """``Engine.decide`` takes the judgement of the same engine's ``judge`` only, once: a judgement
+    copied with another reviewer's name (who was never judged), built by hand, or made by another
+    engine is refused (``usage``) and nothing is decided; the judge's own then decides, once."""
+    from workflow import Engine, Task
+    from workflow.engine import Judged
+
+    store = Store(state_dir)
+    _start(store)
+    engine = Engine(store, NOTES)
+    judged = engine.judge("n-1", "approve", by="ann")
+    forged = [dataclasses.replace(judged, by="the boss"), Engine(store, NOTES).judge("n-1", "approve", by="ann"),
+              Judged(**{f.name: getattr(judged, f.name) for f in dataclasses.fields(Judged)})]
+    for bad in forged:
+        with pytest.raises(Refused) as refused:
+            asyncio.run(engine.decide(bad))
+        assert refused.value.code == "usage"
+    assert store.load("n-1").status == "waiting_for_approval" and ledger_entries(state_dir) == []
+    done = asyncio.run(engine.decide(judged))
+    assert isinstance(done, Task) and done.status == "completed" and done.decisions[0]["by"] == "ann"
+    with pytest.raises(Refused) as twice:
+        asyncio.run(engine.decide(judged))
+    assert twice.value.code == "usage"

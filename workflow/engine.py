@@ -70,6 +70,7 @@ class Engine:
     def __init__(self, store: "TaskStore", app: Optional["Application"]) -> None:
         self.store = store
         self.app = app
+        self._issued: dict[int, Judged] = {}  # what judge returned, until decide takes it
 
     def decider(self, cp: Optional["Checkpoint"], by: Optional[str], *, token: Optional[str] = None,
                 session: Any = None, default_by: Optional[str] = None,
@@ -118,16 +119,25 @@ class Engine:
             from workflow import guards  # with the SDK: a page or caller that names its revision
 
             guards.check_revision(checked[0], expect_revision)
-        return Judged(task_id=task_id, decision=decision, by=who, reason=reason, call_id=call_id,
-                      always=always, edit=edit, expect_revision=expect_revision, checked=checked)
+        judged = Judged(task_id=task_id, decision=decision, by=who, reason=reason, call_id=call_id,
+                        always=always, edit=edit, expect_revision=expect_revision, checked=checked)
+        self._issued[id(judged)] = judged  # the one value decide takes: never a copy made by hand
+        return judged
 
     async def decide(self, judged: Judged, **options: Any) -> "Task":
         """Apply the decision :meth:`judge` returned and resume the run
         (:func:`workflow.hitl.decide`; ``options``: ``model``, ``budget_changes``,
         ``trace_content``, ``on_event``). Returns the :class:`workflow.task.Task` after it, built
-        from the checkpoint the run wrote (not read again). Raises :class:`Refused`."""
+        from the checkpoint the run wrote (not read again). Raises :class:`Refused`: ``usage`` for a
+        ``judged`` this engine's :meth:`judge` did not return, or one it decided already (who
+        decides is judged there, never taken from a value built or copied by hand), nothing
+        decided."""
         from workflow import hitl
         from workflow.task import Task
+
+        if self._issued.pop(id(judged), None) is not judged:
+            raise Refused("usage", "Engine.decide takes what this engine's judge returned, once (who decides is "
+                          "judged there); nothing decided")
 
         cp = await hitl.decide(self.store, self.app, task_id=judged.task_id, decision=judged.decision,
                                by=judged.by, reason=judged.reason, call_id=judged.call_id,
