@@ -201,6 +201,10 @@ MUTANTS: list[Mutant] = [
       "tests/test_proposed_calls.py"),
     m("gate-runs-for-an-ended-task", EFFECT, "    if cp is not None and cp.status in _ENDED:",
       "    if False:", "tests/test_proposed_calls.py"),
+    # the repair takes an entry of other content (one put back from a backup) as proof of this call
+    m("repair-trusts-any-entry-of-the-key", RECONCILE,
+      "        except Refused:  # another content (an entry put back from elsewhere): a human, never a repair\n"
+      "            return []\n", "        except Refused:\n            pass\n", "tests/test_proposed_calls.py"),
     # doctor --repair leaves a task failed while its call executed as it is: no way out
     m("doctor-leaves-an-executed-task-failed", "workflow/ops/doctor.py",
       "    if report.repair and _ended_before_its_entry(cp):", "    if False:", "tests/test_proposed_calls.py"),
@@ -572,8 +576,14 @@ MUTANTS: list[Mutant] = [
       "        if reviewer.name == name:", WEB_TEAM_T),
     # the engine decides a judgement built or copied by hand: a reviewer named without being judged
     m("engine-decides-a-forged-judgement", "workflow/engine.py",
-      "        if self._issued.pop(id(judged), None) is not judged:", "        if False:",
+      "        if kept is None or kept[0] is not judged:", "        if False:",
       "tests/test_application.py"),
+    # the engine decides from the caller's value, changed by hand after judge (another name put in)
+    m("engine-decides-the-callers-copy", "workflow/engine.py", "        judged, who = kept[1], kept[2]\n",
+      "        who = kept[2]\n", "tests/test_application.py"),
+    # who decides is not resolved again at decide: a token rotated since still decides
+    p("engine-trusts-an-old-judgement", "workflow/engine.py", "        if self.decider(cp, who[\"by\"],",
+      "        if False and self.decider(cp, who[\"by\"],", "tests/test_application.py"),
     m("inbox-button-rule-only-in-page", "workflow/engine.py",
       "        team.check_before(self.store, checked[0], call_id, decision, who, edits=edit is not None,\n"
       "                          always=always)\n", "", WEB_TEAM_T),

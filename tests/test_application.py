@@ -362,3 +362,33 @@ def test_the_engine_decides_only_what_its_own_judge_returned(state_dir):
     with pytest.raises(Refused) as twice:
         asyncio.run(engine.decide(judged))
     assert twice.value.code == "usage"
+
+
+def test_the_engine_decides_from_its_own_copy_as_who_was_judged_while_they_still_are(state_dir):
+    """What ``judge`` returned, changed by hand afterwards (``object.__setattr__`` on the frozen
+    value), decides as judged: the engine keeps its own copy. Who decides is resolved again at
+    ``decide`` from the same token: a token rotated since is refused, nothing decided."""
+    from state import reviewers as people
+    from workflow import Engine
+
+    store = Store(state_dir)
+    _start(store)
+    engine = Engine(store, NOTES)
+    judged = engine.judge("n-1", "reject", by="ann", reason="not today")
+    object.__setattr__(judged, "by", "eve")
+    object.__setattr__(judged, "decision", "approve")
+    done = asyncio.run(engine.decide(judged))
+    assert (done.status, done.decisions[0]["by"], done.decisions[0]["decision"]) == ("cancelled", "ann", "rejected")
+    assert ledger_entries(state_dir) == []
+
+    _start(store, key="n-2")
+    at = "2026-01-01T00:00:00.000000Z"
+    root = people.administer(store, "add", "root", token=None, at=at, roles=["admin"])["token"]
+    bob = people.administer(store, "add", "bob", token=root, at=at, roles=["editor"])["token"]
+    judged = engine.judge("n-2", "approve", token=bob)
+    assert judged.by == "bob"
+    people.administer(store, "rotate", "bob", token=root, at=at)
+    with pytest.raises(Refused) as refused:
+        asyncio.run(engine.decide(judged))
+    assert refused.value.code == "unauthenticated", refused.value
+    assert store.load("n-2").status == "waiting_for_approval" and ledger_entries(state_dir) == []

@@ -390,16 +390,13 @@ def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_r
     assert doctor(store)["consistent"]
 
 
-def test_doctor_repair_ends_completed_a_task_failed_while_its_call_executed(state_dir, monkeypatch):
-    """The same window, with the approving command gone before it could end the task ``completed``
-    (as if it crashed right after its ledger entry): ``doctor`` reports ``failed`` with an entry
-    and names ``doctor --repair``, which ends it ``completed`` (the failure kept); nothing else
-    can, since ``fail`` and every decision refuse an ended task."""
-    from cli import hints
+def _failed_while_it_ran_and_left(state_dir: Any, monkeypatch: Any) -> Any:
+    """The window of the test above, with the approving command gone before it could end the
+    task ``completed`` (as if it crashed right after its ledger entry): the store, its task
+    ``inv-1`` ``failed`` with a ledger entry."""
     from state import failpoints
     from state.files.store import file_name
-    from workflow import fail, read_task, reconcile
-    from workflow.ops.doctor import doctor, with_actions
+    from workflow import fail, reconcile
 
     store = open_store(str(state_dir))
     call_id = _start(store).pending[0]["call_id"]
@@ -415,7 +412,19 @@ def test_doctor_repair_ends_completed_a_task_failed_while_its_call_executed(stat
     with pytest.raises(Refused):
         _decide(store, Approve(), call_id=call_id)
     monkeypatch.undo()
-    assert read_task(store, "inv-1").status == "failed" and store.ledger_get("inv-1") is not None
+    assert store.load("inv-1").status == "failed" and store.ledger_get("inv-1") is not None
+    return store
+
+
+def test_doctor_repair_ends_completed_a_task_failed_while_its_call_executed(state_dir, monkeypatch):
+    """``doctor`` reports that task (``failed`` with an entry) and names ``doctor --repair``, which
+    ends it ``completed`` (the failure kept); nothing else can, since ``fail`` and every decision
+    refuse an ended task."""
+    from cli import hints
+    from workflow import read_task
+    from workflow.ops.doctor import doctor, with_actions
+
+    store = _failed_while_it_ran_and_left(state_dir, monkeypatch)
     report = with_actions(doctor(store), hints.hint)
     [finding] = report["findings"]
     assert (finding["kind"], report["consistent"]) == ("cancelled_with_entry", False)
@@ -427,3 +436,22 @@ def test_doctor_repair_ends_completed_a_task_failed_while_its_call_executed(stat
     assert (task.status, task.failure) == ("completed", "ended by bob: gave up")
     assert doctor(store, repair=True)["repairs"] == []  # done once
     assert PAID == [("inv-1", "acme", 1200)]
+
+
+def test_doctor_repair_never_completes_a_failed_task_on_an_entry_of_other_content(state_dir, monkeypatch):
+    """An entry of the task's key for other content than its approved call (one put back from a
+    backup, say) proves nothing about this call: ``doctor --repair`` leaves the task ``failed``
+    and the mismatch stays a finding for a human."""
+    from state.files.ledger import Ledger
+    from state.files.store import Store
+    from workflow import read_task
+    from workflow.ops.doctor import doctor
+
+    store = _failed_while_it_ran_and_left(state_dir, monkeypatch)
+    Ledger(Store(state_dir).ledger_dir).path_for("inv-1").unlink()
+    store.ledger_record(key="inv-1", task_id="inv-1", action="pay_invoice", title="Invoice",
+                        content_sha256="0" * 64, channel="bank", approval="human", result="paid")
+    repaired = doctor(store, repair=True)
+    assert repaired["repairs"] == [] and not repaired["consistent"]
+    assert [f["kind"] for f in repaired["findings"]] == ["entry_mismatch"]
+    assert read_task(store, "inv-1").status == "failed"

@@ -28,7 +28,7 @@ actually decides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Optional
 
 from state.errors import Refused
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from workflow.application import Application
     from workflow.edits import Edit
     from workflow.task import Task
+
+
+#: How many judgements one :class:`Engine` keeps for :meth:`Engine.decide` (the oldest go first).
+MAX_JUDGED = 256
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,8 @@ class Engine:
     def __init__(self, store: "TaskStore", app: Optional["Application"]) -> None:
         self.store = store
         self.app = app
-        self._issued: dict[int, Judged] = {}  # what judge returned, until decide takes it
+        #: id -> (what judge returned, its private copy, who-decides inputs), until decide takes it
+        self._issued: dict[int, tuple[Judged, Judged, dict[str, Any]]] = {}
 
     def decider(self, cp: Optional["Checkpoint"], by: Optional[str], *, token: Optional[str] = None,
                 session: Any = None, default_by: Optional[str] = None,
@@ -121,7 +126,11 @@ class Engine:
             guards.check_revision(checked[0], expect_revision)
         judged = Judged(task_id=task_id, decision=decision, by=who, reason=reason, call_id=call_id,
                         always=always, edit=edit, expect_revision=expect_revision, checked=checked)
-        self._issued[id(judged)] = judged  # the one value decide takes: never a copy made by hand
+        # decide takes this very value, and decides from a copy of it no caller holds
+        self._issued[id(judged)] = (judged, replace(judged), {
+            "by": by, "token": token, "session": session, "default_by": default_by, "signs_in": signs_in})
+        while len(self._issued) > MAX_JUDGED:  # the oldest, never decided, are forgotten
+            del self._issued[next(iter(self._issued))]
         return judged
 
     async def decide(self, judged: Judged, **options: Any) -> "Task":
@@ -129,15 +138,24 @@ class Engine:
         (:func:`workflow.hitl.decide`; ``options``: ``model``, ``budget_changes``,
         ``trace_content``, ``on_event``). Returns the :class:`workflow.task.Task` after it, built
         from the checkpoint the run wrote (not read again). Raises :class:`Refused`: ``usage`` for a
-        ``judged`` this engine's :meth:`judge` did not return, or one it decided already (who
-        decides is judged there, never taken from a value built or copied by hand), nothing
-        decided."""
+        ``judged`` this engine's :meth:`judge` did not return (among its last :data:`MAX_JUDGED`),
+        or one it decided already (who decides is judged there, never taken from a value built,
+        copied or changed by hand: the engine decides from its own copy); who decides is resolved
+        again from the same token or session (a token rotated or a reviewer removed since: raised
+        as :meth:`decider` raises it, or ``not_you``), nothing decided."""
         from workflow import hitl
         from workflow.task import Task
 
-        if self._issued.pop(id(judged), None) is not judged:
-            raise Refused("usage", "Engine.decide takes what this engine's judge returned, once (who decides is "
-                          "judged there); nothing decided")
+        kept = self._issued.pop(id(judged), None)
+        if kept is None or kept[0] is not judged:
+            raise Refused("usage", f"Engine.decide takes what this engine's judge returned, once, among its last "
+                          f"{MAX_JUDGED} (who decides is judged there); nothing decided: judge it again")
+        judged, who = kept[1], kept[2]
+        cp = judged.checked[0]
+        if self.decider(cp, who["by"], token=who["token"], session=who["session"], default_by=who["default_by"],
+                        signs_in=who["signs_in"]) != judged.by:  # a token rotated or a reviewer removed since
+            raise Refused("not_you", f"task {judged.task_id}: who decides changed since it was judged; nothing "
+                          "decided: judge it again")
 
         cp = await hitl.decide(self.store, self.app, task_id=judged.task_id, decision=judged.decision,
                                by=judged.by, reason=judged.reason, call_id=judged.call_id,

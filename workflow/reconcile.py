@@ -542,22 +542,36 @@ def table_markdown() -> str:
 def executed_after_fail(store: "Store", task_id: str) -> list[str]:
     """A ``fail`` by another process that ran while this run's tool function ran (a lock file
     deleted under the approval) saw no ledger entry and ended the task ``failed``. When the newest
-    revision is that ``failed`` and a ledger entry of this task's keys exists now, the call did
-    execute, and an executed action is never ended as if it had not: the task is ended
-    ``completed`` on top of that revision, its failure kept, as :func:`workflow.settlement.fail`
-    itself ends a task with an executed call. One compare-and-swap; anything else (another
-    status, no entry of this task, a lost swap) is left as it is, for ``doctor`` to report. Run
-    by the command whose outcome write lost to that ``failed`` revision
+    revision is that ``failed`` and a ledger entry of this task's keys exists now, for the content
+    and action the checkpoint expects on its channel (and, for a human's, with an approval on
+    record on that channel), the call did execute, and an executed action is never ended as if it
+    had not: the task is ended ``completed`` on top of that revision, its failure kept, as
+    :func:`workflow.settlement.fail` itself ends a task with an executed call. One
+    compare-and-swap; anything else (another status, no entry, an entry of other content or with
+    no approval on record, a lost swap) is left as it is, for ``doctor`` to report. Run by the
+    command whose outcome write lost to that ``failed`` revision
     (:func:`workflow.guards.save_outcome`), and by ``doctor --repair`` for a command that crashed
-    before it. Returns the keys whose entries ended
-    it ``completed`` (empty: nothing written). Raises :class:`Refused` only if the checkpoint or
-    an entry cannot be read."""
+    before it. Returns the keys whose entries ended it ``completed`` (empty: nothing written).
+    Raises :class:`Refused` only if the checkpoint or an entry cannot be read."""
     newest = store.load(task_id)
     last = newest.history[-1] if newest.history else None
     if newest.status != "failed" or last is None or last.event != "failed":
         return []
-    found = {k: store.ledger_get(k) for k in (keys(newest, c)[0] for c in newest.channels)}
-    executed = [k for k, entry in found.items() if entry is not None and entry.task_id == task_id]
+    executed = []
+    for channel in newest.channels:
+        key = keys(newest, channel)[0]
+        entry = store.ledger_get(key)
+        if entry is None:
+            continue
+        try:  # the entry of this very task, action and content, as doctor judges it
+            check_same_entry(entry, key=key, task_id=task_id, content_sha256=newest.expected_sha256(channel),
+                             action=newest.action)
+        except Refused:  # another content (an entry put back from elsewhere): a human, never a repair
+            return []
+        approved = any(d.channel == channel and d.decision == "approved" for d in newest.decisions)
+        if entry.approval == "human" and not approved:  # a human's entry with no approval on record
+            return []
+        executed.append(key)
     if not executed:
         return []
     try:
