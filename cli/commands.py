@@ -97,12 +97,12 @@ def resume(store: Any, args: Any, on_event: Any) -> Any:
 
 
 def team_hint(store: Any, task_id: str) -> bool:
-    """True if a decision on task ``task_id`` needs a reviewer's token (:attr:`workflow.Task.team`):
-    the ``next:`` lines then say so. Reads the task and the reviewer list (a list that cannot be
-    read counts as team mode; the decision itself refuses)."""
-    from workflow import read_task
+    """True if a decision on task ``task_id`` needs a reviewer's token, as :attr:`workflow.Task.team`
+    says it (:func:`workflow.team.needs_token`): the ``next:`` lines then say so. Reads the task's
+    checkpoint and the reviewer list."""
+    from workflow.team import needs_token
 
-    return read_task(store, task_id).team
+    return needs_token(store, store.load(task_id))
 
 
 def start_team(store: Any, args: Any) -> Any:

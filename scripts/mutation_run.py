@@ -205,9 +205,13 @@ MUTANTS: list[Mutant] = [
     m("repair-trusts-any-entry-of-the-key", RECONCILE,
       "        except Refused:  # another content (an entry put back from elsewhere): a human, never a repair\n"
       "            return []\n", "        except Refused:\n            pass\n", "tests/test_proposed_calls.py"),
+    # the repair takes a human's entry as proof with no approval on record on its channel
+    p("repair-without-an-approval-on-record", RECONCILE,
+      "        if entry.approval == \"human\" and not approved:",
+      "        if entry.approval == \"human\" and not approved and False:", "tests/test_application.py"),
     # doctor --repair leaves a task failed while its call executed as it is: no way out
     m("doctor-leaves-an-executed-task-failed", "workflow/ops/doctor.py",
-      "    if report.repair and _ended_before_its_entry(cp):", "    if False:", "tests/test_proposed_calls.py"),
+      "    if report.repair and ended_by_fail(cp):", "    if False:", "tests/test_proposed_calls.py"),
     # a fail that ran while the tool's function ran leaves the task failed with a ledger entry
     m("executed-task-left-failed", GUARDS,
       "        done = executed_after_fail(store, cp.task_id) if exc.code == \"stale_revision\" else []\n",
@@ -578,6 +582,10 @@ MUTANTS: list[Mutant] = [
     m("engine-decides-a-forged-judgement", "workflow/engine.py",
       "        if kept is None or kept[0] is not judged:", "        if False:",
       "tests/test_application.py"),
+    # a reviewer list that cannot be read shows a team task as one anyone may decide by name
+    p("task-shown-single-user-on-a-damaged-list", "workflow/team.py",
+      "        return is_team(store, cp)\n    except Refused:\n        return True\n",
+      "        return is_team(store, cp)\n    except Refused:\n        return False\n", "tests/test_api_inputs.py"),
     # the engine decides from the caller's value, changed by hand after judge (another name put in)
     m("engine-decides-the-callers-copy", "workflow/engine.py", "        judged, who = kept[1], kept[2]\n",
       "        who = kept[2]\n", "tests/test_application.py"),

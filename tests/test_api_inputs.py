@@ -257,3 +257,22 @@ def test_a_mapping_repeated_changes_nothing_and_a_mapping_that_cannot_pay_stops_
                                          "--max-cost-usd)"]
     assert stopped.decisions == () and sorted(p["call_id"] for p in stopped.pending) == sorted(pending.values())
 
+
+
+def test_a_reviewer_list_that_cannot_be_read_shows_a_task_as_needing_a_token(state_dir):
+    """``Task.team`` fails closed: with the store's reviewer list damaged, the task is shown as one
+    whose decision needs a reviewer's token (the command line's ``next:`` lines say so), never as
+    a single-user task; the decision itself then refuses."""
+    from conftest import run_in_process
+    from workflow import read_task
+
+    store = Store(state_dir)
+    _start(store)
+    assert read_task(store, "t-1").team is False
+    (state_dir / "reviewers").mkdir()
+    (state_dir / "reviewers" / "r1.json").write_text("{not json", encoding="utf-8")  # damaged
+    with pytest.raises(Refused):
+        store.reviewer_list()
+    assert read_task(store, "t-1").team is True
+    printed = run_in_process(state_dir, "status", "--task", "t-1")
+    assert printed.code == 0 and "team mode: run it with your reviewer token in HITL_REVIEWER_TOKEN" in printed.out

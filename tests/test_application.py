@@ -392,3 +392,22 @@ def test_the_engine_decides_from_its_own_copy_as_who_was_judged_while_they_still
         asyncio.run(engine.decide(judged))
     assert refused.value.code == "unauthenticated", refused.value
     assert store.load("n-2").status == "waiting_for_approval" and ledger_entries(state_dir) == []
+
+
+def test_the_repair_of_a_failed_task_needs_an_approval_on_record_for_a_humans_entry(state_dir):
+    """A task ended ``failed`` (its last event ``fail``'s) with no approval on record: an entry of
+    its very content that says a human approved it proves no approval of this task's, so neither
+    the repair nor ``doctor --repair`` ends it ``completed``; it stays for a human."""
+    from workflow import reconcile
+    from workflow.ops.doctor import doctor
+
+    store = Store(state_dir)
+    cp = _start(store)
+    store.save_revision(cp, failpoint="checkpoint:outcome", status="failed", pending=[], expires_at=None,
+                        failure="ended by bob: gave up",
+                        event=("failed", {"by": "bob", "reason": "gave up", "status": "failed"}))
+    store.ledger_record(key="n-1", task_id="n-1", action="send_note", title="Note to ops",
+                        content_sha256=cp.content_sha256, channel="notes", approval="human", result="sent")
+    assert reconcile.ended_by_fail(store.load("n-1"))
+    assert reconcile.executed_after_fail(store, "n-1") == []
+    assert doctor(store, repair=True)["repairs"] == [] and store.load("n-1").status == "failed"

@@ -455,3 +455,4 @@ def test_doctor_repair_never_completes_a_failed_task_on_an_entry_of_other_conten
     assert repaired["repairs"] == [] and not repaired["consistent"]
     assert [f["kind"] for f in repaired["findings"]] == ["entry_mismatch"]
     assert read_task(store, "inv-1").status == "failed"
+

@@ -539,6 +539,13 @@ def table_markdown() -> str:
 
 
 
+def ended_by_fail(cp: "Checkpoint") -> bool:
+    """True if ``cp`` is ``failed`` and its last event is ``fail``'s: if a ledger entry of it
+    exists, ``fail`` ran while the call executed (a lock file deleted under the approval), and
+    :func:`executed_after_fail` may end it ``completed``."""
+    return cp.status == "failed" and bool(cp.history) and cp.history[-1].event == "failed"
+
+
 def executed_after_fail(store: "Store", task_id: str) -> list[str]:
     """A ``fail`` by another process that ran while this run's tool function ran (a lock file
     deleted under the approval) saw no ledger entry and ended the task ``failed``. When the newest
@@ -554,8 +561,7 @@ def executed_after_fail(store: "Store", task_id: str) -> list[str]:
     before it. Returns the keys whose entries ended it ``completed`` (empty: nothing written).
     Raises :class:`Refused` only if the checkpoint or an entry cannot be read."""
     newest = store.load(task_id)
-    last = newest.history[-1] if newest.history else None
-    if newest.status != "failed" or last is None or last.event != "failed":
+    if not ended_by_fail(newest):
         return []
     executed = []
     for channel in newest.channels:

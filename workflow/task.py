@@ -88,10 +88,9 @@ class Task:
     @classmethod
     def of(cls, store: "TaskStore", cp: "Checkpoint") -> "Task":
         """The task of checkpoint ``cp`` (verified by whoever loaded it) in ``store``. Reads the
-        reviewer list (``team``; one that cannot be read counts as team mode: fail closed)."""
-        from state.errors import Refused
+        reviewer list (``team``: :func:`workflow.team.needs_token`)."""
         from workflow.observe.views import task_view
-        from workflow.team import approvals_of, is_team
+        from workflow.team import approvals_of, needs_token
 
         view = task_view(store, cp)
         pending = [{**p, "approvals": [a.by for a in approvals_of(cp, p["call_id"])]} for p in view["pending"]]
@@ -100,13 +99,9 @@ class Task:
             stops = [e for e in cp.history if e.event == "budget_exceeded"]
             why = stops[-1].detail.get("why") if stops else None
             stop = why if isinstance(why, str) else None
-        try:
-            team = is_team(store, cp)
-        except Refused:  # a reviewer list that cannot be read: a decision needs a token all the same
-            team = True
         return cls(task_id=view["task_id"], status=view["status"], channels=tuple(view["channels"]),
                    pending=_frozen(pending), decisions=_frozen(view["decisions"]),
                    final_output=view["final_output"], revision=view["revision"], failure=view.get("failure"),
                    model=_frozen(cp.model.model_dump()), budget=_frozen(cp.budget.model_dump()),
-                   spend=_frozen(cp.spend.model_dump()), budget_stop=stop, team=team,
+                   spend=_frozen(cp.spend.model_dump()), budget_stop=stop, team=needs_token(store, cp),
                    _json=json.dumps(view, ensure_ascii=False))

@@ -106,6 +106,15 @@ def is_team(store: "TaskStore", cp: Optional[Checkpoint] = None) -> bool:
     return (cp is not None and cp.team is not None and cp.team.authenticated) or people.team_mode(store)
 
 
+def needs_token(store: "TaskStore", cp: Checkpoint) -> bool:
+    """:func:`is_team` for showing a task, failing closed: a reviewer list that cannot be read
+    counts as team mode (a decision needs a token all the same; the decision itself refuses)."""
+    try:
+        return is_team(store, cp)
+    except Refused:
+        return True
+
+
 def check_before(store: "TaskStore", cp: Checkpoint, call_id: Optional[str], decision: str, by: str, *,
                  edits: bool = False, always: bool = False) -> None:
     """:func:`check_decision` for the call ``call_id`` of ``cp`` (None: the only pending one), before

@@ -104,7 +104,7 @@ from state.schema import Checkpoint
 from state.store import Inspectable, TaskStore
 from state.terminal import one_line
 from workflow.calls import calls_of, keys
-from workflow.reconcile import Evidence, executed_after_fail, reconcile
+from workflow.reconcile import Evidence, ended_by_fail, executed_after_fail, reconcile
 
 #: Finding kinds that are not inconsistencies (do not make doctor exit 1).
 NOTES = frozenset({"busy", "not_locked", "not_judged", "old_layout"})
@@ -287,7 +287,7 @@ def _task_action(cp: Checkpoint, kind: str, decision: str | None) -> tuple[Part,
     if kind == "completed_without_entry":
         return (HUMAN + " (resume refuses this task)",)
     if kind == "cancelled_with_entry":
-        return ENDED_BEFORE_ITS_ENTRY if _ended_before_its_entry(cp) else (
+        return ENDED_BEFORE_ITS_ENTRY if ended_by_fail(cp) else (
             HUMAN + " (an executed action is never marked cancelled)",)
     return ASK_HUMAN
 
@@ -318,18 +318,12 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
             decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "", **intent)
         action = _action(cp.task_id, call_id, kind, intent.get("window_ends")) or (
             (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else
-            ENDED_BEFORE_ITS_ENTRY if kind == "cancelled_with_entry" and _ended_before_its_entry(cp) else ASK_HUMAN)
+            ENDED_BEFORE_ITS_ENTRY if kind == "cancelled_with_entry" and ended_by_fail(cp) else ASK_HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
-def _ended_before_its_entry(cp: Checkpoint) -> bool:
-    """True if ``cp`` was ended ``failed`` by ``fail`` (its last event): if a ledger entry of it
-    exists, ``fail`` ran while the call executed (a lock file deleted under the approval), and the
-    entry proves the task ``completed`` (:func:`workflow.reconcile.executed_after_fail`)."""
-    return cp.status == "failed" and bool(cp.history) and cp.history[-1].event == "failed"
-
-
-#: The action of a ``cancelled_with_entry`` finding on a task :func:`_ended_before_its_entry`.
+#: The action of a ``cancelled_with_entry`` finding on a task
+#: :func:`workflow.reconcile.ended_by_fail`.
 ENDED_BEFORE_ITS_ENTRY: tuple[Part, ...] = (
     Next("doctor_repair"), " ends it completed, the failure kept (the entry proves the call executed while the "
     "task was being ended)")
@@ -422,9 +416,9 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = (),
 
 def _judge(store: TaskStore, check: TaskCheck, report: Report) -> None:
     """Add the findings of one task (read under its lock) to ``report``; with ``repair``, first end
-    a task that ``fail`` ended while its call executed ``completed`` (:func:`_ended_before_its_entry`)."""
+    a task that ``fail`` ended while its call executed ``completed`` (:func:`executed_after_fail`)."""
     cp = check.checkpoint
-    if report.repair and _ended_before_its_entry(cp):
+    if report.repair and ended_by_fail(cp):
         done = executed_after_fail(store, cp.task_id)
         if done:
             check.claim(keys(cp, c)[0] for c in cp.channels)

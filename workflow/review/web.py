@@ -78,8 +78,7 @@ from workflow.observe.budget_view import model_line, spent_line
 from state import clock
 from state.errors import Next, Refused, no_hint
 from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, valid_key
-from workflow import calls
-from workflow import Task
+from workflow import Task, calls
 from workflow.review import inbox_index
 from workflow.review.inbox import WAITING
 from workflow.review.inbox_index import FILTERS, InboxIndex, timing
