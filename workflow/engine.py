@@ -1,11 +1,11 @@
 """One door: everything between a front end and the story in :mod:`workflow.hitl`.
 
 :class:`Engine` is public (``workflow.Engine``). The public API (:func:`workflow.decide`), the
-command line (``run.py resume``, ``review``) and the browser inbox (``POST /task/{id}/decide``)
-each build one from a store and an application and decide through it (the last two import it
-from ``workflow``, as any front end of your own would), so a decision is judged the same way
-whichever door it came through, in this order, before the lock and, but for step 6, without the
-SDK (a refusal costs nothing and writes nothing):
+publisher's command line (its ``resume`` and ``review``) and the browser inbox
+(``POST /task/{id}/decide``) each build one from a store and an application and decide through
+it (the last two import it from ``workflow``, as any front end of your own would), so a decision
+is judged the same way whichever door it came through, in this order, before the lock and, but
+for step 6, without the SDK (a refusal costs nothing and writes nothing):
 
 1. the entry: the task ID an allowed key, the reviewer name given one line of allowed text;
 2. the checkpoint, loaded and verified once (:meth:`state.store.TaskStore.load`);

@@ -11,8 +11,8 @@ with a form each, each call's decision so far, budget, history; once decided, th
 Approve or Reject only shows what it will do and a confirming button (nothing is decided, and it
 works without JavaScript); the confirming post (``confirm=yes``) decides. A decision goes through
 :func:`decide_call`,
-the one adapter to the engine (:class:`workflow.engine.Engine`, the door ``run.py resume --call``
-goes through), so the task lock, the decision table and the revision check (the form's
+the one adapter to the engine (the public :class:`workflow.Engine`, the door the command line's
+``resume --call`` goes through), so the task lock, the decision table and the revision check (the form's
 ``revision``, as ``expect_revision``) serialise page and command-line decisions.
 
 Security (a local page can be attacked from other tabs, other sites and other users; every check
@@ -468,9 +468,9 @@ def decide_call(store: Any, application: Any, *, task_id: str, call_id: str, dec
                 reason: Optional[str], by: str, expect_revision: int,
                 session: Optional[Session] = None) -> Task:
     """Apply one reviewer's decision on one pending call, from the page: the ONE place the page
-    reaches the workflow, through the door ``run.py resume`` and :func:`workflow.decide` use
-    (the public :class:`workflow.Engine`, ``call_id`` as ``--call``), with ``application`` (a
-    :class:`workflow.application.Application`).
+    reaches the workflow, through the door the command line's ``resume`` and
+    :func:`workflow.decide` use (the public :class:`workflow.Engine`, ``call_id`` as ``--call``),
+    with ``application`` (a :class:`workflow.application.Application`).
 
     ``expect_revision`` is the revision the page was rendered from; it is checked before the lock
     (a quick answer for a stale page) and again under it (the check that counts). Returns the
