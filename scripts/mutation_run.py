@@ -586,6 +586,9 @@ MUTANTS: list[Mutant] = [
     p("task-shown-single-user-on-a-damaged-list", "workflow/team.py",
       "        return is_team(store, cp)\n    except Refused:\n        return True\n",
       "        return is_team(store, cp)\n    except Refused:\n        return False\n", "tests/test_api_inputs.py"),
+    # a decision waits for a busy task lock by holding its thread: one event loop stalls behind it
+    p("lock-wait-holds-the-loop", GUARDS, "                stack.enter_context(store.task_lock(task_id, timeout=0))\n",
+      "                stack.enter_context(store.task_lock(task_id))\n", "tests/test_application.py"),
     # the engine decides from the caller's value, changed by hand after judge (another name put in)
     m("engine-decides-the-callers-copy", "workflow/engine.py", "        judged, who = kept[1], kept[2]\n",
       "        who = kept[2]\n", "tests/test_application.py"),

@@ -364,6 +364,51 @@ def test_the_engine_decides_only_what_its_own_judge_returned(state_dir):
     assert twice.value.code == "usage"
 
 
+def test_two_decisions_on_one_task_in_one_event_loop_take_turns_and_the_loop_keeps_running(state_dir, monkeypatch):
+    """A front end of one event loop (a web server on ``Engine``) decides one task twice at once:
+    the second decision waits for the task's lock by sleeping, not by holding the loop, so the
+    first run goes on (the loop ticks meanwhile), the second is then judged on what the first left
+    (completed: nothing more to do) and the note is sent once. Holding the loop, the second would
+    wait the whole ``HITL_LOCK_TIMEOUT`` with the first run stuck behind it, then be refused."""
+    import time
+
+    from workflow import Engine
+
+    class Slow(ScriptedModel):  # a model that takes its time, as a real one does
+        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.2)
+            return await super().get_response(*args, **kwargs)
+
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "5")
+    store = Store(state_dir)
+    _start(store)
+    slow = dataclasses.replace(NOTES, offline_model=lambda: Slow([ModelStep.respond(_respond) for _ in range(4)]))
+
+    async def both() -> tuple[Any, Any, int, float]:
+        engine = Engine(store, slow)
+        first, second = (engine.judge("n-1", "approve", by=who) for who in ("ann", "bob"))
+        ticks, running = 0, True
+
+        async def tick() -> None:
+            nonlocal ticks
+            while running:
+                ticks += 1
+                await asyncio.sleep(0.01)
+        ticker = asyncio.create_task(tick())
+        began = time.monotonic()
+        a, b = await asyncio.gather(engine.decide(first), engine.decide(second))
+        took = time.monotonic() - began
+        running = False
+        await ticker
+        return a, b, ticks, took
+
+    a, b, ticks, took = asyncio.run(both())
+    assert (a.status, b.status) == ("completed", "completed") and a.revision == b.revision
+    assert [d["by"] for d in b.decisions] == ["ann"]
+    assert len(ledger_entries(state_dir)) == 1
+    assert took < 4 and ticks >= 5, (took, ticks)  # the loop ran while the first decision did
+
+
 def test_the_engine_decides_from_its_own_copy_as_who_was_judged_while_they_still_are(state_dir):
     """What ``judge`` returned, changed by hand afterwards (``object.__setattr__`` on the frozen
     value), decides as judged: the engine keeps its own copy. Who decides is resolved again at

@@ -293,9 +293,9 @@ def test_hitl_resume_checks_the_expected_revision_under_the_lock(task, state_dir
 
     class RacingStore(FileStore):
         @contextmanager
-        def task_lock(self, task_id):
+        def task_lock(self, task_id, **kw):
             next_revision_file(state_dir, task, lambda d: None)  # the other writer
-            with super().task_lock(task_id):
+            with super().task_lock(task_id, **kw):
                 yield
 
     store = RacingStore(state_dir)

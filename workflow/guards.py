@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from contextlib import contextmanager
+import time
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from importlib import metadata
-from typing import Any, Iterator, Optional
+from typing import Any, AsyncIterator, Iterator, Optional
 
 from agents import MaxTurnsExceeded, ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
@@ -638,6 +639,45 @@ def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[s
             "expires_at": expires_at,
             "event": ("interrupted", {"pending": [p["call_id"] for p in pending], "calls": pending,
                                       "expires_at": expires_at})}
+
+
+#: The first pause between two tries of a busy task lock (:func:`task_lock`), seconds; each next
+#: pause doubles, up to :data:`LOCK_PAUSE_MAX_S`.
+LOCK_PAUSE_S = 0.01
+LOCK_PAUSE_MAX_S = 0.2
+
+
+@asynccontextmanager
+async def task_lock(store: Store, task_id: str, *, leave_nothing: bool = False) -> AsyncIterator[str]:
+    """``store.task_lock(task_id)`` for a coroutine (``start`` and ``resume``, which hold the lock
+    across the agent's run). The lock is tried without waiting (``timeout=0``); while another holder
+    has it, this coroutine sleeps (``asyncio.sleep``: 10 ms, doubling to 200 ms) instead of
+    blocking its thread, for at most ``$HITL_LOCK_TIMEOUT`` seconds in all. So two decisions on one
+    task in one event loop (a web server of your own on ``Engine``) take turns, the second then
+    judged on what the first left, and the loop keeps serving meanwhile; waiting in a thread
+    would hold the loop, and the holder with it, until the timeout. ``leave_nothing``: within
+    :func:`nothing_left_on_refusal` (``start``). Yields the token of this holder's run
+    (:func:`state.open_stores.verified_run`: ``resume`` advances it). Raises :class:`Refused` (``locked``) after the
+    timeout (in the stores' words); any other refusal of the lock at once."""
+    wait = settings().lock_timeout
+    deadline, pause = time.monotonic() + wait, LOCK_PAUSE_S
+    with ExitStack() as stack:
+        if leave_nothing:
+            stack.enter_context(nothing_left_on_refusal(store, task_id))
+        while True:
+            try:
+                stack.enter_context(store.task_lock(task_id, timeout=0))
+                break
+            except Refused as exc:
+                left = deadline - time.monotonic()
+                if exc.code != "locked" or left <= 0:
+                    if exc.code == "locked" and wait > 0:  # as the store words it, the whole wait
+                        raise Refused("locked", f"task {task_id} is being worked on by another process "
+                                      f"(waited {wait:g} s); try again when it finishes") from None
+                    raise
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, LOCK_PAUSE_MAX_S)
+        yield stack.enter_context(open_stores.verified_run())
 
 
 @contextmanager

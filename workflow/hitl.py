@@ -82,7 +82,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     existing = guards.existing_task(store, task_id, title, sha, channels, action)
     if existing is not None:  # the same task again; before the lock (no file), again under it
         return existing
-    with guards.nothing_left_on_refusal(store, task_id), store.task_lock(task_id):
+    async with guards.task_lock(store, task_id, leave_nothing=True):  # awaited, not blocking
         existing = guards.existing_task(store, task_id, title, sha, channels, action)
         if existing is not None:  # another start won
             return existing
@@ -136,7 +136,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
     verified = (cp.revision, cp.mac) if verdict.kind != "unchanged" else None
     if verified is not None:
         guards.check_saved_against_code(cp, agent, app)
-    with store.task_lock(task_id), open_stores.verified_run() as held:
+    async with guards.task_lock(store, task_id) as held:  # awaited: the loop goes on meanwhile
         cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)
         guards.check_revision(cp, expect_revision, want, call_id)  # on what is still there
         if verdict.kind == "unchanged":
