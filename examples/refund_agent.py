@@ -101,7 +101,8 @@ APP = Application(
     build_agent=lambda model: Agent(name="Refunds", tools=[issue_refund], model=model, instructions=(
         "Read the customer's request and propose one refund with issue_refund. If the reviewer "
         "rejects it with a limit, propose it again within that limit.")),
-    offline_model=lambda: ScriptedModel([ModelStep.respond(offline_answer) for _ in range(8)]))
+    offline_model=lambda: ScriptedModel([ModelStep.respond(offline_answer) for _ in range(8)]),
+    command="python examples/refund_agent.py")  # named by `python -m workflow doctor`'s next steps
 
 
 def shown(text: object) -> str:  # text from the model or a file, on one line: controls escaped

@@ -586,6 +586,10 @@ MUTANTS: list[Mutant] = [
     p("task-shown-single-user-on-a-damaged-list", "workflow/team.py",
       "        return is_team(store, cp)\n    except Refused:\n        return True\n",
       "        return is_team(store, cp)\n    except Refused:\n        return False\n", "tests/test_api_inputs.py"),
+    # an application's command with a line break or a terminal escape goes into every task it starts
+    m("application-command-unchecked", "workflow/application.py",
+      "            check_text(self.command, what=\"Application.command\", limit=MAX_COMMAND_CHARS, single_line=True)\n",
+      "", "tests/test_application.py"),
     # a decision waits for a busy task lock by holding its thread: one event loop stalls behind it
     p("lock-wait-holds-the-loop", GUARDS, "                stack.enter_context(store.task_lock(task_id, timeout=0))\n",
       "                stack.enter_context(store.task_lock(task_id))\n", "tests/test_application.py"),

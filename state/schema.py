@@ -68,6 +68,8 @@ ACTION_FIELD = r"^[A-Za-z0-9_.:-]{1,200}$"
 MAX_TITLE_CHARS = 200
 MAX_DRAFT_CHARS = 20_000
 MAX_REASON_CHARS = 1_000
+#: The longest ``Application.command`` a checkpoint records (characters, one line).
+MAX_COMMAND_CHARS = 200
 MAX_NAME_CHARS = 100
 #: Upper bound of ``Budget.max_turns`` (and of ``--max-turns``).
 MAX_TURNS_LIMIT = 1000
@@ -619,6 +621,15 @@ class Checkpoint(_Strict):
     #: Why a task ended ``failed`` (no effect can have happened: the model did not carry out what
     #: was approved, or a person ended a task whose effect provably never ran); absent otherwise.
     failure: Optional[str] = Field(default=None, max_length=MAX_REASON_CHARS)
+    #: How a person runs the task's application (``Application.command``, e.g. ``python pay.py``),
+    #: recorded at start so that a command line with no application code (``python -m workflow
+    #: doctor``) names it in its next steps; absent: the application gave none.
+    command: Optional[str] = Field(default=None, min_length=1, max_length=MAX_COMMAND_CHARS)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_text(v, what="command", limit=MAX_COMMAND_CHARS, single_line=True)
 
     @field_validator("task_id", "idempotency_key")
     @classmethod

@@ -409,6 +409,20 @@ def test_two_decisions_on_one_task_in_one_event_loop_take_turns_and_the_loop_kee
     assert took < 4 and ticks >= 5, (took, ticks)  # the loop ran while the first decision did
 
 
+def test_an_applications_command_is_one_line_of_text_recorded_signed_in_each_task(state_dir):
+    """``Application.command`` (how a person runs the application) is checked when the application
+    is built (empty, several lines, control or bidirectional characters: ``ValueError``), recorded
+    in the task's checkpoint at start under its MAC, and absent for an application that gives none
+    (checkpoints as before)."""
+    for bad in ("", "  ", "python pay.py\nrm -rf /", "python pay.py\x1b[2J", "python \u202epay.py", 7):
+        with pytest.raises(ValueError):
+            dataclasses.replace(NOTES, command=bad)
+    store = Store(state_dir)
+    cp = _start(store, dataclasses.replace(NOTES, command="python notes.py"))
+    assert cp.command == "python notes.py" and store.load("n-1").command == "python notes.py"
+    assert "command" not in _start(store, key="n-2").model_dump(exclude_none=True)
+
+
 def test_the_engine_decides_from_its_own_copy_as_who_was_judged_while_they_still_are(state_dir):
     """What ``judge`` returned, changed by hand afterwards (``object.__setattr__`` on the frozen
     value), decides as judged: the engine keeps its own copy. Who decides is resolved again at

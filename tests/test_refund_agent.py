@@ -71,6 +71,23 @@ def refunds(project: Path) -> list[dict[str, Any]]:
         if folder.exists() else []
 
 
+def test_doctor_of_the_library_names_the_applications_own_command_in_its_next_steps(project):
+    """A decision recorded and then a crash before the refund (``checkpoint:decision`` written):
+    ``python -m workflow doctor``, run with the library alone, tells the person to decide that call
+    again and names the command the application gave (``Application.command``), recorded in the
+    task's signed checkpoint at start; the same command then refunds once."""
+    ok(run(project, *START))
+    crashed = run(project, *FIRST, env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert crashed.returncode == 86, crashed.stderr
+    doctor = run(project, code="import runpy, sys; sys.argv = ['workflow', 'doctor', '--json']; "
+                 "runpy.run_module('workflow', run_name='__main__', alter_sys=True)")
+    [finding] = ok(doctor)["findings"]
+    assert finding["kind"] == "decision_not_finished", finding
+    assert finding["action"] == (f"decide call {call_of(PROPOSED)} of task r-1: approve (with the application's "
+                                 "own command: python examples/refund_agent.py)"), finding
+    assert ok(run(project, *FIRST))["status"] == "completed" and len(refunds(project)) == 1
+
+
 def test_refund_agent_runs_from_a_copy_of_the_library_alone(project):
     proc = run(project, "refunds", "--json", code=WHERE)
     assert ok(proc) == {"refunds": []}

@@ -12,7 +12,8 @@ The same read-only commands as the publisher's ``run.py``, with its flags, over 
 the same store. Nothing is written and the Agents SDK is never imported. ``ledger`` names each
 entry's action; ``doctor``'s next steps name this command line's own commands where they are
 its, and say in words what the application's own command must do otherwise (decide a call, settle
-one, end a task). Exit codes: 0 done, 1 ``STOPPED: …`` (one line), 2 a usage error. This module
+one, end a task), naming that command where the task recorded it (``Application.command``).
+Exit codes: 0 done, 1 ``STOPPED: …`` (one line), 2 a usage error. This module
 is a command line of the library: it owns its words, as ``run.py`` does.
 """
 
@@ -69,23 +70,34 @@ def command(args: argparse.Namespace, *words: str) -> str:
 
 
 #: The next steps of ``doctor`` that are the application's own commands, in words (``a``: the step's
-#: arguments): this command line only reads.
+#: arguments), and what does it when the task recorded no command of its application: this command
+#: line only reads.
 _THEIRS = {
-    "doctor_resume": lambda a: f"decide task {a[0]} again: {a[1]} (the application's decide)",
-    "doctor_resume_call": lambda a: f"decide call {a[1]} of task {a[0]}: {a[2]} (the application's decide)",
-    "doctor_settle": lambda a: (f"settle call {a[1]} of task {a[0]} as published or not published, by a "
-                                "person who checked the provider (workflow.settle)"),
-    "doctor_fail": lambda a: f"end task {a[0]} as failed, by a person, with a reason (workflow.fail)",
+    "doctor_resume": (lambda a: f"decide task {a[0]} again: {a[1]}", "the application's decide"),
+    "doctor_resume_call": (lambda a: f"decide call {a[1]} of task {a[0]}: {a[2]}", "the application's decide"),
+    "doctor_settle": (lambda a: (f"settle call {a[1]} of task {a[0]} as published or not published, by a "
+                                 "person who checked the provider"), "workflow.settle"),
+    "doctor_fail": (lambda a: f"end task {a[0]} as failed, by a person, with a reason", "workflow.fail"),
+}
+#: The same, for steps of no one task.
+_REPAIRS = {
     "doctor_adopt": lambda a: f"sign record {a[0]} with the application's doctor repair",
     "doctor_repair": lambda a: "the application's doctor repair",
 }
 
 
-def hint(args: argparse.Namespace, step: Next) -> str:
+def hint(args: argparse.Namespace, step: Next, commands: Optional[dict[str, str]] = None) -> str:
     """This command line's words for a next step of ``doctor`` (:class:`state.errors.Next`): its own
-    ``status`` and ``doctor`` commands, shell-quoted; the application's commands in words."""
+    ``status`` and ``doctor`` commands, shell-quoted; the application's commands in words, naming
+    the command the task's application gave (``commands``: task ID → ``Checkpoint.command``,
+    escaped onto one line) where it gave one."""
     if step.action in _THEIRS:
-        return _THEIRS[step.action]([one_line(a) for a in step.args])
+        words, how = _THEIRS[step.action]
+        given = (commands or {}).get(step.args[0]) if step.args else None
+        how = how if given is None else f"with the application's own command: {one_line(given)}"
+        return f"{words([one_line(a) for a in step.args])} ({how})"
+    if step.action in _REPAIRS:
+        return _REPAIRS[step.action]([one_line(a) for a in step.args])
     if step.action in ("status", "see_status", "shows_status") and step.args:
         return f" ({command(args, 'status', '--task', step.args[0])})"
     if step.action.startswith("doctor"):
@@ -147,7 +159,9 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
     if args.command == "doctor":
         from workflow.ops.doctor import doctor, doctor_text, with_actions
 
-        view = with_actions(doctor(store), lambda step: hint(args, step))
+        report = doctor(store)
+        commands = {cp.task_id: cp.command for cp in store.scan()[0] if cp.command is not None}
+        view = with_actions(report, lambda step: hint(args, step, commands))
         return view, doctor_text(view)
     task_id = inbox.pick_task(store, args.task, waiting_only=False)
     if args.command == "show":

@@ -62,6 +62,11 @@ class Application:
       run (:func:`workflow.trust.only_action`).
     - ``content_labels``: how a refusal names each content argument (``{argument: words}``,
       default ``the <argument>``), e.g. ``the draft contains the value of OPENAI_API_KEY``.
+    - ``command``: how a person runs this application's own command line, as typed (e.g.
+      ``"python pay.py"``; one line, at most 200 characters), or None. Each task records it at
+      start, and the next steps of ``python -m workflow doctor`` name it: ``decide task K again:
+      approve (with the application's own command: python pay.py)``. Checked when the
+      application is built (``ValueError``).
     """
 
     build_agent: Callable[["Model"], "Agent[Any]"]
@@ -71,6 +76,15 @@ class Application:
     compatible_saved: Mapping[str, Any] = field(default_factory=dict)
     action: str | None = None
     content_labels: Mapping[str, str] = field(default_factory=dict)
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.command is not None:
+            from state.schema import MAX_COMMAND_CHARS, check_text
+
+            if not isinstance(self.command, str) or not self.command.strip():
+                raise ValueError("Application.command must be a non-empty string, e.g. 'python pay.py'")
+            check_text(self.command, what="Application.command", limit=MAX_COMMAND_CHARS, single_line=True)
 
     def model(self, spec: "ModelSpec") -> "Model":
         """The model for ``spec``: :attr:`offline_model` for the offline spec, else the SDK's real

@@ -216,13 +216,14 @@ def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channel
                      pending: list[dict[str, Any]],
                      run_state: str, rs_version: str, agent: dict[str, Any], spec: ModelSpec,
                      budget: Budget, spend: Any, expires_in_s: int,
-                     service: Optional[str] = None, team: Any = None) -> dict[str, Any]:
+                     service: Optional[str] = None, team: Any = None,
+                     command: Optional[str] = None) -> dict[str, Any]:
     """The body of revision 1 of a task's checkpoint (``waiting_for_approval``; every field of
     :class:`state.schema.Checkpoint` but ``mac`` and ``state_id``). ``agent`` is
     :func:`workflow.agent_check.describe` of the agent that ran; ``action`` the name of its tool
     with an effect; ``expires_in_s`` seconds from now; ``service``: where the effect goes (absent
     when None: the local ledger); ``team``: a :class:`state.schema.Team` (absent when None:
-    single-user mode)."""
+    single-user mode); ``command``: ``Application.command`` (absent when None)."""
     now = now_iso()
     expires_at = clock.deadline(expires_in_s)
     versions = {"schema_version": SCHEMA_VERSION, "sdk_version": sdk_version(),
@@ -239,6 +240,7 @@ def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channel
         "budget": budget.model_dump(), "spend": spend.model_dump(), "expires_at": expires_at,
         "approval_ttl_s": expires_in_s, **({"service": service} if service is not None else {}),
         **({"team": team.model_dump(mode="json"), "approvals": []} if team is not None else {}),
+        **({"command": command} if command is not None else {}),
     }
 
 

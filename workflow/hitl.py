@@ -103,7 +103,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
             task_id=task_id, action=action, title=title, sha=sha, channels=channels,
             pending=pending, run_state=run_state, rs_version=rs_version, agent=describe(agent),
             spec=spec, budget=budget, spend=spend, expires_in_s=expires_in_s, service=service,
-            team=team)
+            team=team, command=app.command)
         return store.save(first, failpoint="checkpoint:start")
 
 
