@@ -223,18 +223,26 @@ def test_one_decision_checks_each_thing_once(cli, state_dir, monkeypatch):
 
 
 def _counting_loads(monkeypatch: Any) -> list[str]:
-    """Every ``Store.load`` from now on, named by the function that asked (file store)."""
+    """Every ``Store.load`` from now on, named by the function that asked (file store), and each
+    verification in full it made (``"(verified in full)"``: bytes this process had not verified)."""
     import sys as _sys
 
     from state.files.store import Store as FileStore
 
+    import state.files.store as files
+
     asked: list[str] = []
-    real = FileStore.load
+    real, verify = FileStore.load, files.verify_envelope
 
     def load(self: Any, task_id: str) -> Any:
         asked.append(_sys._getframe(1).f_code.co_name)
         return real(self, task_id)
+
+    def verified(*args: Any, **kwargs: Any) -> Any:  # parse, MAC and validation, in full
+        asked.append("(verified in full)")
+        return verify(*args, **kwargs)
     monkeypatch.setattr(FileStore, "load", load)
+    monkeypatch.setattr(files, "verify_envelope", verified)
     return asked
 
 
@@ -242,11 +250,14 @@ def test_an_approval_reads_the_checkpoint_before_the_lock_under_it_and_right_bef
         cli, state_dir, monkeypatch):
     """One approval, through each door (the command line, the browser inbox's one adapter, the
     library), goes through the one engine (``workflow.engine.Engine``: judged once, decided once)
-    and reads and verifies the checkpoint twice for the decision: once before the lock (``judge``:
-    who decides, the decision table and the policy, on one read) and once under it (``recheck``);
-    then the effect gate once more, right before the effect (``_checkpoint``: a lock file can be
-    deleted under a process); a tool that records its own ledger entry, outside the gate, skips
-    that. The outcome is written without reading it back (the run token holds what was written)."""
+    and reads the checkpoint twice for the decision: once before the lock (``judge``: who decides,
+    the decision table and the policy, on one read) and once under it (``recheck``); then the
+    effect gate once more, right before the effect (``_checkpoint``: a lock file can be deleted
+    under a process); a tool that records its own ledger entry, outside the gate, skips that. It
+    verifies the checkpoint in full (parse, MAC, validation) at most twice: ``judge``'s read, and
+    the gate's of the decision this process just wrote; the read under the lock finds the very
+    bytes ``judge`` verified. The outcome is written without reading it back (the run token holds
+    what was written)."""
     from agent.application import APP
     from workflow import Approve, decide
     from workflow.engine import Engine
@@ -268,7 +279,8 @@ def test_an_approval_reads_the_checkpoint_before_the_lock_under_it_and_right_bef
     assert cli("start", "--key", "k-1", "--title", "T", "--draft", "D").code == 0
     asked = _counting_loads(monkeypatch)
     assert cli("resume", "--task", "k-1", "--decision", "approve", "--by", "ann").code == 0
-    assert (asked, passes) == (["judge", "recheck", "_checkpoint"], ["judge", "decide"]), (asked, passes)
+    full = "(verified in full)"
+    assert (asked, passes) == (["judge", full, "recheck", "_checkpoint", full], ["judge", "decide"]), (asked, passes)
 
     assert cli("start", "--key", "k-2", "--title", "T", "--draft", "D").code == 0
     store = Store(state_dir)
@@ -276,13 +288,13 @@ def test_an_approval_reads_the_checkpoint_before_the_lock_under_it_and_right_bef
     asked.clear(), passes.clear()
     done = decide_call(store, APP, task_id="k-2", call_id=cp.pending[0].call_id, decision="approve",
                        reason=None, by="ann", expect_revision=cp.revision)
-    assert done.status == "completed"
-    assert (asked, passes) == (["judge", "recheck", "_checkpoint"], ["judge", "decide"]), (asked, passes)
+    assert done.status == "completed"  # judge's read: the bytes this test's load verified
+    assert (asked, passes) == (["judge", "recheck", "_checkpoint", full], ["judge", "decide"]), (asked, passes)
 
     _start(Store(state_dir))  # an application of its own, through the public API
     asked.clear(), passes.clear()
     asyncio.run(decide(Store(state_dir), NOTES, "n-1", Approve(), by="ann"))
-    assert (asked, passes) == (["judge", "recheck"], ["judge", "decide"]), (asked, passes)
+    assert (asked, passes) == (["judge", full, "recheck"], ["judge", "decide"]), (asked, passes)
 
 
 def test_the_command_line_and_the_inbox_decide_only_through_the_engine_of_the_public_api():
