@@ -214,8 +214,8 @@ MUTANTS: list[Mutant] = [
       "    if report.repair and ended_by_fail(cp):", "    if False:", "tests/test_proposed_calls.py"),
     # a fail that ran while the tool's function ran leaves the task failed with a ledger entry
     m("executed-task-left-failed", GUARDS,
-      "        done = executed_after_fail(store, cp.task_id) if exc.code == \"stale_revision\" else []\n",
-      "        done = []\n", "tests/test_proposed_calls.py"),
+      "        repaired = completed_after_fail(store, cp.task_id) if exc.code == \"stale_revision\" else None\n",
+      "        repaired = None\n", "tests/test_proposed_calls.py"),
     p("rejection-record-read-on-the-first-channel-only", EFFECT,
       "    if rejected is not None:\n        raise Refused(\"rejected\", [",
       "    if rejected is not None and channel == task[\"channels\"][0]:\n        raise Refused(\"rejected\", [",
@@ -590,6 +590,10 @@ MUTANTS: list[Mutant] = [
     m("application-command-unchecked", "workflow/application.py",
       "            check_text(self.command, what=\"Application.command\", limit=MAX_COMMAND_CHARS, single_line=True)\n",
       "", "tests/test_application.py"),
+    # a run whose model fails after its call executed leaves a task another process failed meanwhile failed
+    m("executed-task-left-failed-by-a-failed-run", GUARDS,
+      "    repaired = completed_after_fail(store, cp.task_id)  # the model failed after a call that ran\n"
+      "    if repaired is not None:\n        raise repaired from None\n", "", "tests/test_proposed_calls.py"),
     # a decision waits for a busy task lock by holding its thread: one event loop stalls behind it
     p("lock-wait-holds-the-loop", GUARDS, "                stack.enter_context(store.task_lock(task_id, timeout=0))\n",
       "                stack.enter_context(store.task_lock(task_id))\n", "tests/test_application.py"),

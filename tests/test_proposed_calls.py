@@ -390,6 +390,43 @@ def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_r
     assert doctor(store)["consistent"]
 
 
+def test_a_task_failed_while_its_function_ran_ends_completed_even_when_the_model_then_fails(state_dir,
+                                                                                           monkeypatch):
+    """The same window, and then the model fails on the turn after the call (a provider error): the
+    run's failure is not the last word either. The entry proves the call executed, so the task is
+    ended ``completed`` (the failure kept) by the run that failed, not left ``failed`` for
+    ``doctor --repair``; the refusal says so."""
+    from state import failpoints
+    from state.files.store import file_name
+    from workflow import fail, read_task
+    from workflow.ops.doctor import doctor
+
+    store = open_store(str(state_dir))
+    call_id = _start(store).pending[0]["call_id"]
+    real, answer = failpoints.hit, _respond
+
+    def hit(point: str) -> None:
+        if point == "ledger:record:before" and PAID:
+            (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
+            fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob")
+        real(point)
+
+    def failing(call: Any) -> ModelStep:  # the provider fails once the call has run
+        items = call.input if isinstance(call.input, list) else []
+        if items and items[-1].get("type") == "function_call_output":
+            raise RuntimeError("provider error 500")
+        return answer(call)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    monkeypatch.setitem(globals(), "_respond", failing)  # APP's model reads it at each start
+    with pytest.raises(Refused) as refused:
+        _decide(store, Approve(), call_id=call_id)
+    assert refused.value.code == "stale_revision" and "it is now completed, the failure kept" in str(refused.value)
+    monkeypatch.undo()
+    task = read_task(store, "inv-1")
+    assert (task.status, task.failure, PAID) == ("completed", "ended by bob: gave up", [("inv-1", "acme", 1200)])
+    assert doctor(store)["consistent"]
+
+
 def _failed_while_it_ran_and_left(state_dir: Any, monkeypatch: Any) -> Any:
     """The window of the test above, with the approving command gone before it could end the
     task ``completed`` (as if it crashed right after its ledger entry): the store, its task

@@ -346,15 +346,30 @@ def save_outcome(store: Store, cp: Checkpoint, **changes: Any) -> Checkpoint:
     try:
         return store.save_revision(cp, failpoint="checkpoint:outcome", **changes)
     except Refused as exc:
-        from workflow.reconcile import executed_after_fail
-
-        done = executed_after_fail(store, cp.task_id) if exc.code == "stale_revision" else []
-        if not done:
+        repaired = completed_after_fail(store, cp.task_id) if exc.code == "stale_revision" else None
+        if repaired is None:
             raise
-        raise Refused("stale_revision", [
-            f"task {cp.task_id}: its effect was done (ledger entry {', '.join(done)}) while another process ended "
-            "the task failed; it is now completed, the failure kept, since an executed action is never ended as "
-            "if it had not run", Next("see_status", cp.task_id)], task_id=cp.task_id) from None
+        raise repaired from None
+
+
+def completed_after_fail(store: Store, task_id: str) -> Optional[Refused]:
+    """After this run's effect, when its outcome cannot be written (:func:`save_outcome`) or its run
+    failed (:func:`after_failed_run`): the one provable repair,
+    :func:`workflow.reconcile.executed_after_fail` (a ``fail`` by another process ended the task
+    while its call executed: now ``completed``, the failure kept). Returns the refusal that says so
+    (``stale_revision``), or None when there was nothing to repair (or the store cannot tell)."""
+    from workflow.reconcile import executed_after_fail
+
+    try:
+        done = executed_after_fail(store, task_id)
+    except Refused:  # the checkpoint or an entry cannot be read: the caller's own refusal stands
+        return None
+    if not done:
+        return None
+    return Refused("stale_revision", [
+        f"task {task_id}: its effect was done (ledger entry {', '.join(done)}) while another process ended "
+        "the task failed; it is now completed, the failure kept, since an executed action is never ended as "
+        "if it had not run", Next("see_status", task_id)], task_id=task_id)
 
 
 def rebased(store: Store, cp: Checkpoint, run: str) -> Checkpoint:
@@ -547,13 +562,18 @@ def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision:
     """What a failed resumed run leaves: a budget that ran out saves ``budget_exceeded`` (the
     RunState saved before the call stays) — or, for a reject, ends the task ``cancelled`` (a reject
     never waits for budget); anything else raises :class:`Refused` naming the cause (the decision
-    stays recorded: run resume again)."""
+    stays recorded: run resume again), unless a ``fail`` by another process ended the task while
+    this run's call executed: then it is ended ``completed`` (:func:`completed_after_fail`), and
+    the refusal says so."""
     found = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if found is not None and decision == "rejected" and nothing_executed(store, cp):
         return cancel_unpaid(store, cp, budget, spend)
     if found is not None:
         why = str(found) if isinstance(found, BudgetExceeded) else f"budget exceeded: {found}"
         return budget_stop(store, cp, budget, spend, why)
+    repaired = completed_after_fail(store, cp.task_id)  # the model failed after a call that ran
+    if repaired is not None:
+        raise repaired from None
     raise run_failure(exc, cp.task_id, "the decision is recorded, run resume again")
 
 
