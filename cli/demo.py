@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from state.errors import Refused
-from state.store import Relocatable, TaskStore
+from state.store import Relocatable, TaskStore, location_of
 from workflow.observe.views import ledger_view, task_view
 
 RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
@@ -44,7 +44,7 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
     # A fresh state dir of its own, so the demo's tasks never mix with yours (and step 7 shows
     # the same entries however often the demo runs).
     if not isinstance(store, Relocatable):
-        raise Refused("usage", f"the store {store.location} cannot be opened in another state dir, so the "
+        raise Refused("usage", f"the store {location_of(store)} cannot be opened in another state dir, so the "
                       "demo cannot run on it; nothing was written")
     store = store.with_root(store.root / "demo" / run_id)
     url = store.child_url()

@@ -2,7 +2,8 @@
 
 :class:`TaskStore` is the whole contract between the workflow (``workflow.hitl``, ``guards``,
 ``reconcile``) and wherever state lives: checkpoints with compare-and-swap, a per-task lock, the
-ledger and rejection records, and what the commands print. The file store
+ledger and rejection records, the records of effects, reviewers, the policy and notifications.
+The file store
 (:class:`state.files.store.Store`, exported here as :data:`FileStore`: the state dir on disk) and
 :class:`state.postgres.store.PostgresStore` (a shared database) implement it directly; both pass the
 conformance suite :mod:`state.conformance`. docs/stores.md says what a store must guarantee.
@@ -15,6 +16,8 @@ with ``isinstance`` before it uses it, never a member faked to look alike.
 - :class:`Inspectable`: the store lists what ``doctor`` judges (:meth:`Inspectable.inspect`).
 - :class:`Relocatable`: the same kind of store in another state dir, and how a child process
   selects it (``demo``).
+- :class:`Labelled`: where the store keeps things, for messages and views only
+  (:func:`location_of`, :func:`checkpoint_label`).
 
 This module never imports the SDK (read-only commands stay fast), nor psycopg unless a
 ``postgresql://`` URL asks for it (``state.postgres.store``, imported in :func:`open_store`).
@@ -47,15 +50,6 @@ class TaskStore(Protocol):
 
     #: This machine's state dir (the signing key and the traces live there, whatever the store).
     root: Path
-
-    @property
-    def location(self) -> str:
-        """Where the tasks are, for messages (a folder, or a URL without user or password)."""
-        ...
-
-    def checkpoint_path(self, task_id: str) -> Union[Path, str]:
-        """Where the checkpoint of ``task_id`` is, for messages (for the file store: its file)."""
-        ...
 
     def scan(self) -> tuple[list[Checkpoint], list[dict[str, str]]]:
         """Every checkpoint once: ``(those that verify, sorted by task ID, [{"file", "error"}] for
@@ -215,6 +209,36 @@ class TaskStore(Protocol):
         Raises ``Refused`` (``stale_revision``), nothing written, if another writer came first.
         ``notify:progress`` names the write for crash tests."""
         ...
+
+
+@runtime_checkable
+class Labelled(Protocol):
+    """Capability: the store names where things are, for messages and views only (nothing decides
+    on them). Use :func:`location_of` and :func:`checkpoint_label`, which name a store without it
+    by its class."""
+
+    @property
+    def location(self) -> str:
+        """Where the tasks are (a folder, or a URL without user or password)."""
+        ...
+
+    def checkpoint_path(self, task_id: str) -> Union[Path, str]:
+        """Where the checkpoint of ``task_id`` is (for the file store: its newest revision file)."""
+        ...
+
+
+def location_of(store: Any) -> str:
+    """Where ``store`` keeps its tasks, for a message: its ``location`` (:class:`Labelled`), else
+    ``"a <class name> store"``."""
+    return str(store.location) if isinstance(store, Labelled) else f"a {type(store).__name__} store"
+
+
+def checkpoint_label(store: Any, task_id: str) -> str:
+    """Where the checkpoint of ``task_id`` is, for a view: ``checkpoint_path`` (:class:`Labelled`),
+    else ``"task <ID> in <location_of(store)>"``."""
+    if isinstance(store, Labelled):
+        return str(store.checkpoint_path(task_id))
+    return f"task {task_id} in {location_of(store)}"
 
 
 @runtime_checkable

@@ -186,6 +186,32 @@ def test_the_file_store_is_a_task_store_itself_with_every_capability(tmp_path: P
     assert not isinstance(object(), TaskStore)
 
 
+def test_where_things_are_is_a_capability_off_the_protocol(tmp_path: Path):
+    """Why: where a store keeps things (``location``, ``checkpoint_path``) serves messages and views
+    only, so it is the capability ``Labelled``, not a member every store must have: a store without
+    it is named by its class, and a task's view still builds."""
+    from state.files.store import Store
+    from state.store import Labelled, checkpoint_label, location_of
+    from state.conformance import sample_body
+    from workflow.observe.views import task_view
+
+    assert not {"location", "checkpoint_path"} & set(vars(TaskStore))
+    store = Store(tmp_path)
+    assert isinstance(store, Labelled) and location_of(store) == str(tmp_path)
+    assert checkpoint_label(store, "t-1") == str(store.checkpoint_path("t-1"))
+
+    class Plain:  # every member of the protocol, by delegation, and no labels
+        def __getattr__(self, name: str):
+            if name in ("location", "checkpoint_path"):
+                raise AttributeError(name)
+            return getattr(store, name)
+
+    plain = Plain()
+    assert not isinstance(plain, Labelled) and location_of(plain) == "a Plain store"
+    cp = store.save(sample_body("t-1"), failpoint="test")
+    assert task_view(plain, cp)["checkpoint_path"] == "task t-1 in a Plain store"
+
+
 def test_postgres_has_no_file_store_members(tmp_path: Path):
     """Why: a capability is detected, never faked: PostgreSQL keeps its locks in the database,
     so it has no lock files to name (a caller that needs them checks ``FileBacked``)."""

@@ -61,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from state import clock
 from state.timestamps import parse_iso_or_none
 from state.schema import Checkpoint, effect_key
-from state.store import TaskStore
+from state.store import TaskStore, checkpoint_label
 from workflow.external import effect_status, shown_status
 from workflow.observe import trace_log
 from workflow.observe.views import one_line
@@ -323,7 +323,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
             **({"approvals": approval_log(cp)} if cp.team is not None else {}),  # each reviewer's, not the last
         },
         "checkpoint": {
-            "path": str(store.checkpoint_path(cp.task_id)),
+            "path": checkpoint_label(store, cp.task_id),
             "revision": cp.revision,
             "schema_version": cp.schema_version,
             "sdk_version": cp.sdk_version,

@@ -23,7 +23,7 @@ from typing import Any
 
 from state.reviewers import registered
 from state.schema import Checkpoint
-from state.store import TaskStore
+from state.store import TaskStore, checkpoint_label
 from state.terminal import one_line
 from workflow.external import effect_status, shown_status, task_effects
 
@@ -66,7 +66,7 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
         "final_output": cp.final_output,
         "schema_version": cp.schema_version,
         "revision": cp.revision,
-        "checkpoint_path": str(store.checkpoint_path(cp.task_id)),
+        "checkpoint_path": checkpoint_label(store, cp.task_id),
         **({"service": cp.service, "effects": effects} if cp.service is not None else {}),
         **({"requested_by": cp.team.requested_by, "policy_version": cp.team.policy_version,
             "approvals": _progress(store, cp), "approval_log": _log(cp)}

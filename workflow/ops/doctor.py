@@ -101,7 +101,7 @@ from state.errors import Next, Part, Refused
 from state.inspection import Counted, Problem, Records, Repaired, TaskCheck
 from state.records import LedgerEntry, RejectionRecord
 from state.schema import Checkpoint
-from state.store import Inspectable, TaskStore
+from state.store import Inspectable, TaskStore, location_of
 from state.terminal import one_line
 from workflow.calls import calls_of, keys
 from workflow.reconcile import Evidence, ended_by_fail, executed_after_fail, reconcile
@@ -380,7 +380,7 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = (),
     anything is read.
     """
     if not isinstance(store, Inspectable):
-        raise Refused("usage", f"the store {store.location} cannot be checked by doctor (it lists no "
+        raise Refused("usage", f"the store {location_of(store)} cannot be checked by doctor (it lists no "
                       "records to check); nothing was read")
     adopt = tuple(adopt)
     if adopt and not repair:
@@ -391,7 +391,7 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = (),
 
         if people.team_mode(store):
             team.require_admin(store, token, "adopting an unsigned record")
-    report = Report(state_dir=store.location, repair=repair)
+    report = Report(state_dir=location_of(store), repair=repair)
     unsigned: set[str] = set()  # tasks with an unsigned record: not judged (the store lists those first)
     # ``adopt`` only when given: a store written before it existed still works without it
     for item in store.inspect(repair=repair, adopt=adopt) if adopt else store.inspect(repair=repair):

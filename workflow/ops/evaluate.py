@@ -51,7 +51,7 @@ from datetime import datetime
 from typing import Any, Callable, Optional
 
 from state.schema import Checkpoint, Decision, effect_key
-from state.store import TaskStore
+from state.store import TaskStore, location_of
 from state.terminal import one_line
 from state.timestamps import parse_iso_or_none
 
@@ -132,7 +132,7 @@ def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None
     except Refused as exc:  # fail closed: with the ledger unreadable no outcome can be judged
         return {"tasks": [], "summary": {"pass": 0, "fail": 1, "in_doubt": 0, "not_finished": 0},
                 "problems": [*problems, one_line(f"unreadable ledger, nothing graded: {exc}")],
-                "store": store.location}
+                "store": location_of(store)}
     chosen = [cp for cp in sorted(checkpoints, key=lambda c: (c.created_at, c.task_id))
               if after is None or (parse_iso_or_none(cp.updated_at, zoned=True) or after) >= after]
     # the SDK (to build the application's tool) only when a finished task went through a service
@@ -146,7 +146,7 @@ def evaluate(store: TaskStore, app: Any = None, *, task_id: Optional[str] = None
                     "in_doubt": sum(g.result == "IN DOUBT" for g in finished),
                     "not_finished": len(graded) - len(finished)},
         "problems": problems,
-        "store": store.location,
+        "store": location_of(store),
     }
 
 
