@@ -289,7 +289,7 @@ STEP_TABLE: list[tuple[str, str, str]] = [
     ("workflow.guards", "check_asked_to_publish", "hitl: decision, outcome, pending calls"),
     ("workflow.guards", "first_checkpoint", "hitl: decision, outcome, pending calls"),
     ("workflow.guards", "sdk_version", "hitl: decision, outcome, pending calls"),
-    ("workflow.guards", "nothing_left_on_refusal", "hitl: decision, outcome, pending calls"),
+    ("workflow.locking", "nothing_left_on_refusal", "hitl: decision, outcome, pending calls"),
     ("workflow.observe.trace_log", "trace_path", "trace writes (record, redact, append)"),
     ("workflow.observe.tracing", "run_config", "trace writes (record, redact, append)"),
     ("state.files.store:Store", "save", "checkpoint save (rest: file bytes)"),

@@ -304,7 +304,7 @@ MUTANTS: list[Mutant] = [
       'if (decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel)\n',
       'if (decided == "rejected" and entries[channel] is not None and not ran_before(cp, call_id, channel)'
       " and channel == cp.channels[0]\n", "tests/test_success_checks.py"),
-    m("refused-start-leaves-files", GUARDS, "                    path.unlink(missing_ok=True)",
+    m("refused-start-leaves-files", "workflow/locking.py", "                    path.unlink(missing_ok=True)",
       "                    pass", "tests/test_refusals_leave_nothing.py"),
     m("stale-page-decides", GUARDS,
       "if expected is not None and cp.revision != expected and not only_approvals_since(cp, expected):",
@@ -595,8 +595,17 @@ MUTANTS: list[Mutant] = [
       "    repaired = completed_after_fail(store, cp.task_id)  # the model failed after a call that ran\n"
       "    if repaired is not None:\n        raise repaired from None\n", "", "tests/test_proposed_calls.py"),
     # a decision waits for a busy task lock by holding its thread: one event loop stalls behind it
-    p("lock-wait-holds-the-loop", GUARDS, "                stack.enter_context(store.task_lock(task_id, timeout=0))\n",
-      "                stack.enter_context(store.task_lock(task_id))\n", "tests/test_application.py"),
+    p("lock-wait-holds-the-loop", "workflow/locking.py",
+      "                held.enter_context(store.task_lock(task_id, timeout=0))\n",
+      "                held.enter_context(store.task_lock(task_id))\n", "tests/test_application.py"),
+    # a refused start judges what it made against what it saw before its wait: it leaves files behind
+    p("refused-start-judged-against-the-wait", "workflow/locking.py",
+      "            before = existing(store, task_id) if leave_nothing else None\n",
+      "            before = locals().get(\"before\") or (existing(store, task_id) if leave_nothing else None)\n",
+      "tests/test_application.py"),
+    # settle waits for a busy task lock by holding its thread: one event loop stalls behind it
+    p("settle-wait-holds-the-loop", "workflow/settlement.py", "    async with locking.task_lock(store, task_id):\n",
+      "    with store.task_lock(task_id):\n", "tests/test_application.py"),
     # the engine decides from the caller's value, changed by hand after judge (another name put in)
     m("engine-decides-the-callers-copy", "workflow/engine.py", "        judged, who = kept[1], kept[2]\n",
       "        who = kept[2]\n", "tests/test_application.py"),

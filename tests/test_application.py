@@ -421,6 +421,68 @@ def test_two_decisions_on_one_task_in_one_event_loop_take_turns_and_the_loop_kee
     assert took < 4 and ticks >= 5, (took, ticks)  # the loop ran while the first decision did
 
 
+def test_settle_waits_for_a_busy_task_lock_without_holding_the_event_loop(state_dir, monkeypatch):
+    """``settle`` (a person's finding about a call in doubt) awaits the task's lock as a decision
+    does: while another coroutine of the same loop holds it, the finding waits its turn and is then
+    written, instead of freezing the loop (the holder with it) until ``HITL_LOCK_TIMEOUT`` refuses
+    it. What is checked and written is stubbed here: only the wait is under test (the finding
+    itself: tests/test_external_effects.py)."""
+    import time
+
+    from workflow import locking, settlement
+
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "5")
+    store = Store(state_dir)
+    cp = _start(store)
+    written: list[float] = []
+    monkeypatch.setattr(settlement, "_check_before", lambda *args: None)
+    monkeypatch.setattr(settlement, "_write",
+                        lambda *args: written.append(time.monotonic()) or (cp, "c", "notes", None))
+    monkeypatch.setattr(settlement, "_traced", lambda *args: (cp, "c"))
+
+    async def both() -> float:
+        released: list[float] = []
+
+        async def hold() -> None:
+            async with locking.task_lock(store, "n-1"):
+                await asyncio.sleep(0.3)
+            released.append(time.monotonic())
+
+        holder = asyncio.create_task(hold())
+        await asyncio.sleep(0.05)  # the holder has the lock
+        await settlement.settle(store, NOTES, task_id="n-1", outcome="not_published", by="ann")
+        await holder
+        return written[0] - released[0]
+
+    assert asyncio.run(both()) >= 0 and len(written) == 1  # written once the holder let go
+
+
+def test_two_starts_of_one_task_refused_in_one_event_loop_leave_the_state_dir_as_they_found_it(state_dir,
+                                                                                                monkeypatch):
+    """Two starts of one task at once, in one event loop, each refused by its model after taking
+    the lock in turn: nothing is left, not a lock file, a trace or a folder. The second judges what
+    it created against what existed when it took the lock, after the first had removed its own,
+    not against what it saw when it began to wait (the first's lock file and trace)."""
+    from conftest import snapshot
+
+    class Failing(ScriptedModel):  # the provider answers with an error, after a while
+        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.1)
+            raise RuntimeError("provider error 500")
+
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "5")
+    failing = dataclasses.replace(NOTES, offline_model=lambda: Failing([]))
+
+    async def both() -> list[Any]:
+        starts = (hitl.start(Store(state_dir), failing, task_id="n-1", title="Note", content=CONTENT,
+                             input="Send it.", channels=["notes"]) for _ in range(2))
+        return await asyncio.gather(*starts, return_exceptions=True)
+
+    for outcome in asyncio.run(both()):
+        assert isinstance(outcome, Refused) and "nothing saved" in str(outcome), outcome
+    assert snapshot(state_dir) == {}
+
+
 def test_an_applications_command_is_one_line_of_text_recorded_signed_in_each_task(state_dir):
     """``Application.command`` (how a person runs the application) is checked when the application
     is built (empty, several lines, control or bidirectional characters: ``ValueError``), recorded

@@ -7,13 +7,11 @@ SDK call of the flow itself stays in ``workflow/hitl.py``.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-import time
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from contextlib import contextmanager
 from importlib import metadata
-from typing import Any, AsyncIterator, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from agents import MaxTurnsExceeded, ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
@@ -33,6 +31,7 @@ from state.settings import settings
 from state.store import TaskStore as Store
 from state.terminal import one_line
 from workflow import calls
+from workflow.locking import nothing_left_on_refusal, task_lock  # noqa: F401  (the story's guards.…)
 from workflow.reconcile import ran_before, refusal
 from workflow.trust import carries_the_draft, check_approvals, only_action
 
@@ -661,81 +660,6 @@ def interrupted(cp: Checkpoint, interruptions: list[ToolApprovalItem]) -> dict[s
             "expires_at": expires_at,
             "event": ("interrupted", {"pending": [p["call_id"] for p in pending], "calls": pending,
                                       "expires_at": expires_at})}
-
-
-#: The first pause between two tries of a busy task lock (:func:`task_lock`), seconds; each next
-#: pause doubles, up to :data:`LOCK_PAUSE_MAX_S`.
-LOCK_PAUSE_S = 0.01
-LOCK_PAUSE_MAX_S = 0.2
-
-
-@asynccontextmanager
-async def task_lock(store: Store, task_id: str, *, leave_nothing: bool = False) -> AsyncIterator[str]:
-    """``store.task_lock(task_id)`` for a coroutine (``start`` and ``resume``, which hold the lock
-    across the agent's run). The lock is tried without waiting (``timeout=0``); while another holder
-    has it, this coroutine sleeps (``asyncio.sleep``: 10 ms, doubling to 200 ms) instead of
-    blocking its thread, for at most ``$HITL_LOCK_TIMEOUT`` seconds in all. So two decisions on one
-    task in one event loop (a web server of your own on ``Engine``) take turns, the second then
-    judged on what the first left, and the loop keeps serving meanwhile; waiting in a thread
-    would hold the loop, and the holder with it, until the timeout. ``leave_nothing``: within
-    :func:`nothing_left_on_refusal` (``start``). Yields the token of this holder's run
-    (:func:`state.open_stores.verified_run`: ``resume`` advances it). Raises :class:`Refused` (``locked``) after the
-    timeout (in the stores' words); any other refusal of the lock at once."""
-    wait = settings().lock_timeout
-    deadline, pause = time.monotonic() + wait, LOCK_PAUSE_S
-    with ExitStack() as stack:
-        if leave_nothing:
-            stack.enter_context(nothing_left_on_refusal(store, task_id))
-        while True:
-            try:
-                stack.enter_context(store.task_lock(task_id, timeout=0))
-                break
-            except Refused as exc:
-                left = deadline - time.monotonic()
-                if exc.code != "locked" or left <= 0:
-                    if exc.code == "locked" and wait > 0:  # as the store words it, the whole wait
-                        raise Refused("locked", f"task {task_id} is being worked on by another process "
-                                      f"(waited {wait:g} s); try again when it finishes") from None
-                    raise
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, LOCK_PAUSE_MAX_S)
-        yield stack.enter_context(open_stores.verified_run())
-
-
-@contextmanager
-def nothing_left_on_refusal(store: Store, task_id: str) -> Iterator[None]:
-    """For ``start``: if the block raises :class:`Refused` (or is interrupted: Ctrl-C, a cancelled
-    task) and no checkpoint of ``task_id`` exists afterwards (nothing was saved), remove the lock
-    file, trace file and folders this block created, so a refused or interrupted start leaves the
-    state dir as it found it (a provider that cannot be reached, a budget that cannot pay, a call
-    that cannot be saved, Ctrl-C during a stream). Paths that existed before are
-    never touched; removing a lock file is safe because no write depends on the lock (every
-    checkpoint write is a compare-and-swap)."""
-    from state.paths import file_name
-    from state.store import FileBacked
-    from workflow.observe.trace_log import trace_path
-
-    files = [trace_path(store, task_id)]
-    folders = [trace_path(store, task_id).parent]
-    if isinstance(store, FileBacked):  # the task's lock file, made by this block's first write
-        files.append(store.lock_path(file_name(task_id)))
-        folders.append(store.locks_dir)
-    folders.append(store.root)
-    before = {p for p in [*files, *folders] if p.exists() or p.is_symlink()}
-    try:
-        yield
-    except (Refused, KeyboardInterrupt, asyncio.CancelledError):
-        if not store.exists(task_id):
-            for path in files:
-                if path not in before:
-                    path.unlink(missing_ok=True)
-            for folder in folders:
-                if folder not in before:
-                    try:
-                        folder.rmdir()  # only if empty
-                    except OSError:
-                        pass
-        raise
 
 
 @contextmanager

@@ -97,22 +97,41 @@ def record(store: Any, task_id: str, outcome: Outcome, *, by: str, call_id: Opti
     ``{"settled": "published"}``, ``settled_by=by``, ``settle_reason=reason``); ``not_published``: a
     settlement (source ``human``). ``by`` and ``reason`` are text checked by the caller. Raises
     :class:`Refused` as :func:`pick` does (also when another person settled it meanwhile)."""
+    _check_before(store, task_id, outcome, call_id, by)
+    with store.task_lock(task_id):
+        found = _write(store, task_id, outcome, by, call_id, reason)
+    return _traced(store, outcome, by, reason, *found)
+
+
+def _check_before(store: Any, task_id: str, outcome: Outcome, call_id: Optional[str], by: str) -> None:
+    """:func:`record`'s checks before the lock (a refusal leaves no lock file)."""
     if outcome not in OUTCOMES:
         raise Refused("usage", f"outcome {outcome!r} is neither published nor not_published")
-    _check_window(store.load(task_id), outcome, *_allowed(store, store.load(task_id), call_id, by))  # before the lock
-    with store.task_lock(task_id):
-        cp = store.load(task_id)
-        call, channel, key, status = _allowed(store, cp, call_id, by)
-        _check_window(cp, outcome, call, channel, key, status)
-        intent = store.intent_get(key)
-        if outcome == "not_published":
-            store.settlement_record(Settlement(idempotency_key=key, attempt=intent.attempt, task_id=task_id,
-                                               by=by, at=now_iso(), reason=reason, source="human"))
-        else:
-            store.ledger_record(key=key, task_id=task_id, action=cp.action, title=cp.title[:200],
-                                content_sha256=intent.content_sha256, channel=channel, approval="human",
-                                result={"settled": "published"}, settled_by=by, settle_reason=reason)
-    from workflow.observe import decisions  # the finding in the trace too
+    _check_window(store.load(task_id), outcome, *_allowed(store, store.load(task_id), call_id, by))
+
+
+def _write(store: Any, task_id: str, outcome: Outcome, by: str, call_id: Optional[str],
+           reason: Optional[str]) -> tuple[Any, str, str, Any]:
+    """:func:`record`'s checks again and its write, under the task's lock: ``(checkpoint, call,
+    channel, intent)``."""
+    cp = store.load(task_id)
+    call, channel, key, status = _allowed(store, cp, call_id, by)
+    _check_window(cp, outcome, call, channel, key, status)
+    intent = store.intent_get(key)
+    if outcome == "not_published":
+        store.settlement_record(Settlement(idempotency_key=key, attempt=intent.attempt, task_id=task_id,
+                                           by=by, at=now_iso(), reason=reason, source="human"))
+    else:
+        store.ledger_record(key=key, task_id=task_id, action=cp.action, title=cp.title[:200],
+                            content_sha256=intent.content_sha256, channel=channel, approval="human",
+                            result={"settled": "published"}, settled_by=by, settle_reason=reason)
+    return cp, call, channel, intent
+
+
+def _traced(store: Any, outcome: Outcome, by: str, reason: Optional[str], cp: Any, call: str, channel: str,
+            intent: Any) -> tuple[Any, str]:
+    """The finding in the task's trace too; ``(checkpoint, call)``."""
+    from workflow.observe import decisions
     from workflow.team import rule_of
 
     decisions.record(store, cp, "settlement", {"call_id": call, "channel": channel, "outcome": outcome,
@@ -142,7 +161,8 @@ def _check_window(cp: Any, outcome: Outcome, call: str, _channel: str, _key: str
 
 async def settle(store: Any, app: Any, *, task_id: str, outcome: Outcome, by: str,
                  call_id: Optional[str] = None, reason: Optional[str] = None, **kwargs: Any) -> Any:
-    """:func:`record`, then for ``published`` the run finishes: the recorded approval is replayed
+    """:func:`record` (its lock awaited, :func:`workflow.locking.task_lock`), then for ``published``
+    the run finishes: the recorded approval is replayed
     (:func:`workflow.hitl.decide`, ``kwargs`` passed on) and the gate answers the model from the
     ledger entry, sending nothing. Returns the checkpoint (``completed``, or waiting on other calls;
     for ``not_published`` unchanged: its shown status is ``publishing``). Raises :class:`Refused`."""
@@ -150,7 +170,12 @@ async def settle(store: Any, app: Any, *, task_id: str, outcome: Outcome, by: st
         from workflow import hitl  # the SDK, only to finish the run
 
         _check_can_finish(store, app, task_id, kwargs.get("model"))
-    cp, call = record(store, task_id, outcome, by=by, call_id=call_id, reason=reason)
+    from workflow import locking  # the lock awaited: an event loop goes on meanwhile
+
+    _check_before(store, task_id, outcome, call_id, by)
+    async with locking.task_lock(store, task_id):
+        found = _write(store, task_id, outcome, by, call_id, reason)
+    cp, call = _traced(store, outcome, by, reason, *found)
     if outcome == "not_published":
         return store.load(task_id)
     return await hitl.decide(store, app, task_id=task_id, decision="approve", by=by, call_id=call, **kwargs)
