@@ -7,7 +7,8 @@ like a power cut for everything not yet fsynced), or ``HITL_FAILPOINT_LOG=<file>
 reached, so a test can enumerate every boundary of a flow without a hand-written list.
 ``HITL_FAILPOINT_ACTION=hang`` makes the armed failpoint sleep instead of exiting (the process keeps
 whatever lock it holds), so a test can ``kill -9`` a process caught mid-write; ``stop`` (POSIX)
-makes it stop itself (``SIGSTOP``), so a test can let others act and then ``SIGCONT`` it: a process
+makes it stop itself (``SIGSTOP``, sent to the thread that reached the failpoint, so that thread
+runs no further line until then), so a test can let others act and then ``SIGCONT`` it: a process
 suspended mid-flow.
 
 Names (each with ``:before`` and ``:after``): ``links_probe``, ``signing_key`` and ``state_id`` (first
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 from state.settings import values
@@ -42,6 +44,9 @@ def hit(name: str) -> None:
             while True:  # until killed
                 time.sleep(3600)
         if action == "stop" and hasattr(signal, "SIGSTOP"):
-            os.kill(os.getpid(), signal.SIGSTOP)  # until SIGCONT: then on, as if nothing happened
+            # to this very thread, which stops before its next line; sent to the process, the
+            # signal may go to the main thread, and a tool's worker thread runs on until that
+            # thread is scheduled (tests/test_effect_hardening.py saw it check and then send)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # until SIGCONT
             return
         os._exit(CRASH_EXIT_CODE)

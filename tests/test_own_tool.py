@@ -134,3 +134,14 @@ def test_crash_at_every_durable_write_then_the_same_command_leaves_exactly_one_e
         final = again if command == "approve" else ok(run(project, *APPROVE))
         assert final["status"] == "completed", (name, final)
         assert len(outbox(project)) == 1, name
+
+
+def test_the_size_docs_api_states_for_the_example_is_its_size():
+    """docs/api.md says how many lines the whole application takes: the file's count."""
+    import re
+
+    from conftest import ROOT
+
+    said = re.search(r"a command line\) in (\d+) lines", (ROOT / "docs" / "api.md").read_text(encoding="utf-8"))
+    assert said is not None
+    assert int(said[1]) == len((ROOT / "examples" / "own_tool.py").read_text(encoding="utf-8").splitlines())
