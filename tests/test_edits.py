@@ -167,7 +167,7 @@ def test_edits_are_part_of_schema_version_2_and_a_v1_decision_migrates_to_none(c
     def to_v1(d: dict[str, Any]) -> None:
         d["schema_version"] = 1
         d.pop("channels")
-        d.pop("effects"), d.pop("failure")  # fields of a later version: no v1 writer wrote them
+        d.pop("effects"), d.pop("failure"), d.pop("command")  # a later version's: no v1 writer wrote them
         for rec in [d["decision"], *d["decisions"]]:
             for field in ("edits", "channel", "always", "source"):
                 rec.pop(field)
