@@ -48,6 +48,7 @@ __all__ = [
     "test_ledger_keeps_the_first_result_and_the_action",
     "test_rejection_record_is_idempotent",
     "test_rejection_remove", "test_task_lock_excludes_a_second_holder",
+    "test_task_lock_without_waiting_refuses_a_second_holder_at_once_even_in_its_own_thread",
     "test_ledger_keeps_each_channel_apart", "test_rejection_records_are_per_channel",
     "test_inspect_lists_each_task_under_its_lock",
     "test_ledger_keeps_who_settled_it", "test_intent_is_created_once",
@@ -361,6 +362,27 @@ def test_task_lock_excludes_a_second_holder(store_factory: StoreFactory, tmp_pat
     with store.task_lock("t-2"):  # and per task: another task's lock is independent
         with store.task_lock("t-3"):
             pass
+
+
+def test_task_lock_without_waiting_refuses_a_second_holder_at_once_even_in_its_own_thread(
+        store_factory: StoreFactory, tmp_path: Path) -> None:
+    """``task_lock(task_id, timeout=0)`` tries once: held by anyone, the same thread included, it
+    is refused (``locked``) at once, never waited on or entered again. A coroutine's wait for the
+    lock (``workflow.locking.task_lock``) rests on both: it tries without waiting and sleeps
+    between tries, so that two decisions of one event loop take turns."""
+    import time
+
+    store = store_factory.make(tmp_path)
+    with store.task_lock("t-1"):
+        began = time.monotonic()
+        try:
+            with store.task_lock("t-1", timeout=0):
+                raise AssertionError("a second holder entered the lock, in the holder's own thread")
+        except Refused as exc:
+            assert exc.code == "locked", exc
+        assert time.monotonic() - began < 5, "timeout=0 waited"
+    with store.task_lock("t-1", timeout=0):  # released: free again, at once
+        pass
 
 
 def test_inspect_lists_each_task_under_its_lock(store_factory: StoreFactory, tmp_path: Path) -> None:
