@@ -106,3 +106,11 @@ class Refused(Exception):
         application's text for it, e.g. ``" (python run.py doctor)"``; ``""`` leaves it out)."""
         text = "".join(p if isinstance(p, str) else hint(p) for p in self.parts)
         return " ".join(text.split())  # one line, always
+
+
+def lock_busy(what: str, waited: float) -> Refused:
+    """The refusal (``locked``) when another holder kept the lock of ``what`` (e.g. ``"task t-1"``)
+    for the whole wait of ``waited`` seconds: the same words from every store's lock and from a
+    coroutine's wait for it (``workflow.locking.task_lock``)."""
+    return Refused("locked", f"{what} is being worked on by another process (waited {waited:g} s); "
+                   "try again when it finishes")

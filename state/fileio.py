@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from state.errors import Next, Refused
+from state.errors import Next, Refused, lock_busy
 
 #: Folder of a state dir holding one lock file per owner (see :func:`owner_lock`).
 LOCKS_DIR = "locks"
@@ -208,10 +208,7 @@ def owner_lock(root: Path, owner: str, *, timeout: float, what: str) -> Iterator
     try:
         lock.acquire()
     except Timeout:  # (a TimeoutError, so an OSError: caught first)
-        raise Refused("locked",
-            f"{what} is being worked on by another process (waited {timeout:g} s); "
-            "try again when it finishes"
-        ) from None
+        raise lock_busy(what, timeout) from None
     except OSError as exc:  # a lock file that is a symlink (not followed), a folder, unreadable …
         raise Refused("unsafe_file", f"lock file {LOCKS_DIR}/{owner}.lock cannot be used "
                       f"({exc.strerror or type(exc).__name__}); a human must check it") from None

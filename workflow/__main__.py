@@ -23,7 +23,7 @@ import argparse
 import json
 import shlex
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from state.errors import Next, Refused
 from state.settings import check_environment
@@ -86,14 +86,15 @@ _REPAIRS = {
 }
 
 
-def hint(args: argparse.Namespace, step: Next, commands: Optional[dict[str, str]] = None) -> str:
+def hint(args: argparse.Namespace, step: Next,
+         command_of: Optional[Callable[[str], Optional[str]]] = None) -> str:
     """This command line's words for a next step of ``doctor`` (:class:`state.errors.Next`): its own
     ``status`` and ``doctor`` commands, shell-quoted; the application's commands in words, naming
-    the command the task's application gave (``commands``: task ID → ``Checkpoint.command``,
-    escaped onto one line) where it gave one."""
+    the command the task's application gave (``command_of``: task ID → ``Checkpoint.command`` or
+    None, escaped onto one line) where it gave one."""
     if step.action in _THEIRS:
         words, how = _THEIRS[step.action]
-        given = (commands or {}).get(step.args[0]) if step.args else None
+        given = command_of(step.args[0]) if command_of is not None and step.args else None
         how = how if given is None else f"with the application's own command: {one_line(given)}"
         return f"{words([one_line(a) for a in step.args])} ({how})"
     if step.action in _REPAIRS:
@@ -142,6 +143,22 @@ def ledger_text(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _commands(store: Any) -> Callable[[str], Optional[str]]:
+    """Task ID → the command its application gave (``Checkpoint.command``), or None (none given,
+    or a checkpoint that cannot be read: doctor reports that one itself). Reads only the tasks a
+    next step names, each once, not every checkpoint again."""
+    known: dict[str, Optional[str]] = {}
+
+    def command_of(task_id: str) -> Optional[str]:
+        if task_id not in known:
+            try:
+                known[task_id] = store.load(task_id).command
+            except Refused:
+                known[task_id] = None
+        return known[task_id]
+    return command_of
+
+
 def run(args: argparse.Namespace) -> tuple[Any, str]:
     """``(what --json prints, the text)`` of the command. Raises :class:`Refused`."""
     from workflow.api import open_store
@@ -159,9 +176,8 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
     if args.command == "doctor":
         from workflow.ops.doctor import doctor, doctor_text, with_actions
 
-        report = doctor(store)
-        commands = {cp.task_id: cp.command for cp in store.scan()[0] if cp.command is not None}
-        view = with_actions(report, lambda step: hint(args, step, commands))
+        command_of = _commands(store)
+        view = with_actions(doctor(store), lambda step: hint(args, step, command_of))
         return view, doctor_text(view)
     task_id = inbox.pick_task(store, args.task, waiting_only=False)
     if args.command == "show":

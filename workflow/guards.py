@@ -31,7 +31,7 @@ from state.settings import settings
 from state.store import TaskStore as Store
 from state.terminal import one_line
 from workflow import calls
-from workflow.locking import nothing_left_on_refusal, task_lock  # noqa: F401  (the story's guards.…)
+from workflow.locking import task_lock  # noqa: F401  (the story calls it guards.task_lock)
 from workflow.reconcile import ran_before, refusal
 from workflow.trust import carries_the_draft, check_approvals, only_action
 

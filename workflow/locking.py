@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Optional
 
 from state import open_stores
-from state.errors import Refused
+from state.errors import Refused, lock_busy
 from state.settings import settings
 
 #: The first pause between two tries of a busy task lock (:func:`task_lock`), seconds; each next
@@ -39,7 +39,7 @@ async def task_lock(store: Any, task_id: str, *, leave_nothing: bool = False) ->
     that took the lock (not before the wait: a start refused meanwhile may have removed its own).
     A lock never taken removes nothing. Yields the token of this holder's run
     (:func:`state.open_stores.verified_run`: ``resume`` advances it). Raises :class:`Refused`
-    (``locked``) after the timeout, in the stores' words; any other refusal of the lock at once."""
+    (``locked``, :func:`state.errors.lock_busy`) after the timeout; any other refusal of the lock at once."""
     wait = settings().lock_timeout
     deadline, pause = time.monotonic() + wait, LOCK_PAUSE_S
     with ExitStack() as after:  # exits last: the cleanup of a refused start, the lock released
@@ -53,8 +53,7 @@ async def task_lock(store: Any, task_id: str, *, leave_nothing: bool = False) ->
                 left = deadline - time.monotonic()
                 if exc.code != "locked" or left <= 0:
                     if exc.code == "locked" and wait > 0:  # as the store words it, the whole wait
-                        raise Refused("locked", f"task {task_id} is being worked on by another process "
-                                      f"(waited {wait:g} s); try again when it finishes") from None
+                        raise lock_busy(f"task {task_id}", wait) from None
                     raise
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, LOCK_PAUSE_MAX_S)

@@ -538,7 +538,6 @@ def table_markdown() -> str:
     return "\n".join(lines)
 
 
-
 def ended_by_fail(cp: "Checkpoint") -> bool:
     """True if ``cp`` is ``failed`` and its last event is ``fail``'s: if a ledger entry of it
     exists, ``fail`` ran while the call executed (a lock file deleted under the approval), and

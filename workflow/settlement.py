@@ -107,7 +107,8 @@ def _check_before(store: Any, task_id: str, outcome: Outcome, call_id: Optional[
     """:func:`record`'s checks before the lock (a refusal leaves no lock file)."""
     if outcome not in OUTCOMES:
         raise Refused("usage", f"outcome {outcome!r} is neither published nor not_published")
-    _check_window(store.load(task_id), outcome, *_allowed(store, store.load(task_id), call_id, by))
+    cp = store.load(task_id)
+    _check_window(cp, outcome, *_allowed(store, cp, call_id, by))
 
 
 def _write(store: Any, task_id: str, outcome: Outcome, by: str, call_id: Optional[str],

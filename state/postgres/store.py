@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from state import effects, failpoints, secrets
-from state.errors import Next, Refused
+from state.errors import Next, Refused, lock_busy
 from state.integrity import KEY_FILE, key_fingerprint, load_key
 from state import reviewers as people
 from state.reviewers import ReviewerList
@@ -480,8 +480,7 @@ class PostgresStore:
                 conn.close()
                 raise self._failure(exc, "failed") from None
             if not held:
-                raise Refused("locked", f"task {task_id} is being worked on by another process (waited "
-                              f"{wait:g} s); try again when it finishes")
+                raise lock_busy(f"task {task_id}", wait)
             yield
         finally:
             self._release(conn, key if held else None)
