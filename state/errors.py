@@ -108,9 +108,10 @@ class Refused(Exception):
         return " ".join(text.split())  # one line, always
 
 
-def lock_busy(what: str, waited: float) -> Refused:
+def lock_busy(what: str, waited: float, holder: str = "another process") -> Refused:
     """The refusal (``locked``) when another holder kept the lock of ``what`` (e.g. ``"task t-1"``)
     for the whole wait of ``waited`` seconds: the same words from every store's lock and from a
-    coroutine's wait for it (``workflow.locking.task_lock``)."""
-    return Refused("locked", f"{what} is being worked on by another process (waited {waited:g} s); "
+    coroutine's wait for it (``workflow.locking.task_lock``, which names the ``holder`` when it is
+    another coroutine of this process)."""
+    return Refused("locked", f"{what} is being worked on by {holder} (waited {waited:g} s); "
                    "try again when it finishes")

@@ -457,6 +457,46 @@ def test_settle_waits_for_a_busy_task_lock_without_holding_the_event_loop(state_
     assert asyncio.run(both()) >= 0 and len(written) == 1  # written once the holder let go
 
 
+def test_a_lock_held_by_a_coroutine_of_this_process_is_named_so_when_the_wait_runs_out(state_dir, monkeypatch):
+    """The wait for a busy task lock runs out while another coroutine of the same process holds
+    it (through another store object on the same folder): the refusal says so, not "another
+    process", which would send a person looking for a process that is not there. Once the holder
+    let go, the words for a holder elsewhere are back."""
+    from workflow import locking
+
+    monkeypatch.setenv("HITL_LOCK_TIMEOUT", "0.2")
+    store = Store(state_dir)
+    _start(store)
+
+    async def both() -> Refused:
+        async def hold() -> None:
+            async with locking.task_lock(store, "n-1"):
+                await asyncio.sleep(0.6)
+
+        holder = asyncio.create_task(hold())
+        await asyncio.sleep(0.05)
+        with pytest.raises(Refused) as busy:
+            async with locking.task_lock(Store(state_dir), "n-1"):
+                pass
+        await holder
+        return busy.value
+
+    refused = asyncio.run(both())
+    assert refused.code == "locked" and str(refused) == (
+        "task n-1 is being worked on by another decision in this process (waited 0.2 s); "
+        "try again when it finishes")
+    assert locking._HELD == {}
+    with Store(state_dir).task_lock("n-1"):  # held outside any coroutine's task_lock
+        with pytest.raises(Refused) as elsewhere:
+            asyncio.run(_enter(locking.task_lock(store, "n-1")))
+    assert "by another process (waited 0.2 s)" in str(elsewhere.value)
+
+
+async def _enter(lock: Any) -> None:
+    async with lock:
+        pass
+
+
 def test_two_starts_of_one_task_refused_in_one_event_loop_leave_the_state_dir_as_they_found_it(state_dir,
                                                                                                 monkeypatch):
     """Two starts of one task at once, in one event loop, each refused by its model after taking
