@@ -76,3 +76,29 @@ def test_a_refusal_is_one_line_and_leaves_the_disk_as_it_was(state_dir, two_task
 def test_an_invalid_task_id_is_a_usage_error(state_dir):
     proc = workflow_cli(state_dir, "status", "--task", "bad key")
     assert proc.returncode == 2 and "not an allowed task ID" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "--task", "a-1"], ["ledger"], ["status", "--task", "a-2", "--json"]])
+def test_a_reader_that_goes_away_ends_the_output_quietly(state_dir, two_tasks, command):
+    """``python -m workflow show | head -1``: the reader closes the pipe before the output is
+    written; the command ends with exit 1 and no traceback, as ``run.py`` does."""
+    proc = subprocess.Popen([sys.executable, "-m", "workflow", "--store", str(state_dir), *command],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    proc.stdout.close()  # before the command prints anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_the_list_line_of_a_call_with_a_body_shows_every_argument_unless_it_is_a_draft():
+    """``list``'s one line per task: a call whose arguments are exactly a title and a body (the
+    publisher's draft) shows them as a draft; a call of another shape that also has a ``body``
+    (an e-mail: ``to``, ``subject``, ``body``) shows every argument it has, none made up."""
+    from workflow.review.inbox import summary
+
+    mail = {"tool": "send_email", "arguments": {"to": "ana@example.com", "subject": "Kick-off",
+                                                "body": "Hi Ana, shall we meet on Monday at ten to plan it?"}}
+    assert summary([mail]) == ("send_email(to='ana@example.com', subject='Kick-off', "
+                               "body='Hi Ana, shall we meet on Monday at ten …')")
+    draft = {"tool": "publish_draft", "arguments": {"title": "One", "body": "First."}}
+    assert summary([draft]) == "publish_draft(title='One', body='First.' (6 chars))"

@@ -198,10 +198,39 @@ def main(argv: Optional[list[str]] = None) -> int:
         check_environment()  # a bad HITL_* value: one line naming it, before any file is read
         data, text = run(args)
     except Refused as exc:
-        print(f"STOPPED: {one_line(exc.render(lambda step: hint(args, step)))}", file=sys.stderr)
+        return _stopped(exc.render(lambda step: hint(args, step)))
+    except OSError as exc:  # a folder that cannot be read, a file that vanished …: one line
+        return _stopped(f"a file operation failed ({exc.strerror or type(exc).__name__}); nothing "
+                        "was written")
+    try:
+        print(json_line(data) if args.json else text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (``| head``): end quietly, no traceback
+        _silence_stdout()
         return 1
-    print(json_line(data) if args.json else text)
     return 0
+
+
+def _stopped(message: str) -> int:
+    """Print the one ``STOPPED:`` line of ``message`` on stderr; return exit code 1."""
+    print(f"STOPPED: {one_line(message)}", file=sys.stderr)
+    return 1
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at the null device, so the interpreter's final flush of what is
+    still buffered cannot raise again (the Python docs' recipe for SIGPIPE)."""
+    import os
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # an in-memory stdout: nothing to silence
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

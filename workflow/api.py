@@ -101,7 +101,9 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
     (:func:`workflow.team.at_start`; an admin sets the policy: docs/reviewers.md).
     Starting the same key again with the same content returns the saved task without running.
     Raises :class:`Refused` (nothing saved) if the key is taken, the agent did not ask for exactly
-    this content, or the agent has not exactly one tool declared with :func:`effect_tool`."""
+    this content, or ``action`` names no tool of the agent declared with :func:`effect_tool`.
+    One task gates one action: a call of another tool with an effect in the same run is never
+    run (the run ends there: docs/api.md); a second action is a second task."""
     from workflow import hitl, team
 
     _check_entry(task_id, title=title)

@@ -63,14 +63,15 @@ def overdue(cp: Checkpoint, now: datetime) -> bool:
 
 
 def summary(pending: list[dict[str, Any]]) -> str:
-    """One line for the pending call(s): a draft's title and the start of its body, with its
-    length (``publish_draft(title='…', body='Version 1.2 fix…' (32 chars))``); any other call's
-    arguments, each text cut to 40 characters (``issue_refund(order_id='4417', amount_cents=1999,
-    reason='the parcel arrived broken')``)."""
+    """One line for the pending call(s): a call whose arguments are a title and a body (a draft)
+    shows the title and the start of the body, with its length (``publish_draft(title='…',
+    body='Version 1.2 fix…' (32 chars))``); any other call shows every argument, each text cut to
+    40 characters (``issue_refund(order_id='4417', amount_cents=1999, reason='the parcel arrived
+    broken')``)."""
     parts = []
     for p in pending:
         args = p["arguments"]
-        if "body" not in args:  # not a draft: every argument the model proposed
+        if set(args) != {"title", "body"}:  # not a draft: every argument the model proposed
             shown = ", ".join(f"{one_line(str(k))}={_preview(v)!r}" for k, v in args.items())
             parts.append(f"{one_line(p['tool'])}({shown})")
             continue
