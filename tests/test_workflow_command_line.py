@@ -78,7 +78,8 @@ def test_an_invalid_task_id_is_a_usage_error(state_dir):
     assert proc.returncode == 2 and "not an allowed task ID" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("command", [["list"], ["show", "--task", "a-1"], ["ledger"], ["status", "--task", "a-2", "--json"]])
+@pytest.mark.parametrize("command", [["list"], ["show", "--task", "a-1"], ["ledger"],
+                                     ["status", "--task", "a-2", "--json"]])
 def test_a_reader_that_goes_away_ends_the_output_quietly(state_dir, two_tasks, command):
     """``python -m workflow show | head -1``: the reader closes the pipe before the output is
     written; the command ends with exit 1 and no traceback, as ``run.py`` does."""
