@@ -132,7 +132,7 @@ async def main(args: argparse.Namespace) -> dict:
         return {"refunds": [{k: r[k] for k in ("idempotency_key", "order_id", "amount_cents", "reason")}
                             for r in refunds()]}
     if args.command == "start":  # no content: the model proposes the arguments
-        await start(store, APP, task_id=args.key, title=args.request.splitlines()[0][:80] or args.key,
+        await start(store, APP, task_id=args.key, title=(args.request.strip().splitlines() or [args.key])[0][:80],
                     input=args.request, channels=["refund"])
     else:
         changes = edits(args.edit)

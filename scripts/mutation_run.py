@@ -634,6 +634,24 @@ MUTANTS: list[Mutant] = [
       "                                         \"delivered\": [*early.get(\"delivered\", []), event.id]})\n"
       "        store.notify_save(progress, early)\n"
       "        progress, error = early, post(client, target_, event, body_of(event, hint))\n", NOTIFY_T),
+    # -- approvals with edits and the library's command line -------------------------------------
+    # an approval with edits repeated after a crash returns the task waiting at the call it approved
+    p("edited-approval-not-finished-after-a-crash", "workflow/hitl.py",
+      "        found = edits.complying(cp) or edits.unfinished(cp)\n", "        found = edits.complying(cp)\n",
+      "tests/test_refund_agent.py"),
+    # an edit of the wrong type is recorded: no call can carry it and the task is stuck
+    m("edits-not-checked-against-the-tools-schema", "workflow/edits.py",
+      "    if edit is not None:\n        check_fits(cp, call_id, edit, tools)\n", "", "tests/test_refund_agent.py"),
+    # a reason too long reaches pydantic under the lock: a traceback, not one refusal
+    m("reason-not-checked-where-decisions-enter", "workflow/engine.py",
+      "        if reason is not None:\n            check_reason(reason)\n", "", "tests/test_api_inputs.py"),
+    # python -m workflow exits 0 on a store with checkpoints it could not verify
+    m("library-command-line-exits-0-on-a-damaged-store", "workflow/__main__.py",
+      "    return _stopped(problem) if problem else 0\n", "    return 0\n", "tests/test_workflow_command_line.py"),
+    # a lock held by a coroutine of this process is said to be another process's
+    p("in-process-holder-called-another-process", "workflow/locking.py",
+      '        return "another decision in this process"\n', '        return "another process"\n',
+      "tests/test_application.py"),
 ]
 
 

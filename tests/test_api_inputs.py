@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from agents import Agent
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from state.files.store import Store
-from workflow import Application, Approve, Effect, Refused, decide, effect_tool, start
+from workflow import Application, Approve, Effect, Refused, Reject, decide, effect_tool, start
 
 CONTENT = {"to": "ana", "body": "hi"}
 CALLED: list[str] = []
@@ -81,6 +82,21 @@ def test_a_bad_reviewer_name_is_refused_with_nothing_written(state_dir, by):
     assert sorted(p.relative_to(state_dir).as_posix() for p in state_dir.rglob("*")) == before
 
 
+@pytest.mark.parametrize("decision", [Approve(reason="e" * 1001), Reject(message="e" * 1001),
+                                      Reject(message="ok\x1b[2J"), Approve(reason=7)])
+def test_a_bad_reason_is_refused_before_the_lock_with_nothing_written(state_dir, decision):
+    """A reason (or reject message) too long, with a control character, or not text: one
+    ``Refused`` (``unsafe_input``) from the check every door shares, before the task's lock is
+    taken; never a validation error from deep inside."""
+    store = Store(state_dir)
+    _start(store)
+    before = sorted(p.relative_to(state_dir).as_posix() for p in state_dir.rglob("*"))
+    with pytest.raises(Refused) as refused:
+        asyncio.run(decide(store, APP, "t-1", decision, by="ana"))
+    assert refused.value.code == "unsafe_input", refused.value
+    assert sorted(p.relative_to(state_dir).as_posix() for p in state_dir.rglob("*")) == before
+
+
 @pytest.mark.parametrize("decision", [Approve(edits="to"), "approve"])
 def test_a_decision_that_is_not_a_value_of_the_api_is_refused(state_dir, decision):
     store = Store(state_dir)
@@ -139,7 +155,23 @@ def test_decide_takes_a_mapping_of_call_ids_to_decisions(state_dir):
     assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == ["m-1#blog"]
 
 
-@pytest.mark.parametrize("bad", ["unknown", "always", "empty", "call_id", "value"])
+class _Twice(Mapping):
+    """A mapping of one's own that yields its one key twice."""
+
+    def __init__(self, key: str, value: Any) -> None:
+        self.key, self.value = key, value
+
+    def __iter__(self) -> Any:
+        yield from (self.key, self.key)
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, key: str) -> Any:
+        return self.value
+
+
+@pytest.mark.parametrize("bad", ["unknown", "always", "empty", "call_id", "value", "twice"])
 def test_a_mapping_with_a_call_not_waiting_or_a_bad_value_records_nothing(state_dir, bad):
     from agent.application import APP as PUBLISHER
     from workflow import Reject, read_task
@@ -148,14 +180,14 @@ def test_a_mapping_with_a_call_not_waiting_or_a_bad_value_records_nothing(state_
     calls = _two_calls(store)
     mapping: Any = {calls["blog"]: Approve(), **({"c-gone": Reject()} if bad == "unknown" else {})}
     mapping = {"empty": {}, "always": {calls["blog"]: Approve(always=True)},
-               "value": {calls["blog"]: "approve"}}.get(bad, mapping)
+               "value": {calls["blog"]: "approve"}, "twice": _Twice(calls["blog"], Approve())}.get(bad, mapping)
     before = read_task(store, "m-1")
     with pytest.raises(Refused) as refused:
         asyncio.run(decide(store, PUBLISHER, "m-1", mapping, by="ana",
                            call_id=calls["news"] if bad == "call_id" else None))
     says = {"unknown": "call 'c-gone' is not waiting for a decision", "always": "always= decides calls",
             "empty": "the mapping of decisions is empty", "call_id": "not call_id as well",
-            "value": "must be Approve(...) or Reject(...), not str"}[bad]
+            "value": "must be Approve(...) or Reject(...), not str", "twice": "names a call more than once"}[bad]
     assert refused.value.code == "usage" and says in str(refused.value)
     assert read_task(store, "m-1") == before
 

@@ -81,7 +81,8 @@ def test_doctor_of_the_library_names_the_applications_own_command_in_its_next_st
     assert crashed.returncode == 86, crashed.stderr
     doctor = run(project, code="import runpy, sys; sys.argv = ['workflow', 'doctor', '--json']; "
                  "runpy.run_module('workflow', run_name='__main__', alter_sys=True)")
-    [finding] = ok(doctor)["findings"]
+    assert doctor.returncode == 1 and doctor.stderr.startswith("STOPPED: doctor found 1 inconsistency")
+    [finding] = json.loads(doctor.stdout)["findings"]
     assert finding["kind"] == "decision_not_finished", finding
     assert finding["action"] == (f"decide call {call_of(PROPOSED)} of task r-1: approve (with the application's "
                                  "own command: python examples/refund_agent.py)"), finding
@@ -92,6 +93,17 @@ def test_refund_agent_runs_from_a_copy_of_the_library_alone(project):
     proc = run(project, "refunds", "--json", code=WHERE)
     assert ok(proc) == {"refunds": []}
     assert copied_from(proc, project)
+
+
+@pytest.mark.parametrize("request_text", ["", "   "])
+def test_an_empty_request_is_one_stopped_line_and_nothing_saved(project, request_text):
+    """A request with no text: the model finds no refund to propose; one ``STOPPED:`` line, exit
+    1, no traceback, and no task saved."""
+    proc = run(project, "start", "--key", "r-9", "--request", request_text)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("STOPPED: ") and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert not (project / "state-dir" / "checkpoints").exists() or not any(
+        (project / "state-dir" / "checkpoints").iterdir())
 
 
 def test_the_model_proposes_the_arguments_and_the_task_waits_with_them(project):
@@ -145,6 +157,21 @@ def test_approve_with_edits_refunds_the_edited_amount_once(project):
     assert refunds(project) == [{"idempotency_key": "r-1", **PROPOSED, "amount_cents": 1000}]
 
 
+@pytest.mark.parametrize("edit", ["amount_cents=100.5", "amount_cents=true", "order_id=4417", 'amount_cents="5"'])
+def test_an_edit_that_does_not_fit_the_tools_parameters_is_refused_before_it_is_recorded(project, edit):
+    """An edited value of the wrong type (a fraction of a cent, a boolean, a number for the order
+    ID, text for the amount) could never be carried by the model's call: the SDK would refuse the
+    call, and a task with that edit on record would be stuck. It is refused against the tool's JSON
+    schema before anything is recorded (one ``STOPPED:`` line naming the argument); the same call
+    then takes a fitting edit and refunds once."""
+    ok(run(project, *START))
+    refused = stopped(run(project, *FIRST, "--edit", edit))
+    assert "the edits do not fit the parameters of issue_refund" in refused and "nothing recorded" in refused
+    again = ok(run(project, *FIRST, "--edit", "amount_cents=500"))
+    assert again["status"] == "completed" and [d["by"] for d in again["decisions"]] == ["alice", "alice"]
+    assert refunds(project) == [{"idempotency_key": "r-1", **PROPOSED, "amount_cents": 500}]
+
+
 def test_tampered_checkpoint_is_refused_and_refunds_nothing(project):
     task = ok(run(project, *START))
     path = Path(task["checkpoint_path"])
@@ -190,16 +217,17 @@ def test_a_sticky_approval_is_refused_where_the_model_proposes(project):
     assert proc.returncode != 0 and "without" in proc.stderr and refunds(project) == []
 
 
-@pytest.mark.parametrize("command", ["start", "reject", "approve"])
+@pytest.mark.parametrize("command", ["start", "reject", "approve", "edit"])
 def test_crash_at_every_durable_write_then_the_same_command_leaves_exactly_one_refund(template, tmp_path,
                                                                                      command):
     """kill -9 (``HITL_FAILPOINT``: ``os._exit``) at each boundary the command reaches, then the same
     command: it finishes what the crash interrupted. ``reject`` is the capped reject (the model's new
-    call waits); ``approve`` approves that new call. Then an approval of the call waiting, if any:
-    exactly one refund, of the amount that call carried."""
+    call waits); ``approve`` approves that new call; ``edit`` approves the first call with an
+    edited amount (the model's call carrying it is approved for the reviewer and run). Then an
+    approval of the call waiting, if any: exactly one refund, of the amount that call carried."""
     steps = {"start": START, "reject": [*CAPPED, "--call", call_of(PROPOSED)],  # the call as shown
-             "approve": SECOND}
-    order = ["start", "reject", "approve"]
+             "approve": SECOND, "edit": [*FIRST, "--edit", "amount_cents=500"]}
+    order = ["start", "reject", "approve"] if command != "edit" else ["start", "edit"]
     probe = tmp_path / "probe"
     shutil.copytree(template, probe)
     for earlier in order[:order.index(command)]:
@@ -207,7 +235,7 @@ def test_crash_at_every_durable_write_then_the_same_command_leaves_exactly_one_r
     (probe / "state-dir").mkdir(exist_ok=True)  # before start: an empty store
     shutil.copytree(probe / "state-dir", tmp_path / "before")
     names = copies.boundaries(probe, "refund_agent.py", *steps[command])
-    assert any(n.startswith("ledger:record") for n in names) == (command == "approve"), names
+    assert any(n.startswith("ledger:record") for n in names) == (command in ("approve", "edit")), names
     for name in names:
         project = tmp_path / name.replace(":", "-")
         shutil.copytree(template, project)
@@ -215,9 +243,10 @@ def test_crash_at_every_durable_write_then_the_same_command_leaves_exactly_one_r
         crashed = run(project, *steps[command], env={"HITL_FAILPOINT": name})
         assert crashed.returncode == 86, (name, crashed.stderr)
         again = ok(run(project, *steps[command]))  # the same command finishes what the crash interrupted
-        assert again["status"] == ("completed" if command == "approve" else "waiting_for_approval"), (name, again)
+        finishes = command in ("approve", "edit")
+        assert again["status"] == ("completed" if finishes else "waiting_for_approval"), (name, again)
         waiting = FIRST if command == "start" else SECOND  # approve the call waiting now
-        final = again if command == "approve" else ok(run(project, *waiting))
+        final = again if finishes else ok(run(project, *waiting))
         assert final["status"] == "completed", (name, final)
-        cents = 1999 if command == "start" else 1500
+        cents = {"start": 1999, "edit": 500}.get(command, 1500)
         assert refunds(project) == [{"idempotency_key": "r-1", **PROPOSED, "amount_cents": cents}], name

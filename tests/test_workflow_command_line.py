@@ -103,3 +103,23 @@ def test_the_list_line_of_a_call_with_a_body_shows_every_argument_unless_it_is_a
                                "body='Hi Ana, shall we meet on Monday at ten …')")
     draft = {"tool": "publish_draft", "arguments": {"title": "One", "body": "First."}}
     assert summary([draft]) == "publish_draft(title='One', body='First.' (6 chars))"
+
+
+def test_list_and_doctor_on_a_damaged_store_print_what_they_can_then_stop_with_exit_1(state_dir, two_tasks):
+    """A checkpoint cut short: ``list`` leaves the task out and ``doctor`` counts an inconsistency,
+    and each then ends with one ``STOPPED:`` line and exit 1, as ``run.py`` does for the same store
+    (exit 0 would tell a script that all is well). Nothing on disk changes."""
+    [cut] = sorted(state_dir.glob("checkpoints/a-2--*/r000001.json"))
+    cut.write_bytes(cut.read_bytes()[:10])
+    before = snapshot(state_dir)
+    listed = workflow_cli(state_dir, "list")
+    assert listed.returncode == 1 and "a-2" not in listed.stdout, listed.stdout
+    [line] = [x for x in listed.stderr.splitlines() if not x.startswith("IMPORTED")]
+    assert line.startswith("STOPPED: 1 checkpoint is not listed: not verified") and line.endswith(
+        f"(python -m workflow --store {state_dir} doctor)"), line
+    doctor = workflow_cli(state_dir, "doctor")
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stderr
+    assert "STOPPED: doctor found 1 inconsistency (see the report above)" in doctor.stderr
+    healthy = workflow_cli(state_dir, "ledger")
+    assert healthy.returncode == 0, healthy.stderr
+    assert snapshot(state_dir) == before

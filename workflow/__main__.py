@@ -13,8 +13,9 @@ the same store. Nothing is written and the Agents SDK is never imported. ``ledge
 entry's action; ``doctor``'s next steps name this command line's own commands where they are
 its, and say in words what the application's own command must do otherwise (decide a call, settle
 one, end a task), naming that command where the task recorded it (``Application.command``).
-Exit codes: 0 done, 1 ``STOPPED: …`` (one line), 2 a usage error. This module
-is a command line of the library: it owns its words, as ``run.py`` does.
+Exit codes: 0 done, 1 ``STOPPED: …`` (one line: a refusal, or after the output a ``list``
+that left out checkpoints it could not verify, a ``doctor`` that found inconsistencies), 2 a
+usage error. This module is a command line of the library: it owns its words, as ``run.py`` does.
 """
 
 from __future__ import annotations
@@ -208,7 +209,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     except BrokenPipeError:  # the reader went away (``| head``): end quietly, no traceback
         _silence_stdout()
         return 1
-    return 0
+    problem = problem_after(args.command, data, lambda step: hint(args, step))
+    return _stopped(problem) if problem else 0
+
+
+def problem_after(command: str, view: dict[str, Any], hint_of: Callable[[Next], str]) -> Optional[str]:
+    """What ``command``, having printed ``view``, still reports as one ``STOPPED:`` line (exit 1),
+    as ``run.py`` does, or None: ``list`` with checkpoints it could not verify (not listed),
+    ``doctor`` that found inconsistencies (``hint_of``: this command line's words for a step)."""
+    if command == "list":
+        from workflow.review.inbox import unverified_summary
+
+        return unverified_summary(view, hint_of)
+    if command == "doctor" and not view["consistent"]:
+        from workflow.ops.doctor import summary
+
+        return summary(view)
+    return None
 
 
 def _stopped(message: str) -> int:

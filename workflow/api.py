@@ -217,6 +217,9 @@ async def _decide_each(store: "TaskStore", app: "Application", task_id: str,
         raise Refused("usage", "give the calls as the mapping's keys, not call_id as well")
     if not decisions:
         raise Refused("usage", "the mapping of decisions is empty: name at least one pending call")
+    keys = list(decisions)
+    if len(set(keys)) != len(keys):  # a Mapping of one's own may yield a key twice
+        raise Refused("usage", "the mapping names a call more than once; nothing recorded")
     for value in decisions.values():
         if not isinstance(value, (Approve, Reject)):
             raise Refused("usage", "each decision must be Approve(...) or Reject(...), not "

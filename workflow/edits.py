@@ -36,7 +36,7 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from state import secrets
 from state.errors import Next, Refused
@@ -166,6 +166,23 @@ def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
     return out
 
 
+def unfinished(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
+    """The pending calls of a waiting ``cp`` approved as carrying an approval with edits (reason
+    :data:`AUTO_REASON`) whose run was cut off before its outcome was saved (a crash after that
+    approval was recorded): repeating the approval with edits finishes them. As ``(call_id, that
+    approval)``."""
+    from workflow.calls import decision_of
+
+    if cp.status != "waiting_for_approval":
+        return []
+    out = []
+    for call in cp.pending:
+        rec = decision_of(cp, call.call_id)
+        if rec is not None and rec.decision == "approved" and rec.reason == AUTO_REASON:
+            out.append((call.call_id, rec))
+    return out
+
+
 def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -> None:
     """Edits and a sticky approval do not mix in one task: edits decide one call, whose channel
     then expects the edited draft; a sticky approval (``always``) decides the other pending calls
@@ -187,8 +204,11 @@ def check_sticky(cp: "Checkpoint", want: str, edit: Edit | None, always: bool) -
                                 _STICKY])
 
 
-def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) -> None:
-    """Before a decision on the pending call ``call_id`` is written: every pending call must carry
+def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None,
+                  tools: Sequence[Any] = ()) -> None:
+    """Before a decision on the pending call ``call_id`` is written: with ``edit``, the arguments
+    it asks for must fit the tool's own parameters (:func:`check_fits`, ``tools``: the agent's);
+    and every pending call must carry
     the draft expected on its channel (:func:`workflow.trust.carries_its_draft`) — except, for a
     reject, the calls the model made in a later turn with other content, on one of the task's
     channels: each may be rejected (a reject runs nothing), so the task never gets stuck on them,
@@ -209,6 +229,37 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None) 
         if call.call_id == call_id and want == "approved" and edit is None:
             raise Refused("usage", [f"task {cp.task_id}: the pending call {call_id} is not the content the reviewer "
                                     "approved with edits; reject it, or approve it with", _EDITS])
+    if edit is not None:
+        check_fits(cp, call_id, edit, tools)
+
+
+def check_fits(cp: "Checkpoint", call_id: str, edit: Edit, tools: Sequence[Any]) -> None:
+    """Each value an approval with ``edit`` of call ``call_id`` asks the model to carry fits the
+    JSON schema of its parameter, as the SDK checks the model's call against the tool's parameters
+    (``FunctionTool.params_json_schema``, each edited property validated here with ``jsonschema``):
+    an amount in cents must be an integer, an order ID a string. Checked before the decision is
+    recorded, so an edit no call could carry never leaves the task stuck. A tool not in ``tools``,
+    or without a schema for that parameter, is not checked. Raises :class:`Refused` (``usage``,
+    nothing recorded) naming the argument and what its schema wants."""
+    import jsonschema
+
+    from state.terminal import one_line
+
+    call = next((p for p in cp.pending if p.call_id == call_id), None)
+    tool = next((t for t in tools if call is not None and getattr(t, "name", None) == call.tool), None)
+    schema = getattr(tool, "params_json_schema", None)
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if call is None or not isinstance(properties, dict):
+        return
+    for name, value in edit.changes().items():
+        if not isinstance(properties.get(name), dict):
+            continue  # an argument the call does not have: edits_for refuses it in its own words
+        own = {**properties[name], "$defs": schema.get("$defs", {})}
+        found = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(own)(own).iter_errors(value))
+        if found is not None:
+            raise Refused("usage", f"task {cp.task_id}: the edits do not fit the parameters of "
+                          f"{one_line(call.tool)}: {one_line(name)}: {one_line(found.message)[:200]}; "
+                          "nothing recorded")
 
 
 def check_repeat(cp: "Checkpoint", call_id: str | None, want: str, edit: Edit | None) -> None:

@@ -109,11 +109,14 @@ class Engine:
               edit: Optional["Edit"] = None, expect_revision: Optional[int] = None) -> Judged:
         """Steps 1-6 of the module docstring for ``decision`` (``"approve"`` or ``"reject"``) on
         call ``call_id`` (None: the only pending one) of ``task_id``: who decides as
-        :meth:`decider`. The reason is checked as text by the front end (its length, its
-        characters); here only for secrets. Reads only. Raises :class:`Refused`."""
+        :meth:`decider`. The reason is checked here as text (:func:`check_reason`: its length,
+        its characters; a front end may check it first, in its own words) and for secrets. Reads
+        only. Raises :class:`Refused`."""
         from workflow import reconcile, team
 
         check_entry(task_id, by=by if by is not None else "-")
+        if reason is not None:
+            check_reason(reason)
         cp = self.store.load(task_id)
         who = self.decider(cp, by, token=token, session=session, default_by=default_by, signs_in=signs_in)
         checked = reconcile.preflight(self.store, task_id, decision, call_id, by=who, reason=reason,

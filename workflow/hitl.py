@@ -159,7 +159,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         if why is not None and want == "approved":  # the next call cannot be paid: run nothing
             return guards.budget_stop(store, cp, budget, spend, why)
         items = guards.bind(cp, state.get_interruptions())  # exactly the calls the reviewer saw
-        edits.check_pending(cp, call_id, want, edit)  # the content started with, or edits
+        edits.check_pending(cp, call_id, want, edit, agent.tools)  # the draft, or edits that fit
         edits.check_sticky(cp, want, edit, always)  # sticky calls skip the check of edits
         rec = guards.decision_for(store, cp, items[call_id], want, by, reason, always)
         rec = edits.with_edits(rec, edit, items[call_id].arguments)  # one on record wins
@@ -194,13 +194,13 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
 async def decide(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
                  edit: edits.Edit | None = None, **kwargs: Any) -> Checkpoint:
     """:func:`resume` (``kwargs``: its own; ``checked``: for this first decision); then, while a
-    pending call carries exactly content approved with edits (:func:`workflow.edits.complying`),
-    one more :func:`resume` approves it by the reviewer who gave the edits; nothing else."""
+    pending call carries content approved with edits, or was so approved and cut off by a crash
+    (:func:`workflow.edits.complying`, ``unfinished``), one more :func:`resume` approves it."""
     edits.check_decision(edit, decision)
     cp = await resume(store, app, task_id=task_id, decision=decision, by=by, edit=edit, **kwargs)
     kwargs.pop("checked", None)
     for _ in range(len(cp.channels)):  # at most one such call per channel
-        found = edits.complying(cp)
+        found = edits.complying(cp) or edits.unfinished(cp)
         if not found:
             break
         call_id, rec = found[0]
