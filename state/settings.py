@@ -196,6 +196,24 @@ def url_password(url: str | None) -> str | None:
     return unquote(password) if password else None
 
 
+def url_without_password(url: str) -> str:
+    """``url`` with the password of its user part left out (``postgresql://ann@host/db``), for a
+    command printed for a person to paste: a password never reaches the terminal (the database
+    client then takes it from ``PGPASSWORD`` or its password file). Unchanged if it has none, or if
+    it cannot be parsed."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        user = parts.netloc.rpartition("@")[0].partition(":")[0]
+        return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
+    except ValueError:
+        return url
+
+
 def _bounds(field: Any) -> tuple[float, float]:
     """``(ge, le)`` of a numeric field: its ``Field(ge=…, le=…)``, the one place a range is written
     (the plain validators bypass pydantic's own checks, so :func:`bounded_number` applies them)."""

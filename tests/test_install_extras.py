@@ -27,7 +27,7 @@ PROJECT = "hitl-publish"
 BASE_IMPORTS = {"agents": "openai-agents", "openai": "openai-agents", "pydantic": "pydantic",
                 "pydantic_settings": "pydantic-settings", "filelock": "filelock",
                 "genai_prices": "genai-prices", "httpx": "httpx", "tenacity": "tenacity",
-                "standardwebhooks": "standardwebhooks"}
+                "standardwebhooks": "standardwebhooks", "jsonschema": "jsonschema"}
 #: Packages a plain install lacks (the SDK's own dependencies bring starlette and uvicorn).
 NOT_IN_A_PLAIN_INSTALL = ("jinja2", "psycopg", "psycopg_pool")
 

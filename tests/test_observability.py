@@ -184,7 +184,7 @@ def test_show_receipt_of_a_rejected_task_has_no_ledger_entry(cli, state_dir):
     assert rec["approval"]["decision"]["reason"] == "Typo."
     assert not [s for s in rec["trajectory"] if s["step"] == "tool_call" and s["ran"]]
     text = cli("show", "--task", "t-1").out
-    assert "outcome: cancelled; ledger: no entry (no effect)" in text and "rejected by bob" in text
+    assert "outcome: cancelled; ledger: no entry (nothing done)" in text and "rejected by bob" in text
 
 
 def test_show_counts_tokens_and_latency_of_each_model_call(state_dir):

@@ -299,4 +299,4 @@ def test_show_receipt_of_a_two_channel_task_names_what_was_published(cli, state_
     assert [s["idempotency_key"] for s in rec["trajectory"] if s["step"] == "ledger_entry"] == [f"{KEY}#blog"]
     text = cli("show", "--task", KEY).out
     assert "nothing was published" not in text
-    assert "ledger: blog: 1 entry" in text and "news: no entry (no effect)" in text
+    assert "ledger: blog: 1 entry" in text and "news: no entry (nothing done)" in text

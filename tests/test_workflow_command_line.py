@@ -123,3 +123,16 @@ def test_list_and_doctor_on_a_damaged_store_print_what_they_can_then_stop_with_e
     healthy = workflow_cli(state_dir, "ledger")
     assert healthy.returncode == 0, healthy.stderr
     assert snapshot(state_dir) == before
+
+
+def test_a_store_url_in_a_printed_command_has_no_password():
+    """The commands ``python -m workflow`` prints to paste repeat ``--store``, a URL without its
+    password (a folder as given, shell-quoted)."""
+    import argparse
+
+    from workflow.__main__ import command
+
+    assert command(argparse.Namespace(store="postgresql://ann:secret@db/hitl"), "doctor") == (
+        "python -m workflow --store postgresql://ann@db/hitl doctor")
+    assert command(argparse.Namespace(store="/tmp/a b"), "status", "--task", "k") == (
+        "python -m workflow --store '/tmp/a b' status --task k")

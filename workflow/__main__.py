@@ -65,8 +65,11 @@ def task_key(value: str) -> str:
 
 
 def command(args: argparse.Namespace, *words: str) -> str:
-    """A command of this command line for a person to paste, on the same store, shell-quoted."""
-    store = ["--store", args.store] if args.store else []
+    """A command of this command line for a person to paste, on the same store (a URL without its
+    password: :func:`state.settings.url_without_password`), shell-quoted."""
+    from state.settings import url_without_password
+
+    store = ["--store", url_without_password(args.store)] if args.store else []
     return " ".join([PROGRAM, *(shlex.quote(w) for w in [*store, *words])])
 
 

@@ -432,10 +432,10 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
                 f"{led['content_sha256'][:12]}…"
                 if led else none)
 
-    ledger = ("; ".join(f"{c['channel']}: " + entry_text(c["ledger"], "no entry (no effect)")
+    ledger = ("; ".join(f"{c['channel']}: " + entry_text(c["ledger"], "no entry (nothing done)")
                         for c in o["channels"]) if "channels" in o
               else (f"{o['ledger']['channel']}: " if (o["ledger"] or {}).get("channel") else "")
-              + entry_text(o["ledger"], "no entry (no effect)"))
+              + entry_text(o["ledger"], "no entry (nothing done)"))
     lines = [
         f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
         f"outcome: {o['status']}; ledger: {ledger}",
