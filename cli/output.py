@@ -5,7 +5,6 @@ the output itself cannot be written. Never imports the SDK.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any, Callable
 
@@ -13,7 +12,7 @@ from cli.hints import command as shell_command, hint
 from cli.text import receipt_next, task_text
 from workflow.review import inbox
 from workflow.observe.views import one_line, several_lines
-from state.terminal import json_line
+from state.terminal import json_line, silence_stdout
 
 
 class EventPrinter:
@@ -177,20 +176,6 @@ def output_failed(command: str, result: dict[str, Any], exc: OSError) -> None:
         sys.stderr.flush()
     except OSError:
         pass
-
-
-def silence_stdout() -> None:
-    """Point file descriptor 1 at the null device, so the interpreter's final flush of what is
-    still buffered cannot raise (the Python docs' SIGPIPE recipe). A no-op for an in-memory stdout."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
 
 
 #: A package that only one surface imports → (the extra of pyproject.toml that installs it, that

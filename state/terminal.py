@@ -15,7 +15,9 @@ Never imports anything but the standard library.
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from typing import Any
 
 
@@ -48,3 +50,17 @@ def _json_escape(found: re.Match[str]) -> str:
 def json_line(value: Any) -> str:
     """``value`` as one line of JSON (printable non-ASCII kept, the characters above escaped)."""
     return _JSON_UNSAFE.sub(_json_escape, json.dumps(value, ensure_ascii=False))
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at the null device, so the interpreter's final flush of what is
+    still buffered cannot raise (the Python docs' SIGPIPE recipe). A no-op for an in-memory stdout."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 from state.errors import Next, Refused
 from state.settings import check_environment
-from state.terminal import json_line, one_line
+from state.terminal import json_line, one_line, silence_stdout
 
 PROGRAM = "python -m workflow"
 
@@ -210,7 +210,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(json_line(data) if args.json else text)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (``| head``): end quietly, no traceback
-        _silence_stdout()
+        silence_stdout()
         return 1
     problem = problem_after(args.command, data, lambda step: hint(args, step))
     return _stopped(problem) if problem else 0
@@ -235,22 +235,6 @@ def _stopped(message: str) -> int:
     """Print the one ``STOPPED:`` line of ``message`` on stderr; return exit code 1."""
     print(f"STOPPED: {one_line(message)}", file=sys.stderr)
     return 1
-
-
-def _silence_stdout() -> None:
-    """Point file descriptor 1 at the null device, so the interpreter's final flush of what is
-    still buffered cannot raise again (the Python docs' recipe for SIGPIPE)."""
-    import os
-
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # an in-memory stdout: nothing to silence
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
 
 
 if __name__ == "__main__":
