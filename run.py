@@ -7,8 +7,7 @@ Commands: ``start``, ``resume``, ``status``, ``list``, ``ledger``, ``show``, ``r
 ``policy``, ``notify``, ``eval`` (docs/commands.md).
 Exit codes: 0 done; 1 STOPPED (one line on stderr beginning ``STOPPED:``, no traceback, nothing
 changed on disk, or a line saying what was already done); 2 usage error. Read-only commands never
-import the SDK; ``review`` only to decide.
-"""
+import the SDK; ``review`` only to decide. A printed command repeats ``--state-dir``/``--store``."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from state import clock, effects
 from state.settings import check_environment, settings
 from state.errors import Refused
 from state.schema import MAX_DRAFT_CHARS, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_TITLE_CHARS
-from cli import arguments as A, commands, hints, output, text as cli_text
+from cli import arguments as A, commands, hints, output, shell, text as cli_text
 from workflow.review import inbox
 from state.store import open_store
 from workflow import Task
@@ -183,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "start" and args.model is None and (args.api or args.base_url):
         parser.error("--api and --base-url need --model")
     effects.reset()
+    shell.use_store(args.state_dir, args.store)  # each command printed to paste repeats them
     try:
         check_environment()  # a bad HITL_* value: one line naming it, before any file is touched
         result = run_command(args)

@@ -14,13 +14,13 @@ from __future__ import annotations
 from typing import Callable
 
 from state.errors import Next, Refused
-from cli.shell import PROGRAM, command
+from cli.shell import PROGRAM, command, program
 
 __all__ = ["PROGRAM", "command", "HINTS", "hint", "text"]
 
 
 def _doctor(what: str) -> Callable[[Next], str]:
-    return lambda step: f" ({PROGRAM} doctor{what})"
+    return lambda step: f" ({program()} doctor{what})"
 
 
 #: Next-step action → its hint, placed where the step stands in the message (each starts with its
@@ -37,7 +37,7 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "shows_status": lambda step: f" ({command('status', '--task', *step.args)} shows where the task stands)",
     "name_call": lambda step: f"; name one with --call ({command('status', '--task', *step.args)} shows each)",
     "reject": lambda step: f" ({command('resume', '--task', *step.args, '--decision', 'reject')})",
-    "expire": lambda step: f" ({PROGRAM} expire)",
+    "expire": lambda step: f" ({program()} expire)",
     "finish_approve": lambda step: " (resume with --decision approve to finish recording it)",
     "new_key": lambda step: "; use a new --key",
     "give_task": lambda step: "; give --task ID",
@@ -60,7 +60,7 @@ HINTS: dict[str, Callable[[Next], str]] = {
                                                "--decision", step.args[2]),
     "doctor_settle": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1])
     + " --outcome published|not-published --by NAME",  # the choice and the name are the human's
-    "doctor_repair": lambda step: f"{PROGRAM} doctor --repair",
+    "doctor_repair": lambda step: f"{program()} doctor --repair",
     # the next step a webhook notification names (workflow.notify): whole commands, as status prints them
     "notify_decide": lambda step: command("resume", "--task", step.args[0],
                                           *(["--call", step.args[1]] if len(step.args) > 1 else []),
@@ -83,13 +83,13 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "settle_command": lambda step: command("settle", "--task", step.args[0], "--call", step.args[1],
                                            "--outcome", "published", "--by", "NAME"),
     # team mode (state.reviewers, workflow.team)
-    "reviewers_list": lambda step: f" ({PROGRAM} reviewers list names each reviewer)",
-    "reviewers_add_admin": lambda step: f" ({PROGRAM} reviewers add NAME --role admin)",
-    "policy_set": lambda step: f" (HITL_REVIEWER_TOKEN=<an admin's token> {PROGRAM} policy set FILE; "
-                               f"{PROGRAM} policy show shows it)",
+    "reviewers_list": lambda step: f" ({program()} reviewers list names each reviewer)",
+    "reviewers_add_admin": lambda step: f" ({program()} reviewers add NAME --role admin)",
+    "policy_set": lambda step: f" (HITL_REVIEWER_TOKEN=<an admin's token> {program()} policy set FILE; "
+                               f"{program()} policy show shows it)",
     # the browser inbox (workflow.review.web, workflow.review.inbox_index)
-    "that_serve": lambda step: f" that {PROGRAM} serve",
-    "or_expire": lambda step: f", or {PROGRAM} expire",
+    "that_serve": lambda step: f" that {program()} serve",
+    "or_expire": lambda step: f", or {program()} expire",
     "input_host": lambda step: "--host",
     "allow_remote": lambda step: "add --allow-remote",
 }

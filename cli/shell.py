@@ -21,6 +21,25 @@ from state.terminal import one_line
 
 #: How a printed command starts (the README's commands are run from the project folder).
 PROGRAM = "python run.py"
+#: The store options this process was given (:func:`use_store`), repeated in every command it
+#: prints, so a pasted command acts on the same store.
+_STORE_OPTIONS: list[str] = []
+
+
+def use_store(state_dir: str | None, store: str | None) -> None:
+    """Remember the ``--state-dir`` and ``--store`` this process was given (None: not given), for
+    :func:`program`. A store URL is repeated without its password
+    (:func:`state.settings.url_without_password`)."""
+    from state.settings import url_without_password
+
+    _STORE_OPTIONS[:] = [*(["--state-dir", state_dir] if state_dir is not None else []),
+                         *(["--store", url_without_password(store)] if store is not None else [])]
+
+
+def program() -> str:
+    """``python run.py`` with the store options of :func:`use_store`, each a quoted shell word:
+    how every command printed for a person to paste starts."""
+    return " ".join([PROGRAM, *(one_line(shell_word(a)) for a in _STORE_OPTIONS)])
 
 
 def shell_word(value: str) -> str:
@@ -31,7 +50,7 @@ def shell_word(value: str) -> str:
 
 
 def command(*argv: str) -> str:
-    """``python run.py ARGV…`` with each argument quoted by :func:`shell_word` and escaped by
+    """:func:`program` and ``ARGV…``, each argument quoted by :func:`shell_word` and escaped by
     :func:`state.terminal.one_line` (a newline or an escape sequence is shown, never printed raw),
     e.g. ``command("resume", "--task", "t-1", "--decision", "approve")``."""
-    return " ".join([PROGRAM, *(one_line(shell_word(a)) for a in argv)])
+    return " ".join([program(), *(one_line(shell_word(a)) for a in argv)])

@@ -258,14 +258,14 @@ def _token_uses(roles: list[str]) -> list[str]:
     an admin changes the reviewer list and the policy; a reviewer with another role decides (as
     far as the policy lets that role); a token is kept out of the shell's history by ``export``
     from a prompt, then unset when done."""
-    from cli.shell import PROGRAM
+    from cli.shell import program
 
     out = []
     if "admin" in roles:
-        out.append(f"as an admin they change the team with HITL_REVIEWER_TOKEN=<token> {PROGRAM} reviewers "
-                   f"add|remove|rotate ... and {PROGRAM} policy set FILE")
+        out.append(f"as an admin they change the team with HITL_REVIEWER_TOKEN=<token> {program()} reviewers "
+                   f"add|remove|rotate ... and {program()} policy set FILE")
     if any(r != "admin" for r in roles) or not roles:
-        out.append(f"they decide with HITL_REVIEWER_TOKEN=<token> {PROGRAM} resume ... (where the policy lets "
+        out.append(f"they decide with HITL_REVIEWER_TOKEN=<token> {program()} resume ... (where the policy lets "
                    "their role decide)")
     return out
 
@@ -273,13 +273,13 @@ def _token_uses(roles: list[str]) -> list[str]:
 def policy_text(result: dict[str, Any]) -> str:
     """The text of ``policy set`` / ``policy show`` (:func:`cli.commands.policy`): the version, who
     set it and when, then one line per rule (``default``, each channel), every name escaped."""
-    from cli.shell import PROGRAM
+    from cli.shell import program
     from state.policy import Policy
 
     if result["version"] is None:
         return ("no policy set: in team mode no task starts until an admin sets one; without reviewers each call "
                 "needs one approval\n"
-                f"  an admin sets one with HITL_REVIEWER_TOKEN=<token> {PROGRAM} policy set FILE")
+                f"  an admin sets one with HITL_REVIEWER_TOKEN=<token> {program()} policy set FILE")
     head = f"policy version {result['version']}"
     if result["action"] == "set":
         head = (f"stored as {head}" if result["changed"] else

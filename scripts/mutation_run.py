@@ -648,6 +648,10 @@ MUTANTS: list[Mutant] = [
     # python -m workflow exits 0 on a store with checkpoints it could not verify
     m("library-command-line-exits-0-on-a-damaged-store", "workflow/__main__.py",
       "    return _stopped(problem) if problem else 0\n", "    return 0\n", "tests/test_workflow_command_line.py"),
+    # run.py --state-dir DIR prints commands without it: pasted, they act on another store
+    m("printed-command-drops-the-state-dir", "cli/shell.py",
+      '    return " ".join([PROGRAM, *(one_line(shell_word(a)) for a in _STORE_OPTIONS)])\n',
+      "    return PROGRAM\n", "tests/test_cli_contract.py"),
     # a lock held by a coroutine of this process is said to be another process's
     p("in-process-holder-called-another-process", "workflow/locking.py",
       '        return "another decision in this process"\n', '        return "another process"\n',

@@ -48,6 +48,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
                  "HITL_PUBLISH_IDEMPOTENCY", "HITL_PUBLISH_TIMEOUT", "HITL_PUBLISH_ATTEMPTS",
                  "HITL_REVIEWER_TOKEN", "HITL_POLICY"):
         monkeypatch.delenv(name, raising=False)
+    from cli import shell
+
+    shell.use_store(None, None)  # a run.py --state-dir of an earlier test names no store of this one
 
 
 @pytest.fixture
@@ -76,15 +79,26 @@ def state_dir(tmp_path: Path) -> Path:
 
 
 def run_in_process(state_dir: Path, *args: str) -> CliResult:
-    """Run ``run.py --state-dir <state_dir> ARGS`` in this process; return a :class:`CliResult`."""
+    """Run ``HITL_STATE_DIR=<state_dir> run.py ARGS`` in this process (the variable set for this
+    one command, then as it was); return a :class:`CliResult`. The state dir comes from the
+    environment, as in the README, so the commands a test reads in a hint are the ones a person
+    pastes (given ``--state-dir``, each repeats it: tests/test_cli_contract.py)."""
     import run
 
     out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = run.main(["--state-dir", str(state_dir), *args])
-        except SystemExit as exc:  # argparse usage errors
-            code = int(exc.code or 0)
+    before = os.environ.get("HITL_STATE_DIR")
+    os.environ["HITL_STATE_DIR"] = str(state_dir)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = run.main(list(args))
+            except SystemExit as exc:  # argparse usage errors
+                code = int(exc.code or 0)
+    finally:
+        if before is None:
+            os.environ.pop("HITL_STATE_DIR", None)
+        else:
+            os.environ["HITL_STATE_DIR"] = before
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
@@ -148,11 +162,12 @@ def team_admin(cli) -> TeamAdmin:
 
 def run_subprocess(state_dir: Path, *args: str, env: dict[str, str] | None = None,
                    timeout: float = 120) -> CliResult:
-    """Run ``python run.py --state-dir <state_dir> ARGS`` as a new process."""
+    """Run ``HITL_STATE_DIR=<state_dir> python run.py ARGS`` as a new process (``env``: more
+    variables; a ``HITL_STATE_DIR`` in it wins)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("HITL_", "OPENAI_"))}
-    full_env.update(env or {})
+    full_env.update({"HITL_STATE_DIR": str(state_dir), **(env or {})})
     proc = subprocess.run(
-        [sys.executable, str(RUN_PY), "--state-dir", str(state_dir), *args],
+        [sys.executable, str(RUN_PY), *args],
         capture_output=True, text=True, encoding="utf-8", env=full_env, timeout=timeout, cwd=ROOT,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)

@@ -112,15 +112,18 @@ class Proc:
 
 def spawn(state_dir: Path, *args: str, env: dict[str, str] | None = None,
           gate: int | None = None) -> Proc:
-    """Start ``run.py --state-dir <state_dir> ARGS`` as a separate process.
+    """Start ``HITL_STATE_DIR=<state_dir> run.py ARGS`` as a separate process (the state dir from
+    the environment, as in the README: the commands it prints are the ones a person pastes).
 
-    ``env`` replaces every ``HITL_*`` / ``OPENAI_*`` variable of this process. ``gate`` (fork
+    ``env`` replaces every ``HITL_*`` / ``OPENAI_*`` variable of this process (a ``HITL_STATE_DIR``
+    in it wins). ``gate`` (fork
     only) is the read end of a pipe: the child blocks on one byte from it before running, so a test
     can release many children at the same instant.
     """
     outdir = Path(tempfile.mkdtemp(prefix="cli-"))
     out_path, err_path = outdir / "out", outdir / "err"
-    argv = ["--state-dir", str(state_dir), *args]
+    argv = list(args)
+    env = {"HITL_STATE_DIR": str(state_dir), **(env or {})}
     if not HAS_FORK:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             popen = subprocess.Popen([sys.executable, str(RUN_PY), *argv], stdout=out, stderr=err,
@@ -175,8 +178,16 @@ def in_process(state_dir: Path, *args: str) -> CliResult:
     import run
 
     out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = run.main(["--state-dir", str(state_dir), *args])
+    before = os.environ.get("HITL_STATE_DIR")
+    os.environ["HITL_STATE_DIR"] = str(state_dir)  # as spawn gives it: the same printed commands
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = run.main(list(args))
+    finally:
+        if before is None:
+            os.environ.pop("HITL_STATE_DIR", None)
+        else:
+            os.environ["HITL_STATE_DIR"] = before
     return CliResult(code, out.getvalue(), err.getvalue())
 
 

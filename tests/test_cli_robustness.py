@@ -66,7 +66,8 @@ def test_full_output_on_start_says_the_start_completed(state_dir, cli):
     r = _main_with_full_stdout(state_dir, "start", "--key", "k-1", "--draft", "Hello")
     r.assert_stopped()
     assert "the output could not be written (No space left on device)" in r.err
-    assert "the start itself completed and is saved: see python run.py status --task k-1" in r.err
+    assert (f"the start itself completed and is saved: see python run.py --state-dir {state_dir} status --task k-1"
+            in r.err)  # the state dir it was given, repeated: the command acts on the same store
     assert cli("status", "--task", "k-1", "--json").json()["status"] == "waiting_for_approval"
 
 

@@ -502,9 +502,13 @@ def test_blank_state_dir_env_and_overlong_state_dir_are_clean_stops(cli, tmp_pat
     assert code == 1 and err.getvalue().startswith("STOPPED: HITL_STATE_DIR is set but blank")
     assert not (tmp_path / " ").exists() and not (tmp_path / ".cache").exists()
     monkeypatch.delenv("HITL_STATE_DIR")
-    r = run_in_process(tmp_path / ("x" * 5000), "status")
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        code = run.main(["--state-dir", str(tmp_path / ("x" * 5000)), "status"])
+    assert code == 1 and err.getvalue().startswith("STOPPED: ") and "cannot be used" in err.getvalue()
+    r = run_in_process(tmp_path / ("x" * 5000), "status")  # the same path from HITL_STATE_DIR
     r.assert_stopped()
-    assert "cannot be used" in r.err
+    assert "HITL_STATE_DIR is 5,0" in r.err and "over its bound" in r.err
 
 
 @pytest.mark.parametrize("decision", ["approve", "reject"])

@@ -349,7 +349,7 @@ def test_doctor_on_postgresql_judges_each_call_of_a_several_channel_task(pg_url,
     state_dir = tmp_path / "s"
 
     def pg(*args: str, env: dict[str, str] | None = None):
-        return run_cli(state_dir, "--store", pg_url, *args, env={**PG_SIGNING, **(env or {})})
+        return run_cli(state_dir, *args, env={**PG_SIGNING, "HITL_STORE_URL": pg_url, **(env or {})})
 
     r = pg(*START, "--json")
     assert r.code == 0, r.err

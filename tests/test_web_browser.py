@@ -185,7 +185,8 @@ def test_no_token_is_403(browser, server):
     try:
         page = context.new_page()
         assert page.goto(server.base + "/").status == 403
-        assert "open the URL that python run.py serve printed" in page.content()
+        # the command as the server was started, its --state-dir included
+        assert f"open the URL that python run.py --state-dir {server.state_dir} serve printed" in page.content()
         assert page.goto(server.base + "/?token=wrong").status == 403
     finally:
         context.close()
