@@ -30,6 +30,7 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
     one rejected; the fourth is approved with edits) and the fifth, published through the reference
     publishing service with a lost answer (``publications``: counted at the service, 1).
     """
+    import os
     import subprocess
     import uuid
 
@@ -48,7 +49,10 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
                       "demo cannot run on it; nothing was written")
     store = store.with_root(store.root / "demo" / run_id)
     url = store.child_url()
-    base = [sys.executable, str(RUN_PY), "--state-dir", str(store.root), *(["--store", url] if url else [])]
+    base = [sys.executable, str(RUN_PY)]
+    # the demo's store through the environment: each step prints its commands as the narration
+    # shows them, with no --state-dir to repeat (cli/shell.py), and a URL's password stays off argv
+    own = {"HITL_STATE_DIR": str(store.root), **({"HITL_STORE_URL": url} if url else {})}
     steps = [
         ("1. Start a task. The agent asks to call publish_draft; the run pauses and is saved.",
          ["start", "--key", key_a, "--title", "Release notes 1.2",
@@ -96,7 +100,8 @@ def demo(store: TaskStore, *, as_json: bool = False) -> dict[str, Any] | None:
         if narration:
             print(narration, file=say)
         print("$ python run.py " + " ".join(_quote(a) for a in argv), file=say)
-        proc = subprocess.run(base + argv, capture_output=True, text=True, encoding="utf-8", env=env)
+        proc = subprocess.run(base + argv, capture_output=True, text=True, encoding="utf-8",
+                              env={**(env if env is not None else os.environ), **own})
         out = (proc.stdout + proc.stderr).rstrip()
         print("\n".join("  " + line for line in out.splitlines()) + "\n", file=say)
         if proc.returncode != 0:

@@ -208,6 +208,9 @@ def test_demo_is_quiet_and_tells_the_story(tmp_path):
     (effect,) = service["task"]["effects"]
     assert effect["state"] == "published" and effect["publication_id"] == entries[3]["result"]["id"]
     assert "1 publication, though its first answer was lost" in r.err
+    # each next: line is what a person would type after the narration's command: no --state-dir
+    nexts = [line for line in r.err.splitlines() if line.strip().startswith("next: python run.py")]
+    assert len(nexts) >= 5 and not any("--state-dir" in line for line in nexts), nexts
     # the demo keeps to a state dir of its own: the user's tasks and ledger stay untouched
     assert not (tmp_path / "demo" / "checkpoints").exists() and not (tmp_path / "demo" / "ledger").exists()
     _demo_narration_reads_correctly(r.err)
