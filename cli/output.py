@@ -85,14 +85,11 @@ def _event_text(event: dict[str, Any]) -> str:
 
 def problem_after(command: str, result: Any) -> str | None:
     """What ``command``, having printed ``result``, still reports as one ``STOPPED:`` line (exit
-    1), or None: ``doctor`` that found the store inconsistent; ``list`` with checkpoints it could not
-    verify (:func:`workflow.review.inbox.unverified_summary`)."""
-    if command == "doctor" and result is not None and not result["consistent"]:
-        from workflow.ops.doctor import summary
-
-        return summary(result)
-    if command == "list" and result is not None:
-        return inbox.unverified_summary(result, hint)
+    1), or None: ``doctor`` that found the store inconsistent and ``list`` with checkpoints it could
+    not verify (:func:`workflow.review.inbox.problem_after`, as ``python -m workflow`` asks it);
+    ``eval`` with a task that failed its grading."""
+    if command in ("doctor", "list") and result is not None:
+        return inbox.problem_after(command, result, hint)
     if command == "eval" and result is not None:
         from workflow.ops.evaluate import problem
 

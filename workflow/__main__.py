@@ -212,23 +212,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     except BrokenPipeError:  # the reader went away (``| head``): end quietly, no traceback
         silence_stdout()
         return 1
+    from workflow.review.inbox import problem_after
+
     problem = problem_after(args.command, data, lambda step: hint(args, step))
     return _stopped(problem) if problem else 0
-
-
-def problem_after(command: str, view: dict[str, Any], hint_of: Callable[[Next], str]) -> Optional[str]:
-    """What ``command``, having printed ``view``, still reports as one ``STOPPED:`` line (exit 1),
-    as ``run.py`` does, or None: ``list`` with checkpoints it could not verify (not listed),
-    ``doctor`` that found inconsistencies (``hint_of``: this command line's words for a step)."""
-    if command == "list":
-        from workflow.review.inbox import unverified_summary
-
-        return unverified_summary(view, hint_of)
-    if command == "doctor" and not view["consistent"]:
-        from workflow.ops.doctor import summary
-
-        return summary(view)
-    return None
 
 
 def _stopped(message: str) -> int:

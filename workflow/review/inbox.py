@@ -142,6 +142,21 @@ def unverified_summary(view: dict[str, Any], hint: Callable[[Next], str] = no_hi
             f"another key, edited or damaged); first: {bad[0]['error']}" + hint(Next("doctor_lists")))
 
 
+def problem_after(command: str, view: dict[str, Any], hint: Callable[[Next], str] = no_hint) -> Optional[str]:
+    """What a read-only ``command`` (``list``, ``doctor``), having printed ``view``, still reports
+    as one ``STOPPED:`` line (exit 1), or None: ``list`` with checkpoints it could not verify
+    (:func:`unverified_summary`), ``doctor`` that found inconsistencies
+    (:func:`workflow.ops.doctor.summary`). ``hint``: the command line's words for a next step.
+    Both command lines ask it: ``run.py`` and ``python -m workflow``."""
+    if command == "list":
+        return unverified_summary(view, hint)
+    if command == "doctor" and not view["consistent"]:
+        from workflow.ops.doctor import summary
+
+        return summary(view)
+    return None
+
+
 def inbox_text(view: dict[str, Any]) -> str:
     """The human-readable inbox: one line per task (status, task ID, ``[channels]``, age and expiry
     or revision, summary), every value escaped onto its line."""
