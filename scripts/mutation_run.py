@@ -654,8 +654,8 @@ MUTANTS: list[Mutant] = [
       "    return PROGRAM\n", "tests/test_cli_contract.py"),
     # a lock held by a coroutine of this process is said to be another process's
     p("in-process-holder-called-another-process", "workflow/locking.py",
-      '        return "another decision in this process"\n', '        return "another process"\n',
-      "tests/test_application.py"),
+      'holder = "another decision in this process" if key in _HELD else "another process"',
+      'holder = "another process"', "tests/test_application.py"),
 ]
 
 

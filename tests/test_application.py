@@ -485,7 +485,7 @@ def test_a_lock_held_by_a_coroutine_of_this_process_is_named_so_when_the_wait_ru
     assert refused.code == "locked" and str(refused) == (
         "task n-1 is being worked on by another decision in this process (waited 0.2 s); "
         "try again when it finishes")
-    assert locking._HELD == {}
+    assert locking._HELD == set()
     with Store(state_dir).task_lock("n-1"):  # held outside any coroutine's task_lock
         with pytest.raises(Refused) as elsewhere:
             asyncio.run(_enter(locking.task_lock(store, "n-1")))

@@ -23,9 +23,10 @@ from state.settings import settings
 #: pause doubles, up to :data:`LOCK_PAUSE_MAX_S`.
 LOCK_PAUSE_S = 0.01
 LOCK_PAUSE_MAX_S = 0.2
-#: How many coroutines of this process hold each task's lock now, by ``(_where(store), task_id)``:
-#: a refusal after the wait then says the holder is in this process, not another one.
-_HELD: dict[tuple[Any, str], int] = {}
+#: The task locks a coroutine of this process holds now (:func:`task_lock`), as
+#: ``(_where(store), task_id)``: a refusal after the wait then says the holder is in this process,
+#: not another one. A set is enough: the lock has one holder at a time.
+_HELD: set[tuple[Any, str]] = set()
 
 
 @asynccontextmanager
@@ -45,6 +46,7 @@ async def task_lock(store: Any, task_id: str, *, leave_nothing: bool = False) ->
     (``locked``, :func:`state.errors.lock_busy`) after the timeout; any other refusal of the lock at once."""
     wait = settings().lock_timeout
     deadline, pause = time.monotonic() + wait, LOCK_PAUSE_S
+    key = (_where(store), task_id)
     with ExitStack() as after:  # exits last: the cleanup of a refused start, the lock released
         while True:
             before = existing(store, task_id) if leave_nothing else None
@@ -55,22 +57,20 @@ async def task_lock(store: Any, task_id: str, *, leave_nothing: bool = False) ->
             except Refused as exc:
                 left = deadline - time.monotonic()
                 if exc.code != "locked" or left <= 0:
-                    if exc.code == "locked" and (wait > 0 or (_where(store), task_id) in _HELD):
-                        raise lock_busy(f"task {task_id}", wait, _holder(store, task_id)) from None
+                    if exc.code == "locked" and (wait > 0 or key in _HELD):
+                        holder = "another decision in this process" if key in _HELD else "another process"
+                        raise lock_busy(f"task {task_id}", wait, holder) from None
                     raise
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, LOCK_PAUSE_MAX_S)
         if before is not None:
             after.enter_context(nothing_left_on_refusal(store, task_id, before))
-        key = (_where(store), task_id)
         with held:
-            _HELD[key] = _HELD.get(key, 0) + 1
+            _HELD.add(key)
             try:
                 yield held.enter_context(open_stores.verified_run())
             finally:
-                _HELD[key] -= 1
-                if not _HELD[key]:
-                    del _HELD[key]
+                _HELD.discard(key)
 
 
 def _where(store: Any) -> Any:
@@ -79,14 +79,6 @@ def _where(store: Any) -> Any:
     from state.store import Labelled
 
     return str(store.location) if isinstance(store, Labelled) else id(store)
-
-
-def _holder(store: Any, task_id: str) -> str:
-    """Who holds the lock of ``task_id`` as a refusal words it: another coroutine of this process
-    (in :func:`task_lock` of the same store), else another process."""
-    if (_where(store), task_id) in _HELD:
-        return "another decision in this process"
-    return "another process"
 
 
 def _paths(store: Any, task_id: str) -> tuple[list[Path], list[Path]]:
