@@ -246,16 +246,19 @@ def check_fits(cp: "Checkpoint", call_id: str, edit: Edit, tools: Sequence[Any])
     from state.terminal import one_line
 
     call = next((p for p in cp.pending if p.call_id == call_id), None)
-    tool = next((t for t in tools if call is not None and getattr(t, "name", None) == call.tool), None)
+    if call is None:
+        return
+    tool = next((t for t in tools if getattr(t, "name", None) == call.tool), None)
     schema = getattr(tool, "params_json_schema", None)
     properties = schema.get("properties") if isinstance(schema, dict) else None
-    if call is None or not isinstance(properties, dict):
+    if not isinstance(properties, dict):
         return
     for name, value in edit.changes().items():
         if not isinstance(properties.get(name), dict):
             continue  # an argument the call does not have: edits_for refuses it in its own words
         own = {**properties[name], "$defs": schema.get("$defs", {})}
-        found = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(own)(own).iter_errors(value))
+        validator = jsonschema.validators.validator_for(own)(own)
+        found = jsonschema.exceptions.best_match(validator.iter_errors(value))
         if found is not None:
             raise Refused("usage", f"task {cp.task_id}: the edits do not fit the parameters of "
                           f"{one_line(call.tool)}: {one_line(name)}: {one_line(found.message)[:200]}; "
