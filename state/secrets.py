@@ -50,19 +50,13 @@ Path_ = tuple[Any, ...]
 def named(min_chars: int = 1) -> list[tuple[str, str]]:
     """``[(variable, value)]`` for each set variable of :data:`SECRET_ENVS` (its value as set and
     stripped, as ``agent.models`` sends the API key) of at least ``min_chars`` characters, longest
-    first. The variables are read now (six lookups); the list is computed once per set of values."""
-    return list(_named(tuple(secret_pairs()), min_chars))
-
-
-@functools.lru_cache(maxsize=8)
-def _named(pairs: tuple[tuple[str, str], ...], min_chars: int) -> tuple[tuple[str, str], ...]:
-    """:func:`named` of these ``pairs`` (a pure function: a trace writes many records a task)."""
+    first."""
     found: dict[str, str] = {}
-    for name, value in pairs:
+    for name, value in secret_pairs():
         for v in (value, value.strip()):
             if len(v) >= max(min_chars, 1):
                 found.setdefault(v, name)
-    return tuple(sorted(((n, v) for v, n in found.items()), key=lambda nv: len(nv[1]), reverse=True))
+    return sorted(((n, v) for v, n in found.items()), key=lambda nv: len(nv[1]), reverse=True)
 
 
 def values(min_chars: int = 1) -> list[str]:

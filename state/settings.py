@@ -22,7 +22,6 @@ Never imports the SDK; imports only :mod:`state.errors` and :mod:`state.timestam
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from datetime import datetime, timezone
@@ -631,16 +630,6 @@ class Settings(BaseSettings):
                         self.reviewer_token, self.webhook_secret)
 
 
-@functools.lru_cache(maxsize=8)
-def _secret_tuple(signing_key: str | None, openai_api_key: str | None, store_url: str | None,
-                  publish_token: str | None, reviewer_token: str | None,
-                  webhook_secret: str | None) -> tuple[tuple[str, str], ...]:
-    """:func:`_secrets` of these values as a tuple, computed once per set of values (the URL
-    parsed once, not at every trace record)."""
-    return tuple(_secrets(signing_key, openai_api_key, store_url, publish_token, reviewer_token,
-                          webhook_secret))
-
-
 def _secrets(signing_key: str | None, openai_api_key: str | None, store_url: str | None,
              publish_token: str | None = None, reviewer_token: str | None = None,
              webhook_secret: str | None = None) -> list[tuple[str, str]]:
@@ -706,8 +695,8 @@ def values(*names: str) -> tuple[Any, ...]:
 
 def secret_pairs() -> list[tuple[str, str]]:
     """:attr:`Settings.secrets` of the environment now, through :func:`values` (six lookups)."""
-    return list(_secret_tuple(*values("signing_key", "openai_api_key", "store_url", "publish_token",
-                                      "reviewer_token", "webhook_secret")))
+    return _secrets(*values("signing_key", "openai_api_key", "store_url", "publish_token", "reviewer_token",
+                            "webhook_secret"))
 
 
 def child_environment(**extra: str) -> dict[str, str]:
