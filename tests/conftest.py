@@ -78,28 +78,34 @@ def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
-def run_in_process(state_dir: Path, *args: str) -> CliResult:
-    """Run ``HITL_STATE_DIR=<state_dir> run.py ARGS`` in this process (the variable set for this
-    one command, then as it was); return a :class:`CliResult`. The state dir comes from the
-    environment, as in the README, so the commands a test reads in a hint are the ones a person
-    pastes (given ``--state-dir``, each repeats it: tests/test_cli_contract.py)."""
+def run_py(*args: str) -> CliResult:
+    """Run ``run.py ARGS`` in this process, with the environment as it is; return a
+    :class:`CliResult` (argparse's usage errors as their exit code)."""
     import run
 
     out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = run.main(list(args))
+        except SystemExit as exc:  # argparse usage errors
+            code = int(exc.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def run_in_process(state_dir: Path, *args: str) -> CliResult:
+    """Run ``HITL_STATE_DIR=<state_dir> run.py ARGS`` in this process (:func:`run_py`; the variable
+    set for this one command, then as it was). The state dir comes from the environment, as in
+    the README, so the commands a test reads in a hint are the ones a person pastes (given
+    ``--state-dir``, each repeats it: tests/test_cli_contract.py)."""
     before = os.environ.get("HITL_STATE_DIR")
     os.environ["HITL_STATE_DIR"] = str(state_dir)
     try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = run.main(list(args))
-            except SystemExit as exc:  # argparse usage errors
-                code = int(exc.code or 0)
+        return run_py(*args)
     finally:
         if before is None:
             os.environ.pop("HITL_STATE_DIR", None)
         else:
             os.environ["HITL_STATE_DIR"] = before
-    return CliResult(code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import RUN_PY, ROOT, CliResult
+from conftest import RUN_PY, ROOT, CliResult, run_in_process
 
 #: ``HITL_TEST_NO_FORK=1`` forces the subprocess fallback (to check it on a POSIX machine).
 HAS_FORK = hasattr(os, "fork") and os.environ.get("HITL_TEST_NO_FORK") != "1"
@@ -171,24 +171,9 @@ def run_cli(state_dir: Path, *args: str, env: dict[str, str] | None = None) -> C
 
 def in_process(state_dir: Path, *args: str) -> CliResult:
     """Run an SDK-free command (``doctor``, ``status``, ``ledger``) in this process: no process
-    boundary is needed to read state, and it keeps the no-fork fallback affordable."""
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    import run
-
-    out, err = io.StringIO(), io.StringIO()
-    before = os.environ.get("HITL_STATE_DIR")
-    os.environ["HITL_STATE_DIR"] = str(state_dir)  # as spawn gives it: the same printed commands
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            code = run.main(list(args))
-    finally:
-        if before is None:
-            os.environ.pop("HITL_STATE_DIR", None)
-        else:
-            os.environ["HITL_STATE_DIR"] = before
-    return CliResult(code, out.getvalue(), err.getvalue())
+    boundary is needed to read state, and it keeps the no-fork fallback affordable. The state dir
+    is given as :func:`spawn` gives it (``conftest.run_in_process``)."""
+    return run_in_process(state_dir, *args)
 
 
 def step(state_dir: Path, *args: str) -> CliResult:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ledger_entries, run_in_process, run_subprocess, snapshot
+from conftest import ledger_entries, run_in_process, run_py, run_subprocess, snapshot
 
 TASK_KEYS = {"task_id", "idempotency_key", "status", "decision", "pending", "final_output",
              "schema_version", "revision", "checkpoint_path", "decisions", "channels"}
@@ -275,33 +275,24 @@ def test_every_command_printed_to_paste_repeats_the_state_dir_it_was_given(tmp_p
     """``run.py --state-dir DIR``: the ``next:`` line and every hint name the same DIR
     (shell-quoted), so the command a person pastes acts on the task just shown, not on a task of
     the same key in ``$HITL_STATE_DIR`` or ``.cache``. Without the option nothing is added."""
-    import io
     import shlex
-    from contextlib import redirect_stderr, redirect_stdout
-
-    import run
 
     folder = tmp_path / "my store"
     monkeypatch.setenv("HITL_STATE_DIR", str(tmp_path / "other"))  # where a pasted command without it acts
 
-    def main(*args: str) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            code = run.main(list(args))
-        return code, out.getvalue(), err.getvalue()
-
-    code, out, _ = main("--state-dir", str(folder), "start", "--key", "t-1", "--title", "T", "--draft", "D")
-    assert code == 0, out
-    [next_line] = [line for line in out.splitlines() if line.strip().startswith("next:")]
+    started = run_py("--state-dir", str(folder), "start", "--key", "t-1", "--title", "T", "--draft", "D")
+    assert started.code == 0, started.err
+    [next_line] = [line for line in started.out.splitlines() if line.strip().startswith("next:")]
     pasted = shlex.split(next_line.split("next:", 1)[1].split(" (or ")[0])
     assert pasted == ["python", "run.py", "--state-dir", str(folder), "resume", "--task", "t-1", "--decision",
                       "approve"], next_line
     [cut] = folder.glob("checkpoints/t-1--*/r000001.json")
     cut.write_bytes(b"{")
-    code, _, err = main("--state-dir", str(folder), "list")
-    assert code == 1 and f"(python run.py --state-dir {shlex.quote(str(folder))} doctor" in err, err
-    code, out, _ = main("start", "--key", "t-2", "--title", "T", "--draft", "D")
-    assert code == 0 and "next: python run.py resume --task t-2 --decision approve" in out, out
+    listed = run_py("--state-dir", str(folder), "list")
+    assert listed.code == 1 and f"(python run.py --state-dir {shlex.quote(str(folder))} doctor" in listed.err, \
+        listed.err
+    plain = run_py("start", "--key", "t-2", "--title", "T", "--draft", "D")
+    assert plain.code == 0 and "next: python run.py resume --task t-2 --decision approve" in plain.out, plain.out
 
 
 def test_a_store_url_is_repeated_without_its_password():

@@ -487,25 +487,17 @@ def test_lock_file_that_is_a_folder_or_symlink_is_a_clean_stop(cli, state_dir, t
 
 
 def test_blank_state_dir_env_and_overlong_state_dir_are_clean_stops(cli, tmp_path, monkeypatch):
-    from conftest import run_in_process
+    from conftest import run_in_process, run_py
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HITL_STATE_DIR", " ")
-    import run
-
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    err = io.StringIO()
-    with redirect_stdout(io.StringIO()), redirect_stderr(err):
-        code = run.main(["status"])
-    assert code == 1 and err.getvalue().startswith("STOPPED: HITL_STATE_DIR is set but blank")
+    blank = run_py("status")
+    assert blank.code == 1 and blank.err.startswith("STOPPED: HITL_STATE_DIR is set but blank")
     assert not (tmp_path / " ").exists() and not (tmp_path / ".cache").exists()
     monkeypatch.delenv("HITL_STATE_DIR")
-    err = io.StringIO()
-    with redirect_stdout(io.StringIO()), redirect_stderr(err):
-        code = run.main(["--state-dir", str(tmp_path / ("x" * 5000)), "status"])
-    assert code == 1 and err.getvalue().startswith("STOPPED: ") and "cannot be used" in err.getvalue()
+    r = run_py("--state-dir", str(tmp_path / ("x" * 5000)), "status")
+    r.assert_stopped()
+    assert "cannot be used" in r.err
     r = run_in_process(tmp_path / ("x" * 5000), "status")  # the same path from HITL_STATE_DIR
     r.assert_stopped()
     assert "HITL_STATE_DIR is 5,0" in r.err and "over its bound" in r.err

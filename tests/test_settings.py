@@ -4,7 +4,6 @@ field by field, with ``docs/settings.md`` generated from it."""
 from __future__ import annotations
 
 import ast
-from typing import Any
 from pathlib import Path
 
 import pytest
@@ -309,20 +308,6 @@ def test_a_value_at_its_bound_is_accepted(monkeypatch):
     assert settings().publish_url == url
 
 
-def _run_py(*args: str) -> Any:
-    """``run.py ARGS`` in this process, with the environment as the test left it."""
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    import run
-    from conftest import CliResult
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = run.main(list(args))
-    return CliResult(code, out.getvalue(), err.getvalue())
-
-
 @pytest.mark.parametrize("field", sorted(BOUNDED))
 def test_an_over_long_value_stops_the_command_before_the_agent_runs_or_anything_is_written(cli, state_dir,
                                                                                           monkeypatch, field):
@@ -334,7 +319,9 @@ def test_an_over_long_value_stops_the_command_before_the_agent_runs_or_anything_
     value = LOOKS_RIGHT[name] + "x" * (bound + 1 - len(LOOKS_RIGHT[name]))
     monkeypatch.setenv(name, value)
     if name == "HITL_STATE_DIR":  # cli() gives the state dir through this variable: run.py itself
-        r = _run_py("--state-dir", str(state_dir), "start", "--key", "long-1", "--draft", "x")
+        from conftest import run_py
+
+        r = run_py("--state-dir", str(state_dir), "start", "--key", "long-1", "--draft", "x")
     else:
         r = cli("start", "--key", "long-1", "--draft", "x")
     r.assert_stopped()
