@@ -147,7 +147,7 @@ def problem_after(command: str, view: dict[str, Any], hint: Callable[[Next], str
     as one ``STOPPED:`` line (exit 1), or None: ``list`` with checkpoints it could not verify
     (:func:`unverified_summary`), ``doctor`` that found inconsistencies
     (:func:`workflow.ops.doctor.summary`). ``hint``: the command line's words for a next step.
-    Both command lines ask it: ``run.py`` and ``python -m workflow``."""
+    Every command line asks it: the publisher's and ``python -m workflow``."""
     if command == "list":
         return unverified_summary(view, hint)
     if command == "doctor" and not view["consistent"]:
