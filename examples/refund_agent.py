@@ -29,11 +29,13 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Annotated
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project folder: state/, workflow/
 
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from pydantic import Field
 
 from workflow import (Application, Approve, Effect, Refused, Reject, decide, effect_tool, open_store,
                       read_task, start)
@@ -43,12 +45,13 @@ REFUNDS = STATE_DIR / "refunds"
 
 
 @effect_tool(done="refunded")
-def issue_refund(effect: Effect, order_id: str, amount_cents: int, reason: str) -> dict:
+def issue_refund(effect: Effect, order_id: str, amount_cents: Annotated[int, Field(gt=0)],
+                 reason: str) -> dict:
     """Refund part or all of an order. Every refund waits for a human's approval.
 
     Args:
         order_id: The order's number, as the customer gave it.
-        amount_cents: How much to refund, in cents.
+        amount_cents: How much to refund, in cents (more than 0: the schema refuses edits that are not).
         reason: Why, in a few words.
     """
     REFUNDS.mkdir(parents=True, exist_ok=True)
@@ -117,6 +120,8 @@ def edits(pairs: list[str]) -> dict | None:
     out = {}
     for pair in pairs:
         field, sep, value = pair.partition("=")
+        if field in out:
+            raise Refused("usage", f"--edit {shown(field)!r} is given twice: give each field once")
         try:
             out[field] = json.loads(value)
         except ValueError:

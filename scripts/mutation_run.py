@@ -656,6 +656,14 @@ MUTANTS: list[Mutant] = [
     p("in-process-holder-called-another-process", "workflow/locking.py",
       'holder = "another decision in this process" if key in _HELD else "another process"',
       'holder = "another process"', "tests/test_application.py"),
+    # a decision naming no call is bound under the lock to whatever call waits then
+    m("unnamed-decision-bound-under-the-lock", "workflow/engine.py",
+      "            call_id = reconcile.meant(cp, decision, who, reason, edit)\n",
+      "            pass\n", "tests/test_application.py"),
+    # the same reject again is taken for a reject of the model's next call
+    p("same-decision-again-taken-for-the-next-call", "workflow/reconcile.py",
+      "            and (last.by, last.decision, last.reason) == (by, want, reason) and answered(cp, last.call_id)",
+      "            and False", "tests/test_refund_agent.py"),
 ]
 
 

@@ -584,3 +584,90 @@ def test_the_repair_of_a_failed_task_needs_an_approval_on_record_for_a_humans_en
     assert reconcile.ended_by_fail(store.load("n-1"))
     assert reconcile.executed_after_fail(store, "n-1") == []
     assert doctor(store, repair=True)["repairs"] == [] and store.load("n-1").status == "failed"
+
+
+def test_a_decision_naming_no_call_is_for_the_call_waiting_when_it_was_judged_never_a_later_one(state_dir):
+    """Two reviewers reject a proposed call at once, neither naming it. The first's reject goes back
+    to the model, whose new call waits. The second was judged while the first call waited: under
+    the lock it is for that call (rejected already: the task unchanged), never for the model's new
+    call, which nobody has seen yet. The same reviewer's reject again is the first one repeated."""
+    from workflow import Engine, effect_tool, start
+
+    @effect_tool
+    def post(effect: Any, text: str) -> str:
+        """Post a line to the team's channel.
+
+        Args:
+            text: The line.
+        """
+        return "posted"
+
+    def respond(call: Any) -> ModelStep:
+        answers = [i for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if len(answers) < 2:  # its first proposal, then a shorter one after a reject
+            return ModelStep(output=[function_call("post", {"text": "hi all" if answers else "hello everyone"},
+                                                   call_id=f"call_post_{len(answers) + 1}")])
+        return ModelStep(output=[assistant_message("not posted")])
+
+    app = Application(build_agent=lambda model: Agent(name="Poster", instructions="Post.", tools=[post],
+                                                      model=model),
+                      offline_model=lambda: ScriptedModel([ModelStep.respond(respond) for _ in range(4)]))
+    store = Store(state_dir)
+    asyncio.run(start(store, app, task_id="p-1", title="A post", input="Greet the team."))
+    engine = Engine(store, app)
+    second = engine.judge("p-1", "reject", by="bob", reason="too long")  # judged while call_post_1 waits
+    first = asyncio.run(engine.decide(engine.judge("p-1", "reject", by="ann", reason="too long")))
+    assert [p["call_id"] for p in first.pending] == ["call_post_2"]
+    after = asyncio.run(engine.decide(second))
+    assert after.status == "waiting_for_approval" and after.revision == first.revision
+    assert [p["call_id"] for p in after.pending] == ["call_post_2"] and len(after.decisions) == 1
+    again = asyncio.run(engine.decide(engine.judge("p-1", "reject", by="ann", reason="too long")))
+    assert again.revision == first.revision and len(again.decisions) == 1
+    last = asyncio.run(engine.decide(engine.judge("p-1", "reject", by="bob", reason="too long")))
+    assert [d["call_id"] for d in last.decisions] == ["call_post_1", "call_post_2"]
+    assert last.status == "cancelled" and ledger_entries(state_dir) == []
+
+
+def test_each_command_builds_a_new_scripted_model_and_one_step_answers_each_request(state_dir):
+    """What docs/api.md says of an offline ``ScriptedModel``: ``call.input`` is a list of input
+    items starting with the user's input; ``offline_model`` is called for each command (and for
+    each run of an approval with edits), each request taking one step; one step too few in a
+    decision leaves it recorded, and the same decision again finishes it."""
+    from workflow import Approve, decide, effect_tool, read_task, start
+
+    @effect_tool
+    def post(effect: Any, text: str) -> str:
+        """Post a line.
+
+        Args:
+            text: The line.
+        """
+        return f"posted {text}"
+
+    seen: list[Any] = []
+
+    def respond(call: Any) -> ModelStep:
+        seen.append(call.input)
+        last = call.input[-1]
+        if last.get("type") != "function_call_output":
+            return ModelStep(output=[function_call("post", {"text": "hi"}, call_id="c1")])
+        if "edits" in str(last["output"]):
+            return ModelStep(output=[function_call("post", {"text": "hello"}, call_id="c2")])
+        return ModelStep(output=[assistant_message(f"done: {last['output']}")])
+
+    steps = [1, 1, 1, 1, 0, 1]  # per model built: start, two runs with edits; start, a decision short, again
+    app = Application(build_agent=lambda model: Agent(name="Poster", instructions="Post.", tools=[post],
+                                                      model=model),
+                      offline_model=lambda: ScriptedModel([ModelStep.respond(respond)] * steps.pop(0)))
+    store = Store(state_dir)
+    asyncio.run(start(store, app, task_id="p-1", title="A post", input="Greet the team."))
+    assert seen[0] == [{"role": "user", "content": "Greet the team."}]
+    done = asyncio.run(decide(store, app, "p-1", {"c1": Approve(edits={"text": "hello"})}, by="ann"))
+    assert done.status == "completed" and done.final_output == "done: posted hello" and steps == [1, 0, 1]
+    assert [i.get("type") for i in seen[-1][-2:]] == ["function_call", "function_call_output"]
+    asyncio.run(start(store, app, task_id="p-2", title="A post", input="Greet the team."))
+    with pytest.raises(Refused, match="UnexpectedModelCall.*; the same decision again finishes it"):
+        asyncio.run(decide(store, app, "p-2", {"c1": Approve()}, by="ann"))
+    assert read_task(store, "p-2").decisions[0]["decision"] == "approved"
+    assert asyncio.run(decide(store, app, "p-2", {"c1": Approve()}, by="ann")).status == "completed"
+    assert steps == []

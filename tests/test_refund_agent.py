@@ -140,6 +140,21 @@ def test_a_reject_goes_back_to_the_model_whose_new_call_waits_and_approved_refun
     assert len(refunds(project)) == 1
 
 
+def test_the_same_reject_twice_is_the_decision_made_and_the_models_new_call_still_waits(project):
+    """A reject naming no call, given twice (after a crash, or a double click): the second is the
+    first again, not a reject of the capped call the model made since, which nobody has seen.
+    Another reviewer's reject, or the same reviewer's with another reason, is for the call waiting."""
+    ok(run(project, *START))
+    first = ok(run(project, *CAPPED))
+    again = ok(run(project, *CAPPED))
+    assert again["status"] == "waiting_for_approval" and again["pending"] == first["pending"]
+    assert again["revision"] == first["revision"] and len(again["decisions"]) == 1
+    other = ok(run(project, *CAPPED[:6], "bob", *CAPPED[7:]))  # bob's: the capped call is rejected
+    assert len(other["decisions"]) == 2 and other["decisions"][-1]["by"] == "bob"
+    assert other["decisions"][-1]["call_id"] == call_of({**PROPOSED, "amount_cents": 1500})
+    assert refunds(project) == []
+
+
 def test_a_reject_the_model_accepts_ends_cancelled_with_no_refund(project):
     ok(run(project, *START))
     task = ok(run(project, "decide", "--key", "r-1", "--decision", "reject", "--by", "bob", "--reason",
@@ -157,11 +172,13 @@ def test_approve_with_edits_refunds_the_edited_amount_once(project):
     assert refunds(project) == [{"idempotency_key": "r-1", **PROPOSED, "amount_cents": 1000}]
 
 
-@pytest.mark.parametrize("edit", ["amount_cents=100.5", "amount_cents=true", "order_id=4417", 'amount_cents="5"'])
+@pytest.mark.parametrize("edit", ["amount_cents=100.5", "amount_cents=true", "order_id=4417", 'amount_cents="5"',
+                                  "amount_cents=-5", "amount_cents=0"])
 def test_an_edit_that_does_not_fit_the_tools_parameters_is_refused_before_it_is_recorded(project, edit):
     """An edited value of the wrong type (a fraction of a cent, a boolean, a number for the order
     ID, text for the amount) could never be carried by the model's call: the SDK would refuse the
-    call, and a task with that edit on record would be stuck. It is refused against the tool's JSON
+    call, and a task with that edit on record would be stuck. An amount of 0 or less breaks the
+    parameter's own bound (``Field(gt=0)``). Each is refused against the tool's JSON
     schema before anything is recorded (one ``STOPPED:`` line naming the argument); the same call
     then takes a fitting edit and refunds once."""
     ok(run(project, *START))
@@ -170,6 +187,14 @@ def test_an_edit_that_does_not_fit_the_tools_parameters_is_refused_before_it_is_
     again = ok(run(project, *FIRST, "--edit", "amount_cents=500"))
     assert again["status"] == "completed" and [d["by"] for d in again["decisions"]] == ["alice", "alice"]
     assert refunds(project) == [{"idempotency_key": "r-1", **PROPOSED, "amount_cents": 500}]
+
+
+def test_an_edit_of_one_field_given_twice_is_refused_not_the_last_one_kept(project):
+    ok(run(project, *START))
+    refused = stopped(run(project, *FIRST, "--edit", "amount_cents=500", "--edit", "amount_cents=700"))
+    assert "given twice" in refused and refunds(project) == []
+    done = ok(run(project, *FIRST))  # nothing was recorded: the call is still there to approve
+    assert len(done["decisions"]) == 1 and refunds(project) == [{"idempotency_key": "r-1", **PROPOSED}]
 
 
 def test_tampered_checkpoint_is_refused_and_refunds_nothing(project):
@@ -217,17 +242,20 @@ def test_a_sticky_approval_is_refused_where_the_model_proposes(project):
     assert proc.returncode != 0 and "without" in proc.stderr and refunds(project) == []
 
 
-@pytest.mark.parametrize("command", ["start", "reject", "approve", "edit"])
+@pytest.mark.parametrize("command", ["start", "reject", "reject-unnamed", "approve", "edit"])
 def test_crash_at_every_durable_write_then_the_same_command_leaves_exactly_one_refund(template, tmp_path,
                                                                                      command):
     """kill -9 (``HITL_FAILPOINT``: ``os._exit``) at each boundary the command reaches, then the same
     command: it finishes what the crash interrupted. ``reject`` is the capped reject (the model's new
-    call waits); ``approve`` approves that new call; ``edit`` approves the first call with an
+    call waits); ``reject-unnamed`` the same without ``--call`` (the contract's form: repeated, it is
+    the decision already made, never one on the model's new call); ``approve`` approves that new
+    call; ``edit`` approves the first call with an
     edited amount (the model's call carrying it is approved for the reviewer and run). Then an
     approval of the call waiting, if any: exactly one refund, of the amount that call carried."""
     steps = {"start": START, "reject": [*CAPPED, "--call", call_of(PROPOSED)],  # the call as shown
-             "approve": SECOND, "edit": [*FIRST, "--edit", "amount_cents=500"]}
-    order = ["start", "reject", "approve"] if command != "edit" else ["start", "edit"]
+             "reject-unnamed": CAPPED, "approve": SECOND, "edit": [*FIRST, "--edit", "amount_cents=500"]}
+    order = {"edit": ["start", "edit"], "reject-unnamed": ["start", "reject-unnamed"]}.get(
+        command, ["start", "reject", "approve"])
     probe = tmp_path / "probe"
     shutil.copytree(template, probe)
     for earlier in order[:order.index(command)]:

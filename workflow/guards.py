@@ -561,9 +561,9 @@ def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision:
     """What a failed resumed run leaves: a budget that ran out saves ``budget_exceeded`` (the
     RunState saved before the call stays) — or, for a reject, ends the task ``cancelled`` (a reject
     never waits for budget); anything else raises :class:`Refused` naming the cause (the decision
-    stays recorded: run resume again), unless a ``fail`` by another process ended the task while
-    this run's call executed: then it is ended ``completed`` (:func:`completed_after_fail`), and
-    the refusal says so."""
+    stays recorded: the same decision again finishes it), unless a ``fail`` by another process
+    ended the task while this run's call executed: then it is ended ``completed``
+    (:func:`completed_after_fail`), and the refusal says so."""
     found = _find(exc, (BudgetExceeded, MaxTurnsExceeded))
     if found is not None and decision == "rejected" and nothing_executed(store, cp):
         return cancel_unpaid(store, cp, budget, spend)
@@ -573,7 +573,7 @@ def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision:
     repaired = completed_after_fail(store, cp.task_id)  # the model failed after a call that ran
     if repaired is not None:
         raise repaired from None
-    raise run_failure(exc, cp.task_id, "the decision is recorded, run resume again")
+    raise run_failure(exc, cp.task_id, "the decision is recorded; the same decision again finishes it")
 
 
 def outcome(store: Store, cp: Checkpoint, final_output: Any) -> dict[str, Any]:

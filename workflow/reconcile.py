@@ -251,6 +251,31 @@ def answered(cp: "Checkpoint", call_id: str) -> bool:
             and all(p.call_id != call_id for p in cp.pending))
 
 
+def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
+          edit: Optional["Edit"] = None) -> Optional[str]:
+    """The call a decision that names none is for, fixed when it is judged, before the lock: the
+    task's only pending call (None when it has none or several: :func:`workflow.calls.pick_call`
+    then says so), except for the same decision again. When the task's latest decision is this
+    one (``decision`` by ``by`` with this ``reason``, without edits, a person's), the run has
+    answered it, and no pending call has a decision yet, this command is that decision repeated,
+    after a crash or twice in a row: it is for the call already answered, so the table returns the
+    task unchanged (rule 4) and the model's next call, which nobody has seen, still waits. A
+    decision that comes after another person's is never taken for theirs; it is for the only
+    pending call, and if the table changes under the lock meanwhile (another reviewer decided
+    that call), the call is fixed here and judged again there, never another. None too for an
+    approval in a task whose model proposes the arguments: it must name the call it saw
+    (:func:`workflow.guards.check_revision`). Reads only."""
+    if cp.status not in OPEN or not cp.pending or (decision == "approve" and cp.proposed()):
+        return None  # an ended task: workflow.calls.target replays its last decision
+    last = cp.decisions[-1] if cp.decisions else None
+    want = "approved" if decision == "approve" else "rejected"
+    if (last is not None and edit is None and last.edits is None and last.source == "human"
+            and (last.by, last.decision, last.reason) == (by, want, reason) and answered(cp, last.call_id)
+            and all(decision_of(cp, p.call_id) is None for p in cp.pending)):
+        return last.call_id
+    return cp.pending[0].call_id if len(cp.pending) == 1 else None
+
+
 def ran_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
     """True if another call on ``channel`` was approved as it was asked (a person's or a sticky
     rule's decision) and is no longer pending: the run executed it, so the channel's ledger entry
