@@ -194,7 +194,9 @@ def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = N
     have happened (settle it first), ``undecided`` for a call nobody decided (reject it),
     ``unsafe_input``; an ended task's own code. In team mode ``token`` authenticates who ends it, as
     for :func:`decide`, and the rule of every channel of the task must let them approve
-    (``not_allowed`` otherwise) (:func:`workflow.settlement.fail`, docs/decision-table.md)."""
+    (``not_allowed`` otherwise) (:func:`workflow.settlement.fail`, docs/decision-table.md). A plain
+    function: it waits for a busy task's lock by blocking (at most ``HITL_LOCK_TIMEOUT`` s), so an
+    event loop calls it in a thread (``asyncio.to_thread``)."""
     from workflow import settlement as settling
 
     by = _decider(store, task_id, by, token)
