@@ -299,3 +299,18 @@ def test_edits_on_the_second_channel_keep_a_sticky_approval_out_too(cli, state_d
     assert r.code == 0 and r.json()["status"] == "completed", r.err
     published = {e["channel"]: e["content_sha256"] for e in ledger_entries(state_dir)}
     assert published == {"blog": content_sha256(TITLE, BODY), "news": content_sha256("Release notes", BODY)}
+
+
+def test_show_prints_the_edits_of_any_call_each_argument_named_and_escaped():
+    """``show``'s diff of an approval with edits: a call that is not a draft shows each argument as
+    ``name: value`` (a number as JSON, even as the last argument, which once raised
+    ``AttributeError``), a value's further lines indented under its name, and a model's escape
+    sequence escaped; a draft keeps its ``Title:`` line and its body's own lines."""
+    from workflow.edits import diff_lines
+
+    keys = {"original_sha256": "0" * 64, "edited_sha256": "1" * 64}
+    lines = diff_lines({"with_whom": "bo", "when": 11, "original_with_whom": "bo\x1b[2J\nand al",
+                        "original_when": 10, **keys})
+    assert lines[3:] == ["-with_whom: bo\\x1b[2J", "-  and al", "-when: 10", "+with_whom: bo", "+when: 11"]
+    draft = diff_lines({"title": "T", "body": "a\nc", "original_title": "T", "original_body": "a\nb", **keys})
+    assert draft[3:] == [" Title: T", " a", "-b", "+c"]

@@ -19,7 +19,11 @@ def _line(r) -> str:
 def test_a_key_used_for_another_draft_is_told_to_use_a_new_key(cli):
     assert cli("start", "--key", "k", "--draft", "one").code == 0
     assert _line(cli("start", "--key", "k", "--draft", "two")) == (
-        "STOPPED: task k already exists with different content or channels; use a new --key")
+        "STOPPED: task k already exists and differs in its content; use a new --key")
+    assert _line(cli("start", "--key", "k", "--draft", "one", "--channel", "news")) == (
+        "STOPPED: task k already exists and differs in its channels; use a new --key")
+    assert _line(cli("start", "--key", "k", "--draft", "one", "--title", "Other", "--channel", "news")) == (
+        "STOPPED: task k already exists and differs in its title, content and channels; use a new --key")
 
 
 def test_a_decision_on_several_calls_is_told_how_to_name_one(cli):

@@ -295,13 +295,25 @@ def _same_edits(recorded: Edits | None, edit: Edit) -> bool:
 
 def diff_lines(edits: dict[str, Any]) -> list[str]:
     """``show``: the original and the edited content as a unified diff (:mod:`difflib`), one line
-    each; ``edits`` is :meth:`state.schema.Edits.flat`. Each argument but the last is one line
-    ``Name: value``; the last (a draft's body) is its own lines."""
+    each; ``edits`` is :meth:`state.schema.Edits.flat`. A draft (exactly a title and a body) is
+    ``Title: value`` and then the body's own lines; any other call shows each argument as
+    ``name: value`` (text as it is, other values as JSON), a value's further lines indented under
+    it. Every line is escaped as one terminal line (:func:`state.terminal.one_line`): the values
+    come from a model or a reviewer."""
+    from state.terminal import one_line
+
     names = [k[len("original_"):] for k in edits if k.startswith("original_") and k != "original_sha256"]
 
     def text(prefix: str) -> list[str]:
-        values = [edits[prefix + n] for n in names]
-        return [*(f"{n.capitalize()}: {v}" for n, v in zip(names[:-1], values)), *values[-1].split("\n")]
+        shown = {n: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                 for n, v in ((n, edits[prefix + n]) for n in names)}
+        if set(names) == {"title", "body"}:  # a draft, as it has always been shown
+            return [one_line(f"Title: {shown['title']}"), *map(one_line, shown["body"].split("\n"))]
+        out: list[str] = []
+        for n in names:
+            first, *more = shown[n].split("\n")
+            out += [one_line(f"{n}: {first}"), *(one_line(f"  {line}") for line in more)]
+        return out
 
     return list(difflib.unified_diff(text("original_"), text(""),
                                      fromfile=f"original (sha256 {edits['original_sha256'][:12]}…)",

@@ -193,13 +193,18 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
                   channels: list[str], action: str) -> Checkpoint | None:
     """For ``start``: the task already saved under ``task_id`` with this title, content, channels
     and action (start again returns it), or None if the key is new. Raises :class:`Refused` if the
-    key is taken: by another draft or other channels, by a ledger entry or a rejection record of
+    key is taken: by a task with another title, content, channels or action (the message names
+    which), by a ledger entry or a rejection record of
     the key or of any of its channels' keys. Reads only."""
     if store.exists(task_id):
         cp = store.load(task_id)
-        if cp.title == title and cp.content_sha256 == sha and cp.channels == channels and cp.action == action:
+        differs = [what for what, same in (("title", cp.title == title), ("content", cp.content_sha256 == sha),
+                                           ("channels", cp.channels == channels), ("action", cp.action == action))
+                   if not same]
+        if not differs:
             return cp
-        raise Refused("usage", [f"task {task_id} already exists with different content or channels",
+        named = " and ".join([", ".join(differs[:-1]), differs[-1]] if len(differs) > 1 else differs)
+        raise Refused("usage", [f"task {task_id} already exists and differs in its {named}",
                                 Next("new_key", plain="; a new effect needs a new key")])
     evidence = store
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
