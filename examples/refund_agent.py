@@ -14,8 +14,9 @@ exclusively, so the same key twice is one refund. The offline model reads a requ
 
 ``--call`` names the call decided, as shown (``start`` and ``decide`` print it). An approval must
 name it: the call waiting now may be one the model proposed after you looked (after another
-reviewer's reject, or a crash), and no one saw that one. A decision that names its call, run again
-after a crash, finishes that decision instead of deciding the model's next call.
+reviewer's reject, or a crash), and no one saw that one. So must a reject of a call proposed after
+an earlier decision, except the same reject again (same reviewer, same reason): run again after a
+crash, it finishes that decision instead of deciding the model's next call.
     python examples/refund_agent.py refunds [--json]
 """
 

@@ -658,11 +658,15 @@ MUTANTS: list[Mutant] = [
       'holder = "another process"', "tests/test_application.py"),
     # a decision naming no call is bound under the lock to whatever call waits then
     m("unnamed-decision-bound-under-the-lock", "workflow/engine.py",
-      "            call_id = reconcile.meant(cp, decision, who, reason, edit)\n",
+      "            call_id = reconcile.meant(cp, decision, who, reason, edit, expect_revision)\n",
       "            pass\n", "tests/test_application.py"),
+    # the rules for calls a model proposed applied to a task with content: a call shown beside another
+    p("proposal-rules-in-a-task-with-content", "workflow/reconcile.py",
+      "    if not cp.proposed() or expect_revision is not None:\n",
+      "    if expect_revision is not None:\n", "tests/test_several_calls.py"),
     # the same reject again is taken for a reject of the model's next call
     p("same-decision-again-taken-for-the-next-call", "workflow/reconcile.py",
-      "            and (last.by, last.decision, last.reason) == (by, want, reason) and answered(cp, last.call_id)",
+      "            and (last.by, last.decision, last.reason) == (by, \"rejected\", reason)",
       "            and False", "tests/test_refund_agent.py"),
 ]
 

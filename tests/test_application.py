@@ -590,7 +590,8 @@ def test_a_decision_naming_no_call_is_for_the_call_waiting_when_it_was_judged_ne
     """Two reviewers reject a proposed call at once, neither naming it. The first's reject goes back
     to the model, whose new call waits. The second was judged while the first call waited: under
     the lock it is for that call (rejected already: the task unchanged), never for the model's new
-    call, which nobody has seen yet. The same reviewer's reject again is the first one repeated."""
+    call, which nobody has seen yet. The same reviewer's reject again is the first one repeated;
+    another's, judged after the new call came, must name it."""
     from workflow import Engine, effect_tool, start
 
     @effect_tool
@@ -623,7 +624,11 @@ def test_a_decision_naming_no_call_is_for_the_call_waiting_when_it_was_judged_ne
     assert [p["call_id"] for p in after.pending] == ["call_post_2"] and len(after.decisions) == 1
     again = asyncio.run(engine.decide(engine.judge("p-1", "reject", by="ann", reason="too long")))
     assert again.revision == first.revision and len(again.decisions) == 1
-    last = asyncio.run(engine.decide(engine.judge("p-1", "reject", by="bob", reason="too long")))
+    with pytest.raises(Refused) as unnamed:  # judged now: it may be meant for call_post_1, seen before
+        engine.judge("p-1", "reject", by="bob", reason="too long")
+    assert unnamed.value.code == "usage" and "call_post_2" in str(unnamed.value)
+    last = asyncio.run(engine.decide(engine.judge("p-1", "reject", by="bob", reason="too long",
+                                                  call_id="call_post_2")))
     assert [d["call_id"] for d in last.decisions] == ["call_post_1", "call_post_2"]
     assert last.status == "cancelled" and ledger_entries(state_dir) == []
 

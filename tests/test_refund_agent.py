@@ -143,16 +143,21 @@ def test_a_reject_goes_back_to_the_model_whose_new_call_waits_and_approved_refun
 def test_the_same_reject_twice_is_the_decision_made_and_the_models_new_call_still_waits(project):
     """A reject naming no call, given twice (after a crash, or a double click): the second is the
     first again, not a reject of the capped call the model made since, which nobody has seen.
-    Another reviewer's reject, or the same reviewer's with another reason, is for the call waiting."""
+    Another reviewer's reject naming no call, or the same reviewer's with another reason, may have
+    been meant for the first call (looked at before the first reject): it is refused, nothing
+    decided, and asked to name the call; named, it rejects the capped call."""
     ok(run(project, *START))
     first = ok(run(project, *CAPPED))
     again = ok(run(project, *CAPPED))
     assert again["status"] == "waiting_for_approval" and again["pending"] == first["pending"]
     assert again["revision"] == first["revision"] and len(again["decisions"]) == 1
-    other = ok(run(project, *CAPPED[:6], "bob", *CAPPED[7:]))  # bob's: the capped call is rejected
-    assert len(other["decisions"]) == 2 and other["decisions"][-1]["by"] == "bob"
-    assert other["decisions"][-1]["call_id"] == call_of({**PROPOSED, "amount_cents": 1500})
-    assert refunds(project) == []
+    capped = call_of({**PROPOSED, "amount_cents": 1500})
+    for other in ([*CAPPED[:6], "bob", *CAPPED[7:]], [*CAPPED[:8], "at most 10.00", "--json"]):
+        refused = stopped(run(project, *other))
+        assert "names the call it rejects" in refused and capped in refused, refused
+    bob = ok(run(project, *CAPPED[:6], "bob", *CAPPED[7:], "--call", capped))
+    assert len(bob["decisions"]) == 2 and bob["decisions"][-1]["by"] == "bob"
+    assert bob["decisions"][-1]["call_id"] == capped and refunds(project) == []
 
 
 def test_a_reject_the_model_accepts_ends_cancelled_with_no_refund(project):

@@ -89,6 +89,22 @@ def test_approve_one_reject_one_completes_with_one_entry_carrying_task_and_chann
     assert (state_dir / "rejections").is_dir() and len(list((state_dir / "rejections").glob("*.json"))) == 1
 
 
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_the_same_decision_without_a_call_after_one_with_a_call_decides_the_call_left(cli, state_dir, decision):
+    """Two calls shown together: alice decides blog naming it, then runs the same decision naming
+    none (the command the program printed next). It is for the news call, which she was shown
+    beside blog, never taken for a repeat of her blog decision: both are decided, and the task ends."""
+    task = _start(cli, "blog", "news")
+    reason = ["--reason", "Not now."] if decision == "reject" else []
+    _decide(cli, _call(task, "blog"), decision, *reason)
+    r = cli("resume", "--task", KEY, "--decision", decision, "--by", "alice", *reason, "--json")
+    assert r.code == 0, r.err
+    done = r.json()
+    assert done["status"] == ("completed" if decision == "approve" else "cancelled"), done
+    assert sorted(d["call_id"] for d in done["decisions"]) == sorted(p["call_id"] for p in task["pending"])
+    assert len(ledger_entries(state_dir)) == (2 if decision == "approve" else 0)
+
+
 def test_several_pending_and_no_call_stops_naming_them_and_changes_nothing(cli, state_dir):
     task = _start(cli, "blog", "news")
     before = snapshot(state_dir)

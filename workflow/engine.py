@@ -120,7 +120,7 @@ class Engine:
         cp = self.store.load(task_id)
         who = self.decider(cp, by, token=token, session=session, default_by=default_by, signs_in=signs_in)
         if call_id is None:  # fixed now: a call decided while this one waits is never taken for another
-            call_id = reconcile.meant(cp, decision, who, reason, edit)
+            call_id = reconcile.meant(cp, decision, who, reason, edit, expect_revision)
         checked = reconcile.preflight(self.store, task_id, decision, call_id, by=who, reason=reason,
                                       edit=edit, cp=cp)
         team.check_before(self.store, checked[0], call_id, decision, who, edits=edit is not None,

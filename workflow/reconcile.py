@@ -57,7 +57,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 from state import clock, secrets
 from state.errors import Next, Part, Refused
 from state.records import LedgerEntry, check_same_entry
-from workflow.calls import calls_of, decision_of, keys, pick_call, rejection_scope
+from state.terminal import one_line
+from workflow.calls import calls_of, channel_of, decision_of, keys, pick_call, rejection_scope
 
 if TYPE_CHECKING:
     from state.records import RejectionRecord
@@ -252,28 +253,45 @@ def answered(cp: "Checkpoint", call_id: str) -> bool:
 
 
 def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
-          edit: Optional["Edit"] = None) -> Optional[str]:
-    """The call a decision that names none is for, fixed when it is judged, before the lock: the
-    task's only pending call (None when it has none or several: :func:`workflow.calls.pick_call`
-    then says so), except for the same decision again. When the task's latest decision is this
-    one (``decision`` by ``by`` with this ``reason``, without edits, a person's), the run has
-    answered it, and no pending call has a decision yet, this command is that decision repeated,
-    after a crash or twice in a row: it is for the call already answered, so the table returns the
-    task unchanged (rule 4) and the model's next call, which nobody has seen, still waits. A
-    decision that comes after another person's is never taken for theirs; it is for the only
-    pending call, and if the table changes under the lock meanwhile (another reviewer decided
-    that call), the call is fixed here and judged again there, never another. None too for an
-    approval in a task whose model proposes the arguments: it must name the call it saw
-    (:func:`workflow.guards.check_revision`). Reads only."""
-    if cp.status not in OPEN or not cp.pending or (decision == "approve" and cp.proposed()):
+          edit: Optional["Edit"] = None, expect_revision: Optional[int] = None) -> Optional[str]:
+    """The call a decision that names none is for, fixed when it is judged, before the lock (so a
+    call decided by another reviewer meanwhile is judged again under the lock, never swapped for
+    another): the task's only pending call, or None when it has none or several
+    (:func:`workflow.calls.pick_call` then says so).
+
+    In a task whose model proposes the arguments (:meth:`Checkpoint.proposed`), with no revision
+    given (``expect_revision``, which binds what was seen by itself), a call the model proposed
+    after an earlier decision was answered may be one nobody saw (the reviewer looked before that
+    decision, or a crash cut the command off after it):
+
+    - an approval: None (it must name its call: :func:`workflow.guards.check_revision`);
+    - the same reject again (the task's latest decision is a person's reject by ``by`` with this
+      ``reason``, answered, and every pending call is undecided and on its channel: the model's
+      new proposal for the same effect): that reject's call, so the table returns the task
+      unchanged (rule 4) and the new call still waits;
+    - any other reject: refused (``usage``), naming the calls waiting; nothing is decided.
+
+    Raises :class:`Refused` as said. Reads only."""
+    if cp.status not in OPEN or not cp.pending:
         return None  # an ended task: workflow.calls.target replays its last decision
-    last = cp.decisions[-1] if cp.decisions else None
-    want = "approved" if decision == "approve" else "rejected"
-    if (last is not None and edit is None and last.edits is None and last.source == "human"
-            and (last.by, last.decision, last.reason) == (by, want, reason) and answered(cp, last.call_id)
-            and all(decision_of(cp, p.call_id) is None for p in cp.pending)):
+    only = cp.pending[0].call_id if len(cp.pending) == 1 else None
+    if not cp.proposed() or expect_revision is not None:
+        return only
+    if decision == "approve":
+        return None
+    if not any(answered(cp, d.call_id) for d in cp.decisions):
+        return only  # the model's first calls: what every reviewer saw
+    last = cp.decisions[-1]
+    if (edit is None and last.edits is None and last.source == "human" and answered(cp, last.call_id)
+            and (last.by, last.decision, last.reason) == (by, "rejected", reason)
+            and all(decision_of(cp, p.call_id) is None and channel_of(cp, p.arguments) == last.channel
+                    for p in cp.pending)):
         return last.call_id
-    return cp.pending[0].call_id if len(cp.pending) == 1 else None
+    ids = ", ".join(one_line(p.call_id) for p in cp.pending)
+    raise Refused("usage", [f"task {cp.task_id}: its model proposed the call(s) waiting ({ids}) after an earlier "
+                            "decision, so a reject names the call it rejects, as shown",
+                            Next("name_call", cp.task_id, plain="; give its call ID, or the revision you saw")],
+                  task_id=cp.task_id)
 
 
 def ran_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
