@@ -664,6 +664,10 @@ MUTANTS: list[Mutant] = [
     p("proposal-rules-in-a-task-with-content", "workflow/reconcile.py",
       "    if not cp.proposed() or expect_revision is not None:\n",
       "    if expect_revision is not None:\n", "tests/test_several_calls.py"),
+    # a reject naming no call decides a call proposed after an earlier decision, maybe unseen
+    m("unnamed-reject-of-a-later-proposal-decided", "workflow/reconcile.py",
+      '    ids = ", ".join(one_line(p.call_id) for p in cp.pending)\n', "    return only\n",
+      "tests/test_application.py"),
     # the same reject again is taken for a reject of the model's next call
     p("same-decision-again-taken-for-the-next-call", "workflow/reconcile.py",
       "            and (last.by, last.decision, last.reason) == (by, \"rejected\", reason)",
