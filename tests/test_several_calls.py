@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from conftest import ledger_entries, snapshot
+from conftest import ledger_entries, run_subprocess, snapshot
 from agent.publisher import REJECTED_TEXT
 
 KEY = "mc-1"
@@ -316,3 +316,33 @@ def test_show_receipt_of_a_two_channel_task_names_what_was_published(cli, state_
     text = cli("show", "--task", KEY).out
     assert "nothing was published" not in text
     assert "ledger: blog: 1 entry" in text and "news: no entry (nothing done)" in text
+
+
+@pytest.mark.parametrize("point", ["checkpoint:outcome:after", "checkpoint:decision:after"])
+def test_the_same_decision_after_a_crash_finishes_the_edited_call_never_decides_it(state_dir, point):
+    """bob approves blog with edits; alice rejects news naming no call, and her command crashes
+    after its outcome was saved, while the model's call carrying bob's edits waits for the approval
+    the program gives it. The same command again finishes that: the edited call is approved for
+    bob and published, news stays rejected. It never rejects the edited call alice never saw."""
+    task = _start_in(state_dir)
+    blog = _call(task, "blog")
+    r = run_subprocess(state_dir, "resume", "--task", KEY, "--call", blog, "--decision", "approve", "--by", "bob",
+                       "--edit-body", "EDITED")
+    assert r.code == 0, r.err
+    alice = ["resume", "--task", KEY, "--decision", "reject", "--by", "alice", "--reason", "no", "--json"]
+    crashed = run_subprocess(state_dir, *alice, env={"HITL_FAILPOINT": point})
+    assert crashed.code == 86, crashed.err
+    again = run_subprocess(state_dir, *alice)
+    assert again.code == 0, again.err
+    done = json.loads(again.out)
+    assert done["status"] == "completed", done
+    assert [(d["by"], d["decision"]) for d in done["decisions"] if d["by"] == "alice"] == [("alice", "rejected")]
+    [entry] = ledger_entries(state_dir)
+    assert entry["idempotency_key"] == f"{KEY}#blog"
+
+
+def _start_in(state_dir) -> dict:
+    r = run_subprocess(state_dir, "start", "--key", KEY, "--title", "T", "--draft", "hello world",
+                       "--channel", "blog", "--channel", "news", "--json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)

@@ -252,6 +252,9 @@ def answered(cp: "Checkpoint", call_id: str) -> bool:
             and all(p.call_id != call_id for p in cp.pending))
 
 
+_DECIDED = {"approve": "approved", "reject": "rejected"}
+
+
 def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
           edit: Optional["Edit"] = None, expect_revision: Optional[int] = None) -> Optional[str]:
     """The call a decision that names none is for, fixed when it is judged, before the lock (so a
@@ -271,22 +274,36 @@ def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
       unchanged (rule 4) and the new call still waits;
     - any other reject: refused (``usage``), naming the calls waiting; nothing is decided.
 
+    In any task, when this decision is the task's latest (a person's, by ``by``, with this
+    ``reason``, answered) and every call waiting carries content another approval with edits
+    approved (:func:`workflow.edits.complying`, ``unfinished``: the run goes on with them, a crash
+    cut it off), this is that decision again: its call, so the task is returned unchanged and the
+    edited call is finished (:func:`workflow.hitl.decide`), never decided by this person.
+
     Raises :class:`Refused` as said. Reads only."""
+    from workflow import edits as edited
+
     if cp.status not in OPEN or not cp.pending:
         return None  # an ended task: workflow.calls.target replays its last decision
     only = cp.pending[0].call_id if len(cp.pending) == 1 else None
-    if not cp.proposed() or expect_revision is not None:
+    if expect_revision is not None:
+        return only
+    last = cp.decisions[-1] if cp.decisions else None
+    again = (last is not None and edit is None and last.edits is None and last.source == "human"
+             and (last.by, last.decision, last.reason) == (by, _DECIDED[decision], reason)
+             and answered(cp, last.call_id))
+    following = {c for c, _ in [*edited.complying(cp), *edited.unfinished(cp)]}
+    if again and all(p.call_id in following for p in cp.pending):
+        return last.call_id  # type: ignore[union-attr]
+    if not cp.proposed():
         return only
     if decision == "approve":
         return None
     if not any(answered(cp, d.call_id) for d in cp.decisions):
         return only  # the model's first calls: what every reviewer saw
-    last = cp.decisions[-1]
-    if (edit is None and last.edits is None and last.source == "human" and answered(cp, last.call_id)
-            and (last.by, last.decision, last.reason) == (by, "rejected", reason)
-            and all(decision_of(cp, p.call_id) is None and channel_of(cp, p.arguments) == last.channel
-                    for p in cp.pending)):
-        return last.call_id
+    if again and all(decision_of(cp, p.call_id) is None and channel_of(cp, p.arguments) == last.channel
+                     for p in cp.pending):
+        return last.call_id  # type: ignore[union-attr]
     ids = ", ".join(one_line(p.call_id) for p in cp.pending)
     raise Refused("usage", [f"task {cp.task_id}: its model proposed the call(s) waiting ({ids}) after an earlier "
                             "decision, so a reject names the call it rejects, as shown",
