@@ -28,8 +28,10 @@ def review(store: Any, args: Any, decide: Callable[..., Any], by: str) -> None:
     done = inbox.review(store, ask=input, say=print, hint=hints.hint,
                         decide=lambda t, d, r: decide(store, t, d, r, by=by,
                                                       trace_content=args.trace_content).to_json())
-    decided = sum(1 for x in done["reviewed"] if x["action"] != "skip")
-    print(f"reviewed: {decided} decided, {done['remaining']} still waiting")
+    decided = sum(1 for x in done["reviewed"] if x["action"] != "skip" and "error" not in x)
+    refused = sum(1 for x in done["reviewed"] if "error" in x)  # shown as STOPPED where it happened
+    print(f"reviewed: {decided} decided, " + (f"{refused} refused, " if refused else "")
+          + f"{done['remaining']} still waiting")
 
 
 def settle(store: Any, args: Any) -> Any:

@@ -590,3 +590,26 @@ def test_expire_sweep_skips_a_busy_task_instead_of_stopping_half_way(cli, state_
     assert r.json() == {"expired": ["a-1"], "busy": ["b-1"]}
     r = cli("expire", "--json")
     assert r.json() == {"expired": ["b-1"]}
+
+
+def test_review_counts_a_refused_answer_as_refused_not_decided(cli, state_dir, monkeypatch, capsys):
+    """``run.py review`` on a task with two channels: the answer cannot say which call (it is
+    refused, shown as a ``STOPPED`` line in the walk), so the summary counts it refused, never
+    decided; a task answered after it is counted decided."""
+    import builtins
+    import sys
+    from types import SimpleNamespace
+
+    from cli import commands
+    from state.files.store import Store
+
+    assert cli("start", "--key", "r-1", "--draft", "Two channels", "--channel", "blog", "--channel",
+               "news").code == 0
+    _start(cli, key="r-2", draft="One channel")
+    ask, _ = _scripted(["a", "a"])
+    monkeypatch.setattr(builtins, "input", ask)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    commands.review(Store(state_dir), SimpleNamespace(trace_content=False), commands.decide, "rita")
+    out = capsys.readouterr().out
+    assert "STOPPED: task r-1 has 2 pending calls" in out
+    assert out.rstrip().splitlines()[-1] == "reviewed: 1 decided, 1 refused, 1 still waiting"
