@@ -675,8 +675,8 @@ MUTANTS: list[Mutant] = [
       "tests/test_refund_agent.py"),
     # after a crash, the same decision again decides the call another reviewer's edits led to
     m("same-decision-again-decides-the-edited-call", "workflow/reconcile.py",
-      "    if again and all(p.call_id in following for p in cp.pending):\n",
-      "    if False:\n", "tests/test_several_calls.py"),
+      "        if all(p.call_id in following for p in cp.pending):\n",
+      "        if False:\n", "tests/test_several_calls.py"),
 ]
 
 

@@ -292,9 +292,10 @@ def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
     again = (last is not None and edit is None and last.edits is None and last.source == "human"
              and (last.by, last.decision, last.reason) == (by, _DECIDED[decision], reason)
              and answered(cp, last.call_id))
-    following = {c for c, _ in [*edited.complying(cp), *edited.unfinished(cp)]}
-    if again and all(p.call_id in following for p in cp.pending):
-        return last.call_id  # type: ignore[union-attr]
+    if again:  # only then: the calls another reviewer's edits led to
+        following = {c for c, _ in [*edited.complying(cp), *edited.unfinished(cp)]}
+        if all(p.call_id in following for p in cp.pending):
+            return last.call_id  # type: ignore[union-attr]
     if not cp.proposed():
         return only
     if decision == "approve":
