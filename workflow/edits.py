@@ -304,9 +304,11 @@ def diff_lines(edits: dict[str, Any]) -> list[str]:
 
     names = [k[len("original_"):] for k in edits if k.startswith("original_") and k != "original_sha256"]
 
+    def as_text(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
     def text(prefix: str) -> list[str]:
-        shown = {n: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-                 for n, v in ((n, edits[prefix + n]) for n in names)}
+        shown = {n: as_text(edits[prefix + n]) for n in names}
         if set(names) == {"title", "body"}:  # a draft, as it has always been shown
             return [one_line(f"Title: {shown['title']}"), *map(one_line, shown["body"].split("\n"))]
         out: list[str] = []
