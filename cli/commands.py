@@ -26,8 +26,8 @@ def review(store: Any, args: Any, decide: Callable[..., Any], by: str) -> None:
         raise Refused("usage", "review needs a terminal (stdin is not a tty); use: python run.py "
                       "resume --task ID --decision approve|reject [--reason TEXT]")
     done = inbox.review(store, ask=input, say=print, hint=hints.hint,
-                        decide=lambda t, d, r: decide(store, t, d, r, by=by,
-                                                      trace_content=args.trace_content).to_json())
+                        decide=lambda t, d, r, call=None: decide(store, t, d, r, by=by, call_id=call,
+                                                                 trace_content=args.trace_content).to_json())
     decided = sum(1 for x in done["reviewed"] if x["action"] != "skip" and "error" not in x)
     refused = sum(1 for x in done["reviewed"] if "error" in x)  # shown as STOPPED where it happened
     print(f"reviewed: {decided} decided, " + (f"{refused} refused, " if refused else "")

@@ -593,9 +593,39 @@ def test_expire_sweep_skips_a_busy_task_instead_of_stopping_half_way(cli, state_
 
 
 def test_review_counts_a_refused_answer_as_refused_not_decided(cli, state_dir, monkeypatch, capsys):
-    """``run.py review`` on a task with two channels: the answer cannot say which call (it is
-    refused, shown as a ``STOPPED`` line in the walk), so the summary counts it refused, never
-    decided; a task answered after it is counted decided."""
+    """``run.py review`` where the first task's decision is refused (here: it changed on disk after
+    it was shown): the refusal is a ``STOPPED`` line in the walk, and the summary counts it
+    refused, never decided; a task answered after it is counted decided."""
+    import builtins
+    import sys
+    from types import SimpleNamespace
+
+    from cli import commands
+    from state.errors import Refused
+    from state.files.store import Store
+
+    _start(cli, key="r-1", draft="Changed under the reviewer")
+    _start(cli, key="r-2", draft="One channel")
+    ask, _ = _scripted(["a", "a"])
+    monkeypatch.setattr(builtins, "input", ask)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+
+    def decide(store, task_id, *args, **kwargs):
+        if task_id == "r-1":
+            raise Refused("stale_revision", "task r-1 changed on disk since it was shown; nothing written")
+        return commands.decide(store, task_id, *args, **kwargs)
+
+    commands.review(Store(state_dir), SimpleNamespace(trace_content=False), decide, "rita")
+    out = capsys.readouterr().out
+    assert "STOPPED: task r-1 changed on disk since it was shown" in out
+    assert out.rstrip().splitlines()[-1] == "reviewed: 1 decided, 1 refused, 1 still waiting"
+
+
+def test_review_asks_each_call_of_a_task_with_several_channels_on_its_own(cli, state_dir, monkeypatch, capsys):
+    """``run.py review`` on a task waiting at two calls (two channels): each call is shown and
+    asked on its own and decided by its call ID; approve one and reject the other, and the run
+    goes on once both have an answer: one entry, the approved channel's. A call another reviewer
+    decided already is not asked again."""
     import builtins
     import sys
     from types import SimpleNamespace
@@ -603,13 +633,25 @@ def test_review_counts_a_refused_answer_as_refused_not_decided(cli, state_dir, m
     from cli import commands
     from state.files.store import Store
 
-    assert cli("start", "--key", "r-1", "--draft", "Two channels", "--channel", "blog", "--channel",
-               "news").code == 0
-    _start(cli, key="r-2", draft="One channel")
-    ask, _ = _scripted(["a", "a"])
+    two = ["--draft", "Two channels", "--channel", "blog", "--channel", "news", "--json"]
+    pending = cli("start", "--key", "r-1", *two).json()["pending"]
+    blog, news = (p["call_id"] for p in pending)
+    ask, prompts = _scripted(["a", "r", "Not on news."])
     monkeypatch.setattr(builtins, "input", ask)
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
     commands.review(Store(state_dir), SimpleNamespace(trace_content=False), commands.decide, "rita")
     out = capsys.readouterr().out
-    assert "STOPPED: task r-1 has 2 pending calls" in out
-    assert out.rstrip().splitlines()[-1] == "reviewed: 1 decided, 1 refused, 1 still waiting"
+    assert out.index(f"call_id: {blog}") < out.index("  -> waiting_for_approval") < out.index(f"call_id: {news}")
+    assert out.rstrip().splitlines()[-1] == "reviewed: 2 decided, 0 still waiting"
+    task = cli("status", "--task", "r-1", "--json").json()
+    assert task["status"] == "completed"
+    assert [(e["task_id"], e["channel"]) for e in ledger_entries(state_dir)] == [("r-1", "blog")]
+    # one call decided already (by another reviewer): only the other is asked
+    pending = cli("start", "--key", "r-2", *two).json()["pending"]
+    assert cli("resume", "--task", "r-2", "--call", pending[0]["call_id"], "--decision", "approve").code == 0
+    ask, prompts = _scripted(["s"])
+    monkeypatch.setattr(builtins, "input", ask)
+    commands.review(Store(state_dir), SimpleNamespace(trace_content=False), commands.decide, "rita")
+    out = capsys.readouterr().out
+    assert len(prompts) == 1 and f"call_id: {pending[0]['call_id']}" not in out
+    assert f"call_id: {pending[1]['call_id']}" in out

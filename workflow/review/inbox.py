@@ -23,6 +23,7 @@ from state.schema import MAX_REASON_CHARS, Checkpoint, check_text, effect_key
 from state.revisions import every_checkpoint, every_or_stop
 from state.store import TaskStore
 from workflow import reconcile
+from workflow.calls import decision_of
 from workflow.observe.views import one_line, task_view
 
 WAITING = "waiting_for_approval"
@@ -272,7 +273,19 @@ def _decided(cp: Checkpoint) -> str:
 
 Ask = Callable[[str], str]
 Say = Callable[[str], None]
-Decide = Callable[[str, str, Optional[str]], dict[str, Any]]
+Decide = Callable[..., dict[str, Any]]
+
+
+def _show_call(say: Say, p: Any) -> None:
+    """One pending call: its tool, call ID and arguments, the ``body`` as an indented draft."""
+    say(f"  tool: {one_line(p.tool)}   call_id: {one_line(p.call_id)}")
+    for k, v in p.arguments.items():
+        if k != "body":
+            say(f"  {one_line(k)}: {v!r}")
+    body = p.arguments.get("body")
+    if body is not None:
+        say("  draft:")
+        say("\n".join("    | " + one_line(line) for line in str(body).splitlines() or [""]))
 
 
 def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
@@ -281,13 +294,17 @@ def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
 
     ``ask(prompt) -> answer`` reads one line (``input`` in a terminal; scripted in tests);
     ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason) -> task`` applies a decision
-    (``workflow.hitl.resume``). Answers: ``a``/``approve``, ``r``/``reject`` (then a reason, required),
-    ``s``/``skip``, ``q``/``quit``. An overdue request cannot be approved (the refusal is shown and the
-    question asked again). A ``Refused`` from ``decide`` is shown (its next steps worded by ``hint``,
-    the caller's words for them, e.g. ``cli.hints.hint``; default none) and the walk goes on. End of
+    (``workflow.hitl.resume``); for a task waiting at several calls (one per channel) each call
+    still undecided is shown and asked on its own, and decided with
+    ``decide(task_id, decision, reason, call_id)``, until the task stops waiting. Answers:
+    ``a``/``approve``, ``r``/``reject`` (then a reason, required), ``s``/``skip``, ``q``/``quit``.
+    An overdue request cannot be approved (the refusal is shown and the question asked again). A
+    ``Refused`` from ``decide`` is shown (its next steps worded by ``hint``, the caller's words for
+    them, e.g. ``cli.hints.hint``; default none) and the walk goes on with the next task. End of
     input (``EOFError``) stops the walk like ``quit``.
 
-    Returns ``{"reviewed": [{"task_id", "action", "status"|"error"}], "remaining": int}``.
+    Returns ``{"reviewed": [{"task_id", "action", "status"|"error"}, …], "remaining": int}``, one
+    item per answer (with ``"call_id"`` for a call of a task with several).
     """
     view = inbox_view(store, WAITING)
     tasks = view["tasks"]
@@ -303,32 +320,40 @@ def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
         say(f"[{n}/{len(tasks)}] task {one_line(cp.task_id)}  waiting {clock.human_age(task['age_s'])}"
             + ("  (EXPIRED: approve is refused)" if task["overdue"] else
                f"  (expires {cp.expires_at})" if cp.expires_at else ""))
-        for p in cp.pending:
-            say(f"  tool: {one_line(p.tool)}   call_id: {one_line(p.call_id)}")
-            for k, v in p.arguments.items():
-                if k != "body":
-                    say(f"  {one_line(k)}: {v!r}")
-            body = p.arguments.get("body")
-            if body is not None:
-                say("  draft:")
-                say("\n".join("    | " + one_line(line) for line in str(body).splitlines() or [""]))
-        try:
-            action, reason = _ask_action(ask, say, overdue_now=task["overdue"])
-        except EOFError:
+        several = len(cp.pending) > 1
+        asked = [p for p in cp.pending if not several or decision_of(cp, p.call_id) is None]
+        if not several:
+            for p in cp.pending:
+                _show_call(say, p)
+        quit_now = False
+        for p in asked:
+            if several:
+                _show_call(say, p)
+            try:
+                action, reason = _ask_action(ask, say, overdue_now=task["overdue"])
+            except EOFError:
+                action, reason = "quit", None
+            if action == "quit":
+                quit_now = True
+                break
+            item: dict[str, Any] = {"task_id": cp.task_id, "action": action}
+            if several:
+                item["call_id"] = p.call_id
+            if action == "skip":
+                reviewed.append({**item, "status": cp.status})
+                continue
+            try:
+                result = decide(cp.task_id, action, reason, *((p.call_id,) if several else ()))
+            except Refused as exc:
+                say(f"  STOPPED: {one_line(exc.render(hint))}")
+                reviewed.append({**item, "error": exc.render(hint)})
+                break
+            say(f"  -> {result['status']} (revision {result['revision']})")
+            reviewed.append({**item, "status": result["status"]})
+            if result["status"] != "waiting_for_approval":
+                break
+        if quit_now:
             break
-        if action == "quit":
-            break
-        if action == "skip":
-            reviewed.append({"task_id": cp.task_id, "action": "skip", "status": cp.status})
-            continue
-        try:
-            result = decide(cp.task_id, action, reason)
-        except Refused as exc:
-            say(f"  STOPPED: {one_line(exc.render(hint))}")
-            reviewed.append({"task_id": cp.task_id, "action": action, "error": exc.render(hint)})
-            continue
-        say(f"  -> {result['status']} (revision {result['revision']})")
-        reviewed.append({"task_id": cp.task_id, "action": action, "status": result["status"]})
     remaining = len(inbox_view(store, WAITING)["tasks"])
     return {"reviewed": reviewed, "remaining": remaining}
 
