@@ -1,8 +1,8 @@
 """The publisher as the engine sees it (:class:`workflow.application.Application`), and the two
 calls ``run.py`` makes with it: :func:`start` a task for a draft, :func:`decide` one of its calls.
 
-The engine knows only the content ``{"title", "body"}`` and the action ``publish_draft`` (the
-agent's one tool declared through the effect gate); the draft's first user message
+The engine knows only the content ``{"title", "body"}`` and the task's action, ``publish_draft``
+or ``send_summary`` (the agent's tools declared through the effect gate); the draft's first user message
 (:func:`agent.publisher.user_message`) and what the model is told after a decision are this
 application's.
 """
@@ -36,7 +36,7 @@ def _edit_message(tool: str, content: dict[str, str], channel: str | None) -> st
     """:func:`agent.publisher.edit_message` of the edited ``content`` (``{"title", "body"}``)."""
     from agent.publisher import edit_message
 
-    return edit_message(content["title"], content["body"], channel)
+    return edit_message(content["title"], content["body"], channel, tool)
 
 
 def _rejection_text(args: Any) -> str | None:
@@ -57,12 +57,18 @@ COMPATIBLE_SAVED = {
     # its closing sentence.
     "d3055bc652729dc8df6e045238e214a945f2644c4657e8e83459b50a9d773099":
         "the one-channel publish_draft of schema_version 1",
+    # schema_version 2, before send_summary: the same publish_draft, the only tool. Today's agent
+    # adds send_summary and names it in its instructions; a task's action is fixed when it starts,
+    # so these tasks still gate publish_draft, and a send_summary call in one is never run
+    # (workflow/trust.py, only_action).
+    "2dc1393cbf285b0f858f5a271ea17144e958c3d63fb86052f44d6e96111a064e":
+        "the publisher of schema_version 2 with publish_draft as its only tool",
 }
 
 #: The publisher: the agent of :func:`agent.publisher.build_agent`, the offline model of
 #: :mod:`agent.models`, its edit and rejection texts, the fingerprints it still resumes, its
-#: action (named, so an agent given a second tool with an effect, docs/exercise.md, still gates
-#: publish_draft and refuses the other's calls) and what its refusals call the draft's body.
+#: default action (``publish_draft``; ``start --action send_summary`` names the other) and what
+#: its refusals call the draft's body.
 APP = Application(build_agent=_build_agent, offline_model=_offline_model,
                   edit_message=_edit_message, rejection_text=_rejection_text,
                   compatible_saved=COMPATIBLE_SAVED, action="publish_draft",

@@ -13,7 +13,7 @@ steps: each step looks at the request it receives and answers like a careful mod
 - a request whose newest items are the tools' outputs (or the human's rejection texts) → one short
   final message quoting each (one line per call, naming its channel, when there are several); but
   where one of them answers a call approved with edits (``agent.publisher.edit_message``) → one
-  ``publish_draft`` call per such answer, carrying exactly the edited draft (and the channel it
+  call of the tool it names per such answer, carrying exactly the edited draft (and the channel it
   names).
 
 It keeps no memory between calls, so a resume in a new process with a freshly built model behaves
@@ -60,6 +60,13 @@ def parse_tool(message: str) -> str:
     return name if name.isidentifier() else "publish_draft"
 
 
+def _edited_tool(message: str) -> str:
+    """The tool an answer to a call approved with edits (``agent.publisher.edit_message``) asks
+    to be called again, default ``publish_draft``."""
+    name = message[len(EDIT_HEADER):].split(" ", 1)[0]
+    return name if name.isidentifier() else "publish_draft"
+
+
 def parse_channels(message: str) -> list[str]:
     """The channels named in the first line of ``agent.publisher.user_message`` (``[]``: none)."""
     first = message.split("\n", 1)[0]
@@ -81,12 +88,13 @@ def offline_responder(call: ModelCall) -> ModelStep:
             output = _field(item, "output")
             outputs.append(output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
         outputs.reverse()
-        edits = [(parse_draft(o), parse_channels(o)) for o in outputs if o.startswith(EDIT_HEADER)]
-        edits = [(draft, channels) for draft, channels in edits if draft is not None]
+        edits = [(parse_draft(o), parse_channels(o), _edited_tool(o)) for o in outputs if o.startswith(EDIT_HEADER)]
+        edits = [(draft, channels, tool) for draft, channels, tool in edits if draft is not None]
         if not edits:
             return ModelStep(output=[assistant_message(_answered(items, outputs))])
-        # approvals with edits: publish exactly each edited draft, on the channel its answer names
-        return ModelStep(output=[_publish_call(*draft, (channels or [None])[0]) for draft, channels in edits])
+        # approvals with edits: call the tool it names with exactly each edited draft, on its channel
+        return ModelStep(output=[_publish_call(*draft, (channels or [None])[0], tool)
+                                 for draft, channels, tool in edits])
     content = _field(last, "content")
     draft = parse_draft(content) if isinstance(content, str) else None
     if draft is None:

@@ -208,7 +208,8 @@ def renamed_in_code(new_name: str = RENAMED) -> Iterator[None]:
     renamed = dataclasses.replace(publish_draft, name=new_name)
 
     def build(model: Any) -> Agent[Any]:
-        return build_agent(model).clone(tools=[renamed])
+        agent = build_agent(model)
+        return agent.clone(tools=[renamed if t is publish_draft else t for t in agent.tools])
 
     with mock.patch.object(application, "APP", dataclasses.replace(application.APP, build_agent=build)):
         yield

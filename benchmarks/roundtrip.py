@@ -64,9 +64,15 @@ def bare_publish(title: str, body: str) -> str:
     return "published"
 
 
+@function_tool(needs_approval=True, name_override="send_summary")
+def bare_summary(title: str, body: str) -> str:
+    """Send the reviewed summary (bare: never called here)."""
+    return "sent"
+
+
 def bare_agent() -> Agent:
-    """The bare side's agent: the same name, instructions, tool name and offline model."""
-    return Agent(name="Publisher", instructions=INSTRUCTIONS, tools=[bare_publish],
+    """The bare side's agent: the same name, instructions, tool names and offline model."""
+    return Agent(name="Publisher", instructions=INSTRUCTIONS, tools=[bare_publish, bare_summary],
                  model=build_offline_model())
 
 

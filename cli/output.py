@@ -122,8 +122,10 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
         for e in result["entries"]:
             settled = f"  settled by {one_line(e['settled_by'])}" if e.get("settled_by") else ""
             pub = e["result"].get("id") if isinstance(e.get("result"), dict) else None
+            action = e.get("action") or "publish_draft"  # named when it is not the default
             print(f"  {one_line(e['published_at'])}  {one_line(e['idempotency_key'])}  "
-                  f"{one_line(e['channel'] or '(no channel)')}  {e['title']!r}  "
+                  + ("" if action == "publish_draft" else f"{one_line(action)}  ")
+                  + f"{one_line(e['channel'] or '(no channel)')}  {e['title']!r}  "
                   f"sha256(title+body)={e['content_sha256'][:12]}…"
                   + (f"  publication {one_line(pub)}" if isinstance(pub, str) else "") + settled)
         for f in result.get("in_flight", []):

@@ -677,6 +677,21 @@ MUTANTS: list[Mutant] = [
     m("same-decision-again-decides-the-edited-call", "workflow/reconcile.py",
       "        if all(p.call_id in following for p in cp.pending):\n",
       "        if False:\n", "tests/test_several_calls.py"),
+    # a task for several channels started for a tool that cannot name one: no approval could run
+    m("several-channels-for-a-tool-without-channel", "workflow/agent_check.py",
+      '    if len(channels) > 1 and "channel" not in properties:\n',
+      '    if False:\n', "tests/test_several_actions.py"),
+    # a waiting task saved before send_summary was added refused by today's agent: a dead end
+    m("the-one-tool-publishers-tasks-refused", "agent/application.py",
+      '    "2dc1393cbf285b0f858f5a271ea17144e958c3d63fb86052f44d6e96111a064e":\n',
+      '    "-":\n', FAIL_CLOSED),
+    # review asks once for a task waiting at several calls: the answer cannot say which call
+    m("review-asks-once-for-several-calls", "workflow/review/inbox.py",
+      "        several = len(cp.pending) > 1\n", "        several = False\n", "tests/test_observability.py"),
+    # the edit of a send_summary call told as one of publish_draft: a call its task never runs
+    m("edit-message-names-the-default-tool", "agent/application.py",
+      '    return edit_message(content["title"], content["body"], channel, tool)\n',
+      '    return edit_message(content["title"], content["body"], channel)\n', "tests/test_several_actions.py"),
 ]
 
 

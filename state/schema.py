@@ -58,7 +58,7 @@ KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z")
 MAX_CALL_ID_CHARS = 200
 CALL_ID_PATTERN = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_CALL_ID_CHARS}}}\Z")
 
-#: A task's action: the name of the agent's one tool declared through the effect gate
+#: A task's action: the name of the agent's tool it gates, one declared through the effect gate
 #: (``workflow.effect``), a plain word like a call ID (the SDK's tool names are ``[A-Za-z0-9_-]``).
 #: Stored so a checkpoint whose action is not the agent's tool is refused rather than resumed
 #: ("key/action mismatch → stop"). For pydantic fields (no ``\Z`` there).

@@ -143,7 +143,7 @@ def test_tool_order_change_is_drift():
 
     agent = build_agent(build_offline_model())
     two = agent.clone(tools=[*agent.tools, _tool(name="other")])
-    swapped = agent.clone(tools=[two.tools[1], two.tools[0]])
+    swapped = agent.clone(tools=[two.tools[1], two.tools[0], *two.tools[2:]])
     assert drift(describe(two), describe(swapped)) == ["tool order changed"]
     assert drift(describe(two), describe(two)) == []
 

@@ -2,19 +2,18 @@
 ``docs/exercise.zh-Hans.md`` (each test runs once per page): its code change is applied to the
 program, its commands run in order, and every output block must match what they print.
 
-The page's blocks are read in order: ``python`` (the new ``tools/summary.py``, loaded as that
-module), ``diff`` (edits of ``agent/publisher.py``, applied as exact text replacements to its
-source, which is then loaded and its ``build_agent`` used by ``workflow.hitl``), ``bash``
-(``export``; ``git stash`` / ``git stash pop``, which swap the original ``build_agent`` in and out;
-``python run.py`` lines, run in-process on the exported state dir) and ``text`` (the output of the
-last command before it; ``…`` matches any run of characters; a ``STOPPED:`` block is stderr with
-exit code 1, and the state dir must be unchanged by it). Step 4's edit (``needs_approval=False``)
-is written in prose (FLIPS: in each page's language); it is applied around the one command of that
-step. Offline: the scripted model.
+The page's blocks are read in order: ``diff`` (an edit of the file its ``--- a/`` line names,
+``tools/summary.py``, applied as an exact text replacement; the edited module is loaded as
+``tools.summary`` and ``agent/publisher.py`` loaded again over it, its ``build_agent`` used by
+``workflow.hitl``), ``bash`` (``export``; ``git stash`` / ``git stash pop``, which swap the
+original ``build_agent`` in and out; ``python run.py`` lines, run in-process on the exported state
+dir) and ``text`` (the output of the last command before it; ``…`` matches any run of characters;
+a ``STOPPED:`` block is stderr with exit code 1, and the state dir must be unchanged by it). Step
+4's edit (``needs_approval=False``) is written in prose (FLIPS: in each page's language); it is
+applied around the one command of that step. Offline: the scripted model.
 
-Step 7 starts ``send_summary`` tasks (``start --action send_summary``): the offline model calls the
-tool the task gates. What a model that asks for ``send_summary`` in a ``publish_draft`` task gets
-is tested below, with the page's code change.
+The publisher's own ``send_summary`` (``start --action send_summary``) is tested below too: what a
+model that asks for it in a ``publish_draft`` task gets, and the exercise's closing check, twice.
 """
 
 from __future__ import annotations
@@ -42,12 +41,18 @@ def _blocks(page: str = "docs/exercise.md") -> list[tuple[str, str]]:
     return re.findall(r"^```(\w*)\n(.*?)^```", (ROOT / page).read_text(encoding="utf-8"), re.S | re.M)
 
 
-def _apply_diff(text: str, diff: str) -> str:
+def _apply_diff(sources: dict[str, str], diff: str) -> str:
+    """Apply ``diff`` (its ``--- a/PATH`` line names the file) to ``sources[PATH]`` (read from the
+    repository the first time); returns PATH."""
     lines = diff.rstrip("\n").split("\n")
+    assert lines[0].startswith("--- a/") and lines[1].startswith("+++ b/"), "a diff names its file"
+    path, lines = lines[0][len("--- a/"):], lines[2:]
+    text = sources.setdefault(path, (ROOT / path).read_text(encoding="utf-8"))
     old = "\n".join(line[1:] for line in lines if line[:1] in (" ", "-"))
     new = "\n".join(line[1:] for line in lines if line[:1] in (" ", "+"))
-    assert text.count(old) == 1, f"the page's diff does not apply to agent/publisher.py:\n{old}"
-    return text.replace(old, new)
+    assert text.count(old) == 1, f"the page's diff does not apply to {path}:\n{old}"
+    sources[path] = text.replace(old, new)
+    return path
 
 
 def _matches(expected: str, actual: str) -> bool:
@@ -65,30 +70,28 @@ def _load(name: str, source: str, folder: Path) -> types.ModuleType:
     return module
 
 
+def _use_summary(monkeypatch, tmp_path: Path, source: str) -> None:
+    """``source`` as ``tools.summary``, and the publisher's agent built with it."""
+    monkeypatch.setitem(sys.modules, "tools.summary", _load("tools.summary", source, tmp_path))
+    publisher = (ROOT / "agent" / "publisher.py").read_text(encoding="utf-8")
+    use_app(monkeypatch, build_agent=_load("agent.publisher", publisher, tmp_path).build_agent)
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_exercise_page_runs_as_written(page, tmp_path, monkeypatch):
     """Every block of ``page`` in order: its code change applied, its commands run, its outputs compared."""
     from agent import application
 
     original_build = application.APP.build_agent
-    publisher_source = (ROOT / "agent" / "publisher.py").read_text(encoding="utf-8")
-    summary_source = ""
+    sources: dict[str, str] = {}
     last: CliResult | None = None
     state_dir: Path | None = None
     checked = 0
     assert FLIPS[page] in (ROOT / page).read_text(encoding="utf-8")
-
-    def use_summary(source: str) -> None:
-        monkeypatch.setitem(sys.modules, "tools.summary", _load("tools.summary", source, tmp_path))
-
     for lang, body in _blocks(page):
-        if lang == "python":
-            summary_source = body
-            use_summary(summary_source)
-        elif lang == "diff":
-            publisher_source = _apply_diff(publisher_source, body)
-            changed = _load("agent.publisher", publisher_source, tmp_path)  # the code as edited
-            use_app(monkeypatch, build_agent=changed.build_agent)
+        if lang == "diff":
+            assert _apply_diff(sources, body) == "tools/summary.py"
+            _use_summary(monkeypatch, tmp_path, sources["tools/summary.py"])
         elif lang == "bash":
             for line in body.splitlines():
                 if line.startswith("export HITL_STATE_DIR="):
@@ -102,16 +105,15 @@ def test_exercise_page_runs_as_written(page, tmp_path, monkeypatch):
                     argv = shlex.split(line)
                     assert argv[:2] == ["python", "run.py"] and state_dir is not None, line
                     flip = "--key summary-001" in line  # step 4: the gate taken away, then put back
+                    summary = sources["tools/summary.py"] if flip else ""
                     if flip:
-                        use_summary(summary_source.replace("needs_approval=True", "needs_approval=False"))
-                        changed = _load("agent.publisher", publisher_source, tmp_path)
-                        use_app(monkeypatch, build_agent=changed.build_agent)
+                        assert summary.count("needs_approval=True") == 1
+                        _use_summary(monkeypatch, tmp_path, summary.replace("needs_approval=True",
+                                                                             "needs_approval=False"))
                     before = snapshot(state_dir)
                     last = run_in_process(state_dir, *argv[2:])
                     if flip:
-                        use_summary(summary_source)
-                        changed = _load("agent.publisher", publisher_source, tmp_path)
-                        use_app(monkeypatch, build_agent=changed.build_agent)
+                        _use_summary(monkeypatch, tmp_path, summary)
                     if last.code == 1:
                         last.assert_stopped()
                         assert snapshot(state_dir) == before, f"{line} changed the state dir"
@@ -146,29 +148,13 @@ def _asks_for_summary(first_turn: bool):
     return respond
 
 
-def _apply_the_page_change(monkeypatch, tmp_path: Path, page: str = "docs/exercise.md") -> None:
-    """Step 2 of ``page``, in this process: its ``tools/summary.py`` loaded as ``tools.summary``
-    and ``agent/publisher.py`` with its diffs applied, used by ``workflow.hitl`` to build the agent."""
-
-    blocks = {lang: body for lang, body in _blocks(page) if lang in ("python", "diff")}
-    assert "send_summary" in blocks["python"]
-    monkeypatch.setitem(sys.modules, "tools.summary", _load("tools.summary", blocks["python"], tmp_path))
-    publisher = (ROOT / "agent" / "publisher.py").read_text(encoding="utf-8")
-    for lang, body in _blocks(page):
-        if lang == "diff":
-            publisher = _apply_diff(publisher, body)
-    use_app(monkeypatch, build_agent=_load("agent.publisher", publisher, tmp_path).build_agent)
-
-
-@pytest.mark.parametrize("page", PAGES)
-def test_a_send_summary_call_in_a_publish_draft_task_is_never_run(page, tmp_path, monkeypatch):
-    """With the page's code change, a model that asks for ``send_summary`` in a ``publish_draft``
+def test_a_send_summary_call_in_a_publish_draft_task_is_never_run(tmp_path, monkeypatch):
+    """A model that asks for the publisher's ``send_summary`` in a ``publish_draft``
     task: asked in the first turn, ``start`` refuses and saves nothing; asked once ``publish_draft``
     has answered, the run ends there, ``completed`` with its one publication, ``send_summary`` never
     run (never a task left waiting at a call no decision can finish)."""
     import agent.models
 
-    _apply_the_page_change(monkeypatch, tmp_path, page)
     monkeypatch.setattr(agent.models, "offline_responder", _asks_for_summary(True))
     first = tmp_path / "state-0"
     r = run_in_process(first, "start", "--key", "summary-9", "--title", "Release notes", "--draft", "D.")
@@ -184,13 +170,17 @@ def test_a_send_summary_call_in_a_publish_draft_task_is_never_run(page, tmp_path
     assert [e["idempotency_key"] for e in ledger_entries(later)] == ["summary-8"]
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_the_pages_send_summary_approved_twice_is_one_entry_named_for_it(page, tmp_path, monkeypatch):
-    """Step 7's check, and a repeat: the page's ``send_summary`` approved under a new key adds
-    exactly one entry, whose action is ``send_summary``; the same approve again adds nothing."""
-    _apply_the_page_change(monkeypatch, tmp_path, page)
+def test_send_summary_rejected_adds_nothing_and_approved_twice_is_one_entry_named_for_it(tmp_path):
+    """Step 7's check, and a repeat: the publisher's ``send_summary`` rejected leaves the ledger
+    as it was; approved under a new key it adds exactly one entry, whose action is
+    ``send_summary``; the same approve again adds nothing."""
     state_dir = tmp_path / "state"
-    start = ["start", "--action", "send_summary", "--key", "s-1", "--title", "T", "--draft", "D."]
+    start = ["start", "--action", "send_summary", "--key", "s-0", "--title", "T", "--draft", "D."]
+    assert run_in_process(state_dir, *start).code == 0
+    r = run_in_process(state_dir, "resume", "--task", "s-0", "--decision", "reject", "--reason", "No.", "--json")
+    assert r.code == 0 and json.loads(r.out)["status"] == "cancelled", r.err
+    assert ledger_entries(state_dir) == []
+    start[4] = "s-1"
     assert run_in_process(state_dir, *start).code == 0
     for _ in range(2):
         r = run_in_process(state_dir, "resume", "--task", "s-1", "--decision", "approve", "--json")
@@ -206,8 +196,6 @@ def test_a_turn_with_publish_draft_and_send_summary_ends_there(tmp_path, monkeyp
     one publication at most, and doctor agrees."""
     import agent.models
     from agents.testing import ModelStep, function_call
-
-    _apply_the_page_change(monkeypatch, tmp_path)
 
     def respond(call):
         items = call.input if isinstance(call.input, list) else []

@@ -12,7 +12,7 @@ import pytest
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from conftest import ledger_entries
+from conftest import ledger_entries, snapshot
 from state.files.store import Store
 from workflow import Application, Approve, Effect, Refused, Reject, decide, effect_tool, read_task, start
 
@@ -93,8 +93,58 @@ def test_a_call_of_the_other_tool_is_refused_at_start_with_nothing_saved(state_d
 
 
 def test_the_command_line_starts_a_task_with_its_action(cli, state_dir):
-    """``start --action NAME``: the publisher's one action by name; another name is refused."""
-    r = cli("start", "--key", "a-1", "--title", "T", "--draft", "D.", "--action", "publish_draft", "--json")
-    assert r.code == 0 and json.loads(r.out)["pending"][0]["tool"] == "publish_draft", r.err
-    r = cli("start", "--key", "a-2", "--title", "T", "--draft", "D.", "--action", "send_summary")
-    assert r.code == 1 and "a tool named 'send_summary' declared with an effect" in r.err
+    """``start --action NAME``: each of the publisher's two actions by name; another name is refused,
+    nothing saved."""
+    for key, action in (("a-1", "publish_draft"), ("a-2", "send_summary")):
+        r = cli("start", "--key", key, "--title", "T", "--draft", "D.", "--action", action, "--json")
+        assert r.code == 0 and json.loads(r.out)["pending"][0]["tool"] == action, r.err
+    before = snapshot(state_dir)
+    r = cli("start", "--key", "a-3", "--title", "T", "--draft", "D.", "--action", "send_mail")
+    r.assert_stopped()
+    assert "a tool named 'send_mail' declared with an effect (found: 'publish_draft', 'send_summary')" in r.err
+    assert snapshot(state_dir) == before
+
+
+def test_a_tool_without_a_channel_argument_is_refused_a_task_for_several_channels(cli, state_dir, tmp_path):
+    """``send_summary`` takes no ``channel``: a task for two channels could never route its calls
+    (each would be refused at the gate, after its approval), so ``start`` refuses it, nothing on
+    disk; one channel is fine, and so is ``publish_draft`` for two."""
+    r = cli("start", "--key", "c-1", "--title", "T", "--draft", "D.", "--action", "send_summary",
+            "--channel", "blog", "--channel", "news")
+    r.assert_stopped()
+    assert "tool 'send_summary' takes no channel argument, so a task for several channels (blog, news)" in r.err
+    assert not state_dir.exists() or snapshot(state_dir) == {}
+    r = cli("start", "--key", "c-2", "--title", "T", "--draft", "D.", "--channel", "blog", "--channel", "news",
+            "--json")
+    assert r.code == 0 and len(json.loads(r.out)["pending"]) == 2, r.err
+
+
+def test_send_summary_approved_with_edits_sends_the_edited_summary_once(cli, state_dir):
+    """An edit of a ``send_summary`` call: the model is told to call ``send_summary`` again (not
+    ``publish_draft``, which this task would never run), with exactly the edited text; one entry,
+    ``send_summary``'s, carrying the edit; the same decision again adds nothing."""
+    from agent.publisher import edit_message
+
+    assert edit_message("T", "B", None, "send_summary").startswith(
+        "The reviewer approved this call only with edits, so it was not run: call send_summary once more")
+    assert cli("start", "--key", "e-1", "--title", "T", "--draft", "D.", "--action", "send_summary").code == 0
+    for _ in range(2):
+        r = cli("resume", "--task", "e-1", "--decision", "approve", "--edit-body", "Better.", "--json")
+        task = json.loads(r.out)
+        assert r.code == 0 and task["status"] == "completed", r.err
+        assert '"result": "sent"' in task["final_output"] and "send_summary answered" in task["final_output"]
+    entries = ledger_entries(state_dir)
+    assert [(e["idempotency_key"], e["action"]) for e in entries] == [("e-1", "send_summary")]
+    from state.schema import content_sha256
+    assert entries[0]["content_sha256"] == content_sha256("T", "Better.")
+
+
+def test_the_ledger_line_names_an_action_that_is_not_the_default(cli):
+    """``run.py ledger``: a ``send_summary`` entry names its action after the key; a
+    ``publish_draft`` entry (the default) prints as it always has."""
+    for key, action in (("l-1", "publish_draft"), ("l-2", "send_summary")):
+        assert cli("start", "--key", key, "--title", "T", "--draft", "D.", "--action", action).code == 0
+        assert cli("resume", "--task", key, "--decision", "approve").code == 0
+    lines = cli("ledger").out.splitlines()[1:]
+    assert lines[0].split("  ")[2:5] == ["l-1", "blog", "'T'"]
+    assert lines[1].split("  ")[2:6] == ["l-2", "send_summary", "blog", "'T'"]

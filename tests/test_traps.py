@@ -75,7 +75,8 @@ def test_product_refuses_a_renamed_tool_before_anything_runs(tmp_path):
     assert store.load("trap-c").status == "waiting_for_approval"
     with traps.renamed_in_code():  # the rename is undone on exit
         pass
-    assert [t.name for t in traps.application.APP.build_agent(traps.build_offline_model()).tools] == ["publish_draft"]
+    tools = traps.application.APP.build_agent(traps.build_offline_model()).tools
+    assert [t.name for t in tools] == ["publish_draft", "send_summary"]
 
 
 def test_traps_command_prints_both_sides_and_leaves_the_state_dir_alone(cli, state_dir):

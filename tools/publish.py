@@ -1,4 +1,4 @@
-"""The ``publish_draft`` tool: the one sensitive action, gated by a human.
+"""The ``publish_draft`` tool: the publisher's first sensitive action (its default), gated by a human.
 
 SDK: ``@function_tool(needs_approval=...)`` makes a call pause the run; the call appears in
 ``result.interruptions`` as a ``ToolApprovalItem`` and runs only after ``state.approve(item)``

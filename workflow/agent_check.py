@@ -5,12 +5,12 @@ in every process; only the run's state is saved. So before resuming, the saved d
 (:func:`describe`) is compared with the one in code: a renamed agent or tool, a changed schema,
 description, function or tool order, or a dropped ``needs_approval`` flag must stop the resume, not
 surprise it mid-run (:func:`drift`). :func:`check_agent` refuses an agent that must not run at all,
-and :func:`gated_tool` names the one tool whose effect the engine gates (``workflow.effect``).
+and :func:`gated_tool` names the tool whose effect a task gates (``workflow.effect``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from state.errors import Refused
 from state.schema import DEFAULT_CHANNEL, PREVIEW_CHANNEL, canonical_json, sha256_hex
@@ -45,13 +45,15 @@ def reachable_tools(agent: "Agent[Any]") -> list[Any]:
     return tools
 
 
-def gated_tool(agent: "Agent[Any]", action: str | None = None) -> Any:
+def gated_tool(agent: "Agent[Any]", action: str | None = None, channels: Sequence[str] = ()) -> Any:
     """The tool of ``agent`` whose calls a task gates, one of those declared through the effect
     gate (:mod:`workflow.effect`): the one named ``action`` (the task's action, named at start,
     else ``Application.action``), or with ``action`` None the agent's first one (in
     :func:`reachable_tools` order). Its name is the task's ``action``: a task keeps one ledger entry
     per call of exactly that tool, and a call of any other tool is never run in it. Raises
-    :class:`Refused` (nothing run, nothing saved) if the agent has none, or none of that name."""
+    :class:`Refused` (nothing run, nothing saved) if the agent has none, or none of that name, or
+    if ``channels`` (a new task's) are several and the tool takes no ``channel`` argument: its
+    calls could not say which channel each is for, so no approval could ever be run."""
     found = [tool for tool in reachable_tools(agent) if is_effectful(tool)]
     named = [t for t in found if action is None or getattr(t, "name", None) == action]
     if not named:
@@ -59,6 +61,10 @@ def gated_tool(agent: "Agent[Any]", action: str | None = None) -> Any:
         wanted = f" named {action!r}" if action is not None else ""
         raise Refused("agent", f"the agent must have a tool{wanted} declared with an effect (found: "
                       f"{names}); nothing run, nothing saved")
+    properties = (getattr(named[0], "params_json_schema", None) or {}).get("properties") or {}
+    if len(channels) > 1 and "channel" not in properties:
+        raise Refused("agent", f"tool {named[0].name!r} takes no channel argument, so a task for several "
+                      f"channels ({', '.join(channels)}) could not route its calls; nothing run, nothing saved")
     return named[0]
 
 

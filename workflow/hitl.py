@@ -75,7 +75,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     guard = BudgetGuard(budget, Pricing(spec, budget))
     agent = app.agent(spec, guard, model)
     check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
-    tool = gated_tool(agent, action or app.action)  # the tool with an effect: the task's action
+    tool = gated_tool(agent, action or app.action, channels)  # the tool with an effect: the action
     action = tool.name
     service = guards.service_url(tool)  # the service it calls, if any (workflow/external.py)
     store.check_writable(task_id)  # hostile files, a damaged key or state.id: nothing written
