@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", required=True, type=A.text("draft", MAX_DRAFT_CHARS, False))
     p.add_argument("--title", default=DEFAULT_TITLE, type=A.text("title", MAX_TITLE_CHARS, True))
     p.add_argument("--key", type=A.key, help="idempotency key, also the task ID (default: generated)")
-    p.add_argument("--action", type=A.text("--action", 64, True), help="the tool with an effect this task gates: "
-                   "publish_draft (default) or send_summary")
+    p.add_argument("--action", type=A.nonempty(A.text("--action", 64, True)),
+                   help="the tool with an effect this task gates: publish_draft (default) or send_summary")
     p.add_argument("--by", type=A.text("--by", MAX_NAME_CHARS, True), help="who asks (team mode: your token's name)")
     p.add_argument("--channel", type=A.channel, action="append", dest="channels", help="repeatable; default blog")
     p.add_argument("--model", type=A.nonempty(A.text("--model", 200, True)),

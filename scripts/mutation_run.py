@@ -687,7 +687,13 @@ MUTANTS: list[Mutant] = [
       '    "-":\n', FAIL_CLOSED),
     # review asks once for a task waiting at several calls: the answer cannot say which call
     m("review-asks-once-for-several-calls", "workflow/review/inbox.py",
-      "        several = len(cp.pending) > 1\n", "        several = False\n", "tests/test_observability.py"),
+      "        several = len(cp.pending) > 1 and bool(asked)", "        several = False and bool(asked)",
+      "tests/test_observability.py"),
+    # review decides without naming the call it showed: a call the model asked for since is taken
+    p("review-names-no-call", "workflow/review/inbox.py",
+      "                result = decide(cp.task_id, action, reason, p.call_id)\n",
+      "                result = decide(cp.task_id, action, reason, p.call_id if several else None)\n",
+      "tests/test_observability.py"),
     # the edit of a send_summary call told as one of publish_draft: a call its task never runs
     m("edit-message-names-the-default-tool", "agent/application.py",
       '    return edit_message(content["title"], content["body"], channel, tool)\n',

@@ -21,8 +21,8 @@ def reset() -> None:
 
 
 def note(task_id: str, what: str) -> None:
-    """Record that this command changed ``what`` (a short phrase, e.g. ``"published it (ledger
-    entry written)"``) for ``task_id``."""
+    """Record that this command changed ``what`` (a short phrase, e.g. ``"ran publish_draft
+    (ledger entry written)"``) for ``task_id``."""
     _done.append((task_id, what))
 
 
@@ -38,7 +38,7 @@ NOT_BY_REPEATING = frozenset({"in_doubt", "effect_conflict"})
 
 
 def summary(hint: Callable[[Next], str] = lambda step: "", code: str | None = None) -> str | None:
-    """``already done: task t-1: published it (ledger entry written), …; to finish, run the same
+    """``already done: task t-1: ran publish_draft (ledger entry written), …; to finish, run the same
     command again``, or None if this command changed nothing. ``hint`` words the next step where
     each task stands is explained (``Next("doctor_explains")``; the command line's
     ``cli.hints.hint`` adds `` (python run.py doctor explains where each task stands)``)."""

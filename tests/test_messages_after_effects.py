@@ -28,13 +28,13 @@ def _fail_at(monkeypatch, name: str, exc: BaseException) -> None:
 
 @pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device"),
                                  Refused("a check failed")], ids=["disk-full", "stopped"])
-def test_a_failure_after_the_ledger_entry_says_it_was_published(cli, state_dir, monkeypatch, exc):
+def test_a_failure_after_the_ledger_entry_says_the_action_ran(cli, state_dir, monkeypatch, exc):
     assert cli("start", "--key", KEY, "--title", "T", "--draft", "D").code == 0
     _fail_at(monkeypatch, "checkpoint:outcome:before", exc)
     r = cli("resume", "--task", KEY, "--decision", "approve")
     r.assert_stopped()
     assert f"already done: task {KEY}: checkpoint saved at revision 2 (waiting_for_approval), " \
-           f"task {KEY}: published it (ledger entry written)" in r.err, r.err
+           f"task {KEY}: ran publish_draft (ledger entry written)" in r.err, r.err
     assert r.err.rstrip().endswith("; to finish, run the same command again (python run.py doctor explains "
                                    "where each task stands)") and "nothing is half-written" not in r.err
     assert len(ledger_entries(state_dir)) == 1

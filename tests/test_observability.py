@@ -299,7 +299,8 @@ def _decide(state_dir, by="rita"):
     from state.files.store import Store
 
     store = Store(state_dir)
-    return lambda t, d, r: commands.decide(store, t, d, r, by=by, trace_content=False).to_json()
+    return lambda t, d, r, call=None: commands.decide(store, t, d, r, by=by, call_id=call,
+                                                      trace_content=False).to_json()
 
 
 def test_review_walks_waiting_tasks_approve_reject_skip(cli, state_dir):
@@ -619,6 +620,66 @@ def test_review_counts_a_refused_answer_as_refused_not_decided(cli, state_dir, m
     out = capsys.readouterr().out
     assert "STOPPED: task r-1 changed on disk since it was shown" in out
     assert out.rstrip().splitlines()[-1] == "reviewed: 1 decided, 1 refused, 1 still waiting"
+
+
+def test_review_asks_once_for_a_task_whose_calls_all_have_their_decision(cli, state_dir):
+    """A task with two calls whose run stopped once both had their decision (a crash right after
+    the decision was saved): nothing is left to answer call by call, so ``review`` shows the calls
+    and asks once, and the same decision again finishes the run: both published, once."""
+    from conftest import run_subprocess
+    from state.files.store import Store
+    from workflow.review.inbox import review
+
+    two = ["--draft", "Two channels", "--channel", "blog", "--channel", "news", "--json"]
+    blog = cli("start", "--key", "r-1", *two).json()["pending"][0]["call_id"]
+    crashed = run_subprocess(state_dir, "resume", "--task", "r-1", "--call", blog, "--decision", "approve",
+                             "--always", env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert crashed.code == 86, crashed.err
+    task = cli("status", "--task", "r-1", "--json").json()
+    assert task["status"] == "waiting_for_approval" and len(task["pending"]) == 2
+    ask, prompts = _scripted(["a"])
+    said: list[str] = []
+    out = review(Store(state_dir), ask=ask, say=said.append, decide=_decide(state_dir))
+    assert len(prompts) == 1 and out["reviewed"] == [{"task_id": "r-1", "action": "approve", "status": "completed"}]
+    assert sorted(e["channel"] for e in ledger_entries(state_dir)) == ["blog", "news"]
+
+
+def test_review_decides_the_call_it_showed_never_one_the_model_asked_for_after(cli, state_dir, monkeypatch):
+    """While the reviewer looks at a task's call, another process approves it, the call runs and
+    the model asks for another. The reviewer's reject then names the call shown: it is refused
+    (that call ran), and the model's new call, which nobody saw, is left waiting, undecided."""
+    import agent.models
+    from agents.testing import ModelStep, function_call
+    from state.files.store import Store
+    from workflow.review.inbox import review
+
+    offline = agent.models.offline_responder
+
+    def respond(call):
+        items = call.input if isinstance(call.input, list) else []
+        outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if len(outputs) == 1:  # the first call answered: ask again, a call nobody has seen
+            return ModelStep(output=[function_call("publish_draft", {"title": "T", "body": "D."},
+                                                   call_id="call_next")])
+        return offline(call)
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    shown = cli("start", "--key", "r-1", "--title", "T", "--draft", "D.", "--json").json()["pending"][0]["call_id"]
+    answers = iter(["r", "Not this one."])
+
+    def ask(prompt):
+        if prompt.startswith("  approve / reject"):  # meanwhile, someone else approves the call shown
+            assert cli("resume", "--task", "r-1", "--decision", "approve", "--by", "bob").code == 0
+        return next(answers)
+
+    said: list[str] = []
+    out = review(Store(state_dir), ask=ask, say=said.append, decide=_decide(state_dir))
+    assert "error" in out["reviewed"][0] and f"call_id: {shown}" in "\n".join(said)
+    task = cli("status", "--task", "r-1", "--json").json()
+    assert task["status"] == "waiting_for_approval"
+    assert [p["call_id"] for p in task["pending"]] == ["call_next"]
+    assert all(d.get("call_id") != "call_next" for d in task.get("decisions", []))
+    assert len(ledger_entries(state_dir)) == 1
 
 
 def test_review_asks_each_call_of_a_task_with_several_channels_on_its_own(cli, state_dir, monkeypatch, capsys):

@@ -103,6 +103,8 @@ def test_the_command_line_starts_a_task_with_its_action(cli, state_dir):
     r.assert_stopped()
     assert "a tool named 'send_mail' declared with an effect (found: 'publish_draft', 'send_summary')" in r.err
     assert snapshot(state_dir) == before
+    r = cli("start", "--key", "a-4", "--title", "T", "--draft", "D.", "--action", " ")  # never the default
+    assert r.code == 2 and "argument --action: must not be empty" in r.err and snapshot(state_dir) == before
 
 
 def test_a_tool_without_a_channel_argument_is_refused_a_task_for_several_channels(cli, state_dir, tmp_path):
@@ -122,21 +124,24 @@ def test_a_tool_without_a_channel_argument_is_refused_a_task_for_several_channel
 def test_send_summary_approved_with_edits_sends_the_edited_summary_once(cli, state_dir):
     """An edit of a ``send_summary`` call: the model is told to call ``send_summary`` again (not
     ``publish_draft``, which this task would never run), with exactly the edited text; one entry,
-    ``send_summary``'s, carrying the edit; the same decision again adds nothing."""
+    ``send_summary``'s, carrying the edit (its hash and its title); the same decision again adds
+    nothing."""
     from agent.publisher import edit_message
 
     assert edit_message("T", "B", None, "send_summary").startswith(
         "The reviewer approved this call only with edits, so it was not run: call send_summary once more")
     assert cli("start", "--key", "e-1", "--title", "T", "--draft", "D.", "--action", "send_summary").code == 0
     for _ in range(2):
-        r = cli("resume", "--task", "e-1", "--decision", "approve", "--edit-body", "Better.", "--json")
+        r = cli("resume", "--task", "e-1", "--decision", "approve", "--edit-title", "New T", "--edit-body", "Better.",
+                "--json")
         task = json.loads(r.out)
         assert r.code == 0 and task["status"] == "completed", r.err
         assert '"result": "sent"' in task["final_output"] and "send_summary answered" in task["final_output"]
     entries = ledger_entries(state_dir)
     assert [(e["idempotency_key"], e["action"]) for e in entries] == [("e-1", "send_summary")]
     from state.schema import content_sha256
-    assert entries[0]["content_sha256"] == content_sha256("T", "Better.")
+    assert entries[0]["content_sha256"] == content_sha256("New T", "Better.")
+    assert entries[0]["title"] == "New T"  # the entry's label is the title as approved, not as asked
 
 
 def test_the_ledger_line_names_an_action_that_is_not_the_default(cli):

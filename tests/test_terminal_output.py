@@ -149,7 +149,7 @@ def test_a_resumed_run_asking_again_with_such_a_call_id_saves_no_new_call(cli, s
     r = cli("resume", "--task", "k-1", "--decision", "approve")
     line = _stopped_line(r)
     assert "is not a plain call ID" in line and "the new call was not saved" in line
-    assert "already done:" in line and "task k-1: published it (ledger entry written)" in line
+    assert "already done:" in line and "task k-1: ran publish_draft (ledger entry written)" in line
     status = cli("status", "--task", "k-1", "--json").json()
     assert [p["call_id"] for p in status["pending"]] == ["call_first"]
     saved = b"".join(p.read_bytes() for p in (state_dir / "checkpoints").rglob("*.json"))

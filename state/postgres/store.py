@@ -718,7 +718,7 @@ class PostgresStore:
                      entry.settled_by, entry.settle_reason, envelope))
             if cur.rowcount == 1:
                 failpoints.hit("ledger:record:after")
-                effects.note(task_id, "published it (ledger entry written)")
+                effects.note(task_id, f"ran {entry.action} (ledger entry written)")
                 return entry, True
             existing = self.ledger_get(key)
             if existing is None:

@@ -293,10 +293,12 @@ def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
     """Walk the waiting tasks: show tool, arguments and the draft; ask approve / reject / skip.
 
     ``ask(prompt) -> answer`` reads one line (``input`` in a terminal; scripted in tests);
-    ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason) -> task`` applies a decision
-    (``workflow.hitl.resume``); for a task waiting at several calls (one per channel) each call
-    still undecided is shown and asked on its own, and decided with
-    ``decide(task_id, decision, reason, call_id)``, until the task stops waiting. Answers:
+    ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason, call_id) -> task`` applies
+    a decision to the call shown (``workflow.hitl.resume``), never to one the model asked for
+    after it was shown; for a task waiting at several calls (one per channel) each call still
+    undecided is shown and asked on its own, until the task stops waiting; where every call has its
+    decision already (a run stopped after them), the calls are shown and asked once, for the
+    first call: the same decision again finishes the run. Answers:
     ``a``/``approve``, ``r``/``reject`` (then a reason, required), ``s``/``skip``, ``q``/``quit``.
     An overdue request cannot be approved (the refusal is shown and the question asked again). A
     ``Refused`` from ``decide`` is shown (its next steps worded by ``hint``, the caller's words for
@@ -320,11 +322,12 @@ def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
         say(f"[{n}/{len(tasks)}] task {one_line(cp.task_id)}  waiting {clock.human_age(task['age_s'])}"
             + ("  (EXPIRED: approve is refused)" if task["overdue"] else
                f"  (expires {cp.expires_at})" if cp.expires_at else ""))
-        several = len(cp.pending) > 1
-        asked = [p for p in cp.pending if not several or decision_of(cp, p.call_id) is None]
+        asked = [p for p in cp.pending if decision_of(cp, p.call_id) is None]
+        several = len(cp.pending) > 1 and bool(asked)  # else one call, or every call decided: ask once
         if not several:
             for p in cp.pending:
                 _show_call(say, p)
+            asked = cp.pending[:1]  # the first call (with its decision, the same again finishes the run)
         quit_now = False
         for p in asked:
             if several:
@@ -343,7 +346,7 @@ def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
                 reviewed.append({**item, "status": cp.status})
                 continue
             try:
-                result = decide(cp.task_id, action, reason, *((p.call_id,) if several else ()))
+                result = decide(cp.task_id, action, reason, p.call_id)
             except Refused as exc:
                 say(f"  STOPPED: {one_line(exc.render(hint))}")
                 reviewed.append({**item, "error": exc.render(hint)})
