@@ -689,6 +689,9 @@ MUTANTS: list[Mutant] = [
     m("review-asks-once-for-several-calls", "workflow/review/inbox.py",
       "        several = len(cp.pending) > 1 and bool(asked)", "        several = False and bool(asked)",
       "tests/test_observability.py"),
+    # start runs a turn's preview, then refuses the turn: an effect no saved task accounts for
+    m("start-turn-unchecked-before-its-tools-run", "workflow/hitl.py",
+      "on_turn=guards.check_start_turn)", "on_turn=None)", "tests/test_several_calls.py"),
     # review decides without naming the call it showed: a call the model asked for since is taken
     p("review-names-no-call", "workflow/review/inbox.py",
       "                result = decide(cp.task_id, action, reason, p.call_id)\n",

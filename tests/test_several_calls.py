@@ -164,6 +164,45 @@ def test_sticky_reject_cancels_the_rest_and_nothing_publishes(cli, state_dir):
     assert [d["source"] for d in done["decisions"]] == ["human", "sticky"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("other", ["send_summary", "another channel", "other content"])
+def test_a_start_turn_with_a_preview_and_a_call_start_refuses_runs_nothing(cli, state_dir, monkeypatch,
+                                                                           other, stream):
+    """The model's first turn asks for the preview (which runs without a human) and for a call
+    ``start`` refuses (another tool, a channel the task lacks, other content). ``start`` refuses
+    before any call of that turn runs: no ledger entry, nothing on disk, the key still free; the
+    same start with a well-behaved model then works."""
+    import agent.models
+    from agents.testing import ModelStep, function_call
+
+    offline = agent.models.offline_responder
+    draft = {"title": "T", "body": "A draft for several channels."}
+    bad = {"send_summary": ("send_summary", draft),
+           "another channel": ("publish_draft", {**draft, "channel": "news"}),
+           "other content": ("publish_draft", {**draft, "body": "Not the draft.", "channel": "blog"})}[other]
+
+    def respond(call):
+        items = call.input if isinstance(call.input, list) else []
+        if any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items):
+            return offline(call)
+        return ModelStep(output=[function_call("publish_draft", {**draft, "channel": "preview"}, call_id="call_pv"),
+                                 function_call(bad[0], bad[1], call_id="call_bad")])
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    args = ["start", "--key", KEY, "--title", "T", "--draft", draft["body"], "--channel", "blog",
+            "--channel", "preview", *(["--stream"] if stream else [])]
+    r = cli(*args)
+    if stream:  # the stream printed the model's turn as it came; the refusal is still one line
+        assert r.code == 1 and r.err.startswith("STOPPED: ") and r.err.count("\n") == 1, r.err
+    else:
+        r.assert_stopped()
+    assert "nothing saved" in r.err and "already done" not in r.err, r.err
+    assert ledger_entries(state_dir) == [] and not list(state_dir.rglob("*.json"))
+    monkeypatch.setattr(agent.models, "offline_responder", offline)
+    assert cli(*args).code == 0  # the key was never spent
+    assert [e["channel"] for e in ledger_entries(state_dir)] == ["preview"]
+
+
 def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
     task = _start(cli, "blog", "preview")
     assert [p["arguments"]["channel"] for p in task["pending"]] == ["blog"]
@@ -176,24 +215,32 @@ def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
 
 def test_a_preview_call_with_other_content_is_refused_though_it_needs_no_human(cli, state_dir, monkeypatch):
     """The private channel spares the human, not the content check: a preview call carrying
-    another body than the task's draft is refused by the tool, and nothing is published."""
-    from agents.testing import ModelStep, ScriptedModel, function_call
+    another body than the task's draft, asked after the approved blog call ran, is refused by the
+    tool, and nothing is previewed. (In ``start``'s first turn such a call is refused before any
+    call of the turn runs: ``test_a_start_turn_with_a_preview_and_a_call_start_refuses_runs_nothing``.)"""
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
     from conftest import use_app
 
     draft = "A draft for several channels."
 
     def respond(call):
-        return ModelStep(output=[
-            function_call("publish_draft", {"title": "T", "body": draft, "channel": "blog"}, call_id="c_blog"),
-            function_call("publish_draft", {"title": "T", "body": "Not the draft.", "channel": "preview"},
-                          call_id="c_preview")])
+        items = call.input if isinstance(call.input, list) else []
+        names = [i.get("name") for i in items if isinstance(i, dict) and i.get("type") == "function_call"]
+        if not names:
+            return ModelStep(output=[function_call("publish_draft", {"title": "T", "body": draft, "channel": "blog"},
+                                                   call_id="c_blog")])
+        if len(names) == 1:
+            return ModelStep(output=[function_call(
+                "publish_draft", {"title": "T", "body": "Not the draft.", "channel": "preview"}, call_id="c_preview")])
+        return ModelStep(output=[assistant_message("done")])
 
     use_app(monkeypatch, offline_model=lambda: ScriptedModel([ModelStep.respond(respond) for _ in range(4)]))
-    r = cli("start", "--key", KEY, "--title", "T", "--draft", draft, "--channel", "blog", "--channel", "preview")
-    r.assert_stopped()
-    assert "differs from the draft that was started and approved" in r.err, r.err
-    assert ledger_entries(state_dir) == []
+    assert cli("start", "--key", KEY, "--title", "T", "--draft", draft, "--channel", "blog",
+               "--channel", "preview").code == 0
+    r = cli("resume", "--task", KEY, "--decision", "approve", "--json")
+    assert "differs from the draft that was started and approved" in r.out + r.err, (r.out, r.err)
+    assert [e["channel"] for e in ledger_entries(state_dir)] == ["blog"]
 
 
 def test_a_task_with_only_the_preview_channel_is_refused_before_anything(cli, state_dir):

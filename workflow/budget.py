@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable
 
 from agents import ModelSettings, RunContextWrapper, RunHooks
 from agents.models.interface import Model
@@ -220,13 +220,22 @@ class BudgetGuard(RunHooks[Any]):
     Pass as ``Runner.run(..., hooks=guard)`` and wrap the model with :class:`BudgetedModel`.
     ``on_llm_start`` (SDK: called after the request is built, before it is sent) raises
     :class:`BudgetExceeded`; :attr:`cap` is then read by the model wrapper for the same call.
+    ``on_turn(context, response)``, if given, is called from ``on_llm_end`` (SDK: with each
+    ``ModelResponse``, before any tool of that turn runs) and may raise to stop the run there
+    (``workflow.guards.check_start_turn``).
     """
 
-    def __init__(self, budget: Budget, pricing: Pricing) -> None:
+    def __init__(self, budget: Budget, pricing: Pricing,
+                 on_turn: Callable[[RunContextWrapper[Any], Any], None] | None = None) -> None:
         self.budget = budget
         self.pricing = pricing
+        self.on_turn = on_turn
         self.cap: int | None = None
         self.caps: list[int] = []  # every cap applied in this process, in order (for the CLI/tests)
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Any, response: Any) -> None:
+        if self.on_turn is not None:
+            self.on_turn(context, response)
 
     async def on_llm_start(self, context: RunContextWrapper[Any], agent: Any,
                            system_prompt: str | None, input_items: list[Any]) -> None:

@@ -146,6 +146,14 @@ def as_sent(ctx: Any, arguments: dict[str, Any]) -> dict[str, Any]:
 
 #: Per action: the past participle its refusals use ("nothing was published").
 _DONE: dict[str, str] = {}
+#: Per action: the channels on which a call may run without a human (``private_channels``).
+_PRIVATE: dict[str, frozenset[str]] = {}
+
+
+def private_channels(action: str) -> frozenset[str]:
+    """The channels on which a call of the effect tool named ``action`` may run without a human
+    (its ``effect_tool(private_channels=…)``; empty for any other name)."""
+    return _PRIVATE.get(action, frozenset())
 
 
 def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
@@ -208,7 +216,7 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     defaults = {p.name: p.default for p in rest if p.default is not inspect.Parameter.empty}
     action = name or source.name
     _DONE[action] = done
-    private = frozenset(private_channels)
+    private = _PRIVATE[action] = frozenset(private_channels)
     run = _Runner(fn, action)
 
     def arguments_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

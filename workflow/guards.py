@@ -174,6 +174,35 @@ def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str
         seen.add(channel)
 
 
+def check_start_turn(context: Any, response: Any) -> None:
+    """``start``'s check of each model response, before any of its tools runs (the run's
+    ``BudgetGuard(on_turn=…)``): in a turn where a call of the task's action names one of its
+    private channels (which runs without a human: its effect happens in this very run), every call
+    of the turn must be one ``start`` accepts (:func:`check_draft_call`), else ``start`` would
+    refuse after that effect, leaving an effect no saved task accounts for. Raises
+    :class:`Refused` (nothing run, nothing saved)."""
+    from workflow.effect import private_channels
+
+    task = getattr(context, "context", None)
+    if not isinstance(task, dict) or not isinstance(task.get("action"), str):
+        return
+    action = task["action"]
+    asked = []
+    for item in getattr(response, "output", None) or []:
+        if getattr(item, "type", None) != "function_call":
+            continue
+        try:
+            arguments = json.loads(getattr(item, "arguments", None) or "{}")
+        except ValueError:
+            arguments = None
+        asked.append({"call_id": getattr(item, "call_id", None), "tool": getattr(item, "name", None),
+                      "arguments": arguments if isinstance(arguments, dict) else {}})
+    private = private_channels(action)
+    if any(c["tool"] == action and c["arguments"].get("channel") in private for c in asked):
+        check_call_ids(asked, "nothing saved")
+        check_draft_call(asked, task["content_sha256"], task["channels"], action)
+
+
 def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: Any,
                            sha: str, channels: list[str], action: str) -> list[dict[str, Any]]:
     """The pending calls of a first run (``[{"call_id", "tool", "arguments"}]``), each an

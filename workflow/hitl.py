@@ -72,7 +72,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     channels = guards.task_channels(channels)
     spec = spec or ModelSpec()
     budget = budget or make_budget(spec)
-    guard = BudgetGuard(budget, Pricing(spec, budget))
+    guard = BudgetGuard(budget, Pricing(spec, budget), on_turn=guards.check_start_turn)
     agent = app.agent(spec, guard, model)
     check_agent(agent)  # duplicate tool names, an effect without approval: before any file or run
     tool = gated_tool(agent, action or app.action, channels)  # the tool with an effect: the action
