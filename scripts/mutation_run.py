@@ -692,6 +692,11 @@ MUTANTS: list[Mutant] = [
     # start runs a turn's preview, then refuses the turn: an effect no saved task accounts for
     m("start-turn-unchecked-before-its-tools-run", "workflow/hitl.py",
       "on_turn=guards.check_start_turn)", "on_turn=None)", "tests/test_several_calls.py"),
+    # start runs a turn that asks for the preview alone: the run goes on past its effect
+    m("start-turn-of-the-preview-alone-runs", GUARDS,
+      '        if all(c["arguments"].get("channel") in private for c in asked):\n',
+      '        if not asked and all(c["arguments"].get("channel") in private for c in asked):\n',
+      "tests/test_several_calls.py"),
     # review decides without naming the call it showed: a call the model asked for since is taken
     p("review-names-no-call", "workflow/review/inbox.py",
       "                result = decide(cp.task_id, action, reason, p.call_id)\n",

@@ -165,13 +165,14 @@ def test_sticky_reject_cancels_the_rest_and_nothing_publishes(cli, state_dir):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("other", ["send_summary", "another channel", "other content"])
+@pytest.mark.parametrize("other", ["send_summary", "another channel", "other content", "nothing else"])
 def test_a_start_turn_with_a_preview_and_a_call_start_refuses_runs_nothing(cli, state_dir, monkeypatch,
                                                                            other, stream):
     """The model's first turn asks for the preview (which runs without a human) and for a call
-    ``start`` refuses (another tool, a channel the task lacks, other content). ``start`` refuses
-    before any call of that turn runs: no ledger entry, nothing on disk, the key still free; the
-    same start with a well-behaved model then works."""
+    ``start`` refuses (another tool, a channel the task lacks, other content), or for nothing else
+    (so nothing would wait for a human, and the run would go on past the preview's effect).
+    ``start`` refuses before any call of that turn runs: no ledger entry, nothing on disk, the key
+    still free; the same start with a well-behaved model then works."""
     import agent.models
     from agents.testing import ModelStep, function_call
 
@@ -179,14 +180,15 @@ def test_a_start_turn_with_a_preview_and_a_call_start_refuses_runs_nothing(cli, 
     draft = {"title": "T", "body": "A draft for several channels."}
     bad = {"send_summary": ("send_summary", draft),
            "another channel": ("publish_draft", {**draft, "channel": "news"}),
-           "other content": ("publish_draft", {**draft, "body": "Not the draft.", "channel": "blog"})}[other]
+           "other content": ("publish_draft", {**draft, "body": "Not the draft.", "channel": "blog"}),
+           "nothing else": None}[other]
 
     def respond(call):
         items = call.input if isinstance(call.input, list) else []
         if any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items):
             return offline(call)
-        return ModelStep(output=[function_call("publish_draft", {**draft, "channel": "preview"}, call_id="call_pv"),
-                                 function_call(bad[0], bad[1], call_id="call_bad")])
+        preview = function_call("publish_draft", {**draft, "channel": "preview"}, call_id="call_pv")
+        return ModelStep(output=[preview, *([function_call(bad[0], bad[1], call_id="call_bad")] if bad else [])])
 
     monkeypatch.setattr(agent.models, "offline_responder", respond)
     args = ["start", "--key", KEY, "--title", "T", "--draft", draft["body"], "--channel", "blog",

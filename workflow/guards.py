@@ -178,9 +178,10 @@ def check_start_turn(context: Any, response: Any) -> None:
     """``start``'s check of each model response, before any of its tools runs (the run's
     ``BudgetGuard(on_turn=…)``): in a turn where a call of the task's action names one of its
     private channels (which runs without a human: its effect happens in this very run), every call
-    of the turn must be one ``start`` accepts (:func:`check_draft_call`), else ``start`` would
-    refuse after that effect, leaving an effect no saved task accounts for. Raises
-    :class:`Refused` (nothing run, nothing saved)."""
+    of the turn must be one ``start`` accepts (:func:`check_draft_call`), and one of them must wait
+    for a human (a call on a public channel), else ``start`` would refuse after that effect (or
+    after a later turn), leaving an effect no saved task accounts for. Raises :class:`Refused`
+    (nothing run, nothing saved)."""
     from workflow.effect import private_channels
 
     task = getattr(context, "context", None)
@@ -201,6 +202,10 @@ def check_start_turn(context: Any, response: Any) -> None:
     if any(c["tool"] == action and c["arguments"].get("channel") in private for c in asked):
         check_call_ids(asked, "nothing saved")
         check_draft_call(asked, task["content_sha256"], task["channels"], action)
+        if all(c["arguments"].get("channel") in private for c in asked):
+            raise Refused("agent", f"the agent asked for {action} on {', '.join(sorted(private))} alone, which "
+                          f"needs no human, and for none of the task's other channels in the same turn; "
+                          f"nothing run, nothing saved")
 
 
 def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: Any,
