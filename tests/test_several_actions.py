@@ -153,3 +153,18 @@ def test_the_ledger_line_names_an_action_that_is_not_the_default(cli):
     lines = cli("ledger").out.splitlines()[1:]
     assert lines[0].split("  ")[2:5] == ["l-1", "blog", "'T'"]
     assert lines[1].split("  ")[2:6] == ["l-2", "send_summary", "blog", "'T'"]
+
+
+def test_a_task_whose_action_is_none_of_the_agents_effect_tools_is_refused(cli, state_dir):
+    """A checkpoint (re-signed) whose action names no tool of today's agent: resume stops, naming
+    both the task's action and every tool with an effect the agent has; nothing changed."""
+    from conftest import checkpoint_file, resign
+
+    assert cli("start", "--key", "n-1", "--title", "T", "--draft", "D.").code == 0
+    resign(state_dir, checkpoint_file(state_dir, "n-1"), lambda d: d.update(action="send_mail"))
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", "n-1", "--decision", "approve")
+    r.assert_stopped()
+    assert ("task n-1: its action is send_mail, which is not one of the agent's tools with an effect "
+            "(publish_draft, send_summary)") in r.err, r.err
+    assert snapshot(state_dir) == before

@@ -334,9 +334,12 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
     try:
         tool = gated_tool(agent, cp.action)  # the action the task was started with
     except Refused:  # no such tool any more (or a file that names another action)
-        found = gated_tool(agent).name  # the agent's first tool with an effect (raises if none)
-        raise Refused("drift", f"task {cp.task_id}: its action is {cp.action}, but the agent's gated tool is "
-                      f"{found}") from None
+        from workflow.agent_check import reachable_tools
+        from workflow.effect import is_effectful
+
+        found = ", ".join(t.name for t in reachable_tools(agent) if is_effectful(t)) or "none"
+        raise Refused("drift", f"task {cp.task_id}: its action is {one_line(cp.action)}, which is not one of "
+                      f"the agent's tools with an effect ({found})") from None
     url = service_url(tool)
     if url != cp.service:  # before any request: the task is published where it was started
         where = {None: "the local ledger (no service)"}
