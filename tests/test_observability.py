@@ -622,6 +622,20 @@ def test_review_counts_a_refused_answer_as_refused_not_decided(cli, state_dir, m
     assert out.rstrip().splitlines()[-1] == "reviewed: 1 decided, 1 refused, 1 still waiting"
 
 
+def test_review_breaks_the_draft_only_at_a_newline_and_shows_other_separators_escaped(cli, state_dir):
+    """A draft holding U+2028 (LINE SEPARATOR, which the command line accepts) is one line in
+    ``review``, the separator escaped as ``status`` shows it, never a line break the draft does
+    not have; a newline still breaks it, and a last newline adds no empty line."""
+    from state.files.store import Store
+    from workflow.review.inbox import review
+
+    _start(cli, key="r-1", draft="one\u2028two\nthree\n")
+    said: list[str] = []
+    review(Store(state_dir), ask=_scripted(["s"])[0], say=said.append, decide=_decide(state_dir))
+    shown = [line for text in said for line in text.split("\n") if line.startswith("    | ")]
+    assert shown == ["    | one\\u2028two", "    | three"], shown
+
+
 def test_review_asks_once_for_a_task_whose_calls_all_have_their_decision(cli, state_dir):
     """A task with two calls whose run stopped once both had their decision (a crash right after
     the decision was saved): nothing is left to answer call by call, so ``review`` shows the calls

@@ -285,7 +285,8 @@ def _show_call(say: Say, p: Any) -> None:
     body = p.arguments.get("body")
     if body is not None:
         say("  draft:")
-        say("\n".join("    | " + one_line(line) for line in str(body).splitlines() or [""]))
+        lines = str(body).removesuffix("\n").split("\n")  # only a newline breaks a line: U+2028
+        say("\n".join("    | " + one_line(line) for line in lines))  # and the like are shown escaped
 
 
 def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
