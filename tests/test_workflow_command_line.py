@@ -49,6 +49,17 @@ def test_the_json_is_run_pys_for_the_same_store_and_neither_sdk_nor_application_
                                                                      if k not in drop}
 
 
+@pytest.mark.parametrize("command", [["list"], ["ledger"], ["doctor"], ["status"]])
+def test_a_store_folder_that_does_not_exist_is_refused_not_read_as_empty(tmp_path, command):
+    """``--store`` naming no folder (a typo) is one ``STOPPED:`` line, exit 1, and creates
+    nothing, never an empty ledger or list printed as if the store were empty."""
+    missing = tmp_path / "nope"
+    r = workflow_cli(missing, *command)
+    assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.startswith(f"STOPPED: no store at {str(missing)!r}: no such folder; nothing read")
+    assert not missing.exists()
+
+
 def test_ledger_names_each_entrys_action(state_dir, two_tasks):
     out = workflow_cli(state_dir, "ledger").stdout
     assert out.splitlines()[0].endswith("(1 entry)")

@@ -168,6 +168,11 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
     from workflow.api import open_store
     from workflow.review import inbox
 
+    if args.store and not args.store.startswith(("postgresql://", "postgres://")):
+        from pathlib import Path
+
+        if not Path(args.store).is_dir():  # a typo must not read as an empty store
+            raise Refused("usage", f"no store at {one_line(args.store)!r}: no such folder; nothing read")
     store = open_store(args.store)
     if args.command == "list":
         view = inbox.inbox_view(store, args.status)
