@@ -697,6 +697,10 @@ MUTANTS: list[Mutant] = [
       '        if all(c["arguments"].get("channel") in private for c in asked):\n',
       '        if not asked and all(c["arguments"].get("channel") in private for c in asked):\n',
       "tests/test_several_calls.py"),
+    # a retry naming the revision seen passes over another reviewer's decision made meanwhile
+    p("retry-passes-over-another-reviewers-decision", GUARDS,
+      "        if mine is not None and mine.by == by:\n", "        if mine is not None:\n",
+      "tests/test_application.py"),
     # review decides without naming the call it showed: a call the model asked for since is taken
     p("review-names-no-call", "workflow/review/inbox.py",
       "                result = decide(cp.task_id, action, reason, p.call_id)\n",

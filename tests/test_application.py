@@ -95,6 +95,27 @@ def test_another_application_runs_its_own_action_to_one_ledger_entry(state_dir):
     assert [(e["idempotency_key"], e["action"]) for e in ledger_entries(state_dir)] == [("n-1", "send_note")]
 
 
+@pytest.mark.parametrize("word", ["approve", "reject"])
+def test_a_retry_with_the_revision_seen_gets_the_task_only_when_the_decision_on_record_is_the_callers(
+        state_dir, word):
+    """A request that named the revision it saw, retried after its answer was lost: the same
+    reviewer's same decision gets the task as it is, never a "look again" for their own change;
+    another reviewer's decision made meanwhile is still a revision they did not see, refused."""
+    from workflow import Approve, Reject, decide
+
+    store = Store(state_dir)
+    seen = _start(store).revision
+    value = Approve() if word == "approve" else Reject(message="No.")
+    done = asyncio.run(decide(store, NOTES, "n-1", value, by="ann", expect_revision=seen))
+    again = asyncio.run(decide(store, NOTES, "n-1", value, by="ann", expect_revision=seen))
+    assert again.status == done.status == ("completed" if word == "approve" else "cancelled")
+    assert again.revision == done.revision
+    with pytest.raises(Refused, match=r"changed since the page was rendered \(revision 1, now 3\)") as exc:
+        asyncio.run(decide(store, NOTES, "n-1", value, by="bob", expect_revision=seen))
+    assert exc.value.code == "stale_revision"
+    assert len(ledger_entries(state_dir)) == (1 if word == "approve" else 0)
+
+
 def test_another_applications_reject_reaches_its_model_and_runs_nothing(state_dir):
     store = Store(state_dir)
     _start(store)

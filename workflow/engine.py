@@ -128,7 +128,7 @@ class Engine:
         if expect_revision is not None:
             from workflow import guards  # with the SDK: a page or caller that names its revision
 
-            guards.check_revision(checked[0], expect_revision)
+            guards.check_revision(checked[0], expect_revision, None, call_id, who, checked[1])
         judged = Judged(task_id=task_id, decision=decision, by=who, reason=reason, call_id=call_id,
                         always=always, edit=edit, expect_revision=expect_revision, checked=checked)
         # decide takes this very value, and decides from a copy of it no caller holds

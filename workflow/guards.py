@@ -355,13 +355,16 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
 
 
 def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None,
-                   call_id: str | None = None) -> None:
+                   call_id: str | None = None, by: str | None = None, verdict: Any = None) -> None:
     """Refuse a decision made on a view of ``cp`` rendered at revision ``expected`` (e.g. the inbox
     page's form) when the checkpoint has moved on since (another reviewer, the CLI, an expiry).
     ``None``: the caller saw no particular revision (the CLI), nothing to check. Raises
     :class:`Refused`; called under the task lock, right after the load, so nothing was decided.
     Revisions that only recorded other reviewers' approvals toward a quorum
     (:func:`workflow.team.only_approvals_since`) do not count: the page still shows what is decided.
+    Nor do the revisions of ``by``'s own decision when this one repeats it (``verdict`` of the
+    decision table ``unchanged``, the decision on record ``by``'s): a retry of a request whose
+    answer was lost gets the task, as the same command again does, not a "look again".
 
     In a task whose model proposes the arguments (:meth:`state.schema.Checkpoint.proposed`) an
     approval (``want``) of a waiting call must say which call it saw: its ``call_id``, or the
@@ -375,6 +378,10 @@ def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None
                                 "names the call it approves, as shown", Next(
                                     "name_call", cp.task_id, plain="; give its call ID, or the revision you saw")])
 
+    if getattr(verdict, "kind", None) == "unchanged" and by is not None:
+        mine = calls.decision_of(cp, call_id) if call_id is not None else cp.decision
+        if mine is not None and mine.by == by:
+            return
     if expected is not None and cp.revision != expected and not only_approvals_since(cp, expected):
         raise Refused("stale_revision", f"task {cp.task_id}: the task changed since the page was rendered (revision "
                       f"{expected}, now {cp.revision}); nothing was decided: look again")

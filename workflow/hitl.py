@@ -138,7 +138,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         guards.check_saved_against_code(cp, agent, app)
     async with guards.task_lock(store, task_id) as held:  # awaited: the loop goes on meanwhile
         cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)
-        guards.check_revision(cp, expect_revision, want, call_id)  # on what is still there
+        guards.check_revision(cp, expect_revision, want, call_id, by, verdict)  # on what is there
         if verdict.kind == "unchanged":
             return cp
         call_id = calls.target(cp, call_id)
