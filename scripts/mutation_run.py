@@ -701,6 +701,14 @@ MUTANTS: list[Mutant] = [
     p("retry-passes-over-another-reviewers-decision", GUARDS,
       "        if mine is not None and mine.by == by:\n", "        if mine is not None:\n",
       "tests/test_application.py"),
+    # a preview turn holding a secret runs its preview; the save then refuses the turn
+    m("start-turn-secret-found-after-the-preview", GUARDS,
+      "        if name is not None:\n            raise Refused(\"secret\", f\"the agent's turn",
+      "        if False:\n            raise Refused(\"secret\", f\"the agent's turn", "tests/test_several_calls.py"),
+    # a preview turn too large to save runs its preview; the save then refuses the checkpoint
+    p("start-turn-size-found-after-the-preview", GUARDS,
+      "        if TURN_TO_CHECKPOINT * len(text) > MAX_CHECKPOINT_BYTES:\n",
+      "        if TURN_TO_CHECKPOINT * len(text) > 4 * MAX_CHECKPOINT_BYTES:\n", "tests/test_several_calls.py"),
     # review decides without naming the call it showed: a call the model asked for since is taken
     p("review-names-no-call", "workflow/review/inbox.py",
       "                result = decide(cp.task_id, action, reason, p.call_id)\n",

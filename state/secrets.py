@@ -340,6 +340,12 @@ def redact_checkpoint(body: dict[str, Any], *, min_chars: int = MIN_CHARS) -> di
     return out
 
 
+def secret_in(text: str) -> str | None:
+    """The name of the secret variable whose value (:data:`MIN_CHARS`+ characters, any escaped
+    form) ``text`` holds, or None."""
+    return _Finder(named(MIN_CHARS)).find(text) if text else None
+
+
 def check_input(what: str | Sequence[Part], value: str | None) -> None:
     """Raise :class:`Refused` if ``value`` (user input: task ID, title, draft, reason, reviewer
     name) holds the value of a secret variable (:data:`MIN_CHARS`+ characters, any escaped form).

@@ -215,6 +215,35 @@ def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
     assert _keys(state_dir) == [f"{KEY}#preview"]
 
 
+@pytest.mark.parametrize("what", ["a secret", "too large"])
+def test_a_start_turn_with_a_preview_that_could_not_be_saved_runs_nothing(cli, state_dir, monkeypatch, what):
+    """A turn that asks for the preview and blog, as it should, but holds what the save would
+    refuse after the preview ran: a secret's value in a field no redaction may touch (a call ID),
+    or so much text that its checkpoint could not be written. ``start`` refuses it before any call
+    runs: no ledger entry, nothing on disk."""
+    import agent.models
+    from agents.testing import ModelStep, assistant_message, function_call
+
+    secret = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    draft = {"title": "T", "body": "A draft for several channels."}
+    blog_id = secret if what == "a secret" else "call_blog"
+    extra = [assistant_message("x" * 600_000)] if what == "too large" else []
+
+    def respond(call):
+        return ModelStep(output=[*extra, function_call("publish_draft", {**draft, "channel": "preview"},
+                                                       call_id="call_pv"),
+                                 function_call("publish_draft", {**draft, "channel": "blog"}, call_id=blog_id)])
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    r = cli("start", "--key", KEY, "--title", "T", "--draft", draft["body"], "--channel", "blog",
+            "--channel", "preview")
+    r.assert_stopped()
+    said = ("holds the value of OPENAI_API_KEY" if what == "a secret" else "its checkpoint could not be saved")
+    assert said in r.err and "nothing run, nothing saved" in r.err and secret not in r.err, r.err
+    assert ledger_entries(state_dir) == [] and not list(state_dir.rglob("*.json"))
+
+
 def test_a_preview_call_with_other_content_is_refused_though_it_needs_no_human(cli, state_dir, monkeypatch):
     """The private channel spares the human, not the content check: a preview call carrying
     another body than the task's draft, asked after the approved blog call ran, is refused by the

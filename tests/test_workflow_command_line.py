@@ -56,8 +56,25 @@ def test_a_store_folder_that_does_not_exist_is_refused_not_read_as_empty(tmp_pat
     missing = tmp_path / "nope"
     r = workflow_cli(missing, *command)
     assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
-    assert r.stderr.startswith(f"STOPPED: no store at {str(missing)!r}: no such folder; nothing read")
+    assert r.stderr.startswith(f"STOPPED: no store at {str(missing)!r}: no such folder, and not a "
+                               "postgresql:// URL; nothing read")
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("store", ["POSTGRESQL://u:hunter2pass@localhost/db", "postgresql:/u:hunter2pass@h/db"])
+def test_a_store_that_is_neither_a_folder_nor_a_url_is_refused_without_repeating_it(tmp_path, store):
+    """A mistyped URL may hold a password: the refusal names no part of it."""
+    r = workflow_cli(Path(store), "ledger", cwd=tmp_path)
+    assert r.returncode == 1 and "hunter2pass" not in r.stderr + r.stdout
+    assert r.stderr.startswith("STOPPED: no store at the --store given: no such folder, and not a postgresql:// URL")
+
+
+def test_an_empty_store_is_a_usage_error_never_the_default_store(tmp_path):
+    """``--store "$UNSET"``: a usage error, never ``$HITL_STATE_DIR`` or ``.cache`` read instead."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HITL_", "OPENAI_"))}
+    r = subprocess.run([sys.executable, "-m", "workflow", "--store", "", "ledger"], capture_output=True, text=True,
+                       encoding="utf-8", env={**env, "PYTHONPATH": str(ROOT)}, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and "argument --store: must not be empty" in r.stderr and r.stdout == ""
 
 
 def test_ledger_names_each_entrys_action(state_dir, two_tasks):

@@ -39,7 +39,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser(prog=PROGRAM, description="Read any application's store: tasks, "
                                      "receipts, the ledger and the doctor's report. Writes nothing.")
-    parser.add_argument("--store", help="a folder (the file store) or a postgresql:// URL (default: "
+    parser.add_argument("--store", type=_nonempty, help="a folder (the file store) or a postgresql:// URL (default: "
                         "$HITL_STORE_URL, else $HITL_STATE_DIR, else .cache)")
     sub = parser.add_subparsers(dest="command", required=True)
     listed = sub.add_parser("list", help="every task, waiting ones first")
@@ -52,6 +52,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     for command in sub.choices.values():
         command.add_argument("--json", action="store_true", help="print one JSON object")
     return parser.parse_args(argv)
+
+
+def _nonempty(value: str) -> str:
+    """``--store``: not empty (an unset variable must not fall back to another store)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
 
 
 def task_key(value: str) -> str:
@@ -172,7 +179,10 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
         from pathlib import Path
 
         if not Path(args.store).is_dir():  # a typo must not read as an empty store
-            raise Refused("usage", f"no store at {one_line(args.store)!r}: no such folder; nothing read")
+            url_like = "://" in args.store or "@" in args.store  # never repeated: it may hold a password
+            shown = "the --store given" if url_like else repr(one_line(args.store))
+            raise Refused("usage", f"no store at {shown}: no such folder, and not a postgresql:// URL; "
+                          "nothing read")
     store = open_store(args.store)
     if args.command == "list":
         view = inbox.inbox_view(store, args.status)

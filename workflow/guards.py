@@ -22,7 +22,8 @@ from workflow.agent_check import describe, drift, gated_tool
 from state import clock, open_stores, secrets
 from state.clock import now_iso
 from state.errors import Next, Refused
-from state.schema import (MAX_CHANNELS, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION, UNNAMED_CHANNEL,
+from state.schema import (MAX_CHANNELS, MAX_CHECKPOINT_BYTES, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION,
+                          UNNAMED_CHANNEL,
                           Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint,
                           content_of, valid_channel, valid_content)
@@ -174,14 +175,24 @@ def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str
         seen.add(channel)
 
 
+#: How many times its JSON a ``start`` turn's checkpoint can be: the run state holds the turn's
+#: calls several times over, each a JSON text inside JSON (so escaped again), and the envelope
+#: holds them twice more. Measured at about 13.5 for drafts of emoji (the most escaping there is,
+#: ``\ud83d\ude00`` per character); 16 leaves a margin.
+TURN_TO_CHECKPOINT = 16
+
+
 def check_start_turn(context: Any, response: Any) -> None:
     """``start``'s check of each model response, before any of its tools runs (the run's
     ``BudgetGuard(on_turn=…)``): in a turn where a call of the task's action names one of its
     private channels (which runs without a human: its effect happens in this very run), every call
     of the turn must be one ``start`` accepts (:func:`check_draft_call`), and one of them must wait
     for a human (a call on a public channel), else ``start`` would refuse after that effect (or
-    after a later turn), leaving an effect no saved task accounts for. Raises :class:`Refused`
-    (nothing run, nothing saved)."""
+    after a later turn), leaving an effect no saved task accounts for. So must the refusals of the
+    save that are known from the turn already: it holds no secret's value (no field of it is
+    redacted then, so none can hold one that could not be), and it is small enough that the
+    checkpoint holding it fits (:data:`TURN_TO_CHECKPOINT` times its JSON, within
+    ``MAX_CHECKPOINT_BYTES``). Raises :class:`Refused` (nothing run, nothing saved)."""
     from workflow.effect import private_channels
 
     task = getattr(context, "context", None)
@@ -206,6 +217,15 @@ def check_start_turn(context: Any, response: Any) -> None:
             raise Refused("agent", f"the agent asked for {action} on {', '.join(sorted(private))} alone, which "
                           f"needs no human, and for none of the task's other channels in the same turn; "
                           f"nothing run, nothing saved")
+        items = [i.model_dump(mode="json") if hasattr(i, "model_dump") else i for i in response.output]
+        text = json.dumps(items, default=str)
+        name = secrets.secret_in(text)
+        if name is not None:
+            raise Refused("secret", f"the agent's turn holds the value of {name}, and it asks for a call that "
+                          f"runs without a human; nothing run, nothing saved")
+        if TURN_TO_CHECKPOINT * len(text) > MAX_CHECKPOINT_BYTES:
+            raise Refused("agent", f"the agent's turn is {len(text)} bytes of JSON: its checkpoint could not be "
+                          f"saved, and it asks for a call that runs without a human; nothing run, nothing saved")
 
 
 def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: Any,
