@@ -730,3 +730,4 @@ def test_review_asks_each_call_of_a_task_with_several_channels_on_its_own(cli, s
     out = capsys.readouterr().out
     assert len(prompts) == 1 and f"call_id: {pending[0]['call_id']}" not in out
     assert f"call_id: {pending[1]['call_id']}" in out
+    assert f"  call {pending[0]['call_id']} on blog: approved by " in out  # what was decided, shown first

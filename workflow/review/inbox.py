@@ -296,7 +296,8 @@ def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
     ``ask(prompt) -> answer`` reads one line (``input`` in a terminal; scripted in tests);
     ``say(text)`` prints; ``decide(task_id, "approve"|"reject", reason, call_id) -> task`` applies
     a decision to the call shown (``workflow.hitl.resume``), never to one the model asked for
-    after it was shown; for a task waiting at several calls (one per channel) each call still
+    after it was shown; each decision already on record is shown first (``call ID on channel:
+    approved by NAME``); for a task waiting at several calls (one per channel) each call still
     undecided is shown and asked on its own, until the task stops waiting; where every call has its
     decision already (a run stopped after them), the calls are shown and asked once, for the
     first call: the same decision again finishes the run. Answers:
@@ -323,6 +324,8 @@ def review(store: TaskStore, *, ask: Ask, say: Say, decide: Decide,
         say(f"[{n}/{len(tasks)}] task {one_line(cp.task_id)}  waiting {clock.human_age(task['age_s'])}"
             + ("  (EXPIRED: approve is refused)" if task["overdue"] else
                f"  (expires {cp.expires_at})" if cp.expires_at else ""))
+        for d in cp.decisions:  # what was decided on the task's calls so far, before anything is asked
+            say(f"  call {one_line(d.call_id)} on {one_line(d.channel)}: {d.decision} by {one_line(d.by)}")
         asked = [p for p in cp.pending if decision_of(cp, p.call_id) is None]
         several = len(cp.pending) > 1 and bool(asked)  # else one call, or every call decided: ask once
         if not several:
