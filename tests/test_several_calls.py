@@ -215,6 +215,27 @@ def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
     assert _keys(state_dir) == [f"{KEY}#preview"]
 
 
+def test_a_start_turn_whose_channel_is_not_text_is_refused_by_the_checks_not_a_crash(cli, state_dir, monkeypatch):
+    """A call naming ``channel: ["preview"]`` (any JSON value can come back from a model): the
+    turn check reads it as no private channel (never an unhashable-type failure), and ``start``
+    refuses the malformed call as it always has, nothing run, nothing saved."""
+    import agent.models
+    from agents.testing import ModelStep, function_call
+
+    draft = {"title": "T", "body": "A draft for several channels."}
+
+    def respond(call):
+        return ModelStep(output=[function_call("publish_draft", {**draft, "channel": ["preview"]}, call_id="c_pv"),
+                                 function_call("publish_draft", {**draft, "channel": "blog"}, call_id="c_blog")])
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    r = cli("start", "--key", KEY, "--title", "T", "--draft", draft["body"], "--channel", "blog",
+            "--channel", "preview")
+    r.assert_stopped()
+    assert "does not carry the content as given on one of the task's channels" in r.err, r.err
+    assert ledger_entries(state_dir) == [] and not list(state_dir.rglob("*.json"))
+
+
 @pytest.mark.parametrize("what", ["a secret", "too large"])
 def test_a_start_turn_with_a_preview_that_could_not_be_saved_runs_nothing(cli, state_dir, monkeypatch, what):
     """A turn that asks for the preview and blog, as it should, but holds what the save would

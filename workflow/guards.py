@@ -210,10 +210,15 @@ def check_start_turn(context: Any, response: Any) -> None:
         asked.append({"call_id": getattr(item, "call_id", None), "tool": getattr(item, "name", None),
                       "arguments": arguments if isinstance(arguments, dict) else {}})
     private = private_channels(action)
-    if any(c["tool"] == action and c["arguments"].get("channel") in private for c in asked):
+
+    def on_private(call: dict[str, Any]) -> bool:
+        channel = call["arguments"].get("channel")  # any JSON value: a list is no channel
+        return isinstance(channel, str) and channel in private
+
+    if any(c["tool"] == action and on_private(c) for c in asked):
         check_call_ids(asked, "nothing saved")
         check_draft_call(asked, task["content_sha256"], task["channels"], action)
-        if all(c["arguments"].get("channel") in private for c in asked):
+        if all(on_private(c) for c in asked):
             raise Refused("agent", f"the agent asked for {action} on {', '.join(sorted(private))} alone, which "
                           f"needs no human, and for none of the task's other channels in the same turn; "
                           f"nothing run, nothing saved")
