@@ -365,3 +365,32 @@ def test_an_approval_on_record_of_a_reviewer_removed_since_is_not_carried_out(st
     assert ledger_entries(state_dir) == [] and team.task()["status"] == "waiting_for_approval"
     r = team.run("carol", "fail", "--task", "t1", "--by", "carol", "--reason", "bob left", "--json")
     assert r.code == 0 and r.json()["status"] == "failed", r.err
+
+
+def test_a_retry_with_the_revision_seen_by_a_reviewer_whose_approval_counted_gets_the_task(team):
+    """alice's approval counts toward the quorum of two; bob's completes it. alice's request,
+    retried with the revision she saw (its answer lost), gets the task, completed, never a
+    "look again" for what she did; carol, who approved nothing, is still told it changed."""
+    import asyncio
+
+    from agent.application import APP
+    from state.errors import Refused
+    from state.store import open_store
+    from workflow import Approve, decide
+
+    assert team.run("ivy", "start", "--key", "t1", "--draft", "Published once.", "--json").code == 0
+    store = open_store(team.store[1] if team.store else None, str(team.state_dir))
+    try:
+        seen = store.load("t1").revision
+        mine = asyncio.run(decide(store, APP, "t1", Approve(), token=team.tokens["alice"], expect_revision=seen))
+        assert mine.status == "waiting_for_approval"
+        done = asyncio.run(decide(store, APP, "t1", Approve(), token=team.tokens["bob"],
+                                  expect_revision=mine.revision))
+        assert done.status == "completed"
+        again = asyncio.run(decide(store, APP, "t1", Approve(), token=team.tokens["alice"], expect_revision=seen))
+        assert again.status == "completed" and again.revision == done.revision
+        with pytest.raises(Refused) as exc:
+            asyncio.run(decide(store, APP, "t1", Approve(), token=team.tokens["carol"], expect_revision=seen))
+        assert exc.value.code == "stale_revision"
+    finally:
+        getattr(store, "close", lambda: None)()

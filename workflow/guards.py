@@ -388,8 +388,9 @@ def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None
     Revisions that only recorded other reviewers' approvals toward a quorum
     (:func:`workflow.team.only_approvals_since`) do not count: the page still shows what is decided.
     Nor do the revisions of ``by``'s own decision when this one repeats it (``verdict`` of the
-    decision table ``unchanged``, the decision on record ``by``'s): a retry of a request whose
-    answer was lost gets the task, as the same command again does, not a "look again".
+    decision table ``unchanged``, the decision on record ``by``'s, or in team mode an approval of
+    ``by`` counted toward it): a retry of a request whose answer was lost gets the task, as the
+    same command again does, not a "look again".
 
     In a task whose model proposes the arguments (:meth:`state.schema.Checkpoint.proposed`) an
     approval (``want``) of a waiting call must say which call it saw: its ``call_id``, or the
@@ -405,7 +406,9 @@ def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None
 
     if getattr(verdict, "kind", None) == "unchanged" and by is not None:
         mine = calls.decision_of(cp, call_id) if call_id is not None else cp.decision
-        if mine is not None and mine.by == by:
+        counted = mine is not None and any(a.by == by and a.call_id == mine.call_id  # toward its quorum
+                                           for a in getattr(cp, "approvals", None) or [])
+        if mine is not None and (mine.by == by or counted):
             return
     if expected is not None and cp.revision != expected and not only_approvals_since(cp, expected):
         raise Refused("stale_revision", f"task {cp.task_id}: the task changed since the page was rendered (revision "
