@@ -694,8 +694,8 @@ MUTANTS: list[Mutant] = [
       "on_turn=guards.check_start_turn)", "on_turn=None)", "tests/test_several_calls.py"),
     # start runs a turn that asks for the preview alone: the run goes on past its effect
     m("start-turn-of-the-preview-alone-runs", GUARDS,
-      '        if all(c["arguments"].get("channel") in private for c in asked):\n',
-      '        if not asked and all(c["arguments"].get("channel") in private for c in asked):\n',
+      '        if all(on_private(c) for c in asked):\n',
+      '        if not asked and all(on_private(c) for c in asked):\n',
       "tests/test_several_calls.py"),
     # a retry naming the revision seen passes over another reviewer's decision made meanwhile
     p("retry-passes-over-another-reviewers-decision", GUARDS,
