@@ -56,14 +56,18 @@ def parse_tool(message: str) -> str:
     these channels"), default ``publish_draft``."""
     first = message.split("\n", 1)[0]
     _, sep, rest = first.partition(" with ")
-    name = rest.split(" ", 1)[0] if sep else ""
-    return name if name.isidentifier() else "publish_draft"
+    return _tool_or_default(rest if sep else "")
 
 
 def _edited_tool(message: str) -> str:
     """The tool an answer to a call approved with edits (``agent.publisher.edit_message``) asks
     to be called again, default ``publish_draft``."""
-    name = message[len(EDIT_HEADER):].split(" ", 1)[0]
+    return _tool_or_default(message[len(EDIT_HEADER):])
+
+
+def _tool_or_default(text: str) -> str:
+    """The first word of ``text`` if it is a plain name (a tool's), else ``publish_draft``."""
+    name = text.split(" ", 1)[0]
     return name if name.isidentifier() else "publish_draft"
 
 

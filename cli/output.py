@@ -117,14 +117,16 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
             print(f"skipped (another process is working on them; run expire again): "
                   f"{', '.join(result['busy'])}")
     elif command == "ledger":
+        from agent.application import APP  # its default action, which a line leaves unnamed
+
         n = len(result["entries"])
         print(f"ledger: {one_line(result['path'])} ({n} {'entry' if n == 1 else 'entries'})")
         for e in result["entries"]:
             settled = f"  settled by {one_line(e['settled_by'])}" if e.get("settled_by") else ""
             pub = e["result"].get("id") if isinstance(e.get("result"), dict) else None
-            action = e.get("action") or "publish_draft"  # named when it is not the default
+            action = e.get("action") or APP.action  # named when it is not the default
             print(f"  {one_line(e['published_at'])}  {one_line(e['idempotency_key'])}  "
-                  + ("" if action == "publish_draft" else f"{one_line(action)}  ")
+                  + ("" if action == APP.action else f"{one_line(action)}  ")
                   + f"{one_line(e['channel'] or '(no channel)')}  {e['title']!r}  "
                   f"sha256(title+body)={e['content_sha256'][:12]}…"
                   + (f"  publication {one_line(pub)}" if isinstance(pub, str) else "") + settled)

@@ -355,9 +355,7 @@ def check_input(what: str | Sequence[Part], value: str | None) -> None:
     Such input would be sent to the model and saved (or, for a bound field, could not be redacted);
     it is refused before anything is written. The message names the variable, never the value.
     """
-    if not value:
-        return
-    name = _Finder(named(MIN_CHARS)).find(value)
+    name = secret_in(value or "")
     if name is not None:
         named_as = [what] if isinstance(what, str) else list(what)
         raise Refused("secret", [*named_as, f" contains the value of {name}; secrets are never sent to the "

@@ -27,7 +27,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from state.errors import Next, Refused
-from state.settings import check_environment
+from state.settings import STORE_SCHEMES, check_environment
 from state.terminal import json_line, one_line, silence_stdout
 
 PROGRAM = "python -m workflow"
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
     from workflow.api import open_store
     from workflow.review import inbox
 
-    if args.store and not args.store.startswith(("postgresql://", "postgres://")):
+    if args.store and not args.store.startswith(STORE_SCHEMES):
         from pathlib import Path
 
         if not Path(args.store).is_dir():  # a typo must not read as an empty store

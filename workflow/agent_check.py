@@ -45,6 +45,12 @@ def reachable_tools(agent: "Agent[Any]") -> list[Any]:
     return tools
 
 
+def effect_tools(agent: "Agent[Any]") -> list[Any]:
+    """The tools of ``agent`` declared through the effect gate (:mod:`workflow.effect`), in
+    :func:`reachable_tools` order."""
+    return [tool for tool in reachable_tools(agent) if is_effectful(tool)]
+
+
 def gated_tool(agent: "Agent[Any]", action: str | None = None, channels: Sequence[str] = ()) -> Any:
     """The tool of ``agent`` whose calls a task gates, one of those declared through the effect
     gate (:mod:`workflow.effect`): the one named ``action`` (the task's action, named at start,
@@ -54,7 +60,7 @@ def gated_tool(agent: "Agent[Any]", action: str | None = None, channels: Sequenc
     :class:`Refused` (nothing run, nothing saved) if the agent has none, or none of that name, or
     if ``channels`` (a new task's) are several and the tool takes no ``channel`` argument: its
     calls could not say which channel each is for, so no approval could ever be run."""
-    found = [tool for tool in reachable_tools(agent) if is_effectful(tool)]
+    found = effect_tools(agent)
     named = [t for t in found if action is None or getattr(t, "name", None) == action]
     if not named:
         names = ", ".join(repr(getattr(t, "name", "?")) for t in found) or "none"

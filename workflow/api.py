@@ -53,9 +53,10 @@ def open_store(where: Union[str, Path, None] = None) -> "TaskStore":
     call does). Raises :class:`Refused` for an unusable folder or URL (a URL is never repeated in
     the message: it may hold a password)."""
     from state import store
+    from state.settings import STORE_SCHEMES
 
     text = None if where is None else str(where)
-    if text is not None and text.startswith(("postgresql://", "postgres://")):
+    if text is not None and text.startswith(STORE_SCHEMES):
         return store.open_store(text, None)
     if text is None:
         return store.open_store(None, None)

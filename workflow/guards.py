@@ -18,13 +18,12 @@ from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 
 from workflow.budget import BudgetExceeded
 from workflow.models import provider_error
-from workflow.agent_check import describe, drift, gated_tool
+from workflow.agent_check import describe, drift, effect_tools, gated_tool
 from state import clock, open_stores, secrets
 from state.clock import now_iso
 from state.errors import Next, Refused
 from state.schema import (MAX_CHANNELS, MAX_CHECKPOINT_BYTES, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION,
-                          UNNAMED_CHANNEL,
-                          Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
+                          UNNAMED_CHANNEL, Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint,
                           content_of, valid_channel, valid_content)
 from state.fileio import parse_object_shared, parse_shared
@@ -359,10 +358,7 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
     try:
         tool = gated_tool(agent, cp.action)  # the action the task was started with
     except Refused:  # no such tool any more (or a file that names another action)
-        from workflow.agent_check import reachable_tools
-        from workflow.effect import is_effectful
-
-        found = ", ".join(t.name for t in reachable_tools(agent) if is_effectful(t)) or "none"
+        found = ", ".join(t.name for t in effect_tools(agent)) or "none"
         raise Refused("drift", f"task {cp.task_id}: its action is {one_line(cp.action)}, which is not one of "
                       f"the agent's tools with an effect ({found})") from None
     url = service_url(tool)
