@@ -227,7 +227,7 @@ MUTANTS: list[Mutant] = [
     p("gate-judges-the-parsed-arguments", EFFECT, "content_of(as_sent(ctx, arguments))", "content_of(arguments)",
       "tests/test_typed_content.py"),
     m("approval-not-checked", EFFECT,
-      "cp = _check_approved(store, task, action, channel, call_id, sha, cp) if gated else None",
+      "cp = _check_approved(store, task, action, channel, call_id, sha, cp, done) if gated else None",
       "cp = None", FAIL_CLOSED),
     p("channel-not-the-tasks", EFFECT, "if not valid_channel(channel) or channel not in channels:",
       "if not valid_channel(channel):", "tests/test_several_calls.py"),

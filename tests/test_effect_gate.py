@@ -113,6 +113,31 @@ def test_no_approval_on_record_runs_nothing(task, state_dir):
     assert RUNS == [] and ledger_entries(state_dir) == []
 
 
+def test_two_effect_tools_of_one_name_each_keep_their_own_words_and_private_channels(task, state_dir):
+    """Two applications in one process may each declare an effect tool of the same name: each
+    tool's refusals say what *it* does (``done=``) and its private channels are its own, whichever
+    was declared last (they are the tool's, never a table by name)."""
+    from workflow import Effect, effect_tool
+    from workflow.effect import private_channels
+    from state.errors import Refused
+
+    store, cp, call_id = task
+    first = _deliver()
+
+    @effect_tool(name="deliver", done="posted", private_channels={"draft-box"})
+    def deliver_elsewhere(effect: Effect, title: str, body: str) -> dict:
+        """Post a note (another application's tool of the same name)."""
+        RUNS.append(effect)
+        return {}
+
+    assert (private_channels(first), private_channels(deliver_elsewhere)) == (frozenset(), {"draft-box"})
+    with pytest.raises(Refused, match="ran without a human approval on record for this call .*nothing was delivered"):
+        _invoke(first, store, cp, call_id)
+    with pytest.raises(Refused, match="ran without a human approval on record for this call .*nothing was posted"):
+        _invoke(deliver_elsewhere, store, cp, call_id)
+    assert RUNS == [] and ledger_entries(state_dir) == []
+
+
 def test_content_other_than_the_tasks_runs_nothing(task, state_dir):
     from state.errors import Refused
 
@@ -476,10 +501,9 @@ def test_the_protocol_refuses_an_answer_that_is_still_awaitable(task, state_dir,
                "store": open_stores.token_for(store), "service": url}
     args = json.dumps({"title": TITLE, "body": DRAFT})
     ctx = ToolContext(context=context, tool_name="deliver", tool_call_id=call_id, tool_arguments=args)
-    effect._DONE["deliver"] = "delivered"
     service = external.Service(url=url)
     call = effect._Call.check(ctx, {"title": TITLE, "body": DRAFT}, "deliver", True, frozenset(), None,
-                              "content", service)
+                              "content", service, "delivered")
     with pytest.raises(Refused, match="nothing reached the service .*send answered with an awaitable"):
         external.perform(call, service, send)
     assert posts() == 0 and publications() == [] and ledger_entries(state_dir) == []

@@ -205,6 +205,36 @@ def test_a_start_turn_with_a_preview_and_a_call_start_refuses_runs_nothing(cli, 
     assert [e["channel"] for e in ledger_entries(state_dir)] == ["preview"]
 
 
+def test_a_start_turn_is_checked_with_the_agents_own_tool_whatever_else_has_its_name(cli, state_dir, monkeypatch):
+    """Another application in the same process declares an effect tool named ``publish_draft``
+    with no private channel, after the publisher's: the publisher's start turn asking for the
+    preview and for ``send_summary`` is still checked before anything runs (the private channels
+    are read from the tool of the agent whose turn it is, not from a table by name)."""
+    import agent.models
+    from agents.testing import ModelStep, function_call
+
+    from workflow import Effect, effect_tool
+
+    @effect_tool(name="publish_draft")
+    def other_publish_draft(effect: Effect, title: str, body: str, channel: str = "blog") -> dict:
+        """Another application's tool of the same name, without a private channel."""
+        return {}
+
+    offline = agent.models.offline_responder
+    draft = {"title": "T", "body": "A draft for several channels."}
+
+    def respond(call):
+        return ModelStep(output=[function_call("publish_draft", {**draft, "channel": "preview"}, call_id="call_pv"),
+                                 function_call("send_summary", draft, call_id="call_bad")])
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    r = cli("start", "--key", KEY, "--title", "T", "--draft", draft["body"], "--channel", "blog",
+            "--channel", "preview")
+    r.assert_stopped()
+    assert "nothing saved" in r.err and ledger_entries(state_dir) == [], r.err
+    monkeypatch.setattr(agent.models, "offline_responder", offline)
+
+
 def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
     task = _start(cli, "blog", "preview")
     assert [p["arguments"]["channel"] for p in task["pending"]] == ["blog"]

@@ -28,6 +28,8 @@ from workflow import external
 from workflow.effect import Effect, effect_tool
 
 TOOL_NAME = "publish_draft"
+#: What its refusals say was not done ("nothing was published").
+DONE = "published"
 
 
 def needs_publish_approval(ctx: Any, params: Any, _call_id: str) -> bool:
@@ -52,7 +54,7 @@ def call_channel(task: dict[str, Any], channel: Any) -> str:
     """The channel a call publishes to (:func:`workflow.effect.call_channel`): ``channel``, or the
     task's only channel when the call names none. Raises :class:`state.errors.Refused` if the
     channel is not one of the task's, or is missing in a task with several."""
-    return gate.call_channel(task, channel, TOOL_NAME)
+    return gate.call_channel(task, channel, TOOL_NAME, DONE)
 
 
 def answer(_result: Any, entry: Any, created: bool) -> str:
@@ -98,7 +100,7 @@ def publishing_service() -> Optional[external.Service]:
 
 
 @effect_tool(needs_approval=needs_publish_approval, private_channels={PREVIEW_CHANNEL}, answer=answer,
-             label=lambda args: args["title"], done="published", content_word="draft",
+             label=lambda args: args["title"], done=DONE, content_word="draft",
              service=publishing_service)
 def publish_draft(effect: Effect, title: str, body: str, channel: Optional[str] = None) -> Any:
     """Publish a reviewed draft to one channel. Public channels require human approval.

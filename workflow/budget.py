@@ -220,13 +220,13 @@ class BudgetGuard(RunHooks[Any]):
     Pass as ``Runner.run(..., hooks=guard)`` and wrap the model with :class:`BudgetedModel`.
     ``on_llm_start`` (SDK: called after the request is built, before it is sent) raises
     :class:`BudgetExceeded`; :attr:`cap` is then read by the model wrapper for the same call.
-    ``on_turn(context, response)``, if given, is called from ``on_llm_end`` (SDK: with each
-    ``ModelResponse``, before any tool of that turn runs) and may raise to stop the run there
-    (``workflow.guards.check_start_turn``).
+    ``on_turn(context, agent, response)``, if given, is called from ``on_llm_end`` (SDK: with the
+    agent whose turn it was and its ``ModelResponse``, before any tool of that turn runs) and may
+    raise to stop the run there (``workflow.guards.check_start_turn``).
     """
 
     def __init__(self, budget: Budget, pricing: Pricing,
-                 on_turn: Callable[[RunContextWrapper[Any], Any], None] | None = None) -> None:
+                 on_turn: Callable[[RunContextWrapper[Any], Any, Any], None] | None = None) -> None:
         self.budget = budget
         self.pricing = pricing
         self.on_turn = on_turn
@@ -235,7 +235,7 @@ class BudgetGuard(RunHooks[Any]):
 
     async def on_llm_end(self, context: RunContextWrapper[Any], agent: Any, response: Any) -> None:
         if self.on_turn is not None:
-            self.on_turn(context, response)
+            self.on_turn(context, agent, response)
 
     async def on_llm_start(self, context: RunContextWrapper[Any], agent: Any,
                            system_prompt: str | None, input_items: list[Any]) -> None:

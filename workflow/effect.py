@@ -113,16 +113,16 @@ def is_effectful(tool: Any) -> bool:
     return bool(ident) and ident in _EFFECTFUL
 
 
-def call_channel(task: dict[str, Any], channel: Any, action: str) -> str:
+def call_channel(task: dict[str, Any], channel: Any, action: str, done: str = "done") -> str:
     """The channel a call of ``action`` goes to: ``channel``, or the task's only channel when the
-    call names none. Raises :class:`Refused` if the channel is not one of the task's, or is missing in
-    a task with several."""
+    call names none. Raises :class:`Refused` (its message ends "nothing was ``done``") if the
+    channel is not one of the task's, or is missing in a task with several."""
     channels = task["channels"]
     if channel is None and len(channels) == 1:
         return channels[0]
     if not valid_channel(channel) or channel not in channels:
         raise Refused("integrity", f"{action} for task {task['task_id']} names channel {channel!r}, not one "
-                      f"of the task's channels ({', '.join(channels)}); nothing was {_DONE[action]}")
+                      f"of the task's channels ({', '.join(channels)}); nothing was {done}")
     return channel
 
 
@@ -144,16 +144,18 @@ def as_sent(ctx: Any, arguments: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-#: Per action: the past participle its refusals use ("nothing was published").
-_DONE: dict[str, str] = {}
-#: Per action: the channels on which a call may run without a human (``private_channels``).
+#: Function identity → the channels on which a call of its tool may run without a human
+#: (``effect_tool(private_channels=…)``): the union, if one function was declared as several tools.
 _PRIVATE: dict[str, frozenset[str]] = {}
 
 
-def private_channels(action: str) -> frozenset[str]:
-    """The channels on which a call of the effect tool named ``action`` may run without a human
-    (its ``effect_tool(private_channels=…)``; empty for any other name)."""
-    return _PRIVATE.get(action, frozenset())
+def private_channels(tool: Any) -> frozenset[str]:
+    """The channels on which a call of ``tool`` (a ``FunctionTool``) may run without a human: its
+    ``effect_tool(private_channels=…)``, or every one declared for the function behind it if it was
+    declared more than once; empty for a tool not made by :func:`effect_tool`. Keyed by the
+    function (:func:`function_identity`), not by the tool's name: two applications in one process
+    may each have an effect tool of the same name."""
+    return _PRIVATE.get(function_identity(tool), frozenset())
 
 
 def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
@@ -215,9 +217,8 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     rest = params[1:]
     defaults = {p.name: p.default for p in rest if p.default is not inspect.Parameter.empty}
     action = name or source.name
-    _DONE[action] = done
-    private = _PRIVATE[action] = frozenset(private_channels)
-    run = _Runner(fn, action)
+    private = frozenset(private_channels)
+    run = _Runner(fn, action, done)
 
     def arguments_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         bound = sig.bind(None, *args, **kwargs).arguments
@@ -233,7 +234,7 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     # returns (a plain decorator over an async def hides iscoroutinefunction) is awaited there too.
     async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
         call = await asyncio.to_thread(_Call.check, ctx, arguments_of(args, kwargs), action,
-                                       needs_approval, private, label, content_word, service)
+                                       needs_approval, private, label, content_word, service, done)
         if call.entry is not None:
             return told(call.entry.result, call.entry, False)
         loop = asyncio.get_running_loop()
@@ -254,7 +255,9 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     invoke.__doc__ = source.doc
     tool = function_tool(invoke, name_override=name, description_override=description,
                          needs_approval=needs_approval, failure_error_function=None)
-    _SERVICES[function_identity(tool)] = service
+    ident = function_identity(tool)
+    _SERVICES[ident] = service
+    _PRIVATE[ident] = _PRIVATE.get(ident, frozenset()) | private
     return effectful(tool)
 
 
@@ -303,6 +306,8 @@ class _Runner:
 
     fn: Callable[..., Any]
     action: str
+    #: The tool's ``effect_tool(done=…)`` word, for the refusal of a generator.
+    done: str = "done"
 
     def _is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn) or (
@@ -350,7 +355,7 @@ class _Runner:
             if close is not None:
                 close()
             raise Refused("refused", f"{self.action} returned a generator, whose body has not run; nothing was "
-                          f"{_DONE[self.action]} (declare a function that does the effect and returns its result)")
+                          f"{self.done} (declare a function that does the effect and returns its result)")
         return result
 
 
@@ -405,20 +410,20 @@ class _Call:
     @classmethod
     def check(cls, ctx: Any, arguments: dict[str, Any], action: str, rule: Any, private: frozenset[str],
               label: Optional[Callable[[dict[str, Any]], str]], content_word: str,
-              declared: Any = None) -> "_Call":
+              declared: Any = None, done: str = "done") -> "_Call":
         """Checks 1-2 (and that the task was started with the service the tool has now,
         ``declared``: see :func:`effect_tool`), then the ledger read of check 3. Raises
-        :class:`Refused`."""
+        :class:`Refused`, its message ending "nothing was ``done``" (``effect_tool(done=…)``)."""
         task = getattr(ctx, "context", None)
         if not isinstance(task, dict) or not {"task_id", "channels", "content_sha256"} <= set(task):
             raise Refused("integrity", f"{action} ran outside a task (no run context built from a checkpoint); "
-                          f"nothing was {_DONE[action]}")
+                          f"nothing was {done}")
         task_id = task["task_id"]
         if task.get("action", action) != action:  # the task's action is another tool
             raise Refused("integrity", f"{action} for task {task_id} is not the task's action "
-                          f"({task['action']!r}); nothing was {_DONE[action]}")
+                          f"({task['action']!r}); nothing was {done}")
         call_id = getattr(ctx, "tool_call_id", None) or ""
-        channel = call_channel(task, arguments.get(CHANNEL_ARG), action)
+        channel = call_channel(task, arguments.get(CHANNEL_ARG), action, done)
         if CHANNEL_ARG in arguments:
             arguments = {**arguments, CHANNEL_ARG: channel}
         sha = content_fingerprint(content_of(as_sent(ctx, arguments)))
@@ -434,7 +439,7 @@ class _Call:
         if sha != expected:
             raise Refused("integrity", f"{action} for task {task_id} was called with content that differs from "
                           f"the {content_word} that was started and approved; refusing")
-        cp = _check_approved(store, task, action, channel, call_id, sha, cp) if gated else None
+        cp = _check_approved(store, task, action, channel, call_id, sha, cp, done) if gated else None
         if label is not None:
             title = label(arguments)
         else:
@@ -447,13 +452,13 @@ class _Call:
             raise Refused("service_changed", [
                 f"{action} for task {task_id}: the task was started with "
                 f"{_where(task.get('service'))}, but this process has {_where(url)}; nothing was "
-                f"{_DONE[action]}", Next("shows_status", task_id)], task_id=task_id)
+                f"{done}", Next("shows_status", task_id)], task_id=task_id)
         key = effect_key(task_id, channel, task["channels"])
         call = cls(effect=Effect(idempotency_key=key, task_id=task_id, channel=channel,
                                  call_id=call_id, action=action),
                    arguments=arguments, store=store, sha=sha, gated=gated, title=title[:200],
                    entry=None, service=service, cp=cp if gated else None, run=task.get("run"),
-                   done=_DONE[action])
+                   done=done)
         if store.ledger_get(key) is not None:  # recorded: the store checks it is this task's and
             call.entry = call.write(None)[0]   # content's and returns it, never overwritten
         return call
@@ -510,7 +515,7 @@ _ENDED = frozenset({"failed", "cancelled", "expired"})
 
 
 def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
-                    call_id: Optional[str], sha: str, read: Any = None) -> Any:
+                    call_id: Optional[str], sha: str, read: Any = None, done: str = "done") -> Any:
     """Right before a gated effect, whatever the lock says: no rejection record for this (task,
     channel) — a reject recorded meanwhile by a process whose lock file was deleted under this one
     wins — a checkpoint that has not ended without an effect meanwhile (``fail``, a reject, an
@@ -527,18 +532,18 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
     if rejected is not None:
         raise Refused("rejected", [
             f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "
-            f"{rejected.at} was being recorded while this approval ran; nothing was {_DONE[action]}",
+            f"{rejected.at} was being recorded while this approval ran; nothing was {done}",
             Next("shows_status", task_id)], task_id=task_id)
     cp = read if read is not None else _checkpoint(store, task)
     if cp is not None and cp.status in _ENDED:  # ended by another process whose lock was its own
         raise Refused(cp.status if cp.status in ("failed", "expired") else "rejected", [
             f"{action} for task {task_id} on {channel}: the task ended {cp.status} while this approval ran; "
-            f"nothing was {_DONE[action]}", Next("shows_status", task_id)], task_id=task_id)
+            f"nothing was {done}", Next("shows_status", task_id)], task_id=task_id)
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
         and (not proposed or d.content_sha256 == sha) for d in cp.decisions)
     if not approved:
         raise Refused(
             "integrity", f"{action} for task {task_id} on {channel} ran without a human approval on record "
-            f"for this call (an approval rule that returned False?); nothing was {_DONE[action]}")
+            f"for this call (an approval rule that returned False?); nothing was {done}")
     return cp

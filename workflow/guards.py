@@ -181,10 +181,11 @@ def check_draft_call(pending: list[dict[str, Any]], sha: str, channels: list[str
 TURN_TO_CHECKPOINT = 16
 
 
-def check_start_turn(context: Any, response: Any) -> None:
-    """``start``'s check of each model response, before any of its tools runs (the run's
-    ``BudgetGuard(on_turn=…)``): in a turn where a call of the task's action names one of its
-    private channels (which runs without a human: its effect happens in this very run), every call
+def check_start_turn(context: Any, agent: Any, response: Any) -> None:
+    """``start``'s check of each model response of ``agent``, before any of its tools runs (the run's
+    ``BudgetGuard(on_turn=…)``): in a turn where a call of the task's action names one of the
+    private channels of ``agent``'s tool of that name (:func:`workflow.effect.private_channels`;
+    such a call runs without a human: its effect happens in this very run), every call
     of the turn must be one ``start`` accepts (:func:`check_draft_call`), and one of them must wait
     for a human (a call on a public channel), else ``start`` would refuse after that effect (or
     after a later turn), leaving an effect no saved task accounts for. So must the refusals of the
@@ -208,7 +209,8 @@ def check_start_turn(context: Any, response: Any) -> None:
             arguments = None
         asked.append({"call_id": getattr(item, "call_id", None), "tool": getattr(item, "name", None),
                       "arguments": arguments if isinstance(arguments, dict) else {}})
-    private = private_channels(action)
+    private = frozenset().union(*(private_channels(t) for t in getattr(agent, "tools", None) or []
+                                  if getattr(t, "name", None) == action))
 
     def on_private(call: dict[str, Any]) -> bool:
         channel = call["arguments"].get("channel")  # any JSON value: a list is no channel
