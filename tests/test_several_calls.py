@@ -235,6 +235,31 @@ def test_a_start_turn_is_checked_with_the_agents_own_tool_whatever_else_has_its_
     monkeypatch.setattr(agent.models, "offline_responder", offline)
 
 
+def test_a_later_call_on_a_channel_the_task_lacks_ends_the_run_and_is_not_run(cli, state_dir, monkeypatch):
+    """After the approved call ran, the model asks for the same action on a channel the task was
+    not started with: that call is never run (no second entry) and the task ends saying why, in
+    words of no particular tool."""
+    import agent.models
+    from agents.testing import ModelStep, function_call
+
+    task = _start(cli, "blog")
+    offline = agent.models.offline_responder
+
+    def respond(call):
+        items = call.input if isinstance(call.input, list) else []
+        outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if len(outputs) == 1:
+            return ModelStep(output=[function_call("publish_draft", {"title": "T", "body": "A draft for several "
+                                                   "channels.", "channel": "news"}, call_id="call_news")])
+        return offline(call)
+
+    monkeypatch.setattr(agent.models, "offline_responder", respond)
+    done = _decide(cli, task["pending"][0]["call_id"], "approve")
+    assert done["status"] == "completed" and _keys(state_dir) == [KEY], done
+    assert done["final_output"].endswith("the run ended at the model's publish_draft call on 'news', which was "
+                                         "not run: this task's channels are blog"), done["final_output"]
+
+
 def test_preview_needs_no_approval_and_is_recorded_so(cli, state_dir):
     task = _start(cli, "blog", "preview")
     assert [p["arguments"]["channel"] for p in task["pending"]] == ["blog"]

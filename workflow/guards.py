@@ -718,7 +718,7 @@ def after_run(store: Store, cp: Checkpoint, requests: list[ToolApprovalItem],
     if astray:
         named = ", ".join(one_line(repr(c))[:40] for c in astray)
         return outcome(store, cp, f"the run ended at the model's {cp.action} call on {named}, which was "
-                                  f"not run: this task publishes only on {', '.join(cp.channels)}")
+                                  f"not run: this task's channels are {', '.join(cp.channels)}")
     return interrupted(cp, requests) if requests else outcome(store, cp, final_output)
 
 
