@@ -16,12 +16,12 @@ from workflow.task import Task
 def _auto(d: dict[str, Any], decisions: list[dict[str, Any]]) -> str | None:
     """``auto: complies with the edits by NAME`` when the program wrote decision ``d`` (one of a
     task's ``decisions``): the approval of the model's new call that carries exactly the draft NAME
-    approved with edits earlier on that channel (its reason is :data:`workflow.edits.AUTO_REASON`,
-    written by ``workflow.hitl.decide``), so it is not shown as a reason typed by a reviewer. None
-    for any other decision."""
-    from workflow.edits import AUTO_REASON
+    approved with edits earlier on that channel (its reason is one of
+    :data:`workflow.edits.AUTO_REASONS`, written by ``workflow.hitl.decide``), so it is not shown as
+    a reason typed by a reviewer. None for any other decision."""
+    from workflow.edits import AUTO_REASONS
 
-    if d["reason"] == AUTO_REASON and d["decision"] == "approved" and any(
+    if d["reason"] in AUTO_REASONS and d["decision"] == "approved" and any(
             e["decision"] == "approved_with_edits" and e["channel"] == d["channel"]
             and e["by"] == d["by"] and e["call_id"] != d["call_id"] for e in decisions):
         return f"auto: complies with the edits by {d['by']}"

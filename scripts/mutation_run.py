@@ -675,8 +675,8 @@ MUTANTS: list[Mutant] = [
       "tests/test_refund_agent.py"),
     # after a crash, the same decision again decides the call another reviewer's edits led to
     m("same-decision-again-decides-the-edited-call", "workflow/reconcile.py",
-      "        if all(p.call_id in following for p in cp.pending):\n",
-      "        if False:\n", "tests/test_several_calls.py"),
+      "    if again and all(p.call_id in following for p in cp.pending):",
+      "    if False:", "tests/test_several_calls.py"),
     # a task for several channels started for a tool that cannot name one: no approval could run
     m("several-channels-for-a-tool-without-channel", "workflow/agent_check.py",
       '    if len(channels) > 1 and "channel" not in properties:\n',
@@ -718,6 +718,22 @@ MUTANTS: list[Mutant] = [
     m("edit-message-names-the-default-tool", "agent/application.py",
       '    return edit_message(content["title"], content["body"], channel, tool)\n',
       '    return edit_message(content["title"], content["body"], channel)\n', "tests/test_several_actions.py"),
+    # a retry naming the revision seen, after the model proposed anew, is judged on the new call
+    p("retry-judged-on-the-call-proposed-since", RECONCILE,
+      "            return rec.call_id  # by's decision of the call they saw, on record: a retry\n",
+      "            return only\n", "tests/test_proposed_calls.py"),
+    # the same approval with edits after a crash is read as new edits that change nothing
+    p("edits-again-after-a-crash-read-as-new", RECONCILE,
+      "            return mine[-1]\n", "            return only\n", "tests/test_edits.py"),
+    # start again with another input returns the task started for the first one
+    p("start-again-ignores-the-input", GUARDS,
+      '("input", same_input))', '("input", True))', "tests/test_proposed_calls.py"),
+    # a second application's effect tool of the same name takes the publisher's private channels away
+    p("private-channels-by-the-last-declared-name", EFFECT,
+      "    _PRIVATE[ident] = _PRIVATE.get(ident, frozenset()) | private\n",
+      "    _PRIVATE[ident] = _PRIVATE.get(ident, frozenset()) | private\n"
+      "    _PRIVATE.update({k: private for k in _PRIVATE})\n",
+      "tests/test_several_calls.py"),
 ]
 
 

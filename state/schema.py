@@ -270,6 +270,25 @@ def content_fingerprint(content: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(content))
 
 
+def input_fingerprint(value: Any) -> Optional[str]:
+    """Fingerprint of the input a task was started with (what ``start`` gives ``Runner.run``: a
+    string or a list of input items; items that are pydantic models count as their JSON):
+    SHA-256 of its canonical JSON (:func:`canonical_json`). None when it has no JSON form (an
+    object of another kind, a NaN): such a task is then not compared by its input on a second
+    ``start``, as a task saved before inputs were fingerprinted."""
+    def plain(item: Any) -> Any:
+        if isinstance(item, BaseModel):
+            return item.model_dump(mode="json")
+        raise TypeError(type(item).__name__)
+
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False, default=plain)
+    except (TypeError, ValueError):
+        return None
+    return sha256_hex(text.encode("utf-8", "surrogatepass"))
+
+
 #: The ``content_sha256`` of a task started without content (:meth:`Checkpoint.proposed`): the
 #: model proposes each call's arguments and a reviewer approves each call as it was shown. It is the
 #: SHA-256 of a sentence, not of canonical JSON, so no call's content has it: a program that does
@@ -625,6 +644,11 @@ class Checkpoint(_Strict):
     #: recorded at start so that a command line with no application code (``python -m workflow
     #: doctor``) names it in its next steps; absent: the application gave none.
     command: Optional[str] = Field(default=None, min_length=1, max_length=MAX_COMMAND_CHARS)
+    #: In a task whose model proposes the arguments (:meth:`proposed`), :func:`input_fingerprint`
+    #: of the input it was started with, all its model is told: a second ``start`` of the key with
+    #: another input is refused; absent: any other task, one saved before it was recorded, or an
+    #: input with no JSON form.
+    input_sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @field_validator("command")
     @classmethod

@@ -62,11 +62,13 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
     # state_id: see state.state_id; service: absent in a task whose effect is the local ledger;
     # team and approvals: absent in a task started with no reviewer and no policy; effects: no
     # effect through a service begun; failure: a task that did not end failed; command: an
-    # application that gave none; a decision's content_sha256: a decision written before it
+    # application that gave none; input_sha256: a task saved before it was recorded (or an input
+    # with no JSON form); a decision's content_sha256: a decision written before it
     # existed (only a task whose model proposes the arguments needs it, and there an approval
     # without it matches no call: fail closed)
     missing = _first_defaulted(cp, exempt={"state_id", "service", "team", "approvals", "effects", "failure",
-                                           "command", "team.policy_version", "decision.content_sha256",
+                                           "command", "input_sha256", "team.policy_version",
+                                           "decision.content_sha256",
                                            "decisions.content_sha256"})
     if missing is not None:  # our writer writes every field: one filled in by a default is gone
         raise Refused("integrity", f"{where} is not a valid checkpoint: {missing}: Field required")
@@ -76,7 +78,7 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
 
 
 #: Fields only this version's writer writes (an envelope of an older version never holds them).
-LATER_FIELDS = frozenset({"effects", "failure", "command"})
+LATER_FIELDS = frozenset({"effects", "failure", "command", "input_sha256"})
 
 
 def signed_by_any(envelopes: Iterable[Any], key: bytes) -> bool:

@@ -57,6 +57,52 @@ def test_approve_with_edits_publishes_exactly_the_edited_draft(cli, state_dir):
     assert outputs[0]["output"].startswith(EDIT_HEADER)
 
 
+@pytest.mark.parametrize("point", ["checkpoint:outcome:after", "ledger:record:before", "ledger:record:after"])
+@pytest.mark.parametrize("action", ["publish_draft", "send_summary"])
+def test_the_same_approval_with_edits_after_a_crash_finishes_the_task_once(cli, state_dir, point, action):
+    """A crash cuts an approval with edits off after the model's call with the edited draft was
+    saved (before or after its entry): the same command again, edits and all, finishes that call
+    (the decision on record is this one), exactly once; it is never read as new edits that change
+    nothing."""
+    from conftest import run_subprocess
+
+    r = cli("start", "--key", "t-1", "--title", TITLE, "--draft", BODY, "--action", action)
+    assert r.code == 0, r.err
+    decide = ("resume", "--task", "t-1", "--decision", "approve", "--by", "alice", "--edit-body", "Edited.")
+    crashed = run_subprocess(state_dir, *decide, env={"HITL_FAILPOINT": point})
+    assert crashed.code == 86, crashed.err
+    again = cli(*decide, "--json")
+    assert again.code == 0, again.err
+    assert again.json()["status"] == "completed"
+    [entry] = ledger_entries(state_dir)
+    assert entry["content_sha256"] == content_sha256(TITLE, "Edited.") and entry["action"] == action
+    assert cli(*decide, "--json").json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
+
+
+def test_an_approval_of_the_edited_call_recorded_in_earlier_words_is_still_finished_once(cli, state_dir):
+    """A task cut off after the program approved the edited call, recorded by a version whose
+    reason for it said "draft" (:data:`workflow.edits.AUTO_REASONS`): the same command again
+    still finishes it, with one entry."""
+    from conftest import resign, run_subprocess
+    from workflow.edits import AUTO_REASON, AUTO_REASONS
+
+    _start(cli)
+    decide = ("resume", "--task", "t-1", "--decision", "approve", "--by", "alice", "--edit-body", "Edited.")
+    assert run_subprocess(state_dir, *decide, env={"HITL_FAILPOINT": "ledger:record:before"}).code == 86
+
+    def earlier(d: dict[str, Any]) -> None:
+        for rec in [d["decision"], *d["decisions"]]:
+            if rec and rec["reason"] == AUTO_REASON:
+                rec["reason"] = AUTO_REASONS[1]
+
+    resign(state_dir, checkpoint_file(state_dir, "t-1"), earlier)
+    assert AUTO_REASONS[1] in checkpoint_file(state_dir, "t-1").read_text(encoding="utf-8")
+    again = cli(*decide, "--json")
+    assert again.code == 0 and again.json()["status"] == "completed", again.err
+    [entry] = ledger_entries(state_dir)
+    assert entry["content_sha256"] == content_sha256(TITLE, "Edited.")
+
+
 def test_status_shows_approved_with_edits_and_show_prints_the_diff(cli, state_dir):
     _start(cli)
     r = cli("resume", "--task", "t-1", "--decision", "approve", "--edit-body", "Version 1.2.1 fixes it.")
@@ -167,7 +213,8 @@ def test_edits_are_part_of_schema_version_2_and_a_v1_decision_migrates_to_none(c
     def to_v1(d: dict[str, Any]) -> None:
         d["schema_version"] = 1
         d.pop("channels")
-        d.pop("effects"), d.pop("failure"), d.pop("command")  # a later version's: no v1 writer wrote them
+        for later in ("effects", "failure", "command", "input_sha256"):  # no v1 writer wrote them
+            d.pop(later)
         for rec in [d["decision"], *d["decisions"]]:
             for field in ("edits", "channel", "always", "source"):
                 rec.pop(field)

@@ -87,6 +87,26 @@ def test_started_without_content_the_task_waits_with_what_the_model_proposed(sta
 
 
 @pytest.mark.parametrize("where", ["files", "postgresql"])
+def test_start_again_with_another_input_is_refused_and_with_the_same_returns_the_task(state_dir, request, where):
+    """The input is all a model that proposes the arguments is told: a second ``start`` of the
+    key with another request is refused, naming the input, and nothing changes; with the same
+    request (a list of input items too) it returns the saved task, as after a crash."""
+    store = Store(state_dir) if where == "files" else open_store(request.getfixturevalue("pg_url"))
+    first = _start(store)
+    with pytest.raises(Refused, match="task inv-1 already exists and differs in its input"):
+        _start(store, request="pay globex 99999")
+    assert store.load("inv-1").revision == first.revision and PAID == []
+    assert _start(store).pending == first.pending
+    items = [{"role": "user", "content": "pay acme 1200"}]
+    second = asyncio.run(start(store, APP, task_id="inv-2", title="Invoice", input=items, channels=["bank"]))
+    again = asyncio.run(start(store, APP, task_id="inv-2", title="Invoice", input=[dict(i) for i in items],
+                              channels=["bank"]))
+    assert again.pending == second.pending and again.revision == 1
+    with pytest.raises(Refused, match="differs in its input"):
+        asyncio.run(start(store, APP, task_id="inv-2", title="Invoice", input="pay acme 1200", channels=["bank"]))
+
+
+@pytest.mark.parametrize("where", ["files", "postgresql"])
 def test_an_approval_runs_exactly_the_call_as_shown_once(state_dir, request, where):
     store = Store(state_dir) if where == "files" else open_store(request.getfixturevalue("pg_url"))
     _start(store)
@@ -109,6 +129,24 @@ def test_a_reject_answers_one_call_and_the_models_next_call_waits_for_a_human(st
     assert store.rejection_get("inv-1", None) is None  # the channel is not rejected: one call is
     assert _decide(store, Approve()).status == "completed"
     assert PAID == [("inv-1", "acme", 900)]
+
+
+def test_a_retry_of_a_decision_with_the_revision_seen_gets_the_task_after_the_model_proposed_anew(state_dir):
+    """A reviewer's reject named the revision they saw; its answer was lost, and the model has
+    since proposed a new call. The same request again gets the task as it is (the new call still
+    waits, undecided); another reviewer's, or another reason, with that old revision is stale."""
+    store = Store(state_dir)
+    _start(store)
+    task = _decide(store, Reject(message="at most 900"), expect_revision=1)
+    assert [p["call_id"] for p in task.pending] == ["call-900"] and task.revision > 1
+    again = _decide(store, Reject(message="at most 900"), expect_revision=1)
+    assert (again.revision, again.pending, again.decisions) == (task.revision, task.pending, task.decisions)
+    for who, why in (("bob", "at most 900"), ("ann", "at most 800")):
+        with pytest.raises(Refused) as exc:
+            asyncio.run(decide(store, APP, "inv-1", Reject(message=why), by=who, expect_revision=1))
+        assert exc.value.code == "stale_revision", exc.value
+    assert store.load("inv-1").revision == task.revision and PAID == []
+    assert _decide(store, Approve()).status == "completed" and PAID == [("inv-1", "acme", 900)]
 
 
 def test_a_reject_the_model_takes_ends_cancelled_with_no_effect(state_dir):

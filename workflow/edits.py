@@ -47,8 +47,11 @@ from workflow.trust import carries_its_draft, carries_the_draft, check_pending_i
 if TYPE_CHECKING:
     from state.schema import Checkpoint, Decision
 
-#: The reason recorded for the approval of the model's call that carries the edited draft.
-AUTO_REASON = "carries exactly the draft this reviewer approved with edits"
+#: The reason recorded for the approval of the model's call that carries the edited content.
+AUTO_REASON = "carries exactly the content this reviewer approved with edits"
+#: Every reason such an approval was recorded with: :data:`AUTO_REASON`, and the words of the
+#: versions before it (a task cut off then is still finished by the same command again).
+AUTO_REASONS = (AUTO_REASON, "carries exactly the draft this reviewer approved with edits")
 
 
 #: The inputs these refusals name, as next steps: the command line words each as its flag
@@ -168,7 +171,7 @@ def complying(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
 
 def unfinished(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
     """The pending calls of a waiting ``cp`` approved as carrying an approval with edits (reason
-    :data:`AUTO_REASON`) whose run was cut off before its outcome was saved (a crash after that
+    one of :data:`AUTO_REASONS`) whose run was cut off before its outcome was saved (a crash after that
     approval was recorded): repeating the approval with edits finishes them. As ``(call_id, that
     approval)``."""
     from workflow.calls import decision_of
@@ -178,7 +181,7 @@ def unfinished(cp: "Checkpoint") -> list[tuple[str, "Decision"]]:
     out = []
     for call in cp.pending:
         rec = decision_of(cp, call.call_id)
-        if rec is not None and rec.decision == "approved" and rec.reason == AUTO_REASON:
+        if rec is not None and rec.decision == "approved" and rec.reason in AUTO_REASONS:
             out.append((call.call_id, rec))
     return out
 

@@ -24,7 +24,7 @@ from state.clock import now_iso
 from state.errors import Next, Refused
 from state.schema import (MAX_CHANNELS, MAX_CHECKPOINT_BYTES, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION,
                           UNNAMED_CHANNEL, Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
-                          CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint,
+                          CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint, input_fingerprint,
                           content_of, valid_channel, valid_content)
 from state.fileio import parse_object_shared, parse_shared
 from state.settings import settings
@@ -250,16 +250,20 @@ def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: 
 
 
 def existing_task(store: Store, task_id: str, title: str, sha: str,
-                  channels: list[str], action: str) -> Checkpoint | None:
-    """For ``start``: the task already saved under ``task_id`` with this title, content, channels
-    and action (start again returns it), or None if the key is new. Raises :class:`Refused` if the
-    key is taken: by a task with another title, content, channels or action (the message names
-    which), by a ledger entry or a rejection record of
-    the key or of any of its channels' keys. Reads only."""
+                  channels: list[str], action: str, input: Any = None) -> Checkpoint | None:
+    """For ``start``: the task already saved under ``task_id`` with this title, content, channels,
+    action and ``input`` (start again returns it; the input is compared by
+    :func:`state.schema.input_fingerprint` when the task recorded one: a task whose model proposes
+    the arguments, told what to do by its input alone), or None if the key is
+    new. Raises :class:`Refused` if the key is taken: by a task with another title, content,
+    channels, action or input (the message names which), by a ledger entry or a rejection record
+    of the key or of any of its channels' keys. Reads only."""
     if store.exists(task_id):
         cp = store.load(task_id)
+        same_input = cp.input_sha256 is None or cp.input_sha256 == input_fingerprint(input)
         differs = [what for what, same in (("title", cp.title == title), ("content", cp.content_sha256 == sha),
-                                           ("channels", cp.channels == channels), ("action", cp.action == action))
+                                           ("channels", cp.channels == channels), ("action", cp.action == action),
+                                           ("input", same_input))
                    if not same]
         if not differs:
             return cp
@@ -281,14 +285,17 @@ def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channel
                      run_state: str, rs_version: str, agent: dict[str, Any], spec: ModelSpec,
                      budget: Budget, spend: Any, expires_in_s: int,
                      service: Optional[str] = None, team: Any = None,
-                     command: Optional[str] = None) -> dict[str, Any]:
+                     command: Optional[str] = None, input: Any = None) -> dict[str, Any]:
     """The body of revision 1 of a task's checkpoint (``waiting_for_approval``; every field of
     :class:`state.schema.Checkpoint` but ``mac`` and ``state_id``). ``agent`` is
     :func:`workflow.agent_check.describe` of the agent that ran; ``action`` the name of its tool
     with an effect; ``expires_in_s`` seconds from now; ``service``: where the effect goes (absent
     when None: the local ledger); ``team``: a :class:`state.schema.Team` (absent when None:
-    single-user mode); ``command``: ``Application.command`` (absent when None)."""
+    single-user mode); ``command``: ``Application.command`` (absent when None); ``input``: what
+    the run was given, recorded as its :func:`state.schema.input_fingerprint` in a task whose
+    model proposes the arguments (absent in any other, or when None)."""
     now = now_iso()
+    input_sha = input_fingerprint(input) if sha == PROPOSED else None  # all its model is told
     expires_at = clock.deadline(expires_in_s)
     versions = {"schema_version": SCHEMA_VERSION, "sdk_version": sdk_version(),
                 "run_state_schema_version": rs_version}
@@ -305,6 +312,7 @@ def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channel
         "approval_ttl_s": expires_in_s, **({"service": service} if service is not None else {}),
         **({"team": team.model_dump(mode="json"), "approvals": []} if team is not None else {}),
         **({"command": command} if command is not None else {}),
+        **({"input_sha256": input_sha} if input_sha is not None else {}),
     }
 
 

@@ -79,11 +79,11 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     action = tool.name
     service = guards.service_url(tool)  # the service it calls, if any (workflow/external.py)
     store.check_writable(task_id)  # hostile files, a damaged key or state.id: nothing written
-    existing = guards.existing_task(store, task_id, title, sha, channels, action)
+    existing = guards.existing_task(store, task_id, title, sha, channels, action, input)
     if existing is not None:  # the same task again; before the lock (no file), again under it
         return existing
     async with guards.task_lock(store, task_id, leave_nothing=True):  # awaited, not blocking
-        existing = guards.existing_task(store, task_id, title, sha, channels, action)
+        existing = guards.existing_task(store, task_id, title, sha, channels, action, input)
         if existing is not None:  # another start won
             return existing
         context = guards.run_context(store, task_id, sha, channels, action, service)
@@ -103,7 +103,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
             task_id=task_id, action=action, title=title, sha=sha, channels=channels,
             pending=pending, run_state=run_state, rs_version=rs_version, agent=describe(agent),
             spec=spec, budget=budget, spend=spend, expires_in_s=expires_in_s, service=service,
-            team=team, command=app.command)
+            team=team, command=app.command, input=input)
         return store.save(first, failpoint="checkpoint:start")
 
 

@@ -62,7 +62,7 @@ from workflow.calls import calls_of, channel_of, decision_of, keys, pick_call, r
 
 if TYPE_CHECKING:
     from state.records import RejectionRecord
-    from state.schema import Checkpoint
+    from state.schema import Checkpoint, Decision
     from state.store import TaskStore as Store
     from workflow.edits import Edit
 
@@ -255,6 +255,27 @@ def answered(cp: "Checkpoint", call_id: str) -> bool:
 _DECIDED = {"approve": "approved", "reject": "rejected"}
 
 
+def _waiting_at(cp: "Checkpoint", revision: int) -> list[str]:
+    """The IDs of the calls ``cp`` waited at in its revision ``revision``, from its history (the
+    latest ``started`` or ``interrupted`` event at or before it); [] when the history does not
+    say."""
+    found: list[str] = []
+    for event in cp.history:
+        if event.revision <= revision and event.event in ("started", "interrupted"):
+            pending = event.detail.get("pending")
+            found = [c for c in pending if isinstance(c, str)] if isinstance(pending, list) else []
+    return found
+
+
+def _same_edits(rec: "Decision", edit: Optional["Edit"]) -> bool:
+    """True if the decision ``rec`` and the approval ``edit`` about to be made carry the same edits:
+    neither has any, or ``edit``'s changes to what ``rec``'s reviewer was shown give the content
+    ``rec`` approved."""
+    if edit is None or rec.edits is None:
+        return edit is None and rec.edits is None
+    return {**rec.edits.original, **edit.changes()} == dict(rec.edits.content)
+
+
 def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
           edit: Optional["Edit"] = None, expect_revision: Optional[int] = None) -> Optional[str]:
     """The call a decision that names none is for, fixed when it is judged, before the lock (so a
@@ -274,11 +295,20 @@ def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
       unchanged (rule 4) and the new call still waits;
     - any other reject: refused (``usage``), naming the calls waiting; nothing is decided.
 
+    With ``expect_revision`` older than ``cp``'s: when ``by`` made this very decision (same
+    reason, same edits) of the one call the task waited at in that revision, and it was answered,
+    that call (a retry whose answer was lost: the table returns the task unchanged, even after the
+    model proposed a new call); else the task's only pending call.
+
     In any task, when this decision is the task's latest (a person's, by ``by``, with this
     ``reason``, answered) and every call waiting carries content another approval with edits
     approved (:func:`workflow.edits.complying`, ``unfinished``: the run goes on with them, a crash
     cut it off), this is that decision again: its call, so the task is returned unchanged and the
-    edited call is finished (:func:`workflow.hitl.decide`), never decided by this person.
+    edited call is finished (:func:`workflow.hitl.decide`), never decided by this person. So is
+    an approval with ``edit`` when ``by`` made, with this ``reason``, an answered approval whose
+    edits give the same content, and every call waiting is one such edits led to: the same command
+    again after a crash (those calls already carry the edited content, so the edits would
+    otherwise change nothing).
 
     Raises :class:`Refused` as said. Reads only."""
     from workflow import edits as edited
@@ -287,15 +317,24 @@ def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
         return None  # an ended task: workflow.calls.target replays its last decision
     only = cp.pending[0].call_id if len(cp.pending) == 1 else None
     if expect_revision is not None:
+        seen = _waiting_at(cp, expect_revision) if expect_revision < cp.revision else []
+        rec = decision_of(cp, seen[0]) if len(seen) == 1 else None
+        if (rec is not None and rec.source == "human" and answered(cp, rec.call_id) and _same_edits(rec, edit)
+                and (rec.by, rec.decision, rec.reason) == (by, _DECIDED[decision], reason)):
+            return rec.call_id  # by's decision of the call they saw, on record: a retry
         return only
     last = cp.decisions[-1] if cp.decisions else None
     again = (last is not None and edit is None and last.edits is None and last.source == "human"
              and (last.by, last.decision, last.reason) == (by, _DECIDED[decision], reason)
              and answered(cp, last.call_id))
-    if again:  # only then: the calls another reviewer's edits led to
-        following = {c for c, _ in [*edited.complying(cp), *edited.unfinished(cp)]}
-        if all(p.call_id in following for p in cp.pending):
-            return last.call_id  # type: ignore[union-attr]
+    following = {c for c, _ in [*edited.complying(cp), *edited.unfinished(cp)]}
+    if again and all(p.call_id in following for p in cp.pending):  # another reviewer's edits led to them
+        return last.call_id  # type: ignore[union-attr]
+    if edit is not None and decision == "approve" and all(p.call_id in following for p in cp.pending):
+        mine = [d.call_id for d in cp.decisions if d.edits is not None and d.source == "human"
+                and (d.by, d.reason) == (by, reason) and answered(cp, d.call_id) and _same_edits(d, edit)]
+        if mine:  # this very approval with edits again: the calls it led to are finished
+            return mine[-1]
     if not cp.proposed():
         return only
     if decision == "approve":
