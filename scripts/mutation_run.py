@@ -728,6 +728,10 @@ MUTANTS: list[Mutant] = [
     # start again with another input returns the task started for the first one
     p("start-again-ignores-the-input", GUARDS,
       '("input", same_input))', '("input", True))', "tests/test_proposed_calls.py"),
+    # fail ends completed a task whose ledger entry no approval on record accounts for
+    p("fail-completes-an-unapproved-entry", RECONCILE,
+      '(COMPLETE if ev.decided == "approved" else _refuse("executed"))', "COMPLETE",
+      "tests/test_reconcile.py"),
     # a second application's effect tool of the same name takes the publisher's private channels away
     p("private-channels-by-the-last-declared-name", EFFECT,
       "    _PRIVATE[ident] = _PRIVATE.get(ident, frozenset()) | private\n",

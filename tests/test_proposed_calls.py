@@ -149,6 +149,36 @@ def test_a_retry_of_a_decision_with_the_revision_seen_gets_the_task_after_the_mo
     assert _decide(store, Approve()).status == "completed" and PAID == [("inv-1", "acme", 900)]
 
 
+def test_a_task_whose_model_answers_wrongly_after_the_effect_each_time_has_a_way_out(state_dir, monkeypatch):
+    """After the approved call executed, the model's next answer reuses that call's ID for another
+    call, which the SDK refuses: the decision is recorded and the task stays open. When the model
+    does so again and again, ``fail`` ends the task ``completed`` (its entry stands, the reason is
+    recorded), and it never runs the call again; before, it had no way out."""
+    from workflow import fail, read_task
+
+    def reused(call: Any) -> ModelStep:
+        items = call.input if isinstance(call.input, list) else []
+        if items and items[-1].get("type") == "function_call_output":
+            return ModelStep(output=[function_call("pay_invoice", {"vendor": "acme", "amount_cents": 1},
+                                                   call_id="call-1200")])
+        return _respond(call)
+
+    app = Application(build_agent=APP.build_agent,
+                      offline_model=lambda: ScriptedModel([ModelStep.respond(reused) for _ in range(6)]))
+    store = Store(state_dir)
+    asyncio.run(start(store, app, task_id="inv-1", title="Invoice", input="pay acme 1200", channels=["bank"]))
+    for _ in range(2):
+        with pytest.raises(Refused, match="malformed"):
+            asyncio.run(decide(store, app, "inv-1", Approve(), by="ann", call_id="call-1200"))
+    assert read_task(store, "inv-1").status == "waiting_for_approval" and PAID == [("inv-1", "acme", 1200)]
+    ended = fail(store, "inv-1", reason="the model keeps answering with a used call ID", by="ann")
+    assert ended.status == "completed" and PAID == [("inv-1", "acme", 1200)]
+    assert store.load("inv-1").failure == "ended by ann: the model keeps answering with a used call ID"
+    with pytest.raises(Refused, match="already executed") as exc:  # ended: the table's word on it
+        fail(store, "inv-1", reason="again", by="ann")
+    assert exc.value.code == "executed" and store.load("inv-1").status == "completed"
+
+
 def test_a_reject_the_model_takes_ends_cancelled_with_no_effect(state_dir):
     store = Store(state_dir)
     _start(store)

@@ -95,8 +95,12 @@ def test_the_rules_hold_in_every_cell():
                 assert reconcile(e, "fail").kind == "refuse"
                 assert reconcile(e, "doctor").kind == "finding"
             fail = reconcile(e, "fail")
-            if e.entry:  # an executed action never ends failed
-                assert fail.kind == "refuse"
+            if e.entry:  # an executed action never ends failed: refused, or (approved, open) completed
+                assert fail.kind == "refuse" or (fail.kind == "complete" and e.decided == "approved"
+                                                 and e.status in ("waiting_for_approval", "budget_exceeded")
+                                                 and not e.rejection)
+            if fail.kind == "complete":
+                assert e.entry
             if fail.kind == "run":  # only where no effect can have happened, after an approval
                 assert not e.entry and e.begun in (None, "not_sent") and e.decided == "approved"
                 assert e.status in ("waiting_for_approval", "budget_exceeded") and not e.rejection
@@ -218,6 +222,9 @@ def test_every_row_behaves_as_its_cell_says(cli, state_dir, monkeypatch, ev, act
         elif verdict.kind == "unchanged":
             assert r.code == 0, r.err
             assert snapshot(state_dir) == before
+        elif verdict.kind == "complete":  # fail of an approved call that executed: it stands
+            assert action == "fail" and r.code == 0 and r.json()["status"] == "completed", r.err
+            assert len(ledger_entries(state_dir)) == entries_before == 1
         else:
             assert verdict.kind == "run" and r.code == 0, r.err
             status = r.json()["status"]

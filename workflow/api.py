@@ -190,8 +190,9 @@ def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = N
          token: Optional[str] = None) -> "Task":
     """End ``task_id`` where no effect can have happened (an approval never carried out, or every
     attempt through a service found not done): it ends ``failed`` with ``reason`` (text of at most
-    :data:`state.schema.MAX_REASON_CHARS` characters), ``completed`` if another of its calls
-    executed. Needs no SDK. Raises :class:`Refused`, nothing written: ``begun`` where an effect may
+    :data:`state.schema.MAX_REASON_CHARS` characters), ``completed`` if a call of it executed (its
+    entry stands: also the way out of a task whose every call was approved and executed but whose
+    run cannot finish). Needs no SDK. Raises :class:`Refused`, nothing written: ``begun`` where an effect may
     have happened (settle it first), ``undecided`` for a call nobody decided (reject it),
     ``unsafe_input``; an ended task's own code. In team mode ``token`` authenticates who ends it, as
     for :func:`decide`, and the rule of every channel of the task must let them approve

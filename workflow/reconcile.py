@@ -108,7 +108,8 @@ class Evidence:
 @dataclass(frozen=True)
 class Verdict:
     """What may happen: ``kind`` is ``run`` (apply the decision and resume the run), ``unchanged``
-    (return the task as it is), ``refuse`` (``code`` is a key of :data:`REFUSALS`), ``expire``,
+    (return the task as it is), ``complete`` (``fail`` ends the task ``completed``: see
+    :data:`COMPLETE`), ``refuse`` (``code`` is a key of :data:`REFUSALS`), ``expire``,
     ``skip`` (``expire`` leaves it alone), ``ok`` or ``finding`` (``doctor``; ``code`` is the
     finding kind and ``action`` what to run: a decision word, or None when a human must check)."""
 
@@ -127,6 +128,9 @@ class Verdict:
 
 
 RUN, UNCHANGED, EXPIRE, SKIP, OK = (Verdict(k) for k in ("run", "unchanged", "expire", "skip", "ok"))
+#: ``fail`` of an open task's call that was approved and executed: the task ends ``completed``
+#: (its entry stands, the reason is recorded), the way out when its run cannot finish.
+COMPLETE = Verdict("complete")
 
 
 def _refuse(code: str) -> Verdict:
@@ -208,8 +212,9 @@ def reconcile(ev: Evidence, action: Action) -> Verdict:
             return RUN
         if action == "reject":
             return _refuse("executed" if ev.entry else "decided")
-        if action == "fail":  # an approval never carried out: no effect happened
-            return _refuse("executed") if ev.entry else RUN
+        if action == "fail":  # an approval never carried out: no effect happened; or one carried
+            # out whose run cannot finish (the model's next answer refused each time): it completes
+            return (COMPLETE if ev.decided == "approved" else _refuse("executed")) if ev.entry else RUN
         if action == "expire":
             return SKIP
         if ev.entry and ev.decided is None:  # executed, but no approval on record: a human says
@@ -481,8 +486,8 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
 
 def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     """Whether :func:`workflow.settlement.fail` may end ``cp``: True if it may (every call's verdict
-    for ``fail`` is ``run``, or the call executed: its ledger entry stands), False if the task is
-    ``failed`` already (unchanged). Raises :class:`Refused` with the first call's refusal
+    for ``fail`` is ``run`` or ``complete``, or the call executed: its ledger entry stands), False
+    if the task is ``failed`` already (unchanged). Raises :class:`Refused` with the first call's refusal
     (``begun``, ``undecided``, ``rejected``, ``executed`` for a task with nothing left to end…).
     Reads only."""
     verdicts = []
@@ -496,7 +501,7 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     if not verdicts:  # every call executed: the task completes, it does not fail
         raise Refused("executed", [f"task {cp.task_id}: every call executed; nothing to end",
                                    Next("finish_approve")], task_id=cp.task_id)
-    return any(v.kind == "run" for v in verdicts)
+    return any(v.kind in ("run", "complete") for v in verdicts)
 
 
 def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,

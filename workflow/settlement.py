@@ -202,7 +202,8 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
     or ``completed`` when another call of it executed (an executed action is never undone; the
     failure is recorded all the same). The decision table (:func:`workflow.reconcile.reconcile`,
     action ``fail``) allows it for an open task whose approved calls were never carried out, or
-    whose every attempt through a service was found not done; it refuses a task with an effect that
+    whose every attempt through a service was found not done, or (ending it ``completed``) whose
+    approved calls executed but whose run cannot finish; it refuses a task with an effect that
     may have happened (``begun``: settle it first), a call still undecided (``undecided``: reject
     it), a rejected one (``rejected``: reject finishes it) or an ended one. In team mode ``by`` must
     be a reviewer the rule of every channel of the task lets approve
