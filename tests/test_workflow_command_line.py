@@ -164,3 +164,38 @@ def test_a_store_url_in_a_printed_command_has_no_password():
         "python -m workflow --store postgresql://ann@db/hitl doctor")
     assert command(argparse.Namespace(store="/tmp/a b"), "status", "--task", "k") == (
         "python -m workflow --store '/tmp/a b' status --task k")
+
+
+def test_show_of_another_applications_task_with_one_effect_names_no_channel_and_no_publishing(state_dir):
+    """A task of an application whose tool names no channel (its one effect's key is the task ID):
+    the receipt's ledger line is ``1 entry, written AT``, with no channel named and no publisher's
+    word."""
+    import asyncio
+
+    from agents import Agent
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+    from state.files.store import Store
+    from workflow import Application, Approve, Effect, decide, effect_tool, start
+
+    @effect_tool(done="noted")
+    def note(effect: Effect, text: str) -> str:
+        """Write a note."""
+        return "noted"
+
+    def respond(call: object) -> ModelStep:
+        items = getattr(call, "input", None)
+        if isinstance(items, list) and items and items[-1].get("type") == "function_call_output":
+            return ModelStep(output=[assistant_message("done")])
+        return ModelStep(output=[function_call("note", {"text": "hello"}, call_id="call-1")])
+
+    app = Application(build_agent=lambda model: Agent(name="Notes", instructions="Note it.", tools=[note],
+                                                      model=model),
+                      offline_model=lambda: ScriptedModel([ModelStep.respond(respond) for _ in range(4)]))
+    store = Store(state_dir)
+    asyncio.run(start(store, app, task_id="n-1", title="Note", input="note hello"))
+    assert asyncio.run(decide(store, app, "n-1", Approve(), by="ann", call_id="call-1")).status == "completed"
+    out = workflow_cli(state_dir, "show", "--task", "n-1").stdout
+    [line] = [x for x in out.splitlines() if x.startswith("outcome: ")]
+    assert line.startswith("outcome: completed; ledger: 1 entry, written "), line
+    assert "publish" not in line and "default" not in line

@@ -60,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from state import clock
 from state.timestamps import parse_iso_or_none
-from state.schema import Checkpoint, effect_key
+from state.schema import UNNAMED_CHANNEL, Checkpoint, effect_key
 from state.store import TaskStore, checkpoint_label
 from workflow.external import effect_status, shown_status
 from workflow.observe import trace_log
@@ -428,13 +428,14 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
     trajectory, totals, errors."""
     o, a, c, t = r["outcome"], r["approval"], r["checkpoint"], r["totals"]
     def entry_text(led: Optional[dict[str, Any]], none: str) -> str:
-        return (f"1 entry, published_at {led['published_at']}, content sha256 "
+        return (f"1 entry, written {led['published_at']}, content sha256 "
                 f"{led['content_sha256'][:12]}…"
                 if led else none)
 
     ledger = ("; ".join(f"{c['channel']}: " + entry_text(c["ledger"], "no entry (nothing done)")
                         for c in o["channels"]) if "channels" in o
-              else (f"{o['ledger']['channel']}: " if (o["ledger"] or {}).get("channel") else "")
+              else (f"{o['ledger']['channel']}: " if (o["ledger"] or {}).get("channel")
+                    not in (None, UNNAMED_CHANNEL) else "")
               + entry_text(o["ledger"], "no entry (nothing done)"))
     lines = [
         f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
