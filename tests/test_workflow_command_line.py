@@ -83,10 +83,16 @@ def test_ledger_names_each_entrys_action(state_dir, two_tasks):
     assert "  a-1  publish_draft  blog  'One'  content sha256=" in out
 
 
-def test_status_shows_the_waiting_call_with_its_arguments(state_dir, two_tasks):
+def test_status_shows_the_waiting_call_with_its_arguments_and_who_decides_it_how(state_dir, two_tasks):
     out = workflow_cli(state_dir, "status", "--task", "a-2").stdout
     assert out.splitlines()[0] == "task a-2: waiting_for_approval (revision 1, channels blog)"
     assert '"title": "Two", "body": "Second."' in out
+    from state.files.store import Store
+
+    call = Store(state_dir).load("a-2").pending[0].call_id
+    assert out.splitlines()[-1] == (f"  next: decide call {call} of task a-2: approve or reject (the "
+                                    "application's decide)"), out
+    assert "next:" not in workflow_cli(state_dir, "status", "--task", "a-1").stdout  # completed
 
 
 def test_a_refusal_is_one_line_and_leaves_the_disk_as_it_was(state_dir, two_tasks, tmp_path):
@@ -191,7 +197,8 @@ def test_show_of_another_applications_task_with_one_effect_names_no_channel_and_
 
     app = Application(build_agent=lambda model: Agent(name="Notes", instructions="Note it.", tools=[note],
                                                       model=model),
-                      offline_model=lambda: ScriptedModel([ModelStep.respond(respond) for _ in range(4)]))
+                      offline_model=lambda: ScriptedModel([ModelStep.respond(respond) for _ in range(4)]),
+                      command="python notes.py")
     store = Store(state_dir)
     asyncio.run(start(store, app, task_id="n-1", title="Note", input="note hello"))
     assert asyncio.run(decide(store, app, "n-1", Approve(), by="ann", call_id="call-1")).status == "completed"
@@ -199,3 +206,19 @@ def test_show_of_another_applications_task_with_one_effect_names_no_channel_and_
     [line] = [x for x in out.splitlines() if x.startswith("outcome: ")]
     assert line.startswith("outcome: completed; ledger: 1 entry, written "), line
     assert "publish" not in line and "default" not in line
+    asyncio.run(start(store, app, task_id="n-2", title="Note", input="note hello"))
+    out = workflow_cli(state_dir, "status", "--task", "n-2").stdout
+    assert out.splitlines()[-1] == ("  next: decide call call-1 of task n-2: approve or reject (with the "
+                                    "application's own command: python notes.py)"), out
+
+
+def test_status_of_a_decision_a_crash_cut_off_points_to_doctor(cli, state_dir):
+    from conftest import run_subprocess
+
+    assert cli("start", "--key", "c-1", "--title", "One", "--draft", "First.", "--json").code == 0
+    crashed = run_subprocess(state_dir, "resume", "--task", "c-1", "--decision", "approve", "--by", "ann",
+                             env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert crashed.code == 86, crashed.err
+    out = workflow_cli(state_dir, "status", "--task", "c-1").stdout
+    assert out.splitlines()[-1].startswith("  next: a decision on record did not finish: python -m workflow --store ")
+    assert out.splitlines()[-1].endswith(" doctor says how") and "approve or reject" not in out, out

@@ -138,6 +138,22 @@ def task_text(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def next_lines(args: argparse.Namespace, view: dict[str, Any], given: Optional[str]) -> list[str]:
+    """``status``'s next steps for a waiting task (text only: ``--json`` is ``run.py``'s): each call
+    nobody decided is decided with the application's own command (``given``: the task's
+    ``Checkpoint.command``, escaped onto one line, or None), and a decision on record whose run did
+    not finish (a crash) is explained by ``doctor``."""
+    if view["status"] != "waiting_for_approval":
+        return []
+    how = "the application's decide" if given is None else f"with the application's own command: {one_line(given)}"
+    decided = {d["call_id"] for d in view["decisions"]}
+    lines = [f"  next: decide call {one_line(p['call_id'])} of task {one_line(view['task_id'])}: approve or "
+             f"reject ({how})" for p in view["pending"] if p["call_id"] not in decided]
+    if any(p["call_id"] in decided for p in view["pending"]):
+        lines.append(f"  next: a decision on record did not finish: {command(args, 'doctor')} says how")
+    return lines
+
+
 def ledger_text(view: dict[str, Any]) -> str:
     """The ledger's lines: one per entry (when, key, action, channel, title, content fingerprint),
     then each effect begun through a service and not confirmed."""
@@ -206,8 +222,9 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
         return view, receipt_text(view, [])
     from workflow.observe.views import task_view
 
-    view = task_view(store, store.load(task_id))
-    return view, task_text(view)
+    cp = store.load(task_id)
+    view = task_view(store, cp)
+    return view, "\n".join([task_text(view), *next_lines(args, view, cp.command)])
 
 
 def main(argv: Optional[list[str]] = None) -> int:
