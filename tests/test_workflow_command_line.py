@@ -61,6 +61,14 @@ def test_a_store_folder_that_does_not_exist_is_refused_not_read_as_empty(tmp_pat
     assert not missing.exists()
 
 
+def test_a_store_that_is_a_file_is_refused_as_not_a_folder(tmp_path):
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    r = workflow_cli(tmp_path / "a-file", "list")
+    assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.startswith(f"STOPPED: no store at {str(tmp_path / 'a-file')!r}: not a folder, and not a "
+                               "postgresql:// URL; nothing read"), r.stderr
+
+
 @pytest.mark.parametrize("store", ["POSTGRESQL://u:hunter2pass@localhost/db", "postgresql:/u:hunter2pass@h/db"])
 def test_a_store_that_is_neither_a_folder_nor_a_url_is_refused_without_repeating_it(tmp_path, store):
     """A mistyped URL may hold a password: the refusal names no part of it."""
@@ -210,6 +218,9 @@ def test_show_of_another_applications_task_with_one_effect_names_no_channel_and_
     out = workflow_cli(state_dir, "status", "--task", "n-2").stdout
     assert out.splitlines()[-1] == ("  next: decide call call-1 of task n-2: approve or reject (with the "
                                     "application's own command: python notes.py)"), out
+    shown = workflow_cli(state_dir, "show", "--task", "n-2").stdout
+    assert "s (to the last record, still waiting for a human), agent run time" in shown, shown
+    assert "s (human wait included), agent run time" in workflow_cli(state_dir, "show", "--task", "n-1").stdout
 
 
 def test_status_of_a_decision_a_crash_cut_off_points_to_doctor(cli, state_dir):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from typing import Any, Callable, Optional
@@ -197,7 +198,8 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
         if not Path(args.store).is_dir():  # a typo must not read as an empty store
             url_like = "://" in args.store or "@" in args.store  # never repeated: it may hold a password
             shown = "the --store given" if url_like else repr(one_line(args.store))
-            raise Refused("usage", f"no store at {shown}: no such folder, and not a postgresql:// URL; "
+            what = "not a folder" if os.path.lexists(args.store) else "no such folder"
+            raise Refused("usage", f"no store at {shown}: {what}, and not a postgresql:// URL; "
                           "nothing read")
     store = open_store(args.store)
     if args.command == "list":

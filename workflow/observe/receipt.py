@@ -483,7 +483,9 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
     for s in r["trajectory"]:
         lines.append(f"  {_clock_time(s.get('at'))}  {_step_text(s)}")
     lines.append(
-        f"totals: elapsed {t['elapsed_s']} s (human wait included), agent run time "
+        f"totals: elapsed {t['elapsed_s']} s ("
+        + ("to the last record, still waiting for a human" if o["status"] == "waiting_for_approval"
+           else "human wait included") + "), agent run time "
         f"{t['run_time_ms']:.1f} ms over {t['runs']} run(s); {t['model_calls']} model call(s), "
         f"{t['tool_calls']} tool call(s); tokens in {t['input_tokens']} / out {t['output_tokens']} "
         f"/ total {t['total_tokens']}"
