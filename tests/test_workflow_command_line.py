@@ -233,3 +233,17 @@ def test_status_of_a_decision_a_crash_cut_off_points_to_doctor(cli, state_dir):
     out = workflow_cli(state_dir, "status", "--task", "c-1").stdout
     assert out.splitlines()[-1].startswith("  next: a decision on record did not finish: python -m workflow --store ")
     assert out.splitlines()[-1].endswith(" doctor says how") and "approve or reject" not in out, out
+
+
+def test_list_shows_a_waiting_task_whose_decision_a_crash_cut_off_as_decided_not_finished(cli, state_dir):
+    from conftest import run_subprocess
+
+    for key in ("c-1", "c-2"):
+        assert cli("start", "--key", key, "--title", "One", "--draft", "First.", "--json").code == 0
+    crashed = run_subprocess(state_dir, "resume", "--task", "c-1", "--decision", "approve", "--by", "ann",
+                             env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert crashed.code == 86, crashed.err
+    lines = {line.split()[1]: line for line in workflow_cli(state_dir, "list").stdout.splitlines()}
+    assert "ago, decided, not finished (doctor says how)  publish_draft(" in lines["c-1"], lines
+    assert "ago, expires in " in lines["c-2"] and "decided" not in lines["c-2"], lines
+    assert cli("list").out.splitlines() == workflow_cli(state_dir, "list").stdout.splitlines()

@@ -160,12 +160,17 @@ def problem_after(command: str, view: dict[str, Any], hint: Callable[[Next], str
 
 def inbox_text(view: dict[str, Any]) -> str:
     """The human-readable inbox: one line per task (status, task ID, ``[channels]``, age and expiry
-    or revision, summary), every value escaped onto its line."""
+    or revision, summary), every value escaped onto its line. A waiting task with a decision on
+    record for a call still pending (a crash cut its run off, or the run failed) says so in place
+    of its expiry: nobody needs to decide it again."""
     lines = []
     for t in view["tasks"]:
         channels = "[" + one_line(",".join(t.get("channels") or [])) + "]"
         if t["status"] == WAITING:
-            if t["overdue"]:
+            decided = {d["call_id"] for d in t.get("decisions") or []}
+            if any(p["call_id"] in decided for p in t["pending"]):  # a crash, or a run that failed
+                when = "decided, not finished (doctor says how)"
+            elif t["overdue"]:
                 when = "EXPIRED (reject or expire)"
             elif t["expires_at"]:
                 left = (clock.parse_iso(t["expires_at"]) - clock.now()).total_seconds()
