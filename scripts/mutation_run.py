@@ -728,6 +728,10 @@ MUTANTS: list[Mutant] = [
     # start again with another input returns the task started for the first one
     p("start-again-ignores-the-input", GUARDS,
       '("input", same_input))', '("input", True))', "tests/test_proposed_calls.py"),
+    # other edits after a crash are dropped in silence: the command reports success
+    p("other-edits-after-a-crash-dropped", EDITS,
+      "decision_of(cp, rec.call_id) is not None and not same_edits(rec, edit):",
+      "decision_of(cp, rec.call_id) is not None and False:", "tests/test_edits.py"),
     # fail ends completed a task whose ledger entry no approval on record accounts for
     p("fail-completes-an-unapproved-entry", RECONCILE,
       '(COMPLETE if ev.decided == "approved" else _refuse("executed"))', "COMPLETE",

@@ -273,18 +273,19 @@ def content_fingerprint(content: dict[str, Any]) -> str:
 def input_fingerprint(value: Any) -> Optional[str]:
     """Fingerprint of the input a task was started with (what ``start`` gives ``Runner.run``: a
     string or a list of input items; items that are pydantic models count as their JSON):
-    SHA-256 of its canonical JSON (:func:`canonical_json`). None when it has no JSON form (an
-    object of another kind, a NaN): such a task is then not compared by its input on a second
-    ``start``, as a task saved before inputs were fingerprinted."""
+    SHA-256 of its canonical JSON (:func:`canonical_json`; a NaN or an infinity as Python writes
+    it). None when it has no JSON form (an object of another kind, which the SDK cannot save
+    either, or one nested too deep to write): a task saved with none is not compared by its input
+    on a second ``start``, as one saved before inputs were fingerprinted; a second ``start`` with
+    such an input differs from any task that has one."""
     def plain(item: Any) -> Any:
         if isinstance(item, BaseModel):
             return item.model_dump(mode="json")
         raise TypeError(type(item).__name__)
 
     try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False, default=plain)
-    except (TypeError, ValueError):
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=plain)
+    except (TypeError, ValueError, RecursionError):
         return None
     return sha256_hex(text.encode("utf-8", "surrogatepass"))
 

@@ -361,3 +361,24 @@ def test_show_prints_the_edits_of_any_call_each_argument_named_and_escaped():
     assert lines[3:] == ["-with_whom: bo\\x1b[2J", "-  and al", "-when: 10", "+with_whom: bo", "+when: 11"]
     draft = diff_lines({"title": "T", "body": "a\nc", "original_title": "T", "original_body": "a\nb", **keys})
     assert draft[3:] == [" Title: T", " a", "-b", "+c"]
+
+
+@pytest.mark.parametrize("point", ["checkpoint:decision:after", "ledger:record:before"])
+def test_other_edits_after_a_crash_are_refused_never_dropped_in_silence(cli, state_dir, point):
+    """A crash cut an approval with edits off; the same reviewer then asks for other edits. The
+    decision on record stands: the request is refused, naming it, and nothing changes; the same
+    edits again then finish it, once."""
+    from conftest import run_subprocess
+
+    _start(cli)
+    decide = ("resume", "--task", "t-1", "--decision", "approve", "--by", "alice", "--edit-body")
+    assert run_subprocess(state_dir, *decide, "Edited.", env={"HITL_FAILPOINT": point}).code == 86
+    before = snapshot(state_dir)
+    other = cli(*decide, "Other.")
+    other.assert_stopped()
+    assert "has its decision on record (approved" in other.err and "edits given now are not its edits" in other.err
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+    again = cli(*decide, "Edited.", "--json")
+    assert again.code == 0 and again.json()["status"] == "completed", again.err
+    [entry] = ledger_entries(state_dir)
+    assert entry["content_sha256"] == content_sha256(TITLE, "Edited.")

@@ -106,6 +106,23 @@ def test_start_again_with_another_input_is_refused_and_with_the_same_returns_the
         asyncio.run(start(store, APP, task_id="inv-2", title="Invoice", input="pay acme 1200", channels=["bank"]))
 
 
+def test_an_input_with_a_nan_is_fingerprinted_and_one_nested_too_deep_is_refused_cleanly(state_dir):
+    """The input's fingerprint is taken of a NaN too (so a later start with another input is
+    compared, never waved through); an input nested too deep to write gives no fingerprint, and a
+    second start with it is refused as another input, never a traceback."""
+    from state.schema import input_fingerprint
+
+    assert input_fingerprint([{"role": "user", "content": "pay acme 1200", "n": float("nan")}]) is not None
+    deep: Any = "pay acme 1200"
+    for _ in range(5000):
+        deep = [deep]
+    assert input_fingerprint(deep) is None
+    store = Store(state_dir)
+    _start(store)
+    with pytest.raises(Refused, match="differs in its input"):
+        asyncio.run(start(store, APP, task_id="inv-1", title="Invoice", input=deep, channels=["bank"]))
+
+
 @pytest.mark.parametrize("where", ["files", "postgresql"])
 def test_an_approval_runs_exactly_the_call_as_shown_once(state_dir, request, where):
     store = Store(state_dir) if where == "files" else open_store(request.getfixturevalue("pg_url"))

@@ -122,13 +122,33 @@ def edits_for(edit: Edit, arguments: dict[str, Any]) -> Edits:
                  edited_sha256=content_fingerprint(content))
 
 
-def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None) -> "Decision":
+def same_edits(rec: "Decision", edit: Edit | None) -> bool:
+    """True if the decision ``rec`` and the approval ``edit`` about to be made carry the same edits:
+    neither has any, or ``edit``'s changes to what ``rec``'s reviewer was shown give the content
+    ``rec`` approved."""
+    if edit is None or rec.edits is None:
+        return edit is None and rec.edits is None
+    return {**rec.edits.original, **edit.changes()} == dict(rec.edits.content)
+
+
+def with_edits(rec: "Decision", edit: Edit | None, arguments: str | None,
+               cp: "Checkpoint | None" = None) -> "Decision":
     """The decision to apply: ``rec`` as recorded or built by ``guards.decision_for``, with the
     edits of ``edit`` for a new approval of the call whose ``arguments`` (JSON text) it binds. A
-    decision already on record (a replay after a crash) keeps its own edits, whatever ``edit``
-    says now: the one on record wins. Raises :class:`Refused` for edits with a sticky decision (``rec.always``)."""
+    decision already on record in ``cp`` (a replay after a crash) is applied as recorded; ``edit``
+    given with it must be the same edits (:func:`same_edits`), else :class:`Refused` (``decided``,
+    nothing recorded): new edits are never dropped in silence. Raises :class:`Refused` for edits
+    with a sticky decision (``rec.always``)."""
+    from state.terminal import one_line
+    from workflow.calls import decision_of
+
     if edit is not None and rec.always:
         raise Refused("usage", [_EDITS, " decide one call: they do not go with", _STICKY])
+    if edit is not None and cp is not None and decision_of(cp, rec.call_id) is not None and not same_edits(rec, edit):
+        made = f"{rec.decision}{' with edits' if rec.edits is not None else ''} by {one_line(rec.by)}"
+        raise Refused("decided", f"task {cp.task_id}: call {one_line(rec.call_id)} has its decision on record "
+                      f"({made}); it stands, and the edits given now are not its edits: repeat it as it was; "
+                      "nothing recorded")
     if edit is None or rec.decision != "approved" or rec.edits is not None:
         return rec
     return rec.model_copy(update={"edits": edits_for(edit, json.loads(arguments or "{}"))})

@@ -162,7 +162,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         edits.check_pending(cp, call_id, want, edit, agent.tools)  # the draft, or edits that fit
         edits.check_sticky(cp, want, edit, always)  # sticky calls skip the check of edits
         rec = guards.decision_for(store, cp, items[call_id], want, by, reason, always)
-        rec = edits.with_edits(rec, edit, items[call_id].arguments)  # one on record wins
+        rec = edits.with_edits(rec, edit, items[call_id].arguments, cp)  # one on record wins
         cp, go_on = quorum.count(store, cp, rec, edits=edit is not None, always=always)
         if not go_on:  # the policy wants more approvals: this one is recorded, nothing runs
             return cp

@@ -62,7 +62,7 @@ from workflow.calls import calls_of, channel_of, decision_of, keys, pick_call, r
 
 if TYPE_CHECKING:
     from state.records import RejectionRecord
-    from state.schema import Checkpoint, Decision
+    from state.schema import Checkpoint
     from state.store import TaskStore as Store
     from workflow.edits import Edit
 
@@ -272,15 +272,6 @@ def _waiting_at(cp: "Checkpoint", revision: int) -> list[str]:
     return found
 
 
-def _same_edits(rec: "Decision", edit: Optional["Edit"]) -> bool:
-    """True if the decision ``rec`` and the approval ``edit`` about to be made carry the same edits:
-    neither has any, or ``edit``'s changes to what ``rec``'s reviewer was shown give the content
-    ``rec`` approved."""
-    if edit is None or rec.edits is None:
-        return edit is None and rec.edits is None
-    return {**rec.edits.original, **edit.changes()} == dict(rec.edits.content)
-
-
 def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
           edit: Optional["Edit"] = None, expect_revision: Optional[int] = None) -> Optional[str]:
     """The call a decision that names none is for, fixed when it is judged, before the lock (so a
@@ -324,7 +315,7 @@ def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
     if expect_revision is not None:
         seen = _waiting_at(cp, expect_revision) if expect_revision < cp.revision else []
         rec = decision_of(cp, seen[0]) if len(seen) == 1 else None
-        if (rec is not None and rec.source == "human" and answered(cp, rec.call_id) and _same_edits(rec, edit)
+        if (rec is not None and rec.source == "human" and answered(cp, rec.call_id) and edited.same_edits(rec, edit)
                 and (rec.by, rec.decision, rec.reason) == (by, _DECIDED[decision], reason)):
             return rec.call_id  # by's decision of the call they saw, on record: a retry
         return only
@@ -337,7 +328,7 @@ def meant(cp: "Checkpoint", decision: Action, by: str, reason: Optional[str],
         return last.call_id  # type: ignore[union-attr]
     if edit is not None and decision == "approve" and all(p.call_id in following for p in cp.pending):
         mine = [d.call_id for d in cp.decisions if d.edits is not None and d.source == "human"
-                and (d.by, d.reason) == (by, reason) and answered(cp, d.call_id) and _same_edits(d, edit)]
+                and (d.by, d.reason) == (by, reason) and answered(cp, d.call_id) and edited.same_edits(d, edit)]
         if mine:  # this very approval with edits again: the calls it led to are finished
             return mine[-1]
     if not cp.proposed():
