@@ -180,7 +180,8 @@ DETAILS = {
     "entry_without_approval": "the ledger shows it executed but the task is {status} with recorded "
                               "decision {decided!r}",
     "executed_not_recorded": "approved and in the ledger, but the outcome was not written (crash "
-                             "after the ledger entry); the entry proves it executed",
+                             "after the ledger entry, or a run that failed after it); the entry proves "
+                             "it executed (should the same approve fail each time, fail ends it completed)",
     "decision_not_finished": "decision {decided!r} is recorded but the run was not finished (crash "
                              "after the decision)",
     "status_contradicts_decision": "the checkpoint says {status} but records decision {decided!r}",
