@@ -679,7 +679,7 @@ MUTANTS: list[Mutant] = [
       "    if False:", "tests/test_several_calls.py"),
     # a task for several channels started for a tool that cannot name one: no approval could run
     m("several-channels-for-a-tool-without-channel", "workflow/agent_check.py",
-      '    if len(channels) > 1 and "channel" not in properties:\n',
+      '    if len(channels) > 1 and CHANNEL_ARG not in properties:\n',
       '    if False:\n', "tests/test_several_actions.py"),
     # a waiting task saved before send_summary was added refused by today's agent: a dead end
     m("the-one-tool-publishers-tasks-refused", "agent/application.py",

@@ -144,13 +144,15 @@ def next_lines(args: argparse.Namespace, view: dict[str, Any], given: Optional[s
     nobody decided is decided with the application's own command (``given``: the task's
     ``Checkpoint.command``, escaped onto one line, or None), and a decision on record whose run did
     not finish (a crash) is explained by ``doctor``."""
+    from workflow.review.inbox import decided_pending
+
     if view["status"] != "waiting_for_approval":
         return []
     how = "the application's decide" if given is None else f"with the application's own command: {one_line(given)}"
-    decided = {d["call_id"] for d in view["decisions"]}
+    decided = decided_pending(view)
     lines = [f"  next: decide call {one_line(p['call_id'])} of task {one_line(view['task_id'])}: approve or "
              f"reject ({how})" for p in view["pending"] if p["call_id"] not in decided]
-    if any(p["call_id"] in decided for p in view["pending"]):
+    if decided:
         lines.append(f"  next: a decision on record did not finish: {command(args, 'doctor')} says how")
     return lines
 

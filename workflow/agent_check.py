@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from state.errors import Refused
-from state.schema import DEFAULT_CHANNEL, PREVIEW_CHANNEL, canonical_json, sha256_hex
+from state.schema import CHANNEL_ARG, DEFAULT_CHANNEL, PREVIEW_CHANNEL, canonical_json, sha256_hex
 from workflow.effect import function_identity, is_effectful
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def gated_tool(agent: "Agent[Any]", action: str | None = None, channels: Sequenc
         raise Refused("agent", f"the agent must have a tool{wanted} declared with an effect (found: "
                       f"{names}); nothing run, nothing saved")
     properties = (getattr(named[0], "params_json_schema", None) or {}).get("properties") or {}
-    if len(channels) > 1 and "channel" not in properties:
+    if len(channels) > 1 and CHANNEL_ARG not in properties:
         raise Refused("agent", f"tool {named[0].name!r} takes no channel argument, so a task for several "
                       f"channels ({', '.join(channels)}) could not route its calls; nothing run, nothing saved")
     return named[0]

@@ -158,6 +158,14 @@ def problem_after(command: str, view: dict[str, Any], hint: Callable[[Next], str
     return None
 
 
+def decided_pending(task: dict[str, Any]) -> list[str]:
+    """The IDs of the calls a task (``task_view`` shape) still waits at that have their decision on
+    record: a crash cut its run off after the decision, or the run failed; nobody decides them
+    again (``doctor`` says how each finishes)."""
+    decided = {d["call_id"] for d in task.get("decisions") or []}
+    return [p["call_id"] for p in task["pending"] if p["call_id"] in decided]
+
+
 def inbox_text(view: dict[str, Any]) -> str:
     """The human-readable inbox: one line per task (status, task ID, ``[channels]``, age and expiry
     or revision, summary), every value escaped onto its line. A waiting task with a decision on
@@ -167,8 +175,7 @@ def inbox_text(view: dict[str, Any]) -> str:
     for t in view["tasks"]:
         channels = "[" + one_line(",".join(t.get("channels") or [])) + "]"
         if t["status"] == WAITING:
-            decided = {d["call_id"] for d in t.get("decisions") or []}
-            if any(p["call_id"] in decided for p in t["pending"]):  # a crash, or a run that failed
+            if decided_pending(t):  # a crash, or a run that failed
                 when = "decided, not finished (doctor says how)"
             elif t["overdue"]:
                 when = "EXPIRED (reject or expire)"
