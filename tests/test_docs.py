@@ -361,6 +361,20 @@ def test_the_docs_translations_are_the_walk_and_the_exercise() -> None:
     assert all(en in DOCS for en in TRANSLATIONS.values())
 
 
+#: One Chinese term per concept across the Chinese pages: the term used, and the words for the
+#: same concept that must not appear beside it.
+ZH_TERMS = {"审批人": ("审阅者", "审核人")}  # reviewer
+
+
+@pytest.mark.parametrize("zh", ["README.zh-Hans.md", *sorted(TRANSLATIONS)])
+def test_chinese_pages_use_one_term_per_concept(zh: str) -> None:
+    """A reviewer is 审批人 on every Chinese page, never also 审阅者 or 审核人."""
+    text = (ROOT / zh).read_text(encoding="utf-8")
+    for term, others in ZH_TERMS.items():
+        for other in others:
+            assert other not in text, f"{zh} says {other} for {term}"
+
+
 def code_blocks(text: str) -> list[tuple[str, str]]:
     """Every fenced code block of a page, in order, as ``(language, text)``."""
     return [(b.lang, b.text) for s in parse(text) for b in s.blocks]
