@@ -961,3 +961,47 @@ def test_a_reviewer_record_of_an_earlier_version_is_named_and_never_trusted(on_s
         r.assert_stopped()
         assert "earlier version" in r.err, (args, r.err)
         assert s.snap() == before
+
+
+@pytest.mark.parametrize("failpoint", ["checkpoint:approval:after", "checkpoint:decision:before"])
+def test_a_quorum_reached_whose_decision_a_crash_cut_off_is_carried_out_by_an_approvers_approve_again(
+        cli, state_dir, team, monkeypatch, failpoint):
+    """The approval that reaches the quorum is recorded, then the process dies before the decision
+    is: the approvers' approve again carries out what the quorum decided (one entry), rather than
+    refusing each of them as counted already while nobody else may approve (no way out)."""
+    from tests.conftest import run_subprocess
+
+    _start(cli, monkeypatch, team["wendy"])
+    assert _approve(cli, monkeypatch, team["alice"]).code == 0
+    crashed = run_subprocess(state_dir, "resume", "--task", "t1", "--decision", "approve",
+                             env={"HITL_REVIEWER_TOKEN": team["bob"], "HITL_FAILPOINT": failpoint})
+    assert crashed.code == 86, crashed.err
+    assert ledger_entries(state_dir) == []
+    again = _approve(cli, monkeypatch, team["alice"])
+    assert again.code == 0, again.err
+    assert again.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
+    assert _approve(cli, monkeypatch, team["bob"]).json()["status"] == "completed"
+    assert len(ledger_entries(state_dir)) == 1
+    cp = json.loads(checkpoint_file(state_dir, "t1").read_text(encoding="utf-8"))
+    assert sorted(a["by"] for a in cp["approvals"]) == ["alice", "bob"]
+
+
+def test_a_task_started_before_team_mode_cannot_be_approved_by_its_requester_once_reviewers_exist(
+        cli, state_dir, tmp_path, monkeypatch):
+    """A task started in single-user mode names a requester nobody authenticated: once a reviewer is
+    registered and a policy keeps requesters from approving, its approval is refused
+    (``policy_changed``, nothing changed), whoever signs in; a reject still ends it."""
+    assert cli("start", "--key", "t1", "--draft", "A draft.", "--by", "alice").code == 0
+    admin = TeamAdmin(cli)
+    tokens = {name: admin.add(name, "editor") for name in ("alice", "bob")}
+    _set_policy(cli, monkeypatch, admin.token, POLICY, tmp_path)
+    before = snapshot(state_dir)
+    for name in ("alice", "bob"):
+        r = _approve(cli, monkeypatch, tokens[name])
+        r.assert_stopped()
+        assert "started before team mode" in r.err, r.err
+        assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+    _as(monkeypatch, tokens["bob"])
+    r = cli("resume", "--task", "t1", "--decision", "reject", "--reason", "start it again", "--json")
+    assert r.code == 0 and r.json()["status"] == "cancelled", r.err
+    assert ledger_entries(state_dir) == []

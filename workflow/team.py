@@ -133,7 +133,8 @@ def check_before(store: "TaskStore", cp: Checkpoint, call_id: Optional[str], dec
                           always=always)
     if want == "approved" and cp.team is not None:  # counted once: say so, rather than a second "recorded"
         entry = next(e for e in progress(cp, _registered(store, cp)) if e["call_id"] == pending[0].call_id)
-        if by in entry["approved_by"]:
+        # a quorum reached whose decision a crash cut off: an approver's approve again carries it out
+        if by in entry["approved_by"] and entry["missing"] > 0:
             raise Refused("already_approved", f"task {cp.task_id}: {by!r} approved call "
                           f"{pending[0].call_id[:80]!r} already ({len(entry['approved_by'])} of {rule.approvals}); "
                           f"it waits for {entry['missing']} more "
@@ -203,8 +204,14 @@ def check_policy(store: "TaskStore", cp: Checkpoint, *, approving: bool = False)
     rules came from a file its requester's environment named) may still be rejected, and its
     decided calls finished; an approval (``approving``) is allowed only if a stored version has
     the same fingerprint (an admin set the same rules), or if it recorded no policy and none was
-    ever set. Raises :class:`Refused`: ``integrity`` (the version is missing or differs),
-    ``policy_changed`` (such an older task), nothing changed."""
+    ever set. A task started before team mode (no team, or one nobody signed in to) is not
+    approved once a reviewer is registered: its requester was never authenticated, so no rule could
+    keep them from approving their own task. Raises :class:`Refused`: ``integrity`` (the version is
+    missing or differs), ``policy_changed`` (such an older task), nothing changed."""
+    if approving and (cp.team is None or not cp.team.authenticated) and people.team_mode(store):
+        raise Refused("policy_changed", f"task {cp.task_id} was started before team mode, when nobody signed in to "
+                      "ask or decide, and reviewers are registered now: it cannot be approved (it may be "
+                      "rejected, and a call already decided finished); start it again; nothing changed")
     if cp.team is None or cp.team.policy_version == 0:
         return
     version = cp.team.policy_version
