@@ -11,7 +11,8 @@ the offline responder: one model call to the approval request, one after the too
   (also printed: the same with the SDK's default tracing on, as our harness records traces).
 - **our harness**: ``workflow.hitl.start`` + ``workflow.hitl.resume(approve)``: per-task file lock,
   signed and validated checkpoint (3 atomic writes: request, decision, outcome), RunState checks,
-  agent-drift check, ledger entry (exclusive ``os.link``), local trace file.
+  agent-drift check, the effect's write-ahead intent and its ledger entry (each an exclusive
+  ``os.link``), local trace file.
 
 A third side, the **durability floor**, does only what crash-safety makes the harness write: its two
 lock holds and its atomic file creations (temp file, fsync, ``os.link``, folder fsync) at the sizes

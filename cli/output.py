@@ -11,7 +11,7 @@ from typing import Any, Callable
 from cli.hints import command as shell_command, hint
 from cli.text import receipt_next, task_text
 from workflow.review import inbox
-from workflow.observe.views import one_line, several_lines
+from workflow.observe.views import in_flight_line, one_line, several_lines
 from state.terminal import json_line, silence_stdout
 
 
@@ -131,8 +131,7 @@ def print_result(command: str, result: dict[str, Any], as_json: bool,
                   f"sha256(title+body)={e['content_sha256'][:12]}…"
                   + (f"  publication {one_line(pub)}" if isinstance(pub, str) else "") + settled)
         for f in result.get("in_flight", []):
-            print(f"  not confirmed: {one_line(f['idempotency_key'])}  {one_line(f['state'])}  through "
-                  f"{one_line(f['service'])} (attempt {f['attempt']} since {one_line(f['since'])})")
+            print(in_flight_line(f))
     elif command == "traps":
         print(traps_text(result))
     elif command == "reviewers":

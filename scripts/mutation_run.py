@@ -569,7 +569,8 @@ MUTANTS: list[Mutant] = [
       "            team.require_admin(", "        if False:\n            team.require_admin(",
       "tests/test_signed_records.py"),
     # a second approval by the same reviewer taken silently (and a second Approve button shown)
-    m("already-approved-not-said", TEAM, "        if by in entry[\"approved_by\"]:", "        if False:", TEAM_T),
+    m("already-approved-not-said", TEAM, "        if by in entry[\"approved_by\"] and entry[\"missing\"] > 0:",
+      "        if False:", TEAM_T),
     # lookalike reviewer names registered
     m("lookalike-names-registered", REVIEWERS, "        check_new_name(name, [r.name for r in current.reviewers])\n",
       "", TEAM_T),
@@ -742,6 +743,22 @@ MUTANTS: list[Mutant] = [
       "    _PRIVATE[ident] = _PRIVATE.get(ident, frozenset()) | private\n"
       "    _PRIVATE.update({k: private for k in _PRIVATE})\n",
       "tests/test_several_calls.py"),
+    # a quorum reached whose decision a crash cut off: each approver's approve again refused as counted
+    p("quorum-cut-off-refused-to-its-approvers", TEAM, ' and entry["missing"] > 0:', ":", TEAM_T),
+    # a task started before team mode approved by its own requester once reviewers exist
+    m("pre-team-task-approved-by-anyone", TEAM,
+      "    if approving and (cp.team is None or not cp.team.authenticated) and people.team_mode(store):",
+      "    if False:", TEAM_T),
+    # a local effect's function called with no write-ahead intent: a crash after it, then fail
+    m("local-effect-without-intent", EFFECT, "        await asyncio.to_thread(call.begin)", "        pass",
+      "tests/test_refund_agent.py"),
+    # doctor --repair signs an unsigned ledger entry whose other fields nothing shows
+    p("repair-signs-fields-nothing-shows", "state/adoption.py",
+      "unproven = _unproven_fields(rec, cp, approved[0].at)", 'unproven = ""', "tests/test_signed_records.py"),
+    # a PostgreSQL checkpoint row nested too deep stops every listing with an unexpected error
+    p("pg-row-nested-too-deep-unexpected", "state/postgres/store.py",
+      "        except (ValueError, RecursionError) as exc:  # a row nested too deep",
+      "        except ValueError as exc:  # a row nested too deep", "tests/test_postgres.py"),
 ]
 
 

@@ -12,14 +12,22 @@ an unreadable record) and hands them to :func:`review` from its ``inspect``
 - a ledger entry: its task is ``completed``, and the checkpoint records an approval (without
   edits) of a call of the task's action on the entry's channel, whose key is the entry's, for
   exactly the entry's content (:meth:`state.schema.Checkpoint.expected_sha256`). A completed task
-  never runs again, so signing its entry can neither publish nor suppress a publication;
+  never runs again, so signing its entry can neither publish nor suppress a publication. Every
+  other field it carries must agree with the checkpoint too, or be one the checkpoint cannot
+  contradict by being absent: the task's title (or one in the saved run), a time between that
+  approval and the task's completion, a human's approval, a result the model was told of in the
+  saved run, and no finding of a person's (``settled_by``, ``settle_reason``), which nothing signed
+  shows: a signature is never put on what nothing proves;
 - a rejection record: the checkpoint records that very reject (same call, reviewer, time and
   channel) of the task's content. Signing it can only keep refusing an approval the checkpoint
   already refuses;
-- an effect intent or settlement: its key has a signed ledger entry of the same task (signed
-  before, or in this same run), for the intent's action and content, and the task is
-  ``completed``: the entry decides first (nothing is ever sent for a key that has one), so the
-  record only tells the story.
+- an effect intent: its key has a signed ledger entry of the same task (signed before, or in
+  this same run), for the intent's action, content and channel, the task is ``completed``, the
+  intent names a call the checkpoint records approved and the service the task was started with
+  (or none: a local effect): the entry decides first (nothing is ever sent for a key that has
+  one), so the record only tells the story;
+- a settlement: never proven. Who found what, and why, is that record's word alone, and a
+  ``not_published`` beside a ledger entry contradicts it: a person checks it (and adopts it).
 
 Without ``repair`` each is a finding: ``unsigned_record`` (provable: ``doctor --repair`` signs it)
 or ``unsigned_unproven`` (nothing signed proves it: a person checks it and either removes it or
@@ -41,7 +49,7 @@ from pydantic import BaseModel
 from state.errors import Refused
 from state.inspection import Problem, Repaired
 from state.record_seal import KINDS
-from state.records import EffectIntent, LedgerEntry, RejectionRecord, Settlement
+from state.records import LOCAL_EFFECT, EffectIntent, LedgerEntry, RejectionRecord, Settlement
 from state.schema import Checkpoint, effect_key, rejection_scope
 
 if TYPE_CHECKING:
@@ -90,13 +98,20 @@ def proof(item: Unsigned, cp: Optional[Checkpoint], entry: Optional[LedgerEntry]
         return _entry_proof(rec, cp)
     if isinstance(rec, RejectionRecord):
         return _rejection_proof(rec, cp)
-    assert isinstance(rec, (EffectIntent, Settlement))
+    if isinstance(rec, Settlement):
+        return False, "who found what, and why, is that record's word alone"
+    assert isinstance(rec, EffectIntent)
     if cp.status != "completed":
         return False, f"the task is {cp.status}, not completed"
     if entry is None or entry.task_id != cp.task_id:
         return False, "its key has no signed ledger entry of this task"
-    if isinstance(rec, EffectIntent) and (rec.action, rec.content_sha256) != (entry.action, entry.content_sha256):
-        return False, "its key's ledger entry is for another action or content"
+    if (rec.action, rec.content_sha256) != (entry.action, entry.content_sha256) or (
+            entry.channel is not None and rec.channel != entry.channel):
+        return False, "its key's ledger entry is for another action, content or channel"
+    if rec.service != (cp.service if cp.service is not None else LOCAL_EFFECT):
+        return False, "it names another service than the task was started with"
+    if not any(d.call_id == rec.call_id and d.decision == "approved" for d in cp.decisions):
+        return False, "it names a call the checkpoint records no approval of"
     return True, "its key's signed ledger entry decides (the task is completed)"
 
 
@@ -110,10 +125,53 @@ def _entry_proof(rec: LedgerEntry, cp: Checkpoint) -> tuple[bool, str]:
             continue
         if rec.content_sha256 != cp.expected_sha256(channel):
             return False, f"the entry's content is not the content approved on {channel}"
-        if any(d.channel == channel and d.decision == "approved" and d.edits is None for d in cp.decisions):
-            return True, f"the signed checkpoint is completed with an approval on {channel} for this content"
-        return False, f"the checkpoint records no approval on {channel}"
+        approved = [d for d in cp.decisions if d.channel == channel and d.decision == "approved" and d.edits is None]
+        if not approved:
+            return False, f"the checkpoint records no approval on {channel}"
+        unproven = _unproven_fields(rec, cp, approved[0].at)
+        if unproven:
+            return False, f"its {unproven} the signed checkpoint does not show"
+        return True, f"the signed checkpoint is completed with an approval on {channel} for this content"
     return False, "the entry's key is none of the task's channels"
+
+
+def _unproven_fields(rec: LedgerEntry, cp: Checkpoint, approved_at: str) -> str:
+    """The fields of ledger entry ``rec`` that ``cp`` does not show, as a phrase (empty: none): a
+    title neither the task's nor in the saved run; a time outside [the approval, the task's last
+    event]; an approval not a human's; a result the model was not told of (:func:`_told`); a
+    person's finding (``settled_by``, ``settle_reason``: no signed record shows one)."""
+    from state.timestamps import parse_iso_or_none
+
+    at, start, end = (parse_iso_or_none(v, zoned=True) for v in (rec.published_at, approved_at, cp.history[-1].at
+                                                                 if cp.history else None))
+    wrong = [name for name, bad in (
+        ("title", rec.title != cp.title[:200] and not _in_run(cp, rec.title)),
+        ("time", at is None or start is None or end is None or not start <= at <= end),
+        ("approval", rec.approval not in (None, "human")),
+        ("result", not _told(rec.result, cp)),
+        ("finding of a person's", rec.settled_by is not None or rec.settle_reason is not None)) if bad]
+    return (", ".join(wrong) + (" are what" if len(wrong) > 1 else " is what")) if wrong else ""
+
+
+def _in_run(cp: Checkpoint, text: str) -> bool:
+    """True if ``text`` is in ``cp``'s saved run (the signed RunState's JSON text), as a JSON string
+    or inside one (a tool's output is JSON text in a JSON string)."""
+    import json
+
+    once = json.dumps(text, ensure_ascii=False)[1:-1]
+    return bool(text) and (once in cp.run_state or json.dumps(once, ensure_ascii=False)[1:-1] in cp.run_state)
+
+
+def _told(result: Any, cp: Checkpoint) -> bool:
+    """True if ledger result ``result`` is None, or the model was told of it in ``cp``'s saved run:
+    its JSON text (a tool's default answer), or the ``id`` of a dict (a publication's)."""
+    import json
+
+    if result is None:
+        return True
+    if isinstance(result, dict) and isinstance(result.get("id"), str):
+        return _in_run(cp, result["id"])
+    return _in_run(cp, result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
 
 
 def _rejection_proof(rec: RejectionRecord, cp: Checkpoint) -> tuple[bool, str]:

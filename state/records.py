@@ -80,6 +80,10 @@ class LedgerEntry(BaseModel):
 
 #: The most attempts one effect may have (each a human's ``settle --outcome not-published`` apart).
 MAX_ATTEMPTS = 100
+#: :attr:`EffectIntent.service` of a local effect: the tool's own function, not a service (a URL
+#: always has ``://``); its intent is written right before the function is called
+#: (``workflow.effect``), and its ``request_key`` is never sent anywhere.
+LOCAL_EFFECT = "local"
 
 
 class EffectIntent(BaseModel):

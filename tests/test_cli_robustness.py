@@ -400,7 +400,7 @@ def test_disk_full_during_resume_is_one_clear_line_and_the_next_resume_finishes(
 
     def full_after_first(folder, data, *, owner):
         calls["n"] += 1
-        if calls["n"] == 3:  # decision and ledger entry written; the outcome hits a full disk
+        if calls["n"] == 4:  # decision, effect intent and ledger entry written; the outcome hits a full disk
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(folder, data, owner=owner)
 

@@ -113,9 +113,13 @@ def test_crash_at_every_resume_point_then_resume_recovers(flows, decision, tmp_p
         reached = point in flows[decision]
         _crash(work, _resume(decision), point, reached, where)
         report = _doctor(work)
-        # after the crash doctor either sees nothing wrong or recommends exactly our resume
+        # after the crash doctor either sees nothing wrong or recommends exactly our resume (after a
+        # local effect's intent, then how a person settles it if the function cannot finish)
         for f in report["findings"]:
-            assert f["action"] == f"python run.py resume --task {KEY} --decision {decision}", (where, f)
+            first, _, then = f["action"].partition("; ")
+            assert first == f"python run.py resume --task {KEY} --decision {decision}", (where, f)
+            assert not then or (f["kind"] == "effect_unconfirmed" and then.startswith(
+                "if the function cannot finish, a human looks at what it did, then settles it")), (where, f)
         _assert_recovered(work, decision, where)
 
 
@@ -224,7 +228,8 @@ def test_every_durable_write_is_inside_a_failpoint_pair(cli, state_dir, monkeypa
     assert cli("doctor", "--repair").code == 0
     writes = [e for e in events if e[0] != "failpoint"]
     # the audit saw real writes: the hard-link probe, key, state.id, 2 starts, 1 rejection record,
-    # 2 decisions, 1 ledger entry, 2 outcomes (every one a link: no file is replaced in place)
-    assert sum(1 for kind, _ in writes if kind == "link") == 11, writes
+    # 2 decisions, 1 effect intent, 1 ledger entry, 2 outcomes (every one a link: no file is
+    # replaced in place)
+    assert sum(1 for kind, _ in writes if kind == "link") == 12, writes
     assert not any(kind == "replace" for kind, _ in writes), writes
     assert not open_points

@@ -279,23 +279,20 @@ def test_doctor_states_its_actions_as_data_and_the_command_line_words_them(cli, 
 
 
 def test_doctor_reads_the_effects_folder_and_reports_a_symlink_or_fifo_there(cli, state_dir, tmp_path):
-    """Why: ``effects/`` is the store's own folder (an intent there is no finding), but a record
-    in it that is a symlink or a FIFO cannot be trusted, as in ``ledger/``: reported, never
-    followed, never blocking."""
+    """Why: ``effects/`` is the store's own folder (the intent a local effect's approve wrote there
+    is no finding), but a record in it that is a symlink or a FIFO cannot be trusted, as in
+    ``ledger/``: reported, never followed, never blocking."""
     import os
 
     import pytest
 
-    from state.files.store import Store, file_name
-    from state.records import EffectIntent
+    from state.files.store import file_name
 
     if not hasattr(os, "mkfifo"):
         pytest.skip("symlinks/FIFOs: POSIX")
     _start(cli, "eff-1")
-    Store(state_dir).intent_record(EffectIntent(
-        idempotency_key="eff-1", attempt=1, task_id="eff-1", channel="blog", call_id="call-1",
-        action="publish_draft", content_sha256="a" * 64, request_key="0" * 32,
-        service="https://publish.example/api", deduplicates=True, at="2100-01-01T00:00:00Z"))
+    assert cli("resume", "--task", "eff-1", "--decision", "approve").code == 0
+    assert [p.name for p in (state_dir / "effects").iterdir()] == [f"{file_name('eff-1')}.1.intent.json"]
     assert _doctor(cli)["consistent"]
     stem = file_name("eff-1")
     (state_dir / "effects" / f"{stem}.2.intent.json").symlink_to(tmp_path / "nowhere.json")
@@ -376,14 +373,15 @@ def test_doctor_reports_a_cancelled_task_whose_effect_was_begun(state_dir):
     assert finding["action"].startswith("a human must check")
 
 
-def test_doctor_reads_no_intent_for_a_task_without_a_service(state_dir):
-    """The intent is evidence only for a task started with a service: a local-ledger task is judged as before."""
+def test_doctor_reads_the_intent_of_a_task_without_a_service_too(state_dir):
+    """The intent is evidence for every task: an approved local-ledger task with one (a local
+    effect's function begun) is an effect not confirmed, not a decision that merely did not finish."""
     _begun(state_dir, "loc-1", deduplicates=True)
     from conftest import resign
 
     resign(state_dir, checkpoint_file(state_dir, "loc-1"), lambda d: d.update(service=None))
     (finding,) = in_process(state_dir, "doctor", "--json").json()["findings"]
-    assert finding["kind"] == "decision_not_finished"
+    assert finding["kind"] == "effect_unconfirmed"
 
 
 def test_expire_never_cancels_a_task_whose_effect_was_begun(state_dir, monkeypatch):

@@ -34,6 +34,7 @@ def test_a_failure_after_the_ledger_entry_says_the_action_ran(cli, state_dir, mo
     r = cli("resume", "--task", KEY, "--decision", "approve")
     r.assert_stopped()
     assert f"already done: task {KEY}: checkpoint saved at revision 2 (waiting_for_approval), " \
+           f"task {KEY}: wrote the effect's intent, " \
            f"task {KEY}: ran publish_draft (ledger entry written)" in r.err, r.err
     assert r.err.rstrip().endswith("; to finish, run the same command again (python run.py doctor explains "
                                    "where each task stands)") and "nothing is half-written" not in r.err

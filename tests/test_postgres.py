@@ -438,3 +438,26 @@ def test_rows_copied_whole_from_another_database_with_the_same_key_are_refused(p
             dst.execute(copy, mine)  # put back: it reads again
             assert read() == good, table
     ours.close(), theirs.close()
+
+
+@pytest.mark.parametrize("envelope", ["[" * 100_000, '{"a": ' * 5_000 + "1" + "}" * 5_000])
+def test_a_row_nested_too_deep_is_refused_naming_its_task_and_the_others_load(pg_url, tmp_path, envelope):
+    """A checkpoint row whose envelope was set by hand to JSON nested deeper than a parser follows
+    is refused as any row that does not verify (``integrity``, naming its task), never an
+    unexpected ``RecursionError``: the other tasks still load, and the listing names the bad row."""
+    from state.errors import Refused
+    from state.postgres.store import PostgresStore
+    from state.conformance import sample_body
+
+    store = PostgresStore(pg_url, tmp_path / "state")
+    store.save(sample_body("t-a"), failpoint="test")
+    store.save(sample_body("t-b"), failpoint="test")
+    with store._db() as conn:
+        conn.execute("UPDATE checkpoints SET envelope = %s WHERE task_id = 't-b'", (envelope,))
+    with pytest.raises(Refused) as refused:
+        store.load("t-b")
+    assert refused.value.code == "integrity" and "task 't-b'" in str(refused.value), refused.value
+    assert "nested too deeply" in str(refused.value)
+    with pytest.raises(Refused, match="t-b"):
+        every_checkpoint(store)
+    assert store.load("t-a").task_id == "t-a"

@@ -440,11 +440,12 @@ def test_a_task_failed_by_another_process_while_an_approval_runs_gets_no_effect(
 
 
 def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_recorded(state_dir, monkeypatch):
-    """The window the gate's check cannot close: a lock file deleted under an approval whose tool
-    function is already running, and another process ends the task with ``fail``, which sees no
-    ledger entry yet and records ``failed``. The function had paid; its entry, written next, proves
-    it, so the gate ends the task ``completed`` on top of that revision, as ``fail`` ends a task with
-    an executed call (its failure kept): never ``failed`` with a ledger entry."""
+    """The window the gate's check cannot close: a lock file deleted under an approval whose gate
+    has checked the call and not yet written its intent, and another process ends the task with
+    ``fail``, which sees no intent and no ledger entry and records ``failed``. The function then
+    pays; its entry, written next, proves it, so the gate ends the task ``completed`` on top of that
+    revision, as ``fail`` ends a task with an executed call (its failure kept): never ``failed``
+    with a ledger entry."""
     from state import failpoints
     from state.files.store import file_name
     from workflow import fail, read_task
@@ -455,7 +456,7 @@ def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_r
     real = failpoints.hit
 
     def hit(point: str) -> None:
-        if point == "ledger:record:before" and PAID:  # the function paid; its entry is not written yet
+        if point == "effect:intent:before":  # the gate's checks passed; its intent is not written yet
             (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
             assert fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob").status == "failed"
         real(point)
@@ -491,7 +492,7 @@ def test_a_task_failed_while_its_function_ran_ends_completed_even_when_the_model
     real, answer = failpoints.hit, _respond
 
     def hit(point: str) -> None:
-        if point == "ledger:record:before" and PAID:
+        if point == "effect:intent:before":
             (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
             fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob")
         real(point)
@@ -512,6 +513,32 @@ def test_a_task_failed_while_its_function_ran_ends_completed_even_when_the_model
     assert doctor(store)["consistent"]
 
 
+def test_fail_while_the_function_runs_is_refused_and_the_approve_pays_once(state_dir, monkeypatch):
+    """The function is running (it paid; its ledger entry is not written yet) when another process,
+    its lock file deleted, asks to ``fail`` the task: the call's intent, written before the
+    function was called, says the effect may have happened, so ``fail`` is refused (``begun``),
+    nothing written, and the approve ends ``completed`` with one payment."""
+    from state import failpoints
+    from state.files.store import file_name
+    from workflow import fail
+
+    store = open_store(str(state_dir))
+    call_id = _start(store).pending[0]["call_id"]
+    real, refusals = failpoints.hit, []
+
+    def hit(point: str) -> None:
+        if point == "ledger:record:before" and PAID:
+            (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
+            with pytest.raises(Refused) as refused:
+                fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob")
+            refusals.append(refused.value.code)
+        real(point)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    assert _decide(store, Approve(), call_id=call_id).status == "completed"
+    assert refusals == ["begun"] and PAID == [("inv-1", "acme", 1200)]
+    assert store.load("inv-1").failure is None
+
+
 def _failed_while_it_ran_and_left(state_dir: Any, monkeypatch: Any) -> Any:
     """The window of the test above, with the approving command gone before it could end the
     task ``completed`` (as if it crashed right after its ledger entry): the store, its task
@@ -525,7 +552,7 @@ def _failed_while_it_ran_and_left(state_dir: Any, monkeypatch: Any) -> Any:
     real = failpoints.hit
 
     def hit(point: str) -> None:
-        if point == "ledger:record:before" and PAID:
+        if point == "effect:intent:before":
             (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
             fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob")
         real(point)

@@ -283,3 +283,65 @@ def test_crash_at_every_durable_write_then_the_same_command_leaves_exactly_one_r
         assert final["status"] == "completed", (name, final)
         cents = {"start": 1999, "edit": 500}.get(command, 1500)
         assert refunds(project) == [{"idempotency_key": "r-1", **PROPOSED, "amount_cents": cents}], name
+
+
+#: A ``-c`` program run in a project: ``fail`` of task r-1 through the library, then
+#: ``settle``/``fail`` as asked by ``argv``; prints each outcome (the status, or ``refused: CODE``).
+LIBRARY = """
+import asyncio, runpy, sys
+sys.argv = ['x']
+from workflow import Refused, fail, open_store, read_task, settle
+app = runpy.run_path('examples/refund_agent.py')['APP']
+store = open_store('state-dir')
+for step in STEPS:
+    try:
+        if step == 'fail':
+            print(fail(store, 'r-1', reason='gave up', by='bob').status)
+        else:
+            call = read_task(store, 'r-1').pending[0]['call_id']
+            print(asyncio.run(settle(store, app, 'r-1', step, by='bob', call_id=call, reason='looked')).status)
+    except Refused as exc:
+        print('refused:', exc.code)
+"""
+
+
+def library(project: Path, *steps: str) -> list[str]:
+    """:data:`LIBRARY` with ``steps`` (``fail``, ``not_published``, ``published``): each printed line."""
+    proc = run(project, code=f"STEPS = {list(steps)!r}\n" + LIBRARY)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_a_crash_after_the_refund_before_its_ledger_entry_is_never_failed_the_same_approve_finishes(project):
+    """The refund is made, then the process dies before its ledger entry (``ledger:record:before``).
+    The call's write-ahead intent, recorded before the function was called, says it may have acted:
+    ``fail`` is refused (``begun``), never ending as ``failed`` a task whose refund was made;
+    ``python -m workflow doctor`` says the function was begun with no ledger entry after it, and
+    names the same approve, which runs the function again under the same key: one refund."""
+    ok(run(project, *START))
+    crashed = run(project, *FIRST, env={"HITL_FAILPOINT": "ledger:record:before"})
+    assert crashed.returncode == 86, crashed.stderr
+    assert len(refunds(project)) == 1  # the function ran; no ledger entry says so
+    assert library(project, "fail") == ["refused: begun"]
+    doctor = run(project, code="import runpy, sys; sys.argv = ['workflow', 'doctor', '--json']; "
+                 "runpy.run_module('workflow', run_name='__main__', alter_sys=True)")
+    [finding] = json.loads(doctor.stdout)["findings"]
+    assert finding["kind"] == "effect_unconfirmed", finding
+    assert "its function (a local effect) was begun" in finding["detail"], finding
+    assert finding["action"].startswith("decide task r-1 again: approve"), finding
+    done = ok(run(project, *FIRST))
+    assert done["status"] == "completed" and refunds(project) == [{"idempotency_key": "r-1", **PROPOSED}]
+    assert library(project, "fail") == ["refused: executed"]
+
+
+def test_a_local_effect_begun_is_settled_by_a_person_then_ended_or_recorded(project):
+    """After that crash, when the function cannot finish: a person who looked settles it. Found not
+    done, the task may then be ended ``failed``; found done, the ledger entry is written and the run
+    finishes ``completed`` without calling the function again."""
+    ok(run(project, *START))
+    assert run(project, *FIRST, env={"HITL_FAILPOINT": "ledger:record:before"}).returncode == 86
+    other = project.parent / "other"
+    shutil.copytree(project, other)
+    assert library(project, "not_published", "fail") == ["waiting_for_approval", "failed"]
+    assert library(other, "published") == ["completed"]
+    assert len(refunds(other)) == 1

@@ -418,3 +418,46 @@ def test_in_team_mode_only_an_admin_adopts_an_unsigned_record(service, state_dir
     r = doc("doctor", "--repair", "--adopt", str(path), "--json")
     assert r.code in (0, 1) and [x["kind"] for x in r.json()["repairs"]] == ["unsigned_record"], r.out
     assert svc.posts() == 0
+
+
+@pytest.mark.parametrize("field, forged", [
+    ("title", "FORGED TITLE"), ("published_at", "2001-01-01T00:00:00.000000Z"), ("approval", "not_needed"),
+    ("result", {"id": "pub_forged"}), ("settled_by", "mallory"), ("settle_reason", "forged")])
+def test_repair_never_signs_a_ledger_entry_field_the_checkpoint_does_not_show(service, state_dir, field, forged):
+    """An entry of a completed task, its signature stripped and one field forged (a title, a time
+    before the task existed, an approval not a human's, a publication the model was never told of, a
+    finding of a person's): ``doctor --repair`` leaves it unsigned (``unsigned_unproven``, naming the
+    field), as it signs the same entry unforged."""
+    svc = service()
+    env = {"HITL_PUBLISH_URL": svc.url, "HITL_PUBLISH_TOKEN": "tok-Zq9-publish-secret-7c41e0"}
+    start(state_dir, svc.url)
+    assert run_cli(state_dir, *APPROVE, env=env).code == 0
+    path = record_path(state_dir, "ledger_entry", _key("ledger_entry"))
+    fields = _fields(json.loads(path.read_text(encoding="utf-8")))
+    path.write_text(json.dumps({**fields, field: forged}), encoding="utf-8")
+    report = in_process(state_dir, "doctor", "--repair", "--json").json()
+    assert report["repairs"] == []
+    [finding] = [f for f in report["findings"] if f["path"] == str(path)]
+    name = {"published_at": "time", "settled_by": "finding of a person's",
+            "settle_reason": "finding of a person's"}.get(field, field)
+    assert finding["kind"] == "unsigned_unproven" and f"its {name} is what the signed" in finding["detail"], finding
+    path.write_text(json.dumps(fields), encoding="utf-8")  # the same entry, unforged: proven, signed
+    assert [r["kind"] for r in in_process(state_dir, "doctor", "--repair", "--json").json()["repairs"]] == [
+        "unsigned_record"]
+    assert svc.posts() == 1
+
+
+def test_repair_never_signs_a_settlement_on_its_own(service, state_dir):
+    """A settlement without a signature (``not_published`` by someone, beside a published entry) is
+    nobody's word but its own: ``doctor --repair`` leaves it to a person (``unsigned_unproven``)."""
+    svc = service()
+    env = {"HITL_PUBLISH_URL": svc.url, "HITL_PUBLISH_TOKEN": "tok-Zq9-publish-secret-7c41e0"}
+    start(state_dir, svc.url)
+    assert run_cli(state_dir, *APPROVE, env=env).code == 0
+    path = plant_record(state_dir, "settlement", {
+        "idempotency_key": KEY, "attempt": 1, "task_id": KEY, "by": "mallory", "at": "2030-01-01T00:00:00Z",
+        "reason": "forged", "source": "human"}, signed=False)
+    report = in_process(state_dir, "doctor", "--repair", "--json").json()
+    assert report["repairs"] == []
+    [finding] = [f for f in report["findings"] if f["path"] == str(path)]
+    assert finding["kind"] == "unsigned_unproven" and "that record's word alone" in finding["detail"], finding

@@ -159,7 +159,9 @@ def next_lines(args: argparse.Namespace, view: dict[str, Any], given: Optional[s
 
 def ledger_text(view: dict[str, Any]) -> str:
     """The ledger's lines: one per entry (when, key, action, channel, title, content fingerprint),
-    then each effect begun through a service and not confirmed."""
+    then each effect begun (through a service, or a local effect's function called) and not confirmed."""
+    from workflow.observe.views import in_flight_line
+
     n = len(view["entries"])
     lines = [f"ledger: {one_line(view['path'])} ({n} {'entry' if n == 1 else 'entries'})"]
     for e in view["entries"]:
@@ -168,8 +170,7 @@ def ledger_text(view: dict[str, Any]) -> str:
                      f"{one_line(e['action'])}  {one_line(e['channel'] or '(no channel)')}  "
                      f"{one_line(repr(e['title']))}  content sha256={e['content_sha256'][:12]}…{settled}")
     for f in view.get("in_flight", []):
-        lines.append(f"  not confirmed: {one_line(f['idempotency_key'])}  {one_line(f['state'])}  through "
-                     f"{one_line(f['service'])} (attempt {f['attempt']} since {one_line(f['since'])})")
+        lines.append(in_flight_line(f))
     return "\n".join(lines)
 
 

@@ -242,6 +242,7 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
             service_now = run.asking(call.service, loop)
             return told(*await asyncio.to_thread(
                 external.perform, call, service_now, lambda effect: run.in_thread(loop, effect, call.arguments)))
+        await asyncio.to_thread(call.begin)  # the write-ahead intent: a crash after it leaves a trace
         return told(*await asyncio.to_thread(call.record, await run.on_loop(call.effect, call.arguments)))
 
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -462,6 +463,49 @@ class _Call:
         if store.ledger_get(key) is not None:  # recorded: the store checks it is this task's and
             call.entry = call.write(None)[0]   # content's and returns it, never overwritten
         return call
+
+    def begin(self) -> None:
+        """Before a local effect's function runs, for a call a human approved: its write-ahead
+        intent (:class:`state.records.EffectIntent`, ``service`` :data:`state.records.LOCAL_EFFECT`),
+        durable before the function is called, so that after a crash between the function and the
+        ledger entry the store knows the effect may have happened: the task is ``publishing`` (the
+        same approve runs the function again under the same key; ``fail`` and a reject are refused,
+        ``begun``; a person may settle it), never ended as if nothing had run. An intent of an
+        earlier command (not settled) is this attempt's: nothing is written. A call on a private
+        channel that ran without a human writes none. Raises :class:`Refused`: ``ledger_mismatch``
+        (an intent for another task, action or content), ``service_changed`` (the effect was
+        begun through a service), ``refused`` (every attempt was settled not done)."""
+        if not self.gated:
+            return
+        import hashlib
+
+        from state.clock import now_iso
+        from state.records import LOCAL_EFFECT, MAX_ATTEMPTS, EffectIntent, check_intent_for
+
+        e = self.effect
+        key, store = e.idempotency_key, self.store
+        intent = store.intent_get(key)
+        if intent is not None:
+            check_intent_for(intent, task_id=e.task_id, content_sha256=self.sha, action=e.action)
+            if intent.service != LOCAL_EFFECT:
+                raise Refused("service_changed", [
+                    f"{e.action} for task {e.task_id}: its effect was begun through the service at "
+                    f"{intent.service}, but this process has {_where(None)}; nothing was {self.done}",
+                    Next("shows_status", e.task_id)], task_id=e.task_id)
+            if store.settlement_get(key, intent.attempt) is None:
+                return  # begun by an earlier command: the function runs again under the same key
+        attempt = 1 if intent is None else intent.attempt + 1
+        if attempt > MAX_ATTEMPTS:
+            raise Refused("refused", [f"{e.action} for task {e.task_id}: its effect was begun {MAX_ATTEMPTS} times, "
+                                      f"each settled not done; nothing was {self.done}",
+                                      Next("or_fail", e.task_id)], task_id=e.task_id)
+        at = now_iso()
+        state_id = getattr(self.cp, "state_id", None) or ""
+        marker = hashlib.sha256(json.dumps([state_id, key, attempt]).encode("utf-8")).hexdigest()[:32]
+        store.intent_record(EffectIntent(
+            idempotency_key=key, attempt=attempt, task_id=e.task_id, channel=e.channel, call_id=e.call_id,
+            action=e.action, content_sha256=self.sha, request_key=marker, service=LOCAL_EFFECT,
+            deduplicates=True, at=at, window_ends=at))
 
     def write(self, result: Any) -> tuple[Any, bool]:
         """``store.ledger_record`` for this call: ``(entry, created)``."""

@@ -424,13 +424,13 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
 
 
 def begun_of(store: "Store", cp: "Checkpoint", key: str, entry: Optional[LedgerEntry] = None) -> Optional[str]:
-    """``Evidence.begun`` for the effect key ``key`` of ``cp``: None when the task publishes to no
-    service (``cp.service`` None: no intent is read, so read-only commands stay cheap), when no
-    intent is recorded or when the ledger holds its entry (``entry``, or read now); else
-    ``"publishing"`` or ``"in_doubt"`` (:func:`workflow.external.effect_status`), or
-    ``"not_sent"`` when its latest attempt was found not done. Reads only;
-    raises :class:`Refused` if a record is damaged."""
-    if cp.service is None or entry is not None:
+    """``Evidence.begun`` for the effect key ``key`` of ``cp``: None when no intent is recorded
+    (through a service, or for a local effect: ``workflow.effect``) or when the ledger holds its
+    entry (``entry``, or read now); else ``"publishing"`` or ``"in_doubt"``
+    (:func:`workflow.external.effect_status`), or ``"not_sent"`` when its latest attempt was found
+    not done. None for a ``completed`` task too, whose cells an intent never changes (nothing is
+    read). Reads only; raises :class:`Refused` if a record is damaged."""
+    if entry is not None or cp.status == "completed":
         return None
     from workflow.external import check_bound, effect_status
 

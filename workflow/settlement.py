@@ -5,7 +5,9 @@ A call is *in doubt* when its effect went to a provider that cannot deduplicate 
 cannot know whether the provider acted (a timeout, an answer other than the outcome, a crash after
 the request was begun): :mod:`workflow.external` never sends it again by itself. An effect through a
 deduplicating provider that stays unconfirmed (the service holds the key for other content, or is
-gone for good) may have happened too. In both cases a person looks at the provider and says what
+gone for good) may have happened too, and so may a local effect whose function was begun (its
+intent recorded: ``workflow.effect``) with no ledger entry after it, when the same approve cannot
+finish it. In each case a person looks at the provider (or at what the function did) and says what
 they found (:func:`settle`):
 
 - ``published``: the ledger entry is written (``settled_by``, ``settle_reason``: who found it, and
@@ -53,10 +55,8 @@ def settleable(status: Optional[dict[str, Any]]) -> bool:
 def in_doubt(store: Any, cp: Any) -> list[tuple[str, str, str, dict[str, Any]]]:
     """The calls of ``cp`` whose effect a person may settle (:func:`settleable`): ``[(call_id,
     channel, ledger key, status)]``, ``status`` as :func:`workflow.external.effect_status` gives
-    it. Empty for a task with no service (``cp.service`` None). Raises ``Refused`` if a record is
-    damaged."""
-    if cp.service is None:
-        return []
+    it (through a service, or a local effect whose function may have run before a crash). Raises
+    ``Refused`` if a record is damaged."""
     out = []
     for call_id, channel in calls.calls_of(cp):
         key = calls.keys(cp, channel)[0]

@@ -46,6 +46,7 @@ import psycopg
 from state import effects, failpoints, secrets
 from state.errors import Next, Refused, lock_busy
 from state.integrity import KEY_FILE, key_fingerprint, load_key
+from state.fileio import json_problem
 from state import reviewers as people
 from state.reviewers import ReviewerList
 from state.notify import Progress
@@ -338,8 +339,8 @@ class PostgresStore:
             raise Refused("integrity", f"{where} is larger than {MAX_CHECKPOINT_BYTES} bytes")
         try:
             data = json.loads(envelope)
-        except ValueError:
-            raise Refused("integrity", f"{where} is not JSON") from None
+        except (ValueError, RecursionError) as exc:  # a row nested too deep names itself, as a bad one does
+            raise Refused("integrity", f"{where} is not JSON ({json_problem(exc)})") from None
         if not isinstance(data, dict):
             raise Refused("integrity", f"{where} is not a JSON object")
         cp = verify_envelope(data, key, where=where, name=f"task {task_id!r} in {self.location}")

@@ -27,7 +27,7 @@ from state.store import TaskStore, checkpoint_label
 from state.terminal import one_line
 from workflow.external import effect_status, shown_status, task_effects
 
-__all__ = ["one_line", "several_lines", "task_view", "ledger_view", "DECISION_FIELDS"]
+__all__ = ["one_line", "several_lines", "task_view", "ledger_view", "in_flight_line", "DECISION_FIELDS"]
 
 
 def several_lines(text: str, indent: str) -> str:
@@ -78,7 +78,8 @@ def task_view(store: TaskStore, cp: Checkpoint) -> dict[str, Any]:
 def ledger_view(store: TaskStore) -> dict[str, Any]:
     """``{"path": <ledger folder, or the database's ledger>, "entries": [...]}``, oldest first; each
     entry's ``settled_by``/``settle_reason`` only when a human settled it, and ``"in_flight"``
-    (the effects begun through a service and not confirmed: ``[{"idempotency_key", "state",
+    (the effects begun, through a service or a local effect's function called, and not
+    confirmed: ``[{"idempotency_key", "state",
     "service", "attempt", "since", "task_id", "channel"}]``) only when there are any."""
     entries = store.ledger_entries()
     recorded = {e.idempotency_key for e in entries}
@@ -93,6 +94,17 @@ def ledger_view(store: TaskStore) -> dict[str, Any]:
                                   "task_id": intent.task_id, "channel": intent.channel})
     shown = [{k: v for k, v in e.model_dump().items() if v is not None or k not in _SETTLED} for e in entries]
     return {"path": str(store.ledger_dir), "entries": shown, **({"in_flight": in_flight} if in_flight else {})}
+
+
+def in_flight_line(f: dict[str, Any]) -> str:
+    """The ``ledger`` line of one of :func:`ledger_view`'s ``in_flight`` effects, every value escaped
+    onto it: through which service, or (a local effect) that its function was called."""
+    from state.records import LOCAL_EFFECT
+
+    where = ("its function was begun, no ledger entry after it" if f["service"] == LOCAL_EFFECT
+             else f"through {one_line(f['service'])}")
+    return (f"  not confirmed: {one_line(f['idempotency_key'])}  {one_line(f['state'])}  {where} "
+            f"(attempt {f['attempt']} since {one_line(f['since'])})")
 
 
 #: The ledger entry's fields shown only when set (a human settled the effect).

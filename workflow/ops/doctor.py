@@ -198,7 +198,17 @@ DETAILS = {
     "intent_without_approval": "its effect through {service} was begun (attempt {attempt}, since {since}) but "
                                "the task is {status} with no approval recorded",
 }
-#: The findings of an effect begun through a service: their detail names the intent.
+#: :data:`DETAILS` of a local effect (its intent's ``service`` is ``state.records.LOCAL_EFFECT``):
+#: the function was called, and no ledger entry followed.
+LOCAL_DETAILS = {
+    "effect_unconfirmed": "approved, and its function (a local effect) was begun at {since} with no ledger entry "
+                          "after it (a crash, or the function failed): it may have acted; the same resume runs it "
+                          "again under the same idempotency key",
+    "effect_not_sent": "approved, and its function (a local effect) was found not done (attempt {attempt}, "
+                       "since {since}); the same resume runs it again, or a person ends the task failed",
+}
+#: The findings of an effect begun (through a service, or a local effect's function called): their
+#: detail names the intent.
 BEGUN = frozenset({"effect_unconfirmed", "effect_in_doubt", "effect_not_sent", "cancelled_with_intent",
                    "intent_without_approval"})
 
@@ -211,13 +221,22 @@ def _intent(store: TaskStore, key: str, kind: str, cp: Checkpoint) -> dict[str, 
         return {}
     from workflow.external import effect_status
 
+    from state.records import LOCAL_EFFECT
+
     intent, status = store.intent_get(key), effect_status(store, key, cp=cp) or {}
-    return {"service": one_line(str(status.get("service"))), "attempt": status.get("attempt"),
-            "since": status.get("since"), "call_id": getattr(intent, "call_id", None),
-            "window_ends": status.get("window_ends")}
+    local = status.get("service") == LOCAL_EFFECT
+    return {"service": "its own function (a local effect)" if local else one_line(str(status.get("service"))),
+            "attempt": status.get("attempt"), "since": status.get("since"),
+            "call_id": getattr(intent, "call_id", None), "window_ends": status.get("window_ends"), "local": local}
 
 
-def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | None = None) -> tuple[Part, ...] | None:
+def _detail(kind: str, intent: dict[str, Any]) -> str:
+    """The text of finding ``kind`` (:data:`DETAILS`, or :data:`LOCAL_DETAILS` for a local effect)."""
+    return (LOCAL_DETAILS.get(kind) if intent.get("local") else None) or DETAILS[kind]
+
+
+def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | None = None,
+            local: bool = False, named: bool = False) -> tuple[Part, ...] | None:
     """The action of a :data:`BEGUN` finding (``effect_in_doubt``: settle ``call_id``, after
     ``window_ends`` when that is ahead; ``effect_unconfirmed``: resume, or settle when the service
     cannot confirm it; ``effect_not_sent``: resume, or end it failed; the contradictions: a
@@ -225,6 +244,11 @@ def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | Non
     from workflow.external import advice
 
     look = advice(window_ends) + ": "
+    if kind == "effect_unconfirmed" and call_id and local:  # ``named``: a task of several calls names it
+        again = Next("doctor_resume_call", task_id, call_id, "approve") if named else Next("doctor_resume", task_id,
+                                                                                            "approve")
+        return (again, "; if the function cannot finish, a human looks at what it did, then settles it: ",
+                Next("doctor_settle", task_id, call_id))
     if kind == "effect_in_doubt" and call_id:
         return (look, Next("doctor_settle", task_id, call_id))
     if kind == "effect_unconfirmed" and call_id:
@@ -271,10 +295,10 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
         return
     kind = verdict.code or ""
     intent = _intent(store, key, kind, cp) if store is not None else {}
-    detail = DETAILS[kind].format(
+    detail = _detail(kind, intent).format(
         by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=cp.status,
         decided=ev.decided, in_ledger=" and in the ledger" if entry is not None else "", **intent)
-    action = (_action(cp.task_id, intent.get("call_id"), kind, intent.get("window_ends"))
+    action = (_action(cp.task_id, intent.get("call_id"), kind, intent.get("window_ends"), bool(intent.get("local")))
               or _task_action(cp, kind, verdict.action))
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
@@ -314,10 +338,11 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
             continue
         kind = verdict.code or ""
         intent = _intent(store, keys(cp, channel)[0], kind, cp)
-        detail = f"call {call_id} on {channel}: " + DETAILS[kind].format(
+        detail = f"call {call_id} on {channel}: " + _detail(kind, intent).format(
             by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
             decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "", **intent)
-        action = _action(cp.task_id, call_id, kind, intent.get("window_ends")) or (
+        action = _action(cp.task_id, call_id, kind, intent.get("window_ends"), bool(intent.get("local")),
+                         named=True) or (
             (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else
             ENDED_BEFORE_ITS_ENTRY if kind == "cancelled_with_entry" and ended_by_fail(cp) else ASK_HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
