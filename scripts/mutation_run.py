@@ -752,6 +752,9 @@ MUTANTS: list[Mutant] = [
     # a local effect's function called with no write-ahead intent: a crash after it, then fail
     m("local-effect-without-intent", EFFECT, "        await asyncio.to_thread(call.begin)", "        pass",
       "tests/test_refund_agent.py"),
+    # a fail that landed between the gate's check and the intent: the function runs on an ended task
+    m("local-intent-not-checked-again", EFFECT, "        if latest is not None and latest.status in _ENDED:",
+      "        if False:", "tests/test_proposed_calls.py"),
     # doctor --repair signs an unsigned ledger entry whose other fields nothing shows
     p("repair-signs-fields-nothing-shows", "state/adoption.py",
       "unproven = _unproven_fields(rec, cp, approved[0].at)", 'unproven = ""', "tests/test_signed_records.py"),

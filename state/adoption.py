@@ -14,10 +14,11 @@ an unreadable record) and hands them to :func:`review` from its ``inspect``
   exactly the entry's content (:meth:`state.schema.Checkpoint.expected_sha256`). A completed task
   never runs again, so signing its entry can neither publish nor suppress a publication. Every
   other field it carries must agree with the checkpoint too, or be one the checkpoint cannot
-  contradict by being absent: the task's title (or one in the saved run), a time between that
-  approval and the task's completion, a human's approval, a result the model was told of in the
-  saved run, and no finding of a person's (``settled_by``, ``settle_reason``), which nothing signed
-  shows: a signature is never put on what nothing proves;
+  contradict by being absent: the task's title, a time between that approval and the task's
+  completion, a human's approval, a result that is exactly a tool output the model was told in
+  the saved run (a tool that answers the model otherwise leaves its entry to a person), and no
+  finding of a person's (``settled_by``, ``settle_reason``), which nothing signed shows: a
+  signature is never put on what nothing proves;
 - a rejection record: the checkpoint records that very reject (same call, reviewer, time and
   channel) of the task's content. Signing it can only keep refusing an approval the checkpoint
   already refuses;
@@ -137,15 +138,15 @@ def _entry_proof(rec: LedgerEntry, cp: Checkpoint) -> tuple[bool, str]:
 
 def _unproven_fields(rec: LedgerEntry, cp: Checkpoint, approved_at: str) -> str:
     """The fields of ledger entry ``rec`` that ``cp`` does not show, as a phrase (empty: none): a
-    title neither the task's nor in the saved run; a time outside [the approval, the task's last
-    event]; an approval not a human's; a result the model was not told of (:func:`_told`); a
-    person's finding (``settled_by``, ``settle_reason``: no signed record shows one)."""
+    title not the task's; a time outside [the approval, the task's last event]; an approval not a
+    human's; a result that is not exactly what the model was told (:func:`_told`); a person's
+    finding (``settled_by``, ``settle_reason``: no signed record shows one)."""
     from state.timestamps import parse_iso_or_none
 
     at, start, end = (parse_iso_or_none(v, zoned=True) for v in (rec.published_at, approved_at, cp.history[-1].at
                                                                  if cp.history else None))
     wrong = [name for name, bad in (
-        ("title", rec.title != cp.title[:200] and not _in_run(cp, rec.title)),
+        ("title", rec.title != cp.title[:200]),
         ("time", at is None or start is None or end is None or not start <= at <= end),
         ("approval", rec.approval not in (None, "human")),
         ("result", not _told(rec.result, cp)),
@@ -153,25 +154,18 @@ def _unproven_fields(rec: LedgerEntry, cp: Checkpoint, approved_at: str) -> str:
     return (", ".join(wrong) + (" are what" if len(wrong) > 1 else " is what")) if wrong else ""
 
 
-def _in_run(cp: Checkpoint, text: str) -> bool:
-    """True if ``text`` is in ``cp``'s saved run (the signed RunState's JSON text), as a JSON string
-    or inside one (a tool's output is JSON text in a JSON string)."""
-    import json
-
-    once = json.dumps(text, ensure_ascii=False)[1:-1]
-    return bool(text) and (once in cp.run_state or json.dumps(once, ensure_ascii=False)[1:-1] in cp.run_state)
-
-
 def _told(result: Any, cp: Checkpoint) -> bool:
-    """True if ledger result ``result`` is None, or the model was told of it in ``cp``'s saved run:
-    its JSON text (a tool's default answer), or the ``id`` of a dict (a publication's)."""
+    """True if ledger result ``result`` is None, or is, whole, a tool's output the model was told
+    in ``cp``'s saved run: the output ``effect_tool`` gives by default (the result itself for a
+    string, else its JSON text), found as a whole JSON string value in the signed RunState's text,
+    however that text escapes it. A tool that answers the model otherwise (``effect_tool(answer=…)``)
+    leaves its entries to a person (``--adopt``)."""
     import json
 
     if result is None:
         return True
-    if isinstance(result, dict) and isinstance(result.get("id"), str):
-        return _in_run(cp, result["id"])
-    return _in_run(cp, result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
+    output = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return any(f'"{json.dumps(output, ensure_ascii=a)[1:-1]}"' in cp.run_state for a in (True, False))
 
 
 def _rejection_proof(rec: RejectionRecord, cp: Checkpoint) -> tuple[bool, str]:

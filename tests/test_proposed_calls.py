@@ -440,15 +440,15 @@ def test_a_task_failed_by_another_process_while_an_approval_runs_gets_no_effect(
 
 
 def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_recorded(state_dir, monkeypatch):
-    """The window the gate's check cannot close: a lock file deleted under an approval whose gate
-    has checked the call and not yet written its intent, and another process ends the task with
-    ``fail``, which sees no intent and no ledger entry and records ``failed``. The function then
-    pays; its entry, written next, proves it, so the gate ends the task ``completed`` on top of that
-    revision, as ``fail`` ends a task with an executed call (its failure kept): never ``failed``
-    with a ledger entry."""
+    """The window no check closes: a lock file deleted under an approval, and another process's
+    ``fail``, which found no intent yet, writes ``failed`` after the gate wrote the intent and read
+    the checkpoint again (:func:`_failed_by_bob` writes that revision while the function runs).
+    The function had paid; its entry, written next, proves it, so the gate ends the task
+    ``completed`` on top of that revision, as ``fail`` ends a task with an executed call (its
+    failure kept): never ``failed`` with a ledger entry."""
     from state import failpoints
     from state.files.store import file_name
-    from workflow import fail, read_task
+    from workflow import read_task
     from workflow.ops.doctor import doctor
 
     store = open_store(str(state_dir))
@@ -456,9 +456,9 @@ def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_r
     real = failpoints.hit
 
     def hit(point: str) -> None:
-        if point == "effect:intent:before":  # the gate's checks passed; its intent is not written yet
+        if point == "ledger:record:before" and PAID:  # the function paid; its entry is not written yet
             (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
-            assert fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob").status == "failed"
+            _failed_by_bob(state_dir)
         real(point)
     monkeypatch.setattr(failpoints, "hit", hit)
     with pytest.raises(Refused) as refused:  # its own outcome write lost the compare-and-swap
@@ -484,7 +484,7 @@ def test_a_task_failed_while_its_function_ran_ends_completed_even_when_the_model
     ``doctor --repair``; the refusal says so."""
     from state import failpoints
     from state.files.store import file_name
-    from workflow import fail, read_task
+    from workflow import read_task
     from workflow.ops.doctor import doctor
 
     store = open_store(str(state_dir))
@@ -492,9 +492,9 @@ def test_a_task_failed_while_its_function_ran_ends_completed_even_when_the_model
     real, answer = failpoints.hit, _respond
 
     def hit(point: str) -> None:
-        if point == "effect:intent:before":
+        if point == "ledger:record:before" and PAID:
             (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
-            fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob")
+            _failed_by_bob(state_dir)
         real(point)
 
     def failing(call: Any) -> ModelStep:  # the provider fails once the call has run
@@ -510,6 +510,47 @@ def test_a_task_failed_while_its_function_ran_ends_completed_even_when_the_model
     monkeypatch.undo()
     task = read_task(store, "inv-1")
     assert (task.status, task.failure, PAID) == ("completed", "ended by bob: gave up", [("inv-1", "acme", 1200)])
+    assert doctor(store)["consistent"]
+
+
+def _failed_by_bob(state_dir: Any) -> None:
+    """Task ``inv-1`` ended ``failed`` by bob, as ``fail`` writes it (:func:`workflow.settlement.fail`)
+    when its own check ran before the effect's intent was written and its write lands after the
+    gate read the checkpoint again: the one order of the two processes no check can refuse."""
+    from state.files.store import Store
+
+    store = Store(state_dir)
+    store.save_revision(store.load("inv-1"), failpoint="checkpoint:outcome", status="failed", pending=[],
+                        expires_at=None, failure="ended by bob: gave up",
+                        event=("failed", {"by": "bob", "reason": "gave up", "status": "failed"}))
+
+
+def test_fail_before_the_intent_stops_the_function_from_running(state_dir, monkeypatch):
+    """A ``fail`` that ends the task after the gate checked the call and before it wrote the
+    intent (its lock file deleted): the gate reads the checkpoint again once the intent is written,
+    finds the task ended, and calls nothing (``stale_revision``): nothing paid, the task stays
+    ``failed``, its intent settled ``not_sent`` by the program, ``doctor`` consistent."""
+    from state import failpoints
+    from state.files.store import file_name
+    from workflow import fail
+    from workflow.ops.doctor import doctor
+
+    store = open_store(str(state_dir))
+    call_id = _start(store).pending[0]["call_id"]
+    real = failpoints.hit
+
+    def hit(point: str) -> None:
+        if point == "effect:intent:before":
+            (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
+            assert fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob").status == "failed"
+        real(point)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    with pytest.raises(Refused) as refused:
+        _decide(store, Approve(), call_id=call_id)
+    monkeypatch.setattr(failpoints, "hit", real)
+    assert refused.value.code == "stale_revision" and "nothing was" in str(refused.value), refused.value
+    assert PAID == [] and store.ledger_get("inv-1") is None and store.load("inv-1").status == "failed"
+    assert store.settlement_get("inv-1", 1).source == "not_sent"
     assert doctor(store)["consistent"]
 
 
@@ -545,16 +586,16 @@ def _failed_while_it_ran_and_left(state_dir: Any, monkeypatch: Any) -> Any:
     ``inv-1`` ``failed`` with a ledger entry."""
     from state import failpoints
     from state.files.store import file_name
-    from workflow import fail, reconcile
+    from workflow import reconcile
 
     store = open_store(str(state_dir))
     call_id = _start(store).pending[0]["call_id"]
     real = failpoints.hit
 
     def hit(point: str) -> None:
-        if point == "effect:intent:before":
+        if point == "ledger:record:before" and PAID:
             (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
-            fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob")
+            _failed_by_bob(state_dir)
         real(point)
     monkeypatch.setattr(failpoints, "hit", hit)
     monkeypatch.setattr(reconcile, "executed_after_fail", lambda store, task_id: [])  # gone before it

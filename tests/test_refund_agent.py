@@ -328,7 +328,7 @@ def test_a_crash_after_the_refund_before_its_ledger_entry_is_never_failed_the_sa
     [finding] = json.loads(doctor.stdout)["findings"]
     assert finding["kind"] == "effect_unconfirmed", finding
     assert "its function (a local effect) was begun" in finding["detail"], finding
-    assert finding["action"].startswith("decide task r-1 again: approve"), finding
+    assert finding["action"].startswith(f"decide call {call_of(PROPOSED)} of task r-1: approve"), finding
     done = ok(run(project, *FIRST))
     assert done["status"] == "completed" and refunds(project) == [{"idempotency_key": "r-1", **PROPOSED}]
     assert library(project, "fail") == ["refused: executed"]
@@ -345,3 +345,43 @@ def test_a_local_effect_begun_is_settled_by_a_person_then_ended_or_recorded(proj
     assert library(project, "not_published", "fail") == ["waiting_for_approval", "failed"]
     assert library(other, "published") == ["completed"]
     assert len(refunds(other)) == 1
+
+
+def _unsigned(path: Path, **changes: Any) -> None:
+    """Make the signed record at ``path`` what an earlier version wrote (its fields, no signature),
+    with ``changes`` to its fields."""
+    fields = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items()
+              if k not in ("record", "state_id", "mac")}
+    path.write_text(json.dumps({**fields, **changes}), encoding="utf-8")
+
+
+#: ``doctor --repair`` through the library (``python -m workflow doctor`` only reads): its report as JSON.
+DOCTOR_REPAIR = ("import json; from workflow import open_store; from workflow.ops.doctor import doctor; "
+                 "print(json.dumps(doctor(open_store('state-dir'), repair=True), default=str))")
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_repair_signs_an_old_refund_exactly_as_the_model_was_told_it_and_never_a_forged_one(project, forged):
+    """A refund of an order named in non-ASCII, its ledger entry and intent as an earlier version
+    left them (no signature): ``doctor --repair`` (through the library) signs both, since the entry's
+    result is, whole, the tool's answer in the signed saved run (however that escapes it). The same
+    entry with the amount in its result forged is signed by nobody (``unsigned_unproven``), nor is
+    its intent, which stands on it."""
+    request = "order Zé44: refund 19.99, the parcel arrived broken"
+    started = ok(run(project, "start", "--key", "r-1", "--request", request, "--json"))
+    ok(run(project, *APPROVE, "--call", started["pending"][0]["call_id"]))
+    [entry] = (project / "state-dir" / "ledger").glob("*.json")
+    [intent] = (project / "state-dir" / "effects").glob("*.intent.json")
+    result = json.loads(entry.read_text(encoding="utf-8"))["result"]
+    assert result == {"refunded_cents": 1999, "order_id": "Zé44"}
+    _unsigned(entry, **({"result": {**result, "refunded_cents": 999999}} if forged else {}))
+    _unsigned(intent)
+    report = json.loads(run(project, code=DOCTOR_REPAIR).stdout)
+    if forged:
+        assert report["repairs"] == [] and not report["consistent"]
+        assert sorted(f["kind"] for f in report["findings"] if f["kind"] != "not_judged") == [
+            "unsigned_unproven", "unsigned_unproven"]
+        assert any("its result is what the signed checkpoint does not show" in f["detail"]
+                   for f in report["findings"]), report
+    else:
+        assert [r["kind"] for r in report["repairs"]] == ["unsigned_record"] * 2 and report["consistent"], report

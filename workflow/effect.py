@@ -471,8 +471,12 @@ class _Call:
         ledger entry the store knows the effect may have happened: the task is ``publishing`` (the
         same approve runs the function again under the same key; ``fail`` and a reject are refused,
         ``begun``; a person may settle it), never ended as if nothing had run. An intent of an
-        earlier command (not settled) is this attempt's: nothing is written. A call on a private
-        channel that ran without a human writes none. Raises :class:`Refused`: ``ledger_mismatch``
+        earlier command (not settled) is this attempt's: nothing is written. Once the intent is
+        there, the checkpoint is read again: a task another process ended meanwhile (``fail``, a
+        reject, an expiry: their own check found no intent yet) stops the call, its function never
+        called (the intent this command wrote is settled ``not_sent`` by the program). A call on a
+        private channel that ran without a human writes none. Raises :class:`Refused`: ``stale_revision``
+        (the task ended meanwhile), ``ledger_mismatch``
         (an intent for another task, action or content), ``service_changed`` (the effect was
         begun through a service), ``refused`` (every attempt was settled not done)."""
         if not self.gated:
@@ -502,10 +506,24 @@ class _Call:
         at = now_iso()
         state_id = getattr(self.cp, "state_id", None) or ""
         marker = hashlib.sha256(json.dumps([state_id, key, attempt]).encode("utf-8")).hexdigest()[:32]
-        store.intent_record(EffectIntent(
+        intent, mine = store.intent_record(EffectIntent(
             idempotency_key=key, attempt=attempt, task_id=e.task_id, channel=e.channel, call_id=e.call_id,
             action=e.action, content_sha256=self.sha, request_key=marker, service=LOCAL_EFFECT,
             deduplicates=True, at=at, window_ends=at))
+        # the intent is where a fail or a reject and this call meet: one that ended the task before
+        # it was written, whatever the lock files said, is seen now, and the function never runs
+        latest = _checkpoint(store, {"task_id": e.task_id})
+        if latest is not None and latest.status in _ENDED:
+            if mine:  # begun by this command, which calls nothing now: provably not done
+                from state.records import Settlement
+
+                store.settlement_record(Settlement(
+                    idempotency_key=key, attempt=intent.attempt, task_id=e.task_id, by="program", at=now_iso(),
+                    reason=f"the task was {latest.status} before its function was called", source="not_sent"))
+            raise Refused("stale_revision", [
+                f"{e.action} for task {e.task_id}: another process ended the task {latest.status} while this "
+                f"command checked the call (revision {latest.revision}); nothing was {self.done}",
+                Next("shows_status", e.task_id)], task_id=e.task_id)
 
     def write(self, result: Any) -> tuple[Any, bool]:
         """``store.ledger_record`` for this call: ``(entry, created)``."""
