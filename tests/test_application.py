@@ -274,7 +274,9 @@ def test_an_approval_reads_the_checkpoint_before_the_lock_under_it_and_right_bef
     and reads the checkpoint twice for the decision: once before the lock (``judge``: who decides,
     the decision table and the policy, on one read) and once under it (``recheck``); then the
     effect gate once more, right before the effect (``_checkpoint``: a lock file can be deleted
-    under a process); a tool that records its own ledger entry, outside the gate, skips that. It
+    under a process), and, for a local effect, once again once its intent is written (a ``fail``
+    that landed meanwhile stops it; the same bytes, not verified again); a tool that records its
+    own ledger entry, outside the gate, skips both. It
     verifies the checkpoint in full (parse, MAC, validation) at most twice: ``judge``'s read, and
     the gate's of the decision this process just wrote; the read under the lock finds the very
     bytes ``judge`` verified. The outcome is written without reading it back (the run token holds
@@ -301,7 +303,8 @@ def test_an_approval_reads_the_checkpoint_before_the_lock_under_it_and_right_bef
     asked = _counting_loads(monkeypatch)
     assert cli("resume", "--task", "k-1", "--decision", "approve", "--by", "ann").code == 0
     full = "(verified in full)"
-    assert (asked, passes) == (["judge", full, "recheck", "_checkpoint", full], ["judge", "decide"]), (asked, passes)
+    assert (asked, passes) == (["judge", full, "recheck", "_checkpoint", full, "_checkpoint"],
+                               ["judge", "decide"]), (asked, passes)
 
     assert cli("start", "--key", "k-2", "--title", "T", "--draft", "D").code == 0
     store = Store(state_dir)
@@ -310,7 +313,8 @@ def test_an_approval_reads_the_checkpoint_before_the_lock_under_it_and_right_bef
     done = decide_call(store, APP, task_id="k-2", call_id=cp.pending[0].call_id, decision="approve",
                        reason=None, by="ann", expect_revision=cp.revision)
     assert done.status == "completed"  # judge's read: the bytes this test's load verified
-    assert (asked, passes) == (["judge", "recheck", "_checkpoint", full], ["judge", "decide"]), (asked, passes)
+    assert (asked, passes) == (["judge", "recheck", "_checkpoint", full, "_checkpoint"],
+                               ["judge", "decide"]), (asked, passes)
 
     _start(Store(state_dir))  # an application of its own, through the public API
     asked.clear(), passes.clear()
