@@ -110,12 +110,14 @@ async def harness_task(store: Store, i: int) -> None:
 
 
 def sizes(store: Store, key: str) -> list[tuple[str, int]]:
-    """(folder, bytes) of each file a finished harness task created: its checkpoint revisions and
-    its ledger entry (what :func:`floor_task` writes again, at the same sizes)."""
+    """(folder, bytes) of each file a finished harness task created: its checkpoint revisions, its
+    effect's intent and its ledger entry (what :func:`floor_task` writes again, at the same sizes)."""
     root = Path(store.root)
     files = sorted(p for p in (root / "checkpoints").rglob("*.json") if key in str(p.parent))
+    files += [p for p in (root / "effects").glob("*.intent.json") if p.name.startswith(key + "--")]
     files += [p for p in (root / "ledger").glob("*.json") if p.name.startswith(key + "--")]
-    return [("ledger" if p.parent.name == "ledger" else "checkpoints", p.stat().st_size) for p in files]
+    return [("checkpoints" if p.parent.parent.name == "checkpoints" else p.parent.name, p.stat().st_size)
+            for p in files]
 
 
 def floor_task(root: Path, i: int, shape: list[tuple[str, int]]) -> None:
@@ -129,9 +131,10 @@ def floor_task(root: Path, i: int, shape: list[tuple[str, int]]) -> None:
     for hold, writes in ((0, shape[:1]), (1, shape[1:])):
         with owner_lock(root, owner, timeout=10, what=owner):
             for n, (folder, size) in enumerate(writes):
+                # a task's own folder for its revisions; the ledger and effects/ are shared, as in the store
                 where = root / folder / owner if folder == "checkpoints" else root / folder
                 make_dirs(where)
-                link_new(where / f"{hold}-{n}.json", b"x" * size, owner=owner)
+                link_new(where / f"{owner}-{hold}-{n}.json", b"x" * size, owner=owner)
 
 
 def bare_write(folder: Path, i: int, size: int) -> None:
