@@ -10,6 +10,7 @@ from state.schema import Budget, ModelSpec, Spend
 from workflow.external import advice
 from workflow.observe.budget_view import model_line, spent_line
 from workflow.observe.views import one_line, several_lines
+from workflow.review.inbox import decided_pending
 from workflow.task import Task
 
 
@@ -105,6 +106,9 @@ def task_text(task: dict[str, Any], *, team: bool = False) -> str:
         lines.append(f"  next: {effect_next(task)}{note}")
     elif task["status"] == "failed":
         lines.append("  next: nothing was done, and nothing will be: start a new task with a new key")
+    elif task["status"] == "waiting_for_approval" and task["pending"] and all(
+            p["call_id"] in decided_pending(task) for p in task["pending"]):  # nobody decides them again
+        lines.append(f"  next: a decision on record did not finish: {command('doctor')} says how")
     elif task["status"] == "waiting_for_approval":
         call = task["pending"][0]["call_id"] if len(task["pending"]) > 1 else None
         lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\"){note}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, checkpoint_file, remove_checkpoint, snapshot
 from forking import in_process, run_cli, spawn, step
 
@@ -522,3 +524,19 @@ def test_an_unsigned_rejection_record_whose_reject_the_checkpoint_does_not_recor
     report = _doctor(cli, "--repair")
     assert _kinds(report) == ["not_judged", "unsigned_unproven"] and report["repairs"] == []
     assert "the checkpoint records no such reject" in report["findings"][0]["detail"]
+
+
+@pytest.mark.parametrize("failpoint", ["checkpoint:decision:after", "ledger:record:before"])
+def test_status_of_a_decision_cut_off_points_to_doctor_not_to_a_new_decision(cli, state_dir, failpoint):
+    """A crash after the decision was recorded (before the effect, or after the function ran): the
+    call needs no decision again (a reject is refused now), so ``status`` names ``doctor``, which
+    says how it finishes, instead of "approve (or reject)"."""
+    from conftest import run_subprocess
+
+    _start(cli, "cut-1")
+    crashed = run_subprocess(state_dir, "resume", "--task", "cut-1", "--decision", "approve",
+                             env={"HITL_FAILPOINT": failpoint})
+    assert crashed.code == 86, crashed.err
+    out = cli("status", "--task", "cut-1").out
+    assert "  next: a decision on record did not finish: python run.py doctor says how" in out, out
+    assert "or reject" not in out
