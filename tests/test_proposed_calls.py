@@ -414,29 +414,40 @@ def test_an_approval_gone_from_disk_before_the_effect_stops_it(state_dir, monkey
     assert PAID == [] and store.ledger_get("inv-1") is None
 
 
-def test_a_task_failed_by_another_process_while_an_approval_runs_gets_no_effect(state_dir, monkeypatch):
-    """A lock file deleted under an approval paused after its decision was written; another
-    process ends the task with ``fail`` (no effect had happened). The approval, going on, is
-    stopped right before the effect by the checkpoint that says ``failed``: nothing paid, and the
-    task is not ``failed`` with a ledger entry."""
+@pytest.mark.parametrize("point, code, says", [
+    ("checkpoint:decision:after", "failed", "ended failed while this approval ran"),
+    ("effect:intent:before", "stale_revision", "another process ended the task failed while this command checked")])
+def test_a_task_failed_by_another_process_while_an_approval_runs_gets_no_effect(state_dir, monkeypatch, point,
+                                                                                 code, says):
+    """A lock file deleted under an approval paused after its decision was written, or after the
+    gate checked the call and before it wrote the intent; another process ends the task with
+    ``fail`` (no effect had happened, no intent was there). The approval, going on, is stopped by
+    the checkpoint that says ``failed``: right before the effect, or read again once the intent is
+    written (then settled ``not_sent`` by the program). Nothing paid, the task stays ``failed``
+    with no ledger entry, and ``doctor`` finds it consistent."""
     from state import failpoints
     from state.files.store import file_name
     from workflow import fail
+    from workflow.ops.doctor import doctor
 
     store = open_store(str(state_dir))
     call_id = _start(store).pending[0]["call_id"]
     real = failpoints.hit
 
-    def hit(point: str) -> None:
-        if point == "checkpoint:decision:after":
+    def hit(point_now: str) -> None:
+        if point_now == point:
             (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
             assert fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob").status == "failed"
-        real(point)
+        real(point_now)
     monkeypatch.setattr(failpoints, "hit", hit)
     with pytest.raises(Refused) as refused:
         _decide(store, Approve(), call_id=call_id)
-    assert refused.value.code == "failed" and "ended failed while this approval ran" in str(refused.value)
+    monkeypatch.setattr(failpoints, "hit", real)
+    assert refused.value.code == code and says in str(refused.value), refused.value
     assert PAID == [] and store.ledger_get("inv-1") is None and store.load("inv-1").status == "failed"
+    if point == "effect:intent:before":
+        assert store.settlement_get("inv-1", 1).source == "not_sent"
+    assert doctor(store)["consistent"]
 
 
 def test_a_task_failed_while_its_function_ran_ends_completed_once_the_entry_is_recorded(state_dir, monkeypatch):
@@ -523,35 +534,6 @@ def _failed_by_bob(state_dir: Any) -> None:
     store.save_revision(store.load("inv-1"), failpoint="checkpoint:outcome", status="failed", pending=[],
                         expires_at=None, failure="ended by bob: gave up",
                         event=("failed", {"by": "bob", "reason": "gave up", "status": "failed"}))
-
-
-def test_fail_before_the_intent_stops_the_function_from_running(state_dir, monkeypatch):
-    """A ``fail`` that ends the task after the gate checked the call and before it wrote the
-    intent (its lock file deleted): the gate reads the checkpoint again once the intent is written,
-    finds the task ended, and calls nothing (``stale_revision``): nothing paid, the task stays
-    ``failed``, its intent settled ``not_sent`` by the program, ``doctor`` consistent."""
-    from state import failpoints
-    from state.files.store import file_name
-    from workflow import fail
-    from workflow.ops.doctor import doctor
-
-    store = open_store(str(state_dir))
-    call_id = _start(store).pending[0]["call_id"]
-    real = failpoints.hit
-
-    def hit(point: str) -> None:
-        if point == "effect:intent:before":
-            (state_dir / "locks" / f"{file_name('inv-1')}.lock").unlink()
-            assert fail(open_store(str(state_dir)), "inv-1", reason="gave up", by="bob").status == "failed"
-        real(point)
-    monkeypatch.setattr(failpoints, "hit", hit)
-    with pytest.raises(Refused) as refused:
-        _decide(store, Approve(), call_id=call_id)
-    monkeypatch.setattr(failpoints, "hit", real)
-    assert refused.value.code == "stale_revision" and "nothing was" in str(refused.value), refused.value
-    assert PAID == [] and store.ledger_get("inv-1") is None and store.load("inv-1").status == "failed"
-    assert store.settlement_get("inv-1", 1).source == "not_sent"
-    assert doctor(store)["consistent"]
 
 
 def test_fail_while_the_function_runs_is_refused_and_the_approve_pays_once(state_dir, monkeypatch):
