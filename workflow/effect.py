@@ -475,10 +475,10 @@ class _Call:
         there, the checkpoint is read again: a task another process ended meanwhile (``fail``, a
         reject, an expiry: their own check found no intent yet) stops the call, its function never
         called (the intent this command wrote is settled ``not_sent`` by the program). A call on a
-        private channel that ran without a human writes none. Raises :class:`Refused`: ``stale_revision``
-        (the task ended meanwhile), ``ledger_mismatch``
-        (an intent for another task, action or content), ``service_changed`` (the effect was
-        begun through a service), ``refused`` (every attempt was settled not done)."""
+        private channel that ran without a human writes none. Raises :class:`Refused`:
+        ``stale_revision`` (the task ended meanwhile), ``ledger_mismatch`` (an intent for another
+        task, action or content), ``service_changed`` (the effect was begun through a service),
+        ``refused`` (every attempt was settled not done)."""
         if not self.gated:
             return
         import hashlib
