@@ -108,7 +108,12 @@ def task_text(task: dict[str, Any], *, team: bool = False) -> str:
         lines.append("  next: nothing was done, and nothing will be: start a new task with a new key")
     elif task["status"] == "waiting_for_approval" and task["pending"] and all(
             p["call_id"] in decided_pending(task) for p in task["pending"]):  # nobody decides them again
-        lines.append(f"  next: a decision on record did not finish: {command('doctor')} says how")
+        first = task["pending"][0]["call_id"]
+        word = next(d["decision"] for d in task["decisions"] if d["call_id"] == first)
+        call = first if len(task["pending"]) > 1 else None
+        again = {"approved": "approve", "rejected": "reject"}[word]
+        lines.append(f"  next: {resume_hint(task['task_id'], call, again)} (it finishes the decision on record; "
+                     f"{command('doctor')} explains){note}")
     elif task["status"] == "waiting_for_approval":
         call = task["pending"][0]["call_id"] if len(task["pending"]) > 1 else None
         lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\"){note}")

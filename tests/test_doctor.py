@@ -527,10 +527,10 @@ def test_an_unsigned_rejection_record_whose_reject_the_checkpoint_does_not_recor
 
 
 @pytest.mark.parametrize("failpoint", ["checkpoint:decision:after", "ledger:record:before"])
-def test_status_of_a_decision_cut_off_points_to_doctor_not_to_a_new_decision(cli, state_dir, failpoint):
+def test_status_of_a_decision_cut_off_names_the_same_decision_not_a_new_one(cli, state_dir, failpoint):
     """A crash after the decision was recorded (before the effect, or after the function ran): the
-    call needs no decision again (a reject is refused now), so ``status`` names ``doctor``, which
-    says how it finishes, instead of "approve (or reject)"."""
+    call needs no new decision (a reject is refused now), so ``status`` names the same decision
+    again, which finishes it, and ``doctor``, instead of "approve (or reject)"."""
     from conftest import run_subprocess
 
     _start(cli, "cut-1")
@@ -538,5 +538,7 @@ def test_status_of_a_decision_cut_off_points_to_doctor_not_to_a_new_decision(cli
                              env={"HITL_FAILPOINT": failpoint})
     assert crashed.code == 86, crashed.err
     out = cli("status", "--task", "cut-1").out
-    assert "  next: a decision on record did not finish: python run.py doctor says how" in out, out
+    assert ("  next: python run.py resume --task cut-1 --decision approve (it finishes the decision on record; "
+            "python run.py doctor explains)") in out, out
     assert "or reject" not in out
+    assert cli("resume", "--task", "cut-1", "--decision", "approve").code == 0
