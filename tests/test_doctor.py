@@ -542,3 +542,32 @@ def test_status_of_a_decision_cut_off_names_the_same_decision_not_a_new_one(cli,
             "python run.py doctor explains)") in out, out
     assert "or reject" not in out
     assert cli("resume", "--task", "cut-1", "--decision", "approve").code == 0
+
+
+def test_a_task_failed_while_its_local_effect_was_begun_names_the_settle_that_ends_it(cli, state_dir):
+    """The one order no check refuses: a ``fail`` whose check ran before the effect's intent and
+    whose write landed after the gate read the checkpoint again, and then the function failed (a
+    crash here). ``doctor`` names the way out, a person's ``settle`` after looking at what the
+    function did, which then leaves the task consistent."""
+    from conftest import run_subprocess
+    from state.files.store import Store
+
+    _start(cli, "half-1")
+    crashed = run_subprocess(state_dir, "resume", "--task", "half-1", "--decision", "approve",
+                             env={"HITL_FAILPOINT": "ledger:record:before"})
+    assert crashed.code == 86, crashed.err
+    store = Store(state_dir)
+    store.save_revision(store.load("half-1"), failpoint="checkpoint:outcome", status="failed", pending=[],
+                        expires_at=None, failure="ended by bob: gave up",
+                        event=("failed", {"by": "bob", "reason": "gave up", "status": "failed"}))
+    [finding] = _doctor(cli)["findings"]
+    call = store.load("half-1").decision.call_id
+    assert finding["kind"] == "cancelled_with_intent", finding
+    assert finding["action"] == (
+        f"a human must check what its function did, then settle it: python run.py settle --task half-1 "
+        f"--call {call} --outcome published|not-published --by NAME (an action that may have executed is never "
+        "marked cancelled)"), finding
+    settled = cli("settle", "--task", "half-1", "--call", call, "--outcome", "not-published", "--by", "ann",
+                  "--reason", "looked: no mail went out")
+    assert settled.code == 0, settled.err
+    assert _doctor(cli)["consistent"]

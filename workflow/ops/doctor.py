@@ -236,7 +236,7 @@ def _detail(kind: str, intent: dict[str, Any]) -> str:
 
 
 def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | None = None,
-            local: bool = False, named: bool = False) -> tuple[Part, ...] | None:
+            local: bool = False, named: bool = False, failed: bool = False) -> tuple[Part, ...] | None:
     """The action of a :data:`BEGUN` finding (``effect_in_doubt``: settle ``call_id``, after
     ``window_ends`` when that is ahead; ``effect_unconfirmed``: resume, or settle when the service
     cannot confirm it; ``effect_not_sent``: resume, or end it failed; the contradictions: a
@@ -257,6 +257,9 @@ def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | Non
     if kind == "effect_not_sent":
         return (Next("doctor_resume", task_id, "approve"), " sends it again; or, to give it up, ",
                 Next("doctor_fail", task_id))
+    if kind == "cancelled_with_intent" and failed and local and call_id:  # a fail met a local effect half-way
+        return ("a human must check what its function did, then settle it: ", Next("doctor_settle", task_id, call_id),
+                " (an action that may have executed is never marked cancelled)")
     if kind == "cancelled_with_intent":
         return (HUMAN + " (an action that may have executed is never marked cancelled)",)
     if kind == "intent_without_approval":
@@ -298,8 +301,8 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
     detail = _detail(kind, intent).format(
         by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=cp.status,
         decided=ev.decided, in_ledger=" and in the ledger" if entry is not None else "", **intent)
-    action = (_action(cp.task_id, intent.get("call_id"), kind, intent.get("window_ends"), bool(intent.get("local")))
-              or _task_action(cp, kind, verdict.action))
+    action = (_action(cp.task_id, intent.get("call_id"), kind, intent.get("window_ends"), bool(intent.get("local")),
+                      failed=cp.status == "failed") or _task_action(cp, kind, verdict.action))
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
@@ -342,7 +345,7 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
             by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
             decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "", **intent)
         action = _action(cp.task_id, call_id, kind, intent.get("window_ends"), bool(intent.get("local")),
-                         named=True) or (
+                         named=True, failed=cp.status == "failed") or (
             (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else
             ENDED_BEFORE_ITS_ENTRY if kind == "cancelled_with_entry" and ended_by_fail(cp) else ASK_HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
