@@ -106,8 +106,8 @@ def task_text(task: dict[str, Any], *, team: bool = False) -> str:
         lines.append(f"  next: {effect_next(task)}{note}")
     elif task["status"] == "failed":
         lines.append("  next: nothing was done, and nothing will be: start a new task with a new key")
-    elif task["status"] == "waiting_for_approval" and task["pending"] and all(
-            p["call_id"] in decided_pending(task) for p in task["pending"]):  # nobody decides them again
+    elif task["status"] == "waiting_for_approval" and task["pending"] and len(decided_pending(task)) == len(
+            task["pending"]):  # every call waiting has its decision on record: nobody decides them again
         first = task["pending"][0]["call_id"]
         word = next(d["decision"] for d in task["decisions"] if d["call_id"] == first)
         call = first if len(task["pending"]) > 1 else None

@@ -490,8 +490,8 @@ MUTANTS: list[Mutant] = [
       "or (deduplicates and isinstance(exc, MayHaveActed) and exc.retry))",
       "or (isinstance(exc, MayHaveActed) and exc.retry))", EXTERNAL_T),
     m("a-new-key-every-command", EXTERNAL,
-      "fresh = intent is None or store.settlement_get(key, intent.attempt) is not None", "fresh = True",
-      EXTERNAL_T),
+      "    if intent is not None and store.settlement_get(intent.idempotency_key, intent.attempt) is None:\n"
+      "        return None\n", "", EXTERNAL_T),
     p("intent-content-not-compared", RECORDS,
       "    if (intent.task_id, intent.action, intent.content_sha256) != (task_id, action, content_sha256):",
       "    if (intent.task_id, intent.action) != (task_id, action):", EXTERNAL_T),

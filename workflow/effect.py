@@ -484,7 +484,7 @@ class _Call:
         import hashlib
 
         from state.clock import now_iso
-        from state.records import LOCAL_EFFECT, MAX_ATTEMPTS, EffectIntent, check_intent_for
+        from state.records import LOCAL_EFFECT, EffectIntent, check_intent_for
 
         e = self.effect
         key, store = e.idempotency_key, self.store
@@ -496,13 +496,9 @@ class _Call:
                     f"{e.action} for task {e.task_id}: its effect was begun through the service at "
                     f"{intent.service}, but this process has {_where(None)}; nothing was {self.done}",
                     Next("shows_status", e.task_id)], task_id=e.task_id)
-            if store.settlement_get(key, intent.attempt) is None:
-                return  # begun by an earlier command: the function runs again under the same key
-        attempt = 1 if intent is None else intent.attempt + 1
-        if attempt > MAX_ATTEMPTS:
-            raise Refused("refused", [f"{e.action} for task {e.task_id}: its effect was begun {MAX_ATTEMPTS} times, "
-                                      f"each settled not done; nothing was {self.done}",
-                                      Next("or_fail", e.task_id)], task_id=e.task_id)
+        attempt = external.next_attempt(store, intent, f"{e.action} for task {e.task_id}", e.task_id, self.done)
+        if attempt is None:
+            return  # begun by an earlier command: the function runs again under the same key
         at = now_iso()
         state_id = getattr(self.cp, "state_id", None) or ""
         marker = hashlib.sha256(json.dumps([state_id, key, attempt]).encode("utf-8")).hexdigest()[:32]

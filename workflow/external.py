@@ -234,6 +234,25 @@ def check_bound(cp: Any, key: str, intent: Any, action: str = "the effect") -> A
     return bound
 
 
+def next_attempt(store: Any, intent: Any, what: str, task_id: str, done: str = "sent") -> Optional[int]:
+    """The number of the attempt of an effect to begin now, after ``intent`` (its key's latest
+    :class:`state.records.EffectIntent`, or None): 1 when there is none, the next one once it was
+    settled not done; None while it is open (an earlier command began it, and it goes on under its
+    own key). Used by the protocol through a service (:func:`perform`) and by a local effect
+    (``workflow.effect``). Raises :class:`Refused` (``refused``, its message ending "nothing was
+    ``done``") past :data:`state.records.MAX_ATTEMPTS`. Reads the settlement only."""
+    from state.errors import Next, Refused
+    from state.records import MAX_ATTEMPTS
+
+    if intent is not None and store.settlement_get(intent.idempotency_key, intent.attempt) is None:
+        return None
+    attempt = 1 if intent is None else intent.attempt + 1
+    if attempt > MAX_ATTEMPTS:
+        raise Refused("refused", [f"{what}: its effect was tried {MAX_ATTEMPTS} times, each found not done; "
+                                  f"nothing was {done}", Next("or_fail", task_id)], task_id=task_id)
+    return attempt
+
+
 def _later(a: Optional[str], b: Optional[str]) -> Optional[str]:
     """The later of two ISO-8601 UTC times (either may be None)."""
     from state.clock import parse_iso
@@ -301,7 +320,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     from state.clock import iso, now_iso, wall
     from state.errors import Next, Refused
     from state.integrity import load_key
-    from state.records import MAX_ATTEMPTS, EffectIntent
+    from state.records import EffectIntent
     from state.schema import EffectBinding
 
     store, e, cp = call.store, call.effect, call.cp
@@ -316,12 +335,9 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
             "sent", Next("shows_status", task_id)], task_id=task_id)
     started = wall()
     window = window_s(service)
-    fresh = intent is None or store.settlement_get(key, intent.attempt) is not None
-    if fresh:
-        attempt = 1 if intent is None else intent.attempt + 1
-        if attempt > MAX_ATTEMPTS:
-            raise Refused("refused", [f"{what}: its effect was tried {MAX_ATTEMPTS} times, each found not done; "
-                                      "nothing was sent", Next("or_fail", task_id)], task_id=task_id)
+    attempt = next_attempt(store, intent, what, task_id)
+    fresh = attempt is not None
+    if attempt is not None:
         derived = request_key(load_key(store.root, create=False), cp.state_id, key, attempt)
         intent, fresh = store.intent_record(EffectIntent(
             idempotency_key=key, attempt=attempt, task_id=task_id, channel=e.channel, call_id=e.call_id,
