@@ -22,10 +22,13 @@ Never imports the SDK; imports only :mod:`state.errors` and :mod:`state.timestam
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import math
 import os
+from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Literal, Optional
+from typing import Any, Awaitable, Callable, Iterator, Literal, Optional, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -653,6 +656,10 @@ SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL", "HITL_PUB
                "HITL_REVIEWER_TOKEN", "HITL_WEBHOOK_SECRET")
 
 _last: tuple[tuple[Any, ...], Settings] | None = None
+#: The settings of the top-level operation running in this context (:func:`operation`): a list
+#: holding the object once :func:`settings` read it (shared by the tasks and worker threads the
+#: operation starts, which copy the context), or None outside any operation.
+_held: contextvars.ContextVar[list[Settings] | None] = contextvars.ContextVar("hitl_settings", default=None)
 
 
 def settings() -> Settings:
@@ -660,17 +667,52 @@ def settings() -> Settings:
 
     The object is rebuilt whenever one of :data:`VARIABLES` changed since the last call (a test's
     ``monkeypatch.setenv`` takes effect at once), else the last one is returned (reading the
-    environment costs a few dictionary lookups). Raises :class:`Refused` naming the first bad
-    variable (in the order of :data:`VARIABLES`). Touches no file.
+    environment costs a few dictionary lookups). Inside one top-level operation (:func:`operation`)
+    the environment is read once, by the first call that succeeds, and every later call of the
+    operation gets that object. Raises :class:`Refused` naming the first bad variable (in the order
+    of :data:`VARIABLES`). Touches no file.
     """
     global _last
+    held = _held.get()
+    if held:
+        return held[0]
     raw = tuple(os.environ.get(name) for name in VARIABLES)
     last = _last
     if last is not None and last[0] == raw:
-        return last[1]
-    made = Settings()
-    _last = (raw, made)
+        made = last[1]
+    else:
+        made = Settings()
+        _last = (raw, made)
+    if held is not None:
+        held.append(made)
     return made
+
+
+_T = TypeVar("_T")
+
+
+@contextmanager
+def _operation_scope() -> Iterator[None]:
+    if _held.get() is not None:  # inside one already (decide runs resume): that one's snapshot
+        yield
+        return
+    token = _held.set([])
+    try:
+        yield
+    finally:
+        _held.reset(token)
+
+
+def operation(fn: Callable[..., Awaitable[_T]]) -> Callable[..., Awaitable[_T]]:
+    """``fn`` (an ``async def``: ``workflow.hitl``'s ``start``, ``resume``, ``decide``) as one
+    top-level operation: the environment is read once, when it first asks :func:`settings` or
+    :func:`values`, and that snapshot holds until it returns (a variable changed meanwhile counts
+    from the next operation on). Nested calls share the outermost one's snapshot."""
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> _T:
+        with _operation_scope():
+            return await fn(*args, **kwargs)
+    return run
 
 
 def values(*names: str) -> tuple[Any, ...]:
@@ -680,7 +722,12 @@ def values(*names: str) -> tuple[Any, ...]:
     else :func:`settings` builds the object anew, raising :class:`Refused` for the first bad
     variable (a variable it does not read is judged where it is read). For hot paths (a
     failpoint at every durable write, the secrets of every trace record): a lookup of a variable
-    that is unset costs about 1 µs, and :func:`settings` makes 13."""
+    that is unset costs about 1 µs, and :func:`settings` makes 13. Inside an :func:`operation`
+    that has read its snapshot, the fields of the snapshot."""
+    held = _held.get()
+    if held:
+        made = held[0]
+        return tuple(getattr(made, name) for name in names)
     last = _last
     if last is not None:
         raw, made = last

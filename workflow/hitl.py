@@ -24,7 +24,6 @@ a compare-and-swap on the revision read (docs/crash-safety.md, docs/decision-tab
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Literal
 
 from agents import Runner, RunState
@@ -33,7 +32,7 @@ from agents.result import RunResult
 
 from workflow.budget import BudgetGuard, Pricing, apply_max_turns, blocked, make_budget
 from workflow.budget import spend_from_run_state
-from state import open_stores, secrets
+from state import open_stores, secrets, settings
 from state.errors import Refused
 from state.schema import Budget, Checkpoint, ModelSpec, Team
 from state.files.store import Store
@@ -44,11 +43,10 @@ from workflow.observe import tracing
 
 DecisionWord = Literal["approve", "reject"]
 
-tracing.install()  # no hosted trace export: traces go to the state dir (observe/tracing.py)
-# The SDK logs a failed model call, then raises it: the log goes to the trace, not stderr.
-logging.getLogger("openai.agents").addHandler(logging.NullHandler())
+tracing.install()  # no hosted trace export, no SDK log on stderr: traces go to the state dir
 
 
+@settings.operation
 async def start(store: Store, app: Application, *, task_id: str, title: str,
                 content: dict[str, str] | None, input: str, channels: list[str] | None = None,
                 model: Model | None = None, spec: ModelSpec | None = None,
@@ -107,6 +105,7 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
         return store.save(first, failpoint="checkpoint:start")
 
 
+@settings.operation
 async def resume(store: Store, app: Application, *, task_id: str, decision: DecisionWord,
                  by: str, reason: str | None = None, call_id: str | None = None,
                  always: bool = False, model: Model | None = None, edit: edits.Edit | None = None,
@@ -191,6 +190,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         return await _finish(store, cp, agent, result, budget, guard.pricing, context)
 
 
+@settings.operation
 async def decide(store: Store, app: Application, *, task_id: str, decision: DecisionWord, by: str,
                  edit: edits.Edit | None = None, **kwargs: Any) -> Checkpoint:
     """:func:`resume` (``kwargs``: its own; ``checked``: for this first decision); then, while a

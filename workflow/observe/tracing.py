@@ -141,9 +141,16 @@ class LocalTraceProcessor(TracingProcessor):
 _PROCESSOR = LocalTraceProcessor()
 
 
+#: The SDK logs a failed model call, then raises it: the log goes to the trace (:func:`recording`),
+#: not stderr (a logger with a handler of its own never falls back to Python's last resort).
+_QUIET = logging.NullHandler()
+
+
 def install() -> LocalTraceProcessor:
-    """Make :class:`LocalTraceProcessor` the SDK's only trace processor (no hosted export). Idempotent."""
+    """Make :class:`LocalTraceProcessor` the SDK's only trace processor (no hosted export), and keep
+    the SDK's log off stderr (:data:`_QUIET`). Idempotent."""
     set_trace_processors([_PROCESSOR])
+    logging.getLogger(SDK_LOGGER).addHandler(_QUIET)
     return _PROCESSOR
 
 
