@@ -41,7 +41,7 @@ from state.errors import Refused
 from state.fileio import owner_lock
 from state.paths import CHECKPOINTS_DIR, OLD_TASKS_DIR, check_key_file, read_regular
 from state.schema import canonical_json
-from state.settings import MIN_KEY_BYTES, check_key_bytes, settings  # noqa: F401  (the one key rule)
+from state.settings import MIN_KEY_BYTES, check_key_bytes, memo, settings  # noqa: F401  (the one key rule)
 
 KEY_ENV = "HITL_SIGNING_KEY"
 KEY_FILE = "signing.key"
@@ -101,11 +101,16 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
     :class:`Refused` if the key (from either source) is weak (:func:`check_key_bytes`), or if the
     key file is missing (and not to be created), unreadable, not a regular file, missing while
     checkpoints exist, or (POSIX) owned by another user or accessible to group or others
-    (:func:`state.paths.check_key_file`).
+    (:func:`state.paths.check_key_file`). The file is read and checked once per top-level
+    operation (``start``, ``resume``, ``decide``: :func:`state.settings.memo`), by every other
+    caller each time.
     """
     env = env_key()
     if env is not None:
         return env
+    held, slot = memo(), (KEY_FILE, str(state_dir))
+    if held is not None and slot in held:  # read once per top-level operation (state.settings.memo)
+        return held[slot]
     path = state_dir / KEY_FILE
     check_key_file(path, f"signing key {KEY_FILE}")  # ours, 0600: see state.paths.check_owner_only
     raw = read_regular(path, f"signing key {KEY_FILE}", limit=4096)
@@ -122,7 +127,10 @@ def load_key(state_dir: Path, *, create: bool) -> bytes:
         key = bytes.fromhex(raw.decode("ascii").strip())
     except (ValueError, UnicodeDecodeError) as exc:
         raise Refused("integrity", f"signing key {path.name} is unreadable ({type(exc).__name__})") from None
-    return check_key_bytes(key, f"signing key {path.name}")
+    key = check_key_bytes(key, f"signing key {path.name}")
+    if held is not None:
+        held[slot] = key
+    return key
 
 
 def check_key_creatable(state_dir: Path) -> None:

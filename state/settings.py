@@ -656,10 +656,11 @@ SECRET_ENVS = ("HITL_SIGNING_KEY", "OPENAI_API_KEY", "HITL_STORE_URL", "HITL_PUB
                "HITL_REVIEWER_TOKEN", "HITL_WEBHOOK_SECRET")
 
 _last: tuple[tuple[Any, ...], Settings] | None = None
-#: The settings of the top-level operation running in this context (:func:`operation`): a list
-#: holding the object once :func:`settings` read it (shared by the tasks and worker threads the
-#: operation starts, which copy the context), or None outside any operation.
-_held: contextvars.ContextVar[list[Settings] | None] = contextvars.ContextVar("hitl_settings", default=None)
+#: The memo of the top-level operation running in this context (:func:`operation`), or None outside
+#: one: ``{"settings": Settings}`` once :func:`settings` read the environment, and what
+#: :func:`memo`'s other users keep. Shared by the tasks and worker threads the operation starts
+#: (they copy the context); gone when it returns.
+_held: contextvars.ContextVar[dict[Any, Any] | None] = contextvars.ContextVar("hitl_operation", default=None)
 
 
 def settings() -> Settings:
@@ -674,8 +675,10 @@ def settings() -> Settings:
     """
     global _last
     held = _held.get()
-    if held:
-        return held[0]
+    if held is not None:
+        kept = held.get("settings")
+        if kept is not None:
+            return kept
     raw = tuple(os.environ.get(name) for name in VARIABLES)
     last = _last
     if last is not None and last[0] == raw:
@@ -684,8 +687,15 @@ def settings() -> Settings:
         made = Settings()
         _last = (raw, made)
     if held is not None:
-        held.append(made)
+        held["settings"] = made
     return made
+
+
+def memo() -> dict[Any, Any] | None:
+    """The memo of the top-level operation running in this context (:func:`operation`), or None
+    outside one: a dictionary for what the operation reads once and may use again until it
+    returns (the signing key, ``state.id``), never seen by another operation."""
+    return _held.get()
 
 
 _T = TypeVar("_T")
@@ -693,10 +703,7 @@ _T = TypeVar("_T")
 
 @contextmanager
 def _operation_scope() -> Iterator[None]:
-    if _held.get() is not None:  # inside one already (decide runs resume): that one's snapshot
-        yield
-        return
-    token = _held.set([])
+    token = _held.set({})
     try:
         yield
     finally:
@@ -707,7 +714,8 @@ def operation(fn: Callable[..., Awaitable[_T]]) -> Callable[..., Awaitable[_T]]:
     """``fn`` (an ``async def``: ``workflow.hitl``'s ``start``, ``resume``, ``decide``) as one
     top-level operation: the environment is read once, when it first asks :func:`settings` or
     :func:`values`, and that snapshot holds until it returns (a variable changed meanwhile counts
-    from the next operation on). Nested calls share the outermost one's snapshot."""
+    from the next operation on); :func:`memo` is its own. Each call is an operation of its own,
+    one made inside another (``decide`` runs ``resume``) included: it reads the environment again."""
     @functools.wraps(fn)
     async def run(*args: Any, **kwargs: Any) -> _T:
         with _operation_scope():
@@ -725,9 +733,9 @@ def values(*names: str) -> tuple[Any, ...]:
     that is unset costs about 1 µs, and :func:`settings` makes 13. Inside an :func:`operation`
     that has read its snapshot, the fields of the snapshot."""
     held = _held.get()
-    if held:
-        made = held[0]
-        return tuple(getattr(made, name) for name in names)
+    kept = held.get("settings") if held is not None else None
+    if kept is not None:
+        return tuple(getattr(kept, name) for name in names)
     last = _last
     if last is not None:
         raw, made = last

@@ -48,6 +48,7 @@ from state.errors import Refused
 from state.fileio import owner_lock, parse_json_object
 from state.paths import CHECKPOINTS_DIR, OLD_TASKS_DIR, read_regular
 from state.schema import MAX_CHECKPOINT_BYTES
+from state.settings import memo
 
 STATE_ID_FILE = "state.id"
 STATE_ID_PATTERN = re.compile(r"^[0-9a-f]{32}\Z")
@@ -67,8 +68,13 @@ class StateIdentity:
 def read(root: Path) -> StateIdentity | None:
     """The identity of state dir ``root``, or None if ``state.id`` does not exist.
 
-    Raises :class:`Refused` if it is not a regular file or not of the shape above.
+    Raises :class:`Refused` if it is not a regular file or not of the shape above. Read once per
+    top-level operation (:func:`state.settings.memo`: ``start``, ``resume``, ``decide``) once it
+    exists; read again by every other caller.
     """
+    held, slot = memo(), (STATE_ID_FILE, str(root))
+    if held is not None and slot in held:
+        return held[slot]
     raw = read_regular(root / STATE_ID_FILE, STATE_ID_FILE, limit=_MAX_BYTES)
     if raw is None:
         return None
@@ -77,7 +83,10 @@ def read(root: Path) -> StateIdentity | None:
     if not (isinstance(sid, str) and STATE_ID_PATTERN.match(sid)) or not isinstance(adopted, dict) \
             or not all(isinstance(v, str) for v in adopted.values()):
         raise Refused("integrity", f"{STATE_ID_FILE} is not valid (corrupted); restore it from a backup")
-    return StateIdentity(sid, dict(adopted))
+    ident = StateIdentity(sid, dict(adopted))
+    if held is not None:
+        held[slot] = ident
+    return ident
 
 
 def check_bound(ident: StateIdentity | None, file: str, state_id: str | None, mac: str,
