@@ -31,8 +31,9 @@ from agent.publisher import EDIT_HEADER
 from state.schema import content_sha256
 
 #: Enough scripted steps for the longest run one process makes (start or one resume).
-#: One run of this agent makes 1 call (start) or 1–2 (a resume); 8 leaves room and keeps building
-#: the model cheap (ScriptedModel copies every step; benchmarks/roundtrip.py).
+#: One run of this agent makes 1 call (start) or 1–2 (a resume); 8 leaves room. Each step is
+#: scripted when the model is asked (:class:`_OfflineModel`): ScriptedModel copies every step it
+#: is given, and building the model is paid by every start and resume (benchmarks/roundtrip.py).
 _STEPS_PER_PROCESS = 8
 
 
@@ -141,11 +142,33 @@ def _publish_call(title: str, body: str, channel: str | None, tool: str = "publi
                          call_id=f"{call_id}_{channel}")
 
 
+class _OfflineModel(ScriptedModel):
+    """``ScriptedModel`` with :data:`_STEPS_PER_PROCESS` responder steps, each one enqueued when a
+    call finds none left (as if all had been given at once: the same steps, in the same order,
+    and the call after the last one is refused by ``ScriptedModel`` as unexpected)."""
+
+    def __init__(self) -> None:
+        super().__init__(emit_traces=True)
+        self._scripted = 0
+
+    def _next_step(self) -> None:
+        if self.remaining_steps == 0 and self._scripted < _STEPS_PER_PROCESS:
+            self.enqueue(ModelStep.respond(offline_responder))
+            self._scripted += 1
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        self._next_step()
+        return await super().get_response(*args, **kwargs)
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        self._next_step()
+        async for event in super().stream_response(*args, **kwargs):
+            yield event
+
+
 def build_offline_model() -> ScriptedModel:
     """A fresh offline model (``ScriptedModel`` with responder steps) for one process.
 
     ``emit_traces=True``: each model call gets a generation span (latency) in the local trace.
     """
-    return ScriptedModel(
-        [ModelStep.respond(offline_responder) for _ in range(_STEPS_PER_PROCESS)], emit_traces=True
-    )
+    return _OfflineModel()
