@@ -233,7 +233,9 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     # Always asynchronous, whatever fn is: the SDK awaits it on the run's loop, and an awaitable fn
     # returns (a plain decorator over an async def hides iscoroutinefunction) is awaited there too.
     async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-        call = await asyncio.to_thread(_Call.check, ctx, arguments_of(args, kwargs), action,
+        # checks 1-3 and, for a local effect to run, its write-ahead intent (a crash after it
+        # leaves a trace): one worker thread, in that order
+        call = await asyncio.to_thread(_Call.checked, ctx, arguments_of(args, kwargs), action,
                                        needs_approval, private, label, content_word, service, done)
         if call.entry is not None:
             return told(call.entry.result, call.entry, False)
@@ -242,8 +244,10 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
             service_now = run.asking(call.service, loop)
             return told(*await asyncio.to_thread(
                 external.perform, call, service_now, lambda effect: run.in_thread(loop, effect, call.arguments)))
-        await asyncio.to_thread(call.begin)  # the write-ahead intent: a crash after it leaves a trace
-        return told(*await asyncio.to_thread(call.record, await run.on_loop(call.effect, call.arguments)))
+        if run.is_async():  # fn runs on this loop; its result is recorded in a worker thread
+            return told(*await asyncio.to_thread(call.record, await run.on_loop(call.effect, call.arguments)))
+        # a sync fn runs in a worker thread, and its result is recorded there once it returned
+        return told(*await asyncio.to_thread(lambda: call.record(run.ran(loop, call.effect, call.arguments))))
 
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                 annotation=RunContextWrapper[Any])
@@ -310,18 +314,28 @@ class _Runner:
     #: The tool's ``effect_tool(done=…)`` word, for the refusal of a generator.
     done: str = "done"
 
-    def _is_async(self) -> bool:
+    def is_async(self) -> bool:
+        """True if ``fn`` is an ``async def`` (or a partial of one, or an object whose ``__call__``
+        is one): it is called on the run's event loop."""
         return inspect.iscoroutinefunction(self.fn) or (
             not inspect.isroutine(self.fn) and inspect.iscoroutinefunction(getattr(self.fn, "__call__", None)))
 
     async def on_loop(self, effect: Effect, arguments: dict[str, Any]) -> Any:
         """``fn(effect, **arguments)``'s result, awaited until it is not awaitable. Raises
         :class:`Refused` for a generator; what ``fn`` raises, as it was."""
-        if self._is_async():
+        if self.is_async():
             result = self.fn(effect, **arguments)
         else:
             result = await asyncio.to_thread(self.fn, effect, **arguments)
         return self._ran(await _awaited(result))
+
+    def ran(self, loop: asyncio.AbstractEventLoop, effect: Effect, arguments: dict[str, Any]) -> Any:
+        """:meth:`on_loop` for a sync ``fn``, from a worker thread while ``loop`` runs: ``fn`` runs
+        here, an awaitable it returns is awaited on ``loop``. Raises as :meth:`on_loop`."""
+        result = self.fn(effect, **arguments)
+        if inspect.isawaitable(result):
+            result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+        return self._ran(result)
 
     def in_thread(self, loop: asyncio.AbstractEventLoop, effect: Effect, arguments: dict[str, Any]) -> Any:
         """:meth:`on_loop` from a worker thread while ``loop`` runs (the ``send`` of
@@ -462,6 +476,16 @@ class _Call:
                    done=done)
         if store.ledger_get(key) is not None:  # recorded: the store checks it is this task's and
             call.entry = call.write(None)[0]   # content's and returns it, never overwritten
+        return call
+
+    @classmethod
+    def checked(cls, *args: Any) -> "_Call":
+        """:meth:`check` (``args``: its own), then, for a local effect whose function is to run (no
+        ledger entry yet, no service), :meth:`begin`: what the gate does before the function, in
+        one worker thread."""
+        call = cls.check(*args)
+        if call.entry is None and call.service is None:
+            call.begin()
         return call
 
     def begin(self) -> None:
