@@ -30,6 +30,7 @@ Never imports the SDK.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
@@ -63,8 +64,19 @@ def file_name(key: str) -> str:
     the key with ``:`` replaced by ``_`` plus 12 hex characters of SHA-256 of the exact key, e.g.
     ``demo-001`` → ``demo-001--0b1e2a3c4d5e``; an effect key ``demo-001#news``
     (:func:`state.schema.effect_key`) keeps its ``#``, allowed on all three. Raises ``ValueError``
-    for a key outside the pattern.
+    for a key outside the pattern. (A pure function of ``key``: a string's stem is computed once;
+    a refusal is raised again each time.)
     """
+    if type(key) is str:
+        return _stem(key)
+    if not valid_effect_key(key):
+        raise ValueError(f"not an allowed key: {key!r}")
+    return _stem(str(key))
+
+
+@functools.lru_cache(maxsize=1024)
+def _stem(key: str) -> str:
+    """:func:`file_name` of the string ``key``."""
     if not valid_effect_key(key):
         raise ValueError(f"not an allowed key: {key!r}")
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]

@@ -23,13 +23,21 @@ APPROVAL_KEYS = ("approvals", "function_tool_approvals", "hosted_mcp_approvals")
 
 
 def _walk(value: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    if isinstance(value, dict):
-        yield path, value
-        for k, v in value.items():
-            yield from _walk(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _walk(v, f"{path}[{i}]")
+    """``(path, node)`` of every object in ``value`` (a parsed JSON value), depth first in document
+    order, ``value`` itself first if it is one; a key ``k`` of an object at ``p`` is at ``p.k``, an
+    item ``i`` of a list at ``p[i]``. One stack, no generator per node, and a path is made only for
+    an object or list (a RunState holds hundreds of strings and numbers)."""
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            yield path, value
+            below = [(f"{path}.{k}", v) for k, v in value.items() if isinstance(v, (dict, list))]
+        elif isinstance(value, list):
+            below = [(f"{path}[{i}]", v) for i, v in enumerate(value) if isinstance(v, (dict, list))]
+        else:
+            continue
+        stack.extend(reversed(below))
 
 
 def _top_level_records(run_state: dict[str, Any], cp: Checkpoint) -> list[dict[str, Any]]:
