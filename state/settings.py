@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import math
+import operator
 import os
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -735,7 +736,7 @@ def values(*names: str) -> tuple[Any, ...]:
     held = _held.get()
     kept = held.get("settings") if held is not None else None
     if kept is not None:
-        return tuple(getattr(kept, name) for name in names)
+        return _fields(names)(kept)
     last = _last
     if last is not None:
         raw, made = last
@@ -743,9 +744,17 @@ def values(*names: str) -> tuple[Any, ...]:
             if os.environ.get(_ALIASES[name]) != raw[_POSITIONS[name]]:
                 break
         else:
-            return tuple(getattr(made, name) for name in names)
-    made = settings()
-    return tuple(getattr(made, name) for name in names)
+            return _fields(names)(made)
+    return _fields(names)(settings())
+
+
+@functools.lru_cache(maxsize=64)
+def _fields(names: tuple[str, ...]) -> Callable[[Settings], tuple[Any, ...]]:
+    """``lambda s: (s.<name>, …)`` for ``names``, as one ``operator.attrgetter``."""
+    if not names:
+        return lambda made: ()
+    get = operator.attrgetter(*names)
+    return get if len(names) > 1 else lambda made: (get(made),)
 
 
 def secret_pairs() -> list[tuple[str, str]]:

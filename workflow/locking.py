@@ -10,6 +10,7 @@ the second. :func:`task_lock` waits by sleeping instead. Never imports the SDK.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
@@ -88,8 +89,8 @@ def _paths(store: Any, task_id: str) -> tuple[list[Path], list[Path]]:
     from state.store import FileBacked
     from workflow.observe.trace_log import trace_path
 
-    files = [trace_path(store, task_id)]
-    folders = [trace_path(store, task_id).parent]
+    trace = trace_path(store, task_id)
+    files, folders = [trace], [trace.parent]
     if isinstance(store, FileBacked):  # the task's lock file, made by this block's first write
         files.append(store.lock_path(file_name(task_id)))
         folders.append(store.locks_dir)
@@ -98,9 +99,9 @@ def _paths(store: Any, task_id: str) -> tuple[list[Path], list[Path]]:
 
 
 def existing(store: Any, task_id: str) -> set[Path]:
-    """Which of :func:`_paths` exist now (a symlink counts)."""
+    """Which of :func:`_paths` exist now (a symlink counts, dangling or not: one ``lstat`` each)."""
     files, folders = _paths(store, task_id)
-    return {p for p in [*files, *folders] if p.exists() or p.is_symlink()}
+    return {p for p in [*files, *folders] if os.path.lexists(p)}
 
 
 @contextmanager
