@@ -37,7 +37,7 @@ import json
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from state.errors import Part, Refused
-from state.settings import SECRET_ENVS, secret_pairs  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
+from state.settings import SECRET_ENVS, memo, secret_pairs  # noqa: F401  (SECRET_ENVS: the variables it scrubs)
 
 REDACTED = "[redacted]"
 #: Secrets shorter than this are not searched for in stored records and input (see module doc).
@@ -50,7 +50,20 @@ Path_ = tuple[Any, ...]
 def named(min_chars: int = 1) -> list[tuple[str, str]]:
     """``[(variable, value)]`` for each set variable of :data:`SECRET_ENVS` (its value as set and
     stripped, as ``agent.models`` sends the API key) of at least ``min_chars`` characters, longest
-    first."""
+    first. Inside an operation whose settings are read (:func:`state.settings.operation`: every
+    trace record asks), computed once from them."""
+    held = memo()
+    if held is None or "settings" not in held:
+        return _named(min_chars)
+    slot = ("secrets.named", min_chars)
+    found = held.get(slot)
+    if found is None:
+        found = held[slot] = tuple(_named(min_chars))
+    return list(found)
+
+
+def _named(min_chars: int) -> list[tuple[str, str]]:
+    """:func:`named` of the settings now."""
     found: dict[str, str] = {}
     for name, value in secret_pairs():
         for v in (value, value.strip()):

@@ -37,13 +37,12 @@ def record(store: TaskStore, cp: Any, step: Step, detail: dict[str, Any]) -> Non
         if "agents" not in sys.modules:  # a command that needs no SDK (settle not-published): no SDK span
             _write_local(store, task_id, step, data)
             return
-        import json
-
         from agents.tracing import custom_span, trace
 
+        from state.fileio import parse_shared
         from workflow.observe import tracing
 
-        saved = json.loads(cp.run_state).get("trace") or {}
+        saved = parse_shared(cp.run_state).get("trace") or {}  # read only: the parse this command shares
         same = {"trace_id": saved["id"]} if isinstance(saved.get("id"), str) else {}
         with tracing.routed(store, task_id), trace(f"{step} recorded", group_id=task_id, **same,
                                                     metadata={"task_id": task_id, "phase": step}):
