@@ -107,16 +107,26 @@ def _first_defaulted(model: Any, path: str = "", exempt: frozenset[str] | set[st
     from before state dir IDs, accepted only as :mod:`state.state_id` rules; ``service``: no
     service, the local ledger; ``team.policy_version``: a task started before the approval policy
     moved into the store, which ``workflow.team.check_policy`` judges as such), given by their
-    dotted path."""
+    dotted path. (A field's path is made only when it is needed: a missing field, a nested model.)"""
+    given = model.model_fields_set
     for name in type(model).model_fields:
-        where = f"{path}.{name}" if path else name
-        if name not in model.model_fields_set and where not in exempt and _unindexed(where) not in exempt:
-            return where
+        if name not in given:
+            where = f"{path}.{name}" if path else name
+            if where not in exempt and _unindexed(where) not in exempt:
+                return where
         value = getattr(model, name)
-        items = value if isinstance(value, list) else [value]
-        for i, item in enumerate(items):
-            if hasattr(type(item), "model_fields"):
-                found = _first_defaulted(item, f"{where}.{i}" if isinstance(value, list) else where, exempt)
-                if found is not None:
-                    return found
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                if type(item) not in _PLAIN and hasattr(type(item), "model_fields"):
+                    found = _first_defaulted(item, f"{path}.{name}.{i}" if path else f"{name}.{i}", exempt)
+                    if found is not None:
+                        return found
+        elif type(value) not in _PLAIN and hasattr(type(value), "model_fields"):
+            found = _first_defaulted(value, f"{path}.{name}" if path else name, exempt)
+            if found is not None:
+                return found
     return None
+
+
+#: Values that are never a model (:func:`_first_defaulted` does not look into them).
+_PLAIN = frozenset({str, int, float, bool, type(None), dict})
