@@ -124,9 +124,11 @@ MUTANTS: list[Mutant] = [
     m("checkpoint-under-another-name", STORAGE, "if stem != file_name(cp.task_id):", "if False:",
       FAIL_CLOSED),
     m("envelope-key-not-task", SIGNING, "if cp.idempotency_key != cp.task_id:", "if False:", FAIL_CLOSED),
-    p("missing-field-in-a-list-defaulted", SIGNING, '            if hasattr(type(item), "model_fields"):',
-      '            if hasattr(type(item), "model_fields") and not isinstance(value, list):', FAIL_CLOSED,
-      "tests/test_edits.py"),
+    p("missing-field-in-a-list-defaulted", SIGNING,
+      '                if type(item) not in _PLAIN and hasattr(type(item), "model_fields"):',
+      '                if type(item) not in _PLAIN and hasattr(type(item), "model_fields")'
+      ' and not isinstance(value, list):',
+      FAIL_CLOSED, "tests/test_edits.py"),
     p("legacy-checkpoint-adopted-by-name-only", "state/state_id.py",
       "if ident is None or any(ident.adopted.get(name) == mac for name in (file, *adopted_as)):",
       "if ident is None or any(name in ident.adopted for name in (file, *adopted_as)):",
@@ -155,8 +157,8 @@ MUTANTS: list[Mutant] = [
     m("checkpoint-not-redacted", SIGNING, "    body = secrets.redact_checkpoint(body)\n", "", REDACTION),
     p("key-floor-off-by-one", "state/settings.py", "    if len(key) < MIN_KEY_BYTES:",
       "    if len(key) < MIN_KEY_BYTES - 1:", "tests/test_trust.py"),
-    p("short-key-file-accepted", INTEGRITY, '    return check_key_bytes(key, f"signing key {path.name}")',
-      "    return key", "tests/test_trust.py"),
+    p("short-key-file-accepted", INTEGRITY, '    key = check_key_bytes(key, f"signing key {path.name}")',
+      "    key = bytes(key)", "tests/test_trust.py"),
     # -- rejection records ---------------------------------------------------------------------
     p("rejection-of-another-channel", REJ, "if rec.task_id != task_id or rec.channel != channel:",
       "if rec.task_id != task_id:", "tests/test_several_calls.py"),
@@ -750,7 +752,7 @@ MUTANTS: list[Mutant] = [
       "    if approving and (cp.team is None or not cp.team.authenticated) and people.team_mode(store):",
       "    if False:", TEAM_T),
     # a local effect's function called with no write-ahead intent: a crash after it, then fail
-    m("local-effect-without-intent", EFFECT, "        await asyncio.to_thread(call.begin)", "        pass",
+    m("local-effect-without-intent", EFFECT, "            call.begin()", "            pass",
       "tests/test_refund_agent.py"),
     # a fail that landed between the gate's check and the intent: the function runs on an ended task
     m("local-intent-not-checked-again", EFFECT, "        if latest is not None and latest.status in _ENDED:",
