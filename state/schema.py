@@ -538,8 +538,11 @@ class Team(_Strict):
 
 class Approval(_Strict):
     """One reviewer's approval of one pending call, counted toward its quorum (``team``): ``by``,
-    ``at`` (ISO-8601 UTC), the call (``call_id``, ``channel``, ``arguments_sha256``) and the
-    ``revision`` it was recorded in."""
+    ``at`` (ISO-8601 UTC), the call (``call_id``, ``channel``, ``arguments_sha256``), the
+    ``revision`` it was recorded in, and ``reviewer_added_at``: the ``added_at`` of the registration
+    ``by`` approved under (a task started in team mode; None otherwise, and in approvals recorded
+    before it was kept). A name removed and registered again is another registration: its old
+    approvals count no more (:func:`workflow.team.counts`)."""
 
     call_id: str = Field(min_length=1, max_length=200)
     channel: str = Field(pattern=CHANNEL_FIELD)
@@ -547,6 +550,7 @@ class Approval(_Strict):
     by: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     at: str
     revision: int = Field(ge=1)
+    reviewer_added_at: Optional[str] = None
 
 
 class EffectBinding(_Strict):

@@ -913,6 +913,53 @@ def test_a_reviewer_registered_again_without_the_role_is_not_counted(cli, state_
     assert _approve(cli, monkeypatch, team["alice"]).json()["status"] == "completed"
 
 
+def test_a_reviewer_removed_and_registered_again_counts_only_the_approvals_given_since(cli, state_dir, team,
+                                                                                     monkeypatch, team_admin):
+    """A name removed and registered again is another registration: bob approves, is removed and
+    registered again with the same role, and his old approval counts no more (carol's alone does
+    not meet the 2-of-2 quorum, status shows bob as not counted). His approval under the new
+    registration counts; a rotated token keeps the registration (alice's approval still counts)."""
+    _start(cli, monkeypatch, team["wendy"])
+    assert _approve(cli, monkeypatch, team["bob"]).code == 0
+    assert team_admin.run("reviewers", "remove", "bob").code == 0
+    bob = team_admin.add("bob", "editor")
+    r = _approve(cli, monkeypatch, team["carol"])
+    assert r.code == 0 and r.json()["status"] == "waiting_for_approval", r.err
+    shown = r.json()["approvals"][0]
+    assert shown["approved_by"] == ["carol"] and shown["not_counted"] == ["bob"] and ledger_entries(state_dir) == []
+    r = _approve(cli, monkeypatch, bob)
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    assert len(ledger_entries(state_dir)) == 1
+    _start(cli, monkeypatch, team["wendy"], key="t2")
+    assert _approve(cli, monkeypatch, team["alice"], "t2").code == 0
+    assert team_admin.run("reviewers", "rotate", "alice").code == 0
+    r = _approve(cli, monkeypatch, team["carol"], "t2")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+
+
+def test_an_approval_recorded_before_registrations_were_kept_counts_only_if_given_after_the_reviewer_was_added():
+    """An approval without ``reviewer_added_at`` (recorded by an earlier version) counts only if
+    it was given after the reviewer now listed under its name was added; one with it, only under
+    that same registration; none for a reviewer removed or without the rule's role."""
+    from state.reviewers import record
+    from state.schema import Approval, ApprovalRule
+    from workflow.team import counts
+
+    bob = record("bob", ["editor"], "hitl_0123456789abcdef_secret", "0123456789abcdef", "2026-01-02T00:00:00.000000Z")
+    rule = ApprovalRule(approvals=2, roles=["editor"])
+
+    def given(at: str, added: str | None = None) -> Approval:
+        return Approval(call_id="c1", channel="blog", arguments_sha256="0" * 64, by="bob", at=at, revision=2,
+                        reviewer_added_at=added)
+
+    assert counts(given("2026-01-03T00:00:00Z"), bob, rule)
+    assert not counts(given("2026-01-01T00:00:00Z"), bob, rule)
+    assert counts(given("2026-01-01T00:00:00Z", bob.added_at), bob, rule)
+    assert not counts(given("2026-01-03T00:00:00Z", "2026-01-01T00:00:00.000000Z"), bob, rule)
+    assert not counts(given("2026-01-03T00:00:00Z", bob.added_at), None, rule)
+    assert not counts(given("2026-01-03T00:00:00Z", bob.added_at), bob, ApprovalRule(roles=["legal"]))
+
+
 def test_a_crash_before_a_revocation_is_written_is_made_good_by_the_next_change(state_dir, team_admin):
     """The file store writes the new list first, then the revocation of each token it revokes. A
     process that dies in between (failpoint ``reviewers:revoke:before``) leaves the old token

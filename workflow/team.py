@@ -37,6 +37,7 @@ from state import reviewers as people
 from state.clock import now_iso
 from state.errors import Next, Refused
 from state.schema import Approval, ApprovalRule, Checkpoint, Decision, Team
+from state.timestamps import parse_iso_or_none
 
 if TYPE_CHECKING:
     from state.store import TaskStore
@@ -141,12 +142,46 @@ def check_before(store: "TaskStore", cp: Checkpoint, call_id: Optional[str], dec
                           "approval(s) from other reviewers; nothing changed")
 
 
-def _registered(store: "TaskStore", cp: Checkpoint) -> Optional[dict[str, list[str]]]:
-    """Reviewer name → roles now, for a task started in team mode (None otherwise): what
+def _registered(store: "TaskStore", cp: Checkpoint) -> Optional[dict[str, "people.Reviewer"]]:
+    """Reviewer name → their record now, for a task started in team mode (None otherwise): what
     :func:`progress` counts against."""
     if not cp.team or not cp.team.authenticated:
         return None
-    return {r.name: list(r.roles) for r in people.registered(store)}
+    return listed(store)
+
+
+def listed(store: "TaskStore") -> dict[str, "people.Reviewer"]:
+    """Reviewer name → :class:`state.reviewers.Reviewer`, as ``store`` lists them now (the list
+    :func:`progress` and :func:`count` count against). Raises :class:`Refused` as the list does."""
+    return {r.name: r for r in people.registered(store)}
+
+
+def counts(approval: Approval, reviewer: Optional["people.Reviewer"], rule: ApprovalRule) -> bool:
+    """True if ``approval`` counts toward ``rule``'s quorum, its reviewer listed now as
+    ``reviewer`` (None: removed): still registered, with a role the rule allows, and under the same
+    registration it was given in (``reviewer_added_at`` is their ``added_at``; a rotated token
+    keeps it, a name removed and registered again does not). An approval recorded before that was
+    kept counts only if given after ``reviewer`` was added."""
+    if reviewer is None or (rule.roles is not None and not set(rule.roles) & set(reviewer.roles)):
+        return False
+    if approval.reviewer_added_at is not None:
+        return approval.reviewer_added_at == reviewer.added_at
+    given, added = parse_iso_or_none(approval.at), parse_iso_or_none(reviewer.added_at)
+    return given is not None and added is not None and given >= added  # fail closed on a time that does not parse
+
+
+def _counted(cp: Checkpoint, call_id: str, arguments_sha256: Optional[str], rule: ApprovalRule,
+             now: Optional[dict[str, "people.Reviewer"]]) -> tuple[list[str], list[str]]:
+    """``(counted, not_counted)``: the sorted names of the reviewers whose approval of call
+    ``call_id`` (of those arguments, if given) counts toward ``rule``'s quorum, and of those whose
+    approvals all count no more (:func:`counts` against ``now``, the list now; None: every one
+    counts, a task not started in team mode)."""
+    given = approvals_of(cp, call_id, arguments_sha256)
+    names = sorted({a.by for a in given})
+    if now is None:
+        return names, []
+    counted = sorted({a.by for a in given if counts(a, now.get(a.by), rule)})
+    return counted, [n for n in names if n not in counted]
 
 
 def require_admin(store: "TaskStore", token: Optional[str], what: str) -> "people.Reviewer":
@@ -329,13 +364,13 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     rule = check_decision(store, cp, channel, decision, by, edits=edits, always=always)
     if cp.team is None or decision != "approved":
         return cp, True
-    counted = approvals_of(cp, call_id, arguments_sha256)
-    names = {a.by for a in counted}
-    if cp.team.authenticated:  # only reviewers still registered, with a role the rule allows, count
-        names &= _may_count(store, rule)
+    # in a task started in team mode, only reviewers still registered (the same registration),
+    # with a role the rule allows, count
+    now = listed(store) if cp.team.authenticated else None
+    names = set(_counted(cp, call_id, arguments_sha256, rule, now)[0])
     if by not in names:
         mine = Approval(call_id=call_id, channel=channel, arguments_sha256=arguments_sha256, by=by, at=now_iso(),
-                        revision=cp.revision + 1)
+                        revision=cp.revision + 1, reviewer_added_at=now[by].added_at if now and by in now else None)
         names.add(by)
         detail: dict[str, Any] = {"call_id": call_id, "channel": channel, "by": by, "approvals": len(names),
                                   "required": rule.approvals, "counted": sorted(names)}
@@ -345,12 +380,6 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
 
         decisions.record(store, cp, "approval", {**detail, "at": mine.at, "rule": rule.describe()})
     return cp, len(names) >= rule.approvals
-
-
-def _may_count(store: "TaskStore", rule: ApprovalRule) -> set[str]:
-    """The names of the reviewers ``store`` lists now whose approval ``rule`` counts (any role, or
-    one of its roles). Raises :class:`Refused` as the reviewer list does."""
-    return {r.name for r in people.registered(store) if rule.roles is None or set(rule.roles) & set(r.roles)}
 
 
 def _check_still_counted(store: "TaskStore", cp: Checkpoint, rec: Decision) -> None:
@@ -363,10 +392,8 @@ def _check_still_counted(store: "TaskStore", cp: Checkpoint, rec: Decision) -> N
         return
     rule = rule_of(cp, rec.channel)
     on_record = sorted({a.by for a in approvals_of(cp, rec.call_id, rec.arguments_sha256)})
-    able = _may_count(store, rule)
-    still = [name for name in on_record if name in able]
+    still, gone = _counted(cp, rec.call_id, rec.arguments_sha256, rule, listed(store))
     if len(still) < rule.approvals:
-        gone = [name for name in on_record if name not in able]
         raise Refused("not_allowed", [
             f"task {cp.task_id}: the approval of call {rec.call_id} on record was given by "
             f"{', '.join(on_record) or 'nobody'}, and {', '.join(gone) or 'nobody'} may approve it no longer "
@@ -383,24 +410,20 @@ def only_approvals_since(cp: Checkpoint, revision: int) -> bool:
         {h.revision for h in later} == set(range(revision + 1, cp.revision + 1))
 
 
-def progress(cp: Checkpoint, registered: Optional[dict[str, list[str]]] = None) -> list[dict[str, Any]]:
+def progress(cp: Checkpoint, registered: Optional[dict[str, "people.Reviewer"]] = None) -> list[dict[str, Any]]:
     """For each pending call of ``cp``: ``{"call_id", "channel", "required", "roles",
     "requester_may_approve", "approved_by", "missing"}`` (``status --json``, ``show``, the inbox).
-    ``registered`` (reviewer name → roles, the list now; given for a task started in team mode):
-    ``approved_by`` then holds only the approvals that count (:func:`count`), and
-    ``"not_counted"`` the others (reviewers removed since, or without a role the rule allows)."""
+    ``registered`` (reviewer name → record, the list now, :func:`listed`; given for a task started
+    in team mode): ``approved_by`` then holds only the approvals that count (:func:`counts`), and
+    ``"not_counted"`` the others (reviewers removed since, registered again since, or without a
+    role the rule allows)."""
     from workflow import calls
 
     out = []
     for call in cp.pending:
         channel = calls.channel_of(cp, call.arguments)
         rule = rule_of(cp, channel)
-        names = sorted({a.by for a in approvals_of(cp, call.call_id)})
-        dropped: list[str] = []
-        if registered is not None:
-            dropped = [n for n in names if n not in registered or not (
-                rule.roles is None or set(rule.roles) & set(registered[n]))]
-            names = [n for n in names if n not in dropped]
+        names, dropped = _counted(cp, call.call_id, None, rule, registered)
         out.append({"call_id": call.call_id, "channel": channel, "required": rule.approvals,
                     "roles": rule.roles, "requester_may_approve": rule.requester_may_approve,
                     "approved_by": names, "missing": max(rule.approvals - len(names), 0),

@@ -119,7 +119,7 @@ def _progress(store: TaskStore, cp: Checkpoint) -> list[dict[str, Any]]:
 
     if cp.team is None or not cp.team.authenticated or not cp.pending:
         return progress(cp)
-    return progress(cp, {r.name: list(r.roles) for r in registered(store)})
+    return progress(cp, {r.name: r for r in registered(store)})
 
 
 def _log(cp: Checkpoint) -> list[dict[str, Any]]:

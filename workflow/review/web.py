@@ -538,7 +538,7 @@ class Inbox:
         from state import reviewers as people
 
         listed = people.registered(self.store)
-        registered = {r.name: list(r.roles) for r in listed}
+        registered = {r.name: r for r in listed}
         requester = cp.team.requested_by if cp.team is not None else None
         out: dict[str, dict[str, Any]] = {}
         for entry in team.progress(cp, registered):
@@ -553,7 +553,7 @@ class Inbox:
             out[entry["call_id"]] = {
                 **entry, **why, "requester": requester,
                 "needed_from": [n for n, has in sorted(registered.items()) if n not in entry["approved_by"]
-                                and (roles is None or set(roles) & set(has))
+                                and (roles is None or set(roles) & set(has.roles))
                                 and not (excluded and n == requester)]}
         return out
 
