@@ -114,8 +114,10 @@ def task_text(task: dict[str, Any], *, team: bool = False) -> str:
         again = {"approved": "approve", "rejected": "reject"}[word]
         lines.append(f"  next: {resume_hint(task['task_id'], call, again)} (it finishes the decision on record; "
                      f"{command('doctor')} explains){note}")
-    elif task["status"] == "waiting_for_approval":
-        call = task["pending"][0]["call_id"] if len(task["pending"]) > 1 else None
+    elif task["status"] == "waiting_for_approval":  # a call still undecided (one decided waits for it)
+        decided = decided_pending(task)
+        call = next(p["call_id"] for p in task["pending"] if p["call_id"] not in decided) if len(
+            task["pending"]) > 1 else None
         lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\"){note}")
     return "\n".join(lines)
 

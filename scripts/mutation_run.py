@@ -752,6 +752,11 @@ MUTANTS: list[Mutant] = [
     m("pre-team-task-approved-by-anyone", TEAM,
       "    if approving and (cp.team is None or not cp.team.authenticated) and people.team_mode(store):",
       "    if False:", TEAM_T),
+    # doctor's "the same approve again" without --call in a task of several calls (refused there)
+    p("doctor-resume-without-its-call", "workflow/ops/doctor.py", ' if named and call_id else Next(',
+      " if False else Next(", "tests/test_doctor.py"),
+    # status names a decided call's approve-or-reject (its reject is refused) over the undecided one
+    p("status-names-a-decided-call", "cli/text.py", ' if p["call_id"] not in decided)', ")", "tests/test_doctor.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -544,6 +544,41 @@ def test_status_of_a_decision_cut_off_names_the_same_decision_not_a_new_one(cli,
     assert cli("resume", "--task", "cut-1", "--decision", "approve").code == 0
 
 
+def test_a_two_call_task_cut_off_names_the_undecided_call_and_doctor_names_the_call_it_sends_again(cli, state_dir):
+    """Two channels; blog is approved and the process dies after blog's function began (before
+    its ledger entry). ``status`` names the call still undecided (news), not the one decided; after
+    a person settles blog not published, doctor's ``effect_not_sent`` action names blog's call
+    (a resume without ``--call`` is refused in a task of several calls). Each printed command,
+    pasted, runs: blog is published once, news is rejected."""
+    import shlex
+
+    from conftest import ledger_entries, run_subprocess
+
+    r = cli("start", "--key", "two-1", "--title", "T", "--draft", "A draft.", "--channel", "blog", "--channel",
+            "news", "--json")
+    assert r.code == 0, r.err
+    blog, news = (next(p["call_id"] for p in r.json()["pending"] if p["arguments"]["channel"] == c)
+                  for c in ("blog", "news"))
+    crashed = run_subprocess(state_dir, "resume", "--task", "two-1", "--call", blog, "--decision", "approve",
+                             "--by", "ann", env={"HITL_FAILPOINT": "ledger:record:before"})
+    assert crashed.code == 86, crashed.err
+    out = cli("status", "--task", "two-1").out
+    assert (f"  next: python run.py resume --task two-1 --call {news} --decision approve "
+            '(or reject --reason "...")') in out, out
+    settled = cli("settle", "--task", "two-1", "--call", blog, "--outcome", "not-published", "--by", "ann")
+    assert settled.code == 0, settled.err
+    [finding] = _doctor(cli)["findings"]
+    assert finding["kind"] == "effect_not_sent", finding
+    pasted = finding["action"].split(" sends it again")[0]
+    assert pasted == f"python run.py resume --task two-1 --call {blog} --decision approve", finding
+    again = cli(*shlex.split(pasted)[2:], "--by", "ann")
+    assert again.code == 0, again.err
+    assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == ["two-1#blog"]
+    done = cli("resume", "--task", "two-1", "--call", news, "--decision", "reject", "--by", "ann", "--json")
+    assert done.code == 0 and done.json()["status"] == "completed", done.err
+    assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == ["two-1#blog"]
+
+
 def test_a_task_failed_while_its_local_effect_was_begun_names_the_settle_that_ends_it(cli, state_dir):
     """The one order no check refuses: a ``fail`` whose check ran before the effect's intent and
     whose write landed after the gate read the checkpoint again, and then the function failed (a

@@ -244,19 +244,20 @@ def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | Non
     from workflow.external import advice
 
     look = advice(window_ends) + ": "
-    if kind == "effect_unconfirmed" and call_id and local:  # ``named``: a task of several calls names it
-        again = Next("doctor_resume_call", task_id, call_id, "approve") if named else Next("doctor_resume", task_id,
-                                                                                            "approve")
+    # the same approve again; ``named``: a task of several calls names the call (a resume without
+    # --call is refused there)
+    again = Next("doctor_resume_call", task_id, call_id, "approve") if named and call_id else Next(
+        "doctor_resume", task_id, "approve")
+    if kind == "effect_unconfirmed" and call_id and local:
         return (again, "; if the function cannot finish, a human looks at what it did, then settles it: ",
                 Next("doctor_settle", task_id, call_id))
     if kind == "effect_in_doubt" and call_id:
         return (look, Next("doctor_settle", task_id, call_id))
     if kind == "effect_unconfirmed" and call_id:
-        return (Next("doctor_resume", task_id, "approve"), "; if the service cannot confirm it (it holds the key for "
+        return (again, "; if the service cannot confirm it (it holds the key for "
                 "other content, or is gone for good), " + look, Next("doctor_settle", task_id, call_id))
     if kind == "effect_not_sent":
-        return (Next("doctor_resume", task_id, "approve"), " sends it again; or, to give it up, ",
-                Next("doctor_fail", task_id))
+        return (again, " sends it again; or, to give it up, ", Next("doctor_fail", task_id))
     if kind == "cancelled_with_intent" and failed and local and call_id:  # a fail met a local effect half-way
         return ("a human must check what its function did, then settle it: ", Next("doctor_settle", task_id, call_id),
                 " (an action that may have executed is never marked cancelled)")
