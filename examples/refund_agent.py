@@ -18,6 +18,11 @@ reviewer's reject, or a crash), and no one saw that one. So must a reject of a c
 an earlier decision, except the same reject again (same reviewer, same reason): run again after a
 crash, it finishes that decision instead of deciding the model's next call.
     python examples/refund_agent.py refunds [--json]
+
+After a crash while a refund ran (``python -m workflow --store DIR doctor`` says so), when the same
+approve cannot finish, a person looks at the payment provider and records what they found:
+    python examples/refund_agent.py settle --key K --call ID --outcome published|not-published --by NAME
+    python examples/refund_agent.py fail --key K --by NAME --reason TEXT      (ends a task with no refund)
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ from agents import Agent
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from pydantic import Field
 
-from workflow import (Application, Approve, Effect, Refused, Reject, decide, effect_tool, open_store,
-                      read_task, start)
+from workflow import (Application, Approve, Effect, Refused, Reject, decide, effect_tool, fail, open_store,
+                      read_task, settle, start)
 
 STATE_DIR = Path(os.environ.get("HITL_STATE_DIR") or ".cache")
 REFUNDS = STATE_DIR / "refunds"
@@ -140,6 +145,11 @@ async def main(args: argparse.Namespace) -> dict:
     if args.command == "start":  # no content: the model proposes the arguments
         await start(store, APP, task_id=args.key, title=(args.request.strip().splitlines() or [args.key])[0][:80],
                     input=args.request, channels=["refund"])
+    elif args.command == "settle":  # a person's finding at the provider: published, or not
+        await settle(store, APP, args.key, args.outcome.replace("-", "_"), by=args.by, call_id=args.call,
+                     reason=args.reason)
+    elif args.command == "fail":  # a plain function: it may wait for the task's lock
+        await asyncio.to_thread(fail, store, args.key, reason=args.reason, by=args.by)
     else:
         changes = edits(args.edit)
         if args.decision == "reject":
@@ -167,6 +177,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--edit", action="append", default=[], metavar="FIELD=JSON")
     p.add_argument("--call", help="the call decided, as shown (an approval must name it)")
     p = sub.add_parser("refunds")
+    p = sub.add_parser("settle")
+    p.add_argument("--key", required=True)
+    p.add_argument("--call", required=True)
+    p.add_argument("--outcome", required=True, choices=["published", "not-published"])
+    p.add_argument("--by", required=True)
+    p.add_argument("--reason")
+    p = sub.add_parser("fail")
+    p.add_argument("--key", required=True)
+    p.add_argument("--by", required=True)
+    p.add_argument("--reason", required=True)
     for p in sub.choices.values():
         p.add_argument("--json", action="store_true")
     return parser.parse_args(argv)

@@ -757,6 +757,9 @@ MUTANTS: list[Mutant] = [
       " if False else Next(", "tests/test_doctor.py"),
     # status names a decided call's approve-or-reject (its reject is refused) over the undecided one
     p("status-names-a-decided-call", "cli/text.py", ' if p["call_id"] not in decided)', ")", "tests/test_doctor.py"),
+    # a decision step traced outside a run (settle not-published) goes to the SDK's hosted exporter
+    m("decision-trace-exported", "workflow/observe/tracing.py", "    install()\n    sink = _Sink(",
+      "    sink = _Sink(", "tests/test_refund_agent.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -347,6 +347,28 @@ def test_a_local_effect_begun_is_settled_by_a_person_then_ended_or_recorded(proj
     assert len(refunds(other)) == 1
 
 
+def test_the_settle_and_fail_doctor_names_are_the_examples_own_commands(project):
+    """doctor names ``settle`` and ``fail`` with the application's own command after that crash:
+    the example has both. ``settle --outcome not-published`` then ``fail`` ends the task failed;
+    in a copy, ``settle --outcome published`` records the refund made and finishes completed
+    without a second refund. Neither prints anything on stderr: the settlement's trace record
+    stays in the state dir (no hosted export, no warning about a missing API key)."""
+    ok(run(project, *START))
+    assert run(project, *FIRST, env={"HITL_FAILPOINT": "ledger:record:before"}).returncode == 86
+    other = project.parent / "other-own"
+    shutil.copytree(project, other)
+    call = call_of(PROPOSED)
+    found = run(project, "settle", "--key", "r-1", "--call", call, "--outcome", "not-published", "--by", "bob",
+                "--json")
+    assert ok(found)["status"] == "waiting_for_approval" and found.stderr == "", found.stderr
+    ended = run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "the provider shows no refund", "--json")
+    assert ok(ended)["status"] == "failed" and ended.stderr == "", ended.stderr
+    done = run(other, "settle", "--key", "r-1", "--call", call, "--outcome", "published", "--by", "bob", "--json")
+    assert ok(done)["status"] == "completed" and done.stderr == "", done.stderr
+    assert len(refunds(other)) == 1
+    assert run(other, "fail", "--key", "r-1", "--by", "bob", "--reason", "x").stderr.startswith("STOPPED: ")
+
+
 def _unsigned(path: Path, **changes: Any) -> None:
     """Make the signed record at ``path`` what an earlier version wrote (its fields, no signature),
     with ``changes`` to its fields."""

@@ -195,7 +195,10 @@ def routed(store: TaskStore, task_id: str, *, content: bool = False) -> Iterator
     """Route the SDK traces started inside this block to the task's trace file (``content``:
     unredacted); yields the sink (its ``fd`` None when the file cannot be opened: no trace is
     better than no run, the checkpoint stays the record). Writes no record of its own: a decision
-    step (:mod:`workflow.observe.decisions`) is not a run; :func:`recording` adds the run's."""
+    step (:mod:`workflow.observe.decisions`) is not a run; :func:`recording` adds the run's.
+    :func:`install` first: a command that never imports :mod:`workflow.hitl` (``settle`` with
+    ``not_published`` from an application that imported the SDK) exports nothing either."""
+    install()
     sink = _Sink(task_id, trace_log.trace_path(store, task_id), content)
     try:
         sink.fd = trace_log.open_append(sink.path)
