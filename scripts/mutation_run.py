@@ -760,6 +760,9 @@ MUTANTS: list[Mutant] = [
     # a decision step traced outside a run (settle not-published) goes to the SDK's hosted exporter
     m("decision-trace-exported", "workflow/observe/tracing.py", "    install()\n    sink = _Sink(",
       "    sink = _Sink(", "tests/test_refund_agent.py"),
+    # an approval on record that counts no more, its effect begun: the refusal names fail, refused there
+    m("uncounted-begun-approval-names-fail", TEAM, '        elif ev.begun in ("publishing", "in_doubt"):',
+      "        elif False:", TEAM_POLICY_T),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

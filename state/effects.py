@@ -26,6 +26,15 @@ def note(task_id: str, what: str) -> None:
     _done.append((task_id, what))
 
 
+def entry_note(action: str, settled_by: str | None = None) -> str:
+    """What a ledger entry written by this command says was done: ``ran ACTION (ledger entry
+    written)``, or, for an entry a person's finding wrote (``settled_by``, ``settle``), ``recorded
+    ACTION as done on a person's finding (ledger entry written)``: nothing ran then."""
+    if settled_by is not None:
+        return f"recorded {action} as done on a person's finding (ledger entry written)"
+    return f"ran {action} (ledger entry written)"
+
+
 def forget(task_id: str, what: str) -> None:
     """Take back a :func:`note` whose change was undone by this same command (absent: no-op)."""
     if (task_id, what) in _done:
@@ -34,7 +43,7 @@ def forget(task_id: str, what: str) -> None:
 
 #: Refusal codes after which running the same command again is not the way on (a person must
 #: look first): the summary then only says what was done.
-NOT_BY_REPEATING = frozenset({"in_doubt", "effect_conflict"})
+NOT_BY_REPEATING = frozenset({"in_doubt", "effect_conflict", "not_allowed"})
 
 
 def summary(hint: Callable[[Next], str] = lambda step: "", code: str | None = None) -> str | None:

@@ -6,6 +6,7 @@ in this process (tests/conftest.py ``run_in_process``), ``--store URL`` selectin
 
 from __future__ import annotations
 
+import shutil
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -365,6 +366,59 @@ def test_an_approval_on_record_of_a_reviewer_removed_since_is_not_carried_out(st
     assert ledger_entries(state_dir) == [] and team.task()["status"] == "waiting_for_approval"
     r = team.run("carol", "fail", "--task", "t1", "--by", "carol", "--reason", "bob left", "--json")
     assert r.code == 0 and r.json()["status"] == "failed", r.err
+
+
+def test_an_approval_whose_reviewer_left_after_its_effect_began_names_settle_then_fail(state_dir, tmp_path,
+                                                                                      monkeypatch):
+    """As above, but the command dies after the function began (``ledger:record:before``): ``fail``
+    is refused there (the effect may have happened), so the refusal of the approval on record names
+    a person's ``settle`` first, then ``fail``. Found done, ``settle`` writes the entry and says so
+    (it ran nothing), and the way on it names, ``fail``, ends the task completed, the entry kept;
+    found not done, ``fail`` ends it failed. Each command printed, run as printed, is accepted."""
+    import shlex
+
+    from conftest import ledger_entries, run_subprocess
+
+    team = Team(state_dir, [], monkeypatch)
+    team.add("ada", "admin")
+    for name in ("alice", "bob", "carol"):
+        team.add(name, "editor")
+    policy = tmp_path / "p.toml"
+    policy.write_text('[default]\napprovals = 1\nroles = ["editor"]\nrequester_may_approve = false\n',
+                      encoding="utf-8")
+    assert team.run("ada", "policy", "set", str(policy), "--json").code == 0
+    assert team.run("alice", "start", "--key", "t1", "--draft", "Mine.", "--json").code == 0
+    r = run_subprocess(state_dir, "resume", "--task", "t1", "--decision", "approve",
+                       env={"HITL_REVIEWER_TOKEN": team.tokens["bob"], "HITL_FAILPOINT": "ledger:record:before"})
+    assert r.code == 86, r.err
+    assert team.run("ada", "reviewers", "remove", "bob", "--json").code == 0
+    r = team.run("alice", "resume", "--task", "t1", "--decision", "approve")
+    assert r.code == 1 and "bob may approve it no longer" in r.err, r.err
+    call = team.task()["pending"][0]["call_id"]
+    settle = f"python run.py settle --task t1 --call {call} --outcome published|not-published --by NAME"
+    end = "python run.py fail --task t1 --by NAME --reason TEXT"
+    assert r.err.rstrip().endswith(f"a person checks what it did and settles it ({settle}), then ends the task "
+                                   f"({end})"), r.err
+    other = tmp_path / "copy"
+    shutil.copytree(state_dir, other)
+
+    def pasted(command: str, **values: str) -> list[str]:
+        words = shlex.split(command)[2:]
+        return [values.get(w, w) for w in words]
+
+    r = team.run("carol", *pasted(settle, **{"published|not-published": "published", "NAME": "carol"}))
+    assert r.code == 1 and f"its effect is in the ledger: end the task ({end}), which ends it completed" in r.err
+    assert "already done: task t1: recorded publish_draft as done on a person's finding (ledger entry written)" \
+        in r.err and "run the same command again" not in r.err, r.err
+    r = team.run("carol", *pasted(end, NAME="carol", TEXT="bob left"), "--json")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+    assert [e["settled_by"] for e in ledger_entries(state_dir)] == ["carol"]
+    team.state_dir = other
+    r = team.run("carol", *pasted(settle, **{"published|not-published": "not-published", "NAME": "carol"}))
+    assert r.code == 0, r.err
+    r = team.run("carol", *pasted(end, NAME="carol", TEXT="bob left"), "--json")
+    assert r.code == 0 and r.json()["status"] == "failed", r.err
+    assert ledger_entries(other) == []
 
 
 def test_a_retry_with_the_revision_seen_by_a_reviewer_whose_approval_counted_gets_the_task(team):

@@ -386,20 +386,30 @@ def _check_still_counted(store: "TaskStore", cp: Checkpoint, rec: Decision) -> N
     """Before an approval on record is carried out again (a replay after a crash), in a task
     started in team mode: its quorum is still reached by reviewers registered now, with a role the
     rule allows (a reviewer removed since counts no more). Raises :class:`Refused`
-    (``not_allowed``), nothing run: the call stays approved and unexecuted, so the way out is to
-    end the task with ``fail`` and ask again."""
+    (``not_allowed``), nothing run, naming the way out where the call stands: never carried out,
+    end the task with ``fail`` and ask again; its effect begun (a crash after its intent), a person
+    settles it first; its effect in the ledger (settled as done), ``fail`` ends it completed."""
     if cp.team is None or not cp.team.authenticated:
         return
     rule = rule_of(cp, rec.channel)
     on_record = sorted({a.by for a in approvals_of(cp, rec.call_id, rec.arguments_sha256)})
     still, gone = _counted(cp, rec.call_id, rec.arguments_sha256, rule, listed(store))
     if len(still) < rule.approvals:
+        from workflow.reconcile import gather
+
+        ev = gather(store, cp, rec.call_id)[0]
+        end = Next("doctor_fail", cp.task_id, plain="fail")
+        way: list[Any] = ["end the task (", end, ") and ask again"]
+        if ev.entry:
+            way = ["its effect is in the ledger: end the task (", end, "), which ends it completed, the entry kept"]
+        elif ev.begun in ("publishing", "in_doubt"):
+            way = ["its effect was begun, so it may have happened: a person checks what it did and settles it (",
+                   Next("doctor_settle", cp.task_id, rec.call_id, plain="settle"), "), then ends the task (", end, ")"]
         raise Refused("not_allowed", [
             f"task {cp.task_id}: the approval of call {rec.call_id} on record was given by "
             f"{', '.join(on_record) or 'nobody'}, and {', '.join(gone) or 'nobody'} may approve it no longer "
             f"(removed, or without the role since): {len(still)} of the {rule.approvals} approval(s) its rule "
-            "needs still count, so it is not carried out; nothing run; end the task (",
-            Next("doctor_fail", cp.task_id, plain="fail"), ") and ask again"], task_id=cp.task_id)
+            "needs still count, so it is not carried out; nothing run; ", *way], task_id=cp.task_id)
 
 
 def only_approvals_since(cp: Checkpoint, revision: int) -> bool:

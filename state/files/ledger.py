@@ -111,7 +111,7 @@ class Ledger:
             data = sealed_bytes(KIND, entry, self.folder.parent)  # signed: state.record_seal
             if create_exclusive(self.path_for(key), data, owner=file_name(key),
                                 failpoint="ledger:record"):
-                effects.note(task_id, f"ran {entry.action} (ledger entry written)")
+                effects.note(task_id, effects.entry_note(entry.action, entry.settled_by))
                 return entry, True
             existing = self.get(key)  # raises Refused if what is there is not a readable entry
             if existing is None:

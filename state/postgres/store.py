@@ -719,7 +719,7 @@ class PostgresStore:
                      entry.settled_by, entry.settle_reason, envelope))
             if cur.rowcount == 1:
                 failpoints.hit("ledger:record:after")
-                effects.note(task_id, f"ran {entry.action} (ledger entry written)")
+                effects.note(task_id, effects.entry_note(entry.action, entry.settled_by))
                 return entry, True
             existing = self.ledger_get(key)
             if existing is None:
