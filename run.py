@@ -134,7 +134,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command in ("start", "resume", "status", "settle", "fail"):  # one task: its view and its budget lines
         task = task if args.command == "resume" else Task.of(store, cp)
         args.text_extra = cli_text.budget_lines(task)
-        args.text_team = not args.json and task.team  # next: says a token is needed
+        args.text_team = not args.json and (commands.team_note(store, cp) if args.command == "status" else task.team)
         return task.to_json()
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
         return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if result is not None:
         try:
             output.print_result(args.command, result, args.json, getattr(args, "text_extra", None),
-                                vars(args).get("printer"), team=bool(vars(args).get("text_team")))
+                                vars(args).get("printer"), team=vars(args).get("text_team") or False)
             sys.stdout.flush()
         except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
             raise

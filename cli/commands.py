@@ -107,6 +107,22 @@ def team_hint(store: Any, task_id: str) -> bool:
     return needs_token(store, store.load(task_id))
 
 
+def team_note(store: Any, cp: Any) -> bool | str:
+    """What a ``next:`` line says about who decides task ``cp``: :data:`cli.text.REJECT_ONLY` for
+    a task started before team mode, once a reviewer is registered (its approval is refused:
+    :func:`workflow.team.approvable`), else :func:`workflow.team.needs_token` (True: a reviewer's
+    token is needed). Reads the reviewer list."""
+    from cli.text import REJECT_ONLY
+    from workflow.team import approvable, needs_token
+
+    try:
+        if not approvable(store, cp):
+            return REJECT_ONLY
+    except Refused:  # a list that cannot be read: as needs_token, failing closed
+        return True
+    return needs_token(store, cp)
+
+
 def start_team(store: Any, args: Any) -> Any:
     """The :class:`state.schema.Team` of a task ``start`` makes (``--by``, ``HITL_REVIEWER_TOKEN``
     and the store's policy: :func:`workflow.team.at_start`), or None in single-user mode."""

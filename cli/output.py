@@ -97,12 +97,12 @@ def problem_after(command: str, result: Any) -> str | None:
     return None
 
 
-def print_result(command: str, result: dict[str, Any], as_json: bool,
-                 extra: list[str] | None = None, printer: EventPrinter | None = None, *, team: bool = False) -> None:
+def print_result(command: str, result: dict[str, Any], as_json: bool, extra: list[str] | None = None,
+                 printer: EventPrinter | None = None, *, team: bool | str = False) -> None:
     """Print ``result`` of ``command``: one JSON object (``as_json``), else its text; ``extra``
     lines (the budget) go before a task's ``next:`` line; a final output ``printer`` (the
     command's ``--stream``) already showed is not printed again; ``team``: a decision on the task
-    needs a reviewer's token, and its ``next:`` line says so."""
+    needs a reviewer's token, and its ``next:`` line says so (:func:`cli.text.task_text`)."""
     if as_json:
         print(json_line(result))
     elif command == "list":

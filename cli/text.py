@@ -39,6 +39,10 @@ def resume_hint(task_id: str, call_id: str | None = None, decision: str = "appro
 #: What a ``next:`` line adds when the command it names needs a reviewer's token (team mode).
 TOKEN_NOTE = "; team mode: run it with your reviewer token in HITL_REVIEWER_TOKEN"
 
+#: ``team`` of :func:`task_text` for a task started before team mode, once a reviewer is
+#: registered: a token is needed, and its calls may be rejected, never approved.
+REJECT_ONLY = "reject_only"
+
 
 def _cut(value: Any) -> str:
     """An argument as a Python literal: a number or a boolean as it is, a text of over 60
@@ -51,11 +55,12 @@ def _cut(value: Any) -> str:
     return f"{value[:57]!r}… (+{len(value) - 57} chars; show has it all)"
 
 
-def task_text(task: dict[str, Any], *, team: bool = False) -> str:
+def task_text(task: dict[str, Any], *, team: bool | str = False) -> str:
     """A few human-readable lines for one task (the non-``--json`` output). Every value from the
     model or the file is escaped onto its line (:func:`state.terminal.one_line`; titles, bodies and
     reasons as Python literals, ``repr``, which escapes them too), the ``next:`` command quoted;
-    ``team``: deciding needs a reviewer's token, and the ``next:`` line says so (:data:`TOKEN_NOTE`)."""
+    ``team``: deciding needs a reviewer's token, and the ``next:`` line says so (:data:`TOKEN_NOTE`);
+    :data:`REJECT_ONLY`: that, and a waiting call may only be rejected (named, with why)."""
     lines = [f"task {one_line(task['task_id'])}: {one_line(task['status'])} (revision {task['revision']})"]
     for p in task["pending"]:
         args = p["arguments"]
@@ -118,7 +123,11 @@ def task_text(task: dict[str, Any], *, team: bool = False) -> str:
         decided = decided_pending(task)
         call = next(p["call_id"] for p in task["pending"] if p["call_id"] not in decided) if len(
             task["pending"]) > 1 else None
-        lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\"){note}")
+        if team == REJECT_ONLY:
+            lines.append(f"  next: {resume_hint(task['task_id'], call, 'reject')} --reason \"...\" (started before "
+                         f"team mode, it cannot be approved now; start it again to have it approved){note}")
+        else:
+            lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\"){note}")
     return "\n".join(lines)
 
 

@@ -750,8 +750,8 @@ MUTANTS: list[Mutant] = [
     p("quorum-cut-off-refused-to-its-approvers", TEAM, ' and entry["missing"] > 0:', ":", TEAM_T),
     # a task started before team mode approved by its own requester once reviewers exist
     m("pre-team-task-approved-by-anyone", TEAM,
-      "    if approving and (cp.team is None or not cp.team.authenticated) and people.team_mode(store):",
-      "    if False:", TEAM_T),
+      "    return not ((cp.team is None or not cp.team.authenticated) and people.team_mode(store))",
+      "    return True", TEAM_T),
     # doctor's "the same approve again" without --call in a task of several calls (refused there)
     p("doctor-resume-without-its-call", "workflow/ops/doctor.py", ' if named and call_id else Next(',
       " if False else Next(", "tests/test_doctor.py"),
@@ -763,6 +763,9 @@ MUTANTS: list[Mutant] = [
     # an approval on record that counts no more, its effect begun: the refusal names fail, refused there
     m("uncounted-begun-approval-names-fail", TEAM, '        elif ev.begun in ("publishing", "in_doubt"):',
       "        elif False:", TEAM_POLICY_T),
+    # status of a task started before team mode suggests the approve that is refused
+    m("pre-team-status-suggests-approve", "cli/commands.py", "        if not approvable(store, cp):",
+      "        if False:", TEAM_T),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -1037,7 +1037,8 @@ def test_a_task_started_before_team_mode_cannot_be_approved_by_its_requester_onc
         cli, state_dir, tmp_path, monkeypatch):
     """A task started in single-user mode names a requester nobody authenticated: once a reviewer is
     registered and a policy keeps requesters from approving, its approval is refused
-    (``policy_changed``, nothing changed), whoever signs in; a reject still ends it."""
+    (``policy_changed``, nothing changed), whoever signs in; ``status`` names a reject, which still
+    ends it."""
     assert cli("start", "--key", "t1", "--draft", "A draft.", "--by", "alice").code == 0
     admin = TeamAdmin(cli)
     tokens = {name: admin.add(name, "editor") for name in ("alice", "bob")}
@@ -1048,6 +1049,10 @@ def test_a_task_started_before_team_mode_cannot_be_approved_by_its_requester_onc
         r.assert_stopped()
         assert "started before team mode" in r.err, r.err
         assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+    out = cli("status", "--task", "t1").out
+    assert ('  next: python run.py resume --task t1 --decision reject --reason "..." (started before team mode, it '
+            "cannot be approved now; start it again to have it approved); team mode: run it with your reviewer "
+            "token in HITL_REVIEWER_TOKEN") in out, out
     _as(monkeypatch, tokens["bob"])
     r = cli("resume", "--task", "t1", "--decision", "reject", "--reason", "start it again", "--json")
     assert r.code == 0 and r.json()["status"] == "cancelled", r.err

@@ -228,6 +228,13 @@ def at_start(store: "TaskStore", channels: list[str], by: Optional[str], token: 
                 authenticated=team, policy_version=stored.version if stored is not None else 0)
 
 
+def approvable(store: "TaskStore", cp: Checkpoint) -> bool:
+    """False for a task started before team mode (no team, or one nobody signed in to) once a
+    reviewer is registered: :func:`check_policy` refuses its approval (it may still be rejected).
+    Reads the reviewer list; raises :class:`Refused` as it does."""
+    return not ((cp.team is None or not cp.team.authenticated) and people.team_mode(store))
+
+
 def check_policy(store: "TaskStore", cp: Checkpoint, *, approving: bool = False) -> None:
     """Refuse a decision on ``cp`` whose policy cannot be shown to be the one it was started under.
 
@@ -243,7 +250,7 @@ def check_policy(store: "TaskStore", cp: Checkpoint, *, approving: bool = False)
     approved once a reviewer is registered: its requester was never authenticated, so no rule could
     keep them from approving their own task. Raises :class:`Refused`: ``integrity`` (the version is
     missing or differs), ``policy_changed`` (such an older task), nothing changed."""
-    if approving and (cp.team is None or not cp.team.authenticated) and people.team_mode(store):
+    if approving and not approvable(store, cp):
         raise Refused("policy_changed", f"task {cp.task_id} was started before team mode, when nobody signed in to "
                       "ask or decide, and reviewers are registered now: it cannot be approved (it may be "
                       "rejected, and a call already decided finished); start it again; nothing changed")
