@@ -766,6 +766,9 @@ MUTANTS: list[Mutant] = [
     # status of a task started before team mode suggests the approve that is refused
     m("pre-team-status-suggests-approve", "cli/commands.py", "        if not approvable(store, cp):",
       "        if False:", TEAM_T),
+    # doctor calls a quorum reached whose decision a crash cut off consistent
+    m("quorum-cut-off-consistent-to-doctor", "workflow/ops/doctor.py",
+      "    _check_quorum(store, cp, check.where, report)\n", "", TEAM_T),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

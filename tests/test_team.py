@@ -1014,7 +1014,8 @@ def test_a_reviewer_record_of_an_earlier_version_is_named_and_never_trusted(on_s
 def test_a_quorum_reached_whose_decision_a_crash_cut_off_is_carried_out_by_an_approvers_approve_again(
         cli, state_dir, team, monkeypatch, failpoint):
     """The approval that reaches the quorum is recorded, then the process dies before the decision
-    is: the approvers' approve again carries out what the quorum decided (one entry), rather than
+    is: doctor names that state (``quorum_not_carried_out``) and the approve again, and the
+    approvers' approve again carries out what the quorum decided (one entry), rather than
     refusing each of them as counted already while nobody else may approve (no way out)."""
     from tests.conftest import run_subprocess
 
@@ -1024,6 +1025,14 @@ def test_a_quorum_reached_whose_decision_a_crash_cut_off_is_carried_out_by_an_ap
                              env={"HITL_REVIEWER_TOKEN": team["bob"], "HITL_FAILPOINT": failpoint})
     assert crashed.code == 86, crashed.err
     assert ledger_entries(state_dir) == []
+    _as(monkeypatch, None)
+    r = cli("doctor", "--json")
+    assert r.code == 1, r.out
+    [finding] = r.json()["findings"]
+    assert finding["kind"] == "quorum_not_carried_out", finding
+    assert "approved by alice, bob, the 2 approval(s) its rule needs, and no decision recorded" in finding["detail"]
+    assert finding["action"] == ("an approver's python run.py resume --task t1 --decision approve (with their "
+                                 "reviewer token) carries it out"), finding
     again = _approve(cli, monkeypatch, team["alice"])
     assert again.code == 0, again.err
     assert again.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
@@ -1031,6 +1040,7 @@ def test_a_quorum_reached_whose_decision_a_crash_cut_off_is_carried_out_by_an_ap
     assert len(ledger_entries(state_dir)) == 1
     cp = json.loads(checkpoint_file(state_dir, "t1").read_text(encoding="utf-8"))
     assert sorted(a["by"] for a in cp["approvals"]) == ["alice", "bob"]
+    assert cli("doctor", "--json").json()["findings"] == []
 
 
 def test_a_task_started_before_team_mode_cannot_be_approved_by_its_requester_once_reviewers_exist(

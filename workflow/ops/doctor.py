@@ -36,6 +36,10 @@ Findings (``kind``: what it means → the recommended ``action``):
 ``cancelled_with_intent``  ``cancelled``/``expired`` or rejected, yet its effect was begun (it may
                            have happened) → a human
 ``intent_without_approval`` waiting, its effect begun, no approval recorded → a human
+``quorum_not_carried_out`` waiting in team mode, a call's quorum reached (the approvals that count
+                           now), no decision recorded (a crash between the last approval and the
+                           decision) → an approver's ``python run.py resume --task ID --decision
+                           approve`` (their token) carries it out
 ``unsigned_record``        a ledger entry, effect intent, settlement or rejection record without
                            a signature (written by an earlier version, or by hand), which the
                            task's signed checkpoint proves (``state.adoption``) →
@@ -455,6 +459,7 @@ def _judge(store: TaskStore, check: TaskCheck, report: Report) -> None:
             report.repairs.append({"kind": "executed_after_fail", "path": str(check.where), "result": (
                 f"ended completed, the failure kept: ledger entry {', '.join(done)} proves the call executed")})
             return
+    _check_quorum(store, cp, check.where, report)
     if per_call(cp):  # each channel's entry and record are this task's (judged per call)
         check.claim(keys(cp, c)[0] for c in cp.channels)
         _check_calls(store, cp, check.where, report)
@@ -466,6 +471,36 @@ def _judge(store: TaskStore, check: TaskCheck, report: Report) -> None:
     assert isinstance(found, Records)
     entry = (found.entry, found.entry_name) if found.entry is not None else None
     _check_task(cp, check.where, entry, report, found.rejection, store)
+
+
+def _check_quorum(store: TaskStore, cp: Checkpoint, path: Path | str, report: Report) -> None:
+    """Add a ``quorum_not_carried_out`` finding for each call of a waiting team task whose quorum
+    is reached (the approvals that count now, :func:`workflow.team.progress`) with no decision
+    recorded: a crash cut the command off between the approval that reached it and the decision,
+    and an approver's approve again carries it out (:func:`workflow.team.check_before`). A reviewer
+    list that cannot be read judges nothing here (the decision refuses it all the same)."""
+    from workflow.calls import decision_of
+    from workflow.team import listed, progress
+
+    if cp.status != "waiting_for_approval" or cp.team is None or not cp.approvals:
+        return
+    try:
+        counted = progress(cp, listed(store) if cp.team.authenticated else None)
+    except Refused:
+        return
+    several = len(cp.pending) > 1
+    for entry in counted:
+        call = entry["call_id"]
+        if entry["missing"] or not entry["approved_by"] or decision_of(cp, call) is not None:
+            continue
+        again = Next("doctor_resume_call", cp.task_id, call, "approve") if several else Next(
+            "doctor_resume", cp.task_id, "approve")
+        report.findings.append(Finding(
+            "quorum_not_carried_out", cp.task_id, str(path),
+            f"call {call} on {entry['channel']}: approved by {', '.join(entry['approved_by'])}, the "
+            f"{entry['required']} approval(s) its rule needs, and no decision recorded (the command stopped "
+            "between the last approval and the decision)",
+            ("an approver's ", again, " (with their reviewer token) carries it out")))
 
 
 def with_actions(result: dict[str, Any], hint: Callable[[Next], str]) -> dict[str, Any]:
