@@ -769,6 +769,9 @@ MUTANTS: list[Mutant] = [
     # doctor calls a quorum reached whose decision a crash cut off consistent
     m("quorum-cut-off-consistent-to-doctor", "workflow/ops/doctor.py",
       "    _check_quorum(store, cp, check.where, report)\n", "", TEAM_T),
+    # a task failed while its effect was out, found published: the settle's run refuses it half-way
+    m("settle-published-on-a-failed-task-replays", "workflow/settlement.py",
+      "    if reconcile.ended_by_fail(cp):", "    if False:", "tests/test_external_effects.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -318,6 +318,36 @@ def test_without_deduplication_a_lost_answer_is_in_doubt_and_never_sent_again(se
     assert shown(state_dir)["status"] == "in_doubt" and not ledger_entries(state_dir)
 
 
+def test_a_task_failed_while_its_request_was_in_doubt_names_the_settle_that_ends_it(service, state_dir):
+    """A ``fail`` whose write landed while a request of the call was out (the one order no check
+    refuses): the task is ``failed`` with the effect in doubt. doctor names a person's look at the
+    service and the settle (never "a human" alone); found published, the settle records it and
+    ends the task ``completed``, the failure kept (an executed action is never left failed)."""
+    from state.files.store import Store
+
+    svc = service(dedup=False, lose_answer=1)
+    _in_doubt(state_dir, svc)
+    store = Store(state_dir)
+    store.save_revision(store.load(KEY), failpoint="checkpoint:outcome", status="failed", pending=[],
+                        expires_at=None, failure="ended by bob: gave up",
+                        event=("failed", {"by": "bob", "reason": "gave up", "status": "failed"}))
+    r = cli(state_dir, svc.url, "doctor", "--json", idempotency="none")
+    [finding] = r.json()["findings"]
+    call = store.load(KEY).decision.call_id
+    assert finding["kind"] == "cancelled_with_intent", finding
+    assert finding["action"].startswith("a human looks at the service"), finding
+    assert finding["action"].endswith(
+        f"python run.py settle --task {KEY} --call {call} --outcome published|not-published --by NAME (an action that "
+        "may have executed is never marked cancelled)"), finding
+    settled = cli(state_dir, svc.url, "settle", "--task", KEY, "--call", call, "--outcome", "published", "--by", "bea",
+                  "--reason", "seen in the service's list", idempotency="none")
+    assert settled.code == 0, settled.err
+    assert cli(state_dir, svc.url, "doctor", "--json", idempotency="none").json()["consistent"]
+    assert svc.posts() == 1 and len(ledger_entries(state_dir)) == 1
+    task = shown(state_dir)
+    assert task["status"] == "completed" and task["failure"] == "ended by bob: gave up", task
+
+
 def test_settled_as_published_completes_without_sending_and_records_who(service, state_dir):
     svc = service(dedup=False, lose_answer=1)
     _in_doubt(state_dir, svc)

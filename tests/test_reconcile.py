@@ -253,6 +253,10 @@ def test_every_row_behaves_as_its_cell_says(cli, state_dir, monkeypatch, ev, act
                 assert SERVICE in mine[0]["detail"]
             elif verdict.action:  # the resume first (an effect begun: then the way out if it cannot finish)
                 assert mine[0]["action"].startswith(f"python run.py resume --task {KEY} --decision {verdict.action}")
+            elif verdict.code == "cancelled_with_intent" and ev.status == "failed" and ev.decided == "approved" \
+                    and not ev.rejection:  # a fail that landed while the effect was out
+                assert mine[0]["action"].startswith("a human looks at the service"), mine[0]
+                assert f"python run.py settle --task {KEY} --call " in mine[0]["action"], mine[0]
             else:
                 assert mine[0]["action"].startswith("a human must check")
         assert snapshot(state_dir) == before

@@ -165,8 +165,10 @@ async def settle(store: Any, app: Any, *, task_id: str, outcome: Outcome, by: st
     """:func:`record` (its lock awaited, :func:`workflow.locking.task_lock`), then for ``published``
     the run finishes: the recorded approval is replayed
     (:func:`workflow.hitl.decide`, ``kwargs`` passed on) and the gate answers the model from the
-    ledger entry, sending nothing. Returns the checkpoint (``completed``, or waiting on other calls;
-    for ``not_published`` unchanged: its shown status is ``publishing``). Raises :class:`Refused`."""
+    ledger entry, sending nothing; a task a ``fail`` ended while the effect was out is ended
+    ``completed`` instead, its failure kept (:func:`workflow.reconcile.executed_after_fail`).
+    Returns the checkpoint (``completed``, or waiting on other calls; for ``not_published``
+    unchanged: its shown status is ``publishing``). Raises :class:`Refused`."""
     if outcome == "published":  # the run must be able to finish before anything is written
         from workflow import hitl  # the SDK, only to finish the run
 
@@ -178,6 +180,11 @@ async def settle(store: Any, app: Any, *, task_id: str, outcome: Outcome, by: st
         found = _write(store, task_id, outcome, by, call_id, reason)
     cp, call = _traced(store, outcome, by, reason, *found)
     if outcome == "not_published":
+        return store.load(task_id)
+    from workflow import reconcile
+
+    if reconcile.ended_by_fail(cp):  # a fail landed while the effect was out: done, so completed, the failure kept
+        reconcile.executed_after_fail(store, task_id)
         return store.load(task_id)
     return await hitl.decide(store, app, task_id=task_id, decision="approve", by=by, call_id=call, **kwargs)
 

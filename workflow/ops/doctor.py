@@ -243,8 +243,10 @@ def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | Non
             local: bool = False, named: bool = False, failed: bool = False) -> tuple[Part, ...] | None:
     """The action of a :data:`BEGUN` finding (``effect_in_doubt``: settle ``call_id``, after
     ``window_ends`` when that is ahead; ``effect_unconfirmed``: resume, or settle when the service
-    cannot confirm it; ``effect_not_sent``: resume, or end it failed; the contradictions: a
-    human), or None (the caller words it)."""
+    cannot confirm it; ``effect_not_sent``: resume, or end it failed; ``cancelled_with_intent`` of
+    a task ``failed`` with its call approved (``failed``: a fail that landed while the effect was
+    out): a person's look, then settle; the other contradictions: a human), or None (the caller
+    words it)."""
     from workflow.external import advice
 
     look = advice(window_ends) + ": "
@@ -262,8 +264,9 @@ def _action(task_id: str, call_id: str | None, kind: str, window_ends: str | Non
                 "other content, or is gone for good), " + look, Next("doctor_settle", task_id, call_id))
     if kind == "effect_not_sent":
         return (again, " sends it again; or, to give it up, ", Next("doctor_fail", task_id))
-    if kind == "cancelled_with_intent" and failed and local and call_id:  # a fail met a local effect half-way
-        return ("a human must check what its function did, then settle it: ", Next("doctor_settle", task_id, call_id),
+    if kind == "cancelled_with_intent" and failed and call_id:  # a fail met an approved call's effect half-way
+        check = "a human must check what its function did, then settle it: " if local else look
+        return (check, Next("doctor_settle", task_id, call_id),
                 " (an action that may have executed is never marked cancelled)")
     if kind == "cancelled_with_intent":
         return (HUMAN + " (an action that may have executed is never marked cancelled)",)
@@ -306,8 +309,9 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
     detail = _detail(kind, intent).format(
         by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=cp.status,
         decided=ev.decided, in_ledger=" and in the ledger" if entry is not None else "", **intent)
+    failed = cp.status == "failed" and ev.decided == "approved" and not ev.rejection
     action = (_action(cp.task_id, intent.get("call_id"), kind, intent.get("window_ends"), bool(intent.get("local")),
-                      failed=cp.status == "failed") or _task_action(cp, kind, verdict.action))
+                      failed=failed) or _task_action(cp, kind, verdict.action))
     report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
 
 
@@ -349,8 +353,9 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
         detail = f"call {call_id} on {channel}: " + _detail(kind, intent).format(
             by=getattr(rejected, "by", None), at=getattr(rejected, "at", None), status=ev.status,
             decided=ev.decided, in_ledger=" and in the ledger" if ev.entry else "", **intent)
+        failed = cp.status == "failed" and ev.decided == "approved" and not ev.rejection
         action = _action(cp.task_id, call_id, kind, intent.get("window_ends"), bool(intent.get("local")),
-                         named=True, failed=cp.status == "failed") or (
+                         named=True, failed=failed) or (
             (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else
             ENDED_BEFORE_ITS_ENTRY if kind == "cancelled_with_entry" and ended_by_fail(cp) else ASK_HUMAN)
         report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
