@@ -21,7 +21,7 @@ crash, it finishes that decision instead of deciding the model's next call.
 
 After a crash while a refund ran (``python -m workflow --store DIR doctor`` says so), when the same
 approve cannot finish, a person looks at the payment provider and records what they found:
-    python examples/refund_agent.py settle --key K --call ID --outcome published|not-published --by NAME
+    python examples/refund_agent.py settle --key K --call ID --outcome done|not-done --by NAME
     python examples/refund_agent.py fail --key K --by NAME --reason TEXT      (ends a task with no refund)
 """
 
@@ -146,8 +146,8 @@ async def main(args: argparse.Namespace) -> dict:
         await start(store, APP, task_id=args.key, title=(args.request.strip().splitlines() or [args.key])[0][:80],
                     input=args.request, channels=["refund"])
     elif args.command == "settle":  # a person's finding at the provider: published, or not
-        await settle(store, APP, args.key, args.outcome.replace("-", "_"), by=args.by, call_id=args.call,
-                     reason=args.reason)
+        outcome = "published" if args.outcome == "done" else "not_published"  # the library's words for it
+        await settle(store, APP, args.key, outcome, by=args.by, call_id=args.call, reason=args.reason)
     elif args.command == "fail":  # a plain function: it may wait for the task's lock
         await asyncio.to_thread(fail, store, args.key, reason=args.reason, by=args.by)
     else:
@@ -180,7 +180,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = sub.add_parser("settle")
     p.add_argument("--key", required=True)
     p.add_argument("--call", required=True)
-    p.add_argument("--outcome", required=True, choices=["published", "not-published"])
+    p.add_argument("--outcome", required=True, choices=["done", "not-done"])
     p.add_argument("--by", required=True)
     p.add_argument("--reason")
     p = sub.add_parser("fail")

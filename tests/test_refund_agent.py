@@ -329,6 +329,10 @@ def test_a_crash_after_the_refund_before_its_ledger_entry_is_never_failed_the_sa
     assert finding["kind"] == "effect_unconfirmed", finding
     assert "its function (a local effect) was begun" in finding["detail"], finding
     assert finding["action"].startswith(f"decide call {call_of(PROPOSED)} of task r-1: approve"), finding
+    assert finding["action"].endswith(
+        f"settle call {call_of(PROPOSED)} of task r-1 as a person who checked found it: its effect done (outcome "
+        "published) or not done (not_published) (with the application's own command: python "
+        "examples/refund_agent.py)"), finding
     done = ok(run(project, *FIRST))
     assert done["status"] == "completed" and refunds(project) == [{"idempotency_key": "r-1", **PROPOSED}]
     assert library(project, "fail") == ["refused: executed"]
@@ -349,8 +353,8 @@ def test_a_local_effect_begun_is_settled_by_a_person_then_ended_or_recorded(proj
 
 def test_the_settle_and_fail_doctor_names_are_the_examples_own_commands(project):
     """doctor names ``settle`` and ``fail`` with the application's own command after that crash:
-    the example has both. ``settle --outcome not-published`` then ``fail`` ends the task failed;
-    in a copy, ``settle --outcome published`` records the refund made and finishes completed
+    the example has both. ``settle --outcome not-done`` then ``fail`` ends the task failed;
+    in a copy, ``settle --outcome done`` records the refund made and finishes completed
     without a second refund. Neither prints anything on stderr: the settlement's trace record
     stays in the state dir (no hosted export, no warning about a missing API key)."""
     ok(run(project, *START))
@@ -358,12 +362,11 @@ def test_the_settle_and_fail_doctor_names_are_the_examples_own_commands(project)
     other = project.parent / "other-own"
     shutil.copytree(project, other)
     call = call_of(PROPOSED)
-    found = run(project, "settle", "--key", "r-1", "--call", call, "--outcome", "not-published", "--by", "bob",
-                "--json")
+    found = run(project, "settle", "--key", "r-1", "--call", call, "--outcome", "not-done", "--by", "bob", "--json")
     assert ok(found)["status"] == "waiting_for_approval" and found.stderr == "", found.stderr
     ended = run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "the provider shows no refund", "--json")
     assert ok(ended)["status"] == "failed" and ended.stderr == "", ended.stderr
-    done = run(other, "settle", "--key", "r-1", "--call", call, "--outcome", "published", "--by", "bob", "--json")
+    done = run(other, "settle", "--key", "r-1", "--call", call, "--outcome", "done", "--by", "bob", "--json")
     assert ok(done)["status"] == "completed" and done.stderr == "", done.stderr
     assert len(refunds(other)) == 1
     assert run(other, "fail", "--key", "r-1", "--by", "bob", "--reason", "x").stderr.startswith("STOPPED: ")

@@ -87,8 +87,8 @@ def command(args: argparse.Namespace, *words: str) -> str:
 _THEIRS = {
     "doctor_resume": (lambda a: f"decide task {a[0]} again: {a[1]}", "the application's decide"),
     "doctor_resume_call": (lambda a: f"decide call {a[1]} of task {a[0]}: {a[2]}", "the application's decide"),
-    "doctor_settle": (lambda a: (f"settle call {a[1]} of task {a[0]} as published or not published, by a "
-                                 "person who checked the provider"), "workflow.settle"),
+    "doctor_settle": (lambda a: (f"settle call {a[1]} of task {a[0]} as a person who checked found it: its "
+                                 "effect done (outcome published) or not done (not_published)"), "workflow.settle"),
     "doctor_fail": (lambda a: f"end task {a[0]} as failed, by a person, with a reason", "workflow.fail"),
 }
 #: The same, for steps of no one task.
