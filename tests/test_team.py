@@ -930,6 +930,8 @@ def test_a_reviewer_removed_and_registered_again_counts_only_the_approvals_given
     r = _approve(cli, monkeypatch, bob)
     assert r.code == 0 and r.json()["status"] == "completed", r.err
     assert len(ledger_entries(state_dir)) == 1
+    log = r.json()["approval_log"]
+    assert [(a["by"], a["counted"]) for a in log] == [("bob", False), ("carol", True), ("bob", True)], log
     _start(cli, monkeypatch, team["wendy"], key="t2")
     assert _approve(cli, monkeypatch, team["alice"], "t2").code == 0
     assert team_admin.run("reviewers", "rotate", "alice").code == 0

@@ -453,11 +453,15 @@ def approval_log(cp: Checkpoint) -> list[dict[str, Any]]:
     included: ``[{"call_id", "channel", "by", "at", "counted"}]`` (``status --json``, ``show``).
     ``counted``: False for an approval the quorum did not count the last time an approval of its
     call was recorded (:func:`count`: its reviewer removed by then, or registered again without a
-    role the rule allows), so a decided call shows who reached its quorum; else True (also in a
-    task recorded before the count was kept). A pending call's count now: :func:`progress`."""
+    role the rule allows), and for one their later approval of the same call replaced (registered
+    again since), so a decided call shows who reached its quorum; else True (also in a task
+    recorded before the count was kept). A pending call's count now: :func:`progress`."""
     counted: dict[str, set[str]] = {}
     for h in cp.history:
         if h.event == "approval_recorded" and isinstance(h.detail.get("counted"), list):
             counted[str(h.detail.get("call_id"))] = set(h.detail["counted"])
+    # a name's later approval of the same call (registered again since) is the one that counts
+    last = {(a.call_id, a.by): i for i, a in enumerate(cp.approvals)}
     return [{"call_id": a.call_id, "channel": a.channel, "by": a.by, "at": a.at,
-             "counted": a.by in counted.get(a.call_id, {a.by})} for a in cp.approvals]
+             "counted": a.by in counted.get(a.call_id, {a.by}) and last[(a.call_id, a.by)] == i}
+            for i, a in enumerate(cp.approvals)]
