@@ -123,11 +123,13 @@ def task_text(task: dict[str, Any], *, team: bool | str = False) -> str:
         decided = decided_pending(task)
         call = next(p["call_id"] for p in task["pending"] if p["call_id"] not in decided) if len(
             task["pending"]) > 1 else None
+        also = (f"; either also carries out the decision on record of call {', '.join(map(one_line, decided))}"
+                if decided else "")  # the run goes on from every call decided
         if team == REJECT_ONLY:
             lines.append(f"  next: {resume_hint(task['task_id'], call, 'reject')} --reason \"...\" (started before "
-                         f"team mode, it cannot be approved now; start it again to have it approved){note}")
+                         f"team mode, it cannot be approved now; start it again to have it approved{also}){note}")
         else:
-            lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\"){note}")
+            lines.append(f"  next: {resume_hint(task['task_id'], call)} (or reject --reason \"...\"{also}){note}")
     return "\n".join(lines)
 
 

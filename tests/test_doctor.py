@@ -564,7 +564,7 @@ def test_a_two_call_task_cut_off_names_the_undecided_call_and_doctor_names_the_c
     assert crashed.code == 86, crashed.err
     out = cli("status", "--task", "two-1").out
     assert (f"  next: python run.py resume --task two-1 --call {news} --decision approve "
-            '(or reject --reason "...")') in out, out
+            f'(or reject --reason "..."; either also carries out the decision on record of call {blog})') in out, out
     settled = cli("settle", "--task", "two-1", "--call", blog, "--outcome", "not-published", "--by", "ann")
     assert settled.code == 0, settled.err
     [finding] = _doctor(cli)["findings"]
