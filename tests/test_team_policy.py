@@ -340,12 +340,11 @@ def test_policy_set_warns_of_a_quorum_the_registered_reviewers_cannot_reach(team
     assert team.run(None, "policy", "show", "--version", "1", "--json").json()["warnings"] == []
 
 
-def test_an_approval_on_record_of_a_reviewer_removed_since_is_not_carried_out(state_dir, tmp_path, monkeypatch):
-    """One approval needed, the requester excluded: bob's approval is recorded, then the command
-    dies before the effect; an admin removes bob. The same approval again (by anyone, the requester
-    included) is not carried out on bob's word alone: a removed reviewer counts no more. Nothing is
-    published, and the task can still be ended with ``fail``."""
-    from conftest import ledger_entries, run_subprocess
+def _bob_approved_then_removed(state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               failpoint: str) -> Team:
+    """One approval by an editor needed, the requester excluded: alice asks, bob's approve dies at
+    ``failpoint`` (his decision recorded), then an admin removes bob."""
+    from conftest import run_subprocess
 
     team = Team(state_dir, [], monkeypatch)
     team.add("ada", "admin")
@@ -357,9 +356,20 @@ def test_an_approval_on_record_of_a_reviewer_removed_since_is_not_carried_out(st
     assert team.run("ada", "policy", "set", str(policy), "--json").code == 0
     assert team.run("alice", "start", "--key", "t1", "--draft", "Mine.", "--json").code == 0
     r = run_subprocess(state_dir, "resume", "--task", "t1", "--decision", "approve",
-                       env={"HITL_REVIEWER_TOKEN": team.tokens["bob"], "HITL_FAILPOINT": "checkpoint:decision:after"})
-    assert r.code != 0 and [d["by"] for d in team.task()["decisions"]] == ["bob"]
+                       env={"HITL_REVIEWER_TOKEN": team.tokens["bob"], "HITL_FAILPOINT": failpoint})
+    assert r.code == 86 and [d["by"] for d in team.task()["decisions"]] == ["bob"], r.err
     assert team.run("ada", "reviewers", "remove", "bob", "--json").code == 0
+    return team
+
+
+def test_an_approval_on_record_of_a_reviewer_removed_since_is_not_carried_out(state_dir, tmp_path, monkeypatch):
+    """One approval needed, the requester excluded: bob's approval is recorded, then the command
+    dies before the effect; an admin removes bob. The same approval again (by anyone, the requester
+    included) is not carried out on bob's word alone: a removed reviewer counts no more. Nothing is
+    published, and the task can still be ended with ``fail``."""
+    from conftest import ledger_entries
+
+    team = _bob_approved_then_removed(state_dir, tmp_path, monkeypatch, "checkpoint:decision:after")
     for who in ("alice", "ada"):
         r = team.run(who, "resume", "--task", "t1", "--decision", "approve")
         assert r.code == 1 and "bob may approve it no longer" in r.err and "fail --task t1" in r.err, r.err
@@ -377,21 +387,9 @@ def test_an_approval_whose_reviewer_left_after_its_effect_began_names_settle_the
     found not done, ``fail`` ends it failed. Each command printed, run as printed, is accepted."""
     import shlex
 
-    from conftest import ledger_entries, run_subprocess
+    from conftest import ledger_entries
 
-    team = Team(state_dir, [], monkeypatch)
-    team.add("ada", "admin")
-    for name in ("alice", "bob", "carol"):
-        team.add(name, "editor")
-    policy = tmp_path / "p.toml"
-    policy.write_text('[default]\napprovals = 1\nroles = ["editor"]\nrequester_may_approve = false\n',
-                      encoding="utf-8")
-    assert team.run("ada", "policy", "set", str(policy), "--json").code == 0
-    assert team.run("alice", "start", "--key", "t1", "--draft", "Mine.", "--json").code == 0
-    r = run_subprocess(state_dir, "resume", "--task", "t1", "--decision", "approve",
-                       env={"HITL_REVIEWER_TOKEN": team.tokens["bob"], "HITL_FAILPOINT": "ledger:record:before"})
-    assert r.code == 86, r.err
-    assert team.run("ada", "reviewers", "remove", "bob", "--json").code == 0
+    team = _bob_approved_then_removed(state_dir, tmp_path, monkeypatch, "ledger:record:before")
     r = team.run("alice", "resume", "--task", "t1", "--decision", "approve")
     assert r.code == 1 and "bob may approve it no longer" in r.err, r.err
     call = team.task()["pending"][0]["call_id"]
