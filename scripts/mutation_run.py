@@ -772,6 +772,8 @@ MUTANTS: list[Mutant] = [
     # a task failed while its effect was out, found published: the settle's run refuses it half-way
     m("settle-published-on-a-failed-task-replays", "workflow/settlement.py",
       "    if reconcile.ended_by_fail(cp):", "    if False:", "tests/test_external_effects.py"),
+    # a checkpoint whose approvals an earlier version recorded (no reviewer_added_at) refused as damaged
+    p("earlier-approvals-unreadable", "state/signing.py", ', "approvals.reviewer_added_at"})', "})", TEAM_T),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -65,11 +65,12 @@ def verify_envelope(data: dict[str, Any], key: bytes, *, where: str, name: str) 
     # application that gave none; input_sha256: a task saved before it was recorded (or an input
     # with no JSON form); a decision's content_sha256: a decision written before it
     # existed (only a task whose model proposes the arguments needs it, and there an approval
-    # without it matches no call: fail closed)
+    # without it matches no call: fail closed); an approval's reviewer_added_at: one recorded
+    # before it was kept (it counts only if given after its reviewer was added: workflow.team.counts)
     missing = _first_defaulted(cp, exempt={"state_id", "service", "team", "approvals", "effects", "failure",
                                            "command", "input_sha256", "team.policy_version",
                                            "decision.content_sha256",
-                                           "decisions.content_sha256"})
+                                           "decisions.content_sha256", "approvals.reviewer_added_at"})
     if missing is not None:  # our writer writes every field: one filled in by a default is gone
         raise Refused("integrity", f"{where} is not a valid checkpoint: {missing}: Field required")
     if cp.idempotency_key != cp.task_id:

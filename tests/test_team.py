@@ -939,6 +939,30 @@ def test_a_reviewer_removed_and_registered_again_counts_only_the_approvals_given
     assert r.code == 0 and r.json()["status"] == "completed", r.err
 
 
+def test_a_task_whose_approvals_an_earlier_version_recorded_is_read_and_its_approvals_count(cli, state_dir, team,
+                                                                                           monkeypatch):
+    """A waiting task whose approval was recorded before approvals kept their reviewer's
+    registration (no ``reviewer_added_at``, signed as it was): every command reads it, bob's
+    approval counts (given after he was added), and carol's completes the quorum."""
+    from conftest import checkpoint_file, resign
+
+    _start(cli, monkeypatch, team["wendy"])
+    assert _approve(cli, monkeypatch, team["bob"]).code == 0
+
+    def earlier(data: dict) -> None:
+        for approval in data["approvals"]:
+            del approval["reviewer_added_at"]
+
+    resign(state_dir, checkpoint_file(state_dir, "t1"), earlier)
+    _as(monkeypatch, None)
+    shown = cli("status", "--task", "t1", "--json")
+    assert shown.code == 0, shown.err
+    assert shown.json()["approvals"][0]["approved_by"] == ["bob"]
+    assert cli("doctor").code == 0
+    r = _approve(cli, monkeypatch, team["carol"])
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
+
+
 def test_an_approval_recorded_before_registrations_were_kept_counts_only_if_given_after_the_reviewer_was_added():
     """An approval without ``reviewer_added_at`` (recorded by an earlier version) counts only if
     it was given after the reviewer now listed under its name was added; one with it, only under
