@@ -579,6 +579,39 @@ def test_a_two_call_task_cut_off_names_the_undecided_call_and_doctor_names_the_c
     assert [e["idempotency_key"] for e in ledger_entries(state_dir)] == ["two-1#blog"]
 
 
+def test_a_call_given_up_in_a_task_of_several_calls_is_ended_by_the_fail_doctor_names(cli, state_dir):
+    """Two channels; blog's function began, then a crash; a person settles it not done. doctor's
+    way to give it up, ``fail``, pasted, ends the task failed with nothing published, though news
+    is undecided: a reject of news would carry blog's approval out. With no call approved, ``fail``
+    is refused for the undecided call, naming the reject of that call (``--call``: a reject without
+    it is refused in a task of several calls)."""
+    import shlex
+
+    from conftest import ledger_entries, run_subprocess
+
+    r = cli("start", "--key", "two-2", "--title", "T", "--draft", "A draft.", "--channel", "blog", "--channel",
+            "news", "--json")
+    assert r.code == 0, r.err
+    blog, news = (next(p["call_id"] for p in r.json()["pending"] if p["arguments"]["channel"] == c)
+                  for c in ("blog", "news"))
+    undecided = cli("fail", "--task", "two-2", "--by", "ann", "--reason", "x")
+    undecided.assert_stopped()
+    hinted = undecided.err.split("a reject ends it (cancelled) (")[1].split(")")[0]
+    assert hinted.startswith("python run.py resume --task two-2 --call call_"), undecided.err
+    crashed = run_subprocess(state_dir, "resume", "--task", "two-2", "--call", blog, "--decision", "approve",
+                             "--by", "ann", env={"HITL_FAILPOINT": "ledger:record:before"})
+    assert crashed.code == 86, crashed.err
+    assert cli("settle", "--task", "two-2", "--call", blog, "--outcome", "not-published", "--by", "ann").code == 0
+    [finding] = _doctor(cli)["findings"]
+    give_up = finding["action"].split("to give it up, ")[1]
+    assert give_up == "python run.py fail --task two-2 --by NAME --reason TEXT", finding
+    words = [{"NAME": "ann", "TEXT": "not today"}.get(w, w) for w in shlex.split(give_up)[2:]]
+    ended = cli(*words, "--json")
+    assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
+    assert ledger_entries(state_dir) == [] and _doctor(cli)["consistent"]
+    assert cli("resume", "--task", "two-2", "--call", news, "--decision", "reject", "--by", "ann").code == 1
+
+
 def test_a_task_failed_while_its_local_effect_was_begun_names_the_settle_that_ends_it(cli, state_dir):
     """The one order no check refuses: a ``fail`` whose check ran before the effect's intent and
     whose write landed after the gate read the checkpoint again, and then the function failed (a

@@ -419,6 +419,42 @@ def test_an_approval_whose_reviewer_left_after_its_effect_began_names_settle_the
     assert ledger_entries(other) == []
 
 
+def test_an_approval_on_record_that_counts_no_more_is_not_carried_out_by_a_decision_of_another_call(
+        state_dir, tmp_path, monkeypatch):
+    """Two channels, two editors' approvals needed, the requester kept out: bob and carol approve
+    blog, and carol's command dies after her decision is recorded; bob is removed. The run a
+    decision of news would resume carries blog's approval out too, so the requester's reject of
+    news is refused (``not_allowed``, nothing changed) rather than publishing blog on carol's
+    approval alone; an editor's ``fail`` ends the task, nothing published."""
+    from conftest import ledger_entries, run_subprocess
+
+    team = Team(state_dir, [], monkeypatch)
+    team.add("ada", "admin")
+    for name in ("bob", "carol", "wendy"):
+        team.add(name, "editor")
+    policy = tmp_path / "p.toml"
+    policy.write_text('[default]\napprovals = 2\nroles = ["editor"]\nrequester_may_approve = false\n',
+                      encoding="utf-8")
+    assert team.run("ada", "policy", "set", str(policy), "--json").code == 0
+    r = team.run("wendy", "start", "--key", "t1", "--draft", "Mine.", "--channel", "blog", "--channel", "news",
+                 "--json")
+    assert r.code == 0, r.err
+    blog, news = (next(p["call_id"] for p in r.json()["pending"] if p["arguments"]["channel"] == c)
+                  for c in ("blog", "news"))
+    assert team.run("bob", "resume", "--task", "t1", "--call", blog, "--decision", "approve").code == 0
+    r = run_subprocess(state_dir, "resume", "--task", "t1", "--call", blog, "--decision", "approve",
+                       env={"HITL_REVIEWER_TOKEN": team.tokens["carol"], "HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert r.code == 86, r.err
+    assert team.run("ada", "reviewers", "remove", "bob", "--json").code == 0
+    before = snapshot(state_dir)
+    r = team.run("wendy", "resume", "--task", "t1", "--call", news, "--decision", "reject", "--reason", "no news")
+    assert r.code == 1 and "bob may approve it no longer" in r.err, r.err
+    assert snapshot(state_dir) == before and ledger_entries(state_dir) == []
+    r = team.run("carol", "fail", "--task", "t1", "--by", "carol", "--reason", "bob left", "--json")
+    assert r.code == 0 and r.json()["status"] == "failed", r.err
+    assert ledger_entries(state_dir) == []
+
+
 def test_a_retry_with_the_revision_seen_by_a_reviewer_whose_approval_counted_gets_the_task(team):
     """alice's approval counts toward the quorum of two; bob's completes it. alice's request,
     retried with the revision she saw (its answer lost), gets the task, completed, never a

@@ -470,7 +470,8 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
             decided=ev.decided,
             decided_by=recorded.by if recorded else None,
             rejected_by=rejected.by if rejected else None,
-            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at, task=cp.task_id),
+            rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at, task=cp.task_id,
+            call=None if one else shown),
             task_id=cp.task_id)
     return verdict
 
@@ -479,16 +480,27 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     """Whether :func:`workflow.settlement.fail` may end ``cp``: True if it may (every call's verdict
     for ``fail`` is ``run`` or ``complete``, or the call executed: its ledger entry stands), False
     if the task is ``failed`` already (unchanged). Raises :class:`Refused` with the first call's refusal
-    (``begun``, ``undecided``, ``rejected``, ``executed`` for a task with nothing left to end…).
+    (``begun``, ``undecided``, ``rejected``, ``executed`` for a task with nothing left to end…). A
+    call still undecided does not stop it where another call was approved and never carried out
+    (a reject of the undecided one would carry that one out: ``fail`` is how a person gives it up).
     Reads only."""
     verdicts = []
-    for call_id, _channel in calls_of(cp) or [(None, None)]:
+    undecided: Optional[Refused] = None
+    calls = calls_of(cp) or [(None, None)]
+    for call_id, _channel in calls:
         try:
             verdicts.append(check(store, cp, "fail", call_id))
         except Refused as exc:
+            if exc.code == "undecided" and len(calls) > 1:  # judged below, with the task's other calls
+                undecided = undecided or exc
+                continue
             if exc.code != "executed" or cp.status not in OPEN:
                 raise
             # executed: it stands, and does not stop the task's other calls from ending
+    # a call still undecided next to one approved and never carried out: a reject of it would carry
+    # that one out, so fail ends them all (nothing ran); with no such call, a reject ends the task
+    if undecided is not None and not any(v.kind in ("run", "complete") for v in verdicts):
+        raise undecided
     if not verdicts:  # every call executed: the task completes, it does not fail
         raise Refused("executed", [f"task {cp.task_id}: every call executed; nothing to end",
                                    Next("finish_approve")], task_id=cp.task_id)
@@ -541,17 +553,19 @@ def _judged(store: "Store", cp: "Checkpoint", decision: Action, call_id: Optiona
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
             decided_by: Optional[str] = None, rejected_by: Optional[str] = None,
             rejected_at: Optional[str] = None, expires_at: Optional[str] = None,
-            task: Optional[str] = None) -> list[Part]:
+            task: Optional[str] = None, call: Optional[str] = None) -> list[Part]:
     """The one-line message (without ``STOPPED:``) for a ``refuse`` verdict's ``code``, naming what
     was found and what may still be done, as the parts of a :class:`Refused` message (strings and
     :class:`~state.errors.Next` steps). ``task_id`` is how the message names the task (e.g. ``t-1
     (call c-2)``), ``task`` its ID for the next steps (default ``task_id``). Raises ``KeyError`` for
-    an unknown code."""
+    an unknown code. ``call``: the call a reject names (a task of several calls refuses a reject
+    without ``--call``)."""
     task = task or task_id
     doctor: list[Part] = ["a human must check", Next("doctor")]
+    reject = Next("reject", task, *(("--call", call) if call else ()))
     if code == "expired" and status != "expired":
         return [f"approval expired: task {task_id} expired at {expires_at}; it can only be "
-                "rejected", Next("reject", task), " or marked expired", Next("expire")]
+                "rejected", reject, " or marked expired", Next("expire")]
     if code == "rejected" and rejected_by is not None and status != "cancelled":
         return [f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
                 "approved (the rejection record outlives any older copy of the checkpoint)"]
@@ -572,8 +586,7 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
         "expired": [f"approval expired: task {task_id} expired at {expires_at}; start a new task"],
         "begun": [f"task {task_id}: its effect was begun (an intent is recorded, no outcome yet), so it may "
                   "have happened; it is neither rejected nor ended until a person settles it", Next("doctor_explains")],
-        "undecided": [f"task {task_id}: a call waits for a decision; a reject ends it (cancelled)",
-                      Next("reject", task)],
+        "undecided": [f"task {task_id}: a call waits for a decision; a reject ends it (cancelled)", reject],
         "failed": [f"task {task_id} failed (nothing was done, and nothing will be); start a new task with a new key"],
     }[code]
 

@@ -358,12 +358,18 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     revision and one ``task.approved`` event). In a task started in team mode, an approval counts
     only while its reviewer is still registered with a role the rule allows, when the quorum is
     reached (a reviewer removed since is not counted; the list is read again here, under the
-    lock). Raises :class:`Refused` as :func:`check_decision`."""
+    lock). The approvals on record of the task's other waiting calls, which the run carries out
+    too, must still count as well (:func:`_check_still_counted`). Raises :class:`Refused` as
+    :func:`check_decision`."""
     from workflow.calls import decision_of
 
     call_id, channel, arguments_sha256, decision, by = (rec.call_id, rec.channel, rec.arguments_sha256,
                                                         rec.decision, rec.by)
     recorded = decision_of(cp, call_id)
+    for other in cp.pending:  # the run carries out every decision on record: each must still count
+        theirs = decision_of(cp, other.call_id) if other.call_id != call_id else None
+        if theirs is not None and theirs.decision == "approved" and theirs.source == "human":
+            _check_still_counted(store, cp, theirs)
     if recorded is not None:  # a replay: decided before (after a crash), counted then
         if recorded.decision == "approved" and recorded.source == "human":
             _check_still_counted(store, cp, recorded)
