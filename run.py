@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if result is not None:
         try:
             output.print_result(args.command, result, args.json, getattr(args, "text_extra", None),
-                                vars(args).get("printer"), team=vars(args).get("text_team") or False)
+                                vars(args).get("printer"), team=vars(args).get("text_team", False))
             sys.stdout.flush()
         except BrokenPipeError:  # the reader went away (``| head``): handled in ``_entry_point``
             raise

@@ -107,20 +107,38 @@ def team_hint(store: Any, task_id: str) -> bool:
     return needs_token(store, store.load(task_id))
 
 
-def team_note(store: Any, cp: Any) -> bool | str:
-    """What a ``next:`` line says about who decides task ``cp``: :data:`cli.text.REJECT_ONLY` for
-    a task started before team mode, once a reviewer is registered (its approval is refused:
-    :func:`workflow.team.approvable`), else :func:`workflow.team.needs_token` (True: a reviewer's
-    token is needed). Reads the reviewer list."""
-    from cli.text import REJECT_ONLY
-    from workflow.team import approvable, needs_token
+def team_note(store: Any, cp: Any) -> Any:
+    """What ``status`` says on its ``next:`` line beyond the task's view, as a
+    :class:`cli.text.NextNote`: whether a decision needs a reviewer's token
+    (:func:`workflow.team.needs_token`); a task started before team mode, once a reviewer is
+    registered (:func:`workflow.team.approvable`: only a reject); in place of the usual step, the
+    way out where an approval on record counts no more (:func:`workflow.team.uncounted`: the
+    approve is refused), and, for a task ``failed`` while its effect was out (begun, never
+    settled), doctor, which names who checks it. Reads the reviewer list and, for a failed task,
+    its effects' intents."""
+    from cli import hints
+    from cli.text import NextNote
+    from workflow.team import approvable, needs_token, uncounted
 
     try:
+        if cp.status == "failed" and _begun(store, cp):
+            return NextNote(False, instead="its effect may have happened (the task was ended while it ran): "
+                            + hints.command("doctor") + " names who checks it and the settle that ends it")
+        token = needs_token(store, cp)
         if not approvable(store, cp):
-            return REJECT_ONLY
-    except Refused:  # a list that cannot be read: as needs_token, failing closed
-        return True
-    return needs_token(store, cp)
+            return NextNote(token, reject_only=True)
+        why = uncounted(store, cp)
+    except Refused:  # a list or record that cannot be read: as needs_token, failing closed
+        return NextNote(True)
+    return NextNote(token, instead=None if why is None else why.render(hints.hint))
+
+
+def _begun(store: Any, cp: Any) -> bool:
+    """True if an effect of ``cp`` was begun and never settled or recorded (may have happened)."""
+    from workflow.calls import keys
+    from workflow.reconcile import begun_of
+
+    return any(begun_of(store, cp, keys(cp, c)[0]) in ("publishing", "in_doubt") for c in cp.channels)
 
 
 def start_team(store: Any, args: Any) -> Any:

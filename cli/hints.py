@@ -37,6 +37,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "shows_status": lambda step: f" ({command('status', '--task', *step.args)} shows where the task stands)",
     "name_call": lambda step: f"; name one with --call ({command('status', '--task', *step.args)} shows each)",
     "reject": lambda step: f" ({command('resume', '--task', *step.args, '--decision', 'reject')})",
+    "reject_call": lambda step: " (" + command("resume", "--task", step.args[0], "--call", step.args[1],
+                                               "--decision", "reject") + ")",
     "expire": lambda step: f" ({program()} expire)",
     "finish_approve": lambda step: " (resume with --decision approve to finish recording it)",
     "new_key": lambda step: "; use a new --key",

@@ -98,7 +98,7 @@ def problem_after(command: str, result: Any) -> str | None:
 
 
 def print_result(command: str, result: dict[str, Any], as_json: bool, extra: list[str] | None = None,
-                 printer: EventPrinter | None = None, *, team: bool | str = False) -> None:
+                 printer: EventPrinter | None = None, *, team: Any = False) -> None:
     """Print ``result`` of ``command``: one JSON object (``as_json``), else its text; ``extra``
     lines (the budget) go before a task's ``next:`` line; a final output ``printer`` (the
     command's ``--stream``) already showed is not printed again; ``team``: a decision on the task

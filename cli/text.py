@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from cli.hints import command
@@ -39,9 +40,20 @@ def resume_hint(task_id: str, call_id: str | None = None, decision: str = "appro
 #: What a ``next:`` line adds when the command it names needs a reviewer's token (team mode).
 TOKEN_NOTE = "; team mode: run it with your reviewer token in HITL_REVIEWER_TOKEN"
 
-#: ``team`` of :func:`task_text` for a task started before team mode, once a reviewer is
-#: registered: a token is needed, and its calls may be rejected, never approved.
-REJECT_ONLY = "reject_only"
+@dataclass(frozen=True)
+class NextNote:
+    """What ``status`` read beyond the task's view, for its ``next:`` line (``team`` of
+    :func:`task_text`): ``token``, a decision needs a reviewer's token (its truth value);
+    ``reject_only``, a task started before team mode once a reviewer is registered (its calls may
+    be rejected, never approved); ``instead``, the next step in place of the view's (already
+    worded and escaped), where the one it would name is refused."""
+
+    token: bool
+    reject_only: bool = False
+    instead: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.token
 
 
 def _cut(value: Any) -> str:
@@ -55,12 +67,13 @@ def _cut(value: Any) -> str:
     return f"{value[:57]!r}… (+{len(value) - 57} chars; show has it all)"
 
 
-def task_text(task: dict[str, Any], *, team: bool | str = False) -> str:
+def task_text(task: dict[str, Any], *, team: bool | NextNote = False) -> str:
     """A few human-readable lines for one task (the non-``--json`` output). Every value from the
     model or the file is escaped onto its line (:func:`state.terminal.one_line`; titles, bodies and
     reasons as Python literals, ``repr``, which escapes them too), the ``next:`` command quoted;
     ``team``: deciding needs a reviewer's token, and the ``next:`` line says so (:data:`TOKEN_NOTE`);
-    :data:`REJECT_ONLY`: that, and a waiting call may only be rejected (named, with why)."""
+    a :class:`NextNote`: that, and what else ``status`` found (a call that may only be rejected; a
+    next step in place of the usual one)."""
     lines = [f"task {one_line(task['task_id'])}: {one_line(task['status'])} (revision {task['revision']})"]
     for p in task["pending"]:
         args = p["arguments"]
@@ -107,7 +120,10 @@ def task_text(task: dict[str, Any], *, team: bool | str = False) -> str:
     lines.append(f"  checkpoint: {one_line(task['checkpoint_path'])}")
     lines.extend(effect_lines(task))
     note = TOKEN_NOTE if team else ""
-    if task["status"] in ("publishing", "in_doubt"):
+    instead = getattr(team, "instead", None)
+    if instead is not None:
+        lines.append(f"  next: {instead}")
+    elif task["status"] in ("publishing", "in_doubt"):
         lines.append(f"  next: {effect_next(task)}{note}")
     elif task["status"] == "failed":
         lines.append("  next: nothing was done, and nothing will be: start a new task with a new key")
@@ -125,7 +141,7 @@ def task_text(task: dict[str, Any], *, team: bool | str = False) -> str:
             task["pending"]) > 1 else None
         also = (f"; either also carries out the decision on record of call {', '.join(map(one_line, decided))}"
                 if decided else "")  # the run goes on from every call decided
-        if team == REJECT_ONLY:
+        if getattr(team, "reject_only", False):
             lines.append(f"  next: {resume_hint(task['task_id'], call, 'reject')} --reason \"...\" (started before "
                          f"team mode, it cannot be approved now; start it again to have it approved{also}){note}")
         else:

@@ -780,6 +780,14 @@ MUTANTS: list[Mutant] = [
     # fail refused for an undecided call next to an approved one: no way to give the approved one up
     m("fail-refused-next-to-an-approved-call", "workflow/reconcile.py",
       '            if exc.code == "undecided" and len(calls) > 1:', "            if False:", "tests/test_doctor.py"),
+    # status of a task failed while its effect was out says nothing was done (a new task: twice)
+    m("status-failed-with-effect-out-nothing-done", "cli/commands.py",
+      '        if cp.status == "failed" and _begun(store, cp):', "        if False:", "tests/test_doctor.py"),
+    # status and doctor name the approve refused for an approval on record that counts no more
+    p("status-names-a-refused-approve", "cli/commands.py", "instead=None if why is None else why.render(hints.hint))",
+      "instead=None)", TEAM_POLICY_T),
+    m("doctor-names-a-refused-approve", "workflow/ops/doctor.py", "    return action if why is None else why.parts",
+      "    return action", TEAM_POLICY_T),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

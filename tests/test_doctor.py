@@ -630,6 +630,9 @@ def test_a_task_failed_while_its_local_effect_was_begun_names_the_settle_that_en
                         event=("failed", {"by": "bob", "reason": "gave up", "status": "failed"}))
     [finding] = _doctor(cli)["findings"]
     call = store.load("half-1").decision.call_id
+    out = cli("status", "--task", "half-1").out
+    assert ("  next: its effect may have happened (the task was ended while it ran): python run.py doctor names "
+            "who checks it and the settle that ends it") in out and "nothing was done" not in out, out
     assert finding["kind"] == "cancelled_with_intent", finding
     assert finding["action"] == (
         f"a human must check what its function did, then settle it: python run.py settle --task half-1 "

@@ -370,6 +370,11 @@ def test_an_approval_on_record_of_a_reviewer_removed_since_is_not_carried_out(st
     from conftest import ledger_entries
 
     team = _bob_approved_then_removed(state_dir, tmp_path, monkeypatch, "checkpoint:decision:after")
+    out = team.run("carol", "status", "--task", "t1").out
+    nxt = next(line for line in out.splitlines() if line.startswith("  next: "))
+    assert "bob may approve it no longer" in nxt and "fail --task t1" in nxt and "--decision approve" not in nxt, out
+    finding = team.run(None, "doctor", "--json").json()["findings"][0]
+    assert "fail --task t1" in finding["action"] and "--decision approve" not in finding["action"], finding
     for who in ("alice", "ada"):
         r = team.run(who, "resume", "--task", "t1", "--decision", "approve")
         assert r.code == 1 and "bob may approve it no longer" in r.err and "fail --task t1" in r.err, r.err

@@ -562,7 +562,7 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
     without ``--call``)."""
     task = task or task_id
     doctor: list[Part] = ["a human must check", Next("doctor")]
-    reject = Next("reject", task, *(("--call", call) if call else ()))
+    reject = Next("reject_call", task, call) if call else Next("reject", task)
     if code == "expired" and status != "expired":
         return [f"approval expired: task {task_id} expired at {expires_at}; it can only be "
                 "rejected", reject, " or marked expired", Next("expire")]

@@ -425,6 +425,28 @@ def _check_still_counted(store: "TaskStore", cp: Checkpoint, rec: Decision) -> N
             "needs still count, so it is not carried out; nothing run; ", *way], task_id=cp.task_id)
 
 
+def uncounted(store: "TaskStore", cp: Checkpoint) -> Optional[Refused]:
+    """The refusal (``not_allowed``) a decision of ``cp`` would meet because an approval on record
+    of a waiting call counts no more (:func:`_check_still_counted`: its reviewer removed, or
+    registered again, since), naming the way out; None when every one still counts, or ``cp`` was
+    not started in team mode. For ``status`` and ``doctor``, which then name that way rather than
+    an approve that is refused. Reads the reviewer list; raises :class:`Refused` as it does."""
+    from workflow.calls import decision_of
+
+    if cp.team is None or not cp.team.authenticated:
+        return None
+    for call in cp.pending:
+        rec = decision_of(cp, call.call_id)
+        if rec is not None and rec.decision == "approved" and rec.source == "human":
+            try:
+                _check_still_counted(store, cp, rec)
+            except Refused as exc:
+                if exc.code == "not_allowed":
+                    return exc
+                raise
+    return None
+
+
 def only_approvals_since(cp: Checkpoint, revision: int) -> bool:
     """True if every revision of ``cp`` after ``revision`` recorded only an approval (another
     reviewer's, toward a quorum): a page rendered at ``revision`` still shows what is decided."""

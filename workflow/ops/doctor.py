@@ -312,7 +312,22 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
     failed = cp.status == "failed" and ev.decided == "approved" and not ev.rejection
     action = (_action(cp.task_id, intent.get("call_id"), kind, intent.get("window_ends"), bool(intent.get("local")),
                       failed=failed) or _task_action(cp, kind, verdict.action))
-    report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
+    report.findings.append(Finding(kind, cp.task_id, str(path), detail, _unless_uncounted(store, cp, action)))
+
+
+def _unless_uncounted(store: TaskStore | None, cp: Checkpoint, action: tuple[Part, ...]) -> tuple[Part, ...]:
+    """``action``, or, where it names the approve that carries out an approval on record which
+    counts no more (:func:`workflow.team.uncounted`: that approve is refused), the way out that
+    refusal names."""
+    from workflow.team import uncounted
+
+    if store is None or not any(isinstance(p, Next) and "approve" in p.args for p in action):
+        return action
+    try:
+        why = uncounted(store, cp)
+    except Refused:
+        return action
+    return action if why is None else why.parts
 
 
 def _task_action(cp: Checkpoint, kind: str, decision: str | None) -> tuple[Part, ...]:
@@ -358,7 +373,7 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
                          named=True, failed=failed) or (
             (Next("doctor_resume_call", cp.task_id, call_id, verdict.action),) if verdict.action else
             ENDED_BEFORE_ITS_ENTRY if kind == "cancelled_with_entry" and ended_by_fail(cp) else ASK_HUMAN)
-        report.findings.append(Finding(kind, cp.task_id, str(path), detail, action))
+        report.findings.append(Finding(kind, cp.task_id, str(path), detail, _unless_uncounted(store, cp, action)))
 
 
 #: The action of a ``cancelled_with_entry`` finding on a task
