@@ -134,7 +134,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command in ("start", "resume", "status", "settle", "fail"):  # one task: its view and its budget lines
         task = task if args.command == "resume" else Task.of(store, cp)
         args.text_extra = cli_text.budget_lines(task)
-        args.text_team = not args.json and (commands.team_note(store, cp) if args.command == "status" else task.team)
+        args.text_team = not args.json and commands.team_note(store, task.task_id)  # what next: may name
         return task.to_json()
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
         return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)

@@ -192,7 +192,7 @@ def settle_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print exactly one JSON object")
     p.add_argument("--task", type=key, required=True)
     p.add_argument("--by", type=text("--by", MAX_NAME_CHARS, True), help="who ends it")
-    p.add_argument("--reason", required=True, type=text("reason", MAX_REASON_CHARS, False),
+    p.add_argument("--reason", required=True, type=nonempty(text("reason", MAX_REASON_CHARS, False)),
                    help="why it ends (kept in the checkpoint)")
     p = sub.add_parser("publishing-service", add_help=False, prefix_chars="\0",
                        help="the reference publishing service (--port P --data DIR; --help for its switches)")

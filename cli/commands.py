@@ -107,20 +107,22 @@ def team_hint(store: Any, task_id: str) -> bool:
     return needs_token(store, store.load(task_id))
 
 
-def team_note(store: Any, cp: Any) -> Any:
-    """What ``status`` says on its ``next:`` line beyond the task's view, as a
+def team_note(store: Any, task_id: str) -> Any:
+    """What the ``next:`` line of a task's text (``status``, ``resume`` …) says beyond the task's
+    view, as a
     :class:`cli.text.NextNote`: whether a decision needs a reviewer's token
     (:func:`workflow.team.needs_token`); a task started before team mode, once a reviewer is
     registered (:func:`workflow.team.approvable`: only a reject); in place of the usual step, the
     way out where an approval on record counts no more (:func:`workflow.team.uncounted`: the
     approve is refused), and, for a task ``failed`` while its effect was out (begun, never
-    settled), doctor, which names who checks it. Reads the reviewer list and, for a failed task,
-    its effects' intents."""
+    settled), doctor, which names who checks it. Reads the task's checkpoint, the reviewer list
+    and, for a failed task, its effects' intents."""
     from cli import hints
     from cli.text import NextNote
     from workflow.team import approvable, needs_token, uncounted
 
     try:
+        cp = store.load(task_id)
         if cp.status == "failed" and _begun(store, cp):
             return NextNote(False, instead="its effect may have happened (the task was ended while it ran): "
                             + hints.command("doctor") + " names who checks it and the settle that ends it")

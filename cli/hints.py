@@ -75,7 +75,8 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "when_idle": lambda step: "when no run.py process is running",
     # effects through a service (workflow.external, workflow.settlement)
     "resume_again": lambda step: "; the same command sends again: "
-                                 + command("resume", "--task", *step.args, "--decision", "approve"),
+                                 + command("resume", "--task", step.args[0], *(("--call", step.args[1]) if len(
+                                     step.args) > 1 else ()), "--decision", "approve"),
     "or_fail": lambda step: ("; if the service is gone for good, end the task: "
                              + command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT"),
     "settle": lambda step: ("; then " + command("settle", "--task", step.args[0], "--call", step.args[1],

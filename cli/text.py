@@ -212,10 +212,12 @@ def effect_next(task: dict[str, Any]) -> str:
                  if e["state"] == "publishing" and not e.get("not_sent") and e.get("sent", True)]
         if again:
             wait = [_look(e) for e in again if _look(e)]
-            return (resume_hint(task["task_id"]) + " (sends again with the same Idempotency-Key; if the service "
-                    "cannot confirm it, " + (wait[0] + ", " if wait else "") + "look there, then "
+            return (resume_hint(task["task_id"], _call_of(task, again)) + " (sends again with the same "
+                    "Idempotency-Key; if the service cannot confirm it, " + (wait[0] + ", " if wait else "")
+                    + "look there, then "
                     + _settle(task, again) + ")")
-        return (resume_hint(task["task_id"]) + " (sends it once more; or, to give it up, "
+        waiting = [e for e in task.get("effects", []) if e["state"] == "publishing"]
+        return (resume_hint(task["task_id"], _call_of(task, waiting)) + " (sends it once more; or, to give it up, "
                 + command("fail", "--task", task["task_id"]) + " --by NAME --reason TEXT)")
     doubt = [e for e in task.get("effects", []) if e["state"] == "in_doubt"]
     wait = [_look(e) for e in doubt if _look(e)]
@@ -224,6 +226,13 @@ def effect_next(task: dict[str, Any]) -> str:
                 "then the same with --outcome not-published (the next resume sends it once more)")
     return (f"look at the service, then {_settle(task, doubt)} (or --outcome not-published --by NAME: the next "
             "resume sends it once more)")
+
+
+def _call_of(task: dict[str, Any], effects: list[dict[str, Any]]) -> str | None:
+    """The call of the first of ``effects`` (its channel's decided call) where several calls of
+    ``task`` wait (a resume without ``--call`` is refused there), else None."""
+    calls = [d["call_id"] for d in task.get("decisions", []) if effects and d["channel"] == effects[0]["channel"]]
+    return calls[-1] if len(task.get("pending", [])) > 1 and calls else None
 
 
 def _settle(task: dict[str, Any], effects: list[dict[str, Any]]) -> str:

@@ -788,6 +788,15 @@ MUTANTS: list[Mutant] = [
       "instead=None)", TEAM_POLICY_T),
     m("doctor-names-a-refused-approve", "workflow/ops/doctor.py", "    return action if why is None else why.parts",
       "    return action", TEAM_POLICY_T),
+    # "the same command sends again" without --call in a task of several calls (refused there)
+    p("resume-again-without-its-call", "workflow/external.py",
+      'again = Next("resume_again", task_id, *((e.call_id,) if len(cp.pending) > 1 else ()))',
+      'again = Next("resume_again", task_id)', "tests/test_external_effects.py"),
+    # resume's own next line ignores what status knows (a task started before team mode: approve)
+    p("resume-next-line-without-the-note", "run.py", "commands.team_note(store, task.task_id)", "task.team", TEAM_T),
+    # a fail with a blank reason: the only record of why a task was ended is empty
+    m("fail-with-a-blank-reason", "workflow/api.py", "    if not reason.strip():  # the only record of why a task",
+      "    if False:  # the only record of why a task", "tests/test_effect_hardening.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -568,9 +568,12 @@ def test_the_public_fail_ends_a_task_whose_service_is_gone_for_good(service, sta
     svc.stop()
     stopped(cli(state_dir, url, *APPROVE, idempotency="none", HITL_PUBLISH_ATTEMPTS="1"), "nothing reached the service")
     store = workflow.open_store(str(state_dir))
-    with pytest.raises(workflow.Refused) as bad:
-        workflow.fail(store, KEY, reason="x" * 2000, by="ann")
-    assert bad.value.code == "unsafe_input"
+    for reason in ("x" * 2000, "", "  \n"):  # too long; blank: a fail's reason is its only record of why
+        with pytest.raises(workflow.Refused) as bad:
+            workflow.fail(store, KEY, reason=reason, by="ann")
+        assert bad.value.code == "unsafe_input"
+    blank = cli(state_dir, url, "fail", "--task", KEY, "--by", "ann", "--reason", " ", idempotency="none")
+    assert blank.code == 2 and "must not be empty" in blank.err, blank.err
     cp = workflow.fail(store, KEY, reason="the service was shut down", by="ann")
     assert cp.status == "failed" and cp.failure == "ended by ann: the service was shut down"
     assert workflow.fail(store, KEY, reason="again", by="ann").revision == cp.revision  # unchanged

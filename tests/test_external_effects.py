@@ -207,6 +207,28 @@ def test_an_answer_lost_after_the_commit_publishes_once_and_completes(service, s
     assert svc.posts() == 1
 
 
+def test_a_call_not_confirmed_in_a_task_of_several_calls_is_sent_again_by_the_command_printed(service, state_dir):
+    """Two channels; blog's request gets a 503 and its one try is used up: the ``STOPPED:`` line
+    and ``status`` name the same resume with blog's ``--call`` (a resume without it is refused
+    while news waits). Pasted, it sends blog again with the same key: one publication."""
+    import shlex
+
+    svc = service(fail_503=1)
+    r = cli(state_dir, svc.url, "start", "--key", KEY, "--title", "Hello", "--draft", "Published once.",
+            "--channel", "blog", "--channel", "news", "--json")
+    assert r.code == 0, r.err
+    blog = next(p["call_id"] for p in r.json()["pending"] if p["arguments"]["channel"] == "blog")
+    r = cli(state_dir, svc.url, "resume", "--task", KEY, "--call", blog, "--decision", "approve", "--by", "ann",
+            HITL_PUBLISH_ATTEMPTS="1")
+    same = f"python run.py resume --task {KEY} --call {blog} --decision approve"
+    stopped(r, f"the same command sends again: {same}")
+    status = cli(state_dir, svc.url, "status", "--task", KEY).out
+    assert f"  next: {same} (sends again with the same Idempotency-Key" in status, status
+    again = cli(state_dir, svc.url, *shlex.split(same)[2:], "--by", "ann", "--json")
+    assert again.code == 0 and again.json()["status"] == "waiting_for_approval", again.err
+    assert len(svc.publications()) == 1 and [e["channel"] for e in ledger_entries(state_dir)] == ["blog"]
+
+
 def test_two_503s_then_ok_publish_once_in_one_command(service, state_dir):
     svc = service(fail_503=2)
     start(state_dir, svc.url)

@@ -1069,6 +1069,25 @@ def test_a_quorum_reached_whose_decision_a_crash_cut_off_is_carried_out_by_an_ap
     assert cli("doctor", "--json").json()["findings"] == []
 
 
+def test_every_next_line_of_a_task_started_before_team_mode_names_a_reject(cli, state_dir, monkeypatch):
+    """Two channels, started in single-user mode; an admin registers and rejects blog. The
+    ``resume`` output's own ``next:`` line (not only ``status``'s) names the reject of news, the
+    call still waiting (its approve is refused now), and that command, pasted, ends the task."""
+    import shlex
+
+    r = cli("start", "--key", "p2", "--draft", "A draft.", "--channel", "blog", "--channel", "news", "--json")
+    assert r.code == 0, r.err
+    blog = next(p["call_id"] for p in r.json()["pending"] if p["arguments"]["channel"] == "blog")
+    admin = TeamAdmin(cli)
+    _as(monkeypatch, admin.token)
+    out = cli("resume", "--task", "p2", "--call", blog, "--decision", "reject", "--reason", "no").out
+    nxt = next(line for line in out.splitlines() if line.startswith("  next: "))
+    assert nxt.startswith('  next: python run.py resume --task p2 --decision reject --reason "..." '
+                          "(started before team mode"), out  # news alone waits: no --call needed
+    done = cli(*shlex.split(nxt.removeprefix("  next: ").split(" (")[0].replace('"..."', "no"))[2:], "--json")
+    assert done.code == 0 and done.json()["status"] == "cancelled", done.err
+
+
 def test_a_task_started_before_team_mode_cannot_be_approved_by_its_requester_once_reviewers_exist(
         cli, state_dir, tmp_path, monkeypatch):
     """A task started in single-user mode names a requester nobody authenticated: once a reviewer is

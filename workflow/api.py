@@ -190,7 +190,7 @@ def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = N
          token: Optional[str] = None) -> "Task":
     """End ``task_id`` where no effect can have happened (an approval never carried out, or every
     attempt through a service found not done): it ends ``failed`` with ``reason`` (text of at most
-    :data:`state.schema.MAX_REASON_CHARS` characters), ``completed`` if a call of it executed (its
+    :data:`state.schema.MAX_REASON_CHARS` characters, not blank), ``completed`` if a call of it executed (its
     entry stands: also the way out of a task whose every call was approved and executed but whose
     run cannot finish). Needs no SDK. Raises :class:`Refused`, nothing written: ``begun`` where an effect may
     have happened (settle it first), ``undecided`` for a call nobody decided (reject it),
@@ -203,6 +203,9 @@ def fail(store: "TaskStore", task_id: str, *, reason: str, by: Optional[str] = N
 
     by = _decider(store, task_id, by, token)
     _check_reason(reason)
+    if not reason.strip():  # the only record of why a task was ended
+        raise Refused("unsafe_input", "a fail needs a reason (the only record of why the task was ended); nothing "
+                      "written")
     return _task(store, settling.fail(store, task_id, by=by, reason=reason))
 
 

@@ -326,6 +326,8 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     store, e, cp = call.store, call.effect, call.cp
     key, task_id = e.idempotency_key, e.task_id
     what = f"{e.action} for task {task_id} on {e.channel}"
+    # the same command: it names the call where several wait (a resume without it is refused there)
+    again = Next("resume_again", task_id, *((e.call_id,) if len(cp.pending) > 1 else ()))
     intent, bound = _attempt_of(store, cp, key, task_id, e.action, call.sha)
     if intent is not None and (intent.service, intent.deduplicates) != (service.url, service.deduplicates):
         kind = {True: "deduplicates", False: "does not deduplicate"}
@@ -438,12 +440,12 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
                                                    source="not_sent"))
             raise Refused("unconfirmed", [
                 f"{what}: nothing reached the service at {intent.service} ({_one_line(exc)}); the approval is "
-                f"recorded and nothing was {call.done}", Next("resume_again", task_id),
+                f"recorded and nothing was {call.done}", again,
                 *([] if intent.deduplicates else [Next("or_fail", task_id)])], task_id=task_id) from None
         raise Refused("unconfirmed", [
             f"{what}: the service at {intent.service} did not confirm it (the last try: {_one_line(exc)}; an "
             "earlier request of this attempt may have reached it, and a repeat with the same Idempotency-Key cannot "
-            "act twice)", Next("resume_again", task_id)], task_id=task_id) from None
+            "act twice)", again], task_id=task_id) from None
     except Refused:
         raise  # still_mine: nothing sent
     except Exception as exc:
@@ -451,7 +453,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
             raise Refused("unconfirmed", [
                 f"{what}: the service at {intent.service} did not confirm it ({_one_line(exc)}); it may or may "
                 f"not have acted, and a repeat with the same Idempotency-Key cannot act twice",
-                Next("resume_again", task_id)], task_id=task_id) from None
+                again], task_id=task_id) from None
         exc_for_doubt = exc
     else:
         failpoints.hit("effect:request:after")

@@ -421,7 +421,8 @@ def _check_still_counted(store: "TaskStore", cp: Checkpoint, rec: Decision) -> N
         raise Refused("not_allowed", [
             f"task {cp.task_id}: the approval of call {rec.call_id} on record was given by "
             f"{', '.join(on_record) or 'nobody'}, and {', '.join(gone) or 'nobody'} may approve it no longer "
-            f"(removed, or without the role since): {len(still)} of the {rule.approvals} approval(s) its rule "
+            f"(removed, registered again, or without the role since): {len(still)} of the {rule.approvals} "
+            f"approval(s) its rule "
             "needs still count, so it is not carried out; nothing run; ", *way], task_id=cp.task_id)
 
 
