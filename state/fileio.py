@@ -11,8 +11,7 @@ integrity, state ID, rejections, ledger, doctor) can use it without an import cy
   points around it are added by :mod:`state.durable`, which is what callers use;
 - :func:`probe_links`: the check, once per state dir, that its file system can make hard links;
 - :func:`owner_lock`: the per-file lock ``locks/<owner>.lock``;
-- :func:`parse_json_object`: strict JSON (no duplicate keys, no ``NaN``, UTF-8 only);
-- :func:`indented_json`: the indented JSON text of a record's file.
+- :func:`parse_json_object`: strict JSON (no duplicate keys, no ``NaN``, UTF-8 only).
 
 Reading one file safely (no symlink followed, no FIFO blocked on) is :func:`state.paths.read_regular`
 (also a leaf). Never imports the SDK; ``tempfile`` and ``filelock`` are imported only by the
@@ -230,85 +229,6 @@ def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
-
-
-def indented_json(value: Any) -> str:
-    """``json.dumps(value, indent=2, ensure_ascii=False)``, character for character, made in one
-    pass instead of by the standard library's generator-based encoder, which a given ``indent``
-    selects (nearly twice as slow on a checkpoint): JSON data made of dicts with string keys,
-    lists, strings, ints, floats, booleans and None; anything else (another type, a subclass, a
-    key that is not a string) is left to ``json.dumps`` whole. ``tests/test_fast_paths.py`` checks
-    the two give the same text."""
-    out: list[str] = []
-    try:
-        _indented(value, out, "\n")
-    except _NotPlain:
-        return json.dumps(value, indent=2, ensure_ascii=False)
-    return "".join(out)
-
-
-class _NotPlain(Exception):
-    """A value :func:`indented_json` leaves to ``json.dumps``."""
-
-
-_STRING = getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
-
-
-def _indented(value: Any, out: list[str], newline: str) -> None:
-    kind = type(value)
-    if kind is dict:
-        if not value:
-            out.append("{}")
-            return
-        inner = newline + "  "
-        sep = "{" + inner
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _NotPlain
-            if type(item) is str:
-                out.append(f"{sep}{_STRING(key)}: {_STRING(item)}")
-            else:
-                out.append(f"{sep}{_STRING(key)}: ")
-                _indented(item, out, inner)
-            sep = "," + inner
-        out.append(newline + "}")
-    elif kind is list:
-        if not value:
-            out.append("[]")
-            return
-        inner = newline + "  "
-        sep = "[" + inner
-        for item in value:
-            out.append(sep)
-            _indented(item, out, inner)
-            sep = "," + inner
-        out.append(newline + "]")
-    else:
-        out.append(_scalar(value, kind))
-
-
-def _scalar(value: Any, kind: type) -> str:
-    """The JSON text of a string, number, boolean or None, as ``json.dumps`` writes it."""
-    if kind is str:
-        return _STRING(value)
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if kind is int:
-        return int.__repr__(value)
-    if kind is float:
-        if value != value:
-            return "NaN"
-        if value in (_INF, -_INF):
-            return "Infinity" if value > 0 else "-Infinity"
-        return float.__repr__(value)
-    raise _NotPlain
-
-
-_INF = float("inf")
 
 
 @functools.lru_cache(maxsize=8)

@@ -3,9 +3,9 @@
 ``benchmarks/roundtrip.py --profile`` shows what each costs; these tests pin that none of them
 weakens a check: a classifier looked up instead of scanned, a trace record walked for secrets only
 when its text could hold one, a path checked by ``lstat`` instead of resolved, a checkpoint's bytes
-verified once per process, a compare-and-swap answered from the bytes this process wrote, a file's
-indented JSON made in one pass, the environment read once per operation, and the refusals that
-need no SDK answered before it is imported.
+verified once per process, a compare-and-swap answered from the bytes this process wrote, the
+environment read once per operation, and the refusals that need no SDK answered before it is
+imported.
 """
 
 from __future__ import annotations
@@ -239,30 +239,6 @@ def test_saved_file_is_the_json_of_the_checkpoint_save_returns(state_dir):
         raw = checkpoint_file(state_dir, "t-1").read_bytes()
         assert raw == (json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode()
         assert Store(state_dir).load("t-1") == cp
-
-
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
-    max_leaves=30)
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_JSON)
-def test_indented_json_is_what_json_dumps_writes_with_indent_2(value):
-    from state.fileio import indented_json
-
-    assert indented_json(value) == json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def test_indented_json_leaves_anything_but_plain_json_data_to_json_dumps():
-    from state.fileio import indented_json
-
-    class Text(str):
-        pass
-
-    for value in ({1: "a"}, {"a": Text("b")}, [(1, 2)], {True: None}, {"a": [float("nan"), -0.0, 10**30]}):
-        assert indented_json(value) == json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def test_one_operation_reads_the_environment_once_and_the_next_reads_it_again(monkeypatch):

@@ -340,20 +340,28 @@ def test_policy_set_warns_of_a_quorum_the_registered_reviewers_cannot_reach(team
     assert team.run(None, "policy", "show", "--version", "1", "--json").json()["warnings"] == []
 
 
+def _editors(state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, approvals: int,
+             *names: str) -> Team:
+    """ada (admin) and ``names`` (editors) registered; the policy: ``approvals`` editors' approvals,
+    the requester kept out."""
+    team = Team(state_dir, [], monkeypatch)
+    team.add("ada", "admin")
+    for name in names:
+        team.add(name, "editor")
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'[default]\napprovals = {approvals}\nroles = ["editor"]\nrequester_may_approve = false\n',
+                      encoding="utf-8")
+    assert team.run("ada", "policy", "set", str(policy), "--json").code == 0
+    return team
+
+
 def _bob_approved_then_removed(state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                failpoint: str) -> Team:
     """One approval by an editor needed, the requester excluded: alice asks, bob's approve dies at
     ``failpoint`` (his decision recorded), then an admin removes bob."""
     from conftest import run_subprocess
 
-    team = Team(state_dir, [], monkeypatch)
-    team.add("ada", "admin")
-    for name in ("alice", "bob", "carol"):
-        team.add(name, "editor")
-    policy = tmp_path / "p.toml"
-    policy.write_text('[default]\napprovals = 1\nroles = ["editor"]\nrequester_may_approve = false\n',
-                      encoding="utf-8")
-    assert team.run("ada", "policy", "set", str(policy), "--json").code == 0
+    team = _editors(state_dir, tmp_path, monkeypatch, 1, "alice", "bob", "carol")
     assert team.run("alice", "start", "--key", "t1", "--draft", "Mine.", "--json").code == 0
     r = run_subprocess(state_dir, "resume", "--task", "t1", "--decision", "approve",
                        env={"HITL_REVIEWER_TOKEN": team.tokens["bob"], "HITL_FAILPOINT": failpoint})
@@ -433,14 +441,7 @@ def test_an_approval_on_record_that_counts_no_more_is_not_carried_out_by_a_decis
     approval alone; an editor's ``fail`` ends the task, nothing published."""
     from conftest import ledger_entries, run_subprocess
 
-    team = Team(state_dir, [], monkeypatch)
-    team.add("ada", "admin")
-    for name in ("bob", "carol", "wendy"):
-        team.add(name, "editor")
-    policy = tmp_path / "p.toml"
-    policy.write_text('[default]\napprovals = 2\nroles = ["editor"]\nrequester_may_approve = false\n',
-                      encoding="utf-8")
-    assert team.run("ada", "policy", "set", str(policy), "--json").code == 0
+    team = _editors(state_dir, tmp_path, monkeypatch, 2, "bob", "carol", "wendy")
     r = team.run("wendy", "start", "--key", "t1", "--draft", "Mine.", "--channel", "blog", "--channel", "news",
                  "--json")
     assert r.code == 0, r.err

@@ -12,13 +12,13 @@ Never imports the SDK.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import BaseModel
 
 from state import state_id
-from state.fileio import indented_json
 from state.integrity import load_key
 from state.record_seal import check_signed, seal_record, unseal_record
 
@@ -31,7 +31,7 @@ def sealed_bytes(kind: str, model: BaseModel, root: Path) -> bytes:
     :func:`state.state_id.ensure` do."""
     key = load_key(root, create=True)
     envelope = seal_record(kind, model, key, state_id.ensure(root).state_id)
-    return (indented_json(envelope) + "\n").encode("utf-8")
+    return (json.dumps(envelope, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def verifying(root: Path) -> tuple[bytes, Optional[str]]:

@@ -60,6 +60,7 @@ folder is refused too. This module never imports the SDK, so read-only commands 
 from __future__ import annotations
 
 import hmac
+import json
 import os
 import re
 import threading
@@ -89,7 +90,7 @@ from state.paths import file_name  # noqa: F401
 from state.revisions import every_or_stop, next_revision  # noqa: F401
 from state.signing import seal, signed_by_any, verify_envelope  # noqa: F401
 from state.durable import check_links, create_exclusive  # noqa: F401
-from state.fileio import TEMP_NAME, fsync_dir, indented_json, parse_json_object, write_temp  # noqa: F401
+from state.fileio import TEMP_NAME, fsync_dir, parse_json_object, write_temp  # noqa: F401
 from state.settings import DEFAULT_LOCK_TIMEOUT_S, settings  # noqa: F401  (the default, for callers)
 
 STATE_DIR_ENV = "HITL_STATE_DIR"
@@ -658,7 +659,7 @@ class Store:
         # saved. Structural fields are never altered (a secret in an open one refuses the write);
         # free text holding a secret is replaced whole (state.secrets).
         cp = seal(body, key)
-        data = (indented_json(cp.model_dump(mode="json")) + "\n").encode("utf-8")
+        data = (json.dumps(cp.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         if len(data) > MAX_CHECKPOINT_BYTES:  # the reader's limit: a file no command could read again
             raise Refused("unsafe_input", f"the checkpoint of task {cp.task_id} would be {len(data)} bytes, more "
                           f"than the {MAX_CHECKPOINT_BYTES} a reader accepts; nothing written")
