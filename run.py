@@ -119,8 +119,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         budget = make_budget(spec, **A.budget_changes(args))
         cp = asyncio.run(application.start(store, task_id=key, title=args.title, draft=args.draft,
                                     spec=spec, budget=budget, expires_in_s=args.expires_in, channels=args.channels,
-                                    action=args.action,
-                                    team=commands.start_team(store, args),
+                                    action=args.action, team=commands.start_team(store, args),
                                     trace_content=bool(args.trace_content) or settings().trace_content,
                                     on_event=output.printer_for(args)))
     elif args.command == "resume":  # through the engine, as workflow.decide and the inbox
@@ -134,7 +133,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command in ("start", "resume", "status", "settle", "fail"):  # one task: its view and its budget lines
         task = task if args.command == "resume" else Task.of(store, cp)
         args.text_extra = cli_text.budget_lines(task)
-        args.text_team = not args.json and commands.team_note(store, task.task_id)  # what next: may name
+        args.text_team = not args.json and (  # what next: may name; read again only where it can differ
+            commands.team_note(store, task.task_id) if args.command == "status" or task.team else task.team)
         return task.to_json()
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
         return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)
