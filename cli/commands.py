@@ -114,11 +114,13 @@ def team_note(store: Any, task_id: str) -> Any:
     (:func:`workflow.team.needs_token`); a task started before team mode, once a reviewer is
     registered (:func:`workflow.team.approvable`: only a reject); in place of the usual step, the
     way out where an approval on record counts no more (:func:`workflow.team.uncounted`: the
-    approve is refused), and, for a task ``failed`` while its effect was out (begun, never
+    approve is refused), a request that expired (only a reject or ``expire``), and, for a task
+    ``failed`` while its effect was out (begun, never
     settled), doctor, which names who checks it. Reads the task's checkpoint, the reviewer list
     and, for a failed task, its effects' intents."""
     from cli import hints
     from cli.text import NextNote
+    from state import clock
     from workflow.team import approvable, needs_token, uncounted
 
     try:
@@ -127,6 +129,8 @@ def team_note(store: Any, task_id: str) -> Any:
             return NextNote(False, instead="its effect may have happened (the task was ended while it ran): "
                             + hints.command("doctor") + " names who checks it and the settle that ends it")
         token = needs_token(store, cp)
+        if cp.status == "waiting_for_approval" and cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):
+            return NextNote(token, expired_at=cp.expires_at)  # an approve is refused: reject or expire
         if not approvable(store, cp):
             return NextNote(token, reject_only=True)
         why = uncounted(store, cp)

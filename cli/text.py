@@ -46,11 +46,13 @@ class NextNote:
     :func:`task_text`): ``token``, a decision needs a reviewer's token (its truth value);
     ``reject_only``, a task started before team mode once a reviewer is registered (its calls may
     be rejected, never approved); ``instead``, the next step in place of the view's (already
-    worded and escaped), where the one it would name is refused."""
+    worded and escaped), where the one it would name is refused; ``expired_at``, when the request
+    of a waiting task expired (it may be rejected or marked expired, never approved)."""
 
     token: bool
     reject_only: bool = False
     instead: str | None = None
+    expired_at: str | None = None
 
     def __bool__(self) -> bool:
         return self.token
@@ -141,7 +143,12 @@ def task_text(task: dict[str, Any], *, team: bool | NextNote = False) -> str:
             task["pending"]) > 1 else None
         also = (f"; either also carries out the decision on record of call {', '.join(map(one_line, decided))}"
                 if decided else "")  # the run goes on from every call decided
-        if getattr(team, "reject_only", False):
+        expired = getattr(team, "expired_at", None)
+        if expired is not None:
+            lines.append(f"  next: {resume_hint(task['task_id'], call, 'reject')} --reason \"...\" (the request "
+                         f"expired at {one_line(expired)}: it can only be rejected, or marked expired: "
+                         f"{command('expire')}{also}){note}")
+        elif getattr(team, "reject_only", False):
             lines.append(f"  next: {resume_hint(task['task_id'], call, 'reject')} --reason \"...\" (started before "
                          f"team mode, it cannot be approved now; start it again to have it approved{also}){note}")
         else:

@@ -797,6 +797,14 @@ MUTANTS: list[Mutant] = [
     # a fail with a blank reason: the only record of why a task was ended is empty
     m("fail-with-a-blank-reason", "workflow/api.py", "    if not reason.strip():  # the only record of why a task",
       "    if False:  # the only record of why a task", "tests/test_effect_hardening.py"),
+    # status of an expired request names the approve that is refused
+    p("status-expired-names-approve", "cli/commands.py",
+      ' and cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):', " and False:",
+      "tests/test_observability.py"),
+    # doctor names an approver's approve for a cut-off quorum whose request expired (refused)
+    m("doctor-quorum-expired-names-approve", "workflow/ops/doctor.py",
+      "    if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):  # expired: only reject or expire",
+      "    if False:", TEAM_T),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -428,6 +428,10 @@ def test_expire_marks_overdue_tasks_and_they_never_execute(cli, state_dir, monke
     _start(cli, "e-1", "D", "T", "--expires-in", "90s")
     _start(cli, "e-2", "D2", "T", "--expires-in", "24h")
     monkeypatch.setenv("HITL_NOW", _at(state_dir, "e-1", timedelta(minutes=5)))
+    out = cli("status", "--task", "e-1").out  # its approve is refused now: the next step is not one
+    expires_at = _cp(state_dir, "e-1")["expires_at"]
+    assert ('  next: python run.py resume --task e-1 --decision reject --reason "..." (the request expired at '
+            f"{expires_at}: it can only be rejected, or marked expired: python run.py expire)") in out, out
     r = cli("expire", "--json")
     assert r.code == 0 and r.json() == {"expired": ["e-1"]}
     tasks = {t["task_id"]: t for t in cli("list", "--json").json()["tasks"]}

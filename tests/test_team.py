@@ -1059,6 +1059,9 @@ def test_a_quorum_reached_whose_decision_a_crash_cut_off_is_carried_out_by_an_ap
     assert "approved by alice, bob, the 2 approval(s) its rule needs, and no decision recorded" in finding["detail"]
     assert finding["action"] == ("an approver's python run.py resume --task t1 --decision approve (with their "
                                  "reviewer token) carries it out"), finding
+    monkeypatch.setenv("HITL_NOW", "2100-01-01T00:00:00Z")  # expired: its approve is refused, doctor names none
+    assert cli("doctor", "--json").json()["findings"] == []
+    monkeypatch.delenv("HITL_NOW")
     again = _approve(cli, monkeypatch, team["alice"])
     assert again.code == 0, again.err
     assert again.json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1

@@ -101,6 +101,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from state import clock
 from state.errors import Next, Part, Refused
 from state.inspection import Counted, Problem, Records, Repaired, TaskCheck
 from state.records import LedgerEntry, RejectionRecord
@@ -497,12 +498,15 @@ def _check_quorum(store: TaskStore, cp: Checkpoint, path: Path | str, report: Re
     """Add a ``quorum_not_carried_out`` finding for each call of a waiting team task whose quorum
     is reached (the approvals that count now, :func:`workflow.team.progress`) with no decision
     recorded: a crash cut the command off between the approval that reached it and the decision,
-    and an approver's approve again carries it out (:func:`workflow.team.check_before`). A reviewer
-    list that cannot be read judges nothing here (the decision refuses it all the same)."""
+    and an approver's approve again carries it out (:func:`workflow.team.check_before`). A request
+    that expired is left to ``expire`` (its approve is refused), and a reviewer list that cannot be
+    read judges nothing here (the decision refuses it all the same)."""
     from workflow.calls import decision_of
     from workflow.team import listed, progress
 
     if cp.status != "waiting_for_approval" or cp.team is None or not cp.approvals:
+        return
+    if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):  # expired: only reject or expire
         return
     try:
         counted = progress(cp, listed(store) if cp.team.authenticated else None)
