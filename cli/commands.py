@@ -109,15 +109,13 @@ def team_hint(store: Any, task_id: str) -> bool:
 
 def team_note(store: Any, task_id: str) -> Any:
     """What the ``next:`` line of a task's text (``status``, ``resume`` …) says beyond the task's
-    view, as a
-    :class:`cli.text.NextNote`: whether a decision needs a reviewer's token
+    view, as a :class:`cli.text.NextNote`: whether a decision needs a reviewer's token
     (:func:`workflow.team.needs_token`); a task started before team mode, once a reviewer is
-    registered (:func:`workflow.team.approvable`: only a reject); in place of the usual step, the
-    way out where an approval on record counts no more (:func:`workflow.team.uncounted`: the
-    approve is refused), a request that expired (only a reject or ``expire``), and, for a task
-    ``failed`` while its effect was out (begun, never
-    settled), doctor, which names who checks it. Reads the task's checkpoint, the reviewer list
-    and, for a failed task, its effects' intents."""
+    registered (:func:`workflow.team.approvable`: only a reject); a request that expired (only a
+    reject or ``expire``); in place of the usual step, the way out where an approval on record
+    counts no more (:func:`workflow.team.uncounted`: the approve is refused), and, for a task
+    ``failed`` while its effect was out (begun, never settled), doctor, which names who checks it.
+    Reads the task's checkpoint, the reviewer list and, for a failed task, its effects' intents."""
     from cli import hints
     from cli.text import NextNote
     from state import clock

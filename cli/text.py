@@ -235,17 +235,22 @@ def effect_next(task: dict[str, Any]) -> str:
             "resume sends it once more)")
 
 
-def _call_of(task: dict[str, Any], effects: list[dict[str, Any]]) -> str | None:
-    """The call of the first of ``effects`` (its channel's decided call) where several calls of
-    ``task`` wait (a resume without ``--call`` is refused there), else None."""
+def _decided_call(task: dict[str, Any], effects: list[dict[str, Any]]) -> str | None:
+    """The call last decided on the channel of the first of ``effects``, or None."""
     calls = [d["call_id"] for d in task.get("decisions", []) if effects and d["channel"] == effects[0]["channel"]]
-    return calls[-1] if len(task.get("pending", [])) > 1 and calls else None
+    return calls[-1] if calls else None
+
+
+def _call_of(task: dict[str, Any], effects: list[dict[str, Any]]) -> str | None:
+    """:func:`_decided_call` where several calls of ``task`` wait (a resume without ``--call`` is
+    refused there), else None."""
+    return _decided_call(task, effects) if len(task.get("pending", [])) > 1 else None
 
 
 def _settle(task: dict[str, Any], effects: list[dict[str, Any]]) -> str:
     """The settle command for the first of ``effects`` (``--call`` when the task has several)."""
-    calls = [d["call_id"] for d in task.get("decisions", []) if effects and d["channel"] == effects[0]["channel"]]
-    call = ["--call", calls[-1]] if len(task.get("effects", [])) > 1 and calls else []
+    decided = _decided_call(task, effects)
+    call = ["--call", decided] if len(task.get("effects", [])) > 1 and decided else []
     return command("settle", "--task", task["task_id"], *call, "--outcome", "published", "--by", "NAME")
 
 

@@ -775,8 +775,8 @@ MUTANTS: list[Mutant] = [
     # a checkpoint whose approvals an earlier version recorded (no reviewer_added_at) refused as damaged
     p("earlier-approvals-unreadable", "state/signing.py", ', "approvals.reviewer_added_at"})', "})", TEAM_T),
     # a decision of another call carries out an approval on record that counts no more
-    m("other-calls-approvals-not-rechecked", TEAM, "            _check_still_counted(store, cp, theirs)\n",
-      "            pass\n", TEAM_POLICY_T),
+    m("other-calls-approvals-not-rechecked", TEAM, "        _check_still_counted(store, cp, theirs)\n",
+      "        pass\n", TEAM_POLICY_T),
     # fail refused for an undecided call next to an approved one: no way to give the approved one up
     m("fail-refused-next-to-an-approved-call", "workflow/reconcile.py",
       '            if exc.code == "undecided" and len(calls) > 1:', "            if False:", "tests/test_doctor.py"),

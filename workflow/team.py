@@ -366,10 +366,8 @@ def count(store: "TaskStore", cp: Checkpoint, rec: Decision, *, edits: bool = Fa
     call_id, channel, arguments_sha256, decision, by = (rec.call_id, rec.channel, rec.arguments_sha256,
                                                         rec.decision, rec.by)
     recorded = decision_of(cp, call_id)
-    for other in cp.pending:  # the run carries out every decision on record: each must still count
-        theirs = decision_of(cp, other.call_id) if other.call_id != call_id else None
-        if theirs is not None and theirs.decision == "approved" and theirs.source == "human":
-            _check_still_counted(store, cp, theirs)
+    for theirs in approvals_on_record(cp, skip=call_id):  # the run carries out each: it must still count
+        _check_still_counted(store, cp, theirs)
     if recorded is not None:  # a replay: decided before (after a crash), counted then
         if recorded.decision == "approved" and recorded.source == "human":
             _check_still_counted(store, cp, recorded)
@@ -432,20 +430,25 @@ def uncounted(store: "TaskStore", cp: Checkpoint) -> Optional[Refused]:
     registered again, since), naming the way out; None when every one still counts, or ``cp`` was
     not started in team mode. For ``status`` and ``doctor``, which then name that way rather than
     an approve that is refused. Reads the reviewer list; raises :class:`Refused` as it does."""
-    from workflow.calls import decision_of
-
     if cp.team is None or not cp.team.authenticated:
         return None
-    for call in cp.pending:
-        rec = decision_of(cp, call.call_id)
-        if rec is not None and rec.decision == "approved" and rec.source == "human":
-            try:
-                _check_still_counted(store, cp, rec)
-            except Refused as exc:
-                if exc.code == "not_allowed":
-                    return exc
-                raise
+    for rec in approvals_on_record(cp):
+        try:
+            _check_still_counted(store, cp, rec)
+        except Refused as exc:
+            if exc.code == "not_allowed":
+                return exc
+            raise
     return None
+
+
+def approvals_on_record(cp: Checkpoint, skip: Optional[str] = None) -> list[Decision]:
+    """The human approvals on record of ``cp``'s waiting calls (but call ``skip``), in the order
+    the calls wait: what a resumed run carries out, each of which must still count."""
+    from workflow.calls import decision_of
+
+    found = [decision_of(cp, call.call_id) for call in cp.pending if call.call_id != skip]
+    return [rec for rec in found if rec is not None and rec.decision == "approved" and rec.source == "human"]
 
 
 def only_approvals_since(cp: Checkpoint, revision: int) -> bool:
