@@ -61,6 +61,34 @@ def test_show_names_the_effect_in_doubt_and_the_settle_command(cli, in_doubt, se
     assert TOKEN not in r.out + json.dumps(j)
 
 
+def test_show_never_says_nothing_done_while_an_effect_is_in_doubt(cli, in_doubt):
+    """An effect begun and not confirmed may have happened: the receipt's ledger part says so."""
+    r = cli("show", "--task", in_doubt)
+    assert r.out.splitlines()[1] == ("outcome: in_doubt; ledger: no entry (an effect was begun and may "
+                                     "have happened; not settled: doctor explains)")
+    assert "nothing done" not in r.out
+    assert json.loads(cli("show", "--task", in_doubt, "--json").out)["outcome"]["unsettled"] == ["blog"]
+
+
+def test_show_of_a_local_effect_cut_by_a_crash_says_it_may_have_happened(cli, state_dir):
+    """A local effect's intent written, the process killed before its ledger entry: ``show`` does
+    not say "nothing done"; once the same resume finishes it, the entry is shown and the key goes."""
+    from tests.forking import run_cli
+
+    assert cli("start", "--key", "c1", "--draft", "x").code == 0
+    crashed = run_cli(state_dir, "resume", "--task", "c1", "--decision", "approve",
+                      env={"HITL_FAILPOINT": "ledger:record:before"})
+    assert crashed.code == 86, crashed.err
+    j = json.loads(cli("show", "--task", "c1", "--json").out)
+    assert j["outcome"]["unsettled"] == ["blog"] and j["outcome"]["ledger"] is None
+    text = cli("show", "--task", "c1").out
+    assert "ledger: no entry (an effect was begun and may have happened" in text
+    assert "nothing done" not in text
+    assert cli("resume", "--task", "c1", "--decision", "approve").code == 0
+    j = json.loads(cli("show", "--task", "c1", "--json").out)
+    assert "unsettled" not in j["outcome"] and j["outcome"]["executed"]
+
+
 def test_show_after_settling_says_who_and_why(cli, in_doubt):
     r = cli("settle", "--task", in_doubt, "--outcome", "published", "--by", "bob", "--reason", "seen it")
     assert r.code == 0, r.err

@@ -16,6 +16,9 @@ Shape (``--json``)::
 
     {"task_id", "idempotency_key", "action",
      "outcome": {"status", "executed": bool, "ledger": entry | null, "final_output",
+                 # only when an effect was begun and neither done nor found not done
+                 # (its intent is recorded, no ledger entry): those channels
+                 "unsettled": [channel, …],
                  # several channels only ("ledger" is then null: the task key has no entry):
                  "channels": [{"channel", "executed": bool, "ledger": entry | null}, …]},
      "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
@@ -260,6 +263,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
                   for c in cp.channels} if several else {}
     entries = [e for e in by_channel.values() if e is not None] if several else [entry] if entry else []
     effects = _effects(store, cp, by_channel if several else {c: entry for c in cp.channels})
+    unsettled = _unsettled(store, cp, effects, by_channel if several else {c: entry for c in cp.channels})
     path = trace_log.trace_path(store, task_id)
     try:
         records, bad = trace_log.read(path)
@@ -303,6 +307,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
             "ledger": entry.model_dump() if entry else None,
             "final_output": cp.final_output,
             **({"failure": cp.failure} if cp.failure is not None else {}),
+            **({"unsettled": unsettled} if unsettled else {}),
             **({"channels": [{"channel": c, "executed": e is not None,
                               "ledger": e.model_dump() if e else None}
                              for c, e in by_channel.items()]} if several else {}),
@@ -362,6 +367,24 @@ def _effects(store: TaskStore, cp: Checkpoint, entries: dict[Any, Any]) -> list[
         status = effect_status(store, effect_key(cp.task_id, channel, cp.channels), entry, cp=cp)
         if status is not None:
             out.append({"channel": channel, **status, "settle_reason": getattr(entry, "settle_reason", None)})
+    return out
+
+
+def _unsettled(store: TaskStore, cp: Checkpoint, effects: list[dict[str, Any]],
+               entries: dict[Any, Any]) -> list[Any]:
+    """The channels whose effect was begun (its write-ahead intent is recorded) and may have
+    happened, with no ledger entry and not found not done: the receipt then never says "nothing
+    done". ``effects``: the service's (:func:`_effects`, already read); a local effect's intent
+    (``workflow.effect``) is read here. Raises ``Refused`` if a record is damaged."""
+    if cp.service is not None:
+        return [e["channel"] for e in effects if e["state"] != "published" and e["sent"]]
+    out = []
+    for channel in cp.channels:
+        entry = entries.get(channel)
+        if entry is None:
+            status = effect_status(store, effect_key(cp.task_id, channel, cp.channels), cp=cp)
+            if status is not None and status["state"] != "published" and status["sent"]:
+                out.append(channel)
     return out
 
 
@@ -432,11 +455,16 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
                 f"{led['content_sha256'][:12]}…"
                 if led else none)
 
-    ledger = ("; ".join(f"{c['channel']}: " + entry_text(c["ledger"], "no entry (nothing done)")
+    def none(channel: Any = None) -> str:  # nothing done, unless the channel's (any: None) effect was begun
+        begun = channel in o.get("unsettled", []) if channel is not None else bool(o.get("unsettled"))
+        return ("no entry (an effect was begun and may have happened; not settled: doctor explains)"
+                if begun else "no entry (nothing done)")
+
+    ledger = ("; ".join(f"{c['channel']}: " + entry_text(c["ledger"], none(c["channel"]))
                         for c in o["channels"]) if "channels" in o
               else (f"{o['ledger']['channel']}: " if (o["ledger"] or {}).get("channel")
                     not in (None, UNNAMED_CHANNEL) else "")
-              + entry_text(o["ledger"], "no entry (nothing done)"))
+              + entry_text(o["ledger"], none()))
     lines = [
         f"receipt: task {r['task_id']}  (action {r['action']}, idempotency key {r['idempotency_key']})",
         f"outcome: {o['status']}; ledger: {ledger}",
