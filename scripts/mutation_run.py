@@ -219,8 +219,8 @@ MUTANTS: list[Mutant] = [
       "        repaired = completed_after_fail(store, cp.task_id) if exc.code == \"stale_revision\" else None\n",
       "        repaired = None\n", "tests/test_proposed_calls.py"),
     p("rejection-record-read-on-the-first-channel-only", EFFECT,
-      "    if rejected is not None:\n        raise Refused(\"rejected\", [",
-      "    if rejected is not None and channel == task[\"channels\"][0]:\n        raise Refused(\"rejected\", [",
+      "    if rejected is not None and not (cp is not None",
+      "    if rejected is not None and channel == task[\"channels\"][0] and not (cp is not None",
       "tests/test_several_calls.py", "tests/test_lost_lock.py"),
     m("gate-trusts-the-rule", EFFECT, "    if channel not in private:\n        return True\n", "",
       "tests/test_gate_rules.py"),
@@ -805,6 +805,13 @@ MUTANTS: list[Mutant] = [
     m("doctor-quorum-expired-names-approve", "workflow/ops/doctor.py",
       "    if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):  # expired: only reject or expire",
       "    if False:", TEAM_T),
+    # fail ends a task without a record that outlives the checkpoint: a restored approval pays
+    m("fail-without-its-records", "workflow/settlement.py", "        created = _end_records(store, cp, by, why)",
+      "        created = []", "tests/test_proposed_calls.py"),
+    # show says "nothing done" of an effect whose intent is recorded with no entry
+    m("show-nothing-done-of-an-effect-begun", "workflow/observe/receipt.py",
+      "        begun = channel in o.get(\"unsettled\", []) if channel is not None else bool(o.get(\"unsettled\"))",
+      "        begun = False", "tests/test_effects_shown.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -233,3 +233,25 @@ def test_every_durable_write_is_inside_a_failpoint_pair(cli, state_dir, monkeypa
     assert sum(1 for kind, _ in writes if kind == "link") == 12, writes
     assert not any(kind == "replace" for kind, _ in writes), writes
     assert not open_points
+
+
+def test_a_failed_task_put_back_to_its_approved_checkpoint_is_never_carried_out(tmp_path):
+    """``fail`` says "nothing will be": it creates a rejection record for each call not carried out
+    before it writes ``failed``, so the approval in an older revision (the newest one deleted, or an
+    older copy put back) can never run the effect; that state stops for a human instead."""
+    work = tmp_path / "state"
+    assert step(work, *START).code == 0
+    cut = run_cli(work, *_resume("approve"), env={"HITL_FAILPOINT": "effect:intent:before"})
+    assert cut.code == 86, cut.err  # the approval is on record, its effect never begun
+    ended = step(work, "fail", "--task", KEY, "--by", "ann", "--reason", "no longer wanted", "--json")
+    assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
+    assert len(list((work / "rejections").glob("*.json"))) == 1
+    assert _doctor(work)["consistent"]  # the record is the end's own, not a reject to finish
+    newest = sorted((work / "checkpoints").rglob("r*.json"))[-1]
+    assert newest.name == "r000003.json"
+    newest.unlink()  # revision 2 (approved, not carried out) is the newest again
+    for args in (_resume("approve"), ["resume", "--task", KEY, "--decision", "reject", "--reason", "x"]):
+        r = step(work, *args)
+        assert r.code == 1 and "its evidence says otherwise" in r.err, r.err
+    assert ledger_entries(work) == []
+    assert not _doctor(work)["consistent"]

@@ -628,3 +628,35 @@ def test_doctor_repair_never_completes_a_failed_task_on_an_entry_of_other_conten
     assert [f["kind"] for f in repaired["findings"]] == ["entry_mismatch"]
     assert read_task(store, "inv-1").status == "failed"
 
+
+
+def test_a_failed_task_restored_to_its_approval_never_pays(state_dir, monkeypatch):
+    """The approval recorded, the run cut before the effect; ``fail`` ends the task. A restore of
+    the checkpoint of the approval (every later revision removed) is refused for a human: the
+    record ``fail`` created for the call outlives it, as a reject's does. Nothing paid."""
+    from state import failpoints
+    from workflow import fail
+    from workflow.ops.doctor import doctor
+
+    store = open_store(str(state_dir))
+    _start(store)
+    real = failpoints.hit
+
+    def hit(point: str) -> None:
+        if point == "effect:intent:before":
+            raise RuntimeError(point)  # the SDK reports it as the run's error: the decision is on record
+        real(point)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    with pytest.raises(Refused, match="the decision is recorded"):
+        _decide(store, Approve())
+    monkeypatch.setattr(failpoints, "hit", real)
+    approved = checkpoint_file(state_dir, "inv-1").read_bytes()
+    assert fail(store, "inv-1", reason="paid by hand", by="bob").status == "failed"
+    assert doctor(store)["consistent"]
+    restore_checkpoint(state_dir, "inv-1", approved)
+    assert store.load("inv-1").status == "waiting_for_approval"
+    call_id = store.load("inv-1").pending[0].call_id
+    with pytest.raises(Refused) as refused:
+        asyncio.run(decide(store, APP, "inv-1", Approve(), by="ann", call_id=call_id))
+    assert refused.value.code in ("conflict", "contradiction"), refused.value
+    assert PAID == [] and store.ledger_get("inv-1") is None and not doctor(store)["consistent"]

@@ -611,13 +611,13 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
     task_id = task["task_id"]
     proposed = task["content_sha256"] == PROPOSED
     rejected = store.rejection_get(task_id, rejection_scope(channel, call_id or "", task["channels"], proposed))
-    if rejected is not None:
+    cp = read if read is not None else _checkpoint(store, task)
+    if rejected is not None and not (cp is not None and cp.status in _ENDED and cp.failure == rejected.reason):
         raise Refused("rejected", [
             f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "
             f"{rejected.at} was being recorded while this approval ran; nothing was {done}",
             Next("shows_status", task_id)], task_id=task_id)
-    cp = read if read is not None else _checkpoint(store, task)
-    if cp is not None and cp.status in _ENDED:  # ended by another process whose lock was its own
+    if cp is not None and cp.status in _ENDED:  # ended by another process (fail's own record: told as the end)
         raise Refused(cp.status if cp.status in ("failed", "expired") else "rejected", [
             f"{action} for task {task_id} on {channel}: the task ended {cp.status} while this approval ran; "
             f"nothing was {done}", Next("shows_status", task_id)], task_id=task_id)

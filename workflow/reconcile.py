@@ -52,7 +52,7 @@ function by ``tests/test_reconcile.py``. Never imports the SDK.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from state import clock, secrets
 from state.errors import Next, Part, Refused
@@ -419,8 +419,17 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
     ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
-                  rejection=rejected is not None, overdue=overdue, begun=begun_of(store, cp, key, entry))
+                  rejection=rejected is not None and not end_record(cp, rejected), overdue=overdue,
+                  begun=begun_of(store, cp, key, entry))
     return ev, entry, rejected
+
+
+def end_record(cp: "Checkpoint", rejected: Any) -> bool:
+    """True if the rejection record ``rejected`` is the one ``fail`` created for a call of ``cp`` when
+    it ended the task (:func:`workflow.settlement.fail`: its reason is the checkpoint's ``failure``):
+    the end's own record, which keeps an older checkpoint from approving the call, not a reject to
+    finish. A record of an ended task put back to an older checkpoint (no ``failure``) is not."""
+    return rejected is not None and cp.failure is not None and rejected.reason == cp.failure
 
 
 def begun_of(store: "Store", cp: "Checkpoint", key: str, entry: Optional[LedgerEntry] = None) -> Optional[str]:

@@ -214,8 +214,10 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
     may have happened (``begun``: settle it first), a call still undecided (``undecided``: reject
     it), a rejected one (``rejected``: reject finishes it) or an ended one. In team mode ``by`` must
     be a reviewer the rule of every channel of the task lets approve
-    (:func:`workflow.team.check_settle`). Judged before and again under the task's lock. Returns the
-    checkpoint. Raises :class:`Refused`, nothing written."""
+    (:func:`workflow.team.check_settle`). Judged before and again under the task's lock; then each
+    call not carried out gets a rejection record (:func:`_end_records`), so no older checkpoint can
+    approve it, before the ``failed`` revision is written. Returns the checkpoint. Raises
+    :class:`Refused`, nothing written (records created are removed again)."""
     from workflow import reconcile
 
     first = store.load(task_id)
@@ -226,9 +228,48 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
         team.check_settle(store, cp, list(cp.channels), by)
         if not reconcile.check_fail(store, cp):
             return cp  # failed already: unchanged
-        executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)
-        status = "completed" if executed else "failed"
         why = f"ended by {by}: {reason}"[:1000]
-        return store.save_revision(cp, failpoint="checkpoint:outcome", status=status, pending=[],
-                                   expires_at=None, failure=why,
-                                   event=("failed", {"by": by, "reason": reason, "status": status}))
+        created = _end_records(store, cp, by, why)
+        try:
+            executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)
+            status = "completed" if executed else "failed"
+            return store.save_revision(cp, failpoint="checkpoint:outcome", status=status, pending=[],
+                                       expires_at=None, failure=why,
+                                       event=("failed", {"by": by, "reason": reason, "status": status}))
+        except BaseException:
+            for scope in created:
+                store.rejection_remove(task_id, scope)
+            raise
+
+
+def _end_records(store: Any, cp: Any, by: str, why: str) -> list[Optional[str]]:
+    """Before ``fail`` ends ``cp``: for each of its calls with no ledger entry and no rejection
+    record, create one (a :class:`state.records.RejectionRecord` by ``by``, reason ``why``), as a
+    reject does (``workflow.guards.record_decision``), so an older copy of the checkpoint put back
+    (or a newest revision deleted) can never approve a call of an ended task, and a run whose lock
+    was lost stops at the gate's re-check. A call whose entry appears right after its record was
+    made executed meanwhile: its record is removed again (an executed action stands, and the task
+    ends ``completed``). Returns the scopes of the records created (for removal if the end is not
+    saved). Raises ``Refused`` if a record is damaged."""
+    from state.schema import Decision, arguments_sha256
+
+    pending = {p.call_id: p for p in cp.pending}
+    created: list[Optional[str]] = []
+    for call_id, channel in calls.calls_of(cp):
+        key = calls.keys(cp, channel)[0]
+        scope = calls.rejection_scope(cp, channel, call_id)
+        if store.ledger_get(key) is not None or store.rejection_get(cp.task_id, scope) is not None:
+            continue
+        asked = calls.decision_of(cp, call_id)
+        item = pending.get(call_id)
+        tool = asked.tool if asked is not None else item.tool if item is not None else cp.action
+        args = (asked.arguments_sha256 if asked is not None
+                else arguments_sha256(item.arguments) if item is not None else arguments_sha256({}))
+        record = Decision(decision="rejected", by=by, at=now_iso(), reason=why, call_id=call_id, tool=tool,
+                          arguments_sha256=args, channel=channel, always=False, source="human")
+        if store.rejection_record(cp.task_id, cp.content_sha256, record, scope)[1]:
+            created.append(scope)
+            if store.ledger_get(key) is not None:  # executed meanwhile: it stands
+                store.rejection_remove(cp.task_id, scope)
+                created.pop()
+    return created

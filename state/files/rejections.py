@@ -5,7 +5,9 @@ a backup, or someone with write access but no key) verifies, and a task that was
 look "waiting" again. The ledger already makes that harmless for an approved task (its entry proves
 the effect; reject is then refused). This record does the same for a rejected one: before a reject
 is written into the checkpoint, ``rejections/<name>.json`` is created exclusively (temp file, fsync,
-``os.link``), and an approve is refused for ever after, whatever the checkpoint says.
+``os.link``), and an approve is refused for ever after, whatever the checkpoint says. ``fail``
+(``workflow.settlement``) creates one the same way for each call it ends that was not carried out,
+its reason the checkpoint's ``failure``: the end's own record (``workflow.reconcile.end_record``).
 
 Shape: ``{"task_id", "content_sha256", "call_id", "by", "at", "reason"}`` (``at`` ISO-8601 UTC),
 plus ``"channel"`` for a task with several channels: each (task, channel) has its own record,

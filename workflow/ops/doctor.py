@@ -282,7 +282,7 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
     (:func:`workflow.reconcile.reconcile`), after checking that the evidence is for this task.
     ``store``: where an effect begun through a service is read (:func:`workflow.reconcile.begun_of`;
     None: nothing begun)."""
-    from workflow.reconcile import begun_of
+    from workflow.reconcile import begun_of, end_record
 
     if entry is not None:
         e, entry_name = entry
@@ -301,7 +301,8 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
         report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), ASK_HUMAN))
         return
     ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,
-                  entry=entry is not None, rejection=rejected is not None, begun=begun)
+                  entry=entry is not None, rejection=rejected is not None and not end_record(cp, rejected),
+                  begun=begun)
     verdict = reconcile(ev, "doctor")
     if verdict.kind != "finding":
         return
