@@ -812,6 +812,13 @@ MUTANTS: list[Mutant] = [
     m("show-nothing-done-of-an-effect-begun", "workflow/observe/receipt.py",
       "        begun = channel in o.get(\"unsettled\", []) if channel is not None else bool(o.get(\"unsettled\"))",
       "        begun = False", "tests/test_effects_shown.py"),
+    # a reject the changed code cannot run is refused like an approve: the task has no way out
+    m("reject-under-drift-refused", "workflow/guards.py", "        if want == \"rejected\":\n            return exc\n",
+      "", "tests/test_agent_checks.py"),
+    # a reject with no run next to an approval never carried out: the approval is left hanging
+    m("reject-unrun-next-to-an-approval", "workflow/guards.py",
+      "            (d := calls.decision_of(cp, c)) is not None and d.decision == \"approved\" for c, _ in calls.calls_of(cp)):",
+      "            False for c, _ in calls.calls_of(cp)):", "tests/test_agent_checks.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -327,3 +327,80 @@ def test_a_changed_declaration_in_main_is_still_drift(tmp_path, monkeypatch):
     assert drift(saved_with(function="pay.card_charge"), now) != []
     assert drift(saved_with(needs_approval="callable:__main__.needs_a_human"), now) == [
         "tool 'charge_card' needs_approval 'callable:__main__.needs_a_human' -> True"]
+
+
+# -- a task the changed code cannot run still has a way out -----------------------------------------
+
+
+def _describe_changed(monkeypatch):
+    _patch(monkeypatch, lambda a: a.clone(
+        tools=[dataclasses.replace(a.tools[0], description="Publish anything."), *a.tools[1:]]))
+
+
+def _model_calls(monkeypatch) -> list[str]:
+    """Every ``Runner.run`` from now on, by the phase it runs in (none may run here)."""
+    from agents import Runner
+
+    seen: list[str] = []
+    real = Runner.run
+
+    async def counted(*a, **k):
+        seen.append("run")
+        return await real(*a, **k)
+    monkeypatch.setattr(Runner, "run", counted)
+    return seen
+
+
+def test_a_reject_after_the_agent_changed_ends_the_task_with_no_run(cli, state_dir, monkeypatch):
+    """The approve is refused (drift) and names the way out; the reject is recorded as every reject
+    (its rejection record too) and ends the task ``cancelled`` without running the changed agent."""
+    assert cli(*START).code == 0
+    _describe_changed(monkeypatch)
+    err = _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' description changed")
+    assert err.endswith("run it with the code that saved it, or reject it (the task then ends with no run) "
+                        f"(python run.py resume --task {KEY} --decision reject)"), err
+    runs = _model_calls(monkeypatch)
+    r = cli("resume", "--task", KEY, "--decision", "reject", "--by", "ann", "--reason", "old code", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["status"] == "cancelled" and runs == []
+    assert ledger_entries(state_dir) == [] and len(list((state_dir / "rejections").glob("*.json"))) == 1
+    again = cli("resume", "--task", KEY, "--decision", "reject", "--json")
+    assert again.code == 0 and again.json()["revision"] == r.json()["revision"]  # the same again: unchanged
+    assert cli("doctor", "--json").json()["consistent"]
+    _refused(cli, state_dir, *APPROVE, says="rejected")
+
+
+def test_a_reject_after_the_agent_changed_waits_for_the_other_call_then_ends(cli, state_dir, monkeypatch):
+    """Two calls wait (two channels): a reject of one under changed code records it and the task
+    waits for the other; its reject ends the task ``cancelled``, still with no run."""
+    r = cli(*START, "--channel", "blog", "--channel", "news", "--json")
+    assert r.code == 0, r.err
+    first, second = (p["call_id"] for p in r.json()["pending"])
+    _describe_changed(monkeypatch)
+    runs = _model_calls(monkeypatch)
+    one = cli("resume", "--task", KEY, "--call", first, "--decision", "reject", "--json")
+    assert one.code == 0, one.err
+    assert one.json()["status"] == "waiting_for_approval"
+    two = cli("resume", "--task", KEY, "--call", second, "--decision", "reject", "--json")
+    assert two.code == 0, two.err
+    assert two.json()["status"] == "cancelled" and runs == [] and ledger_entries(state_dir) == []
+    assert cli("doctor", "--json").json()["consistent"]
+
+
+def test_a_reject_after_the_agent_changed_is_refused_next_to_an_approval_not_carried_out(cli, state_dir,
+                                                                                         monkeypatch):
+    """One call approved (its run cut before the effect), the other waits: a reject with no run
+    would leave the approval neither carried out nor ended, so it is refused; ``fail`` ends both."""
+    from forking import run_cli
+
+    r = cli(*START, "--channel", "blog", "--channel", "news", "--json")
+    first, second = (p["call_id"] for p in r.json()["pending"])
+    cut = run_cli(state_dir, "resume", "--task", KEY, "--call", first, "--decision", "approve",
+                  env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert cut.code == 86, cut.err
+    _describe_changed(monkeypatch)
+    _refused(cli, state_dir, "resume", "--task", KEY, "--call", second, "--decision", "reject",
+             says="the agent changed since it was saved")
+    ended = cli("fail", "--task", KEY, "--by", "ann", "--reason", "the code changed", "--json")
+    assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
+    assert ledger_entries(state_dir) == []

@@ -16,7 +16,7 @@ from agent import traps
 INTEGRITY = "STOPPED: checkpoint integrity check failed for trap-b--"
 UNRECORDED = "STOPPED: task trap-b: RunState holds an approval decision (approved '"
 DRIFT = ("STOPPED: task trap-c: the agent changed since it was saved: tool 'publish_draft' removed; "
-         "tool 'publish_post' added")
+         "tool 'publish_post' added; run it with the code that saved it, or reject it (the task then ends with no run)")
 
 
 def test_bare_sdk_resuming_one_saved_state_twice_runs_the_tool_twice(tmp_path):

@@ -385,6 +385,62 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
         )
 
 
+#: The refusals of :func:`check_saved_against_code` that say today's code cannot run the saved
+#: state (the agent or the SDK changed since): a reject still ends the task, without a run
+#: (:func:`reject_unrun`).
+UNRUNNABLE = frozenset({"drift", "unsupported_version"})
+
+
+def unrunnable(cp: Checkpoint, agent: Any, app: Any, want: str) -> Refused | None:
+    """:func:`check_saved_against_code` for a decision ``want`` (``"approved"``/``"rejected"``) on
+    ``cp``: None if today's agent can run it. A refusal of :data:`UNRUNNABLE` is returned for a
+    reject (it ends the task without a run: :func:`reject_unrun`); for an approval it is raised
+    with the way out added (the code the task was saved with, or a reject). Raises
+    :class:`Refused` otherwise."""
+    try:
+        check_saved_against_code(cp, agent, app)
+    except Refused as exc:
+        if exc.code not in UNRUNNABLE:
+            raise
+        if want == "rejected":
+            return exc
+        raise Refused(exc.code, [*exc.parts, "; run it with the code that saved it, or reject it (the task then "
+                                 "ends with no run)", Next("reject", cp.task_id)], task_id=cp.task_id) from None
+    return None
+
+
+def reject_unrun(store: Store, cp: Checkpoint, call_id: str, by: str, reason: str | None,
+                 why: Refused) -> Checkpoint:
+    """A human's reject of the pending call ``call_id`` of ``cp`` (read under the task's lock) when
+    today's code cannot run the saved state (``why``: :func:`unrunnable`'s refusal): recorded as
+    every reject is (its rejection record first: :func:`record_decision`), and the task ends
+    ``cancelled`` with no run once none of its calls is left undecided (the model is not told:
+    the agent that would hear it is not the one that asked). While another call still waits, the
+    task waits for it (each is rejected the same way). A task with a call approved, or executed,
+    cannot end so: ``why`` is raised (``fail`` ends a call approved and never carried out). Returns
+    the checkpoint. Raises :class:`Refused`."""
+    from types import SimpleNamespace
+
+    from workflow import team
+
+    if any(
+            (d := calls.decision_of(cp, c)) is not None and d.decision == "approved" for c, _ in calls.calls_of(cp)):
+        raise why  # an approval on record: only a run carries it out (or fail gives it up)
+    if any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels):
+        raise why  # an executed call: the task never ends cancelled
+    call = next(p for p in cp.pending if p.call_id == call_id)
+    item = SimpleNamespace(call_id=call.call_id, name=call.tool, arguments=json.dumps(call.arguments))
+    rec = decision_for(store, cp, item, "rejected", by, reason)  # type: ignore[arg-type]
+    cp, _ = team.count(store, cp, rec)  # a reject: decided now (who may reject is checked there)
+    if calls.decision_of(cp, rec.call_id) is None:
+        cp = record_decision(store, cp, rec)
+    if not nothing_executed(store, cp):
+        return cp  # another call still waits for a human
+    return store.save_revision(cp, failpoint="checkpoint:outcome", status="cancelled", pending=[],
+                               event=("cancelled", {"ledger": None, "model_called": False,
+                                                    "why": str(why)[:300]}))
+
+
 def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None,
                    call_id: str | None = None, by: str | None = None, verdict: Any = None) -> None:
     """Refuse a decision made on a view of ``cp`` rendered at revision ``expected`` (e.g. the inbox

@@ -115,14 +115,13 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
     """Apply a human's decision on one pending call (``call_id``; None: the only one) and resume
     the run from disk with ``app``'s agent; ``always`` decides the tool's other pending calls the
     same way (``source: sticky``; later calls wait for a human: :func:`workflow.calls.to_apply`).
-
     Returns the new checkpoint: ``completed``, ``cancelled``, ``waiting_for_approval`` again, or
-    ``budget_exceeded`` (``budget_changes``: :func:`workflow.budget.make_budget` keywords). What a
-    decision may do is the decision table (:mod:`workflow.reconcile`), judged before the lock
-    (``checked``: what :func:`workflow.reconcile.preflight` returned) and again under it; then the
-    policy's quorum (:func:`workflow.team.count`). ``expect_revision``: the revision the reviewer
-    saw; ``on_event``: stream the run; ``edit``: approve with edits (:mod:`workflow.edits`).
-    Raises :class:`Refused` for every refusal, integrity, drift or ledger mismatch."""
+    ``budget_exceeded`` (``budget_changes``: :func:`workflow.budget.make_budget` keywords). The
+    decision table (:mod:`workflow.reconcile`) says what a decision may do, judged before the lock
+    (``checked``: :func:`workflow.reconcile.preflight`'s) and under it; then the quorum
+    (:func:`workflow.team.count`). ``expect_revision``: the revision the reviewer saw;
+    ``on_event``: stream the run; ``edit``: approve with edits (:mod:`workflow.edits`). A reject
+    today's code cannot run (the agent changed) ends the task with no run. Raises :class:`Refused`."""
     want = "approved" if decision == "approve" else "rejected"
     if checked is None:  # before the lock: no file
         checked = reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason,
@@ -133,8 +132,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
     agent = app.agent(built_for, guard, model)  # once per resume
     check_agent(agent)  # today's code, checked before a lock file is made
     verified = (cp.revision, cp.mac) if verdict.kind != "unchanged" else None
-    if verified is not None:
-        guards.check_saved_against_code(cp, agent, app)
+    stale = guards.unrunnable(cp, agent, app, want) if verified is not None else None
     async with guards.task_lock(store, task_id) as held:  # awaited: the loop goes on meanwhile
         cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)
         guards.check_revision(cp, expect_revision, want, call_id, by, verdict)  # on what is there
@@ -149,7 +147,9 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         if cp.model != built_for:  # the table's answer changed since (a race), or another model
             agent = app.agent(cp.model, guard, model)
         if verified != (cp.revision, cp.mac):  # another revision since
-            guards.check_saved_against_code(cp, agent, app)
+            stale = guards.unrunnable(cp, agent, app, want)
+        if stale is not None:  # a reject today's code cannot run: recorded, and ended with no run
+            return guards.reject_unrun(store, cp, call_id, by, reason, stale)
         context = guards.run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action,
                                      cp.service, held)
         state = await _from_string(agent, cp.run_state, cp.task_id, context)
@@ -212,8 +212,8 @@ async def decide(store: Store, app: Application, *, task_id: str, decision: Deci
 
 async def _finish(store: Store, cp: Checkpoint, agent: Any, result: RunResult,
                   budget: Budget, pricing: Pricing, context: dict[str, Any]) -> Checkpoint:
-    """The outcome, written last: waiting again at the undecided calls (or a new interruption), or
-    completed / cancelled once the ledger agrees; the budget and the spend of the new RunState."""
+    """The outcome, written last: waiting again (undecided calls, a new interruption), or completed
+    / cancelled once the ledger agrees; the budget and spend of the new RunState."""
     run_state, rs_version = await _saved_text(agent, result, cp.task_id, context)
     changes = guards.after_run(store, cp, result.interruptions, result.final_output)
     return guards.save_outcome(store, cp, run_state=run_state,
