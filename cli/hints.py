@@ -71,6 +71,7 @@ HINTS: dict[str, Callable[[Next], str]] = {
     "notify_budget": lambda step: "raise the budget, e.g. " + command("resume", "--task", step.args[0])
                                   + " --decision approve|reject --max-turns N",
     "doctor_fail": lambda step: command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT",
+    "fail_again": lambda step: " (" + command("fail", "--task", step.args[0]) + " --by NAME --reason TEXT)",
     "doctor_adopt": lambda step: command("doctor", "--repair", "--adopt", step.args[0]),
     "when_idle": lambda step: "when no run.py process is running",
     # effects through a service (workflow.external, workflow.settlement)

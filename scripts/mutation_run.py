@@ -219,8 +219,8 @@ MUTANTS: list[Mutant] = [
       "        repaired = completed_after_fail(store, cp.task_id) if exc.code == \"stale_revision\" else None\n",
       "        repaired = None\n", "tests/test_proposed_calls.py"),
     p("rejection-record-read-on-the-first-channel-only", EFFECT,
-      "    if rejected is not None and not (cp is not None",
-      "    if rejected is not None and channel == task[\"channels\"][0] and not (cp is not None",
+      "    if rejected is not None and rejected.call_id != ENDED_CALL:  # fail's end mark: below",
+      "    if rejected is not None and channel == task[\"channels\"][0] and rejected.call_id != ENDED_CALL:",
       "tests/test_several_calls.py", "tests/test_lost_lock.py"),
     m("gate-trusts-the-rule", EFFECT, "    if channel not in private:\n        return True\n", "",
       "tests/test_gate_rules.py"),
@@ -292,8 +292,8 @@ MUTANTS: list[Mutant] = [
       "                if False:\n                    raise Refused(\"executed\", refusal(\"executed\"",
       "tests/test_lost_lock.py"),
     p("sticky-reject-without-record", GUARDS,
-      '            if _makes_record(cp, r):\n                if evidence.rejection_record(',
-      '            if r is rec and _makes_record(cp, r):\n                if evidence.rejection_record(',
+      '            if _makes_record(cp, r):\n                found, made = evidence.rejection_record(',
+      '            if r is rec and _makes_record(cp, r):\n                found, made = evidence.rejection_record(',
       "tests/test_rollback.py", "tests/test_several_calls.py"),
     m("refused-reject-keeps-record", GUARDS,
       "            evidence.rejection_remove(cp.task_id, scope)\n",
@@ -806,8 +806,17 @@ MUTANTS: list[Mutant] = [
       "    if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):  # expired: only reject or expire",
       "    if False:", TEAM_T),
     # fail ends a task without a record that outlives the checkpoint: a restored approval pays
-    m("fail-without-its-records", "workflow/settlement.py", "        created = _end_records(store, cp, by, why)",
-      "        created = []", "tests/test_proposed_calls.py"),
+    m("fail-without-its-mark", "workflow/settlement.py", "        created = _end_mark(store, cp, by, why)",
+      "        created = False", "tests/test_proposed_calls.py"),
+    # fail does not look for an effect begun after its mark (a lost lock): it ends a task whose effect ran
+    m("fail-after-its-mark-ignores-an-effect-begun", "workflow/settlement.py",
+      "            _nothing_begun(store, cp)  # an effect begun", "            pass  # an effect begun",
+      "tests/test_lost_lock.py"),
+    # the local gate does not read fail's mark once its intent is written: the function runs after an end
+    m("gate-after-its-intent-ignores-the-end-mark", "workflow/effect.py",
+      "            _not_ended(store, e.task_id, e.action, e.channel, self.done)  # fail's mark",
+      "            pass  # fail's mark",
+      "tests/test_lost_lock.py"),
     # show says "nothing done" of an effect whose intent is recorded with no entry
     m("show-nothing-done-of-an-effect-begun", "workflow/observe/receipt.py",
       "        begun = channel in o.get(\"unsettled\", []) if channel is not None else bool(o.get(\"unsettled\"))",
@@ -817,8 +826,8 @@ MUTANTS: list[Mutant] = [
       "", "tests/test_agent_checks.py"),
     # a reject with no run next to an approval never carried out: the approval is left hanging
     m("reject-unrun-next-to-an-approval", "workflow/guards.py",
-      "            (d := calls.decision_of(cp, c)) is not None and d.decision == \"approved\" for c, _ in calls.calls_of(cp)):",
-      "            False for c, _ in calls.calls_of(cp)):", "tests/test_agent_checks.py"),
+      "(d := calls.decision_of(cp, c)) is not None and d.decision == \"approved\"", "False",
+      "tests/test_agent_checks.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

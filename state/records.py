@@ -18,6 +18,11 @@ from state.schema import ACTION_FIELD, CHANNEL_FIELD, MAX_NAME_CHARS, MAX_REASON
 
 #: How :mod:`state.effects` names the creation of a rejection record.
 RECORDED = "rejection record written"
+#: The call ID of the rejection record ``fail`` creates for a whole task (``workflow.settlement``):
+#: no model's call ID holds ``~`` (:data:`state.schema.CALL_ID_PATTERN`), so it is never a reject's.
+#: Kept under the task's own key (the record of a one-channel task's reject), it outlives any
+#: older copy of the checkpoint: an end that is not in the checkpoint refuses every decision.
+ENDED_CALL = "~ended"
 
 
 def _allowed_key(value: str) -> str:

@@ -236,9 +236,9 @@ def test_every_durable_write_is_inside_a_failpoint_pair(cli, state_dir, monkeypa
 
 
 def test_a_failed_task_put_back_to_its_approved_checkpoint_is_never_carried_out(tmp_path):
-    """``fail`` says "nothing will be": it creates a rejection record for each call not carried out
-    before it writes ``failed``, so the approval in an older revision (the newest one deleted, or an
-    older copy put back) can never run the effect; that state stops for a human instead."""
+    """``fail`` says "nothing will be": before it writes ``failed`` it creates the task's end mark,
+    so the approval in an older revision (the newest one deleted, or an older copy put back) can
+    never run the effect; every decision stops, and the same ``fail`` finishes the task again."""
     work = tmp_path / "state"
     assert step(work, *START).code == 0
     cut = run_cli(work, *_resume("approve"), env={"HITL_FAILPOINT": "effect:intent:before"})
@@ -246,12 +246,36 @@ def test_a_failed_task_put_back_to_its_approved_checkpoint_is_never_carried_out(
     ended = step(work, "fail", "--task", KEY, "--by", "ann", "--reason", "no longer wanted", "--json")
     assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
     assert len(list((work / "rejections").glob("*.json"))) == 1
-    assert _doctor(work)["consistent"]  # the record is the end's own, not a reject to finish
+    assert _doctor(work)["consistent"]  # the mark is the end's own, not a reject to finish
     newest = sorted((work / "checkpoints").rglob("r*.json"))[-1]
     assert newest.name == "r000003.json"
     newest.unlink()  # revision 2 (approved, not carried out) is the newest again
     for args in (_resume("approve"), ["resume", "--task", KEY, "--decision", "reject", "--reason", "x"]):
         r = step(work, *args)
-        assert r.code == 1 and "its evidence says otherwise" in r.err, r.err
+        assert r.code == 1 and f"task {KEY} was ended by ann at " in r.err, r.err
+        assert r.err.rstrip().endswith(f"the same fail finishes it (python run.py fail --task {KEY} --by NAME "
+                                       "--reason TEXT)"), r.err
     assert ledger_entries(work) == []
-    assert not _doctor(work)["consistent"]
+    (finding,) = _doctor(work)["findings"]
+    assert finding["kind"] == "fail_not_finished", finding
+    again = step(work, "fail", "--task", KEY, "--by", "bob", "--reason", "restored by mistake", "--json")
+    assert again.code == 0 and again.json()["status"] == "failed", again.err
+    assert _doctor(work)["consistent"] and ledger_entries(work) == []
+
+
+def test_a_fail_cut_by_a_crash_after_its_mark_is_finished_by_the_same_fail(tmp_path):
+    """A crash between ``fail``'s end mark and its ``failed`` revision: approve and reject are refused
+    (the mark says ended), doctor names the fail, and the same ``fail`` again finishes it."""
+    work = tmp_path / "state"
+    assert step(work, *START).code == 0
+    assert run_cli(work, *_resume("approve"), env={"HITL_FAILPOINT": "checkpoint:decision:after"}).code == 86
+    cut = run_cli(work, "fail", "--task", KEY, "--by", "bob", "--reason", "gone",
+                  env={"HITL_FAILPOINT": "checkpoint:outcome:before"})
+    assert cut.code == 86, cut.err
+    for args in (_resume("approve"), ["resume", "--task", KEY, "--decision", "reject", "--reason", "x"]):
+        r = step(work, *args)
+        assert r.code == 1 and "was ended by bob at" in r.err, r.err
+    assert [f["kind"] for f in _doctor(work)["findings"]] == ["fail_not_finished"]
+    again = step(work, "fail", "--task", KEY, "--by", "bob", "--reason", "gone", "--json")
+    assert again.code == 0 and again.json()["status"] == "failed", again.err
+    assert _doctor(work)["consistent"] and ledger_entries(work) == []

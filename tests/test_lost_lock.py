@@ -203,6 +203,63 @@ def test_the_tool_rechecks_the_rejection_record_right_before_its_effect(cli, sta
     assert ledger_entries(state_dir) == []
 
 
+def test_an_effect_whose_intent_comes_after_fails_mark_never_runs(cli, state_dir, monkeypatch):
+    """A lock file deleted under an approve about to write its effect's intent; a ``fail`` by another
+    process writes its end mark and is killed before its ``failed`` revision. The approve writes its
+    intent, reads the mark (the meeting point of the two) and runs nothing; its intent is settled
+    not done by the program, and the same ``fail`` then ends the task."""
+    _start(cli)
+
+    def fail_cut_after_its_mark() -> None:
+        _lock(state_dir).unlink()
+        r = run_subprocess(state_dir, "fail", "--task", KEY, "--by", "bob", "--reason", "gone",
+                           env={"HITL_FAILPOINT": "checkpoint:outcome:before"})
+        assert r.code == 86, r.err
+
+    _pause_at(monkeypatch, "effect:intent:before", fail_cut_after_its_mark)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert "the task was ended by bob at" in r.err and "nothing was published" in r.err, r.err
+    assert ledger_entries(state_dir) == []
+    again = cli("fail", "--task", KEY, "--by", "bob", "--reason", "gone", "--json")
+    assert again.code == 0 and again.json()["status"] == "failed", again.err
+    assert ledger_entries(state_dir) == [] and cli("doctor", "--json").json()["consistent"]
+
+
+def test_a_fail_that_meets_an_effect_begun_after_its_check_is_refused_and_leaves_no_mark(cli, state_dir,
+                                                                                         monkeypatch):
+    """A lock file deleted: an approve's gate writes its intent after ``fail`` judged the task and
+    before its end mark (the only window its check does not cover). ``fail`` reads the intents after
+    its mark, finds the effect begun, removes its mark and is refused; the same approve finishes."""
+    from forking import run_cli
+    from state.clock import now_iso
+    from state.files.store import Store
+    from state.records import LOCAL_EFFECT, EffectIntent
+    from workflow.settlement import fail
+
+    _start(cli)
+    cut = run_cli(state_dir, "resume", "--task", KEY, "--decision", "approve",
+                  env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert cut.code == 86, cut.err
+    store = Store(state_dir)
+
+    def the_gate_writes_its_intent() -> None:
+        cp = store.load(KEY)
+        store.intent_record(EffectIntent(
+            idempotency_key=KEY, attempt=1, task_id=KEY, channel="blog", call_id=cp.pending[0].call_id,
+            action=cp.action, content_sha256=cp.content_sha256, request_key="a" * 32, service=LOCAL_EFFECT,
+            deduplicates=True, at=now_iso(), window_ends=now_iso()))
+
+    _pause_at(monkeypatch, "rejection:record:after", the_gate_writes_its_intent)
+    with pytest.raises(Exception) as refused:
+        fail(store, KEY, by="bob", reason="gone")
+    assert getattr(refused.value, "code", None) == "begun", refused.value
+    assert not _rejection(state_dir) and _status(state_dir) == "waiting_for_approval"
+    done = cli("resume", "--task", KEY, "--decision", "approve", "--json")
+    assert done.code == 0 and done.json()["status"] == "completed", done.err
+    assert len(ledger_entries(state_dir)) == 1
+
+
 def test_a_checkpoint_write_is_a_compare_and_swap_on_the_revision(cli, state_dir):
     from state.errors import Refused
     from state.files.store import Store

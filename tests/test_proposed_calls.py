@@ -631,9 +631,10 @@ def test_doctor_repair_never_completes_a_failed_task_on_an_entry_of_other_conten
 
 
 def test_a_failed_task_restored_to_its_approval_never_pays(state_dir, monkeypatch):
-    """The approval recorded, the run cut before the effect; ``fail`` ends the task. A restore of
-    the checkpoint of the approval (every later revision removed) is refused for a human: the
-    record ``fail`` created for the call outlives it, as a reject's does. Nothing paid."""
+    """The approval recorded, the run cut before the effect; ``fail`` ends the task. After a restore
+    of the checkpoint of the approval (every later revision removed) an approve and a reject are
+    refused: the task's end mark outlives the older copy; the same ``fail`` ends it again. Nothing
+    paid."""
     from state import failpoints
     from workflow import fail
     from workflow.ops.doctor import doctor
@@ -656,7 +657,11 @@ def test_a_failed_task_restored_to_its_approval_never_pays(state_dir, monkeypatc
     restore_checkpoint(state_dir, "inv-1", approved)
     assert store.load("inv-1").status == "waiting_for_approval"
     call_id = store.load("inv-1").pending[0].call_id
-    with pytest.raises(Refused) as refused:
-        asyncio.run(decide(store, APP, "inv-1", Approve(), by="ann", call_id=call_id))
-    assert refused.value.code in ("conflict", "contradiction"), refused.value
-    assert PAID == [] and store.ledger_get("inv-1") is None and not doctor(store)["consistent"]
+    for choice in (Approve(), Reject(message="at most 500")):  # a reject would let the model propose anew
+        with pytest.raises(Refused) as refused:
+            asyncio.run(decide(store, APP, "inv-1", choice, by="ann", call_id=call_id))
+        assert refused.value.code == "failed" and "was ended by bob at" in str(refused.value), refused.value
+    assert PAID == [] and store.ledger_get("inv-1") is None
+    assert [f["kind"] for f in doctor(store)["findings"]] == ["fail_not_finished"]
+    assert fail(store, "inv-1", reason="put back by mistake", by="bob").status == "failed"
+    assert PAID == [] and doctor(store)["consistent"]

@@ -237,6 +237,31 @@ def test_pre_reject_checkpoint_put_back_never_runs_the_rejected_call(project):
     assert refunds(project) == []
 
 
+@pytest.mark.parametrize("edit", [[], ["--edit", "amount_cents=500"]])
+def test_a_failed_task_put_back_to_before_its_approval_never_refunds(project, edit):
+    """The approval (as proposed, or with edits) recorded and its run cut before the refund; a person
+    ends the task with ``fail``; the checkpoint from before the approval is put back. Neither the
+    approval of the original call, nor a reject whose reason would make the model propose a new
+    call, runs anything: the task's end mark outlives the older copy, and the same ``fail`` ends it
+    again. Nothing is refunded."""
+    ok(run(project, *START))
+    tasks = project / "state-dir" / "checkpoints"
+    backup = project / "backup"
+    shutil.copytree(tasks, backup)
+    cut = run(project, *FIRST, *edit, env={"HITL_FAILPOINT": "effect:intent:before"})
+    assert cut.returncode == 86, cut.stderr
+    ended = run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "refunded by phone")
+    assert ended.returncode == 0 and ended.stdout == "task r-1: failed\n", ended.stderr
+    shutil.rmtree(tasks)
+    shutil.copytree(backup, tasks)  # the task waits again at the call as first proposed
+    for args in (FIRST, CAPPED):
+        assert "was ended by bob at" in stopped(run(project, *args))
+    assert refunds(project) == []
+    again = run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "put back by mistake")
+    assert again.returncode == 0 and again.stdout == "task r-1: failed\n", again.stderr
+    assert refunds(project) == []
+
+
 def test_a_sticky_approval_is_refused_where_the_model_proposes(project):
     ok(run(project, *START))
     code = ("import asyncio, sys; sys.argv = ['x']; sys.path.insert(0, 'examples'); import refund_agent as r; "

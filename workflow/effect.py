@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable, Optional
 from state import open_stores
 from workflow import external
 from state.errors import Next, Refused
+from state.records import ENDED_CALL
 from state.schema import (CHANNEL_ARG, PROPOSED, content_fingerprint, content_of, effect_key,
                           rejection_scope, valid_channel)
 
@@ -533,17 +534,22 @@ class _Call:
         # the intent is where a fail or a reject and this call meet: one that ended the task before
         # it was written, whatever the lock files said, is seen now, and the function never runs
         latest = _checkpoint(store, {"task_id": e.task_id})
-        if latest is not None and latest.status in _ENDED:
+        try:
+            if latest is not None and latest.status in _ENDED:
+                raise Refused("stale_revision", [
+                    f"{e.action} for task {e.task_id}: another process ended the task {latest.status} while this "
+                    f"command checked the call (revision {latest.revision}); nothing was {self.done}",
+                    Next("shows_status", e.task_id)], task_id=e.task_id)
+            _not_ended(store, e.task_id, e.action, e.channel, self.done)  # fail's mark, its revision to come
+        except Refused as exc:
             if mine:  # begun by this command, which calls nothing now: provably not done
                 from state.records import Settlement
 
                 store.settlement_record(Settlement(
                     idempotency_key=key, attempt=intent.attempt, task_id=e.task_id, by="program", at=now_iso(),
-                    reason=f"the task was {latest.status} before its function was called", source="not_sent"))
-            raise Refused("stale_revision", [
-                f"{e.action} for task {e.task_id}: another process ended the task {latest.status} while this "
-                f"command checked the call (revision {latest.revision}); nothing was {self.done}",
-                Next("shows_status", e.task_id)], task_id=e.task_id)
+                    reason=f"the task was {latest.status if exc.code == 'stale_revision' else 'ended'} before its "
+                           "function was called", source="not_sent"))
+            raise
 
     def write(self, result: Any) -> tuple[Any, bool]:
         """``store.ledger_record`` for this call: ``(entry, created)``."""
@@ -596,6 +602,18 @@ def _checkpoint(store: Any, task: dict[str, Any]) -> Any:
 _ENDED = frozenset({"failed", "cancelled", "expired"})
 
 
+def _not_ended(store: Any, task_id: str, action: str, channel: str, done: str) -> None:
+    """No end mark of ``fail`` for ``task_id`` (:func:`workflow.reconcile.end_mark`). Checked
+    right before an effect and again once its intent is written: ``fail`` writes its mark and then
+    reads the intents, so one of the two sees the other, whatever the lock files said. Raises
+    :class:`Refused` (``failed``)."""
+    mark = store.rejection_get(task_id, None)
+    if mark is not None and mark.call_id == ENDED_CALL:
+        raise Refused("failed", [
+            f"{action} for task {task_id} on {channel}: the task was ended by {mark.by} at {mark.at} while this "
+            f"approval ran; nothing was {done}", Next("shows_status", task_id)], task_id=task_id)
+
+
 def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
                     call_id: Optional[str], sha: str, read: Any = None, done: str = "done") -> Any:
     """Right before a gated effect, whatever the lock says: no rejection record for this (task,
@@ -611,16 +629,17 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
     task_id = task["task_id"]
     proposed = task["content_sha256"] == PROPOSED
     rejected = store.rejection_get(task_id, rejection_scope(channel, call_id or "", task["channels"], proposed))
-    cp = read if read is not None else _checkpoint(store, task)
-    if rejected is not None and not (cp is not None and cp.status in _ENDED and cp.failure == rejected.reason):
+    if rejected is not None and rejected.call_id != ENDED_CALL:  # fail's end mark: below
         raise Refused("rejected", [
             f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "
             f"{rejected.at} was being recorded while this approval ran; nothing was {done}",
             Next("shows_status", task_id)], task_id=task_id)
-    if cp is not None and cp.status in _ENDED:  # ended by another process (fail's own record: told as the end)
+    cp = read if read is not None else _checkpoint(store, task)
+    if cp is not None and cp.status in _ENDED:  # ended by another process whose lock was its own
         raise Refused(cp.status if cp.status in ("failed", "expired") else "rejected", [
             f"{action} for task {task_id} on {channel}: the task ended {cp.status} while this approval ran; "
             f"nothing was {done}", Next("shows_status", task_id)], task_id=task_id)
+    _not_ended(store, task_id, action, channel, done)  # a fail whose revision is still to come
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
         and (not proposed or d.content_sha256 == sha) for d in cp.decisions)

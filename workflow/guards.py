@@ -22,6 +22,7 @@ from workflow.agent_check import describe, drift, effect_tools, gated_tool
 from state import clock, open_stores, secrets
 from state.clock import now_iso
 from state.errors import Next, Refused
+from state.records import ENDED_CALL
 from state.schema import (MAX_CHANNELS, MAX_CHECKPOINT_BYTES, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION,
                           UNNAMED_CHANNEL, Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint, input_fingerprint,
@@ -554,6 +555,8 @@ def decision_for(store: Store, cp: Checkpoint, item: ToolApprovalItem, decision:
     scope = calls.rejection_scope(cp, channel, item.call_id)
     evidence = store
     prior = evidence.rejection_get(cp.task_id, scope) if decision == "rejected" else None
+    if prior is not None and prior.call_id == ENDED_CALL:  # fail's end mark: no reject's reviewer
+        prior = None  # (its reject is refused when recorded: record_decision)
     if prior is not None:
         by, reason = prior.by, prior.reason
     shown = content_fingerprint(content_of(arguments))  # what an approval lets the effect carry
@@ -585,8 +588,13 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
         for r in recs:
             key, scope = calls.keys(cp, r.channel)[0], calls.rejection_scope(cp, r.channel, r.call_id)
             if _makes_record(cp, r):
-                if evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope)[1]:
+                found, made = evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope)
+                if made:
                     created.append(scope)
+                elif found.call_id == ENDED_CALL:  # a fail ended the task meanwhile (a lost lock)
+                    raise Refused("failed", [f"task {cp.task_id} was ended by {found.by} at {found.at} while this "
+                                             "reject was being recorded; nothing was run",
+                                             Next("shows_status", cp.task_id)], task_id=cp.task_id)
                 if evidence.ledger_get(key) is not None:
                     raise Refused("executed", refusal("executed", task_id=cp.task_id, status=cp.status))
         saved = store.save_revision(

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from state import clock, secrets
 from state.errors import Next, Part, Refused
-from state.records import LedgerEntry, check_same_entry
+from state.records import ENDED_CALL, LedgerEntry, check_same_entry
 from state.terminal import one_line
 from workflow.calls import calls_of, channel_of, decision_of, keys, pick_call, rejection_scope
 
@@ -407,6 +407,8 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel, call_id),
                          action=cp.action)
     rejected = evidence.rejection_get(cp.task_id, scope)
+    if rejected is not None and rejected.call_id == ENDED_CALL:  # fail's end mark: not a reject
+        rejected = None  # (an open task with one is judged by ended_unsaved, before the table)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Refused("contradiction", [f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
                                    "human must check", Next("doctor")], task_id=cp.task_id)
@@ -419,17 +421,37 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
     ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
-                  rejection=rejected is not None and not end_record(cp, rejected), overdue=overdue,
+                  rejection=rejected is not None, overdue=overdue,
                   begun=begun_of(store, cp, key, entry))
     return ev, entry, rejected
 
 
-def end_record(cp: "Checkpoint", rejected: Any) -> bool:
-    """True if the rejection record ``rejected`` is the one ``fail`` created for a call of ``cp`` when
-    it ended the task (:func:`workflow.settlement.fail`: its reason is the checkpoint's ``failure``):
-    the end's own record, which keeps an older checkpoint from approving the call, not a reject to
-    finish. A record of an ended task put back to an older checkpoint (no ``failure``) is not."""
-    return rejected is not None and cp.failure is not None and rejected.reason == cp.failure
+def end_mark(store: "Store", cp: "Checkpoint") -> Any:
+    """The end mark ``fail`` made for ``cp``'s task (:func:`workflow.settlement.fail`: a rejection
+    record under the task's own key whose call ID is :data:`state.records.ENDED_CALL`), or None.
+    Raises ``Refused`` if the record is damaged. Reads only."""
+    found = store.rejection_get(cp.task_id, None)
+    return found if found is not None and found.call_id == ENDED_CALL else None
+
+
+def ended_unsaved(store: "Store", cp: "Checkpoint", action: Action) -> Optional[Verdict]:
+    """The verdict for ``action`` on an open task (:data:`OPEN`) whose end mark exists (a ``fail``
+    cut by a crash after its mark, or an older checkpoint put back after one): ``fail`` finishes it
+    (``run``), ``expire`` leaves it (``skip``), ``doctor`` finds ``fail_not_finished`` (action
+    ``fail``), and an approve or a reject is refused (``failed``): the task was ended, nothing of it
+    runs again. None when there is no such mark (the table judges). Raises :class:`Refused`."""
+    mark = end_mark(store, cp) if cp.status in OPEN else None
+    if mark is None:
+        return None
+    if action == "fail":
+        return RUN
+    if action == "expire":
+        return SKIP
+    if action == "doctor":
+        return _finding("fail_not_finished", "fail")
+    raise Refused("failed", [f"task {cp.task_id} was ended by {mark.by} at {mark.at}, but its checkpoint does not "
+                             "say so (a crash while it was ended, or an older copy put back); nothing runs again: "
+                             "the same fail finishes it", Next("fail_again", cp.task_id)], task_id=cp.task_id)
 
 
 def begun_of(store: "Store", cp: "Checkpoint", key: str, entry: Optional[LedgerEntry] = None) -> Optional[str]:
@@ -459,6 +481,9 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
     """:func:`gather` then :func:`reconcile` for the call ``call_id`` (None: see :func:`gather`);
     a ``refuse`` verdict is raised as :class:`Refused` with its one-line message. For ``expire``
     with several calls: ``expire`` only if every call says so, else ``skip``. Reads only."""
+    ended = ended_unsaved(store, cp, action)
+    if ended is not None:
+        return ended
     if action == "expire" and call_id is None and len(calls_of(cp)) > 1:
         verdicts = {check(store, cp, action, c).kind for c, _ in calls_of(cp)}
         return EXPIRE if verdicts == {"expire"} else SKIP

@@ -214,10 +214,11 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
     may have happened (``begun``: settle it first), a call still undecided (``undecided``: reject
     it), a rejected one (``rejected``: reject finishes it) or an ended one. In team mode ``by`` must
     be a reviewer the rule of every channel of the task lets approve
-    (:func:`workflow.team.check_settle`). Judged before and again under the task's lock; then each
-    call not carried out gets a rejection record (:func:`_end_records`), so no older checkpoint can
-    approve it, before the ``failed`` revision is written. Returns the checkpoint. Raises
-    :class:`Refused`, nothing written (records created are removed again)."""
+    (:func:`workflow.team.check_settle`). Judged before and again under the task's lock; then the
+    task's end mark (:func:`_end_mark`), so no older checkpoint can approve a call of it, and a
+    check that no effect was begun meanwhile, before the ``failed`` revision is written. A ``fail``
+    cut by a crash after its mark is finished by the same ``fail`` again. Returns the checkpoint.
+    Raises :class:`Refused`, nothing written (a mark it made is removed again)."""
     from workflow import reconcile
 
     first = store.load(task_id)
@@ -229,47 +230,68 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
         if not reconcile.check_fail(store, cp):
             return cp  # failed already: unchanged
         why = f"ended by {by}: {reason}"[:1000]
-        created = _end_records(store, cp, by, why)
+        created = _end_mark(store, cp, by, why)
         try:
+            _nothing_begun(store, cp)  # an effect begun meanwhile (a lost lock) wins: it may have run
             executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)
             status = "completed" if executed else "failed"
             return store.save_revision(cp, failpoint="checkpoint:outcome", status=status, pending=[],
                                        expires_at=None, failure=why,
                                        event=("failed", {"by": by, "reason": reason, "status": status}))
         except BaseException:
-            for scope in created:
-                store.rejection_remove(task_id, scope)
+            if created:
+                store.rejection_remove(task_id, None)
+                _keep_mark(store, task_id)
             raise
 
 
-def _end_records(store: Any, cp: Any, by: str, why: str) -> list[Optional[str]]:
-    """Before ``fail`` ends ``cp``: for each of its calls with no ledger entry and no rejection
-    record, create one (a :class:`state.records.RejectionRecord` by ``by``, reason ``why``), as a
-    reject does (``workflow.guards.record_decision``), so an older copy of the checkpoint put back
-    (or a newest revision deleted) can never approve a call of an ended task, and a run whose lock
-    was lost stops at the gate's re-check. A call whose entry appears right after its record was
-    made executed meanwhile: its record is removed again (an executed action stands, and the task
-    ends ``completed``). Returns the scopes of the records created (for removal if the end is not
-    saved). Raises ``Refused`` if a record is damaged."""
+def _end_mark(store: Any, cp: Any, by: str, why: str) -> bool:
+    """Before ``fail`` ends ``cp``: its end mark, a rejection record under the task's own key with
+    call ID :data:`state.records.ENDED_CALL`, by ``by`` with reason ``why``. It outlives any older
+    copy of the checkpoint (an approval in it never runs: the decision table and the gate refuse
+    every decision while the mark says ended and the checkpoint does not), and it is where a
+    running effect and ``fail`` meet (each writes its own mark, then reads the other's). True if
+    this call created it; False if one is there (a ``fail`` cut by a crash, or racing: this one
+    finishes it). Raises ``Refused`` if a record is damaged."""
+    from state.records import ENDED_CALL
     from state.schema import Decision, arguments_sha256
 
-    pending = {p.call_id: p for p in cp.pending}
-    created: list[Optional[str]] = []
-    for call_id, channel in calls.calls_of(cp):
-        key = calls.keys(cp, channel)[0]
-        scope = calls.rejection_scope(cp, channel, call_id)
-        if store.ledger_get(key) is not None or store.rejection_get(cp.task_id, scope) is not None:
-            continue
-        asked = calls.decision_of(cp, call_id)
-        item = pending.get(call_id)
-        tool = asked.tool if asked is not None else item.tool if item is not None else cp.action
-        args = (asked.arguments_sha256 if asked is not None
-                else arguments_sha256(item.arguments) if item is not None else arguments_sha256({}))
-        record = Decision(decision="rejected", by=by, at=now_iso(), reason=why, call_id=call_id, tool=tool,
-                          arguments_sha256=args, channel=channel, always=False, source="human")
-        if store.rejection_record(cp.task_id, cp.content_sha256, record, scope)[1]:
-            created.append(scope)
-            if store.ledger_get(key) is not None:  # executed meanwhile: it stands
-                store.rejection_remove(cp.task_id, scope)
-                created.pop()
+    mark = Decision(decision="rejected", by=by, at=now_iso(), reason=why, call_id=ENDED_CALL, tool=cp.action,
+                    arguments_sha256=arguments_sha256({}), channel=cp.channels[0], always=False, source="human")
+    found, created = store.rejection_record(cp.task_id, cp.content_sha256, mark, None)
+    if not created and found.call_id != ENDED_CALL:  # a reject's own record: the table refused already
+        raise Refused("rejected", [f"task {cp.task_id} was rejected by {found.by} at {found.at}; nothing to end",
+                                   Next("shows_status", cp.task_id)], task_id=cp.task_id)
     return created
+
+
+def _nothing_begun(store: Any, cp: Any) -> None:
+    """After ``fail``'s mark: no effect of ``cp`` is begun and unsettled (an intent with no ledger
+    entry that may have acted: :data:`workflow.reconcile.MAY_HAVE`). The gate writes its intent
+    and then reads the mark; ``fail`` writes the mark and then reads the intents: one of the two
+    always sees the other, whatever the lock files said. Raises ``Refused`` (``begun``)."""
+    from workflow import reconcile
+
+    for channel in cp.channels:
+        if reconcile.begun_of(store, cp, calls.keys(cp, channel)[0]) in reconcile.MAY_HAVE:
+            raise Refused("begun", reconcile.refusal("begun", task_id=cp.task_id, status=cp.status),
+                          task_id=cp.task_id)
+
+
+def _keep_mark(store: Any, task_id: str) -> None:
+    """After a refused ``fail`` removed the mark it made: if the newest checkpoint of ``task_id``
+    was ended by another ``fail`` meanwhile (which found this mark and relied on it), make the mark
+    again. Never raises: a checkpoint that cannot be read is left for the next command."""
+    from state.records import ENDED_CALL
+    from state.schema import Decision, arguments_sha256
+
+    try:
+        newest = store.load(task_id)
+        if newest.failure is None or newest.status not in ("failed", "completed"):
+            return
+        mark = Decision(decision="rejected", by="program", at=now_iso(), reason=newest.failure,
+                        call_id=ENDED_CALL, tool=newest.action, arguments_sha256=arguments_sha256({}),
+                        channel=newest.channels[0], always=False, source="human")
+        store.rejection_record(task_id, newest.content_sha256, mark, None)
+    except Refused:
+        pass

@@ -6,8 +6,8 @@ look "waiting" again. The ledger already makes that harmless for an approved tas
 the effect; reject is then refused). This record does the same for a rejected one: before a reject
 is written into the checkpoint, ``rejections/<name>.json`` is created exclusively (temp file, fsync,
 ``os.link``), and an approve is refused for ever after, whatever the checkpoint says. ``fail``
-(``workflow.settlement``) creates one the same way for each call it ends that was not carried out,
-its reason the checkpoint's ``failure``: the end's own record (``workflow.reconcile.end_record``).
+(``workflow.settlement``) creates one the same way under the task's own key, its call ID
+:data:`state.records.ENDED_CALL`: the task's end mark (``workflow.reconcile.end_mark``).
 
 Shape: ``{"task_id", "content_sha256", "call_id", "by", "at", "reason"}`` (``at`` ISO-8601 UTC),
 plus ``"channel"`` for a task with several channels: each (task, channel) has its own record,

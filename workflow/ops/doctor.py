@@ -104,7 +104,7 @@ from typing import Any, Callable, Iterable, Optional
 from state import clock
 from state.errors import Next, Part, Refused
 from state.inspection import Counted, Problem, Records, Repaired, TaskCheck
-from state.records import LedgerEntry, RejectionRecord
+from state.records import ENDED_CALL, LedgerEntry, RejectionRecord
 from state.schema import Checkpoint
 from state.store import Inspectable, TaskStore, location_of
 from state.terminal import one_line
@@ -177,6 +177,8 @@ def _resume(task_id: str, decision: str) -> Next:
 DETAILS = {
     "executed_or_approved_but_rejected": "a rejection record (by {by} at {at}) exists, but the task "
                                          "is {status}{in_ledger}",
+    "fail_not_finished": "ended by {by} at {at} (fail), but the checkpoint says {status} (a crash while it "
+                         "was ended, or an older checkpoint put back); no decision of it runs again",
     "rejection_not_finished": "rejected by {by} at {at}, but the checkpoint says {status} (a crash "
                               "after the rejection record, or an older checkpoint put back)",
     "completed_without_entry": "the checkpoint says completed but the ledger has no entry; nothing "
@@ -282,8 +284,13 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
     (:func:`workflow.reconcile.reconcile`), after checking that the evidence is for this task.
     ``store``: where an effect begun through a service is read (:func:`workflow.reconcile.begun_of`;
     None: nothing begun)."""
-    from workflow.reconcile import begun_of, end_record
+    from workflow.reconcile import begun_of
 
+    if rejected is not None and rejected.call_id == ENDED_CALL:  # fail's end mark, not a reject
+        if cp.status in OPEN:
+            report.findings.append(_ended_unsaved(cp, path, rejected))
+            return
+        rejected = None
     if entry is not None:
         e, entry_name = entry
         if e.task_id != cp.task_id or e.content_sha256 != cp.expected_sha256(cp.channels[0]):
@@ -301,8 +308,7 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
         report.findings.append(Finding("entry_mismatch", cp.task_id, str(path), str(exc), ASK_HUMAN))
         return
     ev = Evidence(status=cp.status, decided=cp.decision.decision if cp.decision else None,
-                  entry=entry is not None, rejection=rejected is not None and not end_record(cp, rejected),
-                  begun=begun)
+                  entry=entry is not None, rejection=rejected is not None, begun=begun)
     verdict = reconcile(ev, "doctor")
     if verdict.kind != "finding":
         return
@@ -346,14 +352,25 @@ def _task_action(cp: Checkpoint, kind: str, decision: str | None) -> tuple[Part,
     return ASK_HUMAN
 
 
+def _ended_unsaved(cp: Checkpoint, path: Path | str, mark: RejectionRecord) -> Finding:
+    """The ``fail_not_finished`` finding of an open task whose end mark exists
+    (:func:`workflow.reconcile.ended_unsaved`): the same ``fail`` finishes it."""
+    return Finding("fail_not_finished", cp.task_id, str(path), DETAILS["fail_not_finished"].format(
+        by=mark.by, at=mark.at, status=cp.status), (Next("doctor_fail", cp.task_id),))
+
+
 def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Report) -> None:
     """A task with several channels, or with a call the model made after an earlier one was
     answered (:func:`per_call`): the ``doctor`` column of the decision table for each call
     (:func:`workflow.reconcile.gather` reads that call's entry and rejection record). A call that
     waits on a channel where an earlier call was decided and answered
     (:func:`workflow.reconcile.decided_before`) is a task waiting for a human, not a finding."""
-    from workflow.reconcile import decided_before, gather
+    from workflow.reconcile import decided_before, end_mark, gather
 
+    mark = end_mark(store, cp) if cp.status in OPEN else None
+    if mark is not None:
+        report.findings.append(_ended_unsaved(cp, path, mark))
+        return
     for call_id, channel in calls_of(cp):
         if decided_before(cp, call_id, channel):
             continue
