@@ -114,11 +114,15 @@ def team_note(store: Any, task_id: str) -> Any:
     registered (:func:`workflow.team.approvable`: only a reject); a request that expired (only a
     reject or ``expire``); in place of the usual step, the way out where an approval on record
     counts no more (:func:`workflow.team.uncounted`: the approve is refused), and, for a task
-    ``failed`` while its effect was out (begun, never settled), doctor, which names who checks it.
-    Reads the task's checkpoint, the reviewer list and, for a failed task, its effects' intents."""
+    ``failed`` while its effect was out (begun, never settled), doctor, which names who checks it,
+    and for a waiting task whose ``fail`` was not finished (its end mark:
+    :func:`workflow.reconcile.end_mark`), the same ``fail``. Reads the task's checkpoint, its end
+    mark, the reviewer list and, for a failed task, its effects' intents."""
     from cli import hints
     from cli.text import NextNote
     from state import clock
+    from state.terminal import one_line
+    from workflow.reconcile import end_mark
     from workflow.team import approvable, needs_token, uncounted
 
     try:
@@ -126,6 +130,12 @@ def team_note(store: Any, task_id: str) -> Any:
         if cp.status == "failed" and _begun(store, cp):
             return NextNote(False, instead="its effect may have happened (the task was ended while it ran): "
                             + hints.command("doctor") + " names who checks it and the settle that ends it")
+        mark = end_mark(store, cp) if cp.status in ("waiting_for_approval", "budget_exceeded") else None
+        if mark is not None:  # a fail not finished: every decision is refused, the same fail ends it
+            return NextNote(False, instead=f"the task was ended by {one_line(mark.by)} at {one_line(mark.at)}, but "
+                            "its checkpoint does not say so (a crash while it was ended, or an older copy put "
+                            "back): " + hints.command("fail", "--task", task_id) + " --by NAME --reason TEXT "
+                            "finishes it")
         token = needs_token(store, cp)
         if cp.status == "waiting_for_approval" and cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):
             return NextNote(token, expired_at=cp.expires_at)  # an approve is refused: reject or expire

@@ -828,6 +828,10 @@ MUTANTS: list[Mutant] = [
     m("reject-unrun-next-to-an-approval", "workflow/guards.py",
       "(d := calls.decision_of(cp, c)) is not None and d.decision == \"approved\"", "False",
       "tests/test_agent_checks.py"),
+    # status of a task whose fail was cut after its mark names the approve that is refused
+    m("status-ignores-the-end-mark", "cli/commands.py",
+      "        mark = end_mark(store, cp) if cp.status in (\"waiting_for_approval\", \"budget_exceeded\") else None",
+      "        mark = None", "tests/test_crash_recovery.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -276,6 +276,9 @@ def test_a_fail_cut_by_a_crash_after_its_mark_is_finished_by_the_same_fail(tmp_p
         r = step(work, *args)
         assert r.code == 1 and "was ended by bob at" in r.err, r.err
     assert [f["kind"] for f in _doctor(work)["findings"]] == ["fail_not_finished"]
+    shown = in_process(work, "status", "--task", KEY).out.splitlines()[-1]
+    assert shown.startswith("  next: the task was ended by bob at ") and shown.endswith(
+        f"python run.py fail --task {KEY} --by NAME --reason TEXT finishes it"), shown
     again = step(work, "fail", "--task", KEY, "--by", "bob", "--reason", "gone", "--json")
     assert again.code == 0 and again.json()["status"] == "failed", again.err
     assert _doctor(work)["consistent"] and ledger_entries(work) == []
