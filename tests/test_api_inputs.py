@@ -71,6 +71,17 @@ def test_a_bad_title_is_refused_before_the_model_runs(state_dir, title):
     assert refused.value.code == "unsafe_input" and CALLED == [] and not state_dir.exists()
 
 
+@pytest.mark.parametrize("ttl", [None, 0, -5, 1.5, "3600", True, 366 * 86_400 + 1])
+def test_a_bad_expiry_is_refused_before_the_model_runs(state_dir, ttl):
+    """``expires_in_s`` is whole seconds from 1 to the command line's longest ``--expires-in``
+    (366 days): anything else is one refusal, never a ``TypeError`` from deep inside."""
+    with pytest.raises(Refused) as refused:
+        asyncio.run(start(Store(state_dir), APP, task_id="t-1", title="T", content=CONTENT, input="Send it.",
+                          channels=["mail"], expires_in_s=ttl))
+    assert refused.value.code == "unsafe_input" and "expires_in_s must be a whole number" in str(refused.value)
+    assert CALLED == [] and not state_dir.exists()
+
+
 @pytest.mark.parametrize("by", ["", None, "al\x1b[2J\nSTOPPED: fake", "n" * 101])
 def test_a_bad_reviewer_name_is_refused_with_nothing_written(state_dir, by):
     store = Store(state_dir)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from state.errors import Refused
+from state.clock import MAX_DURATION_S
+from state.terminal import one_line
 from workflow.engine import check_entry as _check_entry, check_reason as _check_reason  # no SDK
 
 if TYPE_CHECKING:
@@ -93,11 +95,11 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
     edits, as any approval), and a reject goes back to the model with its reason, which may
     propose another call that waits for a human again. ``options``: ``action`` (which
     of the application's tools with an effect this task gates; default ``app.action``, else the
-    agent's first), ``channels``
-    (default one), ``model`` (an SDK ``Model``; default ``app.offline_model()``), ``spec``,
-    ``budget``, ``expires_in_s``, ``trace_content``, ``on_event`` (:func:`workflow.hitl.start`).
-    ``by``: who asks (the requester); in team mode (a reviewer registered: docs/reviewers.md)
-    ``token`` is the requester's reviewer token, and ``by`` must be theirs. The version of the
+    agent's first), ``channels`` (default one), ``model`` (an SDK ``Model``; default
+    ``app.offline_model()``), ``spec``, ``budget``, ``expires_in_s`` (whole seconds, 1 to
+    :data:`state.clock.MAX_DURATION_S`), ``trace_content``, ``on_event``
+    (:func:`workflow.hitl.start`). ``by``: who asks (the requester); in team mode (a reviewer
+    registered: docs/reviewers.md) ``token`` is the requester's reviewer token, and ``by`` must be theirs. The version of the
     store's policy in force is recorded with the task, which is decided under it
     (:func:`workflow.team.at_start`; an admin sets the policy: docs/reviewers.md).
     Starting the same key again with the same content returns the saved task without running.
@@ -110,6 +112,10 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
     _check_entry(task_id, title=title)
     if by is not None:
         _check_entry(task_id, by=by)
+    ttl = options.get("expires_in_s", 1)  # as the command line's --expires-in allows (state.clock)
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_DURATION_S:
+        raise Refused("unsafe_input", f"expires_in_s must be a whole number of seconds from 1 to {MAX_DURATION_S} "
+                      f"(got {one_line(repr(ttl))[:40]}); nothing was run")
     crew = team.at_start(store, team.channels_of(options.get("channels")), by, token)
     return _task(store, await hitl.start(store, app, task_id=task_id, title=title, content=content,
                                          input=input, team=crew, **options))
