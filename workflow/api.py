@@ -99,8 +99,8 @@ async def start(store: "TaskStore", app: "Application", *, task_id: str, title: 
     ``app.offline_model()``), ``spec``, ``budget``, ``expires_in_s`` (whole seconds, 1 to
     :data:`state.clock.MAX_DURATION_S`), ``trace_content``, ``on_event``
     (:func:`workflow.hitl.start`). ``by``: who asks (the requester); in team mode (a reviewer
-    registered: docs/reviewers.md) ``token`` is the requester's reviewer token, and ``by`` must be theirs. The version of the
-    store's policy in force is recorded with the task, which is decided under it
+    registered: docs/reviewers.md) ``token`` is the requester's reviewer token, and ``by`` must be
+    theirs. The version of the store's policy in force is recorded with the task, which is decided under it
     (:func:`workflow.team.at_start`; an admin sets the policy: docs/reviewers.md).
     Starting the same key again with the same content returns the saved task without running.
     Raises :class:`Refused` (nothing saved) if the key is taken, the agent did not ask for exactly
