@@ -806,11 +806,11 @@ MUTANTS: list[Mutant] = [
       "    if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):  # expired: only reject or expire",
       "    if False:", TEAM_T),
     # fail ends a task without a record that outlives the checkpoint: a restored approval pays
-    m("fail-without-its-mark", "workflow/settlement.py", "        created = _end_mark(store, cp, by, why)",
-      "        created = False", "tests/test_proposed_calls.py"),
+    m("fail-without-its-mark", "workflow/settlement.py", "        _end_mark(store, cp, by, why)  # kept",
+      "        pass  # kept", "tests/test_proposed_calls.py"),
     # fail does not look for an effect begun after its mark (a lost lock): it ends a task whose effect ran
     m("fail-after-its-mark-ignores-an-effect-begun", "workflow/settlement.py",
-      "            _nothing_begun(store, cp)  # an effect begun", "            pass  # an effect begun",
+      "        _nothing_begun(store, cp)  # an effect begun", "        pass  # an effect begun",
       "tests/test_lost_lock.py"),
     # the local gate does not read fail's mark once its intent is written: the function runs after an end
     m("gate-after-its-intent-ignores-the-end-mark", "workflow/effect.py",
@@ -826,12 +826,21 @@ MUTANTS: list[Mutant] = [
       "", "tests/test_agent_checks.py"),
     # a reject with no run next to an approval never carried out: the approval is left hanging
     m("reject-unrun-next-to-an-approval", "workflow/guards.py",
-      "(d := calls.decision_of(cp, c)) is not None and d.decision == \"approved\"", "False",
+      "        if d is not None and d.decision == \"approved\" and store.ledger_get(",
+      "        if False and store.ledger_get(",
       "tests/test_agent_checks.py"),
     # status of a task whose fail was cut after its mark names the approve that is refused
     m("status-ignores-the-end-mark", "cli/commands.py",
       "        mark = end_mark(store, cp) if cp.status in (\"waiting_for_approval\", \"budget_exceeded\") else None",
       "        mark = None", "tests/test_crash_recovery.py"),
+    # fail stopped by a rejected call next to an approval never carried out: the effect is the only way on
+    m("fail-stopped-by-a-rejected-call", "workflow/reconcile.py",
+      "            if exc.code == \"rejected\" and len(calls) > 1 and cp.status in OPEN:",
+      "            if False:", "tests/test_crash_recovery.py"),
+    # an approval fail gave up in a task it ended completed is taken for a completed call without its entry
+    m("fail-completed-approval-given-up-not-ended", "workflow/reconcile.py",
+      "    if (status == \"completed\" and decided == \"approved\" and entry is None and cp.failure is not None",
+      "    if (False and entry is None and cp.failure is not None", "tests/test_crash_recovery.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -404,3 +404,19 @@ def test_a_reject_after_the_agent_changed_is_refused_next_to_an_approval_not_car
     ended = cli("fail", "--task", KEY, "--by", "ann", "--reason", "the code changed", "--json")
     assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
     assert ledger_entries(state_dir) == []
+
+
+def test_a_reject_after_the_agent_changed_next_to_an_executed_call_ends_the_task_completed(cli, state_dir,
+                                                                                          monkeypatch):
+    """One call executed, the other waits; the code changes. The reject of the waiting call is
+    recorded and ends the task ``completed`` with no run: the executed call's entry stands."""
+    r = cli(*START, "--channel", "blog", "--channel", "news", "--json")
+    first, second = (p["call_id"] for p in r.json()["pending"])
+    one = cli("resume", "--task", KEY, "--call", first, "--decision", "approve", "--json")
+    assert one.code == 0 and one.json()["status"] == "waiting_for_approval", one.err
+    _describe_changed(monkeypatch)
+    runs = _model_calls(monkeypatch)
+    two = cli("resume", "--task", KEY, "--call", second, "--decision", "reject", "--reason", "old code", "--json")
+    assert two.code == 0, two.err
+    assert two.json()["status"] == "completed" and runs == [] and len(ledger_entries(state_dir)) == 1
+    assert cli("doctor", "--json").json()["consistent"]

@@ -282,3 +282,38 @@ def test_a_fail_cut_by_a_crash_after_its_mark_is_finished_by_the_same_fail(tmp_p
     again = step(work, "fail", "--task", KEY, "--by", "bob", "--reason", "gone", "--json")
     assert again.code == 0 and again.json()["status"] == "failed", again.err
     assert _doctor(work)["consistent"] and ledger_entries(work) == []
+
+
+def test_fail_gives_up_an_approval_next_to_a_rejected_call(tmp_path):
+    """Two calls: one rejected, the other approved and cut before its effect. A person may give the
+    approval up: ``fail`` is not stopped by the rejected call (it ran nothing, as an executed one does
+    not stop it either); nothing is published, and doctor finds the task consistent."""
+    work = tmp_path / "state"
+    r = step(work, *START, "--channel", "a", "--channel", "b", "--json")
+    first, second = (p["call_id"] for p in r.json()["pending"])
+    assert step(work, "resume", "--task", KEY, "--call", first, "--decision", "reject", "--reason", "no").code == 0
+    cut = run_cli(work, "resume", "--task", KEY, "--call", second, "--decision", "approve",
+                  env={"HITL_FAILPOINT": "effect:intent:before"})
+    assert cut.code == 86, cut.err
+    ended = step(work, "fail", "--task", KEY, "--by", "bob", "--reason", "stop", "--json")
+    assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
+    assert ledger_entries(work) == [] and _doctor(work)["consistent"]
+
+
+def test_a_fail_that_completes_a_task_leaves_doctor_consistent_about_the_approval_it_gave_up(tmp_path):
+    """One call executed, the other approved and cut before its effect; ``fail`` ends the task
+    ``completed`` (the entry stands). The approval given up is judged ended (``failed``), not a
+    completed call without its entry: doctor is consistent, and approving it again is refused."""
+    work = tmp_path / "state"
+    r = step(work, *START, "--channel", "a", "--channel", "b", "--json")
+    first, second = (p["call_id"] for p in r.json()["pending"])
+    assert step(work, "resume", "--task", KEY, "--call", first, "--decision", "approve").code == 0
+    cut = run_cli(work, "resume", "--task", KEY, "--call", second, "--decision", "approve",
+                  env={"HITL_FAILPOINT": "effect:intent:before"})
+    assert cut.code == 86, cut.err
+    ended = step(work, "fail", "--task", KEY, "--by", "bob", "--reason", "stop", "--json")
+    assert ended.code == 0 and ended.json()["status"] == "completed", ended.err
+    assert _doctor(work)["consistent"] and len(ledger_entries(work)) == 1
+    again = step(work, "resume", "--task", KEY, "--call", second, "--decision", "approve")
+    assert again.code == 1 and "nothing was done, and nothing will be" in again.err, again.err
+    assert len(ledger_entries(work)) == 1

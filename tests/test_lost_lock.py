@@ -226,11 +226,12 @@ def test_an_effect_whose_intent_comes_after_fails_mark_never_runs(cli, state_dir
     assert ledger_entries(state_dir) == [] and cli("doctor", "--json").json()["consistent"]
 
 
-def test_a_fail_that_meets_an_effect_begun_after_its_check_is_refused_and_leaves_no_mark(cli, state_dir,
-                                                                                         monkeypatch):
+def test_a_fail_that_meets_an_effect_begun_after_its_check_is_refused_and_keeps_its_mark(cli, state_dir,
+                                                                                        monkeypatch):
     """A lock file deleted: an approve's gate writes its intent after ``fail`` judged the task and
     before its end mark (the only window its check does not cover). ``fail`` reads the intents after
-    its mark, finds the effect begun, removes its mark and is refused; the same approve finishes."""
+    its mark, finds the effect begun and is refused; its mark stays (another ``fail`` may rely on
+    it), so no effect of the task starts again. doctor names the settle, then the same ``fail``."""
     from forking import run_cli
     from state.clock import now_iso
     from state.files.store import Store
@@ -242,11 +243,12 @@ def test_a_fail_that_meets_an_effect_begun_after_its_check_is_refused_and_leaves
                   env={"HITL_FAILPOINT": "checkpoint:decision:after"})
     assert cut.code == 86, cut.err
     store = Store(state_dir)
+    call_id = store.load(KEY).pending[0].call_id
 
     def the_gate_writes_its_intent() -> None:
         cp = store.load(KEY)
         store.intent_record(EffectIntent(
-            idempotency_key=KEY, attempt=1, task_id=KEY, channel="blog", call_id=cp.pending[0].call_id,
+            idempotency_key=KEY, attempt=1, task_id=KEY, channel="blog", call_id=call_id,
             action=cp.action, content_sha256=cp.content_sha256, request_key="a" * 32, service=LOCAL_EFFECT,
             deduplicates=True, at=now_iso(), window_ends=now_iso()))
 
@@ -254,10 +256,18 @@ def test_a_fail_that_meets_an_effect_begun_after_its_check_is_refused_and_leaves
     with pytest.raises(Exception) as refused:
         fail(store, KEY, by="bob", reason="gone")
     assert getattr(refused.value, "code", None) == "begun", refused.value
-    assert not _rejection(state_dir) and _status(state_dir) == "waiting_for_approval"
-    done = cli("resume", "--task", KEY, "--decision", "approve", "--json")
-    assert done.code == 0 and done.json()["status"] == "completed", done.err
-    assert len(ledger_entries(state_dir)) == 1
+    assert _rejection(state_dir) and _status(state_dir) == "waiting_for_approval"
+    again = cli("resume", "--task", KEY, "--decision", "approve")
+    assert again.code == 1 and "was ended by bob" in again.err, again.err
+    (finding,) = cli("doctor", "--json").json()["findings"]
+    assert finding["kind"] == "fail_not_finished" and f"settle --task {KEY} --call {call_id}" in finding["action"]
+    assert finding["action"].endswith(f"then python run.py fail --task {KEY} --by NAME --reason TEXT"), finding
+    found = cli("settle", "--task", KEY, "--call", call_id, "--outcome", "not-published", "--by", "ann",
+                "--reason", "nothing there")
+    assert found.code == 0, found.err
+    ended = cli("fail", "--task", KEY, "--by", "bob", "--reason", "gone", "--json")
+    assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
+    assert ledger_entries(state_dir) == [] and cli("doctor", "--json").json()["consistent"]
 
 
 def test_a_checkpoint_write_is_a_compare_and_swap_on_the_revision(cli, state_dir):

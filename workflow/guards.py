@@ -414,32 +414,32 @@ def reject_unrun(store: Store, cp: Checkpoint, call_id: str, by: str, reason: st
                  why: Refused) -> Checkpoint:
     """A human's reject of the pending call ``call_id`` of ``cp`` (read under the task's lock) when
     today's code cannot run the saved state (``why``: :func:`unrunnable`'s refusal): recorded as
-    every reject is (its rejection record first: :func:`record_decision`), and the task ends
-    ``cancelled`` with no run once none of its calls is left undecided (the model is not told:
-    the agent that would hear it is not the one that asked). While another call still waits, the
-    task waits for it (each is rejected the same way). A task with a call approved, or executed,
-    cannot end so: ``why`` is raised (``fail`` ends a call approved and never carried out). Returns
-    the checkpoint. Raises :class:`Refused`."""
+    every reject is (its rejection record first: :func:`record_decision`), and, once no call of
+    the task is left undecided, the task ends with no run (the model is not told: the agent that
+    would hear it is not the one that asked): ``completed`` if a call of it executed (its entry
+    stands), else ``cancelled``. While another call still waits, the task waits for it (each is
+    rejected the same way). A call approved and never carried out cannot end so: ``why`` is raised
+    (``fail`` gives it up). Returns the checkpoint. Raises :class:`Refused`."""
     from types import SimpleNamespace
 
     from workflow import team
 
-    if any(
-            (d := calls.decision_of(cp, c)) is not None and d.decision == "approved" for c, _ in calls.calls_of(cp)):
-        raise why  # an approval on record: only a run carries it out (or fail gives it up)
-    if any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels):
-        raise why  # an executed call: the task never ends cancelled
+    for other, channel in calls.calls_of(cp):
+        d = calls.decision_of(cp, other)
+        if d is not None and d.decision == "approved" and store.ledger_get(calls.keys(cp, channel)[0]) is None:
+            raise why  # an approval on record: only a run carries it out (or fail gives it up)
     call = next(p for p in cp.pending if p.call_id == call_id)
     item = SimpleNamespace(call_id=call.call_id, name=call.tool, arguments=json.dumps(call.arguments))
     rec = decision_for(store, cp, item, "rejected", by, reason)  # type: ignore[arg-type]
     cp, _ = team.count(store, cp, rec)  # a reject: decided now (who may reject is checked there)
     if calls.decision_of(cp, rec.call_id) is None:
         cp = record_decision(store, cp, rec)
-    if not nothing_executed(store, cp):
+    if any(calls.decision_of(cp, p.call_id) is None for p in cp.pending):
         return cp  # another call still waits for a human
-    return store.save_revision(cp, failpoint="checkpoint:outcome", status="cancelled", pending=[],
-                               event=("cancelled", {"ledger": None, "model_called": False,
-                                                    "why": str(why)[:300]}))
+    executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)
+    status = "completed" if executed else "cancelled"
+    return store.save_revision(cp, failpoint="checkpoint:outcome", status=status, pending=[],
+                               event=(status, {"ledger": None, "model_called": False, "why": str(why)[:300]}))
 
 
 def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None,

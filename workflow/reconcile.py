@@ -420,6 +420,9 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
               else cp.status)
     if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
+    if (status == "completed" and decided == "approved" and entry is None and cp.failure is not None
+            and any(h.event == "failed" for h in cp.history)):  # fail gave this approval up, another call ran
+        status = "failed"
     ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
                   rejection=rejected is not None, overdue=overdue,
                   begun=begun_of(store, cp, key, entry))
@@ -516,10 +519,12 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     if the task is ``failed`` already (unchanged). Raises :class:`Refused` with the first call's refusal
     (``begun``, ``undecided``, ``rejected``, ``executed`` for a task with nothing left to end…). A
     call still undecided does not stop it where another call was approved and never carried out
-    (a reject of the undecided one would carry that one out: ``fail`` is how a person gives it up).
+    (a reject of the undecided one would carry that one out: ``fail`` is how a person gives it up);
+    nor does a call rejected, of a task with several (it ran nothing), as an executed one does not.
     Reads only."""
     verdicts = []
     undecided: Optional[Refused] = None
+    rejected: Optional[Refused] = None
     calls = calls_of(cp) or [(None, None)]
     for call_id, _channel in calls:
         try:
@@ -528,6 +533,9 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
             if exc.code == "undecided" and len(calls) > 1:  # judged below, with the task's other calls
                 undecided = undecided or exc
                 continue
+            if exc.code == "rejected" and len(calls) > 1 and cp.status in OPEN:  # it ran nothing: as executed,
+                rejected = rejected or exc  # it does not stop the task's other calls from ending
+                continue
             if exc.code != "executed" or cp.status not in OPEN:
                 raise
             # executed: it stands, and does not stop the task's other calls from ending
@@ -535,6 +543,8 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     # that one out, so fail ends them all (nothing ran); with no such call, a reject ends the task
     if undecided is not None and not any(v.kind in ("run", "complete") for v in verdicts):
         raise undecided
+    if not verdicts and rejected is not None:  # nothing left to end but rejects: a reject finishes it
+        raise rejected
     if not verdicts:  # every call executed: the task completes, it does not fail
         raise Refused("executed", [f"task {cp.task_id}: every call executed; nothing to end",
                                    Next("finish_approve")], task_id=cp.task_id)

@@ -217,8 +217,8 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
     (:func:`workflow.team.check_settle`). Judged before and again under the task's lock; then the
     task's end mark (:func:`_end_mark`), so no older checkpoint can approve a call of it, and a
     check that no effect was begun meanwhile, before the ``failed`` revision is written. A ``fail``
-    cut by a crash after its mark is finished by the same ``fail`` again. Returns the checkpoint.
-    Raises :class:`Refused`, nothing written (a mark it made is removed again)."""
+    cut by a crash or refused after its mark is finished by the same ``fail`` again. Returns the
+    checkpoint. Raises :class:`Refused` (before the mark: nothing written)."""
     from workflow import reconcile
 
     first = store.load(task_id)
@@ -230,19 +230,13 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
         if not reconcile.check_fail(store, cp):
             return cp  # failed already: unchanged
         why = f"ended by {by}: {reason}"[:1000]
-        created = _end_mark(store, cp, by, why)
-        try:
-            _nothing_begun(store, cp)  # an effect begun meanwhile (a lost lock) wins: it may have run
-            executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)
-            status = "completed" if executed else "failed"
-            return store.save_revision(cp, failpoint="checkpoint:outcome", status=status, pending=[],
-                                       expires_at=None, failure=why,
-                                       event=("failed", {"by": by, "reason": reason, "status": status}))
-        except BaseException:
-            if created:
-                store.rejection_remove(task_id, None)
-                _keep_mark(store, task_id)
-            raise
+        _end_mark(store, cp, by, why)  # kept whatever follows: from now on no effect of it starts
+        _nothing_begun(store, cp)  # an effect begun meanwhile (a lost lock): it may have run
+        executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)
+        status = "completed" if executed else "failed"
+        return store.save_revision(cp, failpoint="checkpoint:outcome", status=status, pending=[],
+                                   expires_at=None, failure=why,
+                                   event=("failed", {"by": by, "reason": reason, "status": status}))
 
 
 def _end_mark(store: Any, cp: Any, by: str, why: str) -> bool:
@@ -250,9 +244,11 @@ def _end_mark(store: Any, cp: Any, by: str, why: str) -> bool:
     call ID :data:`state.records.ENDED_CALL`, by ``by`` with reason ``why``. It outlives any older
     copy of the checkpoint (an approval in it never runs: the decision table and the gate refuse
     every decision while the mark says ended and the checkpoint does not), and it is where a
-    running effect and ``fail`` meet (each writes its own mark, then reads the other's). True if
-    this call created it; False if one is there (a ``fail`` cut by a crash, or racing: this one
-    finishes it). Raises ``Refused`` if a record is damaged."""
+    running effect and ``fail`` meet (each writes its own mark, then reads the other's). It is never
+    removed, whatever follows (another ``fail`` may rely on it): a ``fail`` refused after it leaves
+    a task no effect of which starts again, finished by the same ``fail`` once what was begun is
+    settled. True if this call created it; False if one is there (a ``fail`` cut by a crash, or
+    racing: this one finishes it). Raises ``Refused`` if a record is damaged."""
     from state.records import ENDED_CALL
     from state.schema import Decision, arguments_sha256
 
@@ -274,24 +270,8 @@ def _nothing_begun(store: Any, cp: Any) -> None:
 
     for channel in cp.channels:
         if reconcile.begun_of(store, cp, calls.keys(cp, channel)[0]) in reconcile.MAY_HAVE:
-            raise Refused("begun", reconcile.refusal("begun", task_id=cp.task_id, status=cp.status),
+            raise Refused("begun", [f"task {cp.task_id}: an effect of it was begun while it was being ended, so it "
+                                    "may have happened; no other effect of it starts now: a person settles that one",
+                                    Next("doctor_explains"), ", then the same fail ends the task"],
                           task_id=cp.task_id)
 
-
-def _keep_mark(store: Any, task_id: str) -> None:
-    """After a refused ``fail`` removed the mark it made: if the newest checkpoint of ``task_id``
-    was ended by another ``fail`` meanwhile (which found this mark and relied on it), make the mark
-    again. Never raises: a checkpoint that cannot be read is left for the next command."""
-    from state.records import ENDED_CALL
-    from state.schema import Decision, arguments_sha256
-
-    try:
-        newest = store.load(task_id)
-        if newest.failure is None or newest.status not in ("failed", "completed"):
-            return
-        mark = Decision(decision="rejected", by="program", at=now_iso(), reason=newest.failure,
-                        call_id=ENDED_CALL, tool=newest.action, arguments_sha256=arguments_sha256({}),
-                        channel=newest.channels[0], always=False, source="human")
-        store.rejection_record(task_id, newest.content_sha256, mark, None)
-    except Refused:
-        pass

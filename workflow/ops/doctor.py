@@ -288,7 +288,7 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
 
     if rejected is not None and rejected.call_id == ENDED_CALL:  # fail's end mark, not a reject
         if cp.status in OPEN:
-            report.findings.append(_ended_unsaved(cp, path, rejected))
+            report.findings.append(_ended_unsaved(store, cp, path, rejected))
             return
         rejected = None
     if entry is not None:
@@ -352,11 +352,22 @@ def _task_action(cp: Checkpoint, kind: str, decision: str | None) -> tuple[Part,
     return ASK_HUMAN
 
 
-def _ended_unsaved(cp: Checkpoint, path: Path | str, mark: RejectionRecord) -> Finding:
+def _ended_unsaved(store: TaskStore | None, cp: Checkpoint, path: Path | str, mark: RejectionRecord) -> Finding:
     """The ``fail_not_finished`` finding of an open task whose end mark exists
-    (:func:`workflow.reconcile.ended_unsaved`): the same ``fail`` finishes it."""
-    return Finding("fail_not_finished", cp.task_id, str(path), DETAILS["fail_not_finished"].format(
-        by=mark.by, at=mark.at, status=cp.status), (Next("doctor_fail", cp.task_id),))
+    (:func:`workflow.reconcile.ended_unsaved`): the same ``fail`` finishes it, once a person has
+    settled an effect of it that was begun and may have happened (its intent, no entry)."""
+    from workflow.reconcile import MAY_HAVE, begun_of
+
+    detail = DETAILS["fail_not_finished"].format(by=mark.by, at=mark.at, status=cp.status)
+    for channel in cp.channels if store is not None else []:
+        key = keys(cp, channel)[0]
+        intent = store.intent_get(key) if begun_of(store, cp, key) in MAY_HAVE else None
+        if intent is not None:
+            return Finding("fail_not_finished", cp.task_id, str(path), detail + "; an effect of it was begun and "
+                           "may have happened", ("a person looks at what it did, then settles it: ",
+                                                 Next("doctor_settle", cp.task_id, intent.call_id),
+                                                 "; then ", Next("doctor_fail", cp.task_id)))
+    return Finding("fail_not_finished", cp.task_id, str(path), detail, (Next("doctor_fail", cp.task_id),))
 
 
 def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Report) -> None:
@@ -369,7 +380,7 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
 
     mark = end_mark(store, cp) if cp.status in OPEN else None
     if mark is not None:
-        report.findings.append(_ended_unsaved(cp, path, mark))
+        report.findings.append(_ended_unsaved(store, cp, path, mark))
         return
     for call_id, channel in calls_of(cp):
         if decided_before(cp, call_id, channel):
