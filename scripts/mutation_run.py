@@ -282,8 +282,8 @@ MUTANTS: list[Mutant] = [
       "    if False:", FAIL_CLOSED),
     m("run-state-approvals-unchecked", GUARDS, "    check_approvals(data, cp)\n", "", FAIL_CLOSED),
     m("agent-drift-ignored", GUARDS, "    if changes:\n"
-      "        raise Refused(\"drift\", f\"task {cp.task_id}: the agent changed",
-      "    if False:\n        raise Refused(\"drift\", f\"task {cp.task_id}: the agent changed", FAIL_CLOSED),
+      "        raise Refused(\"drift\", [f\"task {cp.task_id}: the agent changed",
+      "    if False:\n        raise Refused(\"drift\", [f\"task {cp.task_id}: the agent changed", FAIL_CLOSED),
     p("sdk-major-version-only", GUARDS, 'if cp.sdk_version.split(".")[:2] != sdk_version().split(".")[:2]:',
       'if cp.sdk_version.split(".")[:1] != sdk_version().split(".")[:1]:', FAIL_CLOSED),
     m("reject-after-effect", GUARDS,
@@ -821,14 +821,9 @@ MUTANTS: list[Mutant] = [
     m("show-nothing-done-of-an-effect-begun", "workflow/observe/receipt.py",
       "        begun = channel in o.get(\"unsettled\", []) if channel is not None else bool(o.get(\"unsettled\"))",
       "        begun = False", "tests/test_effects_shown.py"),
-    # a reject the changed code cannot run is refused like an approve: the task has no way out
-    m("reject-under-drift-refused", "workflow/guards.py", "        if want == \"rejected\":\n            return exc\n",
-      "", "tests/test_agent_checks.py"),
-    # a reject with no run next to an approval never carried out: the approval is left hanging
-    m("reject-unrun-next-to-an-approval", "workflow/guards.py",
-      "        if d is not None and d.decision == \"approved\" and store.ledger_get(",
-      "        if False and store.ledger_get(",
-      "tests/test_agent_checks.py"),
+    # a changed agent's refusal names the expiry even where an approval on record never expires
+    m("drift-way-out-ignores-the-approval", "workflow/guards.py", "    if approved:\n        return [\"; run it",
+      "    if False:\n        return [\"; run it", "tests/test_agent_checks.py"),
     # status of a task whose fail was cut after its mark names the approve that is refused
     m("status-ignores-the-end-mark", "cli/commands.py",
       "        mark = end_mark(store, cp) if cp.status in (\"waiting_for_approval\", \"budget_exceeded\") else None",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -337,86 +338,35 @@ def _describe_changed(monkeypatch):
         tools=[dataclasses.replace(a.tools[0], description="Publish anything."), *a.tools[1:]]))
 
 
-def _model_calls(monkeypatch) -> list[str]:
-    """Every ``Runner.run`` from now on, by the phase it runs in (none may run here)."""
-    from agents import Runner
-
-    seen: list[str] = []
-    real = Runner.run
-
-    async def counted(*a, **k):
-        seen.append("run")
-        return await real(*a, **k)
-    monkeypatch.setattr(Runner, "run", counted)
-    return seen
-
-
-def test_a_reject_after_the_agent_changed_ends_the_task_with_no_run(cli, state_dir, monkeypatch):
-    """The approve is refused (drift) and names the way out; the reject is recorded as every reject
-    (its rejection record too) and ends the task ``cancelled`` without running the changed agent."""
-    assert cli(*START).code == 0
+def test_a_task_the_changed_agent_cannot_run_names_its_way_out_and_expires(cli, state_dir, monkeypatch):
+    """A changed agent stops an approve and a reject alike (the saved state does not match the code:
+    nothing of it runs), and each refusal names the way out: the code it was saved with, or its
+    request's expiry; once the deadline passed, ``expire`` ends it with no run."""
+    started = cli(*START, "--json").json()
+    expires_at = json.loads(Path(started["checkpoint_path"]).read_text(encoding="utf-8"))["expires_at"]
     _describe_changed(monkeypatch)
-    err = _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' description changed")
-    assert err.endswith("run it with the code that saved it, or reject it (the task then ends with no run) "
-                        f"(python run.py resume --task {KEY} --decision reject)"), err
-    runs = _model_calls(monkeypatch)
-    r = cli("resume", "--task", KEY, "--decision", "reject", "--by", "ann", "--reason", "old code", "--json")
-    assert r.code == 0, r.err
-    assert r.json()["status"] == "cancelled" and runs == []
-    assert ledger_entries(state_dir) == [] and len(list((state_dir / "rejections").glob("*.json"))) == 1
-    again = cli("resume", "--task", KEY, "--decision", "reject", "--json")
-    assert again.code == 0 and again.json()["revision"] == r.json()["revision"]  # the same again: unchanged
-    assert cli("doctor", "--json").json()["consistent"]
-    _refused(cli, state_dir, *APPROVE, says="rejected")
-
-
-def test_a_reject_after_the_agent_changed_waits_for_the_other_call_then_ends(cli, state_dir, monkeypatch):
-    """Two calls wait (two channels): a reject of one under changed code records it and the task
-    waits for the other; its reject ends the task ``cancelled``, still with no run."""
-    r = cli(*START, "--channel", "blog", "--channel", "news", "--json")
-    assert r.code == 0, r.err
-    first, second = (p["call_id"] for p in r.json()["pending"])
-    _describe_changed(monkeypatch)
-    runs = _model_calls(monkeypatch)
-    one = cli("resume", "--task", KEY, "--call", first, "--decision", "reject", "--json")
-    assert one.code == 0, one.err
-    assert one.json()["status"] == "waiting_for_approval"
-    two = cli("resume", "--task", KEY, "--call", second, "--decision", "reject", "--json")
-    assert two.code == 0, two.err
-    assert two.json()["status"] == "cancelled" and runs == [] and ledger_entries(state_dir) == []
-    assert cli("doctor", "--json").json()["consistent"]
-
-
-def test_a_reject_after_the_agent_changed_is_refused_next_to_an_approval_not_carried_out(cli, state_dir,
-                                                                                         monkeypatch):
-    """One call approved (its run cut before the effect), the other waits: a reject with no run
-    would leave the approval neither carried out nor ended, so it is refused; ``fail`` ends both."""
-    from forking import run_cli
-
-    r = cli(*START, "--channel", "blog", "--channel", "news", "--json")
-    first, second = (p["call_id"] for p in r.json()["pending"])
-    cut = run_cli(state_dir, "resume", "--task", KEY, "--call", first, "--decision", "approve",
-                  env={"HITL_FAILPOINT": "checkpoint:decision:after"})
-    assert cut.code == 86, cut.err
-    _describe_changed(monkeypatch)
-    _refused(cli, state_dir, "resume", "--task", KEY, "--call", second, "--decision", "reject",
-             says="the agent changed since it was saved")
-    ended = cli("fail", "--task", KEY, "--by", "ann", "--reason", "the code changed", "--json")
-    assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
+    way_out = (f"; run it with the code that saved it, or let its request expire at {expires_at} "
+               "(python run.py expire)")
+    for args in (APPROVE, ("resume", "--task", KEY, "--decision", "reject", "--reason", "old code")):
+        err = _refused(cli, state_dir, *args, says="tool 'publish_draft' description changed")
+        assert err.endswith(way_out), err
+    monkeypatch.setenv("HITL_NOW", "2100-01-01T00:00:00Z")  # a later clock: the deadline has passed
+    assert cli("expire", "--json").code == 0
+    assert cli("status", "--task", KEY, "--json").json()["status"] == "expired"
     assert ledger_entries(state_dir) == []
 
 
-def test_a_reject_after_the_agent_changed_next_to_an_executed_call_ends_the_task_completed(cli, state_dir,
-                                                                                          monkeypatch):
-    """One call executed, the other waits; the code changes. The reject of the waiting call is
-    recorded and ends the task ``completed`` with no run: the executed call's entry stands."""
-    r = cli(*START, "--channel", "blog", "--channel", "news", "--json")
-    first, second = (p["call_id"] for p in r.json()["pending"])
-    one = cli("resume", "--task", KEY, "--call", first, "--decision", "approve", "--json")
-    assert one.code == 0 and one.json()["status"] == "waiting_for_approval", one.err
+def test_a_changed_agent_next_to_an_approval_on_record_names_fail(cli, state_dir, monkeypatch):
+    """An approval recorded and its run cut (a crash); the code changes. The refusal names ``fail``
+    (an approval on record is never expired), which ends the task with nothing published."""
+    from forking import run_cli
+
+    assert cli(*START).code == 0
+    assert run_cli(state_dir, *APPROVE, env={"HITL_FAILPOINT": "checkpoint:decision:after"}).code == 86
     _describe_changed(monkeypatch)
-    runs = _model_calls(monkeypatch)
-    two = cli("resume", "--task", KEY, "--call", second, "--decision", "reject", "--reason", "old code", "--json")
-    assert two.code == 0, two.err
-    assert two.json()["status"] == "completed" and runs == [] and len(ledger_entries(state_dir)) == 1
-    assert cli("doctor", "--json").json()["consistent"]
+    err = _refused(cli, state_dir, *APPROVE, says="tool 'publish_draft' description changed")
+    assert err.endswith(f"; run it with the code that saved it, or give the approval up (python run.py fail "
+                        f"--task {KEY} --by NAME --reason TEXT)"), err
+    ended = cli("fail", "--task", KEY, "--by", "ann", "--reason", "the code changed", "--json")
+    assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
+    assert ledger_entries(state_dir) == []

@@ -124,7 +124,7 @@ def test_exercise_page_runs_as_written(page, tmp_path, monkeypatch):
             else:
                 assert last.code == 0 and _matches(body, last.out), (body, last)
             checked += 1
-    assert checked == 9  # every output block on the page was compared with a real run
+    assert checked == 10  # every output block on the page was compared with a real run
 
 
 SUMMARY_CALL = ("send_summary", {"title": "Release notes", "body": "Version 1.2 fixes the login bug."},

@@ -16,7 +16,7 @@ from agent import traps
 INTEGRITY = "STOPPED: checkpoint integrity check failed for trap-b--"
 UNRECORDED = "STOPPED: task trap-b: RunState holds an approval decision (approved '"
 DRIFT = ("STOPPED: task trap-c: the agent changed since it was saved: tool 'publish_draft' removed; "
-         "tool 'publish_post' added; run it with the code that saved it, or reject it (the task then ends with no run)")
+         "tool 'publish_post' added; run it with the code that saved it, or let its request expire at ")
 
 
 def test_bare_sdk_resuming_one_saved_state_twice_runs_the_tool_twice(tmp_path):
@@ -71,7 +71,7 @@ def test_bare_sdk_accepts_a_renamed_tool_and_fails_mid_run(tmp_path):
 def test_product_refuses_a_renamed_tool_before_anything_runs(tmp_path):
     store = Store(tmp_path / "state")
     out = asyncio.run(traps.product_renamed_tool(store))
-    assert out == {"stopped": DRIFT, "ledger_entries": 0}
+    assert out["stopped"].startswith(DRIFT) and out["ledger_entries"] == 0
     assert store.load("trap-c").status == "waiting_for_approval"
     with traps.renamed_in_code():  # the rename is undone on exit
         pass
@@ -87,7 +87,7 @@ def test_traps_command_prints_both_sides_and_leaves_the_state_dir_alone(cli, sta
     assert "   bare SDK: from_string + approve + Runner.run, twice on one saved file -> the tool ran 2 times" in lines
     assert any(line.startswith("   product:  " + INTEGRITY) for line in lines)
     assert any(line.strip().startswith("re-signed: " + UNRECORDED) for line in lines)
-    assert "   product:  " + DRIFT in lines
+    assert any(line.startswith("   product:  " + DRIFT) for line in lines)
     assert not state_dir.exists()  # the traps run in a temp dir of their own
 
 
@@ -99,4 +99,4 @@ def test_traps_json_is_one_object(cli, state_dir):
     a, b, c = out["traps"]
     assert a["bare_sdk"]["effects"] == 2 and a["product"]["ledger_entries"] == 1
     assert b["bare_sdk"]["effects"] == 1 and b["product"]["resigned"].startswith(UNRECORDED)
-    assert c["bare_sdk"]["error"].startswith("ModelBehaviorError") and c["product"]["stopped"] == DRIFT
+    assert c["bare_sdk"]["error"].startswith("ModelBehaviorError") and c["product"]["stopped"].startswith(DRIFT)

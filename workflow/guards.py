@@ -21,7 +21,7 @@ from workflow.models import provider_error
 from workflow.agent_check import describe, drift, effect_tools, gated_tool
 from state import clock, open_stores, secrets
 from state.clock import now_iso
-from state.errors import Next, Refused
+from state.errors import Next, Part, Refused
 from state.records import ENDED_CALL
 from state.schema import (MAX_CHANNELS, MAX_CHECKPOINT_BYTES, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION,
                           UNNAMED_CHANNEL, Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
@@ -365,7 +365,8 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
     check_stored_run_state(cp)
     changes = drift(cp.agent.model_dump(), describe(agent), app.compatible_saved)
     if changes:
-        raise Refused("drift", f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}")
+        raise Refused("drift", [f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}",
+                                *_way_out(cp)], task_id=cp.task_id)
     try:
         tool = gated_tool(agent, cp.action)  # the action the task was started with
     except Refused:  # no such tool any more (or a file that names another action)
@@ -386,60 +387,16 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
         )
 
 
-#: The refusals of :func:`check_saved_against_code` that say today's code cannot run the saved
-#: state (the agent or the SDK changed since): a reject still ends the task, without a run
-#: (:func:`reject_unrun`).
-UNRUNNABLE = frozenset({"drift", "unsupported_version"})
-
-
-def unrunnable(cp: Checkpoint, agent: Any, app: Any, want: str) -> Refused | None:
-    """:func:`check_saved_against_code` for a decision ``want`` (``"approved"``/``"rejected"``) on
-    ``cp``: None if today's agent can run it. A refusal of :data:`UNRUNNABLE` is returned for a
-    reject (it ends the task without a run: :func:`reject_unrun`); for an approval it is raised
-    with the way out added (the code the task was saved with, or a reject). Raises
-    :class:`Refused` otherwise."""
-    try:
-        check_saved_against_code(cp, agent, app)
-    except Refused as exc:
-        if exc.code not in UNRUNNABLE:
-            raise
-        if want == "rejected":
-            return exc
-        raise Refused(exc.code, [*exc.parts, "; run it with the code that saved it, or reject it (the task then "
-                                 "ends with no run)", Next("reject", cp.task_id)], task_id=cp.task_id) from None
-    return None
-
-
-def reject_unrun(store: Store, cp: Checkpoint, call_id: str, by: str, reason: str | None,
-                 why: Refused) -> Checkpoint:
-    """A human's reject of the pending call ``call_id`` of ``cp`` (read under the task's lock) when
-    today's code cannot run the saved state (``why``: :func:`unrunnable`'s refusal): recorded as
-    every reject is (its rejection record first: :func:`record_decision`), and, once no call of
-    the task is left undecided, the task ends with no run (the model is not told: the agent that
-    would hear it is not the one that asked): ``completed`` if a call of it executed (its entry
-    stands), else ``cancelled``. While another call still waits, the task waits for it (each is
-    rejected the same way). A call approved and never carried out cannot end so: ``why`` is raised
-    (``fail`` gives it up). Returns the checkpoint. Raises :class:`Refused`."""
-    from types import SimpleNamespace
-
-    from workflow import team
-
-    for other, channel in calls.calls_of(cp):
-        d = calls.decision_of(cp, other)
-        if d is not None and d.decision == "approved" and store.ledger_get(calls.keys(cp, channel)[0]) is None:
-            raise why  # an approval on record: only a run carries it out (or fail gives it up)
-    call = next(p for p in cp.pending if p.call_id == call_id)
-    item = SimpleNamespace(call_id=call.call_id, name=call.tool, arguments=json.dumps(call.arguments))
-    rec = decision_for(store, cp, item, "rejected", by, reason)  # type: ignore[arg-type]
-    cp, _ = team.count(store, cp, rec)  # a reject: decided now (who may reject is checked there)
-    if calls.decision_of(cp, rec.call_id) is None:
-        cp = record_decision(store, cp, rec)
-    if any(calls.decision_of(cp, p.call_id) is None for p in cp.pending):
-        return cp  # another call still waits for a human
-    executed = any(store.ledger_get(calls.keys(cp, c)[0]) is not None for c in cp.channels)
-    status = "completed" if executed else "cancelled"
-    return store.save_revision(cp, failpoint="checkpoint:outcome", status=status, pending=[],
-                               event=(status, {"ledger": None, "model_called": False, "why": str(why)[:300]}))
+def _way_out(cp: Checkpoint) -> list[Part]:
+    """The way out of a task the changed agent cannot run (neither an approve nor a reject runs it:
+    its state does not match the code): the code it was saved with, or, for a call approved and
+    never carried out, ``fail``; else its request's expiry (every request has a deadline)."""
+    approved = any(d.decision == "approved" and d.call_id in {p.call_id for p in cp.pending}
+                   for d in cp.decisions)
+    if approved:
+        return ["; run it with the code that saved it, or give the approval up", Next("fail_again", cp.task_id)]
+    when = f" at {cp.expires_at}" if cp.expires_at else ""
+    return [f"; run it with the code that saved it, or let its request expire{when}", Next("expire")]
 
 
 def check_revision(cp: Checkpoint, expected: int | None, want: str | None = None,

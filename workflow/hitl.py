@@ -120,8 +120,8 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
     decision table (:mod:`workflow.reconcile`) says what a decision may do, judged before the lock
     (``checked``: :func:`workflow.reconcile.preflight`'s) and under it; then the quorum
     (:func:`workflow.team.count`). ``expect_revision``: the revision the reviewer saw;
-    ``on_event``: stream the run; ``edit``: approve with edits (:mod:`workflow.edits`). A reject
-    today's code cannot run (the agent changed) ends the task with no run. Raises :class:`Refused`."""
+    ``on_event``: stream the run; ``edit``: approve with edits (:mod:`workflow.edits`). Raises
+    :class:`Refused` for every refusal, integrity, drift or ledger mismatch."""
     want = "approved" if decision == "approve" else "rejected"
     if checked is None:  # before the lock: no file
         checked = reconcile.preflight(store, task_id, decision, call_id, by=by, reason=reason,
@@ -132,7 +132,8 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
     agent = app.agent(built_for, guard, model)  # once per resume
     check_agent(agent)  # today's code, checked before a lock file is made
     verified = (cp.revision, cp.mac) if verdict.kind != "unchanged" else None
-    stale = guards.unrunnable(cp, agent, app, want) if verified is not None else None
+    if verified is not None:
+        guards.check_saved_against_code(cp, agent, app)
     async with guards.task_lock(store, task_id) as held:  # awaited: the loop goes on meanwhile
         cp, verdict = reconcile.recheck(store, task_id, decision, call_id, edit=edit)
         guards.check_revision(cp, expect_revision, want, call_id, by, verdict)  # on what is there
@@ -147,9 +148,7 @@ async def resume(store: Store, app: Application, *, task_id: str, decision: Deci
         if cp.model != built_for:  # the table's answer changed since (a race), or another model
             agent = app.agent(cp.model, guard, model)
         if verified != (cp.revision, cp.mac):  # another revision since
-            stale = guards.unrunnable(cp, agent, app, want)
-        if stale is not None:  # a reject today's code cannot run: recorded, and ended with no run
-            return guards.reject_unrun(store, cp, call_id, by, reason, stale)
+            guards.check_saved_against_code(cp, agent, app)
         context = guards.run_context(store, cp.task_id, cp.content_sha256, cp.channels, cp.action,
                                      cp.service, held)
         state = await _from_string(agent, cp.run_state, cp.task_id, context)
