@@ -134,7 +134,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
         task = task if args.command == "resume" else Task.of(store, cp)
         args.text_extra = cli_text.budget_lines(task)
         args.text_team = not args.json and (  # what next: may name; read again only where it can differ
-            commands.team_note(store, task.task_id) if args.command == "status" or task.team else task.team)
+            commands.team_note(store, task.task_id) if args.command in ("status", "settle") or task.team else task.team)
         return task.to_json()
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)
         return commands.reviewers(store, args) if args.command == "reviewers" else commands.policy(store, args)

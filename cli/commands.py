@@ -132,10 +132,12 @@ def team_note(store: Any, task_id: str) -> Any:
                             + hints.command("doctor") + " names who checks it and the settle that ends it")
         mark = end_mark(store, cp) if cp.status in ("waiting_for_approval", "budget_exceeded") else None
         if mark is not None:  # a fail not finished: every decision is refused, the same fail ends it
+            first = (" once a person has settled the effect begun (" + hints.command("doctor") + " names the "
+                     "settle)") if _begun(store, cp) else ""
             return NextNote(False, instead=f"the task was ended by {one_line(mark.by)} at {one_line(mark.at)}, but "
                             "its checkpoint does not say so (a crash while it was ended, or an older copy put "
                             "back): " + hints.command("fail", "--task", task_id) + " --by NAME --reason TEXT "
-                            "finishes it")
+                            "finishes it" + first)
         token = needs_token(store, cp)
         if cp.status == "waiting_for_approval" and cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):
             return NextNote(token, expired_at=cp.expires_at)  # an approve is refused: reject or expire

@@ -836,6 +836,17 @@ MUTANTS: list[Mutant] = [
     m("fail-completed-approval-given-up-not-ended", "workflow/reconcile.py",
       "    if (status == \"completed\" and decided == \"approved\" and entry is None and cp.failure is not None",
       "    if (False and entry is None and cp.failure is not None", "tests/test_crash_recovery.py"),
+    # fail stopped by an undecided call next to one executed: a changed agent leaves no way out
+    m("fail-stopped-by-an-undecided-call-next-to-an-executed-one", "workflow/reconcile.py",
+      "    if undecided is not None and not ran and executed is None and rejected is None:",
+      "    if undecided is not None and not ran:", "tests/test_agent_checks.py"),
+    # a changed agent's refusal names the expiry where a decided call makes expire skip the task
+    m("drift-way-out-expire-next-to-a-decided-call", "workflow/guards.py",
+      "    if any(d.edits is None for d in cp.decisions):  # another call decided",
+      "    if False:  # another call decided", "tests/test_agent_checks.py"),
+    # status of a task whose fail met an effect begun names the fail, which is refused until it is settled
+    m("status-end-mark-ignores-the-effect-begun", "cli/commands.py",
+      "settle)\") if _begun(store, cp) else \"\"", "settle)\") if False else \"\"", "tests/test_lost_lock.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

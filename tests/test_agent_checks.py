@@ -370,3 +370,24 @@ def test_a_changed_agent_next_to_an_approval_on_record_names_fail(cli, state_dir
     ended = cli("fail", "--task", KEY, "--by", "ann", "--reason", "the code changed", "--json")
     assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
     assert ledger_entries(state_dir) == []
+
+
+def test_a_changed_agent_next_to_a_decided_call_names_fail_which_ends_the_undecided_one(cli, state_dir,
+                                                                                       monkeypatch):
+    """One call executed, the other undecided; the code changes. ``expire`` would skip the task (a
+    call of it is decided), so the refusal names ``fail``, which ends the undecided call: the task
+    ends ``completed`` (the executed call's entry stands), nothing more published."""
+    r = cli(*START, "--channel", "blog", "--channel", "news", "--json")
+    first, second = (p["call_id"] for p in r.json()["pending"])
+    assert cli("resume", "--task", KEY, "--call", first, "--decision", "approve").code == 0
+    _describe_changed(monkeypatch)
+    before = snapshot(state_dir)
+    r = cli("resume", "--task", KEY, "--call", second, "--decision", "reject")
+    r.assert_stopped()
+    err = r.err.strip()
+    assert "description changed" in err and snapshot(state_dir) == before
+    assert err.endswith(f"; run it with the code that saved it, or end it (python run.py fail --task {KEY} "
+                        "--by NAME --reason TEXT)"), err
+    ended = cli("fail", "--task", KEY, "--by", "ann", "--reason", "the code changed", "--json")
+    assert ended.code == 0 and ended.json()["status"] == "completed", ended.err
+    assert len(ledger_entries(state_dir)) == 1 and cli("doctor", "--json").json()["consistent"]

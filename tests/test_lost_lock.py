@@ -262,9 +262,13 @@ def test_a_fail_that_meets_an_effect_begun_after_its_check_is_refused_and_keeps_
     (finding,) = cli("doctor", "--json").json()["findings"]
     assert finding["kind"] == "fail_not_finished" and f"settle --task {KEY} --call {call_id}" in finding["action"]
     assert finding["action"].endswith(f"then python run.py fail --task {KEY} --by NAME --reason TEXT"), finding
+    shown = cli("status", "--task", KEY).out.splitlines()[-1]
+    assert shown.endswith("finishes it once a person has settled the effect begun (python run.py doctor names "
+                          "the settle)"), shown
     found = cli("settle", "--task", KEY, "--call", call_id, "--outcome", "not-published", "--by", "ann",
                 "--reason", "nothing there")
     assert found.code == 0, found.err
+    assert found.out.splitlines()[-1].endswith(f"python run.py fail --task {KEY} --by NAME --reason TEXT finishes it")
     ended = cli("fail", "--task", KEY, "--by", "bob", "--reason", "gone", "--json")
     assert ended.code == 0 and ended.json()["status"] == "failed", ended.err
     assert ledger_entries(state_dir) == [] and cli("doctor", "--json").json()["consistent"]

@@ -389,12 +389,15 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
 
 def _way_out(cp: Checkpoint) -> list[Part]:
     """The way out of a task the changed agent cannot run (neither an approve nor a reject runs it:
-    its state does not match the code): the code it was saved with, or, for a call approved and
-    never carried out, ``fail``; else its request's expiry (every request has a deadline)."""
+    its state does not match the code): the code it was saved with, or, for a task with a call
+    approved and never carried out, or with a call decided next to one undecided, ``fail``
+    (:func:`workflow.reconcile.check_fail`); else its request's expiry (every request has one)."""
     approved = any(d.decision == "approved" and d.call_id in {p.call_id for p in cp.pending}
                    for d in cp.decisions)
     if approved:
         return ["; run it with the code that saved it, or give the approval up", Next("fail_again", cp.task_id)]
+    if any(d.edits is None for d in cp.decisions):  # another call decided: expire skips the task
+        return ["; run it with the code that saved it, or end it", Next("fail_again", cp.task_id)]
     when = f" at {cp.expires_at}" if cp.expires_at else ""
     return [f"; run it with the code that saved it, or let its request expire{when}", Next("expire")]
 

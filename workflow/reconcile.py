@@ -519,12 +519,15 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     if the task is ``failed`` already (unchanged). Raises :class:`Refused` with the first call's refusal
     (``begun``, ``undecided``, ``rejected``, ``executed`` for a task with nothing left to end…). A
     call still undecided does not stop it where another call was approved and never carried out
-    (a reject of the undecided one would carry that one out: ``fail`` is how a person gives it up);
-    nor does a call rejected, of a task with several (it ran nothing), as an executed one does not.
+    (a reject of the undecided one would carry that one out: ``fail`` is how a person gives it up),
+    or one executed or rejected (``fail`` ends the undecided ones: the way out where a changed
+    agent runs no reject); nor does a call rejected, of a task with several (it ran nothing), as an
+    executed one does not.
     Reads only."""
     verdicts = []
     undecided: Optional[Refused] = None
     rejected: Optional[Refused] = None
+    executed: Optional[Refused] = None
     calls = calls_of(cp) or [(None, None)]
     for call_id, _channel in calls:
         try:
@@ -538,17 +541,19 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
                 continue
             if exc.code != "executed" or cp.status not in OPEN:
                 raise
-            # executed: it stands, and does not stop the task's other calls from ending
+            executed = executed or exc  # it stands, and does not stop the task's other calls from ending
     # a call still undecided next to one approved and never carried out: a reject of it would carry
-    # that one out, so fail ends them all (nothing ran); with no such call, a reject ends the task
-    if undecided is not None and not any(v.kind in ("run", "complete") for v in verdicts):
+    # that one out, so fail ends them all (nothing ran); next to one executed or rejected, fail ends
+    # the undecided ones too (a changed agent can run no reject); every call undecided: a reject
+    ran = any(v.kind in ("run", "complete") for v in verdicts)
+    if undecided is not None and not ran and executed is None and rejected is None:
         raise undecided
-    if not verdicts and rejected is not None:  # nothing left to end but rejects: a reject finishes it
+    if not verdicts and undecided is None and rejected is not None:  # only rejects: a reject finishes it
         raise rejected
-    if not verdicts:  # every call executed: the task completes, it does not fail
+    if not verdicts and undecided is None:  # every call executed: the task completes, it does not fail
         raise Refused("executed", [f"task {cp.task_id}: every call executed; nothing to end",
                                    Next("finish_approve")], task_id=cp.task_id)
-    return any(v.kind in ("run", "complete") for v in verdicts)
+    return ran or undecided is not None
 
 
 def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
