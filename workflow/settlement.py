@@ -212,8 +212,8 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
     whose every attempt through a service was found not done, or (ending it ``completed``) whose
     approved calls executed but whose run cannot finish; it refuses a task with an effect that
     may have happened (``begun``: settle it first), a task whose every call is undecided
-    (``undecided``: reject it), a rejected one (``rejected``: reject finishes it) or an ended one. In team mode ``by`` must
-    be a reviewer the rule of every channel of the task lets approve
+    (``undecided``: reject it), a rejected one (``rejected``: reject finishes it) or an ended one.
+    In team mode ``by`` must be a reviewer the rule of every channel of the task lets approve
     (:func:`workflow.team.check_settle`). Judged before and again under the task's lock; then the
     task's end mark (:func:`_end_mark`), so no older checkpoint can approve a call of it, and a
     check that no effect was begun meanwhile, before the ``failed`` revision is written. A ``fail``
