@@ -219,8 +219,8 @@ MUTANTS: list[Mutant] = [
       "        repaired = completed_after_fail(store, cp.task_id) if exc.code == \"stale_revision\" else None\n",
       "        repaired = None\n", "tests/test_proposed_calls.py"),
     p("rejection-record-read-on-the-first-channel-only", EFFECT,
-      "    if rejected is not None and rejected.call_id != ENDED_CALL:  # fail's end mark: below",
-      "    if rejected is not None and channel == task[\"channels\"][0] and rejected.call_id != ENDED_CALL:",
+      "    if rejected is not None and not is_end_mark(rejected):  # fail's end mark: below",
+      "    if rejected is not None and channel == task[\"channels\"][0] and not is_end_mark(rejected):",
       "tests/test_several_calls.py", "tests/test_lost_lock.py"),
     m("gate-trusts-the-rule", EFFECT, "    if channel not in private:\n        return True\n", "",
       "tests/test_gate_rules.py"),
@@ -814,8 +814,8 @@ MUTANTS: list[Mutant] = [
       "tests/test_lost_lock.py"),
     # the local gate does not read fail's mark once its intent is written: the function runs after an end
     m("gate-after-its-intent-ignores-the-end-mark", "workflow/effect.py",
-      "            _not_ended(store, e.task_id, e.action, e.channel, self.done)  # fail's mark",
-      "            pass  # fail's mark",
+      "            _not_ended(store.rejection_get(e.task_id, None), e.task_id, e.action, e.channel,\n"
+      "                       self.done)  # fail's mark", "            pass  # fail's mark",
       "tests/test_lost_lock.py"),
     # show says "nothing done" of an effect whose intent is recorded with no entry
     m("show-nothing-done-of-an-effect-begun", "workflow/observe/receipt.py",
@@ -838,7 +838,7 @@ MUTANTS: list[Mutant] = [
       "    if (False and entry is None and cp.failure is not None", "tests/test_crash_recovery.py"),
     # fail stopped by an undecided call next to one executed: a changed agent leaves no way out
     m("fail-stopped-by-an-undecided-call-next-to-an-executed-one", "workflow/reconcile.py",
-      "    if undecided is not None and not ran and executed is None and rejected is None:",
+      "    if undecided is not None and not ran and not executed and rejected is None:",
       "    if undecided is not None and not ran:", "tests/test_agent_checks.py"),
     # a changed agent's refusal names the expiry where a decided call makes expire skip the task
     m("drift-way-out-expire-next-to-a-decided-call", "workflow/guards.py",
@@ -847,6 +847,10 @@ MUTANTS: list[Mutant] = [
     # status of a task whose fail met an effect begun names the fail, which is refused until it is settled
     m("status-end-mark-ignores-the-effect-begun", "cli/commands.py",
       "settle)\") if _begun(store, cp) else \"\"", "settle)\") if False else \"\"", "tests/test_lost_lock.py"),
+    # the gate reads fail's end mark only where the task's key is the call's own (one channel, content given)
+    m("gate-end-mark-on-one-channel-only", "workflow/effect.py",
+      "    mark = rejected if scope is None else store.rejection_get(task_id, None)",
+      "    mark = rejected", "tests/test_lost_lock.py", "tests/test_proposed_calls.py", "tests/test_several_calls.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

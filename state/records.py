@@ -25,6 +25,12 @@ RECORDED = "rejection record written"
 ENDED_CALL = "~ended"
 
 
+def is_end_mark(record: Optional["RejectionRecord"]) -> bool:
+    """True if ``record`` (a rejection record, or None) is ``fail``'s end mark (:data:`ENDED_CALL`),
+    not a human's reject."""
+    return record is not None and record.call_id == ENDED_CALL
+
+
 def _allowed_key(value: str) -> str:
     """``value`` if it is an allowed task ID (:func:`state.schema.valid_key`); the one key rule of
     both records' ``task_id``."""

@@ -665,3 +665,25 @@ def test_a_failed_task_restored_to_its_approval_never_pays(state_dir, monkeypatc
     assert [f["kind"] for f in doctor(store)["findings"]] == ["fail_not_finished"]
     assert fail(store, "inv-1", reason="put back by mistake", by="bob").status == "failed"
     assert PAID == [] and doctor(store)["consistent"]
+
+
+def test_the_gate_reads_fails_end_mark_before_it_writes_an_intent(state_dir, monkeypatch):
+    """A task whose rejects are per call (the model proposes): the end mark lies under the task's
+    own key, not the call's. A ``fail`` cut after its mark while an approval's run goes on (a lost
+    lock): the gate refuses before it writes any intent, and nothing is paid."""
+    from state import failpoints
+    from workflow.settlement import _end_mark
+
+    store = open_store(str(state_dir))
+    _start(store)
+    real = failpoints.hit
+
+    def hit(point: str) -> None:
+        if point == "checkpoint:decision:after":
+            _end_mark(store, store.load("inv-1"), "bob", "ended by bob: gone")  # then its process died
+        real(point)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    with pytest.raises(Refused) as refused:
+        _decide(store, Approve())
+    assert refused.value.code == "failed" and "the task was ended by bob at" in str(refused.value), refused.value
+    assert PAID == [] and store.intent_get("inv-1") is None and store.ledger_get("inv-1") is None

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Optional
 from state import open_stores
 from workflow import external
 from state.errors import Next, Refused
-from state.records import ENDED_CALL
+from state.records import is_end_mark
 from state.schema import (CHANNEL_ARG, PROPOSED, content_fingerprint, content_of, effect_key,
                           rejection_scope, valid_channel)
 
@@ -540,7 +540,8 @@ class _Call:
                     f"{e.action} for task {e.task_id}: another process ended the task {latest.status} while this "
                     f"command checked the call (revision {latest.revision}); nothing was {self.done}",
                     Next("shows_status", e.task_id)], task_id=e.task_id)
-            _not_ended(store, e.task_id, e.action, e.channel, self.done)  # fail's mark, its revision to come
+            _not_ended(store.rejection_get(e.task_id, None), e.task_id, e.action, e.channel,
+                       self.done)  # fail's mark, its revision to come
         except Refused as exc:
             if mine:  # begun by this command, which calls nothing now: provably not done
                 from state.records import Settlement
@@ -602,13 +603,13 @@ def _checkpoint(store: Any, task: dict[str, Any]) -> Any:
 _ENDED = frozenset({"failed", "cancelled", "expired"})
 
 
-def _not_ended(store: Any, task_id: str, action: str, channel: str, done: str) -> None:
-    """No end mark of ``fail`` for ``task_id`` (:func:`workflow.reconcile.end_mark`). Checked
-    right before an effect and again once its intent is written: ``fail`` writes its mark and then
-    reads the intents, so one of the two sees the other, whatever the lock files said. Raises
-    :class:`Refused` (``failed``)."""
-    mark = store.rejection_get(task_id, None)
-    if mark is not None and mark.call_id == ENDED_CALL:
+def _not_ended(mark: Any, task_id: str, action: str, channel: str, done: str) -> None:
+    """``mark``, the record under ``task_id``'s own key (``store.rejection_get(task_id, None)``), is
+    no end mark of ``fail`` (:func:`workflow.reconcile.end_mark`). Checked right before an effect
+    and again once its intent is written: ``fail`` writes its mark and then reads the intents, so
+    one of the two sees the other, whatever the lock files said. Raises :class:`Refused`
+    (``failed``)."""
+    if is_end_mark(mark):
         raise Refused("failed", [
             f"{action} for task {task_id} on {channel}: the task was ended by {mark.by} at {mark.at} while this "
             f"approval ran; nothing was {done}", Next("shows_status", task_id)], task_id=task_id)
@@ -628,8 +629,10 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
     here. Returns the checkpoint. Raises :class:`Refused`."""
     task_id = task["task_id"]
     proposed = task["content_sha256"] == PROPOSED
-    rejected = store.rejection_get(task_id, rejection_scope(channel, call_id or "", task["channels"], proposed))
-    if rejected is not None and rejected.call_id != ENDED_CALL:  # fail's end mark: below
+    scope = rejection_scope(channel, call_id or "", task["channels"], proposed)
+    rejected = store.rejection_get(task_id, scope)
+    mark = rejected if scope is None else store.rejection_get(task_id, None)  # the task's own key: read once
+    if rejected is not None and not is_end_mark(rejected):  # fail's end mark: below
         raise Refused("rejected", [
             f"{action} for task {task_id} on {channel}: a reject by {rejected.by} at "
             f"{rejected.at} was being recorded while this approval ran; nothing was {done}",
@@ -639,7 +642,7 @@ def _check_approved(store: Any, task: dict[str, Any], action: str, channel: str,
         raise Refused(cp.status if cp.status in ("failed", "expired") else "rejected", [
             f"{action} for task {task_id} on {channel}: the task ended {cp.status} while this approval ran; "
             f"nothing was {done}", Next("shows_status", task_id)], task_id=task_id)
-    _not_ended(store, task_id, action, channel, done)  # a fail whose revision is still to come
+    _not_ended(mark, task_id, action, channel, done)  # a fail whose revision is still to come
     approved = cp is not None and any(  # an approval with edits never runs the call it answers
         d.decision == "approved" and d.edits is None and d.channel == channel and d.call_id == call_id
         and (not proposed or d.content_sha256 == sha) for d in cp.decisions)

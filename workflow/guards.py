@@ -22,7 +22,7 @@ from workflow.agent_check import describe, drift, effect_tools, gated_tool
 from state import clock, open_stores, secrets
 from state.clock import now_iso
 from state.errors import Next, Part, Refused
-from state.records import ENDED_CALL
+from state.records import is_end_mark
 from state.schema import (MAX_CHANNELS, MAX_CHECKPOINT_BYTES, PREVIEW_CHANNEL, PROPOSED, SCHEMA_VERSION,
                           UNNAMED_CHANNEL, Budget, Checkpoint, Decision, ModelSpec, arguments_sha256, call_id_problem,
                           CONTENT_VALUE_RULE, MAX_CONTENT_BYTES, canonical_json, content_fingerprint, input_fingerprint,
@@ -515,7 +515,7 @@ def decision_for(store: Store, cp: Checkpoint, item: ToolApprovalItem, decision:
     scope = calls.rejection_scope(cp, channel, item.call_id)
     evidence = store
     prior = evidence.rejection_get(cp.task_id, scope) if decision == "rejected" else None
-    if prior is not None and prior.call_id == ENDED_CALL:  # fail's end mark: no reject's reviewer
+    if is_end_mark(prior):  # fail's end mark: no reject's reviewer
         prior = None  # (its reject is refused when recorded: record_decision)
     if prior is not None:
         by, reason = prior.by, prior.reason
@@ -551,7 +551,7 @@ def record_decision(store: Store, cp: Checkpoint, rec: Decision) -> Checkpoint:
                 found, made = evidence.rejection_record(cp.task_id, cp.content_sha256, r, scope)
                 if made:
                     created.append(scope)
-                elif found.call_id == ENDED_CALL:  # a fail ended the task meanwhile (a lost lock)
+                elif is_end_mark(found):  # a fail ended the task meanwhile (a lost lock)
                     raise Refused("failed", [f"task {cp.task_id} was ended by {found.by} at {found.at} while this "
                                              "reject was being recorded; nothing was run",
                                              Next("shows_status", cp.task_id)], task_id=cp.task_id)

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from state import clock, secrets
 from state.errors import Next, Part, Refused
-from state.records import ENDED_CALL, LedgerEntry, check_same_entry
+from state.records import LedgerEntry, check_same_entry, is_end_mark
 from state.terminal import one_line
 from workflow.calls import calls_of, channel_of, decision_of, keys, pick_call, rejection_scope
 
@@ -407,7 +407,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         check_same_entry(entry, key=key, task_id=cp.task_id, content_sha256=cp.expected_sha256(channel, call_id),
                          action=cp.action)
     rejected = evidence.rejection_get(cp.task_id, scope)
-    if rejected is not None and rejected.call_id == ENDED_CALL:  # fail's end mark: not a reject
+    if is_end_mark(rejected):  # fail's end mark: not a reject
         rejected = None  # (an open task with one is judged by ended_unsaved, before the table)
     if rejected is not None and rejected.content_sha256 != cp.content_sha256:
         raise Refused("contradiction", [f"task {cp.task_id}: the rejection record and the checkpoint disagree; a "
@@ -434,7 +434,7 @@ def end_mark(store: "Store", cp: "Checkpoint") -> Any:
     record under the task's own key whose call ID is :data:`state.records.ENDED_CALL`), or None.
     Raises ``Refused`` if the record is damaged. Reads only."""
     found = store.rejection_get(cp.task_id, None)
-    return found if found is not None and found.call_id == ENDED_CALL else None
+    return found if is_end_mark(found) else None
 
 
 def ended_unsaved(store: "Store", cp: "Checkpoint", action: Action) -> Optional[Verdict]:
@@ -527,7 +527,7 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     verdicts = []
     undecided: Optional[Refused] = None
     rejected: Optional[Refused] = None
-    executed: Optional[Refused] = None
+    executed = False
     calls = calls_of(cp) or [(None, None)]
     for call_id, _channel in calls:
         try:
@@ -541,12 +541,12 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
                 continue
             if exc.code != "executed" or cp.status not in OPEN:
                 raise
-            executed = executed or exc  # it stands, and does not stop the task's other calls from ending
+            executed = True  # it stands, and does not stop the task's other calls from ending
     # a call still undecided next to one approved and never carried out: a reject of it would carry
     # that one out, so fail ends them all (nothing ran); next to one executed or rejected, fail ends
     # the undecided ones too (a changed agent can run no reject); every call undecided: a reject
     ran = any(v.kind in ("run", "complete") for v in verdicts)
-    if undecided is not None and not ran and executed is None and rejected is None:
+    if undecided is not None and not ran and not executed and rejected is None:
         raise undecided
     if not verdicts and undecided is None and rejected is not None:  # only rejects: a reject finishes it
         raise rejected

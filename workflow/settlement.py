@@ -239,7 +239,7 @@ def fail(store: Any, task_id: str, *, by: str, reason: str) -> Any:
                                    event=("failed", {"by": by, "reason": reason, "status": status}))
 
 
-def _end_mark(store: Any, cp: Any, by: str, why: str) -> bool:
+def _end_mark(store: Any, cp: Any, by: str, why: str) -> None:
     """Before ``fail`` ends ``cp``: its end mark, a rejection record under the task's own key with
     call ID :data:`state.records.ENDED_CALL`, by ``by`` with reason ``why``. It outlives any older
     copy of the checkpoint (an approval in it never runs: the decision table and the gate refuse
@@ -247,18 +247,17 @@ def _end_mark(store: Any, cp: Any, by: str, why: str) -> bool:
     running effect and ``fail`` meet (each writes its own mark, then reads the other's). It is never
     removed, whatever follows (another ``fail`` may rely on it): a ``fail`` refused after it leaves
     a task no effect of which starts again, finished by the same ``fail`` once what was begun is
-    settled. True if this call created it; False if one is there (a ``fail`` cut by a crash, or
-    racing: this one finishes it). Raises ``Refused`` if a record is damaged."""
-    from state.records import ENDED_CALL
+    settled. One already there (a ``fail`` cut by a crash, or racing) is kept: this one finishes
+    it. Raises ``Refused`` if a record is damaged, or if a reject's record is there instead."""
+    from state.records import ENDED_CALL, is_end_mark
     from state.schema import Decision, arguments_sha256
 
     mark = Decision(decision="rejected", by=by, at=now_iso(), reason=why, call_id=ENDED_CALL, tool=cp.action,
                     arguments_sha256=arguments_sha256({}), channel=cp.channels[0], always=False, source="human")
     found, created = store.rejection_record(cp.task_id, cp.content_sha256, mark, None)
-    if not created and found.call_id != ENDED_CALL:  # a reject's own record: the table refused already
+    if not created and not is_end_mark(found):  # a reject's own record: the table refused already
         raise Refused("rejected", [f"task {cp.task_id} was rejected by {found.by} at {found.at}; nothing to end",
                                    Next("shows_status", cp.task_id)], task_id=cp.task_id)
-    return created
 
 
 def _nothing_begun(store: Any, cp: Any) -> None:

@@ -104,7 +104,7 @@ from typing import Any, Callable, Iterable, Optional
 from state import clock
 from state.errors import Next, Part, Refused
 from state.inspection import Counted, Problem, Records, Repaired, TaskCheck
-from state.records import ENDED_CALL, LedgerEntry, RejectionRecord
+from state.records import LedgerEntry, RejectionRecord, is_end_mark
 from state.schema import Checkpoint
 from state.store import Inspectable, TaskStore, location_of
 from state.terminal import one_line
@@ -286,7 +286,7 @@ def _check_task(cp: Checkpoint, path: Path | str, entry: tuple[LedgerEntry, str]
     None: nothing begun)."""
     from workflow.reconcile import begun_of
 
-    if rejected is not None and rejected.call_id == ENDED_CALL:  # fail's end mark, not a reject
+    if is_end_mark(rejected):  # fail's end mark, not a reject
         if cp.status in OPEN:
             report.findings.append(_ended_unsaved(store, cp, path, rejected))
             return
