@@ -273,8 +273,10 @@ def test_a_fail_cut_by_a_crash_after_its_mark_is_finished_by_the_same_fail(tmp_p
                   env={"HITL_FAILPOINT": "checkpoint:outcome:before"})
     assert cut.code == 86, cut.err
     for args in (_resume("approve"), ["resume", "--task", KEY, "--decision", "reject", "--reason", "x"]):
+        before = snapshot(work)
         r = step(work, *args)
         assert r.code == 1 and "was ended by bob at" in r.err, r.err
+        assert r.err.count("\n") == 1 and "Traceback" not in r.err and snapshot(work) == before
     assert [f["kind"] for f in _doctor(work)["findings"]] == ["fail_not_finished"]
     shown = in_process(work, "status", "--task", KEY).out.splitlines()[-1]
     assert shown.startswith("  next: the task was ended by bob at ") and shown.endswith(
