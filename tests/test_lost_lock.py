@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from conftest import checkpoint_file, ledger_entries, run_subprocess
@@ -465,3 +466,74 @@ def test_a_lost_outcome_write_does_not_claim_nothing_was_written(cli, state_dir,
     assert "nothing was written" not in r.err, r.err
     assert _status(state_dir) == "completed" and len(ledger_entries(state_dir)) == 1
     _assert_one_truth(state_dir, cli)
+
+
+@pytest.fixture
+def publishing_service(tmp_path, monkeypatch):
+    """A deduplicating publishing service in a thread, and this process's environment (the commands
+    run here and those run as separate processes) set to publish through it."""
+    from tools.publishing_service import start_in_thread
+
+    token = "tok-lost-lock-service-3f9a"
+    url, stop = start_in_thread(tmp_path / "svc", token=token)
+    env = {"HITL_PUBLISH_URL": url, "HITL_PUBLISH_TOKEN": token, "HITL_PUBLISH_IDEMPOTENCY": "key",
+           "HITL_PUBLISH_TIMEOUT": "5", "HITL_PUBLISH_SETTLE_AFTER": "0"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    posts = lambda: httpx.get(url + "/v1/_stats", headers={"Authorization": f"Bearer {token}"},  # noqa: E731
+                              timeout=10).json()["posts"]
+    yield env, posts
+    stop()
+
+
+def _intents_settled_not_sent(state_dir: Path) -> list[str]:
+    """The ``source`` of every settlement in the store's effects folder."""
+    return [json.loads(p.read_text(encoding="utf-8"))["source"]
+            for p in sorted((state_dir / "effects").glob("*.settled.json"))]
+
+
+def test_a_request_whose_intent_comes_after_fails_mark_is_never_sent(cli, state_dir, monkeypatch, publishing_service):
+    """Through a service, as on the local path: a ``fail`` writes its end mark (and is killed before its
+    ``failed`` revision) after an approve's gate checked the task and before it wrote its intent. The
+    approve reads the mark once its intent is there and sends no request; the intent is settled not
+    sent by the program, and the same ``fail`` ends the task, doctor consistent."""
+    env, posts = publishing_service
+    _start(cli)
+
+    def fail_cut_after_its_mark() -> None:
+        _lock(state_dir).unlink()
+        r = run_subprocess(state_dir, "fail", "--task", KEY, "--by", "bob", "--reason", "gone",
+                           env={**env, "HITL_FAILPOINT": "checkpoint:outcome:before"})
+        assert r.code == 86, r.err
+
+    _pause_at(monkeypatch, "effect:intent:before", fail_cut_after_its_mark)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert "the task was ended by bob at" in r.err and "nothing was published" in r.err, r.err
+    assert posts() == 0 and ledger_entries(state_dir) == []
+    assert _intents_settled_not_sent(state_dir) == ["not_sent"]
+    again = cli("fail", "--task", KEY, "--by", "bob", "--reason", "gone", "--json")
+    assert again.code == 0 and again.json()["status"] == "failed", again.err
+    assert posts() == 0 and cli("doctor", "--json").json()["consistent"]
+
+
+def test_a_request_whose_intent_comes_after_a_finished_fail_is_never_sent_nor_left_in_doubt(
+        cli, state_dir, monkeypatch, publishing_service):
+    """A ``fail`` that ran to its end (mark, no intent found, ``failed``) between an approve's checks
+    and its intent: the approve sends nothing, and the intent it wrote is settled not sent by the
+    program, so doctor finds the failed task consistent instead of an effect for a person to settle."""
+    env, posts = publishing_service
+    _start(cli)
+
+    def fail_to_the_end() -> None:
+        _lock(state_dir).unlink()
+        r = run_subprocess(state_dir, "fail", "--task", KEY, "--by", "bob", "--reason", "gone", env=env)
+        assert r.code == 0, r.err
+
+    _pause_at(monkeypatch, "effect:intent:before", fail_to_the_end)
+    r = cli("resume", "--task", KEY, "--decision", "approve")
+    r.assert_stopped()
+    assert "nothing was published" in r.err, r.err
+    assert posts() == 0 and ledger_entries(state_dir) == [] and _status(state_dir) == "failed"
+    assert _intents_settled_not_sent(state_dir) == ["not_sent"]
+    assert cli("doctor", "--json").json()["consistent"]

@@ -4,12 +4,14 @@
     python -m workflow [--store PATH_OR_URL] status [--task K] [--json]
     python -m workflow [--store PATH_OR_URL] show [--task K] [--json]
     python -m workflow [--store PATH_OR_URL] ledger [--json]
-    python -m workflow [--store PATH_OR_URL] doctor [--json]
+    python -m workflow [--store PATH_OR_URL] doctor [--repair [--adopt PATH]…] [--json]
 
-The same read-only commands as the publisher's ``run.py``, with its flags, over any store: a folder
-(the file store) or a ``postgresql://`` URL (default: ``$HITL_STORE_URL``, else
-``$HITL_STATE_DIR``, else ``.cache``). ``--json`` prints what ``run.py``'s ``--json`` prints for
-the same store. Nothing is written and the Agents SDK is never imported. ``ledger`` names each
+The same commands as the publisher's ``run.py``, with its flags, over any store: a folder (the file
+store) or a ``postgresql://`` URL (default: ``$HITL_STORE_URL``, else ``$HITL_STATE_DIR``, else
+``.cache``). ``--json`` prints what ``run.py``'s ``--json`` prints for the same store. Nothing is
+written but by ``doctor --repair``, which makes the repairs ``run.py doctor --repair`` makes (only
+provable ones, each reported; ``--adopt`` signs a record a person checked, in team mode with an
+admin's ``HITL_REVIEWER_TOKEN``): they need no application code. The Agents SDK is never imported. ``ledger`` names each
 entry's action; ``doctor``'s next steps name this command line's own commands where they are
 its, and say in words what the application's own command must do otherwise (decide a call, settle
 one, end a task), naming that command where the task recorded it (``Application.command``).
@@ -39,7 +41,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     from workflow.review.inbox import STATUSES
 
     parser = argparse.ArgumentParser(prog=PROGRAM, description="Read any application's store: tasks, "
-                                     "receipts, the ledger and the doctor's report. Writes nothing.")
+                                     "receipts, the ledger and the doctor's report. Writes nothing but "
+                                     "doctor --repair.")
     parser.add_argument("--store", type=_nonempty, help="a folder (the file store) or a postgresql:// URL (default: "
                         "$HITL_STORE_URL, else $HITL_STATE_DIR, else .cache)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -49,7 +52,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         sub.add_parser(name, help=what).add_argument("--task", type=task_key,
                                                      help="the task (default: the only one)")
     sub.add_parser("ledger", help="every ledger entry, with its action")
-    sub.add_parser("doctor", help="check every task against the ledger (read-only)")
+    doctor = sub.add_parser("doctor", help="check every task against the ledger (read-only unless --repair)")
+    doctor.add_argument("--repair", action="store_true", help="apply only provable repairs, report each")
+    doctor.add_argument("--adopt", action="append", default=[], metavar="PATH", type=_record_path,
+                        help="with --repair: sign this unsigned record (as doctor names it) after you checked it")
     for command in sub.choices.values():
         command.add_argument("--json", action="store_true", help="print one JSON object")
     return parser.parse_args(argv)
@@ -59,6 +65,14 @@ def _nonempty(value: str) -> str:
     """``--store``: not empty (an unset variable must not fall back to another store)."""
     if not value.strip():
         raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def _record_path(value: str) -> str:
+    """``--adopt``: a record's path as doctor named it: one line, not empty, at most 4096 characters."""
+    if not value.strip() or len(value) > 4096 or value != one_line(value):
+        raise argparse.ArgumentTypeError("must be a record's path as doctor names it (one line, at most 4096 "
+                                         "characters)")
     return value
 
 
@@ -83,18 +97,13 @@ def command(args: argparse.Namespace, *words: str) -> str:
 
 #: The next steps of ``doctor`` that are the application's own commands, in words (``a``: the step's
 #: arguments), and what does it when the task recorded no command of its application: this command
-#: line only reads.
+#: line decides, settles and ends nothing (its ``doctor --repair`` makes the store's own repairs).
 _THEIRS = {
     "doctor_resume": (lambda a: f"decide task {a[0]} again: {a[1]}", "the application's decide"),
     "doctor_resume_call": (lambda a: f"decide call {a[1]} of task {a[0]}: {a[2]}", "the application's decide"),
     "doctor_settle": (lambda a: (f"settle call {a[1]} of task {a[0]} as a person who checked found it: its "
                                  "effect done (outcome published) or not done (not_published)"), "workflow.settle"),
     "doctor_fail": (lambda a: f"end task {a[0]} as failed, by a person, with a reason", "workflow.fail"),
-}
-#: The same, for steps of no one task.
-_REPAIRS = {
-    "doctor_adopt": lambda a: f"sign record {a[0]} with the application's doctor repair",
-    "doctor_repair": lambda a: "the application's doctor repair",
 }
 
 
@@ -109,8 +118,10 @@ def hint(args: argparse.Namespace, step: Next,
         given = command_of(step.args[0]) if command_of is not None and step.args else None
         how = how if given is None else f"with the application's own command: {one_line(given)}"
         return f"{words([one_line(a) for a in step.args])} ({how})"
-    if step.action in _REPAIRS:
-        return _REPAIRS[step.action]([one_line(a) for a in step.args])
+    if step.action == "doctor_repair":
+        return command(args, "doctor", "--repair")
+    if step.action == "doctor_adopt":
+        return command(args, "doctor", "--repair", "--adopt", step.args[0])
     if step.action in ("status", "see_status", "shows_status") and step.args:
         return f" ({command(args, 'status', '--task', step.args[0])})"
     if step.action.startswith("doctor"):
@@ -217,7 +228,13 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
         from workflow.ops.doctor import doctor, doctor_text, with_actions
 
         command_of = _commands(store)
-        view = with_actions(doctor(store), lambda step: hint(args, step, command_of))
+        token = None
+        if args.adopt:  # in team mode, vouching for a record is an admin's act
+            from workflow.team import token_from_settings
+
+            token = token_from_settings()
+        view = with_actions(doctor(store, repair=args.repair, adopt=args.adopt, token=token),
+                            lambda step: hint(args, step, command_of))
         return view, doctor_text(view)
     task_id = inbox.pick_task(store, args.task, waiting_only=False)
     if args.command == "show":

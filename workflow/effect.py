@@ -493,17 +493,17 @@ class _Call:
         """Before a local effect's function runs, for a call a human approved: its write-ahead
         intent (:class:`state.records.EffectIntent`, ``service`` :data:`state.records.LOCAL_EFFECT`),
         durable before the function is called, so that after a crash between the function and the
-        ledger entry the store knows the effect may have happened: the task is ``publishing`` (the
-        same approve runs the function again under the same key; ``fail`` and a reject are refused,
+        ledger entry the store knows the effect may have happened (``doctor``: ``effect_unconfirmed``;
+        the same approve runs the function again under the same key; ``fail`` and a reject are refused,
         ``begun``; a person may settle it), never ended as if nothing had run. An intent of an
         earlier command (not settled) is this attempt's: nothing is written. Once the intent is
         there, the checkpoint is read again: a task another process ended meanwhile (``fail``, a
         reject, an expiry: their own check found no intent yet) stops the call, its function never
         called (the intent this command wrote is settled ``not_sent`` by the program). A call on a
         private channel that ran without a human writes none. Raises :class:`Refused`:
-        ``stale_revision`` (the task ended meanwhile), ``ledger_mismatch`` (an intent for another
-        task, action or content), ``service_changed`` (the effect was begun through a service),
-        ``refused`` (every attempt was settled not done)."""
+        ``stale_revision`` or ``failed`` (the task ended meanwhile: :meth:`after_intent`),
+        ``ledger_mismatch`` (an intent for another task, action or content), ``service_changed``
+        (the effect was begun through a service), ``refused`` (every attempt was settled not done)."""
         if not self.gated:
             return
         import hashlib
@@ -531,8 +531,19 @@ class _Call:
             idempotency_key=key, attempt=attempt, task_id=e.task_id, channel=e.channel, call_id=e.call_id,
             action=e.action, content_sha256=self.sha, request_key=marker, service=LOCAL_EFFECT,
             deduplicates=True, at=at, window_ends=at))
-        # the intent is where a fail or a reject and this call meet: one that ended the task before
-        # it was written, whatever the lock files said, is seen now, and the function never runs
+        self.after_intent(intent, mine)
+
+    def after_intent(self, intent: Any, mine: bool) -> None:
+        """Once the effect's intent is there (``mine``: this command wrote it), local or through a
+        service, before the function or any request: the intent is where a ``fail``, a reject or an
+        expiry and this call meet. One that ended the task before it was written (its checkpoint
+        ``failed``, ``cancelled`` or ``expired``, or ``fail``'s end mark whose revision is still to
+        come), whatever the lock files said, is seen now, and nothing is called; an intent this
+        command wrote is then settled ``not_sent`` by the program (provably: nothing was called).
+        Raises :class:`Refused` (``stale_revision``, ``failed``)."""
+        from state.clock import now_iso
+
+        e, store, key = self.effect, self.store, self.effect.idempotency_key
         latest = _checkpoint(store, {"task_id": e.task_id})
         try:
             if latest is not None and latest.status in _ENDED:
@@ -548,8 +559,9 @@ class _Call:
 
                 store.settlement_record(Settlement(
                     idempotency_key=key, attempt=intent.attempt, task_id=e.task_id, by="program", at=now_iso(),
-                    reason=f"the task was {latest.status if exc.code == 'stale_revision' else 'ended'} before its "
-                           "function was called", source="not_sent"))
+                    reason=f"the task was {latest.status if exc.code == 'stale_revision' else 'ended'} before "
+                           + ("its function was called" if self.service is None else "any request was sent"),
+                    source="not_sent"))
             raise
 
     def write(self, result: Any) -> tuple[Any, bool]:

@@ -296,7 +296,9 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
        (:meth:`state.store.TaskStore.intent_record`), with the end of its window. Its
        ``request_key`` is derived (:func:`request_key`), so every try of the attempt, and any copy
        of the state dir, sends the same ``Idempotency-Key``. An attempt settled as not done is
-       followed by a new one, with the provider's kind the first attempt was made with.
+       followed by a new one, with the provider's kind the first attempt was made with. Once it is
+       there, a task ended meanwhile (``fail``'s end mark, or a checkpoint ``failed``, ``cancelled``
+       or ``expired``) stops the call, no request sent (``workflow.effect._Call.after_intent``).
     2. The attempt bound into the signed checkpoint (:class:`state.schema.EffectBinding`, event
        ``effect_bound``), its window never shortened, before any request; an intent missing for a
        bound attempt stops the call.
@@ -312,7 +314,8 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
     ``unconfirmed`` (not confirmed; the same command sends again with the same key), ``effect_conflict``
     (the service holds the key for other content), ``service_changed`` (an intent for another
     service, or another kind of provider), ``integrity`` (a bound attempt's intent is missing),
-    ``stale_revision`` (another process took the attempt over), ``refused`` (the most attempts made).
+    ``stale_revision`` (another process took the attempt over, or ended the task), ``failed`` (``fail``
+    ended it), ``refused`` (the most attempts made).
     """
     from datetime import timedelta
 
@@ -352,6 +355,7 @@ def perform(call: Any, service: Service, send: Callable[[Any], Any]) -> tuple[An
             f"{what} is in doubt: a request was begun at {intent.at} and the service at {intent.service}, which "
             f"does not deduplicate, may have acted on it; nothing was sent again; {advice(ends)}",
             Next("settle", task_id, e.call_id)], task_id=task_id)
+    call.after_intent(intent, fresh)  # a fail, reject or expiry that came first: no request
     # bound before any request, its window never shortened: a deleted intent is then detected
     mine = bound if bound is not None and bound.attempt == intent.attempt else None
     binding = EffectBinding(idempotency_key=key, attempt=intent.attempt, request_key=intent.request_key,
