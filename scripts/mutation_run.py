@@ -852,13 +852,13 @@ MUTANTS: list[Mutant] = [
       "    mark = rejected if scope is None else store.rejection_get(task_id, None)",
       "    mark = rejected", "tests/test_lost_lock.py", "tests/test_proposed_calls.py", "tests/test_several_calls.py"),
     # a request through a service whose intent comes after fail's mark (or a finished fail) is sent
-    m("service-path-skips-the-check-after-its-intent", "workflow/external.py",
+    p("service-path-checks-only-earlier-intents", "workflow/external.py",
       "    call.after_intent(intent, fresh)  # a fail, reject or expiry that came first: no request",
-      "    pass", "tests/test_lost_lock.py"),
+      "    call.after_intent(intent, fresh) if not fresh else None", "tests/test_lost_lock.py"),
     # python -m workflow's doctor names a repair it cannot make
-    m("workflow-command-line-doctor-ignores-repair", "workflow/__main__.py",
+    p("workflow-command-line-doctor-repairs-only-when-adopting", "workflow/__main__.py",
       "        view = with_actions(doctor(store, repair=args.repair, adopt=args.adopt, token=token),",
-      "        view = with_actions(doctor(store, repair=False, adopt=args.adopt, token=token),",
+      "        view = with_actions(doctor(store, repair=bool(args.adopt), adopt=args.adopt, token=token),",
       "tests/test_workflow_command_line.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
