@@ -112,8 +112,9 @@ def team_note(store: Any, task_id: str) -> Any:
     view, as a :class:`cli.text.NextNote`: whether a decision needs a reviewer's token
     (:func:`workflow.team.needs_token`); a task started before team mode, once a reviewer is
     registered (:func:`workflow.team.approvable`: only a reject); a request that expired (only a
-    reject or ``expire``); in place of the usual step, the way out where an approval on record
-    counts no more (:func:`workflow.team.uncounted`: the approve is refused), and, for a task
+    reject, or ``expire`` where the decision table lets it mark the task expired); in place of the
+    usual step, the way out where an approval on record counts no more
+    (:func:`workflow.team.uncounted`: the approve is refused), and, for a task
     ``failed`` while its effect was out (begun, never settled), doctor, which names who checks it,
     and for a waiting task whose ``fail`` was not finished (its end mark:
     :func:`workflow.reconcile.end_mark`), the same ``fail``. Reads the task's checkpoint, its end
@@ -140,7 +141,10 @@ def team_note(store: Any, task_id: str) -> Any:
                             "finishes it" + first)
         token = needs_token(store, cp)
         if cp.status == "waiting_for_approval" and cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):
-            return NextNote(token, expired_at=cp.expires_at)  # an approve is refused: reject or expire
+            from workflow.reconcile import check
+
+            expirable = check(store, cp, "expire").kind == "expire"  # not once a call of it was decided
+            return NextNote(token, expired_at=cp.expires_at, expirable=expirable)  # an approve is refused
         if not approvable(store, cp):
             return NextNote(token, reject_only=True)
         why = uncounted(store, cp)

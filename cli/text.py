@@ -47,12 +47,14 @@ class NextNote:
     ``reject_only``, a task started before team mode once a reviewer is registered (its calls may
     be rejected, never approved); ``instead``, the next step in place of the view's (already
     worded and escaped), where the one it would name is refused; ``expired_at``, when the request
-    of a waiting task expired (it may be rejected or marked expired, never approved)."""
+    of a waiting task expired (it may be rejected, never approved), and ``expirable``, whether
+    ``expire`` then marks it expired (not where a call of it was decided: ``expire`` skips it)."""
 
     token: bool
     reject_only: bool = False
     instead: str | None = None
     expired_at: str | None = None
+    expirable: bool = True
 
     def __bool__(self) -> bool:
         return self.token
@@ -145,9 +147,9 @@ def task_text(task: dict[str, Any], *, team: bool | NextNote = False) -> str:
                 if decided else "")  # the run goes on from every call decided
         expired = getattr(team, "expired_at", None)
         if expired is not None:
+            expire = f", or marked expired: {command('expire')}" if getattr(team, "expirable", True) else ""
             lines.append(f"  next: {resume_hint(task['task_id'], call, 'reject')} --reason \"...\" (the request "
-                         f"expired at {one_line(expired)}: it can only be rejected, or marked expired: "
-                         f"{command('expire')}{also}){note}")
+                         f"expired at {one_line(expired)}: it can only be rejected{expire}{also}){note}")
         elif getattr(team, "reject_only", False):
             lines.append(f"  next: {resume_hint(task['task_id'], call, 'reject')} --reason \"...\" (started before "
                          f"team mode, it cannot be approved now; start it again to have it approved{also}){note}")

@@ -860,6 +860,13 @@ MUTANTS: list[Mutant] = [
       "        view = with_actions(doctor(store, repair=args.repair, adopt=args.adopt, token=token),",
       "        view = with_actions(doctor(store, repair=bool(args.adopt), adopt=args.adopt, token=token),",
       "tests/test_workflow_command_line.py"),
+    # an expired call of a task with another call decided: the refusal names the expire that skips it
+    p("expired-refusal-names-expire-next-to-a-decided-call", "workflow/reconcile.py",
+      "            expirable=verdict.code != \"expired\" or check(store, cp, \"expire\").kind == \"expire\"),",
+      "            expirable=True),", "tests/test_several_calls.py"),
+    p("expired-status-names-expire-next-to-a-decided-call", "cli/commands.py",
+      "            expirable = check(store, cp, \"expire\").kind == \"expire\"  # not once a call of it was decided",
+      "            expirable = True", "tests/test_several_calls.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

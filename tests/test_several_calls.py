@@ -125,7 +125,8 @@ def test_a_call_that_is_not_pending_is_refused(cli, state_dir):
 def test_expire_leaves_a_task_alone_unless_every_call_of_it_may_expire(cli, state_dir, monkeypatch):
     """Past the deadline, with the blog call approved (published) and only the news call still
     waiting, ``expire`` (the sweep and by name) leaves the task alone: marked expired, it would be
-    an ended task with a published call. The news call can still be rejected."""
+    an ended task with a published call; so ``status`` and the refused approve name only the
+    reject. The news call can still be rejected."""
     from datetime import timedelta
 
     from state import clock
@@ -138,6 +139,12 @@ def test_expire_leaves_a_task_alone_unless_every_call_of_it_may_expire(cli, stat
     r = cli("expire", "--task", KEY)
     assert r.code == 1 and "past its deadline but not an undecided approval request" in r.err, r.err
     assert tasks_before and snapshot(state_dir / "checkpoints") == tasks_before and _keys(state_dir) == [f"{KEY}#blog"]
+    # neither status nor the refused approve names the expire it would refuse
+    shown = cli("status", "--task", KEY).out.splitlines()[-1]
+    assert shown.startswith("  next: python run.py resume --task mc-1 --decision reject") and shown.endswith(
+        ": it can only be rejected)"), shown
+    late = cli("resume", "--task", KEY, "--call", _call(task, "news"), "--decision", "approve")
+    assert late.code == 1 and "it can only be rejected" in late.err and "marked expired" not in late.err, late.err
     done = _decide(cli, _call(task, "news"), "reject")
     assert done["status"] == "completed" and _keys(state_dir) == [f"{KEY}#blog"]
 

@@ -508,7 +508,8 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
             decided_by=recorded.by if recorded else None,
             rejected_by=rejected.by if rejected else None,
             rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at, task=cp.task_id,
-            call=None if one else shown),
+            call=None if one else shown,  # expire skips a task with a call decided: not named then
+            expirable=verdict.code != "expired" or check(store, cp, "expire").kind == "expire"),
             task_id=cp.task_id)
     return verdict
 
@@ -602,19 +603,20 @@ def _judged(store: "Store", cp: "Checkpoint", decision: Action, call_id: Optiona
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
             decided_by: Optional[str] = None, rejected_by: Optional[str] = None,
             rejected_at: Optional[str] = None, expires_at: Optional[str] = None,
-            task: Optional[str] = None, call: Optional[str] = None) -> list[Part]:
+            task: Optional[str] = None, call: Optional[str] = None, expirable: bool = True) -> list[Part]:
     """The one-line message (without ``STOPPED:``) for a ``refuse`` verdict's ``code``, naming what
     was found and what may still be done, as the parts of a :class:`Refused` message (strings and
     :class:`~state.errors.Next` steps). ``task_id`` is how the message names the task (e.g. ``t-1
     (call c-2)``), ``task`` its ID for the next steps (default ``task_id``). Raises ``KeyError`` for
     an unknown code. ``call``: the call a reject names (a task of several calls refuses a reject
-    without ``--call``)."""
+    without ``--call``); ``expirable``: ``expire`` would mark the task expired (an ``expired`` refusal
+    names it only then)."""
     task = task or task_id
     doctor: list[Part] = ["a human must check", Next("doctor")]
     reject = Next("reject_call", task, call) if call else Next("reject", task)
     if code == "expired" and status != "expired":
         return [f"approval expired: task {task_id} expired at {expires_at}; it can only be "
-                "rejected", reject, " or marked expired", Next("expire")]
+                "rejected", reject, *([" or marked expired", Next("expire")] if expirable else [])]
     if code == "rejected" and rejected_by is not None and status != "cancelled":
         return [f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
                 "approved (the rejection record outlives any older copy of the checkpoint)"]
