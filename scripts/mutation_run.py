@@ -867,6 +867,10 @@ MUTANTS: list[Mutant] = [
     p("expired-status-names-expire-next-to-a-decided-call", "cli/commands.py",
       "            expirable = check(store, cp, \"expire\").kind == \"expire\"  # not once a call of it was decided",
       "            expirable = True", "tests/test_several_calls.py"),
+    # show of a task whose fail was cut after its mark says nothing of it
+    p("show-ignores-the-end-mark", "workflow/observe/receipt.py",
+      "    mark = end_mark(store, cp) if cp.status in OPEN else None  # a fail that did not finish",
+      "    mark = end_mark(store, cp) if cp.status == \"budget_exceeded\" else None", "tests/test_crash_recovery.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -265,7 +265,8 @@ def test_a_failed_task_put_back_to_its_approved_checkpoint_is_never_carried_out(
 
 def test_a_fail_cut_by_a_crash_after_its_mark_is_finished_by_the_same_fail(tmp_path):
     """A crash between ``fail``'s end mark and its ``failed`` revision: approve and reject are refused
-    (the mark says ended), doctor names the fail, and the same ``fail`` again finishes it."""
+    (the mark says ended), doctor names the fail, ``show`` says who ended it and that it did not
+    finish, and the same ``fail`` again finishes it."""
     work = tmp_path / "state"
     assert step(work, *START).code == 0
     assert run_cli(work, *_resume("approve"), env={"HITL_FAILPOINT": "checkpoint:decision:after"}).code == 86
@@ -281,9 +282,14 @@ def test_a_fail_cut_by_a_crash_after_its_mark_is_finished_by_the_same_fail(tmp_p
     shown = in_process(work, "status", "--task", KEY).out.splitlines()[-1]
     assert shown.startswith("  next: the task was ended by bob at ") and shown.endswith(
         f"python run.py fail --task {KEY} --by NAME --reason TEXT finishes it"), shown
+    receipt = in_process(work, "show", "--task", KEY).out.splitlines()
+    assert receipt[2].startswith("ended, not finished: ended by bob: gone (at ") and receipt[2].endswith(
+        "no decision runs, the same fail finishes it (doctor explains)"), receipt
+    assert in_process(work, "show", "--task", KEY, "--json").json()["outcome"]["ended"]["by"] == "bob"
     again = step(work, "fail", "--task", KEY, "--by", "bob", "--reason", "gone", "--json")
     assert again.code == 0 and again.json()["status"] == "failed", again.err
     assert _doctor(work)["consistent"] and ledger_entries(work) == []
+    assert "ended" not in in_process(work, "show", "--task", KEY, "--json").json()["outcome"]  # finished: failed
 
 
 def test_fail_gives_up_an_approval_next_to_a_rejected_call(tmp_path):

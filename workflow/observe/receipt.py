@@ -19,6 +19,9 @@ Shape (``--json``)::
                  # only when an effect was begun and neither done nor found not done
                  # (its intent is recorded, no ledger entry): those channels
                  "unsettled": [channel, …],
+                 # only for a task still open whose ``fail`` wrote its end mark and did not
+                 # finish (a crash, or an older checkpoint put back): who ended it, when, why
+                 "ended": {"by", "at", "reason"},
                  # several channels only ("ledger" is then null: the task key has no entry):
                  "channels": [{"channel", "executed": bool, "ledger": entry | null}, …]},
      "approval": {"requested_at", "expires_at", "call_id", "tool", "arguments",
@@ -264,6 +267,9 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
     entries = [e for e in by_channel.values() if e is not None] if several else [entry] if entry else []
     effects = _effects(store, cp, by_channel if several else {c: entry for c in cp.channels})
     unsettled = _unsettled(store, cp, effects, by_channel if several else {c: entry for c in cp.channels})
+    from workflow.reconcile import OPEN, end_mark
+
+    mark = end_mark(store, cp) if cp.status in OPEN else None  # a fail that did not finish
     path = trace_log.trace_path(store, task_id)
     try:
         records, bad = trace_log.read(path)
@@ -308,6 +314,7 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
             "final_output": cp.final_output,
             **({"failure": cp.failure} if cp.failure is not None else {}),
             **({"unsettled": unsettled} if unsettled else {}),
+            **({"ended": {"by": mark.by, "at": mark.at, "reason": mark.reason}} if mark is not None else {}),
             **({"channels": [{"channel": c, "executed": e is not None,
                               "ledger": e.model_dump() if e else None}
                              for c, e in by_channel.items()]} if several else {}),
@@ -474,6 +481,11 @@ def receipt_text(r: dict[str, Any], next_step: Optional[str] = None) -> str:
         lines.append(f"next: {next_step}")
     if o.get("failure"):
         lines.append(f"failed: {one_line(o['failure'])}")
+    if o.get("ended"):
+        e = o["ended"]
+        lines.append(f"ended, not finished: {one_line(e['reason'] or 'ended by ' + e['by'])} (at {one_line(e['at'])}; "
+                     "the checkpoint does not say so yet): no decision runs, the same fail finishes it (doctor "
+                     "explains)")
     if o["final_output"]:
         lines.append(f"final output: {one_line(o['final_output'])}")
     lines.append(f"approval: {one_line(a['tool'])}({_fmt_args(a['arguments'])}) call_id={one_line(a['call_id'])}")
