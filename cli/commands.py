@@ -148,9 +148,27 @@ def team_note(store: Any, task_id: str) -> Any:
         if not approvable(store, cp):
             return NextNote(token, reject_only=True)
         why = uncounted(store, cp)
+        gave_up = _given_up(store, cp)
     except Refused:  # a list or record that cannot be read: as needs_token, failing closed
         return NextNote(True)
-    return NextNote(token, instead=None if why is None else why.render(hints.hint))
+    return NextNote(token, instead=None if why is None else why.render(hints.hint), given_up=gave_up)
+
+
+def _given_up(store: Any, cp: Any) -> tuple[str, ...]:
+    """The call IDs of a task of several calls that ``fail`` ended (``failure`` set) whose approval
+    it gave up: approved, never carried out (no ledger entry, no effect begun), judged ``failed``
+    by :func:`workflow.reconcile.gather`. Empty for any other task. Reads the ledger and intents."""
+    from workflow.reconcile import gather
+
+    if cp.failure is None or cp.status not in ("completed", "failed") or len(cp.decisions) < 2:
+        return ()
+    found = []
+    for d in cp.decisions:
+        if d.decision == "approved":
+            ev = gather(store, cp, d.call_id)[0]
+            if ev.status == "failed" and not ev.entry and ev.begun is None:
+                found.append(d.call_id)
+    return tuple(found)
 
 
 def _begun(store: Any, cp: Any) -> bool:

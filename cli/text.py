@@ -48,13 +48,15 @@ class NextNote:
     be rejected, never approved); ``instead``, the next step in place of the view's (already
     worded and escaped), where the one it would name is refused; ``expired_at``, when the request
     of a waiting task expired (it may be rejected, never approved), and ``expirable``, whether
-    ``expire`` then marks it expired (not where a call of it was decided: ``expire`` skips it)."""
+    ``expire`` then marks it expired (not where a call of it was decided: ``expire`` skips it);
+    ``given_up``, the calls of an ended task whose approval ``fail`` gave up (never carried out)."""
 
     token: bool
     reject_only: bool = False
     instead: str | None = None
     expired_at: str | None = None
     expirable: bool = True
+    given_up: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.token
@@ -96,9 +98,10 @@ def task_text(task: dict[str, Any], *, team: bool | NextNote = False) -> str:
     for d in task.get("decisions", []) if several else []:
         rule = " (always)" if d["always"] else ""
         auto = _auto(d, task["decisions"])
+        gave_up = ", given up by the fail: never carried out" if d["call_id"] in getattr(team, "given_up", ()) else ""
         lines.append(f"  call {one_line(d['call_id'])} on {one_line(str(d['channel']))}: {d['decision']} by "
                      f"{one_line(d['by'])} ({one_line(auto) if auto else d['source'] + rule})"
-                     + (f" reason={d['reason']!r}" if d["reason"] and not auto else ""))
+                     + (f" reason={d['reason']!r}" if d["reason"] and not auto else "") + gave_up)
     if task["decision"] and not several:
         d = task["decision"]
         auto = next((_auto(e, task["decisions"]) for e in task.get("decisions", []) if e["at"] == d["at"]), None)

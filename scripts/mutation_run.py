@@ -784,8 +784,8 @@ MUTANTS: list[Mutant] = [
     m("status-failed-with-effect-out-nothing-done", "cli/commands.py",
       '        if cp.status == "failed" and _begun(store, cp):', "        if False:", "tests/test_doctor.py"),
     # status and doctor name the approve refused for an approval on record that counts no more
-    p("status-names-a-refused-approve", "cli/commands.py", "instead=None if why is None else why.render(hints.hint))",
-      "instead=None)", TEAM_POLICY_T),
+    p("status-names-a-refused-approve", "cli/commands.py", "instead=None if why is None else why.render(hints.hint),",
+      "instead=None,", TEAM_POLICY_T),
     m("doctor-names-a-refused-approve", "workflow/ops/doctor.py", "    return action if why is None else why.parts",
       "    return action", TEAM_POLICY_T),
     # "the same command sends again" without --call in a task of several calls (refused there)
@@ -871,6 +871,11 @@ MUTANTS: list[Mutant] = [
     p("show-ignores-the-end-mark", "workflow/observe/receipt.py",
       "    mark = end_mark(store, cp) if cp.status in OPEN else None  # a fail that did not finish",
       "    mark = end_mark(store, cp) if cp.status == \"budget_exceeded\" else None", "tests/test_crash_recovery.py"),
+    # status of a task fail ended completed shows the approval it gave up as if carried out
+    p("status-given-up-approval-shown-approved", "cli/commands.py",
+      "            if ev.status == \"failed\" and not ev.entry and ev.begun is None:",
+      "            if ev.status == \"failed\" and not ev.entry and ev.begun is not None:",
+      "tests/test_crash_recovery.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -311,7 +311,8 @@ def test_fail_gives_up_an_approval_next_to_a_rejected_call(tmp_path):
 def test_a_fail_that_completes_a_task_leaves_doctor_consistent_about_the_approval_it_gave_up(tmp_path):
     """One call executed, the other approved and cut before its effect; ``fail`` ends the task
     ``completed`` (the entry stands). The approval given up is judged ended (``failed``), not a
-    completed call without its entry: doctor is consistent, and approving it again is refused."""
+    completed call without its entry: doctor is consistent, ``status`` says it was given up, and
+    approving it again is refused."""
     work = tmp_path / "state"
     r = step(work, *START, "--channel", "a", "--channel", "b", "--json")
     first, second = (p["call_id"] for p in r.json()["pending"])
@@ -322,6 +323,9 @@ def test_a_fail_that_completes_a_task_leaves_doctor_consistent_about_the_approva
     ended = step(work, "fail", "--task", KEY, "--by", "bob", "--reason", "stop", "--json")
     assert ended.code == 0 and ended.json()["status"] == "completed", ended.err
     assert _doctor(work)["consistent"] and len(ledger_entries(work)) == 1
+    lines = in_process(work, "status", "--task", KEY).out.splitlines()
+    assert f"  call {first} on a: approved by root (human)" in lines, lines  # carried out
+    assert f"  call {second} on b: approved by root (human), given up by the fail: never carried out" in lines, lines
     again = step(work, "resume", "--task", KEY, "--call", second, "--decision", "approve")
     assert again.code == 1 and "nothing was done, and nothing will be" in again.err, again.err
     assert len(ledger_entries(work)) == 1
