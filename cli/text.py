@@ -139,7 +139,7 @@ def task_text(task: dict[str, Any], *, team: bool | NextNote = False) -> str:
         first = task["pending"][0]["call_id"]
         word = next(d["decision"] for d in task["decisions"] if d["call_id"] == first)
         call = first if len(task["pending"]) > 1 else None
-        again = {"approved": "approve", "rejected": "reject"}[word]
+        again = "reject" if word == "rejected" else "approve"  # approved, or approved_with_edits: the same approve
         lines.append(f"  next: {resume_hint(task['task_id'], call, again)} (it finishes the decision on record; "
                      f"{command('doctor')} explains){note}")
     elif task["status"] == "waiting_for_approval":  # a call still undecided (one decided waits for it)

@@ -79,6 +79,25 @@ def test_the_same_approval_with_edits_after_a_crash_finishes_the_task_once(cli, 
     assert cli(*decide, "--json").json()["status"] == "completed" and len(ledger_entries(state_dir)) == 1
 
 
+def test_status_of_an_approval_with_edits_cut_after_its_decision_names_the_approve_that_finishes_it(cli, state_dir):
+    """A crash right after an approval with edits was recorded: ``status`` prints the task and names
+    the plain approve (one line, no traceback), and that command finishes it, once."""
+    from conftest import run_subprocess
+
+    assert cli("start", "--key", "t-1", "--title", TITLE, "--draft", BODY).code == 0
+    crashed = run_subprocess(state_dir, "resume", "--task", "t-1", "--decision", "approve", "--by", "alice",
+                             "--edit-body", "Edited.", env={"HITL_FAILPOINT": "checkpoint:decision:after"})
+    assert crashed.code == 86, crashed.err
+    shown = cli("status", "--task", "t-1")
+    assert shown.code == 0 and shown.err == "", shown.err
+    assert shown.out.splitlines()[-1] == ("  next: python run.py resume --task t-1 --decision approve (it finishes "
+                                          "the decision on record; python run.py doctor explains)"), shown.out
+    done = cli("resume", "--task", "t-1", "--decision", "approve", "--json")
+    assert done.code == 0 and done.json()["status"] == "completed", done.err
+    [entry] = ledger_entries(state_dir)
+    assert entry["content_sha256"] == content_sha256(TITLE, "Edited.")
+
+
 def test_an_approval_of_the_edited_call_recorded_in_earlier_words_is_still_finished_once(cli, state_dir):
     """A task cut off after the program approved the edited call, recorded by a version whose
     reason for it said "draft" (:data:`workflow.edits.AUTO_REASONS`): the same command again
