@@ -315,8 +315,8 @@ MUTANTS: list[Mutant] = [
       'all(h.event == "approval_recorded" for h in later)', 'any(h.event == "approval_recorded" for h in later)',
       "tests/test_team.py"),
     p("start-over-ledger-entry-of-a-channel", GUARDS,
-      "if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):",
-      "if any(evidence.ledger_get(k) is not None for k in [task_id]):",
+      "found = [e for e in (evidence.ledger_get(k) for k in [task_id, *several]) if e is not None]",
+      "found = [e for e in (evidence.ledger_get(k) for k in [task_id]) if e is not None]",
       "tests/test_rollback.py", "tests/test_success_checks.py"),
     p("start-over-rejection-of-a-channel", GUARDS, "    scopes = [None, *channels] if len(channels) > 1 else [None]",
       "    scopes = [None]", "tests/test_rollback.py"),
@@ -875,6 +875,25 @@ MUTANTS: list[Mutant] = [
     p("status-given-up-approval-shown-approved", "cli/commands.py",
       "            if ev.status == \"failed\" and not ev.entry and ev.begun is None:",
       "            if ev.status == \"failed\" and not ev.entry and ev.begun is not None:",
+      "tests/test_crash_recovery.py"),
+    # where the model proposes, a rejected call is judged on the channel's entry and intent of the call approved
+    # after it (still pending): doctor reports it cancelled with an entry, and fail has no way out
+    p("rejected-call-judged-on-the-pending-approved-calls-effect", "workflow/reconcile.py",
+      "        ran_before(cp, call_id, channel) or (decided == \"rejected\" and approved_since(cp, call_id, channel)))",
+      "        ran_before(cp, call_id, channel))", "tests/test_refund_agent.py"),
+    # a rejected proposed call in a task failed after it is taken for a contradiction
+    p("rejected-proposed-call-in-a-failed-task-contradicts", "workflow/reconcile.py",
+      "    several = len(cp.channels) > 1 or other or (cp.proposed() and decided == \"rejected\")",
+      "    several = len(cp.channels) > 1 or other", "tests/test_refund_agent.py"),
+    # a start cut after its preview effect: the same start refused for good (no way out)
+    p("cut-start-entry-refused", "workflow/guards.py",
+      "    return (entry.approval == \"not_needed\" and entry.task_id == task_id and entry.content_sha256 == sha",
+      "    return (entry.approval == \"human\" and entry.task_id == task_id and entry.content_sha256 == sha",
+      "tests/test_crash_recovery.py"),
+    # ... and a start of other content takes the key over
+    p("cut-start-other-content-adopted", "workflow/guards.py",
+      "    return (entry.approval == \"not_needed\" and entry.task_id == task_id and entry.content_sha256 == sha",
+      "    return (entry.approval == \"not_needed\" and entry.task_id == task_id",
       "tests/test_crash_recovery.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,

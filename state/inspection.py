@@ -18,7 +18,7 @@ Never imports the SDK; imports ``state`` only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 from state.records import LedgerEntry, RejectionRecord
 from state.schema import Checkpoint
@@ -37,6 +37,16 @@ class Problem:
     detail: str
     task_id: Optional[str] = None
     remedy: Optional[str] = None
+
+
+def unapproved_entry(entry: Any) -> Optional[str]:
+    """The remedy of an ``entry_without_task`` finding for a ledger entry its approval rule let run
+    without a human (``approval`` ``not_needed``, e.g. a private preview): most likely a ``start``
+    cut by a crash before its checkpoint, which the same start finishes; else None."""
+    if getattr(entry, "approval", None) != "not_needed":
+        return None
+    return ("an effect that needed no approval, most likely of a start cut by a crash before its checkpoint: "
+            "the same start (the same key, title, content and channels) finishes it")
 
 
 @dataclass(frozen=True)

@@ -397,6 +397,65 @@ def test_the_settle_and_fail_doctor_names_are_the_examples_own_commands(project)
     assert run(other, "fail", "--key", "r-1", "--by", "bob", "--reason", "x").stderr.startswith("STOPPED: ")
 
 
+#: ``python -m workflow doctor --json`` in the project, with the library alone.
+WORKFLOW_DOCTOR = ("import runpy, sys; sys.argv = ['workflow', 'doctor', '--json']; "
+                   "runpy.run_module('workflow', run_name='__main__', alter_sys=True)")
+
+
+def _findings(project: Path) -> list[tuple[str, str]]:
+    """(kind, the call it names or "") of each finding of the library's doctor."""
+    report = json.loads(run(project, code=WORKFLOW_DOCTOR).stdout)
+    return [(f["kind"], next((c for c in (call_of(PROPOSED), call_of({**PROPOSED, "amount_cents": 1500}))
+                              if c in f["detail"]), "")) for f in report["findings"]]
+
+
+def test_fail_after_a_reject_the_model_answered_leaves_doctor_consistent(project):
+    """The first call rejected (the model proposed a capped one), then the task given up with
+    ``fail``: the rejected call's part ended when the model got its answer, so a ``failed`` task
+    that records that reject is no contradiction; doctor is consistent, nothing refunded."""
+    ok(run(project, *START))
+    ok(run(project, *CAPPED))
+    ended = run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "gone", "--json")
+    assert ok(ended)["status"] == "failed" and refunds(project) == []
+    assert _findings(project) == []
+
+
+@pytest.mark.parametrize("point, kind, after_fail", [
+    ("ledger:record:after", "executed_not_recorded", "completed"),
+    ("effect:intent:after", "effect_unconfirmed", "refused: begun"),
+])
+def test_a_crash_in_the_capped_calls_effect_is_judged_on_that_call_never_on_the_rejected_one(project, point, kind,
+                                                                                              after_fail):
+    """After a reject the model proposes a capped refund on the same channel; its approval is cut by a
+    crash in its effect. The channel's intent and ledger entry are the capped call's: doctor names
+    only that call (never "cancelled with an entry" or "with an intent" of the rejected one), and
+    ``fail`` does what the table says for it (an entry: it completes; an effect begun: refused)."""
+    ok(run(project, *START))
+    ok(run(project, *CAPPED))
+    assert run(project, *SECOND, env={"HITL_FAILPOINT": point}).returncode == 86
+    assert _findings(project) == [(kind, call_of({**PROPOSED, "amount_cents": 1500}))]
+    assert library(project, "fail") == [after_fail]
+    if after_fail == "completed":
+        assert _findings(project) == [] and len(refunds(project)) == 1
+
+
+def test_a_capped_call_whose_function_fails_is_settled_not_done_then_failed(project):
+    """After a reject, the capped call approved and its function failing (the provider gone): a person
+    settles it not done, and ``fail`` ends the task, nothing refunded and doctor consistent; the
+    rejected call's record is never read as evidence against that way out."""
+    ok(run(project, *START))
+    ok(run(project, *CAPPED))
+    (project / "state-dir" / "refunds").write_text("not a folder", encoding="utf-8")  # the function raises
+    assert run(project, *SECOND).returncode == 1
+    (project / "state-dir" / "refunds").unlink()
+    call = call_of({**PROPOSED, "amount_cents": 1500})
+    found = run(project, "settle", "--key", "r-1", "--call", call, "--outcome", "not-done", "--by", "bob", "--json")
+    assert ok(found)["status"] == "waiting_for_approval"
+    assert _findings(project) == [("effect_not_sent", call)]
+    ended = run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "the provider is gone", "--json")
+    assert ok(ended)["status"] == "failed" and refunds(project) == [] and _findings(project) == []
+
+
 def _unsigned(path: Path, **changes: Any) -> None:
     """Make the signed record at ``path`` what an earlier version wrote (its fields, no signature),
     with ``changes`` to its fields."""
@@ -405,7 +464,7 @@ def _unsigned(path: Path, **changes: Any) -> None:
     path.write_text(json.dumps({**fields, **changes}), encoding="utf-8")
 
 
-#: ``doctor --repair`` through the library (``python -m workflow doctor`` only reads): its report as JSON.
+#: ``doctor --repair`` through the library's API: its report as JSON.
 DOCTOR_REPAIR = ("import json; from workflow import open_store; from workflow.ops.doctor import doctor; "
                  "print(json.dumps(doctor(open_store('state-dir'), repair=True), default=str))")
 

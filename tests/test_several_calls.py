@@ -143,6 +143,7 @@ def test_expire_leaves_a_task_alone_unless_every_call_of_it_may_expire(cli, stat
     shown = cli("status", "--task", KEY).out.splitlines()[-1]
     assert shown.startswith("  next: python run.py resume --task mc-1 --decision reject") and shown.endswith(
         ": it can only be rejected)"), shown
+    assert "ago, EXPIRED (reject only)  publish_draft(" in cli("list").out
     late = cli("resume", "--task", KEY, "--call", _call(task, "news"), "--decision", "approve")
     assert late.code == 1 and "it can only be rejected" in late.err and "marked expired" not in late.err, late.err
     done = _decide(cli, _call(task, "news"), "reject")

@@ -278,3 +278,42 @@ def test_adopt_without_repair_is_refused_before_anything_is_read(state_dir, two_
     r = workflow_cli(state_dir, "doctor", "--adopt", "ledger/x.json", cwd=tmp_path)
     assert r.returncode == 1 and r.stderr.startswith("STOPPED: adopting unsigned records is a repair"), r.stderr
     assert snapshot(state_dir) == before
+
+
+def test_status_of_a_task_whose_fail_did_not_finish_names_the_fail_not_a_refused_decision(cli, state_dir, tmp_path):
+    """A ``fail`` cut by a crash after its end mark: every decision is refused, so the library's
+    ``status`` names the same fail (as ``run.py status`` and doctor do), never "approve or reject"."""
+    from conftest import run_subprocess
+
+    assert cli("start", "--key", "f-1", "--title", "One", "--draft", "First.", "--json").code == 0
+    assert run_subprocess(state_dir, "resume", "--task", "f-1", "--decision", "approve",
+                          env={"HITL_FAILPOINT": "checkpoint:decision:after"}).code == 86
+    assert run_subprocess(state_dir, "fail", "--task", "f-1", "--by", "bob", "--reason", "gone",
+                          env={"HITL_FAILPOINT": "checkpoint:outcome:before"}).code == 86
+    shown = workflow_cli(state_dir, "status", "--task", "f-1", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    last = shown.stdout.splitlines()[-1]
+    assert last.startswith("  next: the task was ended by bob at ") and last.endswith(
+        "no decision runs; end task f-1 as failed again, by a person, with a reason (workflow.fail), and it is "
+        "finished"), last
+
+
+def test_status_of_an_expired_request_names_only_the_reject(cli, state_dir, tmp_path, monkeypatch):
+    """Past the deadline an approve is refused: the library's ``status`` names the reject alone for
+    the call still waiting (a call of the task decided: ``expire`` skips it too), and ``list`` says so."""
+    from datetime import timedelta
+
+    from state import clock
+
+    r = cli("start", "--key", "e-1", "--title", "T", "--draft", "D.", "--channel", "a", "--channel", "b", "--json")
+    first, second = (p["call_id"] for p in r.json()["pending"])
+    assert cli("resume", "--task", "e-1", "--call", first, "--decision", "approve").code == 0
+    later = clock.iso(clock.wall() + timedelta(days=3))
+    monkeypatch.setenv("HITL_NOW", later)
+    env_run = subprocess.run([sys.executable, "-c", PROBE, "--store", str(state_dir), "status", "--task", "e-1"],
+                             capture_output=True, text=True, encoding="utf-8", timeout=120, cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert env_run.returncode == 0, env_run.stderr
+    assert env_run.stdout.splitlines()[-1].startswith(f"  next: decide call {second} of task e-1: reject (the "
+                                                      "request expired at "), env_run.stdout
+    assert "EXPIRED (reject only)" in cli("list").out

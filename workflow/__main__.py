@@ -150,19 +150,32 @@ def task_text(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def next_lines(args: argparse.Namespace, view: dict[str, Any], given: Optional[str]) -> list[str]:
+def next_lines(args: argparse.Namespace, view: dict[str, Any], given: Optional[str], mark: Any = None,
+               expired_at: Optional[str] = None) -> list[str]:
     """``status``'s next steps for a waiting task (text only: ``--json`` is ``run.py``'s): each call
     nobody decided is decided with the application's own command (``given``: the task's
     ``Checkpoint.command``, escaped onto one line, or None), and a decision on record whose run did
-    not finish (a crash) is explained by ``doctor``."""
+    not finish (a crash) is explained by ``doctor``. ``mark``: the end mark of a ``fail`` that did
+    not finish (:func:`workflow.reconcile.end_mark`): every decision is refused, the same fail
+    finishes it. ``expired_at``: the request's deadline, when it has passed (a call may then only
+    be rejected)."""
     from workflow.review.inbox import decided_pending
 
+    if view["status"] not in ("waiting_for_approval", "budget_exceeded"):
+        return []
+    if mark is not None:
+        how = "workflow.fail" if given is None else f"with the application's own command: {one_line(given)}"
+        return [f"  next: the task was ended by {one_line(mark.by)} at {one_line(mark.at)}, but its checkpoint does "
+                f"not say so (a crash while it was ended, or an older copy put back): no decision runs; end task "
+                f"{one_line(view['task_id'])} as failed again, by a person, with a reason ({how}), and it is finished"]
     if view["status"] != "waiting_for_approval":
         return []
     how = "the application's decide" if given is None else f"with the application's own command: {one_line(given)}"
     decided = decided_pending(view)
-    lines = [f"  next: decide call {one_line(p['call_id'])} of task {one_line(view['task_id'])}: approve or "
-             f"reject ({how})" for p in view["pending"] if p["call_id"] not in decided]
+    words = ("reject (the request expired at " + one_line(expired_at) + ": an approve is refused)"
+             if expired_at is not None else "approve or reject")
+    lines = [f"  next: decide call {one_line(p['call_id'])} of task {one_line(view['task_id'])}: {words} ({how})"
+             for p in view["pending"] if p["call_id"] not in decided]
     if decided:
         lines.append(f"  next: a decision on record did not finish: {command(args, 'doctor')} says how")
     return lines
@@ -244,9 +257,15 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
         return view, receipt_text(view, [])
     from workflow.observe.views import task_view
 
+    from workflow.reconcile import OPEN, end_mark
+
     cp = store.load(task_id)
     view = task_view(store, cp)
-    return view, "\n".join([task_text(view), *next_lines(args, view, cp.command)])
+    mark = end_mark(store, cp) if cp.status in OPEN else None  # a fail that did not finish
+    from state import clock
+
+    expired = cp.expires_at if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at) else None
+    return view, "\n".join([task_text(view), *next_lines(args, view, cp.command, mark, expired)])
 
 
 def main(argv: Optional[list[str]] = None) -> int:

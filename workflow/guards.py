@@ -258,7 +258,8 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
     the arguments, told what to do by its input alone), or None if the key is
     new. Raises :class:`Refused` if the key is taken: by a task with another title, content,
     channels, action or input (the message names which), by a ledger entry or a rejection record
-    of the key or of any of its channels' keys. Reads only."""
+    of the key or of any of its channels' keys (but the entries of this very start cut by a crash
+    before its checkpoint: :func:`cut_start`). Reads only."""
     if store.exists(task_id):
         cp = store.load(task_id)
         same_input = cp.input_sha256 is None or cp.input_sha256 == input_fingerprint(input)
@@ -273,12 +274,23 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
                                 Next("new_key", plain="; a new effect needs a new key")])
     evidence = store
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
-    if any(evidence.ledger_get(k) is not None for k in [task_id, *several]):
+    found = [e for e in (evidence.ledger_get(k) for k in [task_id, *several]) if e is not None]
+    if any(not cut_start(e, task_id, sha, action) for e in found):
         raise Refused("executed", [f"key {task_id} is already in the ledger", Next("new_key")])
     scopes = [None, *channels] if len(channels) > 1 else [None]
     if any(evidence.rejection_get(task_id, c) is not None for c in scopes):
         raise Refused("rejected", [f"key {task_id} was rejected before", Next("new_key")])
     return None
+
+
+def cut_start(entry: Any, task_id: str, sha: str, action: str) -> bool:
+    """True if the ledger ``entry`` is what this very ``start`` (``task_id``, content ``sha``,
+    ``action``) writes before its checkpoint: an effect on a channel whose approval rule let it run
+    without a human (``approval`` ``not_needed``, e.g. a private preview), of the same task, content
+    and action. A crash before the checkpoint leaves it with no task; the same start again runs the
+    agent again, the gate finds the entry (no second effect) and the task is saved."""
+    return (entry.approval == "not_needed" and entry.task_id == task_id and entry.content_sha256 == sha
+            and entry.action == action and sha != PROPOSED)
 
 
 def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channels: list[str],

@@ -359,6 +359,16 @@ def ran_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
                and d.edits is None and d.call_id not in pending for d in cp.decisions)
 
 
+def approved_since(cp: "Checkpoint", call_id: str, channel: str) -> bool:
+    """True if, in a task whose model proposes the arguments (:meth:`state.schema.Checkpoint.proposed`),
+    another call on ``channel`` was approved as it was asked, pending or not: the rejected
+    ``call_id`` never runs (the gate runs only a call approved by its own ID, and its reject is its
+    own record), so the channel's ledger entry and effect intent are that other call's, never
+    evidence about this one (:func:`ran_before` covers every task once the other call ran)."""
+    return cp.proposed() and any(d.call_id != call_id and d.channel == channel and d.decision == "approved"
+                                 and d.edits is None for d in cp.decisions)
+
+
 def decided_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
     """True if ``call_id`` is a pending call with no decision of its own on a ``channel`` where an
     earlier call, decided as it was asked (approved or rejected, a person's or a sticky rule's
@@ -414,8 +424,11 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
                                    "human must check", Next("doctor")], task_id=cp.task_id)
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
     decided = recorded.decision if recorded else None
-    other = bool(call_id) and decided != "approved" and ran_before(cp, call_id, channel)
-    several = len(cp.channels) > 1 or other  # a one-call task is judged exactly as before channels
+    other = bool(call_id) and decided != "approved" and (
+        ran_before(cp, call_id, channel) or (decided == "rejected" and approved_since(cp, call_id, channel)))
+    # a one-call task is judged exactly as before channels; where the model proposes, a rejected
+    # call's part ended when the model got its answer, whatever the task did after it
+    several = len(cp.channels) > 1 or other or (cp.proposed() and decided == "rejected")
     status = ("cancelled" if several and cp.status in ("completed", "failed") and decided == "rejected"
               else cp.status)
     if decided is not None and answered(cp, call_id):  # its part of the run is over
@@ -425,7 +438,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
         status = "failed"
     ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
                   rejection=rejected is not None, overdue=overdue,
-                  begun=begun_of(store, cp, key, entry))
+                  begun=None if other else begun_of(store, cp, key, entry))  # another call's effect
     return ev, entry, rejected
 
 

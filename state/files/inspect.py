@@ -54,7 +54,7 @@ from state.fileio import TEMP_NAME, fsync_dir, make_dirs, parse_json_object, rem
 from state.files import intents, rejections
 from state.files.ledger import MAX_ENTRY_BYTES, Ledger
 from state.files.sealing import sealed_bytes
-from state.inspection import Counted, Inspected, Problem, Records, Repaired, TaskCheck
+from state.inspection import Counted, Inspected, Problem, Records, Repaired, TaskCheck, unapproved_entry
 from state.integrity import KEY_FILE, load_key
 from state.paths import file_name, read_regular
 from state.record_seal import is_unsigned, legacy_fields
@@ -193,7 +193,7 @@ def inspect(store: "Store", *, repair: bool = False, adopt: Iterable[str] = ()) 
         if stem not in seen_stems:
             yield Problem("entry_without_task", str(path),
                           f"the ledger shows key {entry.idempotency_key!r} executed, but no task "
-                          "checkpoint exists", task_id=entry.task_id)
+                          "checkpoint exists", task_id=entry.task_id, remedy=unapproved_entry(entry))
 
     lock_files = sum(1 for _ in store.locks_dir.glob("*.lock")) if store.locks_dir.is_dir() else 0
 

@@ -51,7 +51,7 @@ from state import reviewers as people
 from state.reviewers import ReviewerList
 from state.notify import Progress
 from state.policy import PolicyRecord, raced as policy_raced
-from state.inspection import Counted, Inspected, Problem, Records, TaskCheck
+from state.inspection import Counted, Inspected, Problem, Records, TaskCheck, unapproved_entry
 from state.paths import check_regular, file_name
 from state.records import (RECORDED, EffectIntent, LedgerEntry, RejectionRecord, Settlement,
                            check_ledger_key, check_same_entry)
@@ -540,7 +540,7 @@ class PostgresStore:
             if entry.task_id not in tasks:
                 yield Problem("entry_without_task", f"{self.ledger_dir}/{key}",
                               f"the ledger shows key {key!r} executed, but no task checkpoint exists",
-                              task_id=entry.task_id)
+                              task_id=entry.task_id, remedy=unapproved_entry(entry))
         yield Counted(tasks=len(good) + len(bad_tasks),
                       ledger_entries=len(entries) + len(bad_entries), lock_files=0)
 

@@ -26,7 +26,8 @@ Findings (``kind``: what it means → the recommended ``action``):
 ``decision_not_finished``  waiting, decision recorded, no entry (crash after the decision) →
                            ``python run.py resume --task ID --decision <the recorded one>``
 ``entry_without_approval`` waiting, entry present, no approval recorded → a human
-``entry_without_task``     a ledger entry whose task has no checkpoint → a human
+``entry_without_task``     a ledger entry whose task has no checkpoint → a human (one that needed no
+                           approval: the same start, cut by a crash before its checkpoint)
 ``effect_unconfirmed``     approved, its effect through a service begun but not confirmed
                            (``publishing``) → ``python run.py resume --task ID --decision approve``
                            (sends again with the same ``Idempotency-Key``)

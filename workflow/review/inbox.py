@@ -177,8 +177,8 @@ def inbox_text(view: dict[str, Any]) -> str:
         if t["status"] == WAITING:
             if decided_pending(t):  # a crash, or a run that failed
                 when = "decided, not finished (doctor says how)"
-            elif t["overdue"]:
-                when = "EXPIRED (reject or expire)"
+            elif t["overdue"]:  # expire leaves a task with a call decided alone
+                when = "EXPIRED (reject only)" if t.get("decisions") else "EXPIRED (reject or expire)"
             elif t["expires_at"]:
                 left = (clock.parse_iso(t["expires_at"]) - clock.now()).total_seconds()
                 when = f"expires in {clock.human_age(left)}"
