@@ -455,6 +455,25 @@ def test_expire_of_a_task_not_yet_due_names_the_moved_clock(state_dir, monkeypat
     assert snapshot(state_dir) == before
 
 
+@pytest.mark.parametrize("decision, status", [("reject", "cancelled"), ("approve", "completed")])
+def test_expire_of_an_ended_task_says_it_ended_never_that_it_is_not_overdue(state_dir, monkeypatch, decision,
+                                                                            status):
+    """Even past its deadline, an ended task has no request to expire: the refusal says the task
+    ended (never "not overdue"), and nothing changes on disk."""
+    from datetime import timedelta
+
+    from state import clock
+
+    assert step(state_dir, "start", "--key", "exp-8", "--draft", "x", "--expires-in", "2h").code == 0
+    assert step(state_dir, "resume", "--task", "exp-8", "--decision", decision, "--reason", "r").code == 0
+    monkeypatch.setenv("HITL_NOW", clock.iso(clock.wall() + timedelta(days=2)))
+    before = snapshot(state_dir)
+    r = in_process(state_dir, "expire", "--task", "exp-8")
+    r.assert_stopped()
+    assert f"task exp-8 is {status}: no approval request of it waits, so none expires; nothing changed" in r.err
+    assert snapshot(state_dir) == before
+
+
 # -- records of an earlier version: unsigned (state/adoption.py) --------------------------------------
 
 def _strip(path) -> None:

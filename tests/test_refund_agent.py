@@ -435,8 +435,12 @@ def test_a_crash_in_the_capped_calls_effect_is_judged_on_that_call_never_on_the_
     assert run(project, *SECOND, env={"HITL_FAILPOINT": point}).returncode == 86
     assert _findings(project) == [(kind, call_of({**PROPOSED, "amount_cents": 1500}))]
     assert library(project, "fail") == [after_fail]
-    if after_fail == "completed":
+    if after_fail == "completed":  # and again: the task executed, whatever its rejected call says
         assert _findings(project) == [] and len(refunds(project)) == 1
+        again = run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "x")
+        assert again.returncode == 1 and again.stderr == ("STOPPED: task r-1 was already executed (completed; ended "
+                                                          "by bob: gave up); an executed action is never failed\n"), \
+            again.stderr
 
 
 def test_a_capped_call_whose_function_fails_is_settled_not_done_then_failed(project):

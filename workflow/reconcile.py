@@ -538,6 +538,10 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     agent runs no reject); nor does a call rejected, of a task with several (it ran nothing), as an
     executed one does not.
     Reads only."""
+    if cp.status == "completed":  # an effect happened: nothing to end, whatever a rejected call of it says
+        ended_by = f"; {cp.failure}" if cp.failure else ""  # a fail that completed it
+        raise Refused("executed", [f"task {cp.task_id} was already executed (completed{ended_by}); an executed "
+                                   "action is never failed"], task_id=cp.task_id)
     verdicts = []
     undecided: Optional[Refused] = None
     rejected: Optional[Refused] = None

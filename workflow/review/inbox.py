@@ -271,6 +271,9 @@ def _check_expirable(store: TaskStore, cp: Checkpoint) -> None:
                 f"task {cp.task_id}: its effect on {channel} was begun at {intent.at if intent else '?'} (an intent "
                 f"is recorded, no outcome yet), so it may have happened; it is never marked expired ({dates})",
                 Next("doctor_explains")], task_id=cp.task_id)
+    if cp.status not in (WAITING, "budget_exceeded"):  # ended: no request waits to expire
+        raise Refused("usage", f"task {cp.task_id} is {cp.status}: no approval request of it waits, so none "
+                      "expires; nothing changed")
     if cp.expires_at is None or now < clock.parse_iso(cp.expires_at):
         raise Refused("usage", f"task {cp.task_id} is not overdue ({dates}); nothing changed")
     raise Refused("usage", f"task {cp.task_id} is past its deadline but not an undecided approval request "
