@@ -23,7 +23,7 @@ Findings (``kind``: what it means → the recommended ``action``):
                            the entry)
 ``executed_not_recorded``  waiting, approval recorded, entry present (crash between the ledger and
                            the outcome) → ``python run.py resume --task ID --decision approve``
-``decision_not_finished``  waiting, decision recorded, no entry (crash after the decision) →
+``decision_not_finished``  waiting, decision recorded, no entry (a crash after it, a run stopped) →
                            ``python run.py resume --task ID --decision <the recorded one>``
 ``entry_without_approval`` waiting, entry present, no approval recorded → a human
 ``entry_without_task``     a ledger entry whose task has no checkpoint → a human (one that needed no
@@ -190,8 +190,8 @@ DETAILS = {
     "executed_not_recorded": "approved and in the ledger, but the outcome was not written (crash "
                              "after the ledger entry, or a run that failed after it); the entry proves "
                              "it executed (should the same approve fail each time, fail ends it completed)",
-    "decision_not_finished": "decision {decided!r} is recorded but the run was not finished (crash "
-                             "after the decision)",
+    "decision_not_finished": "decision {decided!r} is recorded but the run was not finished (a crash "
+                             "after the decision, or a run that stopped: the same decision finishes it)",
     "status_contradicts_decision": "the checkpoint says {status} but records decision {decided!r}",
     "effect_unconfirmed": "approved, but its effect through {service} is not confirmed (attempt {attempt}, "
                           "since {since}); the same resume sends it again (with the same Idempotency-Key, unless that "
