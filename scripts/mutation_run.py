@@ -830,7 +830,8 @@ MUTANTS: list[Mutant] = [
       "        mark = None", "tests/test_crash_recovery.py"),
     # fail stopped by a rejected call next to an approval never carried out: the effect is the only way on
     m("fail-stopped-by-a-rejected-call", "workflow/reconcile.py",
-      "            if exc.code == \"rejected\" and len(calls) > 1 and cp.status in OPEN:",
+      "            if exc.code == \"rejected\" and len(calls) > 1 and cp.status in (*OPEN, \"completed\"):  # it "
+      "ran nothing:",
       "            if False:", "tests/test_crash_recovery.py"),
     # an approval fail gave up in a task it ended completed is taken for a completed call without its entry
     m("fail-completed-approval-given-up-not-ended", "workflow/reconcile.py",
@@ -879,8 +880,8 @@ MUTANTS: list[Mutant] = [
     # where the model proposes, a rejected call is judged on the channel's entry and intent of the call approved
     # after it (still pending): doctor reports it cancelled with an entry, and fail has no way out
     p("rejected-call-judged-on-the-pending-approved-calls-effect", "workflow/reconcile.py",
-      "        ran_before(cp, call_id, channel) or (decided == \"rejected\" and approved_since(cp, call_id, channel)))",
-      "        ran_before(cp, call_id, channel))", "tests/test_refund_agent.py"),
+      "ran_before(cp, call_id, channel) or (decided == \"rejected\" and approved_since(cp, call_id, channel, entry)))",
+      "ran_before(cp, call_id, channel))", "tests/test_refund_agent.py"),
     # a rejected proposed call in a task failed after it is taken for a contradiction
     p("rejected-proposed-call-in-a-failed-task-contradicts", "workflow/reconcile.py",
       "    several = len(cp.channels) > 1 or other or (cp.proposed() and decided == \"rejected\")",
@@ -895,6 +896,16 @@ MUTANTS: list[Mutant] = [
       "    return (entry.approval == \"not_needed\" and entry.task_id == task_id and entry.content_sha256 == sha",
       "    return (entry.approval == \"not_needed\" and entry.task_id == task_id",
       "tests/test_crash_recovery.py"),
+    # a start of the key with other channels after a start cut past its preview effect: the key taken over
+    p("cut-start-other-channels-take-the-key", "workflow/guards.py",
+      "    others = [f\"{task_id}#{c}\" for c in sorted(_private_of(agent) - set(channels if several else ()))]",
+      "    others = []", "tests/test_crash_recovery.py"),
+    # fail on a completed task with a rejected call names the reject, not the execution
+    p("fail-on-completed-names-the-rejected-call", "workflow/reconcile.py",
+      "            if exc.code == \"rejected\" and len(calls) > 1 and cp.status in (*OPEN, \"completed\"):  # it "
+      "ran nothing:",
+      "            if exc.code == \"rejected\" and len(calls) > 1 and cp.status in OPEN:  # it ran nothing:",
+      "tests/test_refund_agent.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -335,16 +335,19 @@ def test_a_fail_that_completes_a_task_leaves_doctor_consistent_about_the_approva
 def test_a_start_cut_after_its_preview_effect_is_finished_by_the_same_start(tmp_path, point):
     """A private preview runs without a human while ``start`` runs; a crash after its ledger entry and
     before the task's checkpoint leaves an entry with no task. doctor names the same start, which
-    saves the task without a second preview entry; a start of other content under the key is still
-    refused (the key is taken)."""
+    saves the task without a second preview entry; a start of other content, another action or
+    other channels under the key is still refused (the key is taken: it would leave that entry
+    with no task for good)."""
     work = tmp_path / "state"
     args = ["start", "--key", "pv-1", "--draft", "d", "--channel", "preview", "--channel", "blog"]
     assert run_cli(work, *args, env={"HITL_FAILPOINT": point}).code == 86
     (finding,) = _doctor(work)["findings"]
     assert finding["kind"] == "entry_without_task" and finding["action"].endswith(
         "the same start (the same key, title, content and channels) finishes it)"), finding
-    other = step(work, "start", "--key", "pv-1", "--draft", "other", "--channel", "preview", "--channel", "blog")
-    assert other.code == 1 and "key pv-1 is already in the ledger" in other.err, other.err
+    for changed in (["--draft", "other", "--channel", "preview", "--channel", "blog"],  # other content
+                    ["--draft", "d", "--channel", "blog"], ["--draft", "d", "--action", "send_summary"]):  # channels
+        other = step(work, "start", "--key", "pv-1", *changed)
+        assert other.code == 1 and "key pv-1 is already in the ledger" in other.err, (changed, other.err)
     again = step(work, *args, "--json")
     assert again.code == 0 and again.json()["status"] == "waiting_for_approval", again.err
     assert [e["idempotency_key"] for e in ledger_entries(work)] == ["pv-1#preview"]

@@ -438,8 +438,9 @@ def test_a_crash_in_the_capped_calls_effect_is_judged_on_that_call_never_on_the_
     if after_fail == "completed":  # and again: the task executed, whatever its rejected call says
         assert _findings(project) == [] and len(refunds(project)) == 1
         again = run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "x")
-        assert again.returncode == 1 and again.stderr == ("STOPPED: task r-1 was already executed (completed; ended "
-                                                          "by bob: gave up); an executed action is never failed\n"), \
+        capped = call_of({**PROPOSED, "amount_cents": 1500})
+        assert again.returncode == 1 and again.stderr == (f"STOPPED: task r-1 (call {capped}) was already executed "
+                                                          "(completed); an executed action is never cancelled\n"), \
             again.stderr
 
 

@@ -251,7 +251,7 @@ def check_asked_to_publish(interruptions: list[ToolApprovalItem], final_output: 
 
 
 def existing_task(store: Store, task_id: str, title: str, sha: str,
-                  channels: list[str], action: str, input: Any = None) -> Checkpoint | None:
+                  channels: list[str], action: str, input: Any = None, agent: Any = None) -> Checkpoint | None:
     """For ``start``: the task already saved under ``task_id`` with this title, content, channels,
     action and ``input`` (start again returns it; the input is compared by
     :func:`state.schema.input_fingerprint` when the task recorded one: a task whose model proposes
@@ -259,7 +259,9 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
     new. Raises :class:`Refused` if the key is taken: by a task with another title, content,
     channels, action or input (the message names which), by a ledger entry or a rejection record
     of the key or of any of its channels' keys (but the entries of this very start cut by a crash
-    before its checkpoint: :func:`cut_start`). Reads only."""
+    before its checkpoint: :func:`cut_start`), or by an entry of a channel ``agent``'s effect tools
+    may run without a human (``effect_tool(private_channels=…)``) that this start does not have: a
+    start of the key with other channels, cut by a crash after that effect. Reads only."""
     if store.exists(task_id):
         cp = store.load(task_id)
         same_input = cp.input_sha256 is None or cp.input_sha256 == input_fingerprint(input)
@@ -275,12 +277,24 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
     evidence = store
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
     found = [e for e in (evidence.ledger_get(k) for k in [task_id, *several]) if e is not None]
-    if any(not cut_start(e, task_id, sha, action) for e in found):
+    others = [f"{task_id}#{c}" for c in sorted(_private_of(agent) - set(channels if several else ()))]
+    if any(not cut_start(e, task_id, sha, action) or (several and e.idempotency_key == task_id) for e in found) or any(
+            evidence.ledger_get(k) is not None for k in others):  # another start's, cut by a crash
         raise Refused("executed", [f"key {task_id} is already in the ledger", Next("new_key")])
     scopes = [None, *channels] if len(channels) > 1 else [None]
     if any(evidence.rejection_get(task_id, c) is not None for c in scopes):
         raise Refused("rejected", [f"key {task_id} was rejected before", Next("new_key")])
     return None
+
+
+def _private_of(agent: Any) -> frozenset[str]:
+    """Every channel on which a call of one of ``agent``'s effect tools may run without a human
+    (:func:`workflow.effect.private_channels`); empty for None."""
+    from workflow.effect import private_channels
+
+    if agent is None:
+        return frozenset()
+    return frozenset().union(*(private_channels(t) for t in effect_tools(agent)))
 
 
 def cut_start(entry: Any, task_id: str, sha: str, action: str) -> bool:

@@ -77,11 +77,11 @@ async def start(store: Store, app: Application, *, task_id: str, title: str,
     action = tool.name
     service = guards.service_url(tool)  # the service it calls, if any (workflow/external.py)
     store.check_writable(task_id)  # hostile files, a damaged key or state.id: nothing written
-    existing = guards.existing_task(store, task_id, title, sha, channels, action, input)
+    existing = guards.existing_task(store, task_id, title, sha, channels, action, input, agent)
     if existing is not None:  # the same task again; before the lock (no file), again under it
         return existing
     async with guards.task_lock(store, task_id, leave_nothing=True):  # awaited, not blocking
-        existing = guards.existing_task(store, task_id, title, sha, channels, action, input)
+        existing = guards.existing_task(store, task_id, title, sha, channels, action, input, agent)
         if existing is not None:  # another start won
             return existing
         context = guards.run_context(store, task_id, sha, channels, action, service)

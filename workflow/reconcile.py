@@ -359,14 +359,17 @@ def ran_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
                and d.edits is None and d.call_id not in pending for d in cp.decisions)
 
 
-def approved_since(cp: "Checkpoint", call_id: str, channel: str) -> bool:
+def approved_since(cp: "Checkpoint", call_id: str, channel: str, entry: Optional[LedgerEntry] = None) -> bool:
     """True if, in a task whose model proposes the arguments (:meth:`state.schema.Checkpoint.proposed`),
-    another call on ``channel`` was approved as it was asked, pending or not: the rejected
-    ``call_id`` never runs (the gate runs only a call approved by its own ID, and its reject is its
-    own record), so the channel's ledger entry and effect intent are that other call's, never
-    evidence about this one (:func:`ran_before` covers every task once the other call ran)."""
-    return cp.proposed() and any(d.call_id != call_id and d.channel == channel and d.decision == "approved"
-                                 and d.edits is None for d in cp.decisions)
+    another call on ``channel`` was approved as it was asked, pending or not, and the channel's
+    ledger ``entry`` (if any) carries the content that approval was of: the rejected ``call_id``
+    never runs (the gate runs only a call approved by its own ID, and its reject is its own
+    record), so the channel's entry and effect intent are that other call's, never evidence about
+    this one (:func:`ran_before` covers every task once the other call ran). An entry of other
+    content stays evidence (the table then stops everyone)."""
+    return cp.proposed() and any(
+        d.call_id != call_id and d.channel == channel and d.decision == "approved" and d.edits is None
+        and (entry is None or entry.content_sha256 == d.content_sha256) for d in cp.decisions)
 
 
 def decided_before(cp: "Checkpoint", call_id: str, channel: str) -> bool:
@@ -425,7 +428,7 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
     overdue = cp.expires_at is not None and clock.now() >= clock.parse_iso(cp.expires_at)
     decided = recorded.decision if recorded else None
     other = bool(call_id) and decided != "approved" and (
-        ran_before(cp, call_id, channel) or (decided == "rejected" and approved_since(cp, call_id, channel)))
+        ran_before(cp, call_id, channel) or (decided == "rejected" and approved_since(cp, call_id, channel, entry)))
     # a one-call task is judged exactly as before channels; where the model proposes, a rejected
     # call's part ended when the model got its answer, whatever the task did after it
     several = len(cp.channels) > 1 or other or (cp.proposed() and decided == "rejected")
@@ -538,10 +541,6 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     agent runs no reject); nor does a call rejected, of a task with several (it ran nothing), as an
     executed one does not.
     Reads only."""
-    if cp.status == "completed":  # an effect happened: nothing to end, whatever a rejected call of it says
-        ended_by = f"; {cp.failure}" if cp.failure else ""  # a fail that completed it
-        raise Refused("executed", [f"task {cp.task_id} was already executed (completed{ended_by}); an executed "
-                                   "action is never failed"], task_id=cp.task_id)
     verdicts = []
     undecided: Optional[Refused] = None
     rejected: Optional[Refused] = None
@@ -554,8 +553,8 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
             if exc.code == "undecided" and len(calls) > 1:  # judged below, with the task's other calls
                 undecided = undecided or exc
                 continue
-            if exc.code == "rejected" and len(calls) > 1 and cp.status in OPEN:  # it ran nothing: as executed,
-                rejected = rejected or exc  # it does not stop the task's other calls from ending
+            if exc.code == "rejected" and len(calls) > 1 and cp.status in (*OPEN, "completed"):  # it ran nothing:
+                rejected = rejected or exc  # as executed, it does not stop the other calls (nor name the task's end)
                 continue
             if exc.code != "executed" or cp.status not in OPEN:
                 raise
