@@ -123,7 +123,7 @@ def team_note(store: Any, task_id: str) -> Any:
     from cli.text import NextNote
     from state import clock
     from state.terminal import one_line
-    from workflow.reconcile import end_mark
+    from workflow.reconcile import check, end_mark
     from workflow.team import approvable, needs_token, uncounted
 
     try:
@@ -131,7 +131,7 @@ def team_note(store: Any, task_id: str) -> Any:
         if cp.status == "failed" and _begun(store, cp):
             return NextNote(False, instead="its effect may have happened (the task was ended while it ran): "
                             + hints.command("doctor") + " names who checks it and the settle that ends it")
-        mark = end_mark(store, cp) if cp.status in ("waiting_for_approval", "budget_exceeded") else None
+        mark = end_mark(store, cp)  # only for an open task
         if mark is not None:  # a fail not finished: every decision is refused, the same fail ends it
             first = (" once a person has settled the effect begun (" + hints.command("doctor") + " names the "
                      "settle)") if _begun(store, cp) else ""
@@ -141,8 +141,6 @@ def team_note(store: Any, task_id: str) -> Any:
                             "finishes it" + first)
         token = needs_token(store, cp)
         if cp.status == "waiting_for_approval" and cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):
-            from workflow.reconcile import check
-
             expirable = check(store, cp, "expire").kind == "expire"  # not once a call of it was decided
             return NextNote(token, expired_at=cp.expires_at, expirable=expirable)  # an approve is refused
         if not approvable(store, cp):

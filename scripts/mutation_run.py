@@ -826,8 +826,12 @@ MUTANTS: list[Mutant] = [
       "    if False:\n        return [\"; run it", "tests/test_agent_checks.py"),
     # status of a task whose fail was cut after its mark names the approve that is refused
     m("status-ignores-the-end-mark", "cli/commands.py",
-      "        mark = end_mark(store, cp) if cp.status in (\"waiting_for_approval\", \"budget_exceeded\") else None",
-      "        mark = None", "tests/test_crash_recovery.py"),
+      "        mark = end_mark(store, cp)  # only for an open task", "        mark = None",
+      "tests/test_crash_recovery.py"),
+    # the end mark of a task fail finished (every failed task has one) read as a fail not finished
+    m("end-mark-read-for-an-ended-task", "workflow/reconcile.py",
+      "    if cp.status not in OPEN:\n        return None\n    found = store.rejection_get(cp.task_id, None)",
+      "    found = store.rejection_get(cp.task_id, None)", "tests/test_crash_recovery.py"),
     # fail stopped by a rejected call next to an approval never carried out: the effect is the only way on
     m("fail-stopped-by-a-rejected-call", "workflow/reconcile.py",
       "            if exc.code == \"rejected\" and len(calls) > 1 and cp.status in (*OPEN, \"completed\"):  # it "
@@ -870,7 +874,7 @@ MUTANTS: list[Mutant] = [
       "            expirable = True", "tests/test_several_calls.py"),
     # show of a task whose fail was cut after its mark says nothing of it
     p("show-ignores-the-end-mark", "workflow/observe/receipt.py",
-      "    mark = end_mark(store, cp) if cp.status in OPEN else None  # a fail that did not finish",
+      "    mark = end_mark(store, cp)  # a fail that did not finish",
       "    mark = end_mark(store, cp) if cp.status == \"budget_exceeded\" else None", "tests/test_crash_recovery.py"),
     # status of a task fail ended completed shows the approval it gave up as if carried out
     p("status-given-up-approval-shown-approved", "cli/commands.py",
@@ -888,13 +892,13 @@ MUTANTS: list[Mutant] = [
       "    several = len(cp.channels) > 1 or other", "tests/test_refund_agent.py"),
     # a start cut after its preview effect: the same start refused for good (no way out)
     p("cut-start-entry-refused", "workflow/guards.py",
-      "    return (entry.approval == \"not_needed\" and entry.task_id == task_id and entry.content_sha256 == sha",
-      "    return (entry.approval == \"human\" and entry.task_id == task_id and entry.content_sha256 == sha",
+      "    return (entry.approval == \"not_needed\" and entry.idempotency_key in keys and entry.task_id == task_id",
+      "    return (entry.approval == \"human\" and entry.idempotency_key in keys and entry.task_id == task_id",
       "tests/test_crash_recovery.py"),
     # ... and a start of other content takes the key over
     p("cut-start-other-content-adopted", "workflow/guards.py",
-      "    return (entry.approval == \"not_needed\" and entry.task_id == task_id and entry.content_sha256 == sha",
-      "    return (entry.approval == \"not_needed\" and entry.task_id == task_id",
+      "            and entry.content_sha256 == sha and entry.action == action and sha != PROPOSED)",
+      "            and entry.action == action and sha != PROPOSED)",
       "tests/test_crash_recovery.py"),
     # a start of the key with other channels after a start cut past its preview effect: the key taken over
     p("cut-start-other-channels-take-the-key", "workflow/guards.py",

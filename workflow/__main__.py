@@ -11,10 +11,11 @@ store) or a ``postgresql://`` URL (default: ``$HITL_STORE_URL``, else ``$HITL_ST
 ``.cache``). ``--json`` prints what ``run.py``'s ``--json`` prints for the same store. Nothing is
 written but by ``doctor --repair``, which makes the repairs ``run.py doctor --repair`` makes (only
 provable ones, each reported; ``--adopt`` signs a record a person checked, in team mode with an
-admin's ``HITL_REVIEWER_TOKEN``): they need no application code. The Agents SDK is never imported. ``ledger`` names each
-entry's action; ``doctor``'s next steps name this command line's own commands where they are
-its, and say in words what the application's own command must do otherwise (decide a call, settle
-one, end a task), naming that command where the task recorded it (``Application.command``).
+admin's ``HITL_REVIEWER_TOKEN``): they need no application code. The Agents SDK is never
+imported. ``ledger`` names each entry's action; ``doctor``'s next steps name this command line's
+own commands where they are its, and say in words what the application's own command must do
+otherwise (decide a call, settle one, end a task), naming that command where the task recorded it
+(``Application.command``).
 Exit codes: 0 done, 1 ``STOPPED: …`` (one line: a refusal, or after the output a ``list``
 that left out checkpoints it could not verify, a ``doctor`` that found inconsistencies), 2 a
 usage error. This module is a command line of the library: it owns its words, as ``run.py`` does.
@@ -255,15 +256,13 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
 
         view = build_receipt(store, task_id)
         return view, receipt_text(view, [])
+    from state import clock
     from workflow.observe.views import task_view
-
-    from workflow.reconcile import OPEN, end_mark
+    from workflow.reconcile import end_mark
 
     cp = store.load(task_id)
     view = task_view(store, cp)
-    mark = end_mark(store, cp) if cp.status in OPEN else None  # a fail that did not finish
-    from state import clock
-
+    mark = end_mark(store, cp)  # a fail that did not finish
     expired = cp.expires_at if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at) else None
     return view, "\n".join([task_text(view), *next_lines(args, view, cp.command, mark, expired)])
 

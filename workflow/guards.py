@@ -276,9 +276,10 @@ def existing_task(store: Store, task_id: str, title: str, sha: str,
                                 Next("new_key", plain="; a new effect needs a new key")])
     evidence = store
     several = [f"{task_id}#{c}" for c in channels] if len(channels) > 1 else []
+    mine = several or [task_id]  # the keys this start's effects are written under
     found = [e for e in (evidence.ledger_get(k) for k in [task_id, *several]) if e is not None]
     others = [f"{task_id}#{c}" for c in sorted(_private_of(agent) - set(channels if several else ()))]
-    if any(not cut_start(e, task_id, sha, action) or (several and e.idempotency_key == task_id) for e in found) or any(
+    if any(not cut_start(e, task_id, sha, action, mine) for e in found) or any(
             evidence.ledger_get(k) is not None for k in others):  # another start's, cut by a crash
         raise Refused("executed", [f"key {task_id} is already in the ledger", Next("new_key")])
     scopes = [None, *channels] if len(channels) > 1 else [None]
@@ -297,14 +298,15 @@ def _private_of(agent: Any) -> frozenset[str]:
     return frozenset().union(*(private_channels(t) for t in effect_tools(agent)))
 
 
-def cut_start(entry: Any, task_id: str, sha: str, action: str) -> bool:
+def cut_start(entry: Any, task_id: str, sha: str, action: str, keys: list[str]) -> bool:
     """True if the ledger ``entry`` is what this very ``start`` (``task_id``, content ``sha``,
-    ``action``) writes before its checkpoint: an effect on a channel whose approval rule let it run
-    without a human (``approval`` ``not_needed``, e.g. a private preview), of the same task, content
-    and action. A crash before the checkpoint leaves it with no task; the same start again runs the
-    agent again, the gate finds the entry (no second effect) and the task is saved."""
-    return (entry.approval == "not_needed" and entry.task_id == task_id and entry.content_sha256 == sha
-            and entry.action == action and sha != PROPOSED)
+    ``action``, its effects under ``keys``) writes before its checkpoint: an effect on a channel
+    whose approval rule let it run without a human (``approval`` ``not_needed``, e.g. a private
+    preview), under one of its keys, of the same task, content and action. A crash before the
+    checkpoint leaves it with no task; the same start again runs the agent again, the gate finds
+    the entry (no second effect) and the task is saved."""
+    return (entry.approval == "not_needed" and entry.idempotency_key in keys and entry.task_id == task_id
+            and entry.content_sha256 == sha and entry.action == action and sha != PROPOSED)
 
 
 def first_checkpoint(*, task_id: str, action: str, title: str, sha: str, channels: list[str],

@@ -447,8 +447,12 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
 
 def end_mark(store: "Store", cp: "Checkpoint") -> Any:
     """The end mark ``fail`` made for ``cp``'s task (:func:`workflow.settlement.fail`: a rejection
-    record under the task's own key whose call ID is :data:`state.records.ENDED_CALL`), or None.
-    Raises ``Refused`` if the record is damaged. Reads only."""
+    record under the task's own key whose call ID is :data:`state.records.ENDED_CALL`) while the
+    task is still open (:data:`OPEN`: a ``fail`` that did not finish), or None (no mark, or the task
+    ended: the checkpoint then says so itself, and no record is read). Raises ``Refused`` if the
+    record is damaged. Reads only."""
+    if cp.status not in OPEN:
+        return None
     found = store.rejection_get(cp.task_id, None)
     return found if is_end_mark(found) else None
 
@@ -459,7 +463,7 @@ def ended_unsaved(store: "Store", cp: "Checkpoint", action: Action) -> Optional[
     (``run``), ``expire`` leaves it (``skip``), ``doctor`` finds ``fail_not_finished`` (action
     ``fail``), and an approve or a reject is refused (``failed``): the task was ended, nothing of it
     runs again. None when there is no such mark (the table judges). Raises :class:`Refused`."""
-    mark = end_mark(store, cp) if cp.status in OPEN else None
+    mark = end_mark(store, cp)
     if mark is None:
         return None
     if action == "fail":

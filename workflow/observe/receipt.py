@@ -267,9 +267,9 @@ def build_receipt(store: TaskStore, task_id: str) -> dict[str, Any]:
     entries = [e for e in by_channel.values() if e is not None] if several else [entry] if entry else []
     effects = _effects(store, cp, by_channel if several else {c: entry for c in cp.channels})
     unsettled = _unsettled(store, cp, effects, by_channel if several else {c: entry for c in cp.channels})
-    from workflow.reconcile import OPEN, end_mark
+    from workflow.reconcile import end_mark
 
-    mark = end_mark(store, cp) if cp.status in OPEN else None  # a fail that did not finish
+    mark = end_mark(store, cp)  # a fail that did not finish
     path = trace_log.trace_path(store, task_id)
     try:
         records, bad = trace_log.read(path)

@@ -379,7 +379,7 @@ def _check_calls(store: TaskStore, cp: Checkpoint, path: Path | str, report: Rep
     (:func:`workflow.reconcile.decided_before`) is a task waiting for a human, not a finding."""
     from workflow.reconcile import decided_before, end_mark, gather
 
-    mark = end_mark(store, cp) if cp.status in OPEN else None
+    mark = end_mark(store, cp)
     if mark is not None:
         report.findings.append(_ended_unsaved(store, cp, path, mark))
         return
