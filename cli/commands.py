@@ -117,17 +117,23 @@ def team_note(store: Any, task_id: str) -> Any:
     (:func:`workflow.team.uncounted`: the approve is refused), and, for a task
     ``failed`` while its effect was out (begun, never settled), doctor, which names who checks it,
     and for a waiting task whose ``fail`` was not finished (its end mark:
-    :func:`workflow.reconcile.end_mark`), the same ``fail``. Reads the task's checkpoint, its end
-    mark, the reviewer list and, for a failed task, its effects' intents."""
+    :func:`workflow.reconcile.end_mark`), the same ``fail``; for an open task another application
+    started (``Checkpoint.command`` set), that application's command; for a call whose reject did not finish
+    (:func:`workflow.reconcile.reject_unfinished`), the same reject. Reads the task's checkpoint, its
+    end mark, its calls' rejection records, the reviewer list and, for a failed task, its effects'
+    intents."""
     from cli import hints
-    from cli.text import NextNote
+    from cli.text import TOKEN_NOTE, NextNote
     from state import clock
     from state.terminal import one_line
-    from workflow.reconcile import check, end_mark
+    from workflow.reconcile import check, end_mark, given_up, reject_unfinished
     from workflow.team import approvable, needs_token, uncounted
 
     try:
         cp = store.load(task_id)
+        if cp.command is not None and cp.status in ("waiting_for_approval", "publishing", "in_doubt"):
+            return NextNote(False, instead=f"a task of another application ({one_line(cp.agent.name)}): its own "
+                            f"command decides, settles and ends it: {one_line(cp.command)}")
         if cp.status == "failed" and _begun(store, cp):
             return NextNote(False, instead="its effect may have happened (the task was ended while it ran): "
                             + hints.command("doctor") + " names who checks it and the settle that ends it")
@@ -135,10 +141,20 @@ def team_note(store: Any, task_id: str) -> Any:
         if mark is not None:  # a fail not finished: every decision is refused, the same fail ends it
             first = (" once a person has settled the effect begun (" + hints.command("doctor") + " names the "
                      "settle)") if _begun(store, cp) else ""
-            return NextNote(False, instead=f"the task was ended by {one_line(mark.by)} at {one_line(mark.at)}, but "
+            return NextNote(False, ended=True, instead=f"the task was ended by {one_line(mark.by)} at "
+                            f"{one_line(mark.at)}, but "
                             "its checkpoint does not say so (a crash while it was ended, or an older copy put "
                             "back): " + hints.command("fail", "--task", task_id) + " --by NAME --reason TEXT "
                             "finishes it" + first)
+        rejected = reject_unfinished(store, cp)
+        if rejected is not None:  # an approve is refused: the same reject finishes it
+            call = ["--call", rejected.call_id] if len(cp.pending) > 1 else []
+            note = TOKEN_NOTE if needs_token(store, cp) else ""
+            return NextNote(False, instead=f"call {one_line(rejected.call_id)} was rejected by "
+                            f"{one_line(rejected.by)} at {one_line(rejected.at)}, but the checkpoint does not "
+                            "say so (a crash after the rejection record, or an older copy put back): " + hints.command(
+                                "resume", "--task", task_id, *call, "--decision", "reject") + " finishes it; an "
+                            "approve is refused" + note)
         token = needs_token(store, cp)
         if cp.status == "waiting_for_approval" and cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at):
             expirable = check(store, cp, "expire").kind == "expire"  # not once a call of it was decided
@@ -146,27 +162,10 @@ def team_note(store: Any, task_id: str) -> Any:
         if not approvable(store, cp):
             return NextNote(token, reject_only=True)
         why = uncounted(store, cp)
-        gave_up = _given_up(store, cp)
+        gave_up = given_up(store, cp)
     except Refused:  # a list or record that cannot be read: as needs_token, failing closed
         return NextNote(True)
     return NextNote(token, instead=None if why is None else why.render(hints.hint), given_up=gave_up)
-
-
-def _given_up(store: Any, cp: Any) -> tuple[str, ...]:
-    """The call IDs of a task of several calls that ``fail`` ended (``failure`` set) whose approval
-    it gave up: approved, never carried out (no ledger entry, no effect begun), judged ``failed``
-    by :func:`workflow.reconcile.gather`. Empty for any other task. Reads the ledger and intents."""
-    from workflow.reconcile import gather
-
-    if cp.failure is None or cp.status not in ("completed", "failed") or len(cp.decisions) < 2:
-        return ()
-    found = []
-    for d in cp.decisions:
-        if d.decision == "approved":
-            ev = gather(store, cp, d.call_id)[0]
-            if ev.status == "failed" and not ev.entry and ev.begun is None:
-                found.append(d.call_id)
-    return tuple(found)
 
 
 def _begun(store: Any, cp: Any) -> bool:

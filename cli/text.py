@@ -49,7 +49,8 @@ class NextNote:
     worded and escaped), where the one it would name is refused; ``expired_at``, when the request
     of a waiting task expired (it may be rejected, never approved), and ``expirable``, whether
     ``expire`` then marks it expired (not where a call of it was decided: ``expire`` skips it);
-    ``given_up``, the calls of an ended task whose approval ``fail`` gave up (never carried out)."""
+    ``given_up``, the calls of an ended task whose approval ``fail`` gave up (never carried out);
+    ``ended``, a ``fail`` made the task's end mark and did not finish (nothing of it runs again)."""
 
     token: bool
     reject_only: bool = False
@@ -57,6 +58,7 @@ class NextNote:
     expired_at: str | None = None
     expirable: bool = True
     given_up: tuple[str, ...] = ()
+    ended: bool = False
 
     def __bool__(self) -> bool:
         return self.token
@@ -125,7 +127,7 @@ def task_text(task: dict[str, Any], *, team: bool | NextNote = False) -> str:
     if task.get("failure"):
         lines.append(f"  failed: {one_line(task['failure'])}")
     lines.append(f"  checkpoint: {one_line(task['checkpoint_path'])}")
-    lines.extend(effect_lines(task))
+    lines.extend(effect_lines(task, ended=getattr(team, "ended", False)))
     note = TOKEN_NOTE if team else ""
     instead = getattr(team, "instead", None)
     if instead is not None:
@@ -181,8 +183,10 @@ def approver(a: dict[str, Any]) -> str:
     return f"{one_line(a['by'])} at {one_line(a['at'])}" + ("" if a.get("counted", True) else " (not counted)")
 
 
-def effect_lines(task: dict[str, Any]) -> list[str]:
-    """One line per effect that went through a service (``task["effects"]``): where it stands."""
+def effect_lines(task: dict[str, Any], ended: bool = False) -> list[str]:
+    """One line per effect that went through a service (``task["effects"]``): where it stands. An
+    attempt found not done of a waiting task is sent again by the next resume, unless ``ended``: a
+    ``fail`` made the task's end mark and did not finish, so nothing more is sent."""
     out = []
     for e in task.get("effects", []):
         where = f"{one_line(e['channel'])} through {one_line(e['service'])}"
@@ -193,8 +197,9 @@ def effect_lines(task: dict[str, Any]) -> list[str]:
         elif e["state"] == "publishing" and e.get("not_sent"):
             n = e["not_sent"]
             why = "nothing reached the service" if n["source"] == "not_sent" else f"settled by {one_line(n['by'])}"
-            out.append(f"  effect on {where}: publishing (attempt {e['attempt']} not published: {why}; the next "
-                       f"resume sends it as attempt {e['attempt'] + 1}, with a new key)")
+            then = ("the task was ended: nothing more is sent" if ended else
+                    f"the next resume sends it as attempt {e['attempt'] + 1}, with a new key")
+            out.append(f"  effect on {where}: publishing (attempt {e['attempt']} not published: {why}; {then})")
         elif e["state"] == "publishing":
             out.append(f"  effect on {where}: publishing (attempt {e['attempt']} since {one_line(e['since'])}, "
                        f"not confirmed; Idempotency-Key {one_line(e['request_key'])})")

@@ -42,8 +42,8 @@ def forget(task_id: str, what: str) -> None:
 
 
 #: Refusal codes after which running the same command again is not the way on (a person must
-#: look first): the summary then only says what was done.
-NOT_BY_REPEATING = frozenset({"in_doubt", "effect_conflict", "not_allowed"})
+#: look first, or another process ended the task: ``failed``): the summary then only says what was done.
+NOT_BY_REPEATING = frozenset({"in_doubt", "effect_conflict", "not_allowed", "failed"})
 
 
 def summary(hint: Callable[[Next], str] = lambda step: "", code: str | None = None) -> str | None:

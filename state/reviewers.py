@@ -462,6 +462,20 @@ def check_new_name(name: str, registered: list[str]) -> None:
                       "already (names are compared without case): choose another; nothing written")
 
 
+def _never_had_a_team(store: "TaskStore") -> None:
+    """Before a first reviewer is registered without a token: raise :class:`Refused` (``integrity``)
+    if ``store`` has a policy or a task started in team mode. Its last admin is never removed, so
+    its reviewer list was deleted or lost, and whoever did that must not register a team of their
+    own. Reads the policy and every checkpoint (once per store: only while no reviewer is listed)."""
+    found = ("a policy" if store.policy_get() is not None else
+             next((f"task {cp.task_id!r}, started in team mode" for cp in store.scan()[0] if cp.team is not None),
+                  None))
+    if found is not None:
+        raise Refused("integrity", f"the reviewer list is missing, but this store has {found}: a list never "
+                      "goes back to empty (its last admin is never removed), so it was deleted or lost; a "
+                      "human must restore the reviewer list from a backup; nothing written")
+
+
 def administer(store: "TaskStore", action: str, name: str, *, token: Optional[str], at: str,
                roles: Optional[list[str]] = None) -> dict[str, Any]:
     """Change the reviewer list of ``store``: ``action`` ``add`` (``name`` with ``roles``),
@@ -490,6 +504,8 @@ def administer(store: "TaskStore", action: str, name: str, *, token: Optional[st
             raise Refused("not_allowed", [f"the first reviewer registered must have the role {ADMIN}",
                                           Next("reviewers_add_admin"), ": from then on every change to the "
                                           "reviewer list needs an admin's token; nothing written"])
+        if not current.reviewers:
+            _never_had_a_team(store)
         token_id, new_secret = new_token()
         added = record(name, roles, new_secret, token_id, at)
         new = _next(current, [*current.reviewers, added], [], admin.name if admin else None, at)

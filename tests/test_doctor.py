@@ -615,7 +615,8 @@ def test_a_call_given_up_in_a_task_of_several_calls_is_ended_by_the_fail_doctor_
                   for c in ("blog", "news"))
     undecided = cli("fail", "--task", "two-2", "--by", "ann", "--reason", "x")
     undecided.assert_stopped()
-    hinted = undecided.err.split("a reject ends it (cancelled) (")[1].split(")")[0]
+    hinted = undecided.err.split("a reject of each of them ends it (cancelled), starting with call ")[1].split(
+        " (")[1].split(")")[0]
     assert hinted.startswith("python run.py resume --task two-2 --call call_"), undecided.err
     crashed = run_subprocess(state_dir, "resume", "--task", "two-2", "--call", blog, "--decision", "approve",
                              "--by", "ann", env={"HITL_FAILPOINT": "ledger:record:before"})

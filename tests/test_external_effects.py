@@ -410,6 +410,29 @@ def test_settled_as_not_published_goes_back_to_publishing_and_the_next_resume_se
     assert [i["attempt"] for i in intents(state_dir)] == [1, 2]
 
 
+def test_an_attempt_settled_not_published_of_an_ended_task_is_never_said_to_be_sent_again(service, state_dir,
+                                                                                          tmp_path):
+    """After a person's ``not-published``, the next resume would send a new attempt; once a ``fail``
+    has ended the task (or made its end mark and was cut by a crash), ``status`` says nothing more
+    is sent, never that the next resume sends it."""
+    svc = service(dedup=False)
+    start(state_dir, svc.url, idempotency="none")
+    crash(state_dir, svc.url, "effect:request:before", tmp_path / "fp.log", idempotency="none", **SHORT_WINDOW)
+    time.sleep(0.3)  # past the attempt's window
+    assert cli(state_dir, svc.url, "settle", "--task", KEY, "--outcome", "not-published", "--by", "bea",
+               idempotency="none").code == 0
+    fail = ["fail", "--task", KEY, "--by", "bob", "--reason", "gone"]
+    assert cli(state_dir, svc.url, *fail, idempotency="none", HITL_FAILPOINT="checkpoint:outcome:before").code == 86
+    for ended in (False, True):
+        if ended:
+            assert cli(state_dir, svc.url, *fail, "--json", idempotency="none").json()["status"] == "failed"
+        text = cli(state_dir, svc.url, "status", "--task", KEY, idempotency="none").out
+        assert ("not published (attempt 1 found not done; the task ended)" if ended else "attempt 1 not published: "
+                "settled by bea; the task was ended: nothing more is sent") in text, text
+        assert "the next resume sends it" not in text, text
+    assert svc.posts() == 0 and ledger_entries(state_dir) == []
+
+
 @pytest.mark.parametrize("dedup", [True, False])
 def test_settle_is_refused_where_nothing_was_begun_and_changes_nothing(service, state_dir, tmp_path, dedup):
     """The process killed before the intent: nothing was begun, so there is nothing to settle (the

@@ -416,7 +416,7 @@ def test_an_approval_gone_from_disk_before_the_effect_stops_it(state_dir, monkey
 
 @pytest.mark.parametrize("point, code, says", [
     ("checkpoint:decision:after", "failed", "ended failed while this approval ran"),
-    ("effect:intent:before", "stale_revision", "another process ended the task failed while this command checked")])
+    ("effect:intent:before", "failed", "another process ended the task failed while this command checked")])
 def test_a_task_failed_by_another_process_while_an_approval_runs_gets_no_effect(state_dir, monkeypatch, point,
                                                                                  code, says):
     """A lock file deleted under an approval paused after its decision was written, or after the

@@ -397,6 +397,57 @@ def test_the_settle_and_fail_doctor_names_are_the_examples_own_commands(project)
     assert run(other, "fail", "--key", "r-1", "--by", "bob", "--reason", "x").stderr.startswith("STOPPED: ")
 
 
+def test_a_rejected_call_is_never_settled_in_place_of_the_capped_call_whose_effect_was_cut(project):
+    """A reject with a cap, then the capped call's approve cut after its effect's intent: both calls
+    share the channel's ledger key. Settling the rejected call (done or not done) is refused before
+    anything is written; it never records the capped call's effect as made, nor its attempt as not
+    done. The capped call's own settle then leads to one refund of the capped amount."""
+    from conftest import snapshot
+
+    ok(run(project, *START))
+    ok(run(project, *CAPPED))
+    assert run(project, *SECOND, env={"HITL_FAILPOINT": "effect:intent:after"}).returncode == 86
+    state = project / "state-dir"
+    for outcome in ("done", "not-done"):
+        before = snapshot(state)
+        line = stopped(run(project, "settle", "--key", "r-1", "--call", call_of(PROPOSED), "--outcome", outcome,
+                           "--by", "carol", "--reason", "looked"))
+        assert f"call {call_of(PROPOSED)} of task r-1 is not in doubt" in line, line
+        assert snapshot(state) == before and refunds(project) == []
+    capped = call_of({**PROPOSED, "amount_cents": 1500})
+    ok(run(project, "settle", "--key", "r-1", "--call", capped, "--outcome", "not-done", "--by", "carol", "--json"))
+    assert ok(run(project, *SECOND))["status"] == "completed"
+    assert [r["amount_cents"] for r in refunds(project)] == [1500]
+
+
+def test_arguments_the_tool_refuses_name_the_fail_that_ends_the_task(project):
+    """The model proposes a refund of 0.00, which the tool's schema refuses once approved: the same
+    decision fails the same way each time, so the refusal names ``fail`` beside it, and ``fail``
+    ends the task with no refund."""
+    task = ok(run(project, "start", "--key", "r-0", "--request", "order 1: refund 0.00, free", "--json"))
+    approve = ["decide", "--key", "r-0", "--decision", "approve", "--by", "alice", "--call",
+               task["pending"][0]["call_id"]]
+    for _ in range(2):
+        line = stopped(run(project, *approve))
+        assert "the same decision again finishes it unless the same error comes back, as it does for arguments " \
+               "the tool refuses: then end the task" in line, line
+    assert ok(run(project, "fail", "--key", "r-0", "--by", "bob", "--reason", "refund of nothing", "--json"))[
+        "status"] == "failed"
+    assert refunds(project) == []
+
+
+def test_the_publishers_status_of_a_refund_task_names_the_refund_agents_command(project):
+    """``run.py status`` reads any store; for a task the refund agent started, whose decisions the
+    publisher's commands refuse (another agent), its next step is the refund agent's own command."""
+    from conftest import run_subprocess
+
+    ok(run(project, *START))
+    shown = run_subprocess(project / "state-dir", "status", "--task", "r-1")
+    assert shown.code == 0, shown.err
+    assert shown.out.splitlines()[-1] == ("  next: a task of another application (Refunds): its own command decides, "
+                                          "settles and ends it: python examples/refund_agent.py"), shown.out
+
+
 #: ``python -m workflow doctor --json`` in the project, with the library alone.
 WORKFLOW_DOCTOR = ("import runpy, sys; sys.argv = ['workflow', 'doctor', '--json']; "
                    "runpy.run_module('workflow', run_name='__main__', alter_sys=True)")

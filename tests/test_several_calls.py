@@ -144,10 +144,43 @@ def test_expire_leaves_a_task_alone_unless_every_call_of_it_may_expire(cli, stat
     assert shown.startswith("  next: python run.py resume --task mc-1 --decision reject") and shown.endswith(
         ": it can only be rejected)"), shown
     assert "ago, EXPIRED (reject only)  publish_draft(" in cli("list").out
+    repeated = cli("resume", "--task", KEY, "--call", _call(task, "blog"), "--decision", "approve")
+    assert repeated.code == 0 and repeated.out.splitlines()[-1] == shown, repeated.out  # its next: as status's
     late = cli("resume", "--task", KEY, "--call", _call(task, "news"), "--decision", "approve")
     assert late.code == 1 and "it can only be rejected" in late.err and "marked expired" not in late.err, late.err
     done = _decide(cli, _call(task, "news"), "reject")
     assert done["status"] == "completed" and _keys(state_dir) == [f"{KEY}#blog"]
+
+
+def test_fail_of_a_task_whose_calls_all_wait_names_a_reject_of_each(cli, state_dir):
+    """Nothing decided yet: ``fail`` is refused (a reject is the way to end it), and its message says
+    that each call needs its reject, never that one reject ends the task."""
+    task = _start(cli, "blog", "news")
+    before = snapshot(state_dir)
+    r = cli("fail", "--task", KEY, "--by", "cy", "--reason", "stop")
+    assert r.code == 1 and snapshot(state_dir) == before
+    assert f"task {KEY}: 2 calls wait for a decision; a reject of each of them ends it (cancelled), starting with " \
+           f"call {_call(task, 'blog')} (python run.py resume --task {KEY} --call {_call(task, 'blog')} --decision " \
+           "reject)" in r.err, r.err
+    assert _decide(cli, _call(task, "blog"), "reject")["status"] == "waiting_for_approval"
+    assert _decide(cli, _call(task, "news"), "reject")["status"] == "cancelled" and _keys(state_dir) == []
+
+
+def test_a_call_never_decided_of_a_task_fail_ended_completed_is_refused_as_ended(cli, state_dir):
+    """One call's effect landed (a crash before its checkpoint), the other never decided; ``fail``
+    ends the task ``completed`` (the entry stands). An approve of the undecided call is refused
+    as ended by the fail (nothing of it ran, nothing will), never as a contradiction for a human:
+    doctor finds the task consistent."""
+    task = _start(cli, "blog", "news")
+    cut = run_subprocess(state_dir, "resume", "--task", KEY, "--call", _call(task, "blog"), "--decision", "approve",
+                         env={"HITL_FAILPOINT": "ledger:record:after"})
+    assert cut.code == 86, cut.err
+    assert cli("fail", "--task", KEY, "--by", "bob", "--reason", "give up", "--json").json()["status"] == "completed"
+    before = snapshot(state_dir)
+    late = cli("resume", "--task", KEY, "--call", _call(task, "news"), "--decision", "approve")
+    assert late.code == 1 and "nothing was done, and nothing will be" in late.err, late.err
+    assert "a human must check" not in late.err and snapshot(state_dir) == before
+    assert cli("doctor", "--json").json()["consistent"] and _keys(state_dir) == [f"{KEY}#blog"]
 
 
 def test_sticky_approve_decides_the_rest_and_an_explicit_reject_stands(cli, state_dir):

@@ -377,6 +377,33 @@ def test_a_policy_that_needs_reviewers_is_refused_once_they_are_all_gone(cli, st
     assert snapshot(state_dir) == before
 
 
+@pytest.mark.parametrize("evidence", ["a policy", "a task started in team mode"])
+def test_a_reviewer_list_deleted_by_hand_cannot_be_registered_anew_without_a_token(cli, state_dir, tmp_path,
+                                                                                 monkeypatch, team_admin, evidence):
+    """The last admin is never removed, so an empty reviewer list in a store that has a policy, or
+    a task started in team mode, was deleted or lost. Registering a first reviewer without a token
+    would let whoever deleted it make a quorum of their own: refused, nothing written; a store that
+    never had a team still registers its first admin without a token."""
+    import shutil
+
+    alice = team_admin.add("alice", "editor")
+    _set_policy(cli, monkeypatch, team_admin.token, POLICY, tmp_path)
+    if evidence != "a policy":  # the task stays; every policy version is deleted too
+        _start(cli, monkeypatch, alice)
+        shutil.rmtree(state_dir / "policies")
+    _as(monkeypatch, None)
+    shutil.rmtree(state_dir / "reviewers")
+    before = snapshot(state_dir)
+    r = cli("reviewers", "add", "eve", "--role", "admin", "--role", "editor")
+    assert r.code == 1 and r.err.startswith("STOPPED: the reviewer list is missing, but this store has "), r.err
+    assert "restore the reviewer list from a backup; nothing written" in r.err, r.err
+    assert snapshot(state_dir) == before
+    fresh = tmp_path / "fresh"
+    from tests.conftest import run_in_process
+
+    assert run_in_process(fresh, "reviewers", "add", "eve", "--role", "admin").code == 0
+
+
 def test_single_user_mode_stays_without_reviewers(cli, state_dir):
     assert cli("start", "--key", "t1", "--draft", "A draft.").code == 0
     r = cli("resume", "--task", "t1", "--decision", "approve", "--by", "anyone", "--json")

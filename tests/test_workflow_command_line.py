@@ -294,8 +294,77 @@ def test_status_of_a_task_whose_fail_did_not_finish_names_the_fail_not_a_refused
     assert shown.returncode == 0, shown.stderr
     last = shown.stdout.splitlines()[-1]
     assert last.startswith("  next: the task was ended by bob at ") and last.endswith(
-        "no decision runs; end task f-1 as failed again, by a person, with a reason (workflow.fail), and it is "
+        "no decision runs; end task f-1 again, by a person, with a reason (workflow.fail), and it is "
         "finished"), last
+
+
+def test_a_task_a_fail_ended_unfinished_is_listed_as_ended_and_its_given_up_call_is_named(cli, state_dir, tmp_path):
+    """Two calls: one executed, the other approved and cut before its effect; a ``fail`` cut after
+    its end mark. ``list`` (both command lines) says who ended the task, never "expires in";
+    ``status`` names the same fail without "as failed" (that fail ends the task ``completed``: a
+    call ran); once it has, the library's ``status`` names the approval the fail gave up."""
+    from conftest import run_subprocess
+
+    started = cli("start", "--key", "g-1", "--draft", "d", "--channel", "a", "--channel", "b", "--json").json()
+    first, second = (p["call_id"] for p in started["pending"])
+    assert cli("resume", "--task", "g-1", "--call", first, "--decision", "approve").code == 0
+    assert run_subprocess(state_dir, "resume", "--task", "g-1", "--call", second, "--decision", "approve",
+                          env={"HITL_FAILPOINT": "effect:intent:before"}).code == 86
+    assert run_subprocess(state_dir, "fail", "--task", "g-1", "--by", "bob", "--reason", "stop",
+                          env={"HITL_FAILPOINT": "checkpoint:outcome:before"}).code == 86
+    for listed in (workflow_cli(state_dir, "list", cwd=tmp_path).stdout, cli("list").out):
+        (line,) = [x for x in listed.splitlines() if " g-1 " in x]
+        assert "ENDED by bob, not finished (the same fail finishes it)" in line and "expires" not in line, line
+    assert workflow_cli(state_dir, "list", "--json", cwd=tmp_path).stdout.count('"ended": {"by": "bob"') == 1
+    shown = workflow_cli(state_dir, "status", "--task", "g-1", cwd=tmp_path).stdout
+    assert "end task g-1 again, by a person" in shown and "as failed" not in shown, shown
+    assert cli("fail", "--task", "g-1", "--by", "bob", "--reason", "stop", "--json").json()["status"] == "completed"
+    lines = workflow_cli(state_dir, "status", "--task", "g-1", cwd=tmp_path).stdout.splitlines()
+    assert [x for x in lines if x.endswith(", given up by the fail: never carried out")] == [
+        x for x in lines if f"({second})" in x], lines
+    assert not [x for x in lines if f"({first})" in x and "given up" in x], lines
+
+
+def test_a_reject_cut_after_its_record_is_named_by_status_and_by_the_refusals(cli, state_dir, tmp_path):
+    """A crash between the rejection record and the checkpoint: the call waits with no decision on
+    record, and an approve (or a ``fail``) is refused. Both ``status`` commands name the same reject,
+    never "approve or reject"; the refusals name it too; and that reject finishes the task."""
+    from conftest import run_subprocess
+
+    assert cli("start", "--key", "j-1", "--draft", "d", "--json").code == 0
+    assert run_subprocess(state_dir, "resume", "--task", "j-1", "--decision", "reject", "--reason", "no",
+                          env={"HITL_FAILPOINT": "rejection:record:after"}).code == 86
+    mine = workflow_cli(state_dir, "status", "--task", "j-1", cwd=tmp_path).stdout.splitlines()[-1]
+    assert ": reject (it was rejected by " in mine and "the same reject finishes it; an approve is refused" in mine
+    theirs = cli("status", "--task", "j-1").out.splitlines()[-1]
+    assert theirs.endswith("python run.py resume --task j-1 --decision reject finishes it; an approve is "
+                           "refused"), theirs
+    for args in (["resume", "--task", "j-1", "--decision", "approve"], ["fail", "--task", "j-1", "--by", "b",
+                                                                        "--reason", "x"]):
+        before = snapshot(state_dir)
+        r = cli(*args)
+        assert r.code == 1 and r.err.rstrip().endswith(
+            "the checkpoint does not say so yet: the same reject finishes it (python run.py resume --task j-1 "
+            "--decision reject)"), r.err
+        assert snapshot(state_dir) == before
+    assert cli("resume", "--task", "j-1", "--decision", "reject", "--json").json()["status"] == "cancelled"
+    assert "next: python run.py resume" not in cli("status", "--task", "j-1").out
+    # cut after the checkpoint recorded the reject: the checkpoint says so, the decision on record is named
+    assert cli("start", "--key", "j-2", "--draft", "d", "--json").code == 0
+    assert run_subprocess(state_dir, "resume", "--task", "j-2", "--decision", "reject", "--reason", "no",
+                          env={"HITL_FAILPOINT": "checkpoint:decision:after"}).code == 86
+    theirs = cli("status", "--task", "j-2").out.splitlines()[-1]
+    assert theirs.startswith("  next: python run.py resume --task j-2 --decision reject (it finishes the decision "
+                             "on record"), theirs
+    mine = workflow_cli(state_dir, "status", "--task", "j-2", cwd=tmp_path).stdout.splitlines()[-1]
+    assert mine.startswith("  next: a decision on record did not finish"), mine
+    # another reviewer's reject with another reason would be dropped without a word: refused
+    before = snapshot(state_dir)
+    other = cli("resume", "--task", "j-2", "--decision", "reject", "--reason", "too long", "--by", "carol")
+    assert other.code == 1 and "with the reason 'no'; another reason cannot replace it" in other.err, other.err
+    assert snapshot(state_dir) == before
+    done = cli("resume", "--task", "j-2", "--decision", "reject", "--by", "carol", "--json").json()
+    assert done["status"] == "cancelled" and done["decision"]["reason"] == "no", done
 
 
 def test_status_of_an_expired_request_names_only_the_reject(cli, state_dir, tmp_path, monkeypatch):

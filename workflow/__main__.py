@@ -132,9 +132,11 @@ def hint(args: argparse.Namespace, step: Next,
     return step.plain
 
 
-def task_text(view: dict[str, Any]) -> str:
+def task_text(view: dict[str, Any], given_up: tuple[str, ...] = ()) -> str:
     """One task's lines: its status and revision, each call waiting (its arguments as JSON), each
-    decision and the final output; every value from the store escaped onto its line."""
+    decision (``given_up``: the calls whose approval a ``fail`` gave up, never carried out:
+    :func:`workflow.reconcile.given_up`) and the final output; every value from the store escaped
+    onto its line."""
     lines = [f"task {one_line(view['task_id'])}: {view['status']} (revision {view['revision']}, "
              f"channels {one_line(', '.join(view['channels']))})"]
     for p in view["pending"]:
@@ -142,8 +144,9 @@ def task_text(view: dict[str, Any]) -> str:
                      f"{one_line(json.dumps(p['arguments'], ensure_ascii=False))}")
     for d in view["decisions"]:
         reason = f", reason {one_line(repr(d['reason']))}" if d.get("reason") else ""
+        gave_up = ", given up by the fail: never carried out" if d["call_id"] in given_up else ""
         lines.append(f"  decided: {one_line(d['channel'])} ({one_line(d['call_id'])}): {d['decision']} by "
-                     f"{one_line(d['by'])} at {one_line(d['at'])}{reason}")
+                     f"{one_line(d['by'])} at {one_line(d['at'])}{reason}{gave_up}")
     if view.get("failure"):
         lines.append(f"  failure: {one_line(view['failure'])}")
     if view["final_output"] is not None:
@@ -152,14 +155,15 @@ def task_text(view: dict[str, Any]) -> str:
 
 
 def next_lines(args: argparse.Namespace, view: dict[str, Any], given: Optional[str], mark: Any = None,
-               expired_at: Optional[str] = None) -> list[str]:
+               expired_at: Optional[str] = None, rejected: Any = None) -> list[str]:
     """``status``'s next steps for a waiting task (text only: ``--json`` is ``run.py``'s): each call
     nobody decided is decided with the application's own command (``given``: the task's
     ``Checkpoint.command``, escaped onto one line, or None), and a decision on record whose run did
     not finish (a crash) is explained by ``doctor``. ``mark``: the end mark of a ``fail`` that did
     not finish (:func:`workflow.reconcile.end_mark`): every decision is refused, the same fail
     finishes it. ``expired_at``: the request's deadline, when it has passed (a call may then only
-    be rejected)."""
+    be rejected). ``rejected``: the rejection record of a call whose reject did not finish
+    (:func:`workflow.reconcile.reject_unfinished`): the same reject finishes it."""
     from workflow.review.inbox import decided_pending
 
     if view["status"] not in ("waiting_for_approval", "budget_exceeded"):
@@ -168,13 +172,17 @@ def next_lines(args: argparse.Namespace, view: dict[str, Any], given: Optional[s
         how = "workflow.fail" if given is None else f"with the application's own command: {one_line(given)}"
         return [f"  next: the task was ended by {one_line(mark.by)} at {one_line(mark.at)}, but its checkpoint does "
                 f"not say so (a crash while it was ended, or an older copy put back): no decision runs; end task "
-                f"{one_line(view['task_id'])} as failed again, by a person, with a reason ({how}), and it is finished"]
+                f"{one_line(view['task_id'])} again, by a person, with a reason ({how}), and it is finished"]
     if view["status"] != "waiting_for_approval":
         return []
     how = "the application's decide" if given is None else f"with the application's own command: {one_line(given)}"
     decided = decided_pending(view)
     words = ("reject (the request expired at " + one_line(expired_at) + ": an approve is refused)"
              if expired_at is not None else "approve or reject")
+    if rejected is not None:  # an approve is refused: the same reject finishes it
+        return [f"  next: decide call {one_line(rejected.call_id)} of task {one_line(view['task_id'])}: reject (it "
+                f"was rejected by {one_line(rejected.by)} at {one_line(rejected.at)}, but the checkpoint does not say "
+                f"so: the same reject finishes it; an approve is refused) ({how})"]
     lines = [f"  next: decide call {one_line(p['call_id'])} of task {one_line(view['task_id'])}: {words} ({how})"
              for p in view["pending"] if p["call_id"] not in decided]
     if decided:
@@ -258,13 +266,15 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
         return view, receipt_text(view, [])
     from state import clock
     from workflow.observe.views import task_view
-    from workflow.reconcile import end_mark
+    from workflow.reconcile import end_mark, given_up, reject_unfinished
 
     cp = store.load(task_id)
     view = task_view(store, cp)
     mark = end_mark(store, cp)  # a fail that did not finish
     expired = cp.expires_at if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at) else None
-    return view, "\n".join([task_text(view), *next_lines(args, view, cp.command, mark, expired)])
+    text = task_text(view, given_up(store, cp))
+    rejected = reject_unfinished(store, cp)
+    return view, "\n".join([text, *next_lines(args, view, cp.command, mark, expired, rejected)])
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -546,8 +546,8 @@ class _Call:
         e, store, key = self.effect, self.store, self.effect.idempotency_key
         latest = _checkpoint(store, {"task_id": e.task_id})
         try:
-            if latest is not None and latest.status in _ENDED:
-                raise Refused("stale_revision", [
+            if latest is not None and latest.status in _ENDED:  # by fail: repeating this command is no way on
+                raise Refused("failed" if latest.status == "failed" else "stale_revision", [
                     f"{e.action} for task {e.task_id}: another process ended the task {latest.status} while this "
                     f"command checked the call (revision {latest.revision}); nothing was {self.done}",
                     Next("shows_status", e.task_id)], task_id=e.task_id)

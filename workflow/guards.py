@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from typing import Any, Iterator, Optional
 
-from agents import MaxTurnsExceeded, ToolApprovalItem
+from agents import MaxTurnsExceeded, ModelBehaviorError, ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
 
 from workflow.budget import BudgetExceeded
@@ -677,8 +677,9 @@ def _find(exc: BaseException, types: tuple[type[BaseException], ...]) -> BaseExc
     return None
 
 
-def run_failure(exc: BaseException, task_id: str, saved: str) -> Refused:
-    """The one-line :class:`Refused` for a failed ``Runner.run``: ours, the budget, or the provider."""
+def run_failure(exc: BaseException, task_id: str, saved: str, then: Optional[list[Part]] = None) -> Refused:
+    """The one-line :class:`Refused` for a failed ``Runner.run``: ours, the budget, or the provider;
+    ``saved`` says what stays recorded, ``then`` (parts: text and next steps) follows it."""
     stopped = _find(exc, (Refused,))
     if isinstance(stopped, Refused):
         return stopped
@@ -688,7 +689,7 @@ def run_failure(exc: BaseException, task_id: str, saved: str) -> Refused:
     cause = provider_error(exc, secret=settings().api_key)
     if cause is None:
         cause = f"the run failed ({type(exc).__name__}: {exc})"
-    return Refused("model", f"task {task_id}: {cause}; {saved}")
+    return Refused("model", [f"task {task_id}: {cause}; {saved}", *(then or [])])
 
 
 def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision: str, *,
@@ -708,6 +709,10 @@ def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision:
     repaired = completed_after_fail(store, cp.task_id)  # the model failed after a call that ran
     if repaired is not None:
         raise repaired from None
+    if _find(exc, (ModelBehaviorError,)) is not None:  # e.g. the call's own arguments refused by its tool
+        raise run_failure(exc, cp.task_id, "the decision is recorded; the same decision again finishes it unless "
+                          "the same error comes back, as it does for arguments the tool refuses: then end the "
+                          "task", [Next("fail_again", cp.task_id)])
     raise run_failure(exc, cp.task_id, "the decision is recorded; the same decision again finishes it")
 
 

@@ -436,9 +436,9 @@ def gather(store: "Store", cp: "Checkpoint", call_id: Optional[str] = None) -> t
               else cp.status)
     if decided is not None and answered(cp, call_id):  # its part of the run is over
         status = "completed" if decided == "approved" else "cancelled"
-    if (status == "completed" and decided == "approved" and entry is None and cp.failure is not None
-            and any(h.event == "failed" for h in cp.history)):  # fail gave this approval up, another call ran
-        status = "failed"
+    if (status == "completed" and decided in ("approved", None) and (entry is None or other) and cp.failure
+            is not None and any(h.event == "failed" for h in cp.history)):  # fail gave this call up (approved
+        status = "failed"  # or never decided) while another call ran: this one ran nothing, and never will
     ev = Evidence(status=status, decided=decided, entry=entry is not None and not other,
                   rejection=rejected is not None, overdue=overdue,
                   begun=None if other else begun_of(store, cp, key, entry))  # another call's effect
@@ -455,6 +455,44 @@ def end_mark(store: "Store", cp: "Checkpoint") -> Any:
         return None
     found = store.rejection_get(cp.task_id, None)
     return found if is_end_mark(found) else None
+
+
+def _reject_unsaved(cp: "Checkpoint", rejected: "RejectionRecord", call_id: Optional[str]) -> bool:
+    """True if ``rejected`` is ``call_id``'s own rejection record and the open ``cp`` still waits at
+    that call with no decision: a crash after the record, or an older copy put back."""
+    return (rejected.call_id == call_id and cp.status in OPEN and decision_of(cp, call_id) is None
+            and any(p.call_id == call_id for p in cp.pending))
+
+
+def reject_unfinished(store: "Store", cp: "Checkpoint") -> Optional["RejectionRecord"]:
+    """The rejection record of the first call ``cp`` still waits at with no decision on record
+    although its rejection record exists (a reject cut by a crash after that record, or an older
+    checkpoint put back): an approve of it is refused, the same reject finishes it. None if there
+    is none (nothing is read for an ended task). Reads the ledger and rejection records; raises
+    ``Refused`` as :func:`gather`."""
+    if cp.status not in OPEN:
+        return None
+    for p in cp.pending:
+        rejected = gather(store, cp, p.call_id)[2]
+        if rejected is not None and _reject_unsaved(cp, rejected, p.call_id):
+            return rejected
+    return None
+
+
+def given_up(store: "Store", cp: "Checkpoint") -> tuple[str, ...]:
+    """The call IDs of a task of several calls that ``fail`` ended (``failure`` set) whose approval
+    it gave up: approved, never carried out (no ledger entry, no effect begun), judged ``failed``
+    by :func:`gather`. Empty for any other task (nothing is read). Reads the ledger and intents;
+    raises ``Refused`` if a record is damaged."""
+    if cp.failure is None or cp.status not in ("completed", "failed") or len(cp.decisions) < 2:
+        return ()
+    found = []
+    for d in cp.decisions:
+        if d.decision == "approved":
+            ev = gather(store, cp, d.call_id)[0]
+            if ev.status == "failed" and not ev.entry and ev.begun is None:
+                found.append(d.call_id)
+    return tuple(found)
 
 
 def ended_unsaved(store: "Store", cp: "Checkpoint", action: Action) -> Optional[Verdict]:
@@ -521,6 +559,7 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
         where = cp.task_id if one or shown is None else f"{cp.task_id} (call {shown})"
         if rejected is not None and shown is not None and rejected.call_id != shown:  # an earlier call
             where = f"{cp.task_id} (call {shown}): its channel's content, in call {rejected.call_id},"
+        unfinished = rejected is not None and _reject_unsaved(cp, rejected, shown)
         raise Refused(verdict.code or "refused", refusal(
             verdict.code or "", task_id=where,
             status=ev.status if verdict.code == "executed" else cp.status,  # an answered call: ended
@@ -529,7 +568,8 @@ def check(store: "Store", cp: "Checkpoint", action: Action, call_id: Optional[st
             rejected_by=rejected.by if rejected else None,
             rejected_at=rejected.at if rejected else None, expires_at=cp.expires_at, task=cp.task_id,
             call=None if one else shown,  # expire skips a task with a call decided: not named then
-            expirable=verdict.code != "expired" or check(store, cp, "expire").kind == "expire"),
+            expirable=verdict.code != "expired" or check(store, cp, "expire").kind == "expire",
+            unfinished=unfinished),
             task_id=cp.task_id)
     return verdict
 
@@ -568,7 +608,12 @@ def check_fail(store: "Store", cp: "Checkpoint") -> bool:
     # the undecided ones too (a changed agent can run no reject); every call undecided: a reject
     ran = any(v.kind in ("run", "complete") for v in verdicts)
     if undecided is not None and not ran and not executed and rejected is None:
-        raise undecided
+        waiting = [c for c, _ in calls if c is not None and decision_of(cp, c) is None]
+        if len(waiting) < 2:
+            raise undecided
+        raise Refused("undecided", [f"task {cp.task_id}: {len(waiting)} calls wait for a decision; a reject of each "
+                                    f"of them ends it (cancelled), starting with call {waiting[0]}",
+                                    Next("reject_call", cp.task_id, waiting[0])], task_id=cp.task_id)
     if not verdicts and undecided is None and rejected is not None:  # only rejects: a reject finishes it
         raise rejected
     if not verdicts and undecided is None:  # every call executed: the task completes, it does not fail
@@ -584,15 +629,32 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
     checkpoint loads and verifies, no hostile file sits where the task's files go
     (``Store.check_writable``), the decision table allows it (:func:`recheck`), and the reviewer
     name ``by`` and the ``reason`` hold no secret value (:func:`state.secrets.check_input`; the one
-    place they are checked). Returns ``(checkpoint, verdict)``; raises :class:`Refused` otherwise.
+    place they are checked), and a reject that repeats one on record gives its reason or none
+    (:func:`_same_reason`). Returns ``(checkpoint, verdict)``; raises :class:`Refused` otherwise.
     Reads only, so a refusal leaves the state dir as it was. ``cp``: the checkpoint of ``task_id``
     the caller has just loaded and verified, before the lock too (it is not read again)."""
     cp = cp if cp is not None and cp.task_id == task_id else store.load(task_id)
     store.check_writable(task_id)
     verdict = _judged(store, cp, decision, call_id, edit)
+    if decision == "reject" and reason is not None:  # a reject on record is finished, never changed
+        _same_reason(cp, call_id, reason)
     secrets.check_input(["the reviewer name", Next("input_by")], by)
     secrets.check_input("the reason", reason)
     return cp, verdict
+
+
+def _same_reason(cp: "Checkpoint", call_id: Optional[str], reason: str) -> None:
+    """Raise :class:`Refused` (``decided``) if the reject on record for ``call_id`` (None: the
+    task's only call) has another reason than ``reason``: finishing it tells the model the recorded
+    reason, so another one given now would be dropped without a word."""
+    recorded = decision_of(cp, call_id) if call_id else cp.decision
+    if recorded is None or recorded.decision != "rejected":
+        return
+    if recorded.reason is not None and recorded.reason != reason:
+        raise Refused("decided", f"task {cp.task_id}: a reject by {recorded.by} at {recorded.at} is already recorded, "
+                      f"with the reason {recorded.reason!r}; another reason cannot replace it (the model is told "
+                      "the recorded one): the same reject with that reason, or none, finishes it; nothing "
+                      "changed", task_id=cp.task_id)
 
 
 def recheck(store: "Store", task_id: str, decision: Action, call_id: Optional[str] = None, *,
@@ -623,14 +685,17 @@ def _judged(store: "Store", cp: "Checkpoint", decision: Action, call_id: Optiona
 def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = None,
             decided_by: Optional[str] = None, rejected_by: Optional[str] = None,
             rejected_at: Optional[str] = None, expires_at: Optional[str] = None,
-            task: Optional[str] = None, call: Optional[str] = None, expirable: bool = True) -> list[Part]:
+            task: Optional[str] = None, call: Optional[str] = None, expirable: bool = True,
+            unfinished: bool = False) -> list[Part]:
     """The one-line message (without ``STOPPED:``) for a ``refuse`` verdict's ``code``, naming what
     was found and what may still be done, as the parts of a :class:`Refused` message (strings and
     :class:`~state.errors.Next` steps). ``task_id`` is how the message names the task (e.g. ``t-1
     (call c-2)``), ``task`` its ID for the next steps (default ``task_id``). Raises ``KeyError`` for
     an unknown code. ``call``: the call a reject names (a task of several calls refuses a reject
     without ``--call``); ``expirable``: ``expire`` would mark the task expired (an ``expired`` refusal
-    names it only then)."""
+    names it only then); ``unfinished``: the rejected call still waits in the checkpoint with no
+    decision (a crash after the rejection record, or an older copy put back): a ``rejected``
+    refusal then names the same reject, which finishes it."""
     task = task or task_id
     doctor: list[Part] = ["a human must check", Next("doctor")]
     reject = Next("reject_call", task, call) if call else Next("reject", task)
@@ -639,7 +704,8 @@ def refusal(code: str, *, task_id: str, status: str, decided: Optional[str] = No
                 "rejected", reject, *([" or marked expired", Next("expire")] if expirable else [])]
     if code == "rejected" and rejected_by is not None and status != "cancelled":
         return [f"task {task_id} was rejected by {rejected_by} at {rejected_at}; it can never be "
-                "approved (the rejection record outlives any older copy of the checkpoint)"]
+                "approved (the rejection record outlives any older copy of the checkpoint)",
+                *(["; the checkpoint does not say so yet: the same reject finishes it", reject] if unfinished else [])]
     if code == "executed" and status != "completed":
         return [f"the ledger shows task {task_id} was already executed; it cannot be rejected",
                 Next("finish_approve")]

@@ -55,15 +55,28 @@ def settleable(status: Optional[dict[str, Any]]) -> bool:
 def in_doubt(store: Any, cp: Any) -> list[tuple[str, str, str, dict[str, Any]]]:
     """The calls of ``cp`` whose effect a person may settle (:func:`settleable`): ``[(call_id,
     channel, ledger key, status)]``, ``status`` as :func:`workflow.external.effect_status` gives
-    it (through a service, or a local effect whose function may have run before a crash). Raises
-    ``Refused`` if a record is damaged."""
+    it (through a service, or a local effect whose function may have run before a crash). Where
+    several calls share a channel's key (the model proposed again after a reject), only the call
+    the effect's intent names is in doubt, never a rejected one: a finding about it is about that
+    call's effect. Raises ``Refused`` if a record is damaged."""
     out = []
-    for call_id, channel in calls.calls_of(cp):
+    listed = calls.calls_of(cp)
+    for call_id, channel in listed:
         key = calls.keys(cp, channel)[0]
         status = effect_status(store, key, cp=cp)
-        if settleable(status):
+        if settleable(status) and _its_effect(store, cp, listed, call_id, key):
             out.append((call_id, channel, key, status))
     return out
+
+
+def _its_effect(store: Any, cp: Any, listed: list[tuple[str, str]], call_id: str, key: str) -> bool:
+    """False if the effect under ``key`` is not ``call_id``'s: the call was rejected (it ran
+    nothing), or the effect's intent names another call of ``cp`` (``listed``)."""
+    decided = calls.decision_of(cp, call_id)
+    if decided is not None and decided.decision == "rejected":
+        return False
+    intent = store.intent_get(key)
+    return intent is None or intent.call_id == call_id or intent.call_id not in {c for c, _ in listed}
 
 
 def window_open(status: dict[str, Any]) -> Optional[str]:

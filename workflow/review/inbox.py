@@ -93,7 +93,9 @@ def _preview(value: Any) -> Any:
 def inbox_entry(store: TaskStore, cp: Checkpoint, now: datetime) -> dict[str, Any]:
     """A task (``workflow.observe.views.task_view`` shape) plus the inbox keys ``waiting_since``,
     ``age_s`` (seconds since the request, int; null unless waiting), ``expires_at``, ``overdue``
-    (bool) and ``summary`` (one line)."""
+    (bool) and ``summary`` (one line); and ``ended`` (``{"by", "at"}``) only for an open task whose
+    ``fail`` made its end mark and did not finish (:func:`workflow.reconcile.end_mark`: no decision
+    runs, the same fail finishes it). A mark that cannot be read is left to ``doctor``."""
     task = task_view(store, cp)
     since = waiting_since(cp)
     waiting = cp.status == WAITING
@@ -104,6 +106,12 @@ def inbox_entry(store: TaskStore, cp: Checkpoint, now: datetime) -> dict[str, An
         "overdue": overdue(cp, now),
         "summary": summary(task["pending"]) if waiting else one_line(cp.final_output or "")[:100],
     })
+    try:
+        mark = reconcile.end_mark(store, cp)
+    except Refused:  # a damaged record: doctor names it; the list still shows the task
+        mark = None
+    if mark is not None:
+        task["ended"] = {"by": mark.by, "at": mark.at}
     return task
 
 
@@ -170,12 +178,15 @@ def inbox_text(view: dict[str, Any]) -> str:
     """The human-readable inbox: one line per task (status, task ID, ``[channels]``, age and expiry
     or revision, summary), every value escaped onto its line. A waiting task with a decision on
     record for a call still pending (a crash cut its run off, or the run failed) says so in place
-    of its expiry: nobody needs to decide it again."""
+    of its expiry: nobody needs to decide it again; one a ``fail`` ended without finishing says who
+    ended it."""
     lines = []
     for t in view["tasks"]:
         channels = "[" + one_line(",".join(t.get("channels") or [])) + "]"
         if t["status"] == WAITING:
-            if decided_pending(t):  # a crash, or a run that failed
+            if t.get("ended"):  # a fail cut after its end mark: no decision runs
+                when = f"ENDED by {one_line(t['ended']['by'])}, not finished (the same fail finishes it)"
+            elif decided_pending(t):  # a crash, or a run that failed
                 when = "decided, not finished (doctor says how)"
             elif t["overdue"]:  # expire leaves a task with a call decided alone
                 when = "EXPIRED (reject only)" if t.get("decisions") else "EXPIRED (reject or expire)"
