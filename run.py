@@ -154,10 +154,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command == "review":
         return commands.review(store, args, commands.decide, commands.decider(store, None, args.by))
     if args.command == "doctor":
-        from workflow.ops.doctor import doctor, with_actions  # SDK-free
+        from workflow.ops.doctor import doctor, own_commands, with_actions  # SDK-free
         from workflow.team import token_from_settings  # --adopt in team mode: an admin's
         return with_actions(doctor(store, repair=args.repair, adopt=args.adopt, token=token_from_settings()),
-                            hints.hint)
+                            own_commands(store, hints.hint))  # another application's task: its command
     if args.command == "traps":
         from agent.traps import run_traps  # runs the SDK, in a temp dir of its own
         return run_traps()

@@ -978,6 +978,11 @@ MUTANTS: list[Mutant] = [
       "        if cp.command is not None and cp.status in (\"waiting_for_approval\", \"publishing\", \"in_doubt\"):",
       "        if cp.command is not None and cp.status in (\"publishing\", \"in_doubt\"):",
       "tests/test_refund_agent.py"),
+    # run.py doctor of another application's task names run.py's own resume, which is refused
+    p("publisher-doctor-of-another-apps-task", "workflow/ops/doctor.py",
+      "        given = command_of(step.args[0]) if step.action in THEIRS and step.args else None",
+      "        given = command_of(step.args[0]) if step.action == \"doctor_fail\" and step.args else None",
+      "tests/test_refund_agent.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -437,8 +437,9 @@ def test_arguments_the_tool_refuses_name_the_fail_that_ends_the_task(project):
 
 
 def test_the_publishers_status_of_a_refund_task_names_the_refund_agents_command(project):
-    """``run.py status`` reads any store; for a task the refund agent started, whose decisions the
-    publisher's commands refuse (another agent), its next step is the refund agent's own command."""
+    """``run.py status`` and ``doctor`` read any store; for a task the refund agent started, whose
+    decisions the publisher's commands refuse (another agent), they name the refund agent's own
+    command, never ``run.py resume``."""
     from conftest import run_subprocess
 
     ok(run(project, *START))
@@ -446,6 +447,10 @@ def test_the_publishers_status_of_a_refund_task_names_the_refund_agents_command(
     assert shown.code == 0, shown.err
     assert shown.out.splitlines()[-1] == ("  next: a task of another application (Refunds): its own command decides, "
                                           "settles and ends it: python examples/refund_agent.py"), shown.out
+    assert run(project, *FIRST, env={"HITL_FAILPOINT": "checkpoint:decision:after"}).returncode == 86
+    [finding] = json.loads(run_subprocess(project / "state-dir", "doctor", "--json").out)["findings"]
+    assert finding["action"] == (f"decide call {call_of(PROPOSED)} of task r-1: approve (with the application's "
+                                 "own command: python examples/refund_agent.py)"), finding
 
 
 #: ``python -m workflow doctor --json`` in the project, with the library alone.

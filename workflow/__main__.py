@@ -96,29 +96,16 @@ def command(args: argparse.Namespace, *words: str) -> str:
     return " ".join([PROGRAM, *(shlex.quote(w) for w in [*store, *words])])
 
 
-#: The next steps of ``doctor`` that are the application's own commands, in words (``a``: the step's
-#: arguments), and what does it when the task recorded no command of its application: this command
-#: line decides, settles and ends nothing (its ``doctor --repair`` makes the store's own repairs).
-_THEIRS = {
-    "doctor_resume": (lambda a: f"decide task {a[0]} again: {a[1]}", "the application's decide"),
-    "doctor_resume_call": (lambda a: f"decide call {a[1]} of task {a[0]}: {a[2]}", "the application's decide"),
-    "doctor_settle": (lambda a: (f"settle call {a[1]} of task {a[0]} as a person who checked found it: its "
-                                 "effect done (outcome published) or not done (not_published)"), "workflow.settle"),
-    "doctor_fail": (lambda a: f"end task {a[0]} as failed, by a person, with a reason", "workflow.fail"),
-}
-
-
 def hint(args: argparse.Namespace, step: Next,
          command_of: Optional[Callable[[str], Optional[str]]] = None) -> str:
     """This command line's words for a next step of ``doctor`` (:class:`state.errors.Next`): its own
     ``status`` and ``doctor`` commands, shell-quoted; the application's commands in words, naming
     the command the task's application gave (``command_of``: task ID → ``Checkpoint.command`` or
     None, escaped onto one line) where it gave one."""
-    if step.action in _THEIRS:
-        words, how = _THEIRS[step.action]
-        given = command_of(step.args[0]) if command_of is not None and step.args else None
-        how = how if given is None else f"with the application's own command: {one_line(given)}"
-        return f"{words([one_line(a) for a in step.args])} ({how})"
+    from workflow.ops.doctor import THEIRS, their_step
+
+    if step.action in THEIRS:
+        return their_step(step, command_of(step.args[0]) if command_of is not None and step.args else None)
     if step.action == "doctor_repair":
         return command(args, "doctor", "--repair")
     if step.action == "doctor_adopt":
@@ -207,22 +194,6 @@ def ledger_text(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _commands(store: Any) -> Callable[[str], Optional[str]]:
-    """Task ID → the command its application gave (``Checkpoint.command``), or None (none given,
-    or a checkpoint that cannot be read: doctor reports that one itself). Reads only the tasks a
-    next step names, each once, not every checkpoint again."""
-    known: dict[str, Optional[str]] = {}
-
-    def command_of(task_id: str) -> Optional[str]:
-        if task_id not in known:
-            try:
-                known[task_id] = store.load(task_id).command
-            except Refused:
-                known[task_id] = None
-        return known[task_id]
-    return command_of
-
-
 def run(args: argparse.Namespace) -> tuple[Any, str]:
     """``(what --json prints, the text)`` of the command. Raises :class:`Refused`."""
     from workflow.api import open_store
@@ -247,9 +218,9 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
         view = ledger_view(store)
         return view, ledger_text(view)
     if args.command == "doctor":
-        from workflow.ops.doctor import doctor, doctor_text, with_actions
+        from workflow.ops.doctor import commands_of, doctor, doctor_text, with_actions
 
-        command_of = _commands(store)
+        command_of = commands_of(store)
         token = None
         if args.adopt:  # in team mode, vouching for a record is an admin's act
             from workflow.team import token_from_settings

@@ -557,6 +557,55 @@ def _check_quorum(store: TaskStore, cp: Checkpoint, path: Path | str, report: Re
             ("an approver's ", again, " (with their reviewer token) carries it out")))
 
 
+#: The next steps of ``doctor`` that are the application's own commands, in words (``a``: the step's
+#: arguments), and what does it when the task recorded no command of its application (the library's
+#: command line decides, settles and ends nothing; its ``doctor --repair`` makes the store's repairs).
+THEIRS = {
+    "doctor_resume": (lambda a: f"decide task {a[0]} again: {a[1]}", "the application's decide"),
+    "doctor_resume_call": (lambda a: f"decide call {a[1]} of task {a[0]}: {a[2]}", "the application's decide"),
+    "doctor_settle": (lambda a: (f"settle call {a[1]} of task {a[0]} as a person who checked found it: its "
+                                 "effect done (outcome published) or not done (not_published)"), "workflow.settle"),
+    "doctor_fail": (lambda a: f"end task {a[0]} as failed, by a person, with a reason", "workflow.fail"),
+}
+
+
+def their_step(step: Next, given: Optional[str]) -> str:
+    """A next step of :data:`THEIRS` in words, naming ``given``, the command the task's application
+    recorded (``Checkpoint.command``, escaped onto one line), or, when None, what does it."""
+    words, how = THEIRS[step.action]
+    how = how if given is None else f"with the application's own command: {one_line(given)}"
+    return f"{words([one_line(a) for a in step.args])} ({how})"
+
+
+def commands_of(store: Any) -> Callable[[str], Optional[str]]:
+    """Task ID → the command its application gave (``Checkpoint.command``), or None (none given,
+    or a checkpoint that cannot be read: doctor reports that one itself). Reads only the tasks a
+    next step names, each once, not every checkpoint again."""
+    known: dict[str, Optional[str]] = {}
+
+    def command_of(task_id: str) -> Optional[str]:
+        if task_id not in known:
+            try:
+                known[task_id] = store.load(task_id).command
+            except Refused:
+                known[task_id] = None
+        return known[task_id]
+    return command_of
+
+
+def own_commands(store: Any, hint: Callable[[Next], str]) -> Callable[[Next], str]:
+    """``hint`` (an application's words for a next step, e.g. ``cli.hints.hint``), except that a
+    step of :data:`THEIRS` for a task another application started (its ``Checkpoint.command``
+    set) names that application's command: one application's doctor never sends a person to its
+    own decide for another's task, which it would refuse (another agent)."""
+    command_of = commands_of(store)
+
+    def worded(step: Next) -> str:
+        given = command_of(step.args[0]) if step.action in THEIRS and step.args else None
+        return hint(step) if given is None else their_step(step, given)
+    return worded
+
+
 def with_actions(result: dict[str, Any], hint: Callable[[Next], str]) -> dict[str, Any]:
     """:func:`doctor`'s ``result`` with each finding's ``action`` as one string: its text with each
     :class:`state.errors.Next` replaced by ``hint(step)`` (the application's words for it, e.g.
