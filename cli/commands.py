@@ -146,7 +146,10 @@ def team_note(store: Any, task_id: str) -> Any:
                             "its checkpoint does not say so (a crash while it was ended, or an older copy put "
                             "back): " + hints.command("fail", "--task", task_id) + " --by NAME --reason TEXT "
                             "finishes it" + first)
-        rejected = reject_unfinished(store, cp)
+        try:
+            rejected = reject_unfinished(store, cp)
+        except Refused:  # evidence that contradicts the checkpoint: the usual next step, refused, names doctor
+            rejected = None
         if rejected is not None:  # an approve is refused: the same reject finishes it
             call = ["--call", rejected.call_id] if len(cp.pending) > 1 else []
             note = TOKEN_NOTE if needs_token(store, cp) else ""

@@ -916,7 +916,7 @@ MUTANTS: list[Mutant] = [
       "tests/test_workflow_command_line.py"),
     # python -m workflow status names no approval a fail gave up
     m("workflow-status-given-up-dropped", "workflow/__main__.py",
-      "    text = task_text(view, given_up(store, cp))", "    text = task_text(view, ())",
+      "    text = task_text(view, gave_up)", "    text = task_text(view, ())",
       "tests/test_workflow_command_line.py"),
     # a reject cut after its record: status names "approve or reject", though an approve is refused
     p("reject-unfinished-not-seen", "workflow/reconcile.py",
@@ -983,6 +983,11 @@ MUTANTS: list[Mutant] = [
       "        given = command_of(step.args[0]) if step.action in THEIRS and step.args else None",
       "        given = command_of(step.args[0]) if step.action == \"doctor_fail\" and step.args else None",
       "tests/test_refund_agent.py"),
+    # a damaged rejection record of one channel stops python -m workflow status (read for a reject not finished)
+    p("library-status-stops-on-a-damaged-rejection-record", "workflow/__main__.py",
+      "    except Refused:  # evidence that contradicts the checkpoint: doctor reports it; the task is still shown",
+      "    except KeyError:  # evidence that contradicts the checkpoint: doctor reports it; the task is still shown",
+      "tests/test_workflow_command_line.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -367,6 +367,24 @@ def test_a_reject_cut_after_its_record_is_named_by_status_and_by_the_refusals(cl
     assert done["status"] == "cancelled" and done["decision"]["reason"] == "no", done
 
 
+def test_status_still_shows_a_task_one_of_whose_rejection_records_is_damaged(cli, state_dir, tmp_path):
+    """The reads added for a reject that did not finish (its record) must not stop ``status``: a
+    damaged rejection record of one channel leaves the task shown (doctor names the record), and
+    ``run.py status`` never takes it for team mode."""
+    from conftest import run_subprocess
+
+    started = cli("start", "--key", "d-1", "--draft", "d", "--channel", "blog", "--channel", "news", "--json").json()
+    blog = next(p["call_id"] for p in started["pending"] if p["arguments"]["channel"] == "blog")
+    assert run_subprocess(state_dir, "resume", "--task", "d-1", "--call", blog, "--decision", "reject", "--reason",
+                          "no", env={"HITL_FAILPOINT": "rejection:record:after"}).code == 86
+    (record,) = (state_dir / "rejections").glob("d-1#blog--*.json")
+    record.write_text('{"x": 1', encoding="utf-8")
+    mine = workflow_cli(state_dir, "status", "--task", "d-1", cwd=tmp_path)
+    assert mine.returncode == 0 and mine.stdout.startswith("task d-1: waiting_for_approval"), mine.stderr
+    theirs = cli("status", "--task", "d-1")
+    assert theirs.code == 0 and "team mode" not in theirs.out, theirs.out
+
+
 def test_status_of_an_expired_request_names_only_the_reject(cli, state_dir, tmp_path, monkeypatch):
     """Past the deadline an approve is refused: the library's ``status`` names the reject alone for
     the call still waiting (a call of the task decided: ``expire`` skips it too), and ``list`` says so."""

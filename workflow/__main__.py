@@ -243,8 +243,11 @@ def run(args: argparse.Namespace) -> tuple[Any, str]:
     view = task_view(store, cp)
     mark = end_mark(store, cp)  # a fail that did not finish
     expired = cp.expires_at if cp.expires_at and clock.now() >= clock.parse_iso(cp.expires_at) else None
-    text = task_text(view, given_up(store, cp))
-    rejected = reject_unfinished(store, cp)
+    try:
+        gave_up, rejected = given_up(store, cp), reject_unfinished(store, cp)
+    except Refused:  # evidence that contradicts the checkpoint: doctor reports it; the task is still shown
+        gave_up, rejected = (), None
+    text = task_text(view, gave_up)
     return view, "\n".join([text, *next_lines(args, view, cp.command, mark, expired, rejected)])
 
 
