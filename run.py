@@ -133,7 +133,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.command in ("start", "resume", "status", "settle", "fail"):  # one task: its view and its budget lines
         task = task if args.command == "resume" else Task.of(store, cp)
         args.text_extra = cli_text.budget_lines(task)
-        again = args.command in ("status", "settle", "fail") or task.team or task.status == "waiting_for_approval"
+        again = commands.read_again(args.command, task)  # next: read again where it can differ
         args.text_team = not args.json and (commands.team_note(store, task.task_id) if again else task.team)
         return task.to_json()
     if args.command in ("reviewers", "policy"):  # team mode, the approval policy in the store (docs/reviewers.md)

@@ -107,6 +107,16 @@ def team_hint(store: Any, task_id: str) -> bool:
     return needs_token(store, store.load(task_id))
 
 
+def read_again(command: str, task: Any) -> bool:
+    """Whether the ``next:`` line of ``command``'s output for ``task`` (a :class:`workflow.task.Task`)
+    needs :func:`team_note`, which reads the store again: always for ``status``, ``settle`` and
+    ``fail``; in team mode; and after a ``resume`` that leaves the task waiting (its deadline may
+    have passed, a call's reject may not have finished). ``start`` and a finished ``resume`` need
+    only the task's own view."""
+    return (command in ("status", "settle", "fail") or bool(task.team)
+            or (command == "resume" and task.status == "waiting_for_approval"))
+
+
 def team_note(store: Any, task_id: str) -> Any:
     """What the ``next:`` line of a task's text (``status``, ``resume`` …) says beyond the task's
     view, as a :class:`cli.text.NextNote`: whether a decision needs a reviewer's token

@@ -952,8 +952,9 @@ MUTANTS: list[Mutant] = [
       "for cp in store.scan()[0] if cp.team is not None),", "for cp in store.scan()[0] if cp.team is None),",
       "tests/test_team.py"),
     # resume's own output of a task still waiting names an approve the deadline refuses
-    p("resume-next-not-read-again-while-waiting", "run.py",
-      " or task.team or task.status == \"waiting_for_approval\"\n", " or task.team\n", "tests/test_several_calls.py"),
+    p("resume-next-not-read-again-while-waiting", "cli/commands.py",
+      "            or (command == \"resume\" and task.status == \"waiting_for_approval\"))",
+      "            or (command == \"resume\" and task.status == \"completed\"))", "tests/test_several_calls.py"),
     # fail of a task of several calls all waiting says one reject ends it
     p("fail-of-several-undecided-names-one-reject", "workflow/reconcile.py", "        if len(waiting) < 2:",
       "        if len(waiting) < 99:", "tests/test_several_calls.py"),
