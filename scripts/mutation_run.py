@@ -965,10 +965,10 @@ MUTANTS: list[Mutant] = [
       "tests/test_several_calls.py"),
     # a reject repeating one on record with another reason: the reason given is dropped without a word
     m("repeated-reject-of-another-reason-accepted", "workflow/reconcile.py",
-      "        _same_reason(cp, call_id, reason)", "        pass", "tests/test_workflow_command_line.py"),
+      "        _same_reason(store, cp, call_id, reason)", "        pass", "tests/test_workflow_command_line.py"),
     p("repeated-reject-reason-compared-only-when-absent", "workflow/reconcile.py",
-      "    if recorded.reason is not None and recorded.reason != reason:",
-      "    if recorded.reason is None and recorded.reason != reason:",
+      "    if recorded is not None and recorded.reason is not None and recorded.reason != reason:",
+      "    if recorded is not None and recorded.reason is None and recorded.reason != reason:",
       "tests/test_workflow_command_line.py"),
     # arguments the tool refuses: the refusal promises the same decision finishes it, forever
     m("tool-refused-arguments-promise-a-repeat", "workflow/guards.py",
@@ -989,6 +989,10 @@ MUTANTS: list[Mutant] = [
       "    except Refused:  # evidence that contradicts the checkpoint: doctor reports it; the task is still shown",
       "    except KeyError:  # evidence that contradicts the checkpoint: doctor reports it; the task is still shown",
       "tests/test_workflow_command_line.py"),
+    # a reject cut after its rejection record, repeated with another reason: that reason dropped without a word
+    p("repeated-reject-reason-unchecked-before-its-checkpoint", "workflow/reconcile.py",
+      "        recorded = found if found is not None and _reject_unsaved(cp, found, target) else None",
+      "        recorded = None", "tests/test_workflow_command_line.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -430,7 +430,7 @@ def test_arguments_the_tool_refuses_name_the_fail_that_ends_the_task(project):
     for _ in range(2):
         line = stopped(run(project, *approve))
         assert "the same decision again finishes it unless the same error comes back, as it does for arguments " \
-               "the tool refuses: then end the task" in line, line
+               "the tool refuses: then end the task with a fail, by a person, with a reason" in line, line
     assert ok(run(project, "fail", "--key", "r-0", "--by", "bob", "--reason", "refund of nothing", "--json"))[
         "status"] == "failed"
     assert refunds(project) == []

@@ -347,6 +347,10 @@ def test_a_reject_cut_after_its_record_is_named_by_status_and_by_the_refusals(cl
             "the checkpoint does not say so yet: the same reject finishes it (python run.py resume --task j-1 "
             "--decision reject)"), r.err
         assert snapshot(state_dir) == before
+    before = snapshot(state_dir)  # another reason would be dropped: the model is told the recorded one
+    other = cli("resume", "--task", "j-1", "--decision", "reject", "--reason", "too long", "--by", "carol")
+    assert other.code == 1 and "with the reason 'no'; another reason cannot replace it" in other.err, other.err
+    assert snapshot(state_dir) == before
     assert cli("resume", "--task", "j-1", "--decision", "reject", "--json").json()["status"] == "cancelled"
     assert "next: python run.py resume" not in cli("status", "--task", "j-1").out
     # cut after the checkpoint recorded the reject: the checkpoint says so, the decision on record is named

@@ -712,7 +712,7 @@ def after_failed_run(store: Store, cp: Checkpoint, exc: BaseException, decision:
     if _find(exc, (ModelBehaviorError,)) is not None:  # e.g. the call's own arguments refused by its tool
         raise run_failure(exc, cp.task_id, "the decision is recorded; the same decision again finishes it unless "
                           "the same error comes back, as it does for arguments the tool refuses: then end the "
-                          "task", [Next("fail_again", cp.task_id)])
+                          "task with a fail, by a person, with a reason", [Next("fail_again", cp.task_id)])
     raise run_failure(exc, cp.task_id, "the decision is recorded; the same decision again finishes it")
 
 

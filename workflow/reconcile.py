@@ -637,20 +637,25 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
     store.check_writable(task_id)
     verdict = _judged(store, cp, decision, call_id, edit)
     if decision == "reject" and reason is not None:  # a reject on record is finished, never changed
-        _same_reason(cp, call_id, reason)
+        _same_reason(store, cp, call_id, reason)
     secrets.check_input(["the reviewer name", Next("input_by")], by)
     secrets.check_input("the reason", reason)
     return cp, verdict
 
 
-def _same_reason(cp: "Checkpoint", call_id: Optional[str], reason: str) -> None:
+def _same_reason(store: "Store", cp: "Checkpoint", call_id: Optional[str], reason: str) -> None:
     """Raise :class:`Refused` (``decided``) if the reject on record for ``call_id`` (None: the
-    task's only call) has another reason than ``reason``: finishing it tells the model the recorded
-    reason, so another one given now would be dropped without a word."""
-    recorded = decision_of(cp, call_id) if call_id else cp.decision
-    if recorded is None or recorded.decision != "rejected":
+    task's only call) has another reason than ``reason``: in the checkpoint, or only in its
+    rejection record (a reject cut before its checkpoint: :func:`_reject_unsaved`). Finishing it
+    tells the model the recorded reason, so another one given now would be dropped without a word."""
+    recorded: Any = decision_of(cp, call_id) if call_id else cp.decision
+    if recorded is not None and recorded.decision != "rejected":
         return
-    if recorded.reason is not None and recorded.reason != reason:
+    if recorded is None:
+        target = call_id or (cp.pending[0].call_id if len(cp.pending) == 1 else None)
+        found = gather(store, cp, target)[2] if target else None
+        recorded = found if found is not None and _reject_unsaved(cp, found, target) else None
+    if recorded is not None and recorded.reason is not None and recorded.reason != reason:
         raise Refused("decided", f"task {cp.task_id}: a reject by {recorded.by} at {recorded.at} is already recorded, "
                       f"with the reason {recorded.reason!r}; another reason cannot replace it (the model is told "
                       "the recorded one): the same reject with that reason, or none, finishes it; nothing "
