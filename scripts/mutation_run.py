@@ -965,7 +965,8 @@ MUTANTS: list[Mutant] = [
       "tests/test_several_calls.py"),
     # a reject repeating one on record with another reason: the reason given is dropped without a word
     m("repeated-reject-of-another-reason-accepted", "workflow/reconcile.py",
-      "        _same_reason(store, cp, call_id, reason)", "        pass", "tests/test_workflow_command_line.py"),
+      "        _same_reason(store, cp, call_id, reason)  # (the model is told its reason), never changed",
+      "        pass", "tests/test_workflow_command_line.py"),
     p("repeated-reject-reason-compared-only-when-absent", "workflow/reconcile.py",
       "    if recorded is not None and recorded.reason is not None and recorded.reason != reason:",
       "    if recorded is not None and recorded.reason is None and recorded.reason != reason:",
@@ -993,6 +994,11 @@ MUTANTS: list[Mutant] = [
     p("repeated-reject-reason-unchecked-before-its-checkpoint", "workflow/reconcile.py",
       "        recorded = found if found is not None and _reject_unsaved(cp, found, target) else None",
       "        recorded = None", "tests/test_workflow_command_line.py"),
+    # a repeated reject of another reason refused on an ended task too: deciding again is no longer a no-op
+    p("repeated-reject-reason-checked-on-an-ended-task", "workflow/reconcile.py",
+      "    if decision == \"reject\" and reason is not None and cp.status in OPEN:  # a reject on record is finished",
+      "    if decision == \"reject\" and reason is not None:  # a reject on record is finished",
+      "tests/test_several_calls_durability.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

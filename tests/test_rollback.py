@@ -30,7 +30,12 @@ def test_restored_checkpoint_cannot_reopen_a_rejected_task(cli, state_dir, rejec
 
 
 def test_restored_rejected_task_can_be_rejected_again(cli, state_dir, rejected_then_restored):
-    r = cli("resume", "--task", "rb-1", "--decision", "reject", "--by", "bob", "--reason", "still no", "--json")
+    """The reject the rejection record proves finishes it; another reason would be dropped (the
+    model is told the recorded one), so a reject giving one is refused, nothing changed."""
+    before = snapshot(state_dir)
+    other = cli("resume", "--task", "rb-1", "--decision", "reject", "--by", "bob", "--reason", "still no")
+    assert other.code == 1 and "another reason cannot replace it" in other.err and snapshot(state_dir) == before
+    r = cli("resume", "--task", "rb-1", "--decision", "reject", "--by", "bob", "--reason", "do not publish", "--json")
     assert r.code == 0, r.err
     assert r.json()["status"] == "cancelled" and ledger_entries(state_dir) == []
 

@@ -636,8 +636,8 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
     cp = cp if cp is not None and cp.task_id == task_id else store.load(task_id)
     store.check_writable(task_id)
     verdict = _judged(store, cp, decision, call_id, edit)
-    if decision == "reject" and reason is not None:  # a reject on record is finished, never changed
-        _same_reason(store, cp, call_id, reason)
+    if decision == "reject" and reason is not None and cp.status in OPEN:  # a reject on record is finished
+        _same_reason(store, cp, call_id, reason)  # (the model is told its reason), never changed
     secrets.check_input(["the reviewer name", Next("input_by")], by)
     secrets.check_input("the reason", reason)
     return cp, verdict
@@ -645,7 +645,7 @@ def preflight(store: "Store", task_id: str, decision: Action, call_id: Optional[
 
 def _same_reason(store: "Store", cp: "Checkpoint", call_id: Optional[str], reason: str) -> None:
     """Raise :class:`Refused` (``decided``) if the reject on record for ``call_id`` (None: the
-    task's only call) has another reason than ``reason``: in the checkpoint, or only in its
+    task's only call) of the open ``cp`` has another reason than ``reason``: in the checkpoint, or only in its
     rejection record (a reject cut before its checkpoint: :func:`_reject_unsaved`). Finishing it
     tells the model the recorded reason, so another one given now would be dropped without a word."""
     recorded: Any = decision_of(cp, call_id) if call_id else cp.decision
