@@ -269,7 +269,22 @@ class Steps:
         out.append("  " + "-" * 122)
         out.append(f"  {'total':<48} {tb:8.2f} {to:8.2f} {to - tb:8.2f}  {cb:8.2f} {co:8.2f} {co - cb:8.2f}")
         out.append(f"  {'ratio (harness / bare)':<48} {to / tb:17.3f} {'':8}  {co / cb:17.3f}")
-        return "\n".join(out)
+        return "\n".join(out + self.bound(bare, ours, tb))
+
+    @staticmethod
+    def bound(bare: dict[str, float], ours: dict[str, float], bare_total: float) -> list[str]:
+        """What the goal leaves once the harness's SDK calls and durable writes are paid: the
+        ``SDK:`` rows (its runs, with their hooks and tracing; its two ``to_string``, as it saves
+        the outcome's RunState too), the fsyncs and the file writes, at their measured ms/task. The
+        ratio if nothing else of ours cost anything, and the ms/task the goal leaves for the rest."""
+        sdk = sum(v for n, v in ours.items() if n.startswith(SDK))
+        disk = sum(v for n, v in ours.items() if n.startswith(("fsync", "file writes")))
+        left = GOAL * bare_total - sdk - disk
+        return [f"  the harness's SDK calls alone: {sdk:.2f} ms/task (bare: "
+                f"{sum(v for n, v in bare.items() if n.startswith(SDK)):.2f}); with its fsyncs and file "
+                f"writes ({disk:.2f}), and nothing else of ours, the ratio would be "
+                f"{(sdk + disk) / bare_total:.3f}; the goal leaves {left:.2f} ms/task for every check, "
+                f"signature, lock, validation and trace, which cost {sum(ours.values()) - sdk - disk:.2f} here"]
 
 
 #: The packages whose modules :meth:`Steps.wrap_function` rebinds (``from x import f`` copies).

@@ -235,20 +235,22 @@ def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] 
     # returns (a plain decorator over an async def hides iscoroutinefunction) is awaited there too.
     async def invoke(ctx: Any, *args: Any, **kwargs: Any) -> Any:
         # checks 1-3 and, for a local effect to run, its write-ahead intent (a crash after it
-        # leaves a trace): one worker thread, in that order
-        call = await asyncio.to_thread(_Call.checked, ctx, arguments_of(args, kwargs), action,
-                                       needs_approval, private, label, content_word, service, done)
+        # leaves a trace), then a sync fn and its ledger entry: one worker thread, in that order
+        loop = asyncio.get_running_loop()
+        gate = (ctx, arguments_of(args, kwargs), action, needs_approval, private, label,
+                content_word, service, done)
+        call, recorded = await asyncio.to_thread(_Call.checked_and_run, gate, run, loop)
+        if recorded is not None:
+            return told(*recorded)
         if call.entry is not None:
             return told(call.entry.result, call.entry, False)
-        loop = asyncio.get_running_loop()
         if call.service is not None:  # the protocol runs in a thread; what fn returns is awaited on this loop
             service_now = run.asking(call.service, loop)
             return told(*await asyncio.to_thread(
                 external.perform, call, service_now, lambda effect: run.in_thread(loop, effect, call.arguments)))
-        if run.is_async():  # fn runs on this loop; its result is recorded in a worker thread
-            return told(*await asyncio.to_thread(call.record, await run.on_loop(call.effect, call.arguments)))
-        # a sync fn runs in a worker thread, and its result is recorded there once it returned
-        return told(*await asyncio.to_thread(lambda: call.record(run.ran(loop, call.effect, call.arguments))))
+        # an async fn (a sync one ran in the thread above) runs on this loop; its result is
+        # recorded in a worker thread
+        return told(*await asyncio.to_thread(call.record, await run.on_loop(call.effect, call.arguments)))
 
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                 annotation=RunContextWrapper[Any])
@@ -488,6 +490,19 @@ class _Call:
         if call.entry is None and call.service is None:
             call.begin()
         return call
+
+    @classmethod
+    def checked_and_run(cls, gate: tuple[Any, ...], run: "_Runner",
+                        loop: asyncio.AbstractEventLoop) -> tuple["_Call", Any]:
+        """:meth:`checked` (``gate``: its arguments), then, for a local effect whose function is
+        sync and is to run, that function (``run.ran``) and its ledger entry (:meth:`record`): in
+        one worker thread, in that order. Returns ``(call, recorded)``: ``recorded`` is what
+        :meth:`record` returned, or None where nothing ran here (a ledger entry already there, a
+        service, or an async function, which runs on ``loop``)."""
+        call = cls.checked(*gate)
+        if call.entry is not None or call.service is not None or run.is_async():
+            return call, None
+        return call, call.record(run.ran(loop, call.effect, call.arguments))
 
     def begin(self) -> None:
         """Before a local effect's function runs, for a call a human approved: its write-ahead
