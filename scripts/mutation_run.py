@@ -999,6 +999,17 @@ MUTANTS: list[Mutant] = [
       "    if decision == \"reject\" and reason is not None and cp.status in OPEN:  # a reject on record is finished",
       "    if decision == \"reject\" and reason is not None:  # a reject on record is finished",
       "tests/test_several_calls_durability.py"),
+    # a task of an application that records no command (the publisher's), decided by another: taken for a
+    # changed agent (the wrong way out)
+    p("another-applications-task-taken-for-a-changed-agent", "workflow/guards.py",
+      "    if changes and cp.command != app.command:  # another application's task (each records its command)",
+      "    if changes and cp.command is not None and cp.command != app.command:  # another application's task (each records its command)",
+      "tests/test_refund_agent.py"),
+    # settle of a call the task never had: a decided call counts as never had (only pending ones known)
+    p("settle-of-an-unknown-call-said-not-in-doubt", "workflow/settlement.py",
+      "        known = list(dict.fromkeys([*(d.call_id for d in cp.decisions), *(p.call_id for p in cp.pending)]))",
+      "        known = list(dict.fromkeys([p.call_id for p in cp.pending]))",
+      "tests/test_refund_agent.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -415,6 +415,11 @@ def test_a_rejected_call_is_never_settled_in_place_of_the_capped_call_whose_effe
         assert f"call {call_of(PROPOSED)} of task r-1 is not in doubt" in line, line
         assert snapshot(state) == before and refunds(project) == []
     capped = call_of({**PROPOSED, "amount_cents": 1500})
+    # a call the task never had is named as such, with the task's calls, not as one out of doubt
+    line = stopped(run(project, "settle", "--key", "r-1", "--call", "call_typo", "--outcome", "done", "--by", "carol"))
+    assert line.startswith(f"STOPPED: task r-1 has no call 'call_typo' (its calls: {call_of(PROPOSED)}, {capped}); "
+                           "nothing recorded"), line
+    assert snapshot(state) == before and refunds(project) == []
     ok(run(project, "settle", "--key", "r-1", "--call", capped, "--outcome", "not-done", "--by", "carol", "--json"))
     assert ok(run(project, *SECOND))["status"] == "completed"
     assert [r["amount_cents"] for r in refunds(project)] == [1500]
@@ -451,6 +456,31 @@ def test_the_publishers_status_of_a_refund_task_names_the_refund_agents_command(
     [finding] = json.loads(run_subprocess(project / "state-dir", "doctor", "--json").out)["findings"]
     assert finding["action"] == (f"decide call {call_of(PROPOSED)} of task r-1: approve (with the application's "
                                  "own command: python examples/refund_agent.py)"), finding
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_decision_of_another_applications_task_names_that_application_not_a_changed_agent(project):
+    """The publisher's ``resume`` of a task the refund agent started, and the refund agent's
+    ``decide`` of a task the publisher started, are refused as another application's task (its
+    agent's name, and the command it recorded, if any), not as an agent that changed since the save
+    (whose way out, the code that saved it or the expiry, is wrong here). Nothing is written."""
+    from conftest import run_subprocess
+
+    ok(run(project, *START))
+    folder = project / "state-dir"
+    assert run_subprocess(folder, "start", "--key", "p-1", "--title", "T", "--draft", "Hello.").code == 0
+    before = _files(folder)
+    theirs = run_subprocess(folder, "resume", "--task", "r-1", "--decision", "approve", "--by", "ann")
+    assert theirs.code == 1 and theirs.err.strip() == (
+        "STOPPED: task r-1 belongs to another application (Refunds), not this one; it is decided, settled and "
+        "ended by its own command: python examples/refund_agent.py; nothing was decided"), theirs.err
+    line = stopped(run(project, "decide", "--key", "p-1", "--decision", "approve", "--by", "ann"))
+    assert line == ("STOPPED: task p-1 belongs to another application (Publisher), not this one; it is decided, "
+                    "settled and ended by the application that started it; nothing was decided"), line
+    assert _files(folder) == before
 
 
 #: ``python -m workflow doctor --json`` in the project, with the library alone.

@@ -36,6 +36,7 @@ from typing import Any, Literal, Optional
 from state.clock import now_iso
 from state.errors import Next, Refused
 from state.records import Settlement
+from state.terminal import one_line
 from workflow import calls
 from workflow import external, team
 from workflow.external import effect_status
@@ -87,11 +88,17 @@ def window_open(status: dict[str, Any]) -> Optional[str]:
 
 def pick(store: Any, cp: Any, call_id: Optional[str]) -> tuple[str, str, str, dict[str, Any]]:
     """The call in doubt to settle: ``call_id``, or the task's only one. Raises :class:`Refused`
-    (``not_in_doubt``) if there is none, or that call is not in doubt; ``ambiguous`` if several
-    are and none is named."""
+    (``not_in_doubt``) if there is none, or that call is not in doubt; ``not_found`` if the task
+    never had that call (neither pending nor decided, nor in doubt); ``ambiguous`` if several are
+    in doubt and none is named."""
     found = in_doubt(store, cp)
     if call_id is not None:
         found = [f for f in found if f[0] == call_id]
+        known = list(dict.fromkeys([*(d.call_id for d in cp.decisions), *(p.call_id for p in cp.pending)]))
+        if not found and call_id not in known:  # a call this task never had, not one out of doubt
+            raise Refused("not_found", [f"task {cp.task_id} has no call {one_line(repr(call_id))[:80]} (its calls: "
+                                        f"{', '.join(one_line(c) for c in known) or 'none'}); nothing recorded",
+                                        Next("shows_status", cp.task_id)], task_id=cp.task_id)
     if not found:
         which = f"call {call_id} of task {cp.task_id}" if call_id else f"task {cp.task_id}"
         raise Refused("not_in_doubt", [f"{which} is not in doubt (only an effect that may have happened and "
