@@ -210,6 +210,9 @@ def reviewers(store: Any, args: Any) -> dict[str, Any]:
 
     if args.action == "list":
         current = store.reviewer_list()
+        found = None if current.reviewers else people.list_lost(store)
+        if found is not None:  # not single-user mode: a list deleted or lost
+            raise Refused("integrity", people.lost_list_problem(found))
         return {"action": "list", "version": current.version, "reviewers": [r.public() for r in current.reviewers]}
     return people.administer(store, args.action, args.name, token=team.token_from_settings(), at=now_iso(),
                              roles=getattr(args, "roles", None))

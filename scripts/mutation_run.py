@@ -949,7 +949,7 @@ MUTANTS: list[Mutant] = [
     m("reviewers-bootstrap-after-deletion", "state/reviewers.py", "            _never_had_a_team(store)",
       "            pass", "tests/test_team.py"),
     p("reviewers-bootstrap-after-deletion-of-a-team-store", "state/reviewers.py",
-      "for cp in store.scan()[0] if cp.team is not None),", "for cp in store.scan()[0] if cp.team is None),",
+      "for cp in found if cp.team is not None), None)", "for cp in found if cp.team is None), None)",
       "tests/test_team.py"),
     # resume's own output of a task still waiting names an approve the deadline refuses
     p("resume-next-not-read-again-while-waiting", "cli/commands.py",
@@ -1003,13 +1003,24 @@ MUTANTS: list[Mutant] = [
     # changed agent (the wrong way out)
     p("another-applications-task-taken-for-a-changed-agent", "workflow/guards.py",
       "    if changes and cp.command != app.command:  # another application's task (each records its command)",
-      "    if changes and cp.command is not None and cp.command != app.command:  # another application's task (each records its command)",
+      "    if changes and cp.command is not None and cp.command != app.command:",
       "tests/test_refund_agent.py"),
     # settle of a call the task never had: a decided call counts as never had (only pending ones known)
     p("settle-of-an-unknown-call-said-not-in-doubt", "workflow/settlement.py",
       "        known = list(dict.fromkeys([*(d.call_id for d in cp.decisions), *(p.call_id for p in cp.pending)]))",
       "        known = list(dict.fromkeys([p.call_id for p in cp.pending]))",
       "tests/test_refund_agent.py"),
+    # a reviewer list deleted by hand, in a store whose every policy version went too: doctor finds the
+    # team task no more
+    p("doctor-misses-a-lost-reviewer-list-of-a-team-task", "workflow/ops/doctor.py",
+      "        found = None if people.team_mode(store) else people.list_lost(store, team_tasks)",
+      "        found = None if people.team_mode(store) else people.list_lost(store, [])",
+      "tests/test_team.py"),
+    # the same store listed as one in single-user mode by reviewers list
+    p("reviewers-list-shows-a-lost-list-of-a-team-task-as-single-user", "cli/commands.py",
+      "        found = None if current.reviewers else people.list_lost(store)",
+      "        found = None if current.reviewers else people.list_lost(store, [])",
+      "tests/test_team.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

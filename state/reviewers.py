@@ -43,7 +43,7 @@ import hmac
 import re
 import secrets as _random
 import unicodedata
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -462,18 +462,32 @@ def check_new_name(name: str, registered: list[str]) -> None:
                       "already (names are compared without case): choose another; nothing written")
 
 
+def list_lost(store: "TaskStore", tasks: Optional[Iterable[Any]] = None) -> Optional[str]:
+    """For a store whose reviewer list is empty: what shows it once had one, or None. A policy
+    (``"a policy"``), or a task started in team mode (``"task 'K', started in team mode"``) among
+    ``tasks`` (checkpoints; None: every readable one of ``store``): a list never goes back to empty
+    (its last admin is never removed), so it was deleted or lost. Reads the policy and, without
+    one, the checkpoints (call it only while no reviewer is listed)."""
+    if store.policy_get() is not None:
+        return "a policy"
+    found = store.scan()[0] if tasks is None else tasks
+    return next((f"task {cp.task_id!r}, started in team mode" for cp in found if cp.team is not None), None)
+
+
+def lost_list_problem(found: str) -> str:
+    """The sentence for a reviewer list :func:`list_lost` found lost (``found``: what it found)."""
+    return (f"the reviewer list is missing, but this store has {found}: a list never goes back to empty (its "
+            "last admin is never removed), so it was deleted or lost; a human must restore the reviewer list "
+            "from a backup")
+
+
 def _never_had_a_team(store: "TaskStore") -> None:
     """Before a first reviewer is registered without a token: raise :class:`Refused` (``integrity``)
-    if ``store`` has a policy or a task started in team mode. Its last admin is never removed, so
-    its reviewer list was deleted or lost, and whoever did that must not register a team of their
-    own. Reads the policy and every checkpoint (once per store: only while no reviewer is listed)."""
-    found = ("a policy" if store.policy_get() is not None else
-             next((f"task {cp.task_id!r}, started in team mode" for cp in store.scan()[0] if cp.team is not None),
-                  None))
+    if ``store`` once had a reviewer list (:func:`list_lost`): whoever deleted it must not register
+    a team of their own."""
+    found = list_lost(store)
     if found is not None:
-        raise Refused("integrity", f"the reviewer list is missing, but this store has {found}: a list never "
-                      "goes back to empty (its last admin is never removed), so it was deleted or lost; a "
-                      "human must restore the reviewer list from a backup; nothing written")
+        raise Refused("integrity", lost_list_problem(found) + "; nothing written")
 
 
 def administer(store: "TaskStore", action: str, name: str, *, token: Optional[str], at: str,

@@ -397,10 +397,19 @@ def test_a_reviewer_list_deleted_by_hand_cannot_be_registered_anew_without_a_tok
     r = cli("reviewers", "add", "eve", "--role", "admin", "--role", "editor")
     assert r.code == 1 and r.err.startswith("STOPPED: the reviewer list is missing, but this store has "), r.err
     assert "restore the reviewer list from a backup; nothing written" in r.err, r.err
+    # nor is the store shown as one in single-user mode: the list and doctor name the lost list
+    listed = cli("reviewers", "list")
+    assert listed.code == 1 and listed.err.startswith("STOPPED: the reviewer list is missing, but this store "
+                                                      "has "), listed.err
+    [finding] = [f for f in cli("doctor", "--json").json()["findings"] if f["kind"] == "reviewers_missing"]
+    assert finding["detail"] == listed.err.strip().removeprefix("STOPPED: "), finding
+    assert "a task started in team mode cannot be decided" in finding["action"], finding
     assert snapshot(state_dir) == before
     fresh = tmp_path / "fresh"
     from tests.conftest import run_in_process
 
+    assert run_in_process(fresh, "reviewers", "list").out.strip() == "no reviewers: single-user mode (any --by decides)"
+    assert "reviewers_missing" not in run_in_process(fresh, "doctor", "--json").out
     assert run_in_process(fresh, "reviewers", "add", "eve", "--role", "admin").code == 0
 
 
@@ -422,7 +431,8 @@ def test_a_task_started_in_team_mode_stays_one_when_every_reviewer_is_removed(cl
     r = team_admin.run("reviewers", "remove", "root")
     assert r.code == 1 and "last admin" in r.err, r.err
     shutil.rmtree(state_dir / "reviewers")
-    assert cli("reviewers", "list", "--json").json()["reviewers"] == []
+    r = cli("reviewers", "list", "--json")  # a list deleted, not single-user mode
+    assert r.code == 1 and r.err.startswith("STOPPED: the reviewer list is missing, but this store has "), r.err
     before = snapshot(state_dir)
     r = _approve(cli, monkeypatch, None, "t1", "--by", "anyone")
     assert r.code == 1 and "team mode" in r.err

@@ -478,8 +478,11 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = (),
             team.require_admin(store, token, "adopting an unsigned record")
     report = Report(state_dir=location_of(store), repair=repair)
     unsigned: set[str] = set()  # tasks with an unsigned record: not judged (the store lists those first)
+    team_tasks: list[Any] = []  # the first checkpoint started in team mode (a reviewer list it needs)
     # ``adopt`` only when given: a store written before it existed still works without it
     for item in store.inspect(repair=repair, adopt=adopt) if adopt else store.inspect(repair=repair):
+        if isinstance(item, TaskCheck) and item.checkpoint.team is not None and not team_tasks:
+            team_tasks.append(item.checkpoint)
         if isinstance(item, Problem):
             report.findings.append(_finding(item))
             if item.kind in UNSIGNED and item.task_id is not None:
@@ -496,7 +499,24 @@ def doctor(store: TaskStore, *, repair: bool = False, adopt: Iterable[str] = (),
         elif isinstance(item, Counted):
             report.tasks, report.ledger_entries = item.tasks, item.ledger_entries
             report.lock_files = item.lock_files
+    _reviewers_lost(store, report, team_tasks)
     return report.as_dict()
+
+
+def _reviewers_lost(store: TaskStore, report: Report, team_tasks: list[Any]) -> None:
+    """A finding ``reviewers_missing`` if the store's reviewer list is empty but it once had one
+    (:func:`state.reviewers.list_lost`: a policy, or ``team_tasks``, a task started in team mode
+    among those doctor checked)."""
+    from state import reviewers as people
+
+    try:
+        found = None if people.team_mode(store) else people.list_lost(store, team_tasks)
+    except Refused:  # a damaged list or policy: not a list deleted (and no finding raises here)
+        return
+    if found is not None:
+        report.findings.append(Finding("reviewers_missing", None, "reviewers", people.lost_list_problem(found),
+                                       ("restore the reviewer list from a backup; until then a task started in "
+                                        "team mode cannot be decided",)))
 
 
 def _judge(store: TaskStore, check: TaskCheck, report: Report) -> None:
