@@ -1021,6 +1021,12 @@ MUTANTS: list[Mutant] = [
       "        found = None if current.reviewers else people.list_lost(store)",
       "        found = None if current.reviewers else people.list_lost(store, [])",
       "tests/test_team.py"),
+    # an admin's act (policy set, expire) in a store whose reviewer list was deleted, with every policy
+    # version gone too: told to register a first admin, which is refused
+    p("admin-act-sends-to-a-refused-first-add", "workflow/team.py",
+      "    lost = None if current.reviewers else people.list_lost(store)",
+      "    lost = None if current.reviewers else people.list_lost(store, [])",
+      "tests/test_team.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -404,6 +404,11 @@ def test_a_reviewer_list_deleted_by_hand_cannot_be_registered_anew_without_a_tok
     [finding] = [f for f in cli("doctor", "--json").json()["findings"] if f["kind"] == "reviewers_missing"]
     assert finding["detail"] == listed.err.strip().removeprefix("STOPPED: "), finding
     assert "a task started in team mode cannot be decided" in finding["action"], finding
+    # an admin's act then names the lost list, not a first admin to register (that add is refused)
+    r = cli("policy", "set", str(tmp_path / "policy.toml"))
+    assert r.code == 1 and r.err.startswith("STOPPED: setting the policy needs an admin's token, and the reviewer "
+                                            "list is missing, but this store has "), r.err
+    assert r.err.strip().endswith("; nothing changed") and "reviewers add" not in r.err, r.err
     assert snapshot(state_dir) == before
     fresh = tmp_path / "fresh"
     from tests.conftest import run_in_process

@@ -189,10 +189,15 @@ def require_admin(store: "TaskStore", token: Optional[str], what: str) -> "peopl
     reviewer list makes (:func:`state.reviewers.admin_in`), on the list as the store verifies it
     (:meth:`state.store.TaskStore.reviewer_list`: signed with this store's key, bound to it, no
     revoked token listed). ``what`` names the action for the message (e.g. ``setting the policy``).
-    Reads only. Raises :class:`Refused`: ``unauthenticated`` (no reviewer registered at all, or a
-    token missing or not valid), ``not_allowed`` (a reviewer who is not an admin), as the store
+    Reads only. Raises :class:`Refused`: ``integrity`` (no reviewer registered, but the store once
+    had a list: :func:`state.reviewers.list_lost`), ``unauthenticated`` (no reviewer registered at
+    all, or a token missing or not valid), ``not_allowed`` (a reviewer who is not an admin), as the store
     does for a list it cannot trust; nothing changed."""
     current = store.reviewer_list()
+    lost = None if current.reviewers else people.list_lost(store)
+    if lost is not None:  # the list was deleted: registering an admin anew is refused too
+        raise Refused("integrity", f"{what} needs an admin's token, and {people.lost_list_problem(lost)}; "
+                      "nothing changed")
     if not current.reviewers:
         raise Refused("unauthenticated", [f"{what} needs an admin's token, and no reviewer is registered: register "
                                           "one with the role admin first", Next("reviewers_add_admin"),
