@@ -277,10 +277,15 @@ def receipt_next(receipt: dict[str, Any], *, team: bool = False) -> str | None:
 
 def budget_lines(task: Task) -> list[str]:
     """The text lines ``start``/``resume``/``status`` add for one task (model, then budget), from
-    its :class:`workflow.task.Task`."""
+    its :class:`workflow.task.Task`; for a waiting task whose turns are all spent, the flag its
+    approve needs."""
     budget, spend = Budget.model_validate(dict(task.budget)), Spend.model_validate(dict(task.spend))
     lines = [f"  model: {model_line(ModelSpec.model_validate(dict(task.model)))}",
              f"  budget: {spent_line(budget, spend)}"]
+    if task.status == "waiting_for_approval" and spend.turns >= budget.max_turns:  # a reject needs no turn
+        lines.append(f"  budget: its turns are all spent ({spend.turns} of {budget.max_turns}): an approve stops "
+                     f"before the model's next turn (budget_exceeded) unless it raises them, e.g. --max-turns "
+                     f"{budget.max_turns + 2}")
     if task.status == "budget_exceeded":
         if task.budget_stop is not None:
             lines[-1] = f"  {task.budget_stop}"

@@ -1027,6 +1027,11 @@ MUTANTS: list[Mutant] = [
       "    lost = None if current.reviewers else people.list_lost(store)",
       "    lost = None if current.reviewers else people.list_lost(store, [])",
       "tests/test_team.py"),
+    # a waiting task whose turns are all spent: status names the plain approve, which stops at once
+    p("status-of-spent-turns-silent-at-the-limit", "cli/text.py",
+      "    if task.status == \"waiting_for_approval\" and spend.turns >= budget.max_turns:  # a reject needs no turn",
+      "    if task.status == \"waiting_for_approval\" and spend.turns > budget.max_turns:  # a reject needs no turn",
+      "tests/test_api_inputs.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -319,3 +319,17 @@ def test_a_reviewer_list_that_cannot_be_read_shows_a_task_as_needing_a_token(sta
     assert read_task(store, "t-1").team is True
     printed = run_in_process(state_dir, "status", "--task", "t-1")
     assert printed.code == 0 and "team mode: run it with your reviewer token in HITL_REVIEWER_TOKEN" in printed.out
+
+
+def test_status_of_a_waiting_task_whose_turns_are_spent_names_the_flag_its_approve_needs(cli):
+    """A task started with one turn spends it reaching the approval: its approve would stop before
+    the model's next turn (``budget_exceeded``). ``status`` says so, with the ``--max-turns`` that
+    pays for it; that approve then completes the task. A task with turns left shows no such line."""
+    assert cli("start", "--key", "b-1", "--draft", "Hi.", "--max-turns", "1").code == 0
+    assert cli("start", "--key", "b-2", "--draft", "Hi.").code == 0
+    shown = cli("status", "--task", "b-1").out.splitlines()
+    assert shown[-2] == ("  budget: its turns are all spent (1 of 1): an approve stops before the model's next turn "
+                         "(budget_exceeded) unless it raises them, e.g. --max-turns 3"), shown
+    assert "its turns are all spent" not in cli("status", "--task", "b-2").out
+    r = cli("resume", "--task", "b-1", "--decision", "approve", "--by", "ann", "--max-turns", "3", "--json")
+    assert r.code == 0 and r.json()["status"] == "completed", r.err
