@@ -1032,6 +1032,12 @@ MUTANTS: list[Mutant] = [
       "    if task.status == \"waiting_for_approval\" and spend.turns >= budget.max_turns:  # a reject needs no turn",
       "    if task.status == \"waiting_for_approval\" and spend.turns > budget.max_turns:  # a reject needs no turn",
       "tests/test_api_inputs.py"),
+    # the browser inbox reads a fail's end mark only for a task through a service: a local task it ended
+    # is shown waiting, "no expiry"
+    p("inbox-end-mark-of-a-local-task-unread", "workflow/review/inbox_index.py",
+      "    mark = end_mark(store, row.checkpoint)",
+      "    mark = end_mark(store, row.checkpoint) if row.checkpoint.service is not None else None",
+      "tests/test_workflow_command_line.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -298,6 +298,23 @@ def test_status_of_a_task_whose_fail_did_not_finish_names_the_fail_not_a_refused
         "finished"), last
 
 
+def _inbox_pages(state_dir: Path, *paths: str) -> list[str]:
+    """The browser inbox's pages at ``paths`` (single-user mode, signed in with its URL token), as
+    ``run.py serve`` serves them."""
+    from starlette.testclient import TestClient
+
+    from agent.application import APP
+    from cli.hints import hint
+    from state.store import FileStore
+    from workflow.review.web import create_app
+
+    token, host = "k" * 43, "127.0.0.1:8765"
+    app = create_app(FileStore(state_dir), APP, reviewer="ann", token=token, hosts={host}, cookie="c", hint=hint)
+    with TestClient(app, base_url=f"http://{host}") as client:
+        assert client.get(f"/?token={token}").status_code == 200
+        return [client.get(path).text for path in paths]
+
+
 def test_a_task_a_fail_ended_unfinished_is_listed_as_ended_and_its_given_up_call_is_named(cli, state_dir, tmp_path):
     """Two calls: one executed, the other approved and cut before its effect; a ``fail`` cut after
     its end mark. ``list`` (both command lines) says who ended the task, never "expires in";
@@ -316,6 +333,8 @@ def test_a_task_a_fail_ended_unfinished_is_listed_as_ended_and_its_given_up_call
         (line,) = [x for x in listed.splitlines() if " g-1 " in x]
         assert "ENDED by bob, not finished (the same fail finishes it)" in line and "expires" not in line, line
     assert workflow_cli(state_dir, "list", "--json", cwd=tmp_path).stdout.count('"ended": {"by": "bob"') == 1
+    for page in _inbox_pages(state_dir, "/", "/task/g-1"):  # the browser inbox: its list and the task page
+        assert "ended by bob, not finished (the same fail finishes it)" in page and "no expiry" not in page, page
     shown = workflow_cli(state_dir, "status", "--task", "g-1", cwd=tmp_path).stdout
     assert "end task g-1 again, by a person" in shown and "as failed" not in shown, shown
     assert cli("fail", "--task", "g-1", "--by", "bob", "--reason", "stop", "--json").json()["status"] == "completed"

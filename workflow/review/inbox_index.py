@@ -40,6 +40,7 @@ from state.schema import Checkpoint
 from state.state_id import STATE_ID_FILE
 from state.store import FileBacked
 from workflow.external import shown_status, task_effects
+from workflow.reconcile import end_mark
 from workflow.review.inbox import WAITING, overdue, unverified_summary, waiting_since
 
 #: Tasks per inbox page.
@@ -58,7 +59,7 @@ class Row:
     decision word, or None), ``checkpoint`` (the verified checkpoint, for the deadline rule),
     ``since_at`` (``since`` parsed) and ``effects`` (for a task through a service, each channel's
     :func:`workflow.external.task_effects` entry, read at each listing; ``status`` is then the
-    status shown, ``publishing`` or ``in_doubt`` while one is not confirmed)."""
+    status shown, ``publishing`` or ``in_doubt`` while one is not confirmed) and ``ended``."""
 
     task_id: str
     title: str
@@ -72,13 +73,20 @@ class Row:
     checkpoint: Checkpoint
     since_at: datetime  # ``since``, parsed (the sort key)
     effects: tuple[dict[str, Any], ...] = ()
+    #: ``(by, at)`` of the end mark of a ``fail`` that did not finish (an open task: every decision
+    #: is refused, the same fail finishes it), read at each listing; else None.
+    ended: Optional[tuple[str, str]] = None
 
 
 def with_effects(store: Any, row: Row) -> Row:
     """``row`` with its task's effects through a service read now, and the status they make it
-    show (:func:`workflow.external.shown_status`); ``row`` itself for a task without a service
-    (nothing is read). An effect's records change without a new checkpoint revision, so this is
-    never cached. Raises ``Refused`` if a record is damaged."""
+    show (:func:`workflow.external.shown_status`); for an open task, the end mark of a ``fail`` that
+    did not finish (:func:`workflow.reconcile.end_mark`: ``ended``). An effect's records and an end
+    mark change without a new checkpoint revision, so this is never cached. Raises ``Refused`` if a
+    record is damaged."""
+    mark = end_mark(store, row.checkpoint)
+    if mark is not None:
+        row = replace(row, ended=(mark.by, mark.at))
     if row.checkpoint.service is None:
         return row
     effects = task_effects(store, row.checkpoint)
@@ -203,10 +211,13 @@ def timing(row: Row, now: datetime, hint: Callable[[Next], str] = no_hint) -> di
     update, e.g. ``12m``), ``left`` (time before the approval request expires, ``expired``, or
     ``no expiry``; empty unless the task waits), ``overdue`` (bool, :func:`workflow.review.inbox.overdue`).
     An expired request says ``expired (reject…)`` with ``hint``'s words for the other way out
-    (``Next("or_expire")``, e.g. ``cli.hints.hint``: ``, or python run.py expire``)."""
+    (``Next("or_expire")``, e.g. ``cli.hints.hint``: ``, or python run.py expire``); a task a
+    ``fail`` ended without finishing (``Row.ended``) says who ended it (the page escapes it)."""
     age = clock.human_age((now - row.since_at).total_seconds())
     late = overdue(row.checkpoint, now)
-    if row.status != WAITING:
+    if row.ended is not None:  # a fail cut after its end mark: no decision runs, no request expires
+        left = f"ended by {row.ended[0]}, not finished (the same fail finishes it)"
+    elif row.status != WAITING:
         left = ""
     elif late:
         left = f"expired (reject{hint(Next('or_expire'))})"
