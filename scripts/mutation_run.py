@@ -645,7 +645,8 @@ MUTANTS: list[Mutant] = [
       "tests/test_refund_agent.py"),
     # an edit of the wrong type is recorded: no call can carry it and the task is stuck
     m("edits-not-checked-against-the-tools-schema", "workflow/edits.py",
-      "    if edit is not None:\n        check_fits(cp, call_id, edit, tools)\n", "", "tests/test_refund_agent.py"),
+      "    if edit is not None:\n        check_fits(cp, call_id, edit, tools)\n",
+      "    if edit is not None:\n        pass\n", "tests/test_refund_agent.py"),
     # a reason too long reaches pydantic under the lock: a traceback, not one refusal
     m("reason-not-checked-where-decisions-enter", "workflow/engine.py",
       "        if reason is not None:\n            check_reason(reason)\n", "", "tests/test_api_inputs.py"),
@@ -1038,6 +1039,16 @@ MUTANTS: list[Mutant] = [
       "    mark = end_mark(store, row.checkpoint)",
       "    mark = end_mark(store, row.checkpoint) if row.checkpoint.service is not None else None",
       "tests/test_workflow_command_line.py"),
+    # an approve of a call whose arguments its tool refuses: recorded, then every run of it fails
+    p("approve-of-arguments-the-tool-refuses-recorded", "workflow/edits.py",
+      "    elif want == \"approved\":\n        check_runnable(cp, call_id, tools)",
+      "    elif want == \"approved\" and cp.decisions:\n        check_runnable(cp, call_id, tools)",
+      "tests/test_refund_agent.py"),
+    # an approval of such a call on record: told to reject it, which is refused (decided)
+    p("approval-on-record-of-refused-arguments-sent-to-reject", "workflow/edits.py",
+      "    if decision_of(cp, call_id) is not None:  # approved already: the same approve would fail again",
+      "    if decision_of(cp, call_id) is not None and False:  # approved already: the same approve would fail again",
+      "tests/test_refund_agent.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

@@ -425,18 +425,37 @@ def test_a_rejected_call_is_never_settled_in_place_of_the_capped_call_whose_effe
     assert [r["amount_cents"] for r in refunds(project)] == [1500]
 
 
-def test_arguments_the_tool_refuses_name_the_fail_that_ends_the_task(project):
-    """The model proposes a refund of 0.00, which the tool's schema refuses once approved: the same
-    decision fails the same way each time, so the refusal names ``fail`` beside it, and ``fail``
-    ends the task with no refund."""
-    task = ok(run(project, "start", "--key", "r-0", "--request", "order 1: refund 0.00, free", "--json"))
-    approve = ["decide", "--key", "r-0", "--decision", "approve", "--by", "alice", "--call",
-               task["pending"][0]["call_id"]]
-    for _ in range(2):
-        line = stopped(run(project, *approve))
-        assert "the same decision again finishes it unless the same error comes back, as it does for arguments " \
-               "the tool refuses: then end the task with a fail, by a person, with a reason" in line, line
-    assert ok(run(project, "fail", "--key", "r-0", "--by", "bob", "--reason", "refund of nothing", "--json"))[
+def test_arguments_the_tool_refuses_are_refused_at_the_approve_with_nothing_recorded(project):
+    """The model proposes a refund of 0.00, which the tool's own parameters refuse (``gt=0``): the
+    SDK would end every run of that approval with ``ModelBehaviorError``. The approve is refused
+    before anything is recorded, naming the argument, and a reject ends the task with no refund.
+    An approval of such a call already on record (recorded by a version without this check: here
+    the check is switched off in that one process) names ``fail``, which ends the task."""
+    from conftest import snapshot
+
+    for key in ("r-0", "r-1"):
+        ok(run(project, "start", "--key", key, "--request", "order 1: refund 0.00, free", "--json"))
+    call = call_of({**PROPOSED, "order_id": "1", "amount_cents": 0, "reason": "free"})
+    state = project / "state-dir"
+    before = snapshot(state)
+    line = stopped(run(project, "decide", "--key", "r-0", "--decision", "approve", "--by", "alice", "--call", call))
+    assert line == (f"STOPPED: task r-0: the arguments of call {call} do not fit the parameters of issue_refund "
+                    "(amount_cents: Input should be greater than 0): the tool would refuse them when it runs; "
+                    "reject it with a reason (the model proposes again), or approve it with edits that fit; "
+                    "nothing recorded"), line
+    assert snapshot(state) == before
+    done = ok(run(project, "decide", "--key", "r-0", "--decision", "reject", "--by", "alice", "--call", call,
+                  "--reason", "no refund of nothing", "--json"))
+    assert done["status"] == "cancelled" and refunds(project) == []
+    unchecked = ("import runpy, sys; import workflow.edits as e; e.check_runnable = lambda *a: None; "
+                 "sys.argv = ['refund_agent.py', *sys.argv[1:]]; "
+                 "runpy.run_path('examples/refund_agent.py', run_name='__main__')")
+    approve = ["decide", "--key", "r-1", "--decision", "approve", "--by", "alice", "--call", call]
+    assert "the model's response was malformed" in stopped(run(project, *approve, code=unchecked))
+    line = stopped(run(project, *approve))
+    assert "so the approval on record cannot be carried out; end the task with a fail, by a person, with a " \
+           "reason" in line, line
+    assert ok(run(project, "fail", "--key", "r-1", "--by", "bob", "--reason", "refund of nothing", "--json"))[
         "status"] == "failed"
     assert refunds(project) == []
 

@@ -254,6 +254,34 @@ def check_pending(cp: "Checkpoint", call_id: str, want: str, edit: Edit | None,
                                     "approved with edits; reject it, or approve it with", _EDITS])
     if edit is not None:
         check_fits(cp, call_id, edit, tools)
+    elif want == "approved":
+        check_runnable(cp, call_id, tools)
+
+
+def check_runnable(cp: "Checkpoint", call_id: str, tools: Sequence[Any]) -> None:
+    """An approval of call ``call_id`` as the model made it: its arguments must be ones its tool
+    accepts (:func:`workflow.effect.arguments_problem`: the SDK's own validation, which would end
+    the run after the decision is recorded, every time it is repeated). Checked before the decision
+    is recorded; where an approval is on record already (a run that failed so), the way out is
+    ``fail``. A call or tool not found here is not checked. Raises :class:`Refused` (``usage``)
+    naming the argument; nothing recorded."""
+    from state.terminal import one_line
+    from workflow.calls import decision_of
+    from workflow.effect import arguments_problem
+
+    call = next((p for p in cp.pending if p.call_id == call_id), None)
+    tool = next((t for t in tools if call is not None and getattr(t, "name", None) == call.tool), None)
+    problem = arguments_problem(tool, call.arguments) if tool is not None and call is not None else None
+    if problem is None:
+        return
+    said = (f"task {cp.task_id}: the arguments of call {one_line(call_id)} do not fit the parameters of "
+            f"{one_line(call.tool)} ({one_line(problem)[:200]}): the tool would refuse them when it runs")
+    if decision_of(cp, call_id) is not None:  # approved already: the same approve would fail again
+        raise Refused("usage", [f"{said}, so the approval on record cannot be carried out; end the task with a "
+                                "fail, by a person, with a reason", Next("fail_again", cp.task_id)],
+                      task_id=cp.task_id)
+    raise Refused("usage", f"{said}; reject it with a reason (the model proposes again), or approve it with edits "
+                  "that fit; nothing recorded", task_id=cp.task_id)
 
 
 def check_fits(cp: "Checkpoint", call_id: str, edit: Edit, tools: Sequence[Any]) -> None:

@@ -159,6 +159,36 @@ def private_channels(tool: Any) -> frozenset[str]:
     return _PRIVATE.get(function_identity(tool), frozenset())
 
 
+def arguments_problem(tool: Any, arguments: dict[str, Any]) -> Optional[str]:
+    """Why the SDK would refuse ``arguments`` (a call's, as the model made it) for ``tool`` (a
+    ``FunctionTool`` made by :func:`effect_tool`) when the call runs: it validates them first with
+    the tool's own pydantic model (``agents.function_schema.function_schema(...)
+    .params_pydantic_model``, as ``function_tool`` does; built once per function), and a
+    ``ModelBehaviorError`` ends the run. One phrase naming the first argument refused and why
+    (``amount_cents: Input should be greater than 0``; never the value), or None if they fit, or
+    for a tool not made by :func:`effect_tool` (not checked)."""
+    wrapped = getattr(tool, "__wrapped__", None)
+    if wrapped is None or function_identity(tool) not in _PRIVATE:
+        return None
+    from pydantic import ValidationError
+
+    try:
+        _arguments_model(wrapped)(**arguments)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "its arguments"
+        return f"{where}: {first.get('msg', 'refused')}"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _arguments_model(invoke: Callable[..., Any]) -> Any:
+    """The pydantic model the SDK validates a call of ``invoke`` (an effect tool's function) with."""
+    from agents.function_schema import function_schema
+
+    return function_schema(invoke).params_pydantic_model
+
+
 def effect_tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
                 needs_approval: Any = True, description: Optional[str] = None,
                 private_channels: Iterable[str] = (),
