@@ -1003,8 +1003,8 @@ MUTANTS: list[Mutant] = [
     # a task of an application that records no command (the publisher's), decided by another: taken for a
     # changed agent (the wrong way out)
     p("another-applications-task-taken-for-a-changed-agent", "workflow/guards.py",
-      "    if changes and cp.command != app.command:  # another application's task (each records its command)",
-      "    if changes and cp.command is not None and cp.command != app.command:",
+      "    if changes and cp.command != app.command and cp.agent.name != agent.name:  # another application's task",
+      "    if changes and cp.command is not None and cp.command != app.command and cp.agent.name != agent.name:",
       "tests/test_refund_agent.py"),
     # settle of a call the task never had: a decided call counts as never had (only pending ones known)
     p("settle-of-an-unknown-call-said-not-in-doubt", "workflow/settlement.py",
@@ -1049,6 +1049,19 @@ MUTANTS: list[Mutant] = [
       "    if decision_of(cp, call_id) is not None:  # approved already: the same approve would fail again",
       "    if decision_of(cp, call_id) is not None and False:  # approved already: the same approve would fail again",
       "tests/test_refund_agent.py"),
+    # the same application, recording a command it did not record before: its changed agent taken for
+    # another application's task
+    p("own-task-of-an-older-version-taken-for-another-applications", "workflow/guards.py",
+      "    if changes and cp.command != app.command and cp.agent.name != agent.name:  # another application's task",
+      "    if changes and cp.command != app.command:  # another application's task",
+      "tests/test_refund_agent.py"),
+    # a refusal's text escaped only where run.py prints it: an application printing str(exc) shows raw
+    # escape sequences and bidi marks from a model
+    p("refusal-text-escaped-only-at-the-command-line", "state/errors.py",
+      "        return one_line(\" \".join(text.split()))  # one line, always",
+      "        return \" \".join(text.split()) if \"\\x1b\" in text else one_line(\" \".join(text.split()))  "
+      "# one line, always",
+      "tests/test_terminal_output.py"),
     # a name removed and registered again: its old approval counts toward the quorum again
     m("re-registered-reviewer-old-approval-counts", TEAM,
       "        return approval.reviewer_added_at == reviewer.added_at", "        return True", TEAM_T),

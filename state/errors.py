@@ -103,9 +103,14 @@ class Refused(Exception):
 
     def render(self, hint: Callable[[Next], str]) -> str:
         """The message on one line with each :class:`Next` replaced by ``hint(step)`` (the
-        application's text for it, e.g. ``" (python run.py doctor)"``; ``""`` leaves it out)."""
+        application's text for it, e.g. ``" (python run.py doctor)"``; ``""`` leaves it out), and
+        every character that is not printable escaped (:func:`state.terminal.one_line`: text from a
+        model or a file, such as a tool name or an exception's text, can move no cursor and reorder
+        nothing, in whatever prints ``str(exc)``; escaping again changes nothing)."""
+        from state.terminal import one_line
+
         text = "".join(p if isinstance(p, str) else hint(p) for p in self.parts)
-        return " ".join(text.split())  # one line, always
+        return one_line(" ".join(text.split()))  # one line, always
 
 
 def lock_busy(what: str, waited: float, holder: str = "another process") -> Refused:

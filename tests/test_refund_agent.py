@@ -494,12 +494,26 @@ def test_a_decision_of_another_applications_task_names_that_application_not_a_ch
     before = _files(folder)
     theirs = run_subprocess(folder, "resume", "--task", "r-1", "--decision", "approve", "--by", "ann")
     assert theirs.code == 1 and theirs.err.strip() == (
-        "STOPPED: task r-1 belongs to another application (Refunds), not this one; it is decided, settled and "
-        "ended by its own command: python examples/refund_agent.py; nothing was decided"), theirs.err
+        "STOPPED: task r-1 belongs to another application (Refunds), not this one; its decisions are made by "
+        "its own command: python examples/refund_agent.py; nothing was decided"), theirs.err
     line = stopped(run(project, "decide", "--key", "p-1", "--decision", "approve", "--by", "ann"))
-    assert line == ("STOPPED: task p-1 belongs to another application (Publisher), not this one; it is decided, "
-                    "settled and ended by the application that started it; nothing was decided"), line
+    assert line == ("STOPPED: task p-1 belongs to another application (Publisher), not this one; its decisions "
+                    "are made by the application that started it; nothing was decided"), line
     assert _files(folder) == before
+    # the same application, now recording a command it did not record then, with its agent changed:
+    # still its own task, refused as an agent that changed (whose way out is the code that saved it)
+    source = (project / "examples" / "refund_agent.py").read_text(encoding="utf-8")
+    older = source.replace('    command="python examples/refund_agent.py")', ")")
+    assert older != source
+    (project / "examples" / "older_refunds.py").write_text(older, encoding="utf-8")
+    assert copies.run(project, "older_refunds.py", "start", "--key", "o-1", "--request",
+                      "order 4417: refund 19.99, the parcel arrived broken").returncode == 0
+    changed = source.replace("model=model, instructions=(", "model=model, instructions=('Be brief. ' ")
+    assert changed != source
+    (project / "examples" / "refund_agent.py").write_text(changed, encoding="utf-8")
+    line = stopped(run(project, "decide", "--key", "o-1", "--decision", "approve", "--by", "ann", "--call",
+                       call_of(PROPOSED)))
+    assert line.startswith("STOPPED: task o-1: the agent changed since it was saved: agent instructions changed"), line
 
 
 #: ``python -m workflow doctor --json`` in the project, with the library alone.

@@ -414,3 +414,15 @@ def test_status_marks_a_cut_argument_and_keeps_numbers_numbers():
     line = next(x for x in task_text(task).splitlines() if "pending:" in x)
     assert "amount_cents=1999," in line
     assert f"reason={reason[:57]!r}… (+{len(reason) - 57} chars; show has it all)" in line
+
+
+def test_a_refusal_escapes_what_a_model_or_a_file_put_in_it_wherever_it_is_printed():
+    """A refusal's text can hold a tool name the model chose or an exception's text: an application
+    that prints ``str(exc)`` (the examples do) shows escape sequences and bidi marks escaped, on one
+    line; escaping it again (``run.py`` does, at its print) changes nothing."""
+    from state.errors import Refused
+    from state.terminal import one_line
+
+    exc = Refused("agent", "tool evil\x1b[2J\x1b[31mRED\u202eX\nFAKE not found")
+    assert str(exc) == "tool evil\\x1b[2J\\x1b[31mRED\\u202eX FAKE not found"
+    assert one_line(str(exc)) == str(exc) == Refused("agent", str(exc)).render(lambda step: "")

@@ -392,12 +392,12 @@ def check_saved_against_code(cp: Checkpoint, agent: Any, app: Any) -> None:
     it. Raises :class:`Refused`."""
     check_stored_run_state(cp)
     changes = drift(cp.agent.model_dump(), describe(agent), app.compatible_saved)
-    if changes and cp.command != app.command:  # another application's task (each records its command)
+    if changes and cp.command != app.command and cp.agent.name != agent.name:  # another application's task
         whose = ("the application that started it" if cp.command is None else
                  f"its own command: {one_line(cp.command)}")
         raise Refused("drift", f"task {cp.task_id} belongs to another application "
-                      f"({one_line(cp.agent.name)}), not this one; it is decided, settled and ended by "
-                      f"{whose}; nothing was decided", task_id=cp.task_id)
+                      f"({one_line(cp.agent.name)}), not this one; its decisions are made by {whose}; "
+                      "nothing was decided", task_id=cp.task_id)
     if changes:
         raise Refused("drift", [f"task {cp.task_id}: the agent changed since it was saved: {'; '.join(changes)}",
                                 *_way_out(cp)], task_id=cp.task_id)
