@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
+from state.terminal import one_line
+
 #: Every value of :attr:`Refused.code` (docs/refusals.md, "Codes", says what each means). The
 #: decision table's refusals (``workflow.reconcile.REFUSALS``) are codes under their own names.
 CODES = frozenset({
@@ -107,8 +109,6 @@ class Refused(Exception):
         every character that is not printable escaped (:func:`state.terminal.one_line`: text from a
         model or a file, such as a tool name or an exception's text, can move no cursor and reorder
         nothing, in whatever prints ``str(exc)``; escaping again changes nothing)."""
-        from state.terminal import one_line
-
         text = "".join(p if isinstance(p, str) else hint(p) for p in self.parts)
         return one_line(" ".join(text.split()))  # one line, always
 

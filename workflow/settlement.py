@@ -96,7 +96,8 @@ def pick(store: Any, cp: Any, call_id: Optional[str]) -> tuple[str, str, str, di
         found = [f for f in found if f[0] == call_id]
         known = list(dict.fromkeys([*(d.call_id for d in cp.decisions), *(p.call_id for p in cp.pending)]))
         if not found and call_id not in known:  # a call this task never had, not one out of doubt
-            shown = one_line(call_id) if len(one_line(call_id)) <= 80 else one_line(call_id)[:79] + "…"
+            shown = one_line(call_id)
+            shown = shown if len(shown) <= 80 else shown[:79] + "…"
             raise Refused("not_found", [f"task {cp.task_id} has no call '{shown}' (its calls: "
                                         f"{', '.join(one_line(c) for c in known) or 'none'}); nothing recorded",
                                         Next("shows_status", cp.task_id)], task_id=cp.task_id)
